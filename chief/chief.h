@@ -1,0 +1,20 @@
+/* The chief's pieces, shared between its files. */
+#ifndef TESSERA_CHIEF_H
+#define TESSERA_CHIEF_H
+
+#include "daemon.h"
+
+typedef struct chief_opts {
+    daemon_opts_t common;
+    config_list_t ps;
+    config_list_t worker;
+    int64_t health_timeout_ms;
+} chief_opts_t;
+
+extern const daemon_spec_t chief_daemon_spec;
+
+/* TF_CONFIG: this task's listen port and index (type chief), and the ps and worker lists. */
+status_t chief_apply_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
+                               status_msg_t *err);
+
+#endif

@@ -1,0 +1,34 @@
+/* tessera-chief: accepts jobs from the CLI and coordinates the cluster. */
+#include <stddef.h>
+
+#include "chief.h"
+
+static status_t chief_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
+                                status_msg_t *err)
+{
+    return chief_apply_tf_config(t, opts, spec, err);
+}
+
+static const config_option_t chief_options[] = {
+    DAEMON_OPTION_ROWS("2222", "9400"),
+    {"ps", CONFIG_ADDRESS_LIST, offsetof(chief_opts_t, ps), NULL, 0, 0,
+     "Parameter server tasks, by index: HOST:PORT,HOST:PORT. TF_CONFIG's cluster.ps sets it."},
+    {"worker", CONFIG_ADDRESS_LIST, offsetof(chief_opts_t, worker), NULL, 0, 0,
+     "Worker tasks, by index: HOST:PORT,HOST:PORT. TF_CONFIG's cluster.worker sets it."},
+    {"health-timeout", CONFIG_DURATION_MS, offsetof(chief_opts_t, health_timeout_ms), "1s", 10,
+     60000, "How long a health check of one task may take before it counts as unreachable."},
+};
+
+static const config_table_t chief_table = {
+    .program = "tessera-chief",
+    .summary = "Tessera chief: accepts jobs and coordinates parameter servers and workers.",
+    .options = chief_options,
+    .n_options = sizeof(chief_options) / sizeof(chief_options[0]),
+    .tf_config_cb = chief_tf_config,
+};
+
+int main(int argc, char **argv)
+{
+    chief_opts_t opts = {0};
+    return daemon_main(&chief_daemon_spec, &chief_table, &opts, argc, argv);
+}

@@ -1,0 +1,47 @@
+/* tessera: the user's command. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "log.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"cluster", cli_cluster, "show every task of a cluster and its health"},
+    {"run", cli_run, "start a whole cluster on this machine (run --local)"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: tessera COMMAND [OPTIONS]\n\nCommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "\n'tessera COMMAND --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    log_set_identity("tessera", -1);
+    log_set_level(LOG_LEVEL_WARNING);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("tessera %s\n", TESSERA_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "tessera: unknown command \"%s\" (see tessera --help)\n", argv[1]);
+    return 2;
+}

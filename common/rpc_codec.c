@@ -1,0 +1,345 @@
+/* Encoding and decoding of messages with a zero-copy payload (field 15), shared by the server
+ * and client halves of the RPC runtime. See rpc.h for the convention. */
+#define _POSIX_C_SOURCE 200809L
+#include "rpc_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PAYLOAD_FIELD    15
+#define PAYLOAD_KEY      ((PAYLOAD_FIELD << 3) | 2)
+#define PAYLOAD_ALIGN    64
+#define SCRATCH_INITIAL  512
+
+void rpc_payload_done(rpc_payload_t *p)
+{
+    if (p == NULL)
+        return;
+    if (p->owned)
+        free(p->data);
+    p->data = NULL;
+    p->len = 0;
+    p->owned = false;
+}
+
+void *rpc_aligned_alloc(size_t len)
+{
+    size_t rounded = (len + PAYLOAD_ALIGN - 1) / PAYLOAD_ALIGN * PAYLOAD_ALIGN;
+    return aligned_alloc(PAYLOAD_ALIGN, rounded ? rounded : PAYLOAD_ALIGN);
+}
+
+bool rpc_has_payload_field(const ProtobufCMessageDescriptor *desc)
+{
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(desc, PAYLOAD_FIELD);
+    return f != NULL && f->type == PROTOBUF_C_TYPE_BYTES && f->label != PROTOBUF_C_LABEL_REPEATED;
+}
+
+static size_t varint_put(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+/* ---- encoding ---------------------------------------------------------------------------- */
+
+static void static_release(void *arg)
+{
+    (void)arg;
+}
+
+status_t rpc_encode(const ProtobufCMessage *msg, const rpc_iov_t *iov, size_t n_iov,
+                    rpc_release_tracker_t *tracker, grpc_byte_buffer **ret_bb, size_t *ret_len)
+{
+    size_t packed = protobuf_c_message_get_packed_size(msg);
+    size_t payload_len = 0, n_slices = 1;
+    grpc_slice stack_slices[8], *slices = stack_slices;
+    uint8_t *hdr;
+    size_t hdr_len;
+
+    for (size_t i = 0; i < n_iov; i++) {
+        payload_len += iov[i].len;
+        n_slices += iov[i].len > 0;
+    }
+    hdr = malloc(packed + 11);
+    if (hdr == NULL)
+        return STATUS_NO_MEMORY;
+    hdr_len = protobuf_c_message_pack(msg, hdr);
+    if (n_iov > 0) {
+        hdr[hdr_len++] = PAYLOAD_KEY;
+        hdr_len += varint_put(hdr + hdr_len, payload_len);
+    }
+    if (n_slices > sizeof(stack_slices) / sizeof(stack_slices[0])) {
+        slices = malloc(n_slices * sizeof(*slices));
+        if (slices == NULL) {
+            free(hdr);
+            return STATUS_NO_MEMORY;
+        }
+    }
+    slices[0] = grpc_slice_new(hdr, hdr_len, free);
+    n_slices = 1;
+    for (size_t i = 0; i < n_iov; i++) {
+        if (iov[i].len == 0)
+            continue;
+        if (iov[i].release != NULL) {
+            slices[n_slices++] = grpc_slice_new_with_user_data((void *)iov[i].base, iov[i].len,
+                                                               iov[i].release, iov[i].arg);
+        } else if (tracker != NULL) {
+            rpc_tracker_hold(tracker);
+            slices[n_slices++] = grpc_slice_new_with_user_data((void *)iov[i].base, iov[i].len,
+                                                               rpc_tracker_release, tracker);
+        } else {
+            slices[n_slices++] = grpc_slice_new_with_user_data((void *)iov[i].base, iov[i].len,
+                                                               static_release, NULL);
+        }
+    }
+    *ret_bb = grpc_raw_byte_buffer_create(slices, n_slices);
+    for (size_t i = 0; i < n_slices; i++)
+        grpc_slice_unref(slices[i]);
+    if (slices != stack_slices)
+        free(slices);
+    *ret_len = hdr_len + payload_len;
+    return STATUS_OK;
+}
+
+/* ---- release tracking --------------------------------------------------------------------- */
+
+void rpc_tracker_init(rpc_release_tracker_t *t)
+{
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->outstanding = 0;
+}
+
+void rpc_tracker_hold(rpc_release_tracker_t *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->outstanding++;
+    pthread_mutex_unlock(&t->mu);
+}
+
+void rpc_tracker_release(void *arg)
+{
+    rpc_release_tracker_t *t = arg;
+    pthread_mutex_lock(&t->mu);
+    if (--t->outstanding == 0)
+        pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void rpc_tracker_wait_done(rpc_release_tracker_t *t)
+{
+    pthread_mutex_lock(&t->mu);
+    while (t->outstanding > 0)
+        pthread_cond_wait(&t->cv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+}
+
+/* ---- decoding ----------------------------------------------------------------------------- */
+
+/* Walks the slices of a received byte buffer as one byte stream. */
+typedef struct walker {
+    grpc_byte_buffer_reader reader;
+    grpc_slice slice;
+    size_t pos;
+    bool have;
+} walker_t;
+
+static bool walker_fill(walker_t *w)
+{
+    while (!w->have || w->pos == GRPC_SLICE_LENGTH(w->slice)) {
+        if (w->have)
+            grpc_slice_unref(w->slice);
+        w->have = false;
+        if (!grpc_byte_buffer_reader_next(&w->reader, &w->slice))
+            return false;
+        w->have = true;
+        w->pos = 0;
+    }
+    return true;
+}
+
+static bool walker_byte(walker_t *w, uint8_t *ret)
+{
+    if (!walker_fill(w))
+        return false;
+    *ret = GRPC_SLICE_START_PTR(w->slice)[w->pos++];
+    return true;
+}
+
+static bool walker_copy(walker_t *w, uint8_t *dst, size_t n)
+{
+    while (n > 0) {
+        size_t avail, take;
+        if (!walker_fill(w))
+            return false;
+        avail = GRPC_SLICE_LENGTH(w->slice) - w->pos;
+        take = avail < n ? avail : n;
+        memcpy(dst, GRPC_SLICE_START_PTR(w->slice) + w->pos, take);
+        w->pos += take;
+        dst += take;
+        n -= take;
+    }
+    return true;
+}
+
+typedef struct scratch {
+    uint8_t *buf;
+    size_t len, cap;
+    uint8_t inline_buf[SCRATCH_INITIAL];
+} scratch_t;
+
+static bool scratch_reserve(scratch_t *s, size_t extra)
+{
+    size_t want = s->len + extra, cap = s->cap;
+    uint8_t *nb;
+
+    if (want <= cap)
+        return true;
+    while (cap < want)
+        cap *= 2;
+    if (s->buf == s->inline_buf) {
+        nb = malloc(cap);
+        if (nb != NULL)
+            memcpy(nb, s->buf, s->len);
+    } else {
+        nb = realloc(s->buf, cap);
+    }
+    if (nb == NULL)
+        return false;
+    s->buf = nb;
+    s->cap = cap;
+    return true;
+}
+
+/* Reads a varint, appending its bytes to the scratch when keep is set. */
+static bool read_varint(walker_t *w, scratch_t *s, bool keep, uint64_t *ret)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        uint8_t b;
+        if (!walker_byte(w, &b))
+            return false;
+        if (keep) {
+            if (!scratch_reserve(s, 1))
+                return false;
+            s->buf[s->len++] = b;
+        }
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) {
+            *ret = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool keep_bytes(walker_t *w, scratch_t *s, uint64_t n, size_t total)
+{
+    if (n > total || !scratch_reserve(s, (size_t)n))
+        return false;
+    if (!walker_copy(w, s->buf + s->len, (size_t)n))
+        return false;
+    s->len += (size_t)n;
+    return true;
+}
+
+/* Splits the top-level fields: field 15 goes to the payload buffer, the rest to the scratch. */
+static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv_buf,
+                             size_t recv_cap, rpc_payload_t *payload)
+{
+    for (;;) {
+        uint64_t key, len;
+
+        if (!walker_fill(w))
+            return STATUS_OK;
+        if (!read_varint(w, s, false, &key))
+            return STATUS_BAD_MESSAGE;
+        if ((key >> 3) == PAYLOAD_FIELD && (key & 7) == 2) {
+            if (payload->data != NULL || !read_varint(w, s, false, &len) || len > total)
+                return STATUS_BAD_MESSAGE;
+            if (len <= recv_cap && recv_buf != NULL) {
+                payload->data = recv_buf;
+                payload->owned = false;
+            } else {
+                payload->data = rpc_aligned_alloc((size_t)len);
+                if (payload->data == NULL)
+                    return STATUS_NO_MEMORY;
+                payload->owned = true;
+            }
+            payload->len = (size_t)len;
+            if (!walker_copy(w, payload->data, (size_t)len))
+                return STATUS_BAD_MESSAGE;
+            continue;
+        }
+        /* Re-emit the key, then the value by wire type. */
+        if (!scratch_reserve(s, 10))
+            return STATUS_NO_MEMORY;
+        s->len += varint_put(s->buf + s->len, key);
+        switch (key & 7) {
+        case 0:
+            if (!read_varint(w, s, true, &len))
+                return STATUS_BAD_MESSAGE;
+            break;
+        case 1:
+            if (!keep_bytes(w, s, 8, total))
+                return STATUS_BAD_MESSAGE;
+            break;
+        case 2:
+            if (!read_varint(w, s, true, &len) || !keep_bytes(w, s, len, total))
+                return STATUS_BAD_MESSAGE;
+            break;
+        case 5:
+            if (!keep_bytes(w, s, 4, total))
+                return STATUS_BAD_MESSAGE;
+            break;
+        default: /* groups (3, 4) and invalid types */
+            return STATUS_BAD_MESSAGE;
+        }
+    }
+}
+
+status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, void *recv_buf,
+                    size_t recv_cap, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload)
+{
+    rpc_payload_t payload = {0};
+    scratch_t s = {.len = 0, .cap = SCRATCH_INITIAL};
+    walker_t w = {.have = false};
+    size_t total = grpc_byte_buffer_length(bb);
+    ProtobufCMessage *msg = NULL;
+    status_t rc;
+
+    s.buf = s.inline_buf;
+    if (!grpc_byte_buffer_reader_init(&w.reader, bb))
+        return STATUS_BAD_MESSAGE;
+    if (rpc_has_payload_field(desc))
+        rc = split_fields(&w, total, &s, recv_buf, recv_cap, &payload);
+    else
+        rc = keep_bytes(&w, &s, total, total) ? STATUS_OK : STATUS_BAD_MESSAGE;
+    if (w.have)
+        grpc_slice_unref(w.slice);
+    grpc_byte_buffer_reader_destroy(&w.reader);
+    if (rc == STATUS_OK) {
+        msg = protobuf_c_message_unpack(desc, NULL, s.len, s.buf);
+        if (msg == NULL)
+            rc = STATUS_BAD_MESSAGE;
+    }
+    if (s.buf != s.inline_buf)
+        free(s.buf);
+    if (rc != STATUS_OK) {
+        rpc_payload_done(&payload);
+        return rc;
+    }
+    *ret_msg = msg;
+    if (ret_payload != NULL)
+        *ret_payload = payload;
+    else
+        rpc_payload_done(&payload);
+    return STATUS_OK;
+}

@@ -1,0 +1,40 @@
+/* tessera-ps: the parameter server. */
+#include <stddef.h>
+
+#include "daemon.h"
+#include "tessera/v1/common.pb-c.h"
+
+typedef struct ps_opts {
+    daemon_opts_t common;
+} ps_opts_t;
+
+static status_t ps_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
+                             status_msg_t *err)
+{
+    return daemon_apply_tf_config(t, opts, spec, CLUSTER_PS, err);
+}
+
+static const config_option_t ps_options[] = {DAEMON_OPTION_ROWS("2223", "9401")};
+
+static const config_table_t ps_table = {
+    .program = "tessera-ps",
+    .summary = "Tessera parameter server: holds variable shards and applies pushed gradients.",
+    .options = ps_options,
+    .n_options = sizeof(ps_options) / sizeof(ps_options[0]),
+    .tf_config_cb = ps_tf_config,
+};
+
+static const char *const ps_services[] = {RPC_SVC_PS, RPC_SVC_DIAG, NULL};
+
+static const daemon_spec_t ps_spec = {
+    .program = "tessera-ps",
+    .role = "ps",
+    .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_PS,
+    .services = ps_services,
+};
+
+int main(int argc, char **argv)
+{
+    ps_opts_t opts = {0};
+    return daemon_main(&ps_spec, &ps_table, &opts, argc, argv);
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs on Debian 12 (bookworm), as root, non-interactively.
+# Idempotent: packages already present are left alone.
+set -euo pipefail
+
+packages=(
+  build-essential meson ninja-build pkg-config clang-format
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
+  libsystemd-dev check libopenblas-dev zlib1g-dev
+  libyaml-dev libcjson-dev libmicrohttpd-dev
+  prometheus iperf3 python3 dataset-fashion-mnist curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+    missing+=("$p")
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-deps: missing packages: ${missing[*]} (run as root to install them)" >&2
+    exit 1
+  fi
+  echo "setup-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
