@@ -28,8 +28,7 @@ static status_t set_list(const config_table_t *t, void *opts, const char *key,
                                key, i);
         n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", i ? "," : "", job->addrs[i]);
         if (n >= sizeof(buf))
-            return status_fail(err, STATUS_BAD_TF_CONFIG, "TF_CONFIG: cluster.%s is too long",
-                               key);
+            return status_fail(err, STATUS_BAD_TF_CONFIG, "TF_CONFIG: cluster.%s is too long", key);
     }
     if (job->n == 0)
         return STATUS_OK;
@@ -85,8 +84,8 @@ static status_t on_get_cluster(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
         }
         size_t k = i - 1;
         bool is_ps = k < o->ps.n;
-        ids[i].type = is_ps ? TESSERA__V1__TASK_TYPE__TASK_TYPE_PS
-                            : TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER;
+        ids[i].type =
+            is_ps ? TESSERA__V1__TASK_TYPE__TASK_TYPE_PS : TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER;
         ids[i].index = (int32_t)(is_ps ? k : k - o->ps.n);
         ids[i].address = (char *)targets[k];
         tasks[i].health = (Tessera__V1__TaskHealth)states[k];

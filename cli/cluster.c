@@ -74,8 +74,7 @@ int cli_cluster_from_chief(const char *addr, int64_t timeout_ms)
         return 2;
     }
     if (rpc_coord_get_cluster(ch, &req, &opts, &resp, NULL, &err) != STATUS_OK) {
-        fprintf(stderr, "tessera cluster: the chief at %s did not answer: %s\n", addr,
-                err.message);
+        fprintf(stderr, "tessera cluster: the chief at %s did not answer: %s\n", addr, err.message);
         rpc_channel_free(ch);
         return 1;
     }
@@ -190,8 +189,7 @@ int cli_cluster(int argc, char **argv)
         rc = cli_cluster_from_chief(o.chief, o.timeout_ms);
     } else if (o.cluster_file != NULL) {
         char *json = read_file(o.cluster_file, &err);
-        if (json != NULL &&
-            cluster_spec_parse_tf_config(json, &spec, &err) == STATUS_OK)
+        if (json != NULL && cluster_spec_parse_tf_config(json, &spec, &err) == STATUS_OK)
             rc = cluster_from_spec(&spec, o.timeout_ms);
         else
             fprintf(stderr, "tessera cluster: %s: %s\n", o.cluster_file, err.text);

@@ -92,8 +92,8 @@ static int stop_all(local_cluster_t *c)
         int st = 0;
         status_t rc = launch_stop(&c->procs[i], SIGTERM, 5000, &st);
         if (rc != STATUS_OK || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            fprintf(stderr, "tessera run: %s did not stop cleanly (see %s)\n",
-                    c->procs[i].name, c->log_dir);
+            fprintf(stderr, "tessera run: %s did not stop cleanly (see %s)\n", c->procs[i].name,
+                    c->log_dir);
             bad = 1;
         }
     }
@@ -162,8 +162,8 @@ int cli_run(int argc, char **argv)
         if (start_task(c, "tessera-chief", "chief", 0, chief_args, o.start_timeout_ms, &err) != 0)
             goto fail;
     }
-    printf("started %lld ps, %lld workers and a chief on 127.0.0.1 (logs in %s)\n",
-           (long long)o.ps, (long long)o.workers, c->log_dir);
+    printf("started %lld ps, %lld workers and a chief on 127.0.0.1 (logs in %s)\n", (long long)o.ps,
+           (long long)o.workers, c->log_dir);
     grpc_init();
     rc = cli_cluster_from_chief(c->procs[c->n - 1].listen, 5000);
     grpc_shutdown();

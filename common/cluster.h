@@ -54,8 +54,7 @@ status_t cluster_spec_from_env(cluster_spec_t *ret_spec, bool *ret_present, stat
 
 /* The chief task of the spec: chief 0, or worker 0 when there is no chief (as TFJob does).
  * Returns false when the spec has neither. */
-bool cluster_spec_chief(const cluster_spec_t *spec, cluster_task_type_t *ret_type,
-                        int *ret_index);
+bool cluster_spec_chief(const cluster_spec_t *spec, cluster_task_type_t *ret_type, int *ret_index);
 
 /* Address of a task, or NULL if it is not in the spec. */
 const char *cluster_spec_address(const cluster_spec_t *spec, cluster_task_type_t type, int index);

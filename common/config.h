@@ -38,12 +38,13 @@ typedef struct config_list {
 } config_list_t;
 
 typedef struct config_option {
-    const char *key;           /* flag name and file key, lower case with dashes */
+    const char *key; /* flag name and file key, lower case with dashes */
     config_type_t type;
-    size_t offset;             /* offsetof(options struct, field) */
-    const char *default_value; /* parsed like user input; NULL = unset (NULL string, empty list, 0) */
-    int64_t min, max;          /* bounds for CONFIG_INT and CONFIG_DURATION_MS */
-    const char *help;          /* one or more sentences; used by --help and the sample */
+    size_t offset; /* offsetof(options struct, field) */
+    const char
+        *default_value; /* parsed like user input; NULL = unset (NULL string, empty list, 0) */
+    int64_t min, max;   /* bounds for CONFIG_INT and CONFIG_DURATION_MS */
+    const char *help;   /* one or more sentences; used by --help and the sample */
 } config_option_t;
 
 typedef struct config_table {

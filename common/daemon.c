@@ -128,11 +128,16 @@ static double rpc_metric_value(void *arg)
     rpc_method_stats_t st;
     rpc_server_stats(a->d->rpc, a->id, &st);
     switch (a->field) {
-    case 0: return (double)st.calls;
-    case 1: return (double)st.errors;
-    case 2: return (double)st.bytes_in;
-    case 3: return (double)st.bytes_out;
-    default: return st.seconds;
+    case 0:
+        return (double)st.calls;
+    case 1:
+        return (double)st.errors;
+    case 2:
+        return (double)st.bytes_in;
+    case 3:
+        return (double)st.bytes_out;
+    default:
+        return st.seconds;
     }
 }
 
@@ -140,9 +145,8 @@ static rpc_metric_arg_t rpc_metric_args[RPC_METHOD_COUNT_][5];
 
 static status_t register_rpc_metrics(daemon_t *d)
 {
-    static const char *const names[] = {"requests_total", "errors_total",
-                                         "received_bytes_total", "sent_bytes_total",
-                                         "handling_seconds_total"};
+    static const char *const names[] = {"requests_total", "errors_total", "received_bytes_total",
+                                        "sent_bytes_total", "handling_seconds_total"};
     static const char *const helps[] = {
         "RPCs completed, by method.", "RPCs that ended with an error status, by method.",
         "Request bytes received, by method.", "Response bytes sent, by method.",
@@ -214,8 +218,8 @@ static status_t daemon_start(daemon_t *d, status_msg_t *err)
     if (spec->setup != NULL)
         STATUS_CHECK(spec->setup(d, o, &d->role_state, err));
     STATUS_CHECK(rpc_server_start(d->rpc, err));
-    STATUS_CHECK(metrics_server_start(d->metrics, o->metrics_listen, &d->metrics_server, &mport,
-                                      err));
+    STATUS_CHECK(
+        metrics_server_start(d->metrics, o->metrics_listen, &d->metrics_server, &mport, err));
     report_address(d->metrics_listen, sizeof(d->metrics_listen), o->metrics_listen, mport);
     return STATUS_OK;
 }
@@ -272,8 +276,8 @@ static int daemon_run(daemon_t *d, const sigset_t *set)
         return 1;
     }
     health_set_serving(d->health, true);
-    snprintf(status, sizeof(status), "serving gRPC on %s, metrics on http://%s/metrics",
-             d->listen, d->metrics_listen);
+    snprintf(status, sizeof(status), "serving gRPC on %s, metrics on http://%s/metrics", d->listen,
+             d->metrics_listen);
     LOG_NOTICE(MAIN, "%s", status);
     notify_ready(status, d->listen, d->metrics_listen);
 
@@ -311,6 +315,11 @@ int daemon_main(const daemon_spec_t *spec, const config_table_t *table, void *op
     signal(SIGPIPE, SIG_IGN);
     log_set_identity(spec->role, -1);
 
+    if (argc == 2 && strcmp(argv[1], "--sample-config") == 0) {
+        /* deploy/config/ holds this output; a test checks the shipped files still load. */
+        config_write_sample(table, stdout);
+        return 0;
+    }
     if (config_load(table, opts, argc, argv, &action, &err) != STATUS_OK) {
         fprintf(stderr, "%s: %s\n", spec->program, err.text);
         config_done(table, opts);

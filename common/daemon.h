@@ -29,37 +29,76 @@ typedef struct daemon_opts {
 /* Config rows for daemon_opts_t, for the start of each daemon's table. `role_port` is the
  * default gRPC port of the role. */
 #define DAEMON_OPTION_ROWS(port, metrics_port)                                                     \
-    {"listen", CONFIG_ADDRESS, offsetof(daemon_opts_t, listen), "0.0.0.0:" port, 0, 0,             \
-     "Address the gRPC server listens on, HOST:PORT. Port 0 picks a free port and logs it. "      \
+    {"listen",                                                                                     \
+     CONFIG_ADDRESS,                                                                               \
+     offsetof(daemon_opts_t, listen),                                                              \
+     "0.0.0.0:" port,                                                                              \
+     0,                                                                                            \
+     0,                                                                                            \
+     "Address the gRPC server listens on, HOST:PORT. Port 0 picks a free port and logs it. "       \
      "TF_CONFIG sets the port of this task's cluster entry."},                                     \
-        {"metrics-listen", CONFIG_ADDRESS, offsetof(daemon_opts_t, metrics_listen),                \
-         "0.0.0.0:" metrics_port, 0, 0,                                                            \
-         "Address of the Prometheus /metrics endpoint, HOST:PORT. Port 0 picks a free port."},    \
-        {"task-index", CONFIG_INT, offsetof(daemon_opts_t, task_index), "0", 0, 1000000,           \
+        {"metrics-listen",                                                                         \
+         CONFIG_ADDRESS,                                                                           \
+         offsetof(daemon_opts_t, metrics_listen),                                                  \
+         "0.0.0.0:" metrics_port,                                                                  \
+         0,                                                                                        \
+         0,                                                                                        \
+         "Address of the Prometheus /metrics endpoint, HOST:PORT. Port 0 picks a free port."},     \
+        {"task-index",                                                                             \
+         CONFIG_INT,                                                                               \
+         offsetof(daemon_opts_t, task_index),                                                      \
+         "0",                                                                                      \
+         0,                                                                                        \
+         1000000,                                                                                  \
          "Index of this task among the tasks of its role (TF_CONFIG task.index sets it)."},        \
-        {"threads", CONFIG_INT, offsetof(daemon_opts_t, threads), "2", 1, 256,                     \
-         "gRPC handler threads, each with its own completion queue."},                            \
-        {"max-message-bytes", CONFIG_INT, offsetof(daemon_opts_t, max_message_bytes),              \
-         "268435456", 1024, 2147483647,                                                            \
-         "Largest message accepted or sent; larger tensors travel in chunks."},                   \
-        {"shutdown-grace", CONFIG_DURATION_MS, offsetof(daemon_opts_t, shutdown_grace_ms),         \
-         "1s", 0, 600000,                                                                          \
-         "On SIGTERM, how long running calls may finish before they are cancelled."},             \
-        {"drain-delay", CONFIG_DURATION_MS, offsetof(daemon_opts_t, drain_ms), "0ms", 0, 600000,   \
-         "On SIGTERM, how long to keep serving as NOT_SERVING before closing, so readiness "      \
+        {"threads",                                                                                \
+         CONFIG_INT,                                                                               \
+         offsetof(daemon_opts_t, threads),                                                         \
+         "2",                                                                                      \
+         1,                                                                                        \
+         256,                                                                                      \
+         "gRPC handler threads, each with its own completion queue."},                             \
+        {"max-message-bytes",                                                                      \
+         CONFIG_INT,                                                                               \
+         offsetof(daemon_opts_t, max_message_bytes),                                               \
+         "268435456",                                                                              \
+         1024,                                                                                     \
+         2147483647,                                                                               \
+         "Largest message accepted or sent; larger tensors travel in chunks."},                    \
+        {"shutdown-grace",                                                                         \
+         CONFIG_DURATION_MS,                                                                       \
+         offsetof(daemon_opts_t, shutdown_grace_ms),                                               \
+         "1s",                                                                                     \
+         0,                                                                                        \
+         600000,                                                                                   \
+         "On SIGTERM, how long running calls may finish before they are cancelled."},              \
+        {"drain-delay",                                                                            \
+         CONFIG_DURATION_MS,                                                                       \
+         offsetof(daemon_opts_t, drain_ms),                                                        \
+         "0ms",                                                                                    \
+         0,                                                                                        \
+         600000,                                                                                   \
+         "On SIGTERM, how long to keep serving as NOT_SERVING before closing, so readiness "       \
          "probes notice first."},                                                                  \
-        {"log-level", CONFIG_LOG_LEVEL, offsetof(daemon_opts_t, log_level), "info", 0, 0,          \
-         "Most verbose log level written: err, warning, notice, info or debug."},                 \
-        {"log-subsystems", CONFIG_STRING, offsetof(daemon_opts_t, log_subsystems), "all", 0, 0,    \
-         "Comma-separated subsystems to log (main, config, rpc, grpc, metrics, health, ps, "      \
-         "worker, chief, cli, train, data), 'all', or 'all,-grpc' style exclusions."}
+        {"log-level",                                                                              \
+         CONFIG_LOG_LEVEL,                                                                         \
+         offsetof(daemon_opts_t, log_level),                                                       \
+         "info",                                                                                   \
+         0,                                                                                        \
+         0,                                                                                        \
+         "Most verbose log level written: err, warning, notice, info or debug."},                  \
+    {                                                                                              \
+        "log-subsystems", CONFIG_STRING, offsetof(daemon_opts_t, log_subsystems), "all", 0, 0,     \
+            "Comma-separated subsystems to log (main, config, rpc, grpc, metrics, health, ps, "    \
+            "worker, chief, cli, train, data), 'all', or 'all,-grpc' style exclusions."            \
+    }
 
 typedef struct daemon daemon_t;
 
 typedef struct daemon_spec {
-    const char *program;    /* "tessera-ps" */
-    const char *role;       /* "ps", for logs and metric names */
-    int task_type;          /* Tessera__V1__TaskType */
+    const char *program;         /* "tessera-ps" */
+    const char *role;            /* "ps", for logs and metric names */
+    int task_type;               /* Tessera__V1__TaskType */
     const char *const *services; /* gRPC services the role serves, NULL-terminated */
     /* Installs the role's handlers and metrics; opts is the whole options struct. */
     status_t (*setup)(daemon_t *d, void *opts, void **ret_state, status_msg_t *err);

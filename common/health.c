@@ -99,10 +99,14 @@ health_state_t health_check(const char *target, const char *service, int64_t tim
 const char *health_state_name(health_state_t s)
 {
     switch (s) {
-    case HEALTH_SERVING: return "SERVING";
-    case HEALTH_NOT_SERVING: return "NOT_SERVING";
-    case HEALTH_UNREACHABLE: return "UNREACHABLE";
-    default: return "UNKNOWN";
+    case HEALTH_SERVING:
+        return "SERVING";
+    case HEALTH_NOT_SERVING:
+        return "NOT_SERVING";
+    case HEALTH_UNREACHABLE:
+        return "UNREACHABLE";
+    default:
+        return "UNKNOWN";
     }
 }
 

@@ -71,16 +71,16 @@ static status_t open_notify_socket(launch_proc_t *p, status_msg_t *err)
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 
-    snprintf(p->notify_path, sizeof(p->notify_path), "%s/tessera-notify-%d-%u", tmp,
-             (int)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    snprintf(p->notify_path, sizeof(p->notify_path), "%s/tessera-notify-%d-%u", tmp, (int)getpid(),
+             __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
     p->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (p->notify_fd < 0)
         return status_fail(err, STATUS_SYSTEM, "socket: %s", strerror(errno));
     unlink(p->notify_path);
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", p->notify_path);
     if (bind(p->notify_fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        status_t s = status_fail(err, STATUS_SYSTEM, "bind %s: %s", p->notify_path,
-                                 strerror(errno));
+        status_t s =
+            status_fail(err, STATUS_SYSTEM, "bind %s: %s", p->notify_path, strerror(errno));
         close(p->notify_fd);
         p->notify_fd = -1;
         return s;
@@ -195,8 +195,8 @@ status_t launch_start(const char *name, char *const argv[], const char *log_path
         launch_stop(p, SIGKILL, 0, NULL);
         return status_fail(err, STATUS_REMOTE, "%s exited during start-up (%s %d)%s%s", name,
                            WIFEXITED(st) ? "exit status" : "signal",
-                           WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
-                           log_path ? "; see " : "", log_path ? log_path : "");
+                           WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), log_path ? "; see " : "",
+                           log_path ? log_path : "");
     }
     launch_stop(p, SIGKILL, 1000, NULL);
     return status_fail(err, STATUS_TIMEOUT, "%s did not report READY=1 within %lld ms", name,

@@ -20,8 +20,8 @@ static const char *const sub_names[] = {
 };
 
 static const char *const level_names[] = {
-    [LOG_LEVEL_ERR] = "err",       [LOG_LEVEL_WARNING] = "warning", [LOG_LEVEL_NOTICE] = "notice",
-    [LOG_LEVEL_INFO] = "info",     [LOG_LEVEL_DEBUG] = "debug",
+    [LOG_LEVEL_ERR] = "err",   [LOG_LEVEL_WARNING] = "warning", [LOG_LEVEL_NOTICE] = "notice",
+    [LOG_LEVEL_INFO] = "info", [LOG_LEVEL_DEBUG] = "debug",
 };
 
 void log_set_identity(const char *role, int index)

@@ -42,8 +42,8 @@ typedef enum {
         LOG_SUB_COUNT_
 } log_subsystem_t;
 
-extern int log_level_;          /* current level; read through log_enabled() */
-extern unsigned log_sub_mask_;  /* bit per subsystem */
+extern int log_level_;         /* current level; read through log_enabled() */
+extern unsigned log_sub_mask_; /* bit per subsystem */
 
 static inline bool log_enabled(log_level_t level, log_subsystem_t sub)
 {

@@ -44,9 +44,9 @@ metric_t *metrics_counter_fn(metrics_t *m, const char *name, const char *help,
 /* Updates; thread-safe and lock-free. NULL metric is ignored. */
 void metric_add(metric_t *c, double v); /* counter or gauge */
 void metric_inc(metric_t *c);
-void metric_set(metric_t *g, double v); /* gauge */
+void metric_set(metric_t *g, double v);     /* gauge */
 void metric_observe(metric_t *h, double v); /* histogram */
-double metric_value(const metric_t *c); /* current counter/gauge value (tests, status lines) */
+double metric_value(const metric_t *c);     /* current counter/gauge value (tests, status lines) */
 
 /* Renders the whole registry in text format 0.0.4 into a malloc'd string (*ret_text, length
  * *ret_len). */

@@ -18,8 +18,8 @@ status_t net_split_hostport(const char *addr, char *ret_host, size_t host_len, i
     if (addr[0] == '[') {
         const char *close = strchr(addr, ']');
         if (close == NULL || close[1] != ':')
-            return status_fail(err, STATUS_INVALID_ARGUMENT,
-                               "address '%s': expected [IPv6]:PORT", addr);
+            return status_fail(err, STATUS_INVALID_ARGUMENT, "address '%s': expected [IPv6]:PORT",
+                               addr);
         host = addr + 1;
         hlen = (size_t)(close - host);
         colon = close + 1;

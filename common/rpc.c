@@ -18,9 +18,9 @@
 #include "log.h"
 #include "tessera/v1/common.pb-c.h"
 
-#define ACCEPTS_PER_THREAD   8
-#define THREAD_WAKE_MS       500
-#define RECV_BUF_KEEP_MAX    (128u << 20)
+#define ACCEPTS_PER_THREAD 8
+#define THREAD_WAKE_MS     500
+#define RECV_BUF_KEEP_MAX  (128u << 20)
 
 /* ---- the method table --------------------------------------------------------------------- */
 
@@ -204,8 +204,8 @@ static bool start_batch(rpc_ctx_t *c, const grpc_op *ops, size_t n, tag_t *tag)
     ctx_ref(c);
     e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
-        LOG_ERR(RPC, "%s: grpc_call_start_batch failed (%d)",
-                c->method ? c->method->path : "call", (int)e);
+        LOG_ERR(RPC, "%s: grpc_call_start_batch failed (%d)", c->method ? c->method->path : "call",
+                (int)e);
         ctx_unref(c);
         return false;
     }
@@ -240,10 +240,14 @@ static int fault_of(const rpc_server_t *s, status_t st)
     if (g == STATUS_GROUP_INVALID_ARGUMENT || g == STATUS_GROUP_INVALID_USAGE)
         return TESSERA__V1__FAULT__FAULT_APPLICATION;
     switch (s->task_type) {
-    case TESSERA__V1__TASK_TYPE__TASK_TYPE_PS: return TESSERA__V1__FAULT__FAULT_PS;
-    case TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER: return TESSERA__V1__FAULT__FAULT_WORKER;
-    case TESSERA__V1__TASK_TYPE__TASK_TYPE_CHIEF: return TESSERA__V1__FAULT__FAULT_CHIEF;
-    default: return TESSERA__V1__FAULT__FAULT_UNSPECIFIED;
+    case TESSERA__V1__TASK_TYPE__TASK_TYPE_PS:
+        return TESSERA__V1__FAULT__FAULT_PS;
+    case TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER:
+        return TESSERA__V1__FAULT__FAULT_WORKER;
+    case TESSERA__V1__TASK_TYPE__TASK_TYPE_CHIEF:
+        return TESSERA__V1__FAULT__FAULT_CHIEF;
+    default:
+        return TESSERA__V1__FAULT__FAULT_UNSPECIFIED;
     }
 }
 
@@ -282,7 +286,8 @@ static void send_error(rpc_ctx_t *c)
     ops[1].data.send_status_from_server.status_details = &c->status_details;
     ops[1].data.send_status_from_server.trailing_metadata_count = c->detail_buf ? 1 : 0;
     ops[1].data.send_status_from_server.trailing_metadata = c->detail_buf ? &c->trailer : NULL;
-    if (c->fail_status != STATUS_UNIMPLEMENTED && status_group(c->fail_status) != STATUS_GROUP_INVALID_ARGUMENT)
+    if (c->fail_status != STATUS_UNIMPLEMENTED &&
+        status_group(c->fail_status) != STATUS_GROUP_INVALID_ARGUMENT)
         LOG_WARNING(RPC, "%s failed: %s", c->method ? c->method->path : "call", c->fail_text);
     else
         LOG_DEBUG(RPC, "%s rejected: %s", c->method ? c->method->path : "call", c->fail_text);
@@ -451,11 +456,11 @@ static void on_accept(rpc_ctx_t *c, bool ok)
         path[n] = '\0';
         c->method = m;
         atomic_store(&c->replied, true);
-        rpc_ctx_fail(c, STATUS_UNIMPLEMENTED, path, "method %s is not served by this %s task",
-                     path, s->task_type == TESSERA__V1__TASK_TYPE__TASK_TYPE_PS       ? "ps"
-                           : s->task_type == TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER ? "worker"
-                           : s->task_type == TESSERA__V1__TASK_TYPE__TASK_TYPE_CHIEF  ? "chief"
-                                                                                       : "");
+        rpc_ctx_fail(c, STATUS_UNIMPLEMENTED, path, "method %s is not served by this %s task", path,
+                     s->task_type == TESSERA__V1__TASK_TYPE__TASK_TYPE_PS       ? "ps"
+                     : s->task_type == TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER ? "worker"
+                     : s->task_type == TESSERA__V1__TASK_TYPE__TASK_TYPE_CHIEF  ? "chief"
+                                                                                : "");
         send_error(c);
         ctx_unref(c);
         return;
@@ -532,8 +537,12 @@ static void handle_event(server_thread_t *t, grpc_event ev)
 
     (void)t;
     switch (tag->kind) {
-    case TAG_ACCEPT: on_accept(c, ev.success); break;
-    case TAG_RECV: on_recv(c, ev.success); break;
+    case TAG_ACCEPT:
+        on_accept(c, ev.success);
+        break;
+    case TAG_RECV:
+        on_recv(c, ev.success);
+        break;
     case TAG_SEND:
         if (c->send_bb != NULL) {
             grpc_byte_buffer_destroy(c->send_bb);
@@ -682,11 +691,10 @@ void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms)
         return;
     atomic_store(&s->shutting_down, true);
     grpc_server_shutdown_and_notify(s->server, s->shutdown_cq, &shutdown_tag);
-    ev = grpc_completion_queue_pluck(s->shutdown_cq, &shutdown_tag, rpc_deadline_ms(grace_ms),
-                                     NULL);
+    ev =
+        grpc_completion_queue_pluck(s->shutdown_cq, &shutdown_tag, rpc_deadline_ms(grace_ms), NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
-        LOG_NOTICE(RPC, "calls still running after %lld ms: cancelling them",
-                   (long long)grace_ms);
+        LOG_NOTICE(RPC, "calls still running after %lld ms: cancelling them", (long long)grace_ms);
         grpc_server_cancel_all_calls(s->server);
         grpc_completion_queue_pluck(s->shutdown_cq, &shutdown_tag,
                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
@@ -701,16 +709,17 @@ void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms)
         if (t->started) {
             pthread_join(t->tid, NULL);
         } else { /* never started: drain here */
-            while (grpc_completion_queue_next(t->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-                       .type != GRPC_QUEUE_SHUTDOWN)
+            while (
+                grpc_completion_queue_next(t->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+                GRPC_QUEUE_SHUTDOWN)
                 ;
         }
     }
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->shutdown_cq);
-    while (grpc_completion_queue_pluck(s->shutdown_cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                       NULL)
-               .type != GRPC_QUEUE_SHUTDOWN)
+    while (
+        grpc_completion_queue_pluck(s->shutdown_cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+            .type != GRPC_QUEUE_SHUTDOWN)
         ;
     grpc_completion_queue_destroy(s->shutdown_cq);
     for (int i = 0; i < s->n_threads; i++)
@@ -724,9 +733,9 @@ void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms)
 
 static void grpc_log_cb(gpr_log_func_args *a)
 {
-    log_level_t level = a->severity == GPR_LOG_SEVERITY_ERROR ? LOG_LEVEL_ERR
+    log_level_t level = a->severity == GPR_LOG_SEVERITY_ERROR  ? LOG_LEVEL_ERR
                         : a->severity == GPR_LOG_SEVERITY_INFO ? LOG_LEVEL_INFO
-                                                                : LOG_LEVEL_DEBUG;
+                                                               : LOG_LEVEL_DEBUG;
     if (log_enabled(level, LOG_SUB_GRPC))
         log_write(level, LOG_SUB_GRPC, "%s (%s:%d)", a->message, a->file, a->line);
 }
@@ -735,5 +744,5 @@ void rpc_log_init(void)
 {
     gpr_set_log_function(grpc_log_cb);
     gpr_set_log_verbosity(log_enabled(LOG_LEVEL_DEBUG, LOG_SUB_GRPC) ? GPR_LOG_SEVERITY_DEBUG
-                                                                      : GPR_LOG_SEVERITY_ERROR);
+                                                                     : GPR_LOG_SEVERITY_ERROR);
 }

@@ -47,10 +47,10 @@ void rpc_payload_done(rpc_payload_t *p);
 typedef struct rpc_error {
     status_t status;
     int grpc_code;
-    char message[512];  /* the server's message, or the transport's */
-    char task[96];      /* "ps 1 (127.0.0.1:2223)" when the server named itself */
-    int fault;          /* Tessera__V1__Fault */
-    char culprit[128];  /* variable, key or field at fault, when the server named one */
+    char message[512]; /* the server's message, or the transport's */
+    char task[96];     /* "ps 1 (127.0.0.1:2223)" when the server named itself */
+    int fault;         /* Tessera__V1__Fault */
+    char culprit[128]; /* variable, key or field at fault, when the server named one */
 } rpc_error_t;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -60,10 +60,10 @@ typedef struct rpc_server rpc_server_t;
 typedef struct rpc_ctx rpc_ctx_t;
 
 typedef struct rpc_server_opts {
-    const char *listen;          /* "host:port"; port 0 = pick one */
-    int threads;                 /* handler threads, >= 1 */
-    int64_t max_message_bytes;   /* receive and send limit */
-    int task_type;               /* Tessera__V1__TaskType, named in error details */
+    const char *listen;        /* "host:port"; port 0 = pick one */
+    int threads;               /* handler threads, >= 1 */
+    int64_t max_message_bytes; /* receive and send limit */
+    int task_type;             /* Tessera__V1__TaskType, named in error details */
     int task_index;
 } rpc_server_opts_t;
 
@@ -141,8 +141,8 @@ typedef struct rpc_channel_opts {
     bool shared_connection;    /* reuse a connection with other channels to the same target */
 } rpc_channel_opts_t;
 
-#define RPC_DEFAULT_MAX_MESSAGE  (256LL << 20)
-#define RPC_DEFAULT_TIMEOUT_MS   30000
+#define RPC_DEFAULT_MAX_MESSAGE (256LL << 20)
+#define RPC_DEFAULT_TIMEOUT_MS  30000
 
 /* Creates a channel to "host:port" (connects lazily). NULL opts = defaults. */
 status_t rpc_channel_new(const char *target, const rpc_channel_opts_t *opts,
@@ -151,10 +151,10 @@ void rpc_channel_free(rpc_channel_t *ch);
 const char *rpc_channel_target(const rpc_channel_t *ch);
 
 typedef struct rpc_call_opts {
-    int64_t timeout_ms;         /* 0 = the channel's default */
-    const rpc_iov_t *payload;   /* request payload segments */
+    int64_t timeout_ms;       /* 0 = the channel's default */
+    const rpc_iov_t *payload; /* request payload segments */
     size_t n_payload;
-    void *recv_buf;             /* optional buffer for the response payload, reused across calls */
+    void *recv_buf; /* optional buffer for the response payload, reused across calls */
     size_t recv_cap;
 } rpc_call_opts_t;
 

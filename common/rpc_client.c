@@ -38,7 +38,8 @@ status_t rpc_channel_new(const char *target, const rpc_channel_opts_t *opts,
         {GRPC_ARG_INTEGER, (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = max_msg}},
         {GRPC_ARG_INTEGER, (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = max_msg}},
         {GRPC_ARG_INTEGER, (char *)GRPC_ARG_ENABLE_RETRIES, {.integer = 0}},
-        {GRPC_ARG_INTEGER, (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+        {GRPC_ARG_INTEGER,
+         (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
          {.integer = o.shared_connection ? 0 : 1}},
     };
     grpc_channel_args cargs = {sizeof(args) / sizeof(args[0]), args};
@@ -57,9 +58,8 @@ status_t rpc_channel_new(const char *target, const rpc_channel_opts_t *opts,
     ch->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     for (int i = 0; i < RPC_METHOD_COUNT_; i++)
-        ch->registered[i] =
-            grpc_channel_register_call(ch->channel, rpc_method_get((rpc_method_id_t)i)->path,
-                                       NULL, NULL);
+        ch->registered[i] = grpc_channel_register_call(
+            ch->channel, rpc_method_get((rpc_method_id_t)i)->path, NULL, NULL);
     *ret_channel = ch;
     return STATUS_OK;
 }
@@ -110,8 +110,8 @@ static void fill_error(rpc_error_t *err, grpc_status_code code, grpc_slice detai
                     err->status = (status_t)s;
         }
         if (d->task != NULL) {
-            static const char *const types[] = {"task", "chief", "worker", "ps", "evaluator",
-                                                "client"};
+            static const char *const types[] = {"task", "chief",     "worker",
+                                                "ps",   "evaluator", "client"};
             int t = d->task->type >= 0 && d->task->type <= 5 ? (int)d->task->type : 0;
             snprintf(err->task, sizeof(err->task), "%s %d (%s)", types[t], d->task->index,
                      d->task->address ? d->task->address : target);

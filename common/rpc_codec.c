@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAYLOAD_FIELD    15
-#define PAYLOAD_KEY      ((PAYLOAD_FIELD << 3) | 2)
-#define PAYLOAD_ALIGN    64
-#define SCRATCH_INITIAL  512
+#define PAYLOAD_FIELD   15
+#define PAYLOAD_KEY     ((PAYLOAD_FIELD << 3) | 2)
+#define PAYLOAD_ALIGN   64
+#define SCRATCH_INITIAL 512
 
 void rpc_payload_done(rpc_payload_t *p)
 {
@@ -30,7 +30,8 @@ void *rpc_aligned_alloc(size_t len)
 
 bool rpc_has_payload_field(const ProtobufCMessageDescriptor *desc)
 {
-    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(desc, PAYLOAD_FIELD);
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field(desc, PAYLOAD_FIELD);
     return f != NULL && f->type == PROTOBUF_C_TYPE_BYTES && f->label != PROTOBUF_C_LABEL_REPEATED;
 }
 

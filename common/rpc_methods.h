@@ -24,63 +24,62 @@
 
 #define RPC_METHOD_LIST(X)                                                                         \
     X(HEALTH_CHECK, health_check, RPC_SVC_HEALTH, "Check", UNARY,                                  \
-      Grpc__Health__V1__HealthCheckRequest, grpc__health__v1__health_check_request__descriptor,               \
-      Grpc__Health__V1__HealthCheckResponse, grpc__health__v1__health_check_response__descriptor)             \
+      Grpc__Health__V1__HealthCheckRequest, grpc__health__v1__health_check_request__descriptor,    \
+      Grpc__Health__V1__HealthCheckResponse, grpc__health__v1__health_check_response__descriptor)  \
     X(HEALTH_WATCH, health_watch, RPC_SVC_HEALTH, "Watch", SERVER_STREAM,                          \
-      Grpc__Health__V1__HealthCheckRequest, grpc__health__v1__health_check_request__descriptor,               \
-      Grpc__Health__V1__HealthCheckResponse, grpc__health__v1__health_check_response__descriptor)             \
+      Grpc__Health__V1__HealthCheckRequest, grpc__health__v1__health_check_request__descriptor,    \
+      Grpc__Health__V1__HealthCheckResponse, grpc__health__v1__health_check_response__descriptor)  \
     X(PS_CREATE_VARIABLES, ps_create_variables, RPC_SVC_PS, "CreateVariables", UNARY,              \
-      RPC_T_(CreateVariablesRequest), RPC_D_(create_variables_request),                           \
-      RPC_T_(CreateVariablesResponse), RPC_D_(create_variables_response))                         \
+      RPC_T_(CreateVariablesRequest), RPC_D_(create_variables_request),                            \
+      RPC_T_(CreateVariablesResponse), RPC_D_(create_variables_response))                          \
     X(PS_PULL, ps_pull, RPC_SVC_PS, "Pull", UNARY, RPC_T_(PullRequest), RPC_D_(pull_request),      \
-      RPC_T_(PullResponse), RPC_D_(pull_response))                                                \
+      RPC_T_(PullResponse), RPC_D_(pull_response))                                                 \
     X(PS_PUSH, ps_push, RPC_SVC_PS, "Push", UNARY, RPC_T_(PushRequest), RPC_D_(push_request),      \
-      RPC_T_(PushResponse), RPC_D_(push_response))                                                \
+      RPC_T_(PushResponse), RPC_D_(push_response))                                                 \
     X(PS_PUSH_PULL, ps_push_pull, RPC_SVC_PS, "PushPull", UNARY, RPC_T_(PushRequest),              \
-      RPC_D_(push_request), RPC_T_(PushResponse), RPC_D_(push_response))                          \
+      RPC_D_(push_request), RPC_T_(PushResponse), RPC_D_(push_response))                           \
     X(PS_SAVE, ps_save, RPC_SVC_PS, "Save", UNARY, RPC_T_(SaveRequest), RPC_D_(save_request),      \
-      RPC_T_(SaveResponse), RPC_D_(save_response))                                                \
+      RPC_T_(SaveResponse), RPC_D_(save_response))                                                 \
     X(PS_RESTORE, ps_restore, RPC_SVC_PS, "Restore", UNARY, RPC_T_(RestoreRequest),                \
-      RPC_D_(restore_request), RPC_T_(RestoreResponse), RPC_D_(restore_response))                 \
+      RPC_D_(restore_request), RPC_T_(RestoreResponse), RPC_D_(restore_response))                  \
     X(PS_DROP_JOB, ps_drop_job, RPC_SVC_PS, "DropJob", UNARY, RPC_T_(DropJobRequest),              \
-      RPC_D_(drop_job_request), RPC_T_(DropJobResponse), RPC_D_(drop_job_response))               \
+      RPC_D_(drop_job_request), RPC_T_(DropJobResponse), RPC_D_(drop_job_response))                \
     X(PS_STATS, ps_stats, RPC_SVC_PS, "Stats", UNARY, RPC_T_(PsStatsRequest),                      \
-      RPC_D_(ps_stats_request), RPC_T_(PsStatsResponse), RPC_D_(ps_stats_response))               \
+      RPC_D_(ps_stats_request), RPC_T_(PsStatsResponse), RPC_D_(ps_stats_response))                \
     X(WORKER_CONFIGURE_JOB, worker_configure_job, RPC_SVC_WORKER, "ConfigureJob", UNARY,           \
-      RPC_T_(ConfigureJobRequest), RPC_D_(configure_job_request), RPC_T_(ConfigureJobResponse),   \
-      RPC_D_(configure_job_response))                                                             \
+      RPC_T_(ConfigureJobRequest), RPC_D_(configure_job_request), RPC_T_(ConfigureJobResponse),    \
+      RPC_D_(configure_job_response))                                                              \
     X(WORKER_RUN_CLOSURE, worker_run_closure, RPC_SVC_WORKER, "RunClosure", UNARY,                 \
-      RPC_T_(RunClosureRequest), RPC_D_(run_closure_request), RPC_T_(RunClosureResponse),         \
-      RPC_D_(run_closure_response))                                                               \
+      RPC_T_(RunClosureRequest), RPC_D_(run_closure_request), RPC_T_(RunClosureResponse),          \
+      RPC_D_(run_closure_response))                                                                \
     X(WORKER_CANCEL, worker_cancel, RPC_SVC_WORKER, "Cancel", UNARY, RPC_T_(CancelRequest),        \
-      RPC_D_(cancel_request), RPC_T_(CancelResponse), RPC_D_(cancel_response))                    \
+      RPC_D_(cancel_request), RPC_T_(CancelResponse), RPC_D_(cancel_response))                     \
     X(WORKER_COLLECTIVE, worker_collective, RPC_SVC_WORKER, "Collective", BIDI_STREAM,             \
-      RPC_T_(CollectiveChunk), RPC_D_(collective_chunk), RPC_T_(CollectiveAck),                   \
-      RPC_D_(collective_ack))                                                                     \
+      RPC_T_(CollectiveChunk), RPC_D_(collective_chunk), RPC_T_(CollectiveAck),                    \
+      RPC_D_(collective_ack))                                                                      \
     X(COORD_SUBMIT_JOB, coord_submit_job, RPC_SVC_COORD, "SubmitJob", UNARY,                       \
-      RPC_T_(SubmitJobRequest), RPC_D_(submit_job_request), RPC_T_(SubmitJobResponse),            \
-      RPC_D_(submit_job_response))                                                                \
+      RPC_T_(SubmitJobRequest), RPC_D_(submit_job_request), RPC_T_(SubmitJobResponse),             \
+      RPC_D_(submit_job_response))                                                                 \
     X(COORD_GET_JOB, coord_get_job, RPC_SVC_COORD, "GetJob", UNARY, RPC_T_(GetJobRequest),         \
-      RPC_D_(get_job_request), RPC_T_(GetJobResponse), RPC_D_(get_job_response))                  \
-    X(COORD_LIST_JOBS, coord_list_jobs, RPC_SVC_COORD, "ListJobs", UNARY,                          \
-      RPC_T_(ListJobsRequest), RPC_D_(list_jobs_request), RPC_T_(ListJobsResponse),               \
-      RPC_D_(list_jobs_response))                                                                 \
+      RPC_D_(get_job_request), RPC_T_(GetJobResponse), RPC_D_(get_job_response))                   \
+    X(COORD_LIST_JOBS, coord_list_jobs, RPC_SVC_COORD, "ListJobs", UNARY, RPC_T_(ListJobsRequest), \
+      RPC_D_(list_jobs_request), RPC_T_(ListJobsResponse), RPC_D_(list_jobs_response))             \
     X(COORD_CANCEL_JOB, coord_cancel_job, RPC_SVC_COORD, "CancelJob", UNARY,                       \
-      RPC_T_(CancelJobRequest), RPC_D_(cancel_job_request), RPC_T_(CancelJobResponse),            \
-      RPC_D_(cancel_job_response))                                                                \
+      RPC_T_(CancelJobRequest), RPC_D_(cancel_job_request), RPC_T_(CancelJobResponse),             \
+      RPC_D_(cancel_job_response))                                                                 \
     X(COORD_WATCH_JOB, coord_watch_job, RPC_SVC_COORD, "WatchJob", SERVER_STREAM,                  \
-      RPC_T_(WatchJobRequest), RPC_D_(watch_job_request), RPC_T_(WatchJobUpdate),                 \
-      RPC_D_(watch_job_update))                                                                   \
+      RPC_T_(WatchJobRequest), RPC_D_(watch_job_request), RPC_T_(WatchJobUpdate),                  \
+      RPC_D_(watch_job_update))                                                                    \
     X(COORD_GET_CLUSTER, coord_get_cluster, RPC_SVC_COORD, "GetCluster", UNARY,                    \
-      RPC_T_(GetClusterRequest), RPC_D_(get_cluster_request), RPC_T_(GetClusterResponse),         \
-      RPC_D_(get_cluster_response))                                                               \
+      RPC_T_(GetClusterRequest), RPC_D_(get_cluster_request), RPC_T_(GetClusterResponse),          \
+      RPC_D_(get_cluster_response))                                                                \
     X(COORD_CHECKPOINT, coord_checkpoint, RPC_SVC_COORD, "Checkpoint", UNARY,                      \
-      RPC_T_(CheckpointRequest), RPC_D_(checkpoint_request), RPC_T_(CheckpointResponse),          \
-      RPC_D_(checkpoint_response))                                                                \
+      RPC_T_(CheckpointRequest), RPC_D_(checkpoint_request), RPC_T_(CheckpointResponse),           \
+      RPC_D_(checkpoint_response))                                                                 \
     X(COORD_EXPORT, coord_export, RPC_SVC_COORD, "Export", UNARY, RPC_T_(ExportRequest),           \
-      RPC_D_(export_request), RPC_T_(ExportResponse), RPC_D_(export_response))                    \
+      RPC_D_(export_request), RPC_T_(ExportResponse), RPC_D_(export_response))                     \
     X(DIAG_ECHO, diag_echo, RPC_SVC_DIAG, "Echo", UNARY, RPC_T_(EchoRequest),                      \
-      RPC_D_(echo_request), RPC_T_(EchoResponse), RPC_D_(echo_response))                          \
+      RPC_D_(echo_request), RPC_T_(EchoResponse), RPC_D_(echo_response))                           \
     X(DIAG_SINK, diag_sink, RPC_SVC_DIAG, "Sink", UNARY, RPC_T_(SinkRequest),                      \
       RPC_D_(sink_request), RPC_T_(SinkResponse), RPC_D_(sink_response))
 

@@ -30,7 +30,8 @@ const char *status_name(status_t s)
 
 const char *status_str(status_t s)
 {
-    return status_valid(s) ? statuses[s].text : "unknown status: a bug in Tessera, please report it";
+    return status_valid(s) ? statuses[s].text
+                           : "unknown status: a bug in Tessera, please report it";
 }
 
 status_group_t status_group(status_t s)
@@ -46,48 +47,75 @@ int status_to_grpc(status_t s)
 status_t status_from_grpc(int code)
 {
     switch (code) {
-    case 0: return STATUS_OK;
-    case 1: return STATUS_CANCELLED;
-    case 3: return STATUS_INVALID_ARGUMENT;
-    case 4: return STATUS_TIMEOUT;
-    case 5: return STATUS_NOT_FOUND;
-    case 6: return STATUS_ALREADY_EXISTS;
-    case 7: return STATUS_INVALID_USAGE; /* PERMISSION_DENIED */
-    case 8: return STATUS_RESOURCE_EXHAUSTED;
-    case 9: return STATUS_INVALID_USAGE; /* FAILED_PRECONDITION */
-    case 10: return STATUS_ABORTED;
-    case 11: return STATUS_OUT_OF_RANGE;
-    case 12: return STATUS_UNIMPLEMENTED;
-    case 14: return STATUS_UNAVAILABLE;
-    case 15: return STATUS_RPC; /* DATA_LOSS */
-    case 16: return STATUS_UNAUTHENTICATED;
+    case 0:
+        return STATUS_OK;
+    case 1:
+        return STATUS_CANCELLED;
+    case 3:
+        return STATUS_INVALID_ARGUMENT;
+    case 4:
+        return STATUS_TIMEOUT;
+    case 5:
+        return STATUS_NOT_FOUND;
+    case 6:
+        return STATUS_ALREADY_EXISTS;
+    case 7:
+        return STATUS_INVALID_USAGE; /* PERMISSION_DENIED */
+    case 8:
+        return STATUS_RESOURCE_EXHAUSTED;
+    case 9:
+        return STATUS_INVALID_USAGE; /* FAILED_PRECONDITION */
+    case 10:
+        return STATUS_ABORTED;
+    case 11:
+        return STATUS_OUT_OF_RANGE;
+    case 12:
+        return STATUS_UNIMPLEMENTED;
+    case 14:
+        return STATUS_UNAVAILABLE;
+    case 15:
+        return STATUS_RPC; /* DATA_LOSS */
+    case 16:
+        return STATUS_UNAUTHENTICATED;
     case 2:  /* UNKNOWN */
     case 13: /* INTERNAL */
-    default: return STATUS_REMOTE;
+    default:
+        return STATUS_REMOTE;
     }
 }
 
 status_t status_from_errno(int err)
 {
     switch (err) {
-    case 0: return STATUS_OK;
-    case ENOMEM: return STATUS_NO_MEMORY;
-    case EADDRINUSE: return STATUS_ADDRESS_IN_USE;
-    case ENOENT: return STATUS_NOT_FOUND;
-    case EEXIST: return STATUS_ALREADY_EXISTS;
-    case EINVAL: return STATUS_INVALID_ARGUMENT;
-    case ETIMEDOUT: return STATUS_TIMEOUT;
+    case 0:
+        return STATUS_OK;
+    case ENOMEM:
+        return STATUS_NO_MEMORY;
+    case EADDRINUSE:
+        return STATUS_ADDRESS_IN_USE;
+    case ENOENT:
+        return STATUS_NOT_FOUND;
+    case EEXIST:
+        return STATUS_ALREADY_EXISTS;
+    case EINVAL:
+        return STATUS_INVALID_ARGUMENT;
+    case ETIMEDOUT:
+        return STATUS_TIMEOUT;
     case ECONNREFUSED:
     case EHOSTUNREACH:
-    case ENETUNREACH: return STATUS_UNAVAILABLE;
+    case ENETUNREACH:
+        return STATUS_UNAVAILABLE;
     case EIO:
     case ENOSPC:
     case EROFS:
     case EACCES:
-    case EPERM: return STATUS_IO;
+    case EPERM:
+        return STATUS_IO;
     case EMFILE:
-    case ENFILE: return STATUS_RESOURCE_EXHAUSTED;
-    default: return STATUS_SYSTEM;
+    case ENFILE:
+        return STATUS_RESOURCE_EXHAUSTED;
+    default:
+        return STATUS_SYSTEM;
     }
 }
 

@@ -12,38 +12,40 @@
 /* X(NAME, GROUP, grpc_status_code, what-to-do) */
 #define STATUS_LIST(X)                                                                             \
     X(OK, NONE, 0, "success")                                                                      \
-    /* The caller's input is wrong: fix the input and try again. */                              \
-    X(INVALID_ARGUMENT, INVALID_ARGUMENT, 3, "invalid argument: correct the named value")        \
-    X(BAD_CONFIG, INVALID_ARGUMENT, 3, "invalid configuration: fix the named key or flag")       \
-    X(BAD_TF_CONFIG, INVALID_ARGUMENT, 3, "invalid TF_CONFIG: fix the environment variable")     \
-    X(BAD_MESSAGE, INVALID_ARGUMENT, 3, "malformed message: the peer sent bytes that do not parse") \
-    X(NOT_FOUND, INVALID_ARGUMENT, 5, "not found: check the name")                                \
+    /* The caller's input is wrong: fix the input and try again. */                                \
+    X(INVALID_ARGUMENT, INVALID_ARGUMENT, 3, "invalid argument: correct the named value")          \
+    X(BAD_CONFIG, INVALID_ARGUMENT, 3, "invalid configuration: fix the named key or flag")         \
+    X(BAD_TF_CONFIG, INVALID_ARGUMENT, 3, "invalid TF_CONFIG: fix the environment variable")       \
+    X(BAD_MESSAGE, INVALID_ARGUMENT, 3,                                                            \
+      "malformed message: the peer sent bytes that do not parse")                                  \
+    X(NOT_FOUND, INVALID_ARGUMENT, 5, "not found: check the name")                                 \
     X(ALREADY_EXISTS, INVALID_ARGUMENT, 6, "already exists: use another name or drop the old one") \
-    X(OUT_OF_RANGE, INVALID_ARGUMENT, 11, "out of range: use a value inside the stated bounds")  \
-    /* The program used an API the wrong way, or asked for what it may not. */                   \
-    X(INVALID_USAGE, INVALID_USAGE, 9, "invalid usage: the call is not allowed in this state")    \
-    X(UNIMPLEMENTED, INVALID_USAGE, 12, "not implemented by this server: check versions")        \
-    X(UNAUTHENTICATED, INVALID_USAGE, 16, "unauthenticated: use the mutual-TLS port")            \
-    X(CANCELLED, INVALID_USAGE, 1, "cancelled by the caller")                                    \
-    /* The operating system refused: look at the named file, port or limit. */                   \
-    X(SYSTEM, SYSTEM, 13, "system call failed: see the message for the file or resource")        \
-    X(IO, SYSTEM, 13, "I/O error: check the file, its permissions and the disk")                  \
-    X(ADDRESS_IN_USE, SYSTEM, 13, "address in use: stop the other process or pick another port") \
-    /* Memory or a configured limit ran out. */                                                  \
-    X(NO_MEMORY, NO_MEMORY, 8, "out of memory: reduce the size or add memory")                   \
-    X(RESOURCE_EXHAUSTED, NO_MEMORY, 8, "limit reached: raise the limit or send less")          \
-    /* The RPC transport failed: the peer is down, unreachable or speaks another protocol. */   \
-    X(UNAVAILABLE, RPC, 14, "peer unavailable: check that it runs and the address is right; retry") \
-    X(RPC, RPC, 13, "RPC failed: see the message; retry if the peer restarted")                  \
-    /* A remote task reported an error of its own. */                                            \
-    X(REMOTE, REMOTE, 2, "the remote task failed: see its log for the reason")                   \
-    X(ABORTED, REMOTE, 10, "aborted by the remote task: retry the operation")                    \
-    /* The GPU stack failed. */                                                                  \
-    X(CUDA, CUDA, 13, "CUDA error: check the driver and the device")                             \
-    X(NCCL, NCCL, 13, "NCCL error: check the peers and NCCL_DEBUG=INFO output")                  \
-    /* A deadline passed. */                                                                     \
-    X(TIMEOUT, TIMEOUT, 4, "deadline exceeded: the peer is slow or stuck; retry or raise it")     \
-    /* A bug in Tessera: please report it. */                                                    \
+    X(OUT_OF_RANGE, INVALID_ARGUMENT, 11, "out of range: use a value inside the stated bounds")    \
+    /* The program used an API the wrong way, or asked for what it may not. */                     \
+    X(INVALID_USAGE, INVALID_USAGE, 9, "invalid usage: the call is not allowed in this state")     \
+    X(UNIMPLEMENTED, INVALID_USAGE, 12, "not implemented by this server: check versions")          \
+    X(UNAUTHENTICATED, INVALID_USAGE, 16, "unauthenticated: use the mutual-TLS port")              \
+    X(CANCELLED, INVALID_USAGE, 1, "cancelled by the caller")                                      \
+    /* The operating system refused: look at the named file, port or limit. */                     \
+    X(SYSTEM, SYSTEM, 13, "system call failed: see the message for the file or resource")          \
+    X(IO, SYSTEM, 13, "I/O error: check the file, its permissions and the disk")                   \
+    X(ADDRESS_IN_USE, SYSTEM, 13, "address in use: stop the other process or pick another port")   \
+    /* Memory or a configured limit ran out. */                                                    \
+    X(NO_MEMORY, NO_MEMORY, 8, "out of memory: reduce the size or add memory")                     \
+    X(RESOURCE_EXHAUSTED, NO_MEMORY, 8, "limit reached: raise the limit or send less")             \
+    /* The RPC transport failed: the peer is down, unreachable or speaks another protocol. */      \
+    X(UNAVAILABLE, RPC, 14,                                                                        \
+      "peer unavailable: check that it runs and the address is right; retry")                      \
+    X(RPC, RPC, 13, "RPC failed: see the message; retry if the peer restarted")                    \
+    /* A remote task reported an error of its own. */                                              \
+    X(REMOTE, REMOTE, 2, "the remote task failed: see its log for the reason")                     \
+    X(ABORTED, REMOTE, 10, "aborted by the remote task: retry the operation")                      \
+    /* The GPU stack failed. */                                                                    \
+    X(CUDA, CUDA, 13, "CUDA error: check the driver and the device")                               \
+    X(NCCL, NCCL, 13, "NCCL error: check the peers and NCCL_DEBUG=INFO output")                    \
+    /* A deadline passed. */                                                                       \
+    X(TIMEOUT, TIMEOUT, 4, "deadline exceeded: the peer is slow or stuck; retry or raise it")      \
+    /* A bug in Tessera: please report it. */                                                      \
     X(INTERNAL, INTERNAL, 13, "internal error: a bug in Tessera, please report it")
 
 typedef enum {

@@ -7,7 +7,8 @@
 START_TEST(crc32c_matches_the_published_vectors)
 {
     uint8_t zeros[32] = {0};
-    const char tb[] = "\x1a\x11" "CRC test, one two";
+    const char tb[] = "\x1a\x11"
+                      "CRC test, one two";
     ck_assert_uint_eq(crc32c("123456789", 9), 0xE3069283u);
     ck_assert_uint_eq(crc32c(zeros, sizeof(zeros)), 0x8A9136AAu);
     ck_assert_uint_eq(crc32c_mask(crc32c(tb, sizeof(tb) - 1)), 0x5794D08Au);

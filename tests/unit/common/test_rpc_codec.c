@@ -63,9 +63,9 @@ static void roundtrip(size_t piece)
     ck_assert_uint_eq(len, grpc_byte_buffer_length(bb));
     sliced = reslice(bb, piece);
     grpc_byte_buffer_destroy(bb);
-    ck_assert_int_eq(rpc_decode(&tessera__v1__echo_request__descriptor, sliced, NULL, 0, &msg,
-                                &payload),
-                     STATUS_OK);
+    ck_assert_int_eq(
+        rpc_decode(&tessera__v1__echo_request__descriptor, sliced, NULL, 0, &msg, &payload),
+        STATUS_OK);
     {
         Tessera__V1__EchoRequest *got = (Tessera__V1__EchoRequest *)msg;
         ck_assert_ptr_nonnull(got->tensor);
@@ -111,8 +111,8 @@ START_TEST(rpc_codec_encoding_is_plain_protobuf)
     grpc_byte_buffer_reader_init(&r, bb);
     all = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
-    got = tessera__v1__sink_request__unpack(NULL, GRPC_SLICE_LENGTH(all),
-                                            GRPC_SLICE_START_PTR(all));
+    got =
+        tessera__v1__sink_request__unpack(NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
     ck_assert_ptr_nonnull(got);
     ck_assert(got->checksum);
     ck_assert_uint_eq(got->payload.len, 11);
@@ -135,15 +135,15 @@ START_TEST(rpc_codec_reuses_the_callers_buffer_when_it_fits)
     size_t len;
 
     ck_assert_int_eq(rpc_encode(&resp.base, &iov, 1, NULL, &bb, &len), STATUS_OK);
-    ck_assert_int_eq(
-        rpc_decode(&tessera__v1__echo_response__descriptor, bb, mine, 8192, &msg, &p), STATUS_OK);
+    ck_assert_int_eq(rpc_decode(&tessera__v1__echo_response__descriptor, bb, mine, 8192, &msg, &p),
+                     STATUS_OK);
     ck_assert_ptr_eq(p.data, mine);
     ck_assert(!p.owned);
     ck_assert_int_eq(memcmp(mine, data, 5000), 0);
     rpc_payload_done(&p); /* not owned: leaves `mine` alone */
     protobuf_c_message_free_unpacked(msg, NULL);
-    ck_assert_int_eq(
-        rpc_decode(&tessera__v1__echo_response__descriptor, bb, mine, 100, &msg, &p), STATUS_OK);
+    ck_assert_int_eq(rpc_decode(&tessera__v1__echo_response__descriptor, bb, mine, 100, &msg, &p),
+                     STATUS_OK);
     ck_assert(p.owned);
     ck_assert_ptr_ne(p.data, mine);
     rpc_payload_done(&p);
@@ -174,7 +174,11 @@ START_TEST(rpc_codec_rejects_malformed_bodies)
 {
     const ProtobufCMessageDescriptor *d = &tessera__v1__echo_request__descriptor;
     /* payload length beyond the message */
-    ck_assert_int_eq(decode_bytes(d, "\x7a\xff\xff\x03" "abc", 7), STATUS_BAD_MESSAGE);
+    ck_assert_int_eq(decode_bytes(d,
+                                  "\x7a\xff\xff\x03"
+                                  "abc",
+                                  7),
+                     STATUS_BAD_MESSAGE);
     /* truncated varint key */
     ck_assert_int_eq(decode_bytes(d, "\x80", 1), STATUS_BAD_MESSAGE);
     /* the payload field twice */
@@ -184,9 +188,9 @@ START_TEST(rpc_codec_rejects_malformed_bodies)
     /* a nested message whose length runs past the end */
     ck_assert_int_eq(decode_bytes(d, "\x0a\x10\x08", 3), STATUS_BAD_MESSAGE);
     /* the same garbage for a message without a payload field */
-    ck_assert_int_eq(decode_bytes(&grpc__health__v1__health_check_request__descriptor,
-                                  "\x0a\x10\x08", 3),
-                     STATUS_BAD_MESSAGE);
+    ck_assert_int_eq(
+        decode_bytes(&grpc__health__v1__health_check_request__descriptor, "\x0a\x10\x08", 3),
+        STATUS_BAD_MESSAGE);
     /* an empty body is a valid empty message */
     ck_assert_int_eq(decode_bytes(d, "", 0), STATUS_OK);
 }

@@ -1,0 +1,822 @@
+/* bench-rpc: how fast Tessera's RPC runtime moves small calls and tensors over loopback.
+ *
+ * Starts a real tessera-ps, then measures in the same run, in interleaved rounds so that a noisy
+ * neighbour spreads over every figure: tiny unary round trips per second (Diagnostics.Sink with
+ * an empty payload) on one and on two client threads, each with its own channel and hence its
+ * own TCP connection; push throughput of 1, 16 and 64 MiB tensors (Sink with the tensor as one
+ * zero-copy segment from a buffer that stays allocated, no checksum); and single-stream loopback
+ * TCP with iperf3 as the ceiling. Before that it checks integrity once: a 64 MiB Echo round trip
+ * compared with memcmp and a Sink whose server-side CRC-32C must match crc32c() of the buffer.
+ *
+ * It reports against the targets of the issue (64 MiB push >= 50 % of iperf3, tiny unary >=
+ * 10,000 calls/s on one thread) without failing on them: the exit status is 0 unless something
+ * failed to run or the integrity check found a difference. Run it through bench/rpc/run.sh. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <grpc/grpc.h>
+
+#include "crc32c.h"
+#include "launch.h"
+#include "log.h"
+#include "rpc.h"
+
+#define MIB                 ((size_t)1 << 20)
+#define MB                  1e6 /* throughput unit: 10^6 bytes */
+#define MIN_PUSH_CALLS      5
+#define WARMUP_PUSH_CALLS   2
+#define PS_START_TIMEOUT_MS 15000
+#define PS_STOP_TIMEOUT_MS  10000
+#define IPERF_START_TIMEOUT 5000  /* ms for the iperf3 server to listen */
+#define IPERF_EXTRA_TIMEOUT 20000 /* ms beyond -t for the client to report */
+#define CALL_TIMEOUT_MS     60000
+#define TARGET_PUSH_RATIO   0.50
+#define TARGET_UNARY_RATE   10000.0
+
+static const size_t push_sizes[] = {1 * MIB, 16 * MIB, 64 * MIB};
+#define N_PUSH_SIZES (sizeof(push_sizes) / sizeof(push_sizes[0]))
+
+extern char **environ;
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+typedef struct bench_opts {
+    long rounds;
+    double seconds;        /* per measurement, after warm-up */
+    double warmup_seconds; /* tiny unary warm-up */
+    long iperf_seconds;
+    bool iperf;
+    const char *ps_path; /* NULL: beside this program */
+} bench_opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench-rpc [--rounds=N] [--seconds=S] [--iperf-seconds=S] [--no-iperf]\n"
+               "                 [--ps=PATH]\n"
+               "  --rounds=N          interleaved repetitions of every measurement (default 3)\n"
+               "  --seconds=S         length of each measurement after warm-up (default 3)\n"
+               "  --iperf-seconds=S   iperf3 -t (default 5)\n"
+               "  --no-iperf          skip the iperf3 reference\n"
+               "  --ps=PATH           the tessera-ps to start (default: beside bench-rpc)\n");
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *ret)
+{
+    char *end;
+    long v;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return false;
+    *ret = v;
+    return true;
+}
+
+static bool parse_double(const char *s, double lo, double hi, double *ret)
+{
+    char *end;
+    double v;
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !(v >= lo && v <= hi))
+        return false;
+    *ret = v;
+    return true;
+}
+
+/* Returns 0 to run, 1 for --help, 2 for a bad flag (after saying which). */
+static int parse_args(int argc, char **argv, bench_opts_t *o)
+{
+    *o = (bench_opts_t){
+        .rounds = 3, .seconds = 3.0, .warmup_seconds = 0.5, .iperf_seconds = 5, .iperf = true};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool ok = true;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return 1;
+        if (strncmp(a, "--rounds=", 9) == 0)
+            ok = parse_long(a + 9, 1, 100, &o->rounds);
+        else if (strncmp(a, "--seconds=", 10) == 0)
+            ok = parse_double(a + 10, 0.1, 600, &o->seconds);
+        else if (strncmp(a, "--iperf-seconds=", 16) == 0)
+            ok = parse_long(a + 16, 1, 600, &o->iperf_seconds);
+        else if (strcmp(a, "--no-iperf") == 0)
+            o->iperf = false;
+        else if (strncmp(a, "--ps=", 5) == 0 && a[5] != '\0')
+            o->ps_path = a + 5;
+        else
+            ok = false;
+        if (!ok) {
+            fprintf(stderr, "bench-rpc: bad argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* ---- samples and formatting --------------------------------------------------------------- */
+
+typedef struct samples {
+    double *v;
+    size_t n, cap;
+} samples_t;
+
+static bool samples_add(samples_t *s, double x)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        double *nv = realloc(s->v, cap * sizeof(*nv));
+        if (nv == NULL)
+            return false;
+        s->v = nv;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return true;
+}
+
+static bool samples_merge(samples_t *dst, const samples_t *src)
+{
+    for (size_t i = 0; i < src->n; i++)
+        if (!samples_add(dst, src->v[i]))
+            return false;
+    return true;
+}
+
+static void samples_free(samples_t *s)
+{
+    free(s->v);
+    *s = (samples_t){0};
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0 = min, 0.5 = median, 1 = max), interpolated; NAN when empty. Sorts. */
+static double samples_quantile(samples_t *s, double q)
+{
+    double pos, frac;
+    size_t lo;
+
+    if (s->n == 0)
+        return NAN;
+    qsort(s->v, s->n, sizeof(*s->v), cmp_double);
+    pos = q * (double)(s->n - 1);
+    lo = (size_t)pos;
+    frac = pos - (double)lo;
+    if (lo + 1 >= s->n)
+        return s->v[s->n - 1];
+    return s->v[lo] * (1 - frac) + s->v[lo + 1] * frac;
+}
+
+/* Formats v rounded to an integer with thousands separators ("12,345"), or "n/a". */
+static const char *fmt_num(char *buf, size_t len, double v)
+{
+    char digits[32], *out = buf;
+    size_t n, lead;
+    long long x;
+
+    if (isnan(v)) {
+        snprintf(buf, len, "n/a");
+        return buf;
+    }
+    x = llround(v);
+    snprintf(digits, sizeof(digits), "%lld", x < 0 ? -x : x);
+    n = strlen(digits);
+    if (len < n + n / 3 + 2)
+        return "?";
+    if (x < 0)
+        *out++ = '-';
+    lead = n % 3 ? n % 3 : 3;
+    memcpy(out, digits, lead);
+    out += lead;
+    for (size_t i = lead; i < n; i += 3) {
+        *out++ = ',';
+        memcpy(out, digits + i, 3);
+        out += 3;
+    }
+    *out = '\0';
+    return buf;
+}
+
+#define NUM(v) fmt_num((char[40]){0}, 40, (v))
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- calls ---------------------------------------------------------------------------------- */
+
+/* Diagnostics.Sink of len bytes from buf (one segment, borrowed until the call returns). With
+ * checksum set the server computes the CRC-32C, returned in *ret_crc. Fails when the server
+ * reports another byte count. */
+static status_t sink(rpc_channel_t *ch, const void *buf, size_t len, bool checksum,
+                     uint32_t *ret_crc, rpc_error_t *err)
+{
+    Tessera__V1__SinkRequest req = TESSERA__V1__SINK_REQUEST__INIT;
+    Tessera__V1__SinkResponse *resp = NULL;
+    rpc_iov_t iov = {buf, len, NULL, NULL};
+    rpc_call_opts_t opts = {.payload = &iov, .n_payload = len > 0 ? 1 : 0};
+    status_t rc;
+
+    req.checksum = checksum;
+    rc = rpc_diag_sink(ch, &req, &opts, &resp, NULL, err);
+    if (rc != STATUS_OK)
+        return rc;
+    if (resp->bytes != len) {
+        err->status = rc = STATUS_INTERNAL;
+        snprintf(err->message, sizeof(err->message),
+                 "Sink answered %" PRIu64 " bytes received, %zu were sent", resp->bytes, len);
+    } else if (ret_crc != NULL) {
+        *ret_crc = resp->crc32c;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
+/* ---- tiny unary ----------------------------------------------------------------------------- */
+
+typedef struct unary_worker {
+    rpc_channel_t *ch;
+    pthread_barrier_t *barrier;
+    double warmup_s, seconds;
+    uint64_t calls;
+    double elapsed;
+    samples_t lat_us;
+    status_t rc;
+    rpc_error_t err;
+} unary_worker_t;
+
+/* Warms up, meets the other threads at the barrier, then calls back to back for `seconds`. */
+static void *unary_thread(void *arg)
+{
+    unary_worker_t *w = arg;
+    double t0 = now_s(), t;
+
+    while (w->rc == STATUS_OK && now_s() - t0 < w->warmup_s)
+        w->rc = sink(w->ch, NULL, 0, false, NULL, &w->err);
+    pthread_barrier_wait(w->barrier);
+    if (w->rc != STATUS_OK)
+        return NULL;
+    t0 = t = now_s();
+    while (t - t0 < w->seconds) {
+        double t1;
+        w->rc = sink(w->ch, NULL, 0, false, NULL, &w->err);
+        if (w->rc != STATUS_OK)
+            break;
+        t1 = now_s();
+        if (!samples_add(&w->lat_us, (t1 - t) * 1e6)) {
+            w->rc = STATUS_NO_MEMORY;
+            break;
+        }
+        w->calls++;
+        t = t1;
+    }
+    w->elapsed = t - t0;
+    return NULL;
+}
+
+/* Runs n_threads client threads, thread i on channels[i], and adds the combined calls/s to
+ * *rates and each call's latency to *lat_us. */
+static status_t bench_unary(rpc_channel_t **channels, int n_threads, const bench_opts_t *o,
+                            samples_t *rates, samples_t *lat_us, status_msg_t *err)
+{
+    unary_worker_t w[2] = {0};
+    pthread_t tid[2];
+    pthread_barrier_t barrier;
+    uint64_t calls = 0;
+    double elapsed = 0;
+    status_t rc = STATUS_OK;
+    int started = 0;
+
+    if (n_threads < 1 || n_threads > 2)
+        return status_fail(err, STATUS_INVALID_USAGE, "bench_unary: 1 or 2 threads");
+    pthread_barrier_init(&barrier, NULL, (unsigned)n_threads);
+    for (int i = 0; i < n_threads; i++) {
+        w[i] = (unary_worker_t){.ch = channels[i],
+                                .barrier = &barrier,
+                                .warmup_s = o->warmup_seconds,
+                                .seconds = o->seconds};
+        if (pthread_create(&tid[i], NULL, unary_thread, &w[i]) != 0) {
+            rc = status_fail(err, STATUS_SYSTEM, "cannot start a client thread");
+            break;
+        }
+        started++;
+    }
+    if (started < n_threads) {
+        /* The barrier counts n_threads: stand in for the threads that did not start. */
+        for (int i = started; i < n_threads; i++)
+            pthread_barrier_wait(&barrier);
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    pthread_barrier_destroy(&barrier);
+    for (int i = 0; i < started; i++) {
+        if (rc == STATUS_OK && w[i].rc != STATUS_OK)
+            rc = status_fail(err, w[i].rc, "tiny unary call on %s failed: %s",
+                             rpc_channel_target(w[i].ch), w[i].err.message);
+        calls += w[i].calls;
+        elapsed = w[i].elapsed > elapsed ? w[i].elapsed : elapsed;
+        if (rc == STATUS_OK && !samples_merge(lat_us, &w[i].lat_us))
+            rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        samples_free(&w[i].lat_us);
+    }
+    if (rc == STATUS_OK && (elapsed <= 0 || !samples_add(rates, (double)calls / elapsed)))
+        rc = status_fail(err, STATUS_INTERNAL, "no tiny unary calls were timed");
+    return rc;
+}
+
+/* ---- push ----------------------------------------------------------------------------------- */
+
+/* Pushes len bytes of buf for o->seconds (at least MIN_PUSH_CALLS calls) after a warm-up, adding
+ * each call's MB/s to *per_call and the round's median to *round_medians. */
+static status_t bench_push(rpc_channel_t *ch, const void *buf, size_t len, const bench_opts_t *o,
+                           samples_t *per_call, samples_t *round_medians, status_msg_t *err)
+{
+    samples_t round = {0};
+    rpc_error_t rerr;
+    status_t rc = STATUS_OK;
+    double t0;
+
+    for (int i = 0; i < WARMUP_PUSH_CALLS && rc == STATUS_OK; i++)
+        rc = sink(ch, buf, len, false, NULL, &rerr);
+    t0 = now_s();
+    while (rc == STATUS_OK && (round.n < MIN_PUSH_CALLS || now_s() - t0 < o->seconds)) {
+        double t = now_s();
+        rc = sink(ch, buf, len, false, NULL, &rerr);
+        if (rc == STATUS_OK && !samples_add(&round, (double)len / MB / (now_s() - t)))
+            rc = rerr.status = STATUS_NO_MEMORY;
+    }
+    if (rc != STATUS_OK) {
+        status_fail(err, rc, "push of %zu MiB failed: %s", len / MIB, rerr.message);
+    } else if (!samples_merge(per_call, &round) ||
+               !samples_add(round_medians, samples_quantile(&round, 0.5))) {
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    samples_free(&round);
+    return rc;
+}
+
+/* ---- integrity ------------------------------------------------------------------------------ */
+
+/* Echoes len bytes of buf into recv (len bytes) and compares, then has the server checksum the
+ * same bytes. Prints both results; STATUS_INTERNAL when either differs. */
+static status_t check_integrity(rpc_channel_t *ch, const uint8_t *buf, uint8_t *recv, size_t len,
+                                status_msg_t *err)
+{
+    Tessera__V1__EchoRequest req = TESSERA__V1__ECHO_REQUEST__INIT;
+    Tessera__V1__EchoResponse *resp = NULL;
+    rpc_iov_t iov = {buf, len, NULL, NULL};
+    rpc_call_opts_t opts = {.payload = &iov, .n_payload = 1, .recv_buf = recv, .recv_cap = len};
+    rpc_payload_t payload = {0};
+    rpc_error_t rerr;
+    uint32_t local, remote = 0;
+    bool echo_ok, crc_ok;
+    status_t rc;
+
+    memset(recv, 0, len);
+    rc = rpc_diag_echo(ch, &req, &opts, &resp, &payload, &rerr);
+    if (rc != STATUS_OK)
+        return status_fail(err, rc, "Echo of %zu MiB failed: %s", len / MIB, rerr.message);
+    echo_ok = payload.len == len && memcmp(payload.data, buf, len) == 0;
+    printf("  Echo round trip, returned payload memcmp'd to the sent one   %-4s  %zu of %zu "
+           "bytes back%s\n",
+           echo_ok ? "OK" : "FAIL", payload.len, len,
+           echo_ok ? ", identical" : (payload.len == len ? ", CONTENT DIFFERS" : ""));
+    rpc_payload_done(&payload);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+
+    local = crc32c(buf, len);
+    rc = sink(ch, buf, len, true, &remote, &rerr);
+    if (rc != STATUS_OK)
+        return status_fail(err, rc, "Sink with checksum failed: %s", rerr.message);
+    crc_ok = remote == local;
+    printf("  Sink checksum=1, server CRC-32C vs local crc32c()            %-4s  0x%08x %s "
+           "0x%08x\n",
+           crc_ok ? "OK" : "FAIL", remote, crc_ok ? "==" : "!=", local);
+    if (!echo_ok || !crc_ok)
+        return status_fail(err, STATUS_INTERNAL, "the payload came back altered");
+    return STATUS_OK;
+}
+
+/* ---- iperf3 --------------------------------------------------------------------------------- */
+
+/* Spawns argv (searched on $PATH) with its stdout on a pipe whose read end is returned. */
+static status_t spawn_piped(char *const argv[], pid_t *ret_pid, int *ret_fd, status_msg_t *err)
+{
+    posix_spawn_file_actions_t fa;
+    int fds[2], e;
+
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return status_fail(err, STATUS_SYSTEM, "pipe: %s", strerror(errno));
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    e = posix_spawnp(ret_pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (e != 0) {
+        close(fds[0]);
+        return status_fail(err, STATUS_SYSTEM, "cannot run %s: %s", argv[0], strerror(e));
+    }
+    *ret_fd = fds[0];
+    return STATUS_OK;
+}
+
+/* Appends what fd has to *buf until `until` appears in it (NULL: until EOF) or the deadline. */
+static status_t read_until(int fd, const char *until, int64_t timeout_ms, char **buf, size_t *len,
+                           size_t *cap)
+{
+    double deadline = now_s() + (double)timeout_ms / 1000;
+
+    for (;;) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        double left = deadline - now_s();
+        ssize_t n;
+
+        if (until != NULL && *buf != NULL && strstr(*buf, until) != NULL)
+            return STATUS_OK;
+        if (left <= 0)
+            return STATUS_TIMEOUT;
+        int pr = poll(&pfd, 1, (int)(left * 1000) + 1);
+
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0)
+            return STATUS_SYSTEM;
+        if (pr == 0)
+            continue;
+        if (*len + 4096 + 1 > *cap) {
+            size_t ncap = (*cap ? *cap * 2 : 16384) + 4096;
+            char *nb = realloc(*buf, ncap);
+            if (nb == NULL)
+                return STATUS_NO_MEMORY;
+            *buf = nb;
+            *cap = ncap;
+        }
+        n = read(fd, *buf + *len, 4096);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return STATUS_SYSTEM;
+        if (n == 0)
+            return until == NULL ? STATUS_OK : STATUS_REMOTE;
+        *len += (size_t)n;
+        (*buf)[*len] = '\0';
+    }
+}
+
+/* Waits for pid, killing it when it has not exited within timeout_ms. */
+static int reap_child(pid_t pid, int64_t timeout_ms)
+{
+    double deadline = now_s() + (double)timeout_ms / 1000;
+    int st = 0;
+
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        struct timespec ts = {0, 10 * 1000000};
+        if (now_s() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return st;
+}
+
+/* A port on 127.0.0.1 that was free a moment ago. */
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    socklen_t sl = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Reads end.sum_received.bits_per_second from iperf3's -J report. */
+static status_t parse_iperf_json(const char *json, double *ret_mbps, status_msg_t *err)
+{
+    cJSON *root = cJSON_Parse(json);
+    const cJSON *end, *sum, *bps, *error;
+    status_t rc = STATUS_OK;
+
+    if (root == NULL)
+        return status_fail(err, STATUS_BAD_MESSAGE, "iperf3 -J printed no JSON");
+    error = cJSON_GetObjectItemCaseSensitive(root, "error");
+    end = cJSON_GetObjectItemCaseSensitive(root, "end");
+    sum = cJSON_GetObjectItemCaseSensitive(end, "sum_received");
+    bps = cJSON_GetObjectItemCaseSensitive(sum, "bits_per_second");
+    if (cJSON_IsString(error))
+        rc = status_fail(err, STATUS_REMOTE, "iperf3: %s", error->valuestring);
+    else if (!cJSON_IsNumber(bps) || bps->valuedouble <= 0)
+        rc = status_fail(err, STATUS_BAD_MESSAGE, "iperf3 -J has no end.sum_received");
+    else
+        *ret_mbps = bps->valuedouble / 8 / MB;
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Runs `iperf3 -s -1` on a free 127.0.0.1 port and one single-stream client against it. */
+static status_t run_iperf(long seconds, double *ret_mbps, status_msg_t *err)
+{
+    char port_s[16], secs_s[16];
+    char *srv_argv[] = {"iperf3", "-s",   "-1",           "-B", "127.0.0.1",
+                        "-p",     port_s, "--forceflush", NULL};
+    char *cli_argv[] = {"iperf3", "-c", "127.0.0.1", "-p", port_s, "-t", secs_s, "-J", NULL};
+    char *sbuf = NULL, *cbuf = NULL;
+    size_t slen = 0, scap = 0, clen = 0, ccap = 0;
+    pid_t spid = -1, cpid = -1;
+    int sfd = -1, cfd = -1, port = free_port(), cst;
+    status_t rc;
+
+    if (port < 0)
+        return status_fail(err, STATUS_SYSTEM, "no free port for iperf3: %s", strerror(errno));
+    snprintf(port_s, sizeof(port_s), "%d", port);
+    snprintf(secs_s, sizeof(secs_s), "%ld", seconds);
+    STATUS_CHECK(spawn_piped(srv_argv, &spid, &sfd, err));
+    rc = read_until(sfd, "Server listening", IPERF_START_TIMEOUT, &sbuf, &slen, &scap);
+    if (rc != STATUS_OK) {
+        rc = status_fail(err, rc, "iperf3 -s did not start listening on 127.0.0.1:%d", port);
+        goto out;
+    }
+    STATUS_CHECK_GOTO(spawn_piped(cli_argv, &cpid, &cfd, err), rc, out);
+    rc = read_until(cfd, NULL, seconds * 1000 + IPERF_EXTRA_TIMEOUT, &cbuf, &clen, &ccap);
+    cst = reap_child(cpid, rc == STATUS_OK ? 5000 : 0);
+    if (rc != STATUS_OK || cbuf == NULL) {
+        rc = status_fail(err, rc != STATUS_OK ? rc : STATUS_REMOTE, "iperf3 -c gave no report");
+        goto out;
+    }
+    rc = parse_iperf_json(cbuf, ret_mbps, err);
+    if (rc == STATUS_OK && !(WIFEXITED(cst) && WEXITSTATUS(cst) == 0))
+        rc = status_fail(err, STATUS_REMOTE, "iperf3 -c exited with status 0x%x", cst);
+out:
+    if (cfd >= 0)
+        close(cfd);
+    if (sfd >= 0) {
+        /* -1 makes the server exit after its one test: drain its report so it never blocks. */
+        read_until(sfd, NULL, rc == STATUS_OK ? 5000 : 0, &sbuf, &slen, &scap);
+        close(sfd);
+    }
+    if (spid > 0)
+        reap_child(spid, rc == STATUS_OK ? 5000 : 0);
+    free(sbuf);
+    free(cbuf);
+    return rc;
+}
+
+/* ---- the run -------------------------------------------------------------------------------- */
+
+typedef struct results {
+    samples_t unary_rate[2];             /* calls/s, one per round, for 1 and 2 threads */
+    samples_t unary_lat[2];              /* microseconds, one per call */
+    samples_t push[N_PUSH_SIZES];        /* MB/s, one per call */
+    samples_t push_rounds[N_PUSH_SIZES]; /* MB/s, the median of each round */
+    samples_t iperf;                     /* MB/s, one per round */
+    status_msg_t iperf_err;
+    bool iperf_failed;
+} results_t;
+
+static void results_free(results_t *r)
+{
+    for (int i = 0; i < 2; i++) {
+        samples_free(&r->unary_rate[i]);
+        samples_free(&r->unary_lat[i]);
+    }
+    for (size_t i = 0; i < N_PUSH_SIZES; i++) {
+        samples_free(&r->push[i]);
+        samples_free(&r->push_rounds[i]);
+    }
+    samples_free(&r->iperf);
+}
+
+/* One round of every measurement, printed as one row of the rounds table. */
+static status_t run_round(rpc_channel_t **channels, const uint8_t *buf, const bench_opts_t *o,
+                          int round, results_t *r, status_msg_t *err)
+{
+    printf("  round %-3d", round);
+    fflush(stdout);
+    for (int t = 0; t < 2; t++) {
+        STATUS_CHECK(bench_unary(channels, t + 1, o, &r->unary_rate[t], &r->unary_lat[t], err));
+        printf(" %11s", NUM(r->unary_rate[t].v[r->unary_rate[t].n - 1]));
+        fflush(stdout);
+    }
+    for (size_t i = 0; i < N_PUSH_SIZES; i++) {
+        samples_t *m = &r->push_rounds[i];
+        STATUS_CHECK(bench_push(channels[0], buf, push_sizes[i], o, &r->push[i], m, err));
+        printf(" %12s", NUM(m->v[m->n - 1]));
+        fflush(stdout);
+    }
+    if (o->iperf && !r->iperf_failed) {
+        double mbps = 0;
+        if (run_iperf(o->iperf_seconds, &mbps, &r->iperf_err) == STATUS_OK &&
+            samples_add(&r->iperf, mbps)) {
+            printf(" %10s", NUM(mbps));
+        } else {
+            r->iperf_failed = true;
+            printf(" %10s", "failed");
+        }
+    }
+    printf("\n");
+    fflush(stdout);
+    return STATUS_OK;
+}
+
+static void print_summary(const bench_opts_t *o, results_t *r)
+{
+    static const char *const labels[] = {"1 client thread", "2 client threads"};
+    double push64, iperf, unary1;
+
+    printf("\nTiny unary RPC: Diagnostics.Sink, empty payload, one call in flight per thread,\n"
+           "each thread with its own channel (own TCP connection)\n");
+    printf("  %-18s %10s %9s %9s %9s %9s\n", "", "median", "min", "max", "p50 us", "p99 us");
+    for (int t = 0; t < 2; t++) {
+        samples_t *rate = &r->unary_rate[t], *lat = &r->unary_lat[t];
+        printf("  %-18s %10s %9s %9s %9.1f %9.1f   calls/s\n", labels[t],
+               NUM(samples_quantile(rate, 0.5)), NUM(samples_quantile(rate, 0)),
+               NUM(samples_quantile(rate, 1)), samples_quantile(lat, 0.5),
+               samples_quantile(lat, 0.99));
+    }
+
+    printf("\nPush: Diagnostics.Sink, tensor as one zero-copy segment from a buffer that stays\n"
+           "allocated, no checksum; per-call throughput over all rounds (MB/s, 1 MB = 10^6 "
+           "bytes)\n");
+    printf("  %-8s %7s %12s %12s %12s %14s\n", "tensor", "calls", "median MB/s", "best MB/s",
+           "worst MB/s", "median ms/call");
+    for (size_t i = 0; i < N_PUSH_SIZES; i++) {
+        samples_t *s = &r->push[i];
+        double med = samples_quantile(s, 0.5);
+        printf("  %3zu MiB  %7zu %12s %12s %12s %14.2f\n", push_sizes[i] / MIB, s->n, NUM(med),
+               NUM(samples_quantile(s, 1)), NUM(samples_quantile(s, 0)),
+               (double)push_sizes[i] / MB / med * 1e3);
+    }
+
+    printf("\nLoopback TCP: iperf3 -c 127.0.0.1 -t %ld -J, single stream, "
+           "end.sum_received (MB/s)\n",
+           o->iperf_seconds);
+    if (!o->iperf)
+        printf("  skipped (--no-iperf)\n");
+    else if (r->iperf_failed)
+        printf("  FAILED: %s\n", r->iperf_err.text);
+    else
+        printf("  median %s   min %s   max %s   (%zu runs)\n",
+               NUM(samples_quantile(&r->iperf, 0.5)), NUM(samples_quantile(&r->iperf, 0)),
+               NUM(samples_quantile(&r->iperf, 1)), r->iperf.n);
+
+    push64 = samples_quantile(&r->push[N_PUSH_SIZES - 1], 0.5);
+    iperf = r->iperf_failed ? NAN : samples_quantile(&r->iperf, 0.5);
+    unary1 = samples_quantile(&r->unary_rate[0], 0.5);
+    printf("\nTargets (a report, not a test)\n");
+    if (isnan(iperf))
+        printf("  64 MiB push >= 50%% of iperf3                %s MB/s vs no iperf3 figure    "
+               "n/a\n",
+               NUM(push64));
+    else
+        printf("  64 MiB push >= 50%% of iperf3                %s / %s MB/s = %.1f%%       %s\n",
+               NUM(push64), NUM(iperf), 100 * push64 / iperf,
+               push64 >= TARGET_PUSH_RATIO * iperf ? "PASS" : "MISS");
+    printf("  tiny unary >= 10,000 calls/s, one thread    %s calls/s                     %s\n",
+           NUM(unary1), unary1 >= TARGET_UNARY_RATE ? "PASS" : "MISS");
+}
+
+/* Fills buf with a pseudo-random pattern (xorshift64), so that a misplaced block shows. */
+static void fill_pattern(uint8_t *buf, size_t len)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i + 8 <= len; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(buf + i, &x, 8);
+    }
+}
+
+static status_t start_ps(const bench_opts_t *o, launch_proc_t *ps, status_msg_t *err)
+{
+    char path[4096];
+    char *argv[] = {path,          "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                    "--threads=2", "--log-level=warning",  NULL};
+
+    if (o->ps_path != NULL)
+        snprintf(path, sizeof(path), "%s", o->ps_path);
+    else
+        STATUS_CHECK(launch_find_program("tessera-ps", path, sizeof(path), err));
+    STATUS_CHECK(launch_start("ps 0", argv, NULL, PS_START_TIMEOUT_MS, ps, err));
+    printf("  server   %s --threads=2, pid %d, gRPC on %s\n", path, (int)ps->pid, ps->listen);
+    return STATUS_OK;
+}
+
+/* Everything after the server is up: channels, integrity, the rounds, the summary. */
+static status_t bench_all(const bench_opts_t *o, const char *target, status_msg_t *err)
+{
+    rpc_channel_opts_t copts = {.timeout_ms = CALL_TIMEOUT_MS};
+    rpc_channel_t *channels[2] = {NULL, NULL};
+    size_t max_len = push_sizes[N_PUSH_SIZES - 1];
+    uint8_t *buf = malloc(max_len), *recv = malloc(max_len);
+    results_t r = {0};
+    status_t rc = STATUS_OK;
+
+    if (buf == NULL || recv == NULL) {
+        rc = status_fail(err, STATUS_NO_MEMORY, "cannot allocate 2 x %zu MiB", max_len / MIB);
+        goto out;
+    }
+    fill_pattern(buf, max_len);
+    for (int i = 0; i < 2; i++)
+        STATUS_CHECK_GOTO(rpc_channel_new(target, &copts, &channels[i], err), rc, out);
+
+    printf("\nIntegrity (%zu MiB of pseudo-random bytes, once)\n", max_len / MIB);
+    STATUS_CHECK_GOTO(check_integrity(channels[0], buf, recv, max_len, err), rc, out);
+
+    printf("\nRounds (each figure after warm-up; unary in calls/s, push: the round's median "
+           "MB/s)\n");
+    printf("  %-9s %11s %11s %12s %12s %12s%s\n", "", "unary 1 thr", "unary 2 thr", "push 1 MiB",
+           "push 16 MiB", "push 64 MiB", o->iperf ? "     iperf3" : "");
+    for (long i = 1; i <= o->rounds; i++)
+        STATUS_CHECK_GOTO(run_round(channels, buf, o, (int)i, &r, err), rc, out);
+    print_summary(o, &r);
+    if (o->iperf && r.iperf_failed)
+        rc = status_fail(err, STATUS_REMOTE, "%s", r.iperf_err.text);
+out:
+    for (int i = 0; i < 2; i++)
+        rpc_channel_free(channels[i]);
+    results_free(&r);
+    free(buf);
+    free(recv);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts_t o;
+    launch_proc_t ps;
+    status_msg_t err = {0};
+    status_t rc;
+    int pr = parse_args(argc, argv, &o), ps_status = 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (pr != 0) {
+        if (pr == 1)
+            usage(stdout);
+        return pr == 1 ? 0 : 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    log_set_identity("bench-rpc", -1);
+    log_set_level(LOG_LEVEL_WARNING);
+
+    printf("Tessera RPC benchmark (bench/rpc)\n");
+    printf("  client   %ld CPUs online, %ld rounds, %.1f s per measurement after warm-up\n", cpus,
+           o.rounds, o.seconds);
+    printf("  units    MB/s = 10^6 bytes per second; MiB = 2^20 bytes\n");
+    /* The daemon is spawned before gRPC starts its threads here. */
+    rc = start_ps(&o, &ps, &err);
+    if (rc != STATUS_OK) {
+        fprintf(stderr, "bench-rpc: %s\n", err.text);
+        return 1;
+    }
+    rpc_log_init();
+    grpc_init();
+    rc = bench_all(&o, ps.listen, &err);
+    grpc_shutdown();
+    if (launch_stop(&ps, SIGTERM, PS_STOP_TIMEOUT_MS, &ps_status) != STATUS_OK ||
+        !WIFEXITED(ps_status) || WEXITSTATUS(ps_status) != 0) {
+        fprintf(stderr, "bench-rpc: tessera-ps did not stop cleanly (wait status 0x%x)\n",
+                ps_status);
+        if (rc == STATUS_OK)
+            rc = STATUS_REMOTE;
+    }
+    if (rc != STATUS_OK && err.text[0] != '\0')
+        fprintf(stderr, "bench-rpc: %s\n", err.text);
+    fflush(stdout);
+    return rc == STATUS_OK ? 0 : 1;
+}

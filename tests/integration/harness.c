@@ -1,0 +1,256 @@
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net.h"
+
+extern char **environ;
+
+const char *harness_program(const char *name)
+{
+    static char path[8][1024];
+    static int next;
+    const char *dir = getenv("TESSERA_BUILD_DIR");
+    char *out = path[next++ % 8];
+    snprintf(out, sizeof(path[0]), "%s/%s", dir ? dir : ".", name);
+    return out;
+}
+
+const char *harness_source(const char *rel)
+{
+    static char path[4][1024];
+    static int next;
+    const char *dir = getenv("TESSERA_BUILD_DIR");
+    char *out = path[next++ % 4];
+    snprintf(out, sizeof(path[0]), "%s/../%s", dir ? dir : ".", rel);
+    return out;
+}
+
+const char *harness_tmpdir(void)
+{
+    static char dir[256];
+    if (dir[0] == '\0') {
+        snprintf(dir, sizeof(dir), "/tmp/tessera-test-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+    }
+    return dir;
+}
+
+int harness_try_start(launch_proc_t *p, const char *program, const char *name, char **args,
+                      char *ret_log, size_t log_len)
+{
+    char log[512], *argv[32];
+    status_msg_t err = {0};
+    int a = 0, rc;
+
+    snprintf(log, sizeof(log), "%s/%s.log", harness_tmpdir(), name);
+    argv[a++] = (char *)harness_program(program);
+    argv[a++] = "--listen=127.0.0.1:0";
+    argv[a++] = "--metrics-listen=127.0.0.1:0";
+    for (size_t i = 0; args && args[i] && a < 31; i++)
+        argv[a++] = args[i];
+    argv[a] = NULL;
+    rc = launch_start(name, argv, log, 20000, p, &err);
+    if (ret_log != NULL)
+        snprintf(ret_log, log_len, "%s", log);
+    if (rc != STATUS_OK)
+        fprintf(stderr, "harness: %s\n", err.text);
+    return rc;
+}
+
+void harness_start(launch_proc_t *p, const char *program, const char *name, ...)
+{
+    char *args[24];
+    int n = 0;
+    va_list ap;
+
+    va_start(ap, name);
+    for (char *s = va_arg(ap, char *); s != NULL && n < 23; s = va_arg(ap, char *))
+        args[n++] = s;
+    va_end(ap);
+    args[n] = NULL;
+    ck_assert_msg(harness_try_start(p, program, name, args, NULL, 0) == STATUS_OK,
+                  "%s did not start", name);
+    ck_assert_str_ne(p->listen, "");
+    ck_assert_str_ne(p->metrics, "");
+}
+
+void harness_stop(launch_proc_t *p)
+{
+    int st = 0;
+    ck_assert_int_eq(launch_stop(p, SIGTERM, 5000, &st), STATUS_OK);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s exited with status %d", p->name, st);
+}
+
+int harness_http_get(const char *addr, const char *path, char **ret_headers, char **ret_body)
+{
+    char host[256], req[512];
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    size_t len = 0, cap = 65536;
+    char *buf = malloc(cap), *split;
+    int port, fd, status = -1;
+
+    *ret_headers = *ret_body = NULL;
+    if (net_split_hostport(addr, host, sizeof(host), &port, NULL) != STATUS_OK)
+        goto out;
+    sa.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        goto out;
+    }
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr);
+    if (write(fd, req, strlen(req)) < 0) {
+        close(fd);
+        goto out;
+    }
+    for (;;) {
+        ssize_t n;
+        if (len + 1 >= cap)
+            buf = realloc(buf, cap *= 2);
+        n = read(fd, buf + len, cap - len - 1);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    split = strstr(buf, "\r\n\r\n");
+    if (split == NULL || sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        goto out;
+    *split = '\0';
+    *ret_headers = strdup(buf);
+    *ret_body = strdup(split + 4);
+out:
+    free(buf);
+    return status;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int harness_run(char *const argv[], char *const env_extra[], const char *stdin_text, int timeout_ms,
+                char **ret_output)
+{
+    int out_pipe[2], in_pipe[2], st = 0;
+    posix_spawn_file_actions_t fa;
+    size_t n_env = 0, k = 0, len = 0, cap = 4096;
+    char **envp, *buf = malloc(cap);
+    int64_t deadline = now_ms() + timeout_ms;
+    bool exited = false;
+    pid_t pid;
+
+    ck_assert_int_eq(pipe2(out_pipe, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(in_pipe, O_CLOEXEC), 0);
+    while (environ[n_env])
+        n_env++;
+    for (size_t i = 0; env_extra && env_extra[i]; i++)
+        n_env++;
+    envp = calloc(n_env + 1, sizeof(*envp));
+    for (size_t i = 0; env_extra && env_extra[i]; i++)
+        envp[k++] = env_extra[i];
+    for (size_t i = 0; environ[i]; i++) {
+        bool overridden = false;
+        for (size_t j = 0; env_extra && env_extra[j]; j++) {
+            size_t klen = strcspn(env_extra[j], "=");
+            if (strncmp(environ[i], env_extra[j], klen + 1) == 0)
+                overridden = true;
+        }
+        if (!overridden && strncmp(environ[i], "NOTIFY_SOCKET=", 14) != 0)
+            envp[k++] = environ[i];
+    }
+    envp[k] = NULL;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in_pipe[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, out_pipe[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, out_pipe[1], STDERR_FILENO);
+    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, argv, envp), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    free(envp);
+    close(out_pipe[1]);
+    close(in_pipe[0]);
+    if (stdin_text != NULL)
+        (void)!write(in_pipe[1], stdin_text, strlen(stdin_text));
+    close(in_pipe[1]);
+    for (;;) {
+        struct pollfd pfd = {out_pipe[0], POLLIN, 0};
+        int64_t left = deadline - now_ms();
+        ssize_t n;
+        if (left <= 0)
+            break;
+        if (poll(&pfd, 1, (int)left) <= 0)
+            continue;
+        if (len + 1024 >= cap)
+            buf = realloc(buf, cap *= 2);
+        n = read(out_pipe[0], buf + len, cap - len - 1);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(out_pipe[0]);
+    buf[len] = '\0';
+    while (now_ms() < deadline) {
+        struct timespec ts = {0, 5000000};
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            exited = true;
+            break;
+        }
+        nanosleep(&ts, NULL);
+    }
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    if (ret_output != NULL)
+        *ret_output = buf;
+    else
+        free(buf);
+    return exited && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+bool harness_file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    bool found = false;
+    if (f == NULL)
+        return false;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+int harness_free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
