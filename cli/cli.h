@@ -7,6 +7,7 @@
 #include "tessera/v1/coordinator.pb-c.h"
 
 int cli_cluster(int argc, char **argv);
+int cli_train(int argc, char **argv);
 int cli_run(int argc, char **argv);
 
 /* Asks the chief at addr for the cluster and prints it; returns the exit code. */

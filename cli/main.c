@@ -10,6 +10,7 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *help;
 } commands[] = {
+    {"train", cli_train, "train a job in this process (one device, no cluster)"},
     {"cluster", cli_cluster, "show every task of a cluster and its health"},
     {"run", cli_run, "start a whole cluster on this machine (run --local)"},
 };

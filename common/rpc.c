@@ -594,6 +594,7 @@ status_t rpc_server_new(const rpc_server_opts_t *o, rpc_server_t **ret_server, s
 
     if (o->threads < 1)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "rpc server needs at least one thread");
+    rpc_tune_malloc();
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory creating the rpc server");

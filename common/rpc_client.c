@@ -49,6 +49,7 @@ status_t rpc_channel_new(const char *target, const rpc_channel_opts_t *opts,
     if (target == NULL || !valid_target(target))
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "'%s' is not a valid address (expected HOST:PORT)", target);
+    rpc_tune_malloc();
     ch = calloc(1, sizeof(*ch));
     if (ch == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory creating a channel");

@@ -37,6 +37,11 @@ status_t rpc_encode(const ProtobufCMessage *msg, const rpc_iov_t *iov, size_t n_
 status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, void *recv_buf,
                     size_t recv_cap, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload);
 
+/* Tunes glibc malloc for messages of many megabytes (see rpc_codec.c), once per process,
+ * unless the environment already sets those knobs. Called by rpc_server_new and
+ * rpc_channel_new; thread-safe. */
+void rpc_tune_malloc(void);
+
 bool rpc_has_payload_field(const ProtobufCMessageDescriptor *desc);
 void *rpc_aligned_alloc(size_t len);
 

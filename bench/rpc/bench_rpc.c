@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -353,7 +355,8 @@ static status_t bench_unary(rpc_channel_t **channels, int n_threads, const bench
 
 /* ---- push ----------------------------------------------------------------------------------- */
 
-/* Pushes len bytes of buf for o->seconds (at least MIN_PUSH_CALLS calls) after a warm-up, adding
+/* Pushes len bytes of buf for o->seconds (at least MIN_PUSH_CALLS calls) after a warm-up of
+ * o->warmup_seconds (at least WARMUP_PUSH_CALLS calls), adding
  * each call's MB/s to *per_call and the round's median to *round_medians. */
 static status_t bench_push(rpc_channel_t *ch, const void *buf, size_t len, const bench_opts_t *o,
                            samples_t *per_call, samples_t *round_medians, status_msg_t *err)
@@ -361,9 +364,12 @@ static status_t bench_push(rpc_channel_t *ch, const void *buf, size_t len, const
     samples_t round = {0};
     rpc_error_t rerr;
     status_t rc = STATUS_OK;
-    double t0;
+    double t0 = now_s();
 
-    for (int i = 0; i < WARMUP_PUSH_CALLS && rc == STATUS_OK; i++)
+    /* A fresh connection needs about a second before gRPC's flow-control window (sized from its
+     * bandwidth-delay probes) lets large messages through at full speed. */
+    for (int i = 0; rc == STATUS_OK && (i < WARMUP_PUSH_CALLS || now_s() - t0 < o->warmup_seconds);
+         i++)
         rc = sink(ch, buf, len, false, NULL, &rerr);
     t0 = now_s();
     while (rc == STATUS_OK && (round.n < MIN_PUSH_CALLS || now_s() - t0 < o->seconds)) {
@@ -657,6 +663,7 @@ static void print_summary(const bench_opts_t *o, results_t *r)
 {
     static const char *const labels[] = {"1 client thread", "2 client threads"};
     double push64, iperf, unary1;
+    char line[128];
 
     printf("\nTiny unary RPC: Diagnostics.Sink, empty payload, one call in flight per thread,\n"
            "each thread with its own channel (own TCP connection)\n");
@@ -697,17 +704,20 @@ static void print_summary(const bench_opts_t *o, results_t *r)
     push64 = samples_quantile(&r->push[N_PUSH_SIZES - 1], 0.5);
     iperf = r->iperf_failed ? NAN : samples_quantile(&r->iperf, 0.5);
     unary1 = samples_quantile(&r->unary_rate[0], 0.5);
-    printf("\nTargets (a report, not a test)\n");
+    printf("\nTargets of the issue (a report, not a test)\n");
+    printf("  %-42s %-36s %s\n", "target", "measured (medians)", "result");
     if (isnan(iperf))
-        printf("  64 MiB push >= 50%% of iperf3                %s MB/s vs no iperf3 figure    "
-               "n/a\n",
-               NUM(push64));
+        snprintf(line, sizeof(line), "%s MB/s, no iperf3 figure", NUM(push64));
     else
-        printf("  64 MiB push >= 50%% of iperf3                %s / %s MB/s = %.1f%%       %s\n",
-               NUM(push64), NUM(iperf), 100 * push64 / iperf,
-               push64 >= TARGET_PUSH_RATIO * iperf ? "PASS" : "MISS");
-    printf("  tiny unary >= 10,000 calls/s, one thread    %s calls/s                     %s\n",
-           NUM(unary1), unary1 >= TARGET_UNARY_RATE ? "PASS" : "MISS");
+        snprintf(line, sizeof(line), "%s / %s MB/s = %.1f%%", NUM(push64), NUM(iperf),
+                 100 * push64 / iperf);
+    printf("  %-42s %-36s %s\n", "64 MiB push >= 50% of iperf3", line,
+           isnan(iperf)                          ? "n/a"
+           : push64 >= TARGET_PUSH_RATIO * iperf ? "PASS"
+                                                 : "MISS");
+    snprintf(line, sizeof(line), "%s calls/s", NUM(unary1));
+    printf("  %-42s %-36s %s\n", "tiny unary >= 10,000 calls/s on one thread", line,
+           unary1 >= TARGET_UNARY_RATE ? "PASS" : "MISS");
 }
 
 /* Fills buf with a pseudo-random pattern (xorshift64), so that a misplaced block shows. */
@@ -724,7 +734,7 @@ static void fill_pattern(uint8_t *buf, size_t len)
 
 static status_t start_ps(const bench_opts_t *o, launch_proc_t *ps, status_msg_t *err)
 {
-    char path[4096];
+    char path[4096], shown[PATH_MAX];
     char *argv[] = {path,          "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
                     "--threads=2", "--log-level=warning",  NULL};
 
@@ -733,7 +743,9 @@ static status_t start_ps(const bench_opts_t *o, launch_proc_t *ps, status_msg_t 
     else
         STATUS_CHECK(launch_find_program("tessera-ps", path, sizeof(path), err));
     STATUS_CHECK(launch_start("ps 0", argv, NULL, PS_START_TIMEOUT_MS, ps, err));
-    printf("  server   %s --threads=2, pid %d, gRPC on %s\n", path, (int)ps->pid, ps->listen);
+    if (realpath(path, shown) == NULL)
+        snprintf(shown, sizeof(shown), "%s", path);
+    printf("  server   %s --threads=2, pid %d, gRPC on %s\n", shown, (int)ps->pid, ps->listen);
     return STATUS_OK;
 }
 
@@ -784,6 +796,7 @@ int main(int argc, char **argv)
     status_t rc;
     int pr = parse_args(argc, argv, &o), ps_status = 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    struct utsname un;
 
     if (pr != 0) {
         if (pr == 1)
@@ -794,9 +807,13 @@ int main(int argc, char **argv)
     log_set_identity("bench-rpc", -1);
     log_set_level(LOG_LEVEL_WARNING);
 
+    if (uname(&un) != 0)
+        snprintf(un.release, sizeof(un.release), "?");
     printf("Tessera RPC benchmark (bench/rpc)\n");
-    printf("  client   %ld CPUs online, %ld rounds, %.1f s per measurement after warm-up\n", cpus,
-           o.rounds, o.seconds);
+    printf("  host     Linux %s, %ld CPUs online, gRPC core %s\n", un.release, cpus,
+           grpc_version_string());
+    printf("  client   this process; %ld rounds, %.1f s per measurement after %.1f s warm-up\n",
+           o.rounds, o.seconds, o.warmup_seconds);
     printf("  units    MB/s = 10^6 bytes per second; MiB = 2^20 bytes\n");
     /* The daemon is spawned before gRPC starts its threads here. */
     rc = start_ps(&o, &ps, &err);

@@ -1,0 +1,157 @@
+/* tessera train JOB: trains a job in this process on one device, no cluster. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "config.h"
+#include "job.h"
+#include "train.h"
+
+typedef struct train_cmd_opts {
+    int64_t threads;
+    int64_t steps;
+    int64_t epochs;
+} train_cmd_opts_t;
+
+static const config_option_t train_options[] = {
+    {"threads", CONFIG_INT, offsetof(train_cmd_opts_t, threads), "1", 1, 256,
+     "Compute threads (BLAS runs single-threaded inside them)."},
+    {"steps", CONFIG_INT, offsetof(train_cmd_opts_t, steps), "0", 0, INT64_MAX,
+     "Train this many steps instead of what the job says (0: the job's length)."},
+    {"epochs", CONFIG_INT, offsetof(train_cmd_opts_t, epochs), "0", 0, 1000000,
+     "Train this many epochs instead of what the job says (0: the job's length)."},
+};
+
+static const config_table_t train_table = {
+    .program = "tessera train JOB.yaml",
+    .summary = "Trains the job in this process on one device (the one_device strategy), "
+               "evaluating on the test split after each epoch.",
+    .options = train_options,
+    .n_options = sizeof(train_options) / sizeof(train_options[0]),
+};
+
+typedef struct progress_state {
+    bool tty;
+    double last_print;
+} progress_state_t;
+
+static void print_epoch(const train_progress_t *p)
+{
+    if (p->epochs > 0)
+        printf("epoch %lld/%lld", (long long)p->epoch + 1, (long long)p->epochs);
+    else
+        printf("step %lld/%lld (epoch %lld)", (long long)p->step, (long long)p->total_steps,
+               (long long)p->epoch + 1);
+    printf(": loss %.4f - accuracy %.4f", p->loss, p->accuracy);
+    if (p->has_test)
+        printf(" - test_loss %.4f - test_accuracy %.4f", p->test_loss, p->test_accuracy);
+    printf(" - %.0f examples/s - %.1f s\n", p->examples_per_second, p->seconds);
+}
+
+static void on_progress(const train_progress_t *p, void *arg)
+{
+    progress_state_t *st = arg;
+
+    if (p->epoch_end) {
+        if (st->tty)
+            printf("\r\033[K");
+        print_epoch(p);
+        fflush(stdout);
+        return;
+    }
+    if (st->tty) {
+        /* A progress bar redrawn at most ten times a second. */
+        if (p->seconds - st->last_print < 0.1)
+            return;
+        int width = 30, filled = p->epoch_steps ? (int)(width * p->epoch_step / p->epoch_steps) : 0;
+        char bar[64];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+        bar[width] = '\0';
+        printf("\r\033[Kepoch %lld [%s] %lld/%lld  loss %.4f  accuracy %.4f  %.0f examples/s",
+               (long long)p->epoch + 1, bar, (long long)p->epoch_step, (long long)p->epoch_steps,
+               p->loss, p->accuracy, p->examples_per_second);
+    } else {
+        if (p->seconds - st->last_print < 5.0)
+            return;
+        printf("step %lld: epoch %lld, loss %.4f, accuracy %.4f, %.0f examples/s\n",
+               (long long)p->step, (long long)p->epoch + 1, p->loss, p->accuracy,
+               p->examples_per_second);
+    }
+    st->last_print = p->seconds;
+    fflush(stdout);
+}
+
+/* Takes the job path out of argv (the first argument that is neither a flag nor a flag's
+ * value), so the options can be parsed strictly. */
+static const char *take_job(int *argc, char **argv)
+{
+    for (int i = 1; i < *argc; i++) {
+        if (argv[i][0] == '-') {
+            if (strchr(argv[i], '=') == NULL && strcmp(argv[i], "--help") != 0 &&
+                strcmp(argv[i], "-h") != 0)
+                i++; /* the flag's value */
+            continue;
+        }
+        const char *job = argv[i];
+        memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i) * sizeof(*argv));
+        (*argc)--;
+        return job;
+    }
+    return NULL;
+}
+
+int cli_train(int argc, char **argv)
+{
+    train_cmd_opts_t o = {0};
+    config_action_t action;
+    status_msg_t err = {0};
+    job_t job;
+    train_result_t res;
+    progress_state_t ps = {.tty = isatty(STDOUT_FILENO) != 0, .last_print = 0};
+    const char *path = take_job(&argc, argv);
+    int rc = 2;
+
+    memset(&job, 0, sizeof(job));
+    if (config_load(&train_table, &o, argc, argv, &action, &err) != STATUS_OK) {
+        fprintf(stderr, "tessera train: %s\n", err.text);
+        goto out;
+    }
+    if (action != CONFIG_RUN) {
+        rc = 0;
+        goto out;
+    }
+    if (path == NULL) {
+        fprintf(stderr, "tessera train: name a job file: tessera train JOB.yaml\n");
+        goto out;
+    }
+    if (job_load_file(path, &job, &err) != STATUS_OK) {
+        fprintf(stderr, "tessera train: %s\n", err.text);
+        goto out;
+    }
+    {
+        train_opts_t to = {.threads = (int)o.threads, .steps = o.steps, .epochs = o.epochs};
+        rc = 1;
+        if (train_run(&job, &to, on_progress, &ps, &res, &err) != STATUS_OK) {
+            if (ps.tty)
+                printf("\n");
+            fprintf(stderr, "tessera train: %s\n", err.text);
+            goto out;
+        }
+    }
+    printf("trained %s: %lld steps, %lld epochs in %.1f s (%.0f examples/s); loss %.4f, "
+           "accuracy %.4f",
+           job.name ? job.name : path, (long long)res.steps, (long long)res.epochs, res.seconds,
+           res.examples_per_second, res.loss, res.accuracy);
+    if (!isnan(res.test_accuracy))
+        printf("; test loss %.4f, test accuracy %.4f", res.test_loss, res.test_accuracy);
+    printf("\n");
+    rc = 0;
+out:
+    job_done(&job);
+    config_done(&train_table, &o);
+    return rc;
+}

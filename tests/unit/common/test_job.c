@@ -1,0 +1,763 @@
+/* Unit tests for common/job.c: job files in YAML and JSON, the examples in examples/, models
+ * given by keras_json, defaults, and the messages a user gets for every kind of mistake. Files
+ * of the source tree are found under $TESSERA_SOURCE_DIR (default: the current directory). */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "job.h"
+
+/* A model, loss and data section that make a complete job when appended. */
+#define TAIL                                                                                       \
+    "loss: mse\n"                                                                                  \
+    "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [4], classes: 2}}\n"
+#define MODEL "model: [{dense: {units: 1}, input_shape: [4]}]\n"
+
+static void source_path(char *buf, size_t size, const char *rel)
+{
+    const char *root = getenv("TESSERA_SOURCE_DIR");
+
+    snprintf(buf, size, "%s/%s", root != NULL ? root : ".", rel);
+}
+
+static void parse_ok(const char *text, const char *path, job_t *job)
+{
+    status_msg_t err = {0};
+    status_t rc = job_parse(text, strlen(text), path, job, &err);
+
+    ck_assert_msg(rc == STATUS_OK, "%s", err.text);
+}
+
+/* Requires job_parse to fail with `status` and a message containing every NULL-terminated
+ * fragment, leaving the job empty. */
+static void assert_fails(const char *text, status_t status, ...)
+{
+    job_t job;
+    status_msg_t err = {0};
+    va_list ap;
+    const char *want;
+
+    memset(&job, 0x5a, sizeof(job));
+    ck_assert_int_eq(job_parse(text, strlen(text), "job.yaml", &job, &err), status);
+    ck_assert_int_eq(err.status, status);
+    ck_assert_ptr_null(job.name);
+    ck_assert_ptr_null(job.model.layers);
+    ck_assert_ptr_null(job.data.train.images);
+    va_start(ap, status);
+    while ((want = va_arg(ap, const char *)) != NULL)
+        ck_assert_msg(strstr(err.text, want) != NULL, "message '%s' lacks '%s'", err.text, want);
+    va_end(ap);
+}
+
+#define ASSERT_BAD(text, ...) assert_fails(text, STATUS_BAD_CONFIG, __VA_ARGS__, NULL)
+
+/* ---- temporary files ---- */
+
+static char tmp_dir[64];
+
+static void write_file(const char *rel, const char *text)
+{
+    char path[256];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", tmp_dir, rel);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    fclose(f);
+}
+
+static void make_tmp_dir(void)
+{
+    char sub[128];
+
+    snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/test_job.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+    snprintf(sub, sizeof(sub), "%s/models", tmp_dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+}
+
+/* ---- examples ---- */
+
+static void load_example(const char *name, job_t *job)
+{
+    char path[512];
+    status_msg_t err = {0};
+    status_t rc;
+
+    source_path(path, sizeof(path), name);
+    rc = job_load_file(path, job, &err);
+    ck_assert_msg(rc == STATUS_OK, "%s", err.text);
+}
+
+static void assert_dense(const job_layer_t *l, int units, job_activation_t act)
+{
+    ck_assert_int_eq(l->kind, JOB_LAYER_DENSE);
+    ck_assert_int_eq(l->units, units);
+    ck_assert_int_eq(l->activation, act);
+}
+
+static void assert_fashion_data(const job_t *job)
+{
+    ck_assert(job->data.train.present);
+    ck_assert_int_eq(job->data.train.format, JOB_DATA_IDX);
+    ck_assert_str_eq(job->data.train.images,
+                     "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+    ck_assert_str_eq(job->data.train.labels,
+                     "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
+    ck_assert_str_eq(job->data.test.images,
+                     "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
+    ck_assert_double_eq_tol(job->data.scale, 1.0 / 255.0, 1e-15);
+    ck_assert_int_eq(job->data.batch_size, 64);
+    ck_assert_int_eq(job->data.shuffle_buffer, 10000);
+    ck_assert(job->evaluate);
+    ck_assert_int_eq(job->loss, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY);
+    ck_assert(job->from_logits);
+    ck_assert(job->metric_accuracy);
+    ck_assert_int_eq(job->optimizer.kind, OPTIMIZER_ADAM);
+    ck_assert_int_eq(job->optimizer.schedule.kind, LR_CONSTANT);
+    ck_assert_double_eq_tol(job->optimizer.schedule.lr, 0.001, 1e-15);
+}
+
+START_TEST(mlp_example_is_the_keras_tutorial_model)
+{
+    job_t job;
+
+    load_example("examples/fashion-mnist-mlp.yaml", &job);
+    ck_assert_str_eq(job.name, "fashion-mnist-mlp");
+    ck_assert_int_eq(job.model.input_rank, 1);
+    ck_assert_int_eq(job.model.input_shape[0], 784);
+    ck_assert_uint_eq(job.model.n_layers, 2);
+    assert_dense(&job.model.layers[0], 128, JOB_ACT_RELU);
+    assert_dense(&job.model.layers[1], 10, JOB_ACT_LINEAR);
+    assert_fashion_data(&job);
+    ck_assert_int_eq(job.epochs, 5);
+    ck_assert_int_eq(job.steps, 0);
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(cnn_example_is_two_conv_blocks_and_a_dense_head)
+{
+    static const job_layer_kind_t kinds[] = {
+        JOB_LAYER_CONV2D,  JOB_LAYER_MAX_POOLING2D, JOB_LAYER_CONV2D, JOB_LAYER_MAX_POOLING2D,
+        JOB_LAYER_FLATTEN, JOB_LAYER_DENSE,         JOB_LAYER_DENSE};
+    job_t job;
+
+    load_example("examples/fashion-mnist-cnn.yaml", &job);
+    ck_assert_int_eq(job.model.input_rank, 3);
+    ck_assert_int_eq(job.model.input_shape[0], 28);
+    ck_assert_int_eq(job.model.input_shape[2], 1);
+    ck_assert_uint_eq(job.model.n_layers, 7);
+    for (size_t i = 0; i < 7; i++)
+        ck_assert_int_eq(job.model.layers[i].kind, kinds[i]);
+    ck_assert_int_eq(job.model.layers[0].filters, 32);
+    ck_assert_int_eq(job.model.layers[0].kernel_size[1], 3);
+    ck_assert_int_eq(job.model.layers[1].strides[0], 2);
+    ck_assert_int_eq(job.model.layers[2].filters, 64);
+    ck_assert_str_eq(job.model.layers[2].name, "conv2d_1");
+    assert_dense(&job.model.layers[5], 64, JOB_ACT_RELU);
+    assert_dense(&job.model.layers[6], 10, JOB_ACT_LINEAR);
+    assert_fashion_data(&job);
+    ck_assert_int_eq(job.epochs, 2);
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(text_example_trains_an_embedding_on_synthetic_text)
+{
+    job_t job;
+
+    load_example("examples/text-synthetic.yaml", &job);
+    ck_assert(job.model.input_is_int);
+    ck_assert_int_eq(job.model.input_shape[0], 100);
+    ck_assert_int_eq(job.model.layers[0].kind, JOB_LAYER_EMBEDDING);
+    ck_assert_int_eq(job.model.layers[0].input_dim, 10000);
+    ck_assert_int_eq(job.model.layers[0].output_dim, 16);
+    ck_assert_int_eq(job.model.layers[1].kind, JOB_LAYER_GLOBAL_AVERAGE_POOLING1D);
+    assert_dense(&job.model.layers[2], 16, JOB_ACT_RELU);
+    assert_dense(&job.model.layers[3], 1, JOB_ACT_LINEAR);
+    ck_assert_int_eq(job.loss, JOB_LOSS_BINARY_CROSSENTROPY);
+    ck_assert(job.from_logits);
+    ck_assert_int_eq(job.data.train.format, JOB_DATA_SYNTHETIC);
+    ck_assert_int_eq(job.data.train.synthetic.kind, JOB_SYNTHETIC_TEXT);
+    ck_assert_int_eq(job.data.train.synthetic.vocabulary, 10000);
+    ck_assert_int_eq(job.data.train.synthetic.rank, 1);
+    ck_assert_int_eq(job.data.train.synthetic.shape[0], 100);
+    ck_assert_int_eq(job.data.test.synthetic.seed, 2);
+    ck_assert(job.evaluate);
+    job_done(&job);
+}
+END_TEST
+
+/* ---- well-formed jobs ---- */
+
+static const char full_yaml[] =
+    "name: every-key\n"
+    "strategy: parameter_server\n"
+    "seed: 42\n"
+    "model:\n"
+    "  - {conv2d: {filters: 4, kernel_size: [3, 1], strides: 2, padding: same, use_bias: false,\n"
+    "              kernel_initializer: {he_uniform: {seed: 9}}, name: c1},\n"
+    "     input_shape: [8, 8, 2]}\n"
+    "  - {average_pooling2d: {pool_size: [2, 1], padding: valid}}\n"
+    "  - {reshape: {target_shape: [-1, 4]}}\n"
+    "  - flatten\n"
+    "  - {dropout: {rate: 0.5, seed: 3}}\n"
+    "  - {dense: {units: 3, activation: softmax,\n"
+    "             kernel_initializer: {random_uniform: {minval: -1, maxval: 1}},\n"
+    "             bias_initializer: {constant: {value: 0.5}}}}\n"
+    "  - {activation: {activation: sigmoid}}\n"
+    "loss: {binary_crossentropy: {from_logits: false}}\n"
+    "metrics: [loss, binary_accuracy]\n"
+    "optimizer:\n"
+    "  sgd:\n"
+    "    learning_rate: {exponential_decay: {initial_learning_rate: 0.1, decay_steps: 100,\n"
+    "                                        decay_rate: 0.5, staircase: true}}\n"
+    "    momentum: 0.9\n"
+    "    nesterov: yes\n"
+    "    scale_learning_rate: true\n"
+    "data:\n"
+    "  train: {format: idx, images: data/train-images.gz, labels: /abs/train-labels.gz}\n"
+    "  test: {format: synthetic, kind: classification, examples: 100, shape: [8, 8, 2],\n"
+    "         classes: 3, seed: 7}\n"
+    "  scale: 0.5\n"
+    "  batch_size: 32\n"
+    "  shuffle_buffer: 1000\n"
+    "  seed: 5\n"
+    "  drop_remainder: true\n"
+    "  prefetch: 0\n"
+    "train: {steps: 1000, steps_per_execution: 10, max_staleness: 4}\n"
+    "evaluate: false\n"
+    "partitioner: {max_size: {max_shard_bytes: 1048576, max_shards: 4}}\n"
+    "checkpoint: {dir: ckpt, every_steps: 500, keep: 2}\n"
+    "tensorboard: {logdir: /var/tb}\n";
+
+START_TEST(every_key_of_a_job_is_read)
+{
+    job_t job;
+    const job_layer_t *l;
+
+    parse_ok(full_yaml, "/srv/jobs/every.yaml", &job);
+    ck_assert_str_eq(job.name, "every-key");
+    ck_assert_str_eq(job.path, "/srv/jobs/every.yaml");
+    ck_assert_int_eq(job.strategy, JOB_STRATEGY_PARAMETER_SERVER);
+    ck_assert_uint_eq(job.seed, 42);
+    ck_assert_uint_eq(job.model.n_layers, 7);
+    l = &job.model.layers[0];
+    ck_assert_str_eq(l->name, "c1");
+    ck_assert_int_eq(l->kernel_size[0], 3);
+    ck_assert_int_eq(l->kernel_size[1], 1);
+    ck_assert_int_eq(l->strides[0], 2);
+    ck_assert_int_eq(l->strides[1], 2);
+    ck_assert(l->padding_same);
+    ck_assert(!l->use_bias);
+    ck_assert_int_eq(l->kernel_init.kind, JOB_INIT_HE_UNIFORM);
+    ck_assert(l->kernel_init.has_seed);
+    ck_assert_uint_eq(l->kernel_init.seed, 9);
+    ck_assert_int_eq(l->bias_init.kind, JOB_INIT_DEFAULT);
+    l = &job.model.layers[1];
+    ck_assert_int_eq(l->pool_size[0], 2);
+    ck_assert_int_eq(l->pool_size[1], 1);
+    ck_assert_int_eq(l->strides[0], 2); /* pooling strides default to the pool size */
+    ck_assert_int_eq(l->strides[1], 1);
+    l = &job.model.layers[2];
+    ck_assert_int_eq(l->target_rank, 2);
+    ck_assert_int_eq(l->target_shape[0], -1);
+    ck_assert_int_eq(job.model.layers[3].kind, JOB_LAYER_FLATTEN);
+    ck_assert_double_eq_tol(job.model.layers[4].rate, 0.5, 1e-15);
+    ck_assert_uint_eq(job.model.layers[4].dropout_seed, 3);
+    l = &job.model.layers[5];
+    ck_assert_int_eq(l->kernel_init.kind, JOB_INIT_RANDOM_UNIFORM);
+    ck_assert_double_eq_tol(l->kernel_init.a, -1, 1e-15);
+    ck_assert_double_eq_tol(l->kernel_init.b, 1, 1e-15);
+    ck_assert(!l->kernel_init.has_seed);
+    ck_assert_int_eq(l->bias_init.kind, JOB_INIT_CONSTANT);
+    ck_assert_double_eq_tol(l->bias_init.a, 0.5, 1e-15);
+    ck_assert_int_eq(job.model.layers[6].activation, JOB_ACT_SIGMOID);
+    ck_assert_str_eq(job.model.layers[6].name, "activation");
+    ck_assert_int_eq(job.loss, JOB_LOSS_BINARY_CROSSENTROPY);
+    ck_assert(!job.from_logits);
+    ck_assert(job.metric_accuracy);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_SGD);
+    ck_assert_int_eq(job.optimizer.schedule.kind, LR_EXPONENTIAL_DECAY);
+    ck_assert_double_eq_tol(job.optimizer.schedule.initial_lr, 0.1, 1e-15);
+    ck_assert_int_eq(job.optimizer.schedule.decay_steps, 100);
+    ck_assert(job.optimizer.schedule.staircase);
+    ck_assert_double_eq_tol(job.optimizer.momentum, 0.9, 1e-15);
+    ck_assert(job.optimizer.nesterov);
+    ck_assert_double_eq(job.optimizer.lr_scale, 0); /* scale by the replicas at run time */
+    ck_assert_str_eq(job.data.train.images, "/srv/jobs/data/train-images.gz");
+    ck_assert_str_eq(job.data.train.labels, "/abs/train-labels.gz");
+    ck_assert_int_eq(job.data.test.format, JOB_DATA_SYNTHETIC);
+    ck_assert_int_eq(job.data.test.synthetic.classes, 3);
+    ck_assert_int_eq(job.data.test.synthetic.rank, 3);
+    ck_assert_uint_eq(job.data.test.synthetic.seed, 7);
+    ck_assert_double_eq_tol(job.data.scale, 0.5, 1e-15);
+    ck_assert_int_eq(job.data.batch_size, 32);
+    ck_assert_int_eq(job.data.shuffle_buffer, 1000);
+    ck_assert_uint_eq(job.data.seed, 5);
+    ck_assert(job.data.drop_remainder);
+    ck_assert_int_eq(job.data.prefetch, 0);
+    ck_assert_int_eq(job.steps, 1000);
+    ck_assert_int_eq(job.epochs, 0);
+    ck_assert_int_eq(job.steps_per_execution, 10);
+    ck_assert_int_eq(job.max_staleness, 4);
+    ck_assert(!job.evaluate);
+    ck_assert_int_eq(job.partitioner.kind, JOB_PARTITIONER_MAX_SIZE);
+    ck_assert_int_eq(job.partitioner.max_shard_bytes, 1048576);
+    ck_assert_int_eq(job.partitioner.max_shards, 4);
+    ck_assert_str_eq(job.checkpoint_dir, "/srv/jobs/ckpt");
+    ck_assert_int_eq(job.checkpoint_every_steps, 500);
+    ck_assert_int_eq(job.checkpoint_keep, 2);
+    ck_assert_str_eq(job.tensorboard_logdir, "/var/tb");
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(json_job_reads_like_yaml)
+{
+    static const char json[] =
+        "{\"name\": \"j\", \"strategy\": \"mirrored\",\n"
+        " \"model\": [{\"dense\": {\"units\": 128, \"activation\": \"relu\"}, "
+        "\"input_shape\": [784]},\n"
+        "           {\"dense\": {\"units\": 10}}],\n"
+        " \"loss\": {\"sparse_categorical_crossentropy\": {\"from_logits\": true}},\n"
+        " \"metrics\": [\"accuracy\"],\n"
+        " \"optimizer\": {\"adam\": {\"learning_rate\": 1e-3, \"beta_1\": 0.8}},\n"
+        " \"data\": {\"train\": {\"format\": \"idx\", \"images\": \"a\", \"labels\": \"b\"},\n"
+        "          \"batch_size\": 64, \"scale\": 0.00392156862745098},\n"
+        " \"train\": {\"epochs\": 5}}\n";
+    job_t job;
+
+    parse_ok(json, "jobs/j.json", &job);
+    ck_assert_str_eq(job.name, "j");
+    ck_assert_int_eq(job.strategy, JOB_STRATEGY_MIRRORED);
+    ck_assert_uint_eq(job.model.n_layers, 2);
+    assert_dense(&job.model.layers[0], 128, JOB_ACT_RELU);
+    ck_assert_int_eq(job.model.input_shape[0], 784);
+    ck_assert(job.from_logits);
+    ck_assert_double_eq_tol(job.optimizer.schedule.lr, 0.001, 1e-15);
+    ck_assert_double_eq_tol(job.optimizer.beta_1, 0.8, 1e-15);
+    ck_assert_double_eq_tol(job.optimizer.beta_2, 0.999, 1e-15);
+    ck_assert_str_eq(job.data.train.images, "jobs/a");
+    ck_assert_int_eq(job.epochs, 5);
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(minimal_job_takes_keras_defaults)
+{
+    job_t job;
+
+    parse_ok(MODEL TAIL, "dir/my-job.yaml", &job);
+    ck_assert_str_eq(job.name, "my-job");
+    ck_assert_int_eq(job.strategy, JOB_STRATEGY_ONE_DEVICE);
+    ck_assert_int_eq(job.model.layers[0].activation, JOB_ACT_LINEAR);
+    ck_assert(job.model.layers[0].use_bias);
+    ck_assert_int_eq(job.model.layers[0].kernel_init.kind, JOB_INIT_DEFAULT);
+    ck_assert_str_eq(job.model.layers[0].name, "dense");
+    ck_assert_ptr_null(job.model.keras_json);
+    ck_assert_int_eq(job.loss, JOB_LOSS_MSE);
+    ck_assert(!job.metric_accuracy);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_RMSPROP);
+    ck_assert_double_eq(job.optimizer.lr_scale, 1);
+    ck_assert_int_eq(job.epochs, 1);
+    ck_assert_int_eq(job.steps, 0);
+    ck_assert_int_eq(job.steps_per_execution, 1);
+    ck_assert_int_eq(job.max_staleness, 0);
+    ck_assert_double_eq(job.data.scale, 1);
+    ck_assert_int_eq(job.data.prefetch, 2);
+    ck_assert_int_eq(job.data.shuffle_buffer, 0);
+    ck_assert(!job.data.drop_remainder);
+    ck_assert(!job.data.test.present);
+    ck_assert(!job.evaluate);
+    ck_assert_int_eq(job.partitioner.kind, JOB_PARTITIONER_NONE);
+    ck_assert_ptr_null(job.checkpoint_dir);
+    ck_assert_ptr_null(job.tensorboard_logdir);
+    ck_assert_uint_eq(job.seed, 0);
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(model_may_be_a_mapping_with_layers_and_input_shape)
+{
+    job_t job;
+
+    parse_ok("model: {input_shape: [3, 2], layers: [flatten, {dense: {units: 2}}]}\n" TAIL, NULL,
+             &job);
+    ck_assert_str_eq(job.name, "job");
+    ck_assert_ptr_null(job.path);
+    ck_assert_int_eq(job.model.input_rank, 2);
+    ck_assert_int_eq(job.model.input_shape[1], 2);
+    ck_assert_int_eq(job.model.layers[0].kind, JOB_LAYER_FLATTEN);
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(embedding_input_length_gives_the_input_shape)
+{
+    job_t job;
+
+    parse_ok("model: [{embedding: {input_dim: 50, output_dim: 4, input_length: 12,\n"
+             "                     embeddings_initializer: uniform}},\n"
+             "        global_average_pooling1d, {dense: {units: 1}}]\n" TAIL,
+             "j.yaml", &job);
+    ck_assert(job.model.input_is_int);
+    ck_assert_int_eq(job.model.input_rank, 1);
+    ck_assert_int_eq(job.model.input_shape[0], 12);
+    ck_assert_int_eq(job.model.layers[0].kernel_init.kind, JOB_INIT_RANDOM_UNIFORM);
+    ck_assert_double_eq_tol(job.model.layers[0].kernel_init.a, -0.05, 1e-15);
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(learning_rate_schedules_are_read)
+{
+    job_t job;
+
+    parse_ok(MODEL TAIL "optimizer: {adam: {learning_rate: {constant: {learning_rate: 0.5}}}}\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.optimizer.schedule.kind, LR_CONSTANT);
+    ck_assert_double_eq_tol(job.optimizer.schedule.lr, 0.5, 1e-15);
+    job_done(&job);
+
+    parse_ok(MODEL TAIL "optimizer: {rmsprop: {centered: true, rho: 0.8, learning_rate:\n"
+                        "  {linear_warmup: {learning_rate: 0.1, warmup_steps: 50}}}}\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_RMSPROP);
+    ck_assert(job.optimizer.centered);
+    ck_assert_double_eq_tol(job.optimizer.rho, 0.8, 1e-15);
+    ck_assert_int_eq(job.optimizer.schedule.kind, LR_LINEAR_WARMUP);
+    ck_assert_double_eq_tol(job.optimizer.schedule.lr, 0.1, 1e-15);
+    ck_assert_double_eq(job.optimizer.schedule.initial_lr, 0);
+    ck_assert_int_eq(job.optimizer.schedule.warmup_steps, 50);
+    job_done(&job);
+
+    parse_ok(MODEL TAIL "optimizer: {adagrad: {learning_rate: {piecewise_constant:\n"
+                        "  {boundaries: [100, 200], values: [0.3, 0.2, 0.1]}}}}\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_ADAGRAD);
+    ck_assert_int_eq(job.optimizer.schedule.kind, LR_PIECEWISE_CONSTANT);
+    ck_assert_uint_eq(job.optimizer.schedule.n_boundaries, 2);
+    ck_assert_int_eq(job.optimizer.schedule.boundaries[1], 200);
+    ck_assert_double_eq_tol(job.optimizer.schedule.values[2], 0.1, 1e-15);
+    job_done(&job);
+
+    parse_ok(MODEL TAIL "optimizer: sgd\n", "j.yaml", &job);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_SGD);
+    ck_assert_double_eq_tol(job.optimizer.schedule.lr, 0.01, 1e-15);
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(partitioners_take_tensorflow_defaults)
+{
+    job_t job;
+
+    parse_ok(MODEL TAIL "partitioner: {min_size: {max_shards: 2}}\n", "j.yaml", &job);
+    ck_assert_int_eq(job.partitioner.kind, JOB_PARTITIONER_MIN_SIZE);
+    ck_assert_int_eq(job.partitioner.min_shard_bytes, 262144);
+    ck_assert_int_eq(job.partitioner.max_shards, 2);
+    job_done(&job);
+    parse_ok(MODEL TAIL "partitioner: min_size\n", "j.yaml", &job);
+    ck_assert_int_eq(job.partitioner.max_shards, 1);
+    job_done(&job);
+    parse_ok(MODEL TAIL "partitioner: {fixed: {num_shards: 3}}\n", "j.yaml", &job);
+    ck_assert_int_eq(job.partitioner.kind, JOB_PARTITIONER_FIXED);
+    ck_assert_int_eq(job.partitioner.num_shards, 3);
+    job_done(&job);
+    ASSERT_BAD(MODEL TAIL "partitioner: {fixed: {}}\n",
+               "partitioner.fixed: missing required key 'num_shards'");
+}
+END_TEST
+
+START_TEST(keras_json_is_read_relative_to_the_job_file)
+{
+    char fixture[512], job_path[256];
+    FILE *f;
+    char buf[8192];
+    size_t n;
+    job_t job;
+    status_msg_t err = {0};
+
+    make_tmp_dir();
+    source_path(fixture, sizeof(fixture), "tests/fixtures/keras/keras3_cnn.json");
+    f = fopen(fixture, "r");
+    ck_assert_msg(f != NULL, "cannot open %s (set TESSERA_SOURCE_DIR)", fixture);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    write_file("models/cnn.json", buf);
+    write_file("job.yaml", "model: {keras_json: models/cnn.json}\n" TAIL);
+    snprintf(job_path, sizeof(job_path), "%s/job.yaml", tmp_dir);
+    ck_assert_msg(job_load_file(job_path, &job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(job.model.n_layers, 7);
+    ck_assert_int_eq(job.model.input_shape[0], 28);
+    ck_assert_str_eq(job.model.keras_json, buf);
+    job_done(&job);
+}
+END_TEST
+
+/* ---- mistakes ---- */
+
+START_TEST(misspelt_key_names_file_line_path_and_suggestion)
+{
+    static const char text[] = "name: typo\n"
+                               "loss: mse\n"
+                               "data: {batch_size: 8, train: {format: synthetic, examples: 10,\n"
+                               "       shape: [4], classes: 2}}\n"
+                               "model:\n"
+                               "  - {dense: {units: 16}, input_shape: [4]}\n"
+                               "  - {dense: {unit: 1}}\n";
+
+    ASSERT_BAD(text, "job.yaml:7: model[1].dense: unknown key 'unit' (did you mean 'units'?)");
+    ASSERT_BAD(MODEL TAIL "trian: {epochs: 1}\n",
+               "job.yaml:4: unknown key 'trian' (did you mean 'train'?)");
+    ASSERT_BAD(MODEL TAIL "colour: red\n", "unknown key 'colour' (allowed: name, strategy, model");
+    ASSERT_BAD(MODEL TAIL "optimizer: {adam: {learning_rat: 0.1}}\n",
+               "optimizer.adam: unknown key 'learning_rat' (did you mean 'learning_rate'?)");
+    ASSERT_BAD("model: [{dense: {units: 1}, input_shap: [4]}]\n" TAIL,
+               "model[0]: unknown key 'input_shap' (did you mean 'input_shape'?)");
+}
+END_TEST
+
+START_TEST(unknown_names_are_listed_with_the_known_ones)
+{
+    ASSERT_BAD("model: [{dence: {units: 1}, input_shape: [4]}]\n" TAIL,
+               "job.yaml:1: model[0]: unknown layer 'dence' (did you mean 'dense'?)",
+               "known layers: dense, conv2d");
+    ASSERT_BAD("model: [{dense: {units: 1, activation: swish}, input_shape: [4]}]\n" TAIL,
+               "model[0].dense.activation: unknown activation 'swish'; known activations: "
+               "linear, relu, sigmoid, tanh, softmax");
+    ASSERT_BAD(MODEL "loss: categorical_crossentropy\n",
+               "job.yaml:2: loss: unknown loss 'categorical_crossentropy'",
+               "known losses: mse, mean_squared_error, sparse_categorical_crossentropy");
+    ASSERT_BAD(MODEL TAIL "optimizer: {adamw: {}}\n",
+               "unknown optimizer 'adamw' (did you mean 'adam'?)", "sgd, adam, adagrad, rmsprop");
+    ASSERT_BAD(MODEL TAIL "strategy: tpu\n", "strategy: unknown strategy 'tpu'");
+    ASSERT_BAD(MODEL TAIL "metrics: [auc]\n", "metrics[0]: unknown metric 'auc'");
+    ASSERT_BAD(
+        "model: [{dense: {units: 1, kernel_initializer: orthogonal}, input_shape: [4]}]\n" TAIL,
+        "unknown initializer 'orthogonal'");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 1, train: {format: csv}}\n",
+               "data.train.format: unknown data format 'csv'");
+}
+END_TEST
+
+START_TEST(train_takes_epochs_or_steps_not_both)
+{
+    ASSERT_BAD(MODEL TAIL "train: {epochs: 2, steps: 100}\n",
+               "job.yaml:4: train: give exactly one of epochs and steps");
+    ASSERT_BAD(MODEL TAIL "train: {steps_per_execution: 2}\n", "exactly one of epochs and steps");
+    ASSERT_BAD(MODEL TAIL "train: {epochs: 0}\n",
+               "train.epochs must be a positive integer, got '0'");
+}
+END_TEST
+
+START_TEST(missing_required_keys_are_named)
+{
+    ASSERT_BAD(MODEL "loss: mse\ndata: {train: {format: synthetic, examples: 1, shape: [4], "
+                     "classes: 2}}\n",
+               "job.yaml:3: data: missing required key 'batch_size'");
+    ASSERT_BAD(TAIL, "missing required key 'model'");
+    ASSERT_BAD(MODEL "data: {batch_size: 1}\n", "missing required key 'loss'");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 1}\n", "data: missing required key 'train'");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 1, train: {format: idx, images: a}}\n",
+               "data.train: missing required key 'labels'");
+    ASSERT_BAD("model: [{dense: {activation: relu}, input_shape: [4]}]\n" TAIL,
+               "model[0].dense: missing required key 'units'");
+    ASSERT_BAD("model: [{dense: {units: 1}}]\n" TAIL, "model: the model has no input shape");
+}
+END_TEST
+
+START_TEST(bad_numbers_are_rejected_with_the_value)
+{
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: abc, train: {format: synthetic, examples: 1, "
+                     "shape: [4], classes: 2}}\n",
+               "job.yaml:3: data.batch_size must be a positive integer, got 'abc'");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 64x, train: {}}\n",
+               "data.batch_size must be a positive integer, got '64x'");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: \"64\", train: {}}\n",
+               "data.batch_size must be a positive integer, got \"64\"");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 6.5, train: {}}\n", "got '6.5'");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 99999999999999999999, train: {}}\n",
+               "data.batch_size must be a positive integer");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 4294967296, train: {}}\n",
+               "data.batch_size must be a positive integer");
+    ASSERT_BAD(MODEL TAIL "optimizer: {sgd: {learning_rate: 1e-3x}}\n",
+               "optimizer.sgd.learning_rate must be a number, got '1e-3x'");
+    ASSERT_BAD(MODEL TAIL "optimizer: {sgd: {learning_rate: .nan}}\n", "must be a number");
+    ASSERT_BAD(MODEL TAIL "evaluate: maybe\n", "evaluate must be true or false, got 'maybe'");
+    ASSERT_BAD("model: [{dropout: {rate: 1}, input_shape: [4]}]\n" TAIL,
+               "model[0].dropout.rate must be a number from 0 up to (not) 1");
+    ASSERT_BAD("model: [{dense: {units: 1}, input_shape: [4, 0]}]\n" TAIL,
+               "model[0].input_shape[1] must be a positive integer, got '0'");
+    ASSERT_BAD("model: [{dense: {units: 1}, input_shape: [1, 2, 3, 4, 5]}]\n" TAIL,
+               "model[0].input_shape must be a list of 1 to 4 positive integers, got a list");
+}
+END_TEST
+
+START_TEST(optimizer_values_are_validated)
+{
+    ASSERT_BAD(MODEL TAIL "optimizer: {adam: {beta_1: 1.5}}\n", "job.yaml:4: ", "beta_1");
+    ASSERT_BAD(MODEL TAIL "optimizer: {sgd: {learning_rate: {piecewise_constant:\n"
+                          "  {boundaries: [10, 20], values: [1, 2]}}}}\n",
+               "optimizer.sgd.learning_rate.piecewise_constant.values must be a list with one "
+               "more value than boundaries");
+    ASSERT_BAD(MODEL TAIL "optimizer: {sgd: {beta_1: 0.9}}\n",
+               "optimizer.sgd: unknown key 'beta_1' (allowed: learning_rate");
+}
+END_TEST
+
+START_TEST(duplicate_keys_are_rejected)
+{
+    ASSERT_BAD(MODEL "loss: mse\nloss: mse\n",
+               "job.yaml:3: duplicate key 'loss' (first given on line 2)");
+    ASSERT_BAD("{\"model\": 1, \"model\": 2}", "job.yaml:1: duplicate key 'model'");
+}
+END_TEST
+
+START_TEST(layer_structure_mistakes_are_explained)
+{
+    ASSERT_BAD("model: [{dense: {units: 1}, input_shape: [4]}, {dense: {units: 1}, "
+               "input_shape: [1]}]\n" TAIL,
+               "model[1]: input_shape belongs on the first layer only");
+    ASSERT_BAD("model: {input_shape: [4], layers: [{dense: {units: 1}, input_shape: [4]}]}\n" TAIL,
+               "model.layers[0].input_shape: the input shape is given twice");
+    ASSERT_BAD("model: [{dense: {units: 1}, conv2d: {filters: 1}, input_shape: [4]}]\n" TAIL,
+               "model[0]: one layer per list item, got 'dense' and 'conv2d'");
+    ASSERT_BAD("model: [{dense: {units: 1}, input_shape: [4]}, {embedding: {input_dim: 2, "
+               "output_dim: 2}}]\n" TAIL,
+               "embedding must be the first layer");
+    ASSERT_BAD("model: [{dense: {units: 1, name: x}, input_shape: [4]}, {dense: {units: 1, "
+               "name: x}}]\n" TAIL,
+               "two layers are named 'x'");
+    ASSERT_BAD("model: []\n" TAIL, "the model has no layers");
+    ASSERT_BAD("model: {keras_json: m.json, layers: []}\n" TAIL, "keras_json stands alone");
+    ASSERT_BAD("model: [{flatten: {name: f}}, {dense: {units: 1, use_bias: 1}}]\n" TAIL,
+               "model[1].dense.use_bias must be true or false, got '1'");
+    ASSERT_BAD(MODEL "loss: {mse: {from_logits: true}}\n",
+               "loss.mse: unknown key 'from_logits' (loss.mse takes no options)");
+    ASSERT_BAD(MODEL TAIL "evaluate: true\n", "evaluate: true needs a test split in data.test");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 1, train: {format: synthetic, kind: text, "
+                     "examples: 1, shape: [4], vocabulary: 9, classes: 2}}\n",
+               "classes is for kind classification");
+}
+END_TEST
+
+START_TEST(keras_json_mistakes_name_the_model_file)
+{
+    char job_path[256], model_path[256];
+    job_t job;
+    status_msg_t err = {0};
+
+    make_tmp_dir();
+    snprintf(job_path, sizeof(job_path), "%s/job.yaml", tmp_dir);
+    snprintf(model_path, sizeof(model_path), "%s/models/missing.json", tmp_dir);
+    write_file("job.yaml", "model: {keras_json: models/missing.json}\n" TAIL);
+    ck_assert_int_eq(job_load_file(job_path, &job, &err), STATUS_NOT_FOUND);
+    ck_assert_msg(strstr(err.text, "job.yaml:1: model.keras_json: cannot read") != NULL, "%s",
+                  err.text);
+    ck_assert_msg(strstr(err.text, model_path) != NULL, "%s", err.text);
+    ck_assert_msg(strstr(err.text, "No such file") != NULL, "%s", err.text);
+    ck_assert_ptr_null(job.model.layers);
+
+    write_file("models/bad.json", "{\"class_name\": \"Sequential\",\n\"config\": }");
+    write_file("job.yaml", "model: {keras_json: models/bad.json}\n" TAIL);
+    ck_assert_int_eq(job_load_file(job_path, &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "bad.json:2: invalid JSON") != NULL, "%s", err.text);
+}
+END_TEST
+
+START_TEST(malformed_documents_are_rejected)
+{
+    ASSERT_BAD("model: [unclosed\nloss: mse\n", "job.yaml:", "invalid YAML");
+    ASSERT_BAD("{\"model\": [1,, 2]}", "job.yaml:1: invalid YAML");
+    ASSERT_BAD("", "job.yaml: the job file is empty");
+    ASSERT_BAD("# only a comment\n", "the job file is empty");
+    ASSERT_BAD("- a\n- b\n", "job.yaml:1: a job file is a mapping of keys");
+    ASSERT_BAD(MODEL TAIL "---\nname: second\n", "a job file holds one YAML document");
+    ASSERT_BAD("base: &b {units: 1}\nmodel: [{dense: *b}]\n", "aliases (*name) are not supported");
+    ASSERT_BAD("? [a, b]\n: c\n", "keys must be plain words");
+}
+END_TEST
+
+START_TEST(missing_job_file_is_named)
+{
+    job_t job;
+    status_msg_t err = {0};
+
+    ck_assert_int_eq(job_load_file("/nonexistent/dir/job.yaml", &job, &err), STATUS_NOT_FOUND);
+    ck_assert_str_eq(err.text,
+                     "cannot read job file '/nonexistent/dir/job.yaml': No such file or directory");
+    ck_assert_ptr_null(job.name);
+    job_done(&job); /* an emptied job may be freed again */
+}
+END_TEST
+
+static void remove_tmp_dir(void)
+{
+    static const char *const files[] = {"job.yaml", "models/cnn.json", "models/bad.json"};
+    char path[256];
+
+    if (tmp_dir[0] == '\0')
+        return;
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", tmp_dir, files[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof(path), "%s/models", tmp_dir);
+    rmdir(path);
+    rmdir(tmp_dir);
+    tmp_dir[0] = '\0';
+}
+
+static Suite *job_suite(void)
+{
+    Suite *s = suite_create("job");
+    TCase *tc = tcase_create("core");
+
+    tcase_set_timeout(tc, 10);
+    tcase_add_checked_fixture(tc, NULL, remove_tmp_dir);
+    tcase_add_test(tc, mlp_example_is_the_keras_tutorial_model);
+    tcase_add_test(tc, cnn_example_is_two_conv_blocks_and_a_dense_head);
+    tcase_add_test(tc, text_example_trains_an_embedding_on_synthetic_text);
+    tcase_add_test(tc, every_key_of_a_job_is_read);
+    tcase_add_test(tc, json_job_reads_like_yaml);
+    tcase_add_test(tc, minimal_job_takes_keras_defaults);
+    tcase_add_test(tc, model_may_be_a_mapping_with_layers_and_input_shape);
+    tcase_add_test(tc, embedding_input_length_gives_the_input_shape);
+    tcase_add_test(tc, learning_rate_schedules_are_read);
+    tcase_add_test(tc, partitioners_take_tensorflow_defaults);
+    tcase_add_test(tc, keras_json_is_read_relative_to_the_job_file);
+    tcase_add_test(tc, misspelt_key_names_file_line_path_and_suggestion);
+    tcase_add_test(tc, unknown_names_are_listed_with_the_known_ones);
+    tcase_add_test(tc, train_takes_epochs_or_steps_not_both);
+    tcase_add_test(tc, missing_required_keys_are_named);
+    tcase_add_test(tc, bad_numbers_are_rejected_with_the_value);
+    tcase_add_test(tc, optimizer_values_are_validated);
+    tcase_add_test(tc, duplicate_keys_are_rejected);
+    tcase_add_test(tc, layer_structure_mistakes_are_explained);
+    tcase_add_test(tc, keras_json_mistakes_name_the_model_file);
+    tcase_add_test(tc, malformed_documents_are_rejected);
+    tcase_add_test(tc, missing_job_file_is_named);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(job_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,473 @@
+/* Unit tests for common/keras.c: the Keras model files that real Keras 2 (TensorFlow 2.15) and
+ * Keras 3 wrote (tests/fixtures/keras/, made by make_fixtures.py there) parse to the layers
+ * they describe, and every option Tessera does not implement is rejected by name. Fixtures are
+ * found under $TESSERA_SOURCE_DIR (default: the current directory). */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job.h"
+
+static const char *const generations[] = {"keras2", "keras3"};
+
+/* Reads tests/fixtures/keras/<name>.json; the caller frees it. */
+static char *fixture_text(const char *name)
+{
+    const char *root = getenv("TESSERA_SOURCE_DIR");
+    char path[1024];
+    FILE *f;
+    char *text;
+    long len;
+
+    snprintf(path, sizeof(path), "%s/tests/fixtures/keras/%s.json", root != NULL ? root : ".",
+             name);
+    f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open fixture %s (set TESSERA_SOURCE_DIR)", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    len = ftell(f);
+    ck_assert_int_ge(len, 0);
+    rewind(f);
+    text = malloc((size_t)len + 1);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_eq(fread(text, 1, (size_t)len, f), (size_t)len);
+    text[len] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* Parses fixture <generation>_<model> and requires success. */
+static void parse_fixture(int generation, const char *model, job_model_t *m)
+{
+    char name[64];
+    char *text;
+    status_msg_t err = {0};
+    status_t rc;
+
+    snprintf(name, sizeof(name), "%s_%s", generations[generation], model);
+    text = fixture_text(name);
+    rc = job_parse_keras_json(text, strlen(text), name, m, &err);
+    ck_assert_msg(rc == STATUS_OK, "%s: %s", name, err.text);
+    ck_assert_str_eq(m->keras_json, text);
+    free(text);
+}
+
+/* The fixture with config[key] of config.layers[index] (the InputLayer counts) replaced by the
+ * JSON `value`, or removed when value is NULL; the caller frees it. */
+static char *mutated(const char *fixture, int index, const char *key, const char *value)
+{
+    char *text = fixture_text(fixture), *out;
+    cJSON *root = cJSON_Parse(text);
+    cJSON *layers, *cfg;
+
+    ck_assert_ptr_nonnull(root);
+    layers = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "config"), "layers");
+    cfg = cJSON_GetObjectItem(cJSON_GetArrayItem(layers, index), "config");
+    ck_assert_ptr_nonnull(cfg);
+    cJSON_DeleteItemFromObject(cfg, key);
+    if (value != NULL) {
+        cJSON *v = cJSON_Parse(value);
+        ck_assert_ptr_nonnull(v);
+        cJSON_AddItemToObject(cfg, key, v);
+    }
+    out = cJSON_PrintUnformatted(root);
+    ck_assert_ptr_nonnull(out);
+    cJSON_Delete(root);
+    free(text);
+    return out;
+}
+
+/* Parses text, requires failure with a message containing each of the NULL-terminated
+ * fragments, and checks that the output model was left empty. */
+static void assert_rejected(const char *text, const char *path, ...)
+{
+    job_model_t m;
+    status_msg_t err = {0};
+    va_list ap;
+    const char *want;
+
+    memset(&m, 0x5a, sizeof(m));
+    ck_assert_int_eq(job_parse_keras_json(text, strlen(text), path, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_int_eq(err.status, STATUS_BAD_CONFIG);
+    ck_assert_ptr_null(m.layers);
+    ck_assert_ptr_null(m.keras_json);
+    ck_assert_uint_eq(m.n_layers, 0);
+    va_start(ap, path);
+    while ((want = va_arg(ap, const char *)) != NULL)
+        ck_assert_msg(strstr(err.text, want) != NULL, "message '%s' lacks '%s'", err.text, want);
+    va_end(ap);
+}
+
+/* Mutates a fixture, parses it, and requires a rejection naming the fragments. */
+static void assert_mutation_rejected(const char *fixture, int index, const char *key,
+                                     const char *value, const char *want1, const char *want2)
+{
+    char *text = mutated(fixture, index, key, value);
+
+    assert_rejected(text, "model.json", want1, want2, NULL);
+    cJSON_free(text);
+}
+
+static void assert_init(const job_init_t *i, job_init_kind_t kind, double a, double b,
+                        bool has_seed, uint64_t seed)
+{
+    ck_assert_int_eq(i->kind, kind);
+    ck_assert_double_eq_tol(i->a, a, 1e-12);
+    ck_assert_double_eq_tol(i->b, b, 1e-12);
+    ck_assert_int_eq(i->has_seed, has_seed);
+    if (has_seed)
+        ck_assert_uint_eq(i->seed, seed);
+}
+
+static void assert_dense(const job_layer_t *l, const char *name, int units, job_activation_t act)
+{
+    ck_assert_int_eq(l->kind, JOB_LAYER_DENSE);
+    ck_assert_str_eq(l->name, name);
+    ck_assert_int_eq(l->units, units);
+    ck_assert_int_eq(l->activation, act);
+}
+
+START_TEST(mlp_fixture_is_784_dense128_relu_dense10_softmax)
+{
+    job_model_t m;
+
+    parse_fixture(_i, "mlp", &m);
+    ck_assert_int_eq(m.input_rank, 1);
+    ck_assert_int_eq(m.input_shape[0], 784);
+    ck_assert(!m.input_is_int);
+    ck_assert_uint_eq(m.n_layers, 2);
+    assert_dense(&m.layers[0], "dense", 128, JOB_ACT_RELU);
+    assert_dense(&m.layers[1], "dense_1", 10, JOB_ACT_SOFTMAX);
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert(m.layers[i].use_bias);
+        assert_init(&m.layers[i].kernel_init, JOB_INIT_GLOROT_UNIFORM, 0, 0, false, 0);
+        assert_init(&m.layers[i].bias_init, JOB_INIT_ZEROS, 0, 0, false, 0);
+    }
+    job_model_done(&m);
+}
+END_TEST
+
+START_TEST(cnn_fixture_has_conv_pool_blocks_on_28x28x1)
+{
+    static const job_layer_kind_t kinds[] = {
+        JOB_LAYER_CONV2D,  JOB_LAYER_MAX_POOLING2D, JOB_LAYER_CONV2D, JOB_LAYER_MAX_POOLING2D,
+        JOB_LAYER_FLATTEN, JOB_LAYER_DENSE,         JOB_LAYER_DENSE};
+    job_model_t m;
+
+    parse_fixture(_i, "cnn", &m);
+    ck_assert_int_eq(m.input_rank, 3);
+    ck_assert_int_eq(m.input_shape[0], 28);
+    ck_assert_int_eq(m.input_shape[1], 28);
+    ck_assert_int_eq(m.input_shape[2], 1);
+    ck_assert_uint_eq(m.n_layers, 7);
+    for (size_t i = 0; i < 7; i++)
+        ck_assert_int_eq(m.layers[i].kind, kinds[i]);
+    for (size_t i = 0; i < 3; i += 2) {
+        const job_layer_t *conv = &m.layers[i], *pool = &m.layers[i + 1];
+        ck_assert_int_eq(conv->filters, i == 0 ? 32 : 64);
+        ck_assert_int_eq(conv->kernel_size[0], 3);
+        ck_assert_int_eq(conv->kernel_size[1], 3);
+        ck_assert_int_eq(conv->strides[0], 1);
+        ck_assert_int_eq(conv->strides[1], 1);
+        ck_assert(!conv->padding_same);
+        ck_assert_int_eq(conv->activation, JOB_ACT_RELU);
+        assert_init(&conv->kernel_init, JOB_INIT_GLOROT_UNIFORM, 0, 0, false, 0);
+        ck_assert_int_eq(pool->pool_size[0], 2);
+        ck_assert_int_eq(pool->pool_size[1], 2);
+        ck_assert_int_eq(pool->strides[0], 2);
+        ck_assert_int_eq(pool->strides[1], 2);
+    }
+    ck_assert_str_eq(m.layers[2].name, "conv2d_1");
+    assert_dense(&m.layers[5], "dense", 64, JOB_ACT_RELU);
+    assert_dense(&m.layers[6], "dense_1", 10, JOB_ACT_LINEAR);
+    job_model_done(&m);
+}
+END_TEST
+
+START_TEST(text_fixture_takes_integer_ids_into_an_embedding)
+{
+    job_model_t m;
+
+    parse_fixture(_i, "text", &m);
+    ck_assert_int_eq(m.input_rank, 1);
+    ck_assert_int_eq(m.input_shape[0], 100);
+    ck_assert(m.input_is_int);
+    ck_assert_uint_eq(m.n_layers, 4);
+    ck_assert_int_eq(m.layers[0].kind, JOB_LAYER_EMBEDDING);
+    ck_assert_int_eq(m.layers[0].input_dim, 10000);
+    ck_assert_int_eq(m.layers[0].output_dim, 16);
+    assert_init(&m.layers[0].kernel_init, JOB_INIT_RANDOM_UNIFORM, -0.05, 0.05, false, 0);
+    ck_assert_int_eq(m.layers[1].kind, JOB_LAYER_GLOBAL_AVERAGE_POOLING1D);
+    assert_dense(&m.layers[2], "dense", 16, JOB_ACT_RELU);
+    assert_dense(&m.layers[3], "dense_1", 1, JOB_ACT_LINEAR);
+    job_model_done(&m);
+}
+END_TEST
+
+START_TEST(layers_fixture_reads_every_other_layer_and_initializer)
+{
+    job_model_t m;
+    const job_layer_t *l;
+
+    parse_fixture(_i, "layers", &m);
+    ck_assert_int_eq(m.input_rank, 1);
+    ck_assert_int_eq(m.input_shape[0], 784);
+    ck_assert_uint_eq(m.n_layers, 8);
+    l = &m.layers[0];
+    ck_assert_int_eq(l->kind, JOB_LAYER_RESHAPE);
+    ck_assert_int_eq(l->target_rank, 3);
+    ck_assert_int_eq(l->target_shape[0], 28);
+    ck_assert_int_eq(l->target_shape[1], 28);
+    ck_assert_int_eq(l->target_shape[2], 1);
+    l = &m.layers[1];
+    ck_assert_int_eq(l->kind, JOB_LAYER_CONV2D);
+    ck_assert_int_eq(l->filters, 8);
+    ck_assert_int_eq(l->kernel_size[0], 5);
+    ck_assert_int_eq(l->kernel_size[1], 3);
+    ck_assert_int_eq(l->strides[0], 1);
+    ck_assert_int_eq(l->strides[1], 2);
+    ck_assert(l->padding_same);
+    ck_assert(!l->use_bias);
+    assert_init(&l->kernel_init, JOB_INIT_HE_NORMAL, 0, 0, true, 7);
+    l = &m.layers[2];
+    ck_assert_int_eq(l->kind, JOB_LAYER_ACTIVATION);
+    ck_assert_int_eq(l->activation, JOB_ACT_TANH);
+    l = &m.layers[3];
+    ck_assert_int_eq(l->kind, JOB_LAYER_AVERAGE_POOLING2D);
+    ck_assert_int_eq(l->pool_size[0], 2);
+    ck_assert_int_eq(l->strides[0], 1);
+    ck_assert_int_eq(l->strides[1], 1);
+    ck_assert(!l->padding_same);
+    l = &m.layers[4];
+    ck_assert_int_eq(l->kind, JOB_LAYER_DROPOUT);
+    ck_assert_double_eq_tol(l->rate, 0.25, 1e-12);
+    ck_assert_uint_eq(l->dropout_seed, 3);
+    ck_assert_int_eq(m.layers[5].kind, JOB_LAYER_GLOBAL_AVERAGE_POOLING2D);
+    l = &m.layers[6];
+    assert_dense(l, "dense", 10, JOB_ACT_SIGMOID);
+    assert_init(&l->kernel_init, JOB_INIT_RANDOM_NORMAL, 0.0, 0.02, true, 11);
+    assert_init(&l->bias_init, JOB_INIT_CONSTANT, 0.1, 0, false, 0);
+    l = &m.layers[7];
+    assert_dense(l, "dense_1", 4, JOB_ACT_LINEAR);
+    assert_init(&l->kernel_init, JOB_INIT_RANDOM_UNIFORM, -0.1, 0.2, false, 0);
+    assert_init(&l->bias_init, JOB_INIT_ONES, 0, 0, false, 0);
+    job_model_done(&m);
+}
+END_TEST
+
+START_TEST(kernel_regularizer_is_rejected_by_name)
+{
+    char name[64];
+    char *text;
+
+    snprintf(name, sizeof(name), "%s_regularizer", generations[_i]);
+    text = fixture_text(name);
+    assert_rejected(text, "reg.json",
+                    "reg.json: ", "layer 'dense': kernel_regularizer is not supported", NULL);
+    free(text);
+}
+END_TEST
+
+START_TEST(options_tessera_does_not_implement_are_rejected_by_name)
+{
+    const char *fx = _i == 0 ? "keras2_cnn" : "keras3_cnn";
+
+    /* config.layers[1] is the first Conv2D, [3] the second, [7] the last Dense. */
+    assert_mutation_rejected(fx, 1, "data_format", "\"channels_first\"", "layer 'conv2d'",
+                             "data_format channels_first is not supported");
+    assert_mutation_rejected(fx, 1, "dilation_rate", "[2, 2]", "layer 'conv2d'", "dilation_rate");
+    assert_mutation_rejected(fx, 3, "groups", "2", "layer 'conv2d_1'", "groups");
+    assert_mutation_rejected(fx, 7, "trainable", "false", "layer 'dense_1'",
+                             "trainable false is not supported");
+    assert_mutation_rejected(fx, 7, "bias_constraint",
+                             "{\"class_name\": \"NonNeg\", \"config\": {}}", "layer 'dense_1'",
+                             "bias_constraint is not supported");
+    assert_mutation_rejected(fx, 7, "activity_regularizer",
+                             "{\"class_name\": \"L1\", \"config\": {\"l1\": 0.01}}",
+                             "layer 'dense_1'", "activity_regularizer is not supported");
+    assert_mutation_rejected(fx, 7, "lora_rank", "4", "layer 'dense_1'", "lora_rank");
+    assert_mutation_rejected(fx, 7, "dtype", "\"mixed_float16\"", "layer 'dense_1'",
+                             "dtype \"mixed_float16\" is not supported");
+    assert_mutation_rejected(fx, 7, "activation", "\"gelu\"", "unknown activation 'gelu'",
+                             "known activations: linear, relu, sigmoid, tanh, softmax");
+    assert_mutation_rejected(fx, 7, "kernel_initializer",
+                             "{\"class_name\": \"Orthogonal\", \"config\": {\"gain\": 1.0}}",
+                             "kernel_initializer", "unknown initializer 'Orthogonal'");
+    assert_mutation_rejected(fx, 7, "units", "0", "layer 'dense_1'",
+                             "units must be a positive integer, got 0");
+    assert_mutation_rejected(fx, 7, "units", "2.5", "layer 'dense_1'", "units");
+    assert_mutation_rejected(fx, 7, "units", NULL, "layer 'dense_1'", "units is missing");
+}
+END_TEST
+
+START_TEST(unknown_config_key_is_rejected_with_the_keys_tessera_reads)
+{
+    char *text = mutated("keras3_mlp", 1, "kernel_quantizer", "null");
+
+    assert_rejected(text, "m.json", "layer 'dense'", "unknown Dense option 'kernel_quantizer'",
+                    "units, activation, use_bias", NULL);
+    cJSON_free(text);
+}
+END_TEST
+
+START_TEST(embedding_with_mask_zero_is_rejected)
+{
+    char *text = mutated(_i == 0 ? "keras2_text" : "keras3_text", 1, "mask_zero", "true");
+
+    assert_rejected(text, "t.json", "layer 'embedding'", "mask_zero true is not supported", NULL);
+    cJSON_free(text);
+}
+END_TEST
+
+START_TEST(unknown_layer_class_is_rejected_with_the_known_ones)
+{
+    const char *text =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8, 4]}},"
+        "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm\", \"units\": 4}}]}}";
+
+    assert_rejected(text, "m.json", "layer 'lstm'", "unknown layer class 'LSTM'", "Dense, Conv2D",
+                    NULL);
+}
+END_TEST
+
+START_TEST(keras2_batch_input_shape_on_the_first_layer_gives_the_input)
+{
+    /* Older tf.keras writes no InputLayer: the shape rides on the first layer's config. */
+    const char *text =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3, "
+        "\"batch_input_shape\": [null, 5], \"activation\": \"tanh\"}}]}, "
+        "\"keras_version\": \"2.4.0\", \"backend\": \"tensorflow\"}";
+    job_model_t m;
+    status_msg_t err = {0};
+
+    ck_assert_int_eq(job_parse_keras_json(text, strlen(text), "m.json", &m, &err), STATUS_OK);
+    ck_assert_int_eq(m.input_rank, 1);
+    ck_assert_int_eq(m.input_shape[0], 5);
+    ck_assert_uint_eq(m.n_layers, 1);
+    assert_dense(&m.layers[0], "d", 3, JOB_ACT_TANH);
+    assert_init(&m.layers[0].kernel_init, JOB_INIT_DEFAULT, 0, 0, false, 0);
+    job_model_done(&m);
+}
+END_TEST
+
+START_TEST(first_layer_shape_must_agree_with_the_input_layer)
+{
+    char *text = mutated("keras2_mlp", 1, "batch_input_shape", "[null, 785]");
+
+    assert_rejected(text, "m.json", "batch_input_shape disagrees", NULL);
+    cJSON_free(text);
+}
+END_TEST
+
+START_TEST(variable_input_dimensions_are_rejected)
+{
+    char *text = mutated("keras3_cnn", 0, "batch_shape", "[null, null, 28, 1]");
+
+    assert_rejected(text, "m.json", "batch_shape must be a shape with fixed dimensions", NULL);
+    cJSON_free(text);
+}
+END_TEST
+
+START_TEST(model_without_input_shape_is_rejected)
+{
+    const char *text =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3}}]}}";
+
+    assert_rejected(text, "m.json", "no input shape", NULL);
+}
+END_TEST
+
+START_TEST(embedding_after_the_first_layer_is_rejected)
+{
+    const char *text =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8]}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3}},"
+        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", \"input_dim\": 9, "
+        "\"output_dim\": 2}}]}}";
+
+    assert_rejected(text, "m.json", "embedding must be the first layer", NULL);
+}
+END_TEST
+
+START_TEST(duplicate_layer_names_are_rejected)
+{
+    char *text = mutated("keras3_mlp", 2, "name", "\"dense\"");
+
+    assert_rejected(text, "m.json", "two layers are named 'dense'", NULL);
+    cJSON_free(text);
+}
+END_TEST
+
+START_TEST(functional_models_are_rejected)
+{
+    const char *text = "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", "
+                       "\"layers\": [], \"input_layers\": [], \"output_layers\": []}}";
+
+    assert_rejected(text, "f.json", "only Sequential models are supported, not Functional", NULL);
+}
+END_TEST
+
+START_TEST(unknown_top_level_key_is_rejected)
+{
+    const char *text = "{\"class_name\": \"Sequential\", \"config\": {\"layers\": []}, "
+                       "\"weights\": []}";
+
+    assert_rejected(text, "m.json", "unknown model key 'weights'", NULL);
+}
+END_TEST
+
+START_TEST(invalid_json_is_rejected_with_its_line)
+{
+    const char *text = "{\"class_name\": \"Sequential\",\n \"config\": {\"layers\": [,]}}";
+
+    assert_rejected(text, "bad.json", "bad.json:2: invalid JSON", NULL);
+    assert_rejected("", "empty.json", "empty.json:1: invalid JSON", NULL);
+    assert_rejected("[1, 2]", "list.json", "list.json: not a Keras model", NULL);
+}
+END_TEST
+
+static Suite *keras_suite(void)
+{
+    Suite *s = suite_create("keras");
+    TCase *tc = tcase_create("core");
+
+    tcase_set_timeout(tc, 10);
+    tcase_add_loop_test(tc, mlp_fixture_is_784_dense128_relu_dense10_softmax, 0, 2);
+    tcase_add_loop_test(tc, cnn_fixture_has_conv_pool_blocks_on_28x28x1, 0, 2);
+    tcase_add_loop_test(tc, text_fixture_takes_integer_ids_into_an_embedding, 0, 2);
+    tcase_add_loop_test(tc, layers_fixture_reads_every_other_layer_and_initializer, 0, 2);
+    tcase_add_loop_test(tc, kernel_regularizer_is_rejected_by_name, 0, 2);
+    tcase_add_loop_test(tc, options_tessera_does_not_implement_are_rejected_by_name, 0, 2);
+    tcase_add_test(tc, unknown_config_key_is_rejected_with_the_keys_tessera_reads);
+    tcase_add_loop_test(tc, embedding_with_mask_zero_is_rejected, 0, 2);
+    tcase_add_test(tc, unknown_layer_class_is_rejected_with_the_known_ones);
+    tcase_add_test(tc, keras2_batch_input_shape_on_the_first_layer_gives_the_input);
+    tcase_add_test(tc, first_layer_shape_must_agree_with_the_input_layer);
+    tcase_add_test(tc, variable_input_dimensions_are_rejected);
+    tcase_add_test(tc, model_without_input_shape_is_rejected);
+    tcase_add_test(tc, embedding_after_the_first_layer_is_rejected);
+    tcase_add_test(tc, duplicate_layer_names_are_rejected);
+    tcase_add_test(tc, functional_models_are_rejected);
+    tcase_add_test(tc, unknown_top_level_key_is_rejected);
+    tcase_add_test(tc, invalid_json_is_rejected_with_its_line);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(keras_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

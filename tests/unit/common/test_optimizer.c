@@ -1,0 +1,941 @@
+/* Optimizer kernels and schedules against values worked out by hand from the Keras 3 formulas
+ * (keras/src/optimizers/{sgd,adam,adagrad,rmsprop}.py and schedules/learning_rate_schedule.py).
+ * Most cases use parameters p = [1, 2] and gradient g = [0.5, -1] so the steps can be followed in
+ * the comments. */
+#include <check.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimizer.h"
+
+#define MAX_SLOTS 3
+
+static int close_enough(double got, double want)
+{
+    return fabs(got - want) <= 1e-6 * fabs(want) + 1e-12;
+}
+
+#define ASSERT_CLOSE(got, want)                                                                    \
+    ck_assert_msg(close_enough((got), (want)), "%s = %.10g, want %.10g", #got, (double)(got),      \
+                  (double)(want))
+
+static void assert_params(const float *got, const double *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(close_enough(got[i], want[i]), "params[%zu] = %.10g, want %.10g", i,
+                      (double)got[i], want[i]);
+}
+
+/* A config of `kind` with Keras's defaults and learning rate lr. */
+static optimizer_config_t config_with_lr(optimizer_kind_t kind, double lr)
+{
+    optimizer_config_t c;
+    optimizer_config_default(kind, &c);
+    c.schedule.lr = lr;
+    return c;
+}
+
+/* Runs `steps` dense updates of p = [1, 2] with g = [0.5, -1]; slots start as slots_init makes
+ * them. */
+static void run_two_params(const optimizer_config_t *c, int steps, float p[2], float *slots)
+{
+    static const float g[2] = {0.5f, -1.0f};
+    p[0] = 1.0f;
+    p[1] = 2.0f;
+    optimizer_slots_init(c, slots, 2);
+    for (int s = 0; s < steps; s++)
+        optimizer_apply_dense(c, s, p, g, slots, 2);
+}
+
+/* ---- defaults, slots, names ---------------------------------------------------------------------
+ */
+
+START_TEST(defaults_match_keras_for_every_kind)
+{
+    optimizer_config_t c;
+    status_msg_t err;
+
+    optimizer_config_default(OPTIMIZER_SGD, &c);
+    ck_assert_int_eq(c.kind, OPTIMIZER_SGD);
+    ck_assert_int_eq(c.schedule.kind, LR_CONSTANT);
+    ASSERT_CLOSE(c.schedule.lr, 0.01);
+    ASSERT_CLOSE(c.lr_scale, 1.0);
+    ck_assert(c.momentum == 0.0 && !c.nesterov);
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+
+    optimizer_config_default(OPTIMIZER_ADAM, &c);
+    ASSERT_CLOSE(c.schedule.lr, 0.001);
+    ASSERT_CLOSE(c.beta_1, 0.9);
+    ASSERT_CLOSE(c.beta_2, 0.999);
+    ASSERT_CLOSE(c.epsilon, 1e-7);
+    ck_assert(!c.amsgrad);
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+
+    optimizer_config_default(OPTIMIZER_ADAGRAD, &c);
+    ASSERT_CLOSE(c.schedule.lr, 0.001);
+    ASSERT_CLOSE(c.initial_accumulator_value, 0.1);
+    ASSERT_CLOSE(c.epsilon, 1e-7);
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+
+    optimizer_config_default(OPTIMIZER_RMSPROP, &c);
+    ASSERT_CLOSE(c.schedule.lr, 0.001);
+    ASSERT_CLOSE(c.rho, 0.9);
+    ASSERT_CLOSE(c.epsilon, 1e-7);
+    ck_assert(c.momentum == 0.0 && !c.centered);
+    ASSERT_CLOSE(c.lr_scale, 1.0);
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+}
+END_TEST
+
+START_TEST(slot_count_follows_kind_and_options)
+{
+    optimizer_config_t c;
+
+    optimizer_config_default(OPTIMIZER_SGD, &c);
+    ck_assert_uint_eq(optimizer_slot_count(&c), 0);
+    c.nesterov = true; /* without momentum Keras keeps no velocity */
+    ck_assert_uint_eq(optimizer_slot_count(&c), 0);
+    c.momentum = 0.9;
+    ck_assert_uint_eq(optimizer_slot_count(&c), 1);
+
+    optimizer_config_default(OPTIMIZER_ADAM, &c);
+    ck_assert_uint_eq(optimizer_slot_count(&c), 2);
+    c.amsgrad = true;
+    ck_assert_uint_eq(optimizer_slot_count(&c), 3);
+
+    optimizer_config_default(OPTIMIZER_ADAGRAD, &c);
+    ck_assert_uint_eq(optimizer_slot_count(&c), 1);
+
+    optimizer_config_default(OPTIMIZER_RMSPROP, &c);
+    ck_assert_uint_eq(optimizer_slot_count(&c), 1);
+    c.momentum = 0.5;
+    ck_assert_uint_eq(optimizer_slot_count(&c), 2);
+    c.centered = true;
+    ck_assert_uint_eq(optimizer_slot_count(&c), 3);
+    c.momentum = 0.0;
+    ck_assert_uint_eq(optimizer_slot_count(&c), 2);
+}
+END_TEST
+
+START_TEST(slots_start_at_zero_except_adagrad_accumulator)
+{
+    optimizer_config_t c;
+    float slots[3 * 4];
+
+    optimizer_config_default(OPTIMIZER_ADAM, &c);
+    c.amsgrad = true;
+    for (size_t i = 0; i < 12; i++)
+        slots[i] = 7.0f;
+    optimizer_slots_init(&c, slots, 4);
+    for (size_t i = 0; i < 12; i++)
+        ck_assert(slots[i] == 0.0f);
+
+    optimizer_config_default(OPTIMIZER_ADAGRAD, &c);
+    c.initial_accumulator_value = 0.25;
+    slots[4] = 7.0f;
+    optimizer_slots_init(&c, slots, 4);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert(slots[i] == 0.25f);
+    ck_assert(slots[4] == 7.0f); /* one slot array only: nothing written past it */
+}
+END_TEST
+
+START_TEST(kind_names_are_the_job_file_keys)
+{
+    ck_assert_str_eq(optimizer_kind_name(OPTIMIZER_SGD), "sgd");
+    ck_assert_str_eq(optimizer_kind_name(OPTIMIZER_ADAM), "adam");
+    ck_assert_str_eq(optimizer_kind_name(OPTIMIZER_ADAGRAD), "adagrad");
+    ck_assert_str_eq(optimizer_kind_name(OPTIMIZER_RMSPROP), "rmsprop");
+    ck_assert_str_eq(optimizer_kind_name((optimizer_kind_t)42), "unknown");
+}
+END_TEST
+
+/* ---- SGD ----------------------------------------------------------------------------------------
+ */
+
+START_TEST(sgd_subtracts_lr_times_gradient)
+{
+    /* w -= lr * g with lr 0.1: step 1 [1 - 0.05, 2 + 0.1] = [0.95, 2.1]; step 2 [0.9, 2.2]. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    float p[2], slots[1];
+
+    run_two_params(&c, 1, p, slots);
+    assert_params(p, (double[]){0.95, 2.1}, 2);
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.9, 2.2}, 2);
+}
+END_TEST
+
+START_TEST(sgd_momentum_accumulates_velocity)
+{
+    /* velocity = 0.9 * velocity - 0.1 * g; w += velocity.
+     * step 1: v = [-0.05, 0.1]                                   w = [0.95, 2.1]
+     * step 2: v = [-0.045 - 0.05, 0.09 + 0.1] = [-0.095, 0.19]    w = [0.855, 2.29]
+     * step 3: v = [-0.0855 - 0.05, 0.171 + 0.1] = [-0.1355, 0.271] w = [0.7195, 2.561] */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    float p[2], slots[2];
+
+    c.momentum = 0.9;
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.855, 2.29}, 2);
+    ASSERT_CLOSE(slots[0], -0.095);
+    ASSERT_CLOSE(slots[1], 0.19);
+    run_two_params(&c, 3, p, slots);
+    assert_params(p, (double[]){0.7195, 2.561}, 2);
+}
+END_TEST
+
+START_TEST(sgd_nesterov_steps_with_the_look_ahead_velocity)
+{
+    /* velocity = 0.9 * velocity - 0.1 * g; w += 0.9 * velocity - 0.1 * g.
+     * step 1: v = [-0.05, 0.1]; w += [-0.045 - 0.05, 0.09 + 0.1]      w = [0.905, 2.19]
+     * step 2: v = [-0.095, 0.19]; w += [-0.0855 - 0.05, 0.171 + 0.1]  w = [0.7695, 2.461] */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    float p[2], slots[2];
+
+    c.momentum = 0.9;
+    c.nesterov = true;
+    run_two_params(&c, 1, p, slots);
+    assert_params(p, (double[]){0.905, 2.19}, 2);
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.7695, 2.461}, 2);
+    ASSERT_CLOSE(slots[0], -0.095);
+}
+END_TEST
+
+START_TEST(sgd_nesterov_without_momentum_is_plain_sgd)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    float p[2];
+
+    c.nesterov = true;
+    run_two_params(&c, 2, p, NULL);
+    assert_params(p, (double[]){0.9, 2.2}, 2);
+}
+END_TEST
+
+/* ---- Adam ---------------------------------------------------------------------------------------
+ */
+
+START_TEST(adam_with_keras_defaults_takes_bias_corrected_steps)
+{
+    /* lr 0.1, beta_1 0.9, beta_2 0.999, eps 1e-7.
+     * step 1 (t = 1): m = 0.1 g = [0.05, -0.1]; v = 0.001 g^2 = [0.00025, 0.001];
+     *   alpha = 0.1 * sqrt(0.001) / 0.1 = 0.0316227766;
+     *   w0 -= 0.0316227766 * 0.05 / (0.0158113883 + 1e-7) = 0.0999993675 -> 0.9000006325
+     *   w1 -= 0.0316227766 * -0.1 / (0.0316227766 + 1e-7) = -0.0999996838 -> 2.0999996838
+     * step 2 (t = 2): m = [0.05 + 0.45 * 0.1, -0.1 - 0.9 * 0.1] = [0.095, -0.19];
+     *   v = [0.00025 + 0.24975 * 0.001, 0.001 + 0.999 * 0.001] = [0.00049975, 0.001999];
+     *   alpha = 0.1 * sqrt(1 - 0.998001) / (1 - 0.81) = 0.0235316725;
+     *   w0 -= 0.0235316725 * 0.095 / (0.0223550889 + 1e-7) -> 0.8000010798
+     *   w1 -= 0.0235316725 * -0.19 / (0.0447101778 + 1e-7) -> 2.1999994600 */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    float p[2], slots[4];
+
+    run_two_params(&c, 1, p, slots);
+    assert_params(p, (double[]){0.9000006325, 2.0999996838}, 2);
+    ASSERT_CLOSE(slots[0], 0.05);
+    ASSERT_CLOSE(slots[1], -0.1);
+    ASSERT_CLOSE(slots[2], 0.00025);
+    ASSERT_CLOSE(slots[3], 0.001);
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.8000010798, 2.19999946}, 2);
+    ASSERT_CLOSE(slots[0], 0.095);
+    ASSERT_CLOSE(slots[1], -0.19);
+    ASSERT_CLOSE(slots[2], 0.00049975);
+    ASSERT_CLOSE(slots[3], 0.001999);
+}
+END_TEST
+
+/* Adam with beta_1 = beta_2 = 0.5, eps 0, lr 0.1: g1 = [0.5, -1], then g2 = [0.1, 0.2].
+ * step 1: m = [0.25, -0.5]; v = [0.125, 0.5]; alpha = 0.1 * sqrt(0.5) / 0.5 = 0.1414213562;
+ *   w -= [0.1414213562 * 0.25 / 0.3535533906, 0.1414213562 * -0.5 / 0.7071067812] = [0.1, -0.1]
+ *   w = [0.9, 2.1]
+ * step 2: m = [0.25 - 0.15 * 0.5, -0.5 + 0.7 * 0.5] = [0.175, -0.15];
+ *   v = [0.125 - 0.115 * 0.5, 0.5 - 0.46 * 0.5] = [0.0675, 0.27];
+ *   alpha = 0.1 * sqrt(0.75) / 0.75 = 0.1154700538.
+ *   Adam:    w -= [0.0202072594 / sqrt(0.0675), -0.0173205081 / sqrt(0.27)]
+ *                = [0.0777777778, -0.0333333333]       w = [0.8222222222, 2.1333333333]
+ *   AMSGrad: v_hat = max(v_hat, v) = [0.125, 0.5] (v went down), so
+ *            w -= [0.0202072594 / 0.3535533906, -0.0173205081 / 0.7071067812]
+ *                = [0.0571547607, -0.0244948974]       w = [0.8428452393, 2.1244948974] */
+static void run_adam_half_betas(bool amsgrad, float p[2], float *slots)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    float g1[2] = {0.5f, -1.0f}, g2[2] = {0.1f, 0.2f};
+
+    c.beta_1 = 0.5;
+    c.beta_2 = 0.5;
+    c.epsilon = 0.0;
+    c.amsgrad = amsgrad;
+    p[0] = 1.0f;
+    p[1] = 2.0f;
+    optimizer_slots_init(&c, slots, 2);
+    optimizer_apply_dense(&c, 0, p, g1, slots, 2);
+    assert_params(p, (double[]){0.9, 2.1}, 2);
+    optimizer_apply_dense(&c, 1, p, g2, slots, 2);
+}
+
+START_TEST(adam_divides_by_the_current_second_moment)
+{
+    float p[2], slots[4];
+
+    run_adam_half_betas(false, p, slots);
+    assert_params(p, (double[]){0.8222222222, 2.1333333333}, 2);
+    ASSERT_CLOSE(slots[2], 0.0675);
+    ASSERT_CLOSE(slots[3], 0.27);
+}
+END_TEST
+
+START_TEST(amsgrad_divides_by_the_largest_second_moment_seen)
+{
+    float p[2], slots[6];
+
+    run_adam_half_betas(true, p, slots);
+    assert_params(p, (double[]){0.8428452393, 2.1244948974}, 2);
+    ASSERT_CLOSE(slots[2], 0.0675); /* v itself still decays */
+    ASSERT_CLOSE(slots[3], 0.27);
+    ASSERT_CLOSE(slots[4], 0.125); /* v_hat keeps the maximum */
+    ASSERT_CLOSE(slots[5], 0.5);
+}
+END_TEST
+
+START_TEST(adam_adds_epsilon_outside_the_square_root)
+{
+    /* beta_1 0.5, beta_2 0.75, eps 1, lr 0.1, g = 2: m = 1, v = 0.25 * 4 = 1,
+     * alpha = 0.1 * sqrt(0.25) / 0.5 = 0.1; w -= 0.1 * 1 / (sqrt(1) + 1) = 0.05 -> 0.95
+     * (with eps under the root it would be 0.1 / sqrt(2) = 0.0707). */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    float p = 1.0f, g = 2.0f, slots[2];
+
+    c.beta_1 = 0.5;
+    c.beta_2 = 0.75;
+    c.epsilon = 1.0;
+    optimizer_slots_init(&c, slots, 1);
+    optimizer_apply_dense(&c, 0, &p, &g, slots, 1);
+    ASSERT_CLOSE(p, 0.95);
+}
+END_TEST
+
+START_TEST(dense_update_covers_every_element_of_an_odd_length)
+{
+    /* 37 elements, so vectorized loops run their tail too: each must take Adam step 1 above. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    float p[37], g[37], slots[2 * 37];
+
+    for (size_t i = 0; i < 37; i++) {
+        p[i] = 1.0f;
+        g[i] = 0.5f;
+    }
+    optimizer_slots_init(&c, slots, 37);
+    optimizer_apply_dense(&c, 0, p, g, slots, 37);
+    for (size_t i = 0; i < 37; i++) {
+        ck_assert_msg(close_enough(p[i], 0.9000006325), "p[%zu] = %.10g", i, (double)p[i]);
+        ck_assert_msg(close_enough(slots[37 + i], 0.00025), "v[%zu] = %.10g", i,
+                      (double)slots[37 + i]);
+    }
+}
+END_TEST
+
+/* ---- Adagrad ------------------------------------------------------------------------------------
+ */
+
+START_TEST(adagrad_scales_by_the_accumulated_squares)
+{
+    /* lr 0.1, accumulator starts at 0.1, eps 1e-7.
+     * step 1: acc = [0.35, 1.1]; w -= [0.05 / sqrt(0.3500001), -0.1 / sqrt(1.1000001)]
+     *   = [0.0845154134, -0.0953462550]                  w = [0.9154845866, 2.0953462550]
+     * step 2: acc = [0.6, 2.1]; w -= [0.05 / sqrt(0.6000001), -0.1 / sqrt(2.1000001)]
+     *   = [0.0645497171, -0.0690065540]                  w = [0.8509348695, 2.1643528090] */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAGRAD, 0.1);
+    float p[2], slots[2];
+
+    run_two_params(&c, 1, p, slots);
+    assert_params(p, (double[]){0.9154845866, 2.095346255}, 2);
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.8509348695, 2.164352809}, 2);
+    ASSERT_CLOSE(slots[0], 0.6);
+    ASSERT_CLOSE(slots[1], 2.1);
+}
+END_TEST
+
+START_TEST(adagrad_adds_epsilon_inside_the_square_root)
+{
+    /* Keras 3 divides by sqrt(acc + eps). acc 0, eps 0.75, lr 0.1, g = 0.5:
+     * step 1: acc = 0.25, w -= 0.05 / sqrt(1.0) = 0.05 -> 0.95 (sqrt(acc) + eps would be 1.25)
+     * step 2: acc = 0.5, w -= 0.05 / sqrt(1.25) = 0.0447213595 -> 0.9052786405 */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAGRAD, 0.1);
+    float p = 1.0f, g = 0.5f, acc;
+
+    c.initial_accumulator_value = 0.0;
+    c.epsilon = 0.75;
+    optimizer_slots_init(&c, &acc, 1);
+    optimizer_apply_dense(&c, 0, &p, &g, &acc, 1);
+    ASSERT_CLOSE(p, 0.95);
+    optimizer_apply_dense(&c, 1, &p, &g, &acc, 1);
+    ASSERT_CLOSE(p, 0.9052786405);
+    ASSERT_CLOSE(acc, 0.5);
+}
+END_TEST
+
+/* ---- RMSprop ------------------------------------------------------------------------------------
+ */
+
+START_TEST(rmsprop_matches_the_keras_docstring_example)
+{
+    /* RMSprop(learning_rate=0.1) on loss var^2 / 2 from var = 10 (gradient = var) gives 9.683772:
+     * v = 0.1 * 100 = 10; var -= 0.1 * 10 / sqrt(10 + 1e-7) = 0.316227766.
+     * A second step: g = 9.683772236, v = 9 + 9.377544466 = 18.377544466,
+     * var -= 0.968377224 / sqrt(18.3775446) = 0.225891987 -> 9.457880249. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_RMSPROP, 0.1);
+    float var = 10.0f, g, v;
+
+    optimizer_slots_init(&c, &v, 1);
+    g = var;
+    optimizer_apply_dense(&c, 0, &var, &g, &v, 1);
+    ASSERT_CLOSE(var, 9.683772236);
+    ASSERT_CLOSE(v, 10.0);
+    g = var;
+    optimizer_apply_dense(&c, 1, &var, &g, &v, 1);
+    ASSERT_CLOSE(var, 9.457880249);
+}
+END_TEST
+
+/* RMSprop with rho 0.5, eps 0, lr 0.1 on p = [1, 2], g = [0.5, -1] each step.
+ * plain:    step 1 v = [0.125, 0.5]; inc = [0.05 / 0.3535533906, -0.1 / 0.7071067812]
+ *             = [0.1414213562, -0.1414213562]          w = [0.8585786438, 2.1414213562]
+ *           step 2 v = [0.1875, 0.75]; inc = [0.05 / 0.4330127019, -0.1 / 0.8660254038]
+ *             = [0.1154700538, -0.1154700538]          w = [0.7431085899, 2.2568914101]
+ * momentum 0.5: step 1 as plain (mom = inc);
+ *           step 2 mom = [0.0707106781 + 0.1154700538, ...] = [0.1861807319, -0.1861807319]
+ *                                                      w = [0.6723979118, 2.3276020882]
+ * centered: step 1 avg = [0.25, -0.5]; denominator v - avg^2 = [0.0625, 0.25];
+ *             inc = [0.05 / 0.25, -0.1 / 0.5] = [0.2, -0.2]   w = [0.8, 2.2]
+ *           step 2 avg = [0.375, -0.75]; v - avg^2 = [0.046875, 0.1875];
+ *             inc = [0.05 / 0.2165063509, -0.1 / 0.4330127019] = [0.2309401077, -0.2309401077]
+ *                                                      w = [0.5690598923, 2.4309401077]
+ * centered + momentum 0.5: step 2 mom = [0.1 + 0.2309401077, ...] = [0.3309401077, ...]
+ *                                                      w = [0.4690598923, 2.5309401077] */
+static optimizer_config_t rmsprop_half(double momentum, bool centered)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_RMSPROP, 0.1);
+    c.rho = 0.5;
+    c.epsilon = 0.0;
+    c.momentum = momentum;
+    c.centered = centered;
+    return c;
+}
+
+START_TEST(rmsprop_divides_by_the_root_mean_square)
+{
+    optimizer_config_t c = rmsprop_half(0.0, false);
+    float p[2], slots[2];
+
+    run_two_params(&c, 1, p, slots);
+    assert_params(p, (double[]){0.8585786438, 2.1414213562}, 2);
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.7431085899, 2.2568914101}, 2);
+    ASSERT_CLOSE(slots[0], 0.1875);
+    ASSERT_CLOSE(slots[1], 0.75);
+}
+END_TEST
+
+START_TEST(rmsprop_momentum_accumulates_the_increments)
+{
+    optimizer_config_t c = rmsprop_half(0.5, false);
+    float p[2], slots[4];
+
+    run_two_params(&c, 1, p, slots);
+    assert_params(p, (double[]){0.8585786438, 2.1414213562}, 2);
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.6723979118, 2.3276020882}, 2);
+    ASSERT_CLOSE(slots[2], 0.1861807319); /* slot 1 is the momentum */
+    ASSERT_CLOSE(slots[3], -0.1861807319);
+}
+END_TEST
+
+START_TEST(rmsprop_centered_subtracts_the_squared_mean_gradient)
+{
+    optimizer_config_t c = rmsprop_half(0.0, true);
+    float p[2], slots[4];
+
+    run_two_params(&c, 1, p, slots);
+    assert_params(p, (double[]){0.8, 2.2}, 2);
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.5690598923, 2.4309401077}, 2);
+    ASSERT_CLOSE(slots[2], 0.375); /* without momentum, slot 1 is the average gradient */
+    ASSERT_CLOSE(slots[3], -0.75);
+}
+END_TEST
+
+START_TEST(rmsprop_centered_with_momentum_keeps_three_slots)
+{
+    optimizer_config_t c = rmsprop_half(0.5, true);
+    float p[2], slots[6];
+
+    run_two_params(&c, 2, p, slots);
+    assert_params(p, (double[]){0.4690598923, 2.5309401077}, 2);
+    ASSERT_CLOSE(slots[0], 0.1875);       /* velocity */
+    ASSERT_CLOSE(slots[2], 0.3309401077); /* momentum */
+    ASSERT_CLOSE(slots[4], 0.375);        /* average gradient */
+}
+END_TEST
+
+START_TEST(rmsprop_adds_epsilon_inside_the_square_root)
+{
+    /* rho 0.5, eps 0.875, lr 0.1, g = 0.5: v = 0.125, w -= 0.05 / sqrt(1.0) -> 0.95. */
+    optimizer_config_t c = rmsprop_half(0.0, false);
+    float p = 1.0f, g = 0.5f, v;
+
+    c.epsilon = 0.875;
+    optimizer_slots_init(&c, &v, 1);
+    optimizer_apply_dense(&c, 0, &p, &g, &v, 1);
+    ASSERT_CLOSE(p, 0.95);
+}
+END_TEST
+
+/* ---- learning-rate schedules -------------------------------------------------------------------
+ */
+
+START_TEST(constant_rate_is_multiplied_by_lr_scale)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.01);
+
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.01);
+    c.lr_scale = 4.0;
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.04);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 123456), 0.04);
+}
+END_TEST
+
+START_TEST(linear_warmup_ramps_to_lr_and_stays)
+{
+    /* initial 0.1 -> lr 0.5 over 4 steps: 0.1 + 0.4 * step / 4 for step < 4, then 0.5. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.5);
+
+    c.schedule.kind = LR_LINEAR_WARMUP;
+    c.schedule.initial_lr = 0.1;
+    c.schedule.warmup_steps = 4;
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.1);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 1), 0.2);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 2), 0.3);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 3), 0.4);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 4), 0.5);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 1000), 0.5);
+    c.lr_scale = 2.0;
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 2), 0.6);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 4), 1.0);
+}
+END_TEST
+
+START_TEST(exponential_decay_is_continuous_unless_staircase)
+{
+    /* 0.1 * 0.5 ^ (step / 10): step 5 -> 0.1 * 0.5^0.5 = 0.0707106781, step 10 -> 0.05,
+     * step 25 -> 0.1 * 0.5^2.5 = 0.0176776695. Staircase floors the exponent: 9 -> 0.1,
+     * 10 -> 0.05, 19 -> 0.05, 25 -> 0.025. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 1.0);
+
+    c.schedule.kind = LR_EXPONENTIAL_DECAY;
+    c.schedule.initial_lr = 0.1;
+    c.schedule.decay_rate = 0.5;
+    c.schedule.decay_steps = 10;
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.1);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 5), 0.07071067812);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 10), 0.05);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 25), 0.01767766953);
+    c.schedule.staircase = true;
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.1);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 9), 0.1);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 10), 0.05);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 19), 0.05);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 25), 0.025);
+    c.lr_scale = 3.0;
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 10), 0.15);
+}
+END_TEST
+
+START_TEST(piecewise_constant_includes_each_boundary_in_the_piece_before)
+{
+    /* Keras's docstring example: boundaries [100000, 110000], values [1.0, 0.5, 0.1] is 1.0 for
+     * the first 100001 steps (0..100000), 0.5 for the next 10000, 0.1 after. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 1.0);
+
+    c.schedule.kind = LR_PIECEWISE_CONSTANT;
+    c.schedule.n_boundaries = 2;
+    c.schedule.boundaries[0] = 100000;
+    c.schedule.boundaries[1] = 110000;
+    c.schedule.values[0] = 1.0;
+    c.schedule.values[1] = 0.5;
+    c.schedule.values[2] = 0.1;
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 1.0);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 100000), 1.0);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 100001), 0.5);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 110000), 0.5);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 110001), 0.1);
+    ASSERT_CLOSE(optimizer_learning_rate(&c, INT64_MAX), 0.1);
+    c.lr_scale = 2.0;
+    ASSERT_CLOSE(optimizer_learning_rate(&c, 100001), 1.0);
+}
+END_TEST
+
+START_TEST(updates_use_the_rate_scheduled_for_their_step)
+{
+    /* SGD with values [0.1, 0.01] split at boundary 0: step 0 moves w = 1 by 0.1 * 1 to 0.9,
+     * step 1 by 0.01 to 0.89. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 1.0);
+    float p = 1.0f, g = 1.0f;
+
+    c.schedule.kind = LR_PIECEWISE_CONSTANT;
+    c.schedule.n_boundaries = 1;
+    c.schedule.boundaries[0] = 0;
+    c.schedule.values[0] = 0.1;
+    c.schedule.values[1] = 0.01;
+    optimizer_apply_dense(&c, 0, &p, &g, NULL, 1);
+    ASSERT_CLOSE(p, 0.9);
+    optimizer_apply_dense(&c, 1, &p, &g, NULL, 1);
+    ASSERT_CLOSE(p, 0.89);
+}
+END_TEST
+
+/* ---- row updates --------------------------------------------------------------------------------
+ */
+
+enum { N_ROW_CONFIGS = 10 };
+
+/* Every kernel: SGD, momentum, Nesterov, Adam, AMSGrad, Adagrad and the four RMSprop variants. */
+static optimizer_config_t row_config(int i)
+{
+    static const optimizer_kind_t kinds[N_ROW_CONFIGS] = {
+        OPTIMIZER_SGD,     OPTIMIZER_SGD,     OPTIMIZER_SGD,     OPTIMIZER_ADAM,
+        OPTIMIZER_ADAM,    OPTIMIZER_ADAGRAD, OPTIMIZER_RMSPROP, OPTIMIZER_RMSPROP,
+        OPTIMIZER_RMSPROP, OPTIMIZER_RMSPROP,
+    };
+    optimizer_config_t c = config_with_lr(kinds[i], 0.05);
+
+    c.momentum = (i == 1 || i == 2 || i == 7 || i == 9) ? 0.9 : 0.0;
+    c.nesterov = i == 2;
+    c.amsgrad = i == 4;
+    c.centered = i == 8 || i == 9;
+    return c;
+}
+
+enum { ROWS = 4, ROW_LEN = 5, N = ROWS * ROW_LEN };
+
+static float test_value(size_t i, int salt)
+{
+    return (float)((int)((i * 7 + (size_t)salt * 13) % 11) - 5) / 4.0f;
+}
+
+START_TEST(rows_touching_every_row_once_equal_the_dense_update)
+{
+    optimizer_config_t c = row_config(_i);
+    static const int64_t order[ROWS] = {2, 0, 3, 1};
+    float dense_p[N], dense_s[MAX_SLOTS * N], rows_p[N], rows_s[MAX_SLOTS * N];
+    float g[N], g_rows[N];
+    size_t moved = 0;
+
+    ck_assert_uint_le(optimizer_slot_count(&c), MAX_SLOTS);
+    for (size_t i = 0; i < N; i++)
+        dense_p[i] = rows_p[i] = test_value(i, 1);
+    optimizer_slots_init(&c, dense_s, N);
+    optimizer_slots_init(&c, rows_s, N);
+    for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < N; i++)
+            g[i] = test_value(i, step + 2);
+        /* The same gradients, sent as rows in another order. */
+        for (size_t j = 0; j < ROWS; j++)
+            memcpy(g_rows + j * ROW_LEN, g + order[j] * ROW_LEN, ROW_LEN * sizeof(float));
+        optimizer_apply_dense(&c, step, dense_p, g, dense_s, N);
+        ck_assert_int_eq(optimizer_apply_rows(&c, step, rows_p, ROWS, ROW_LEN, order, g_rows, ROWS,
+                                              rows_s, NULL, NULL),
+                         STATUS_OK);
+    }
+    for (size_t i = 0; i < N; i++) {
+        ck_assert_msg(close_enough(rows_p[i], dense_p[i]), "config %d: p[%zu] rows %.9g dense %.9g",
+                      _i, i, (double)rows_p[i], (double)dense_p[i]);
+        moved += rows_p[i] != test_value(i, 1);
+    }
+    ck_assert_uint_gt(moved, N / 2); /* the comparison is not between two untouched tensors */
+    for (size_t i = 0; i < optimizer_slot_count(&c) * N; i++)
+        ck_assert_msg(close_enough(rows_s[i], dense_s[i]),
+                      "config %d: slot %zu rows %.9g dense %.9g", _i, i, (double)rows_s[i],
+                      (double)dense_s[i]);
+}
+END_TEST
+
+START_TEST(rows_leave_untouched_rows_and_their_slots_alone)
+{
+    /* Adam on a [3, 2] tensor after one dense step (so every slot is non-zero); a row update of
+     * row 1 with gradient [0.5, -1] changes row 1 exactly as a dense update of that row alone. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    float p[6], s[12], before_p[6], before_s[12], g_all[6] = {1, 1, 1, 1, 1, 1};
+    float g_row[2] = {0.5f, -1.0f}, alone_p[2], alone_s[4];
+    int64_t idx = 1;
+
+    for (size_t i = 0; i < 6; i++)
+        p[i] = (float)i;
+    optimizer_slots_init(&c, s, 6);
+    optimizer_apply_dense(&c, 0, p, g_all, s, 6);
+    memcpy(before_p, p, sizeof(p));
+    memcpy(before_s, s, sizeof(s));
+
+    ck_assert_int_eq(optimizer_apply_rows(&c, 1, p, 3, 2, &idx, g_row, 1, s, NULL, NULL),
+                     STATUS_OK);
+    for (size_t k = 0; k < 2; k++) { /* rows 0 and 2, m and v of rows 0 and 2 */
+        for (size_t i = 0; i < 2; i++) {
+            ck_assert(p[i] == before_p[i] && p[4 + i] == before_p[4 + i]);
+            ck_assert(s[k * 6 + i] == before_s[k * 6 + i]);
+            ck_assert(s[k * 6 + 4 + i] == before_s[k * 6 + 4 + i]);
+        }
+    }
+    memcpy(alone_p, before_p + 2, sizeof(alone_p));
+    for (size_t k = 0; k < 2; k++)
+        memcpy(alone_s + k * 2, before_s + k * 6 + 2, 2 * sizeof(float));
+    optimizer_apply_dense(&c, 1, alone_p, g_row, alone_s, 2);
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert(p[2 + i] != before_p[2 + i]);
+        ASSERT_CLOSE(p[2 + i], alone_p[i]);
+        ASSERT_CLOSE(s[2 + i], alone_s[i]);
+        ASSERT_CLOSE(s[6 + 2 + i], alone_s[2 + i]);
+    }
+}
+END_TEST
+
+START_TEST(rows_sum_duplicate_indices_before_the_update)
+{
+    /* Adagrad, accumulator 0, eps 0, lr 0.1 on a [3, 2] tensor of ones; indices [2, 0, 2] with
+     * gradient rows [1, 2], [3, 4], [5, 6]. Row 2 gets the sum [6, 8] once: acc = [36, 64] and
+     * w -= 0.1 * [6 / 6, 8 / 8] = 0.1. (Applied one after the other it would be 0.1 + 0.098.)
+     * Row 0 gets [3, 4]: acc = [9, 16], w -= 0.1. Row 1 is not touched. */
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAGRAD, 0.1);
+    float p[6] = {1, 1, 1, 1, 1, 1}, acc[6];
+    const float g[6] = {1, 2, 3, 4, 5, 6};
+    const int64_t idx[3] = {2, 0, 2};
+    max_align_t scratch[16];
+
+    c.initial_accumulator_value = 0.0;
+    c.epsilon = 0.0;
+    optimizer_slots_init(&c, acc, 6);
+    ck_assert_uint_le(optimizer_rows_scratch_size(3, 2), sizeof(scratch));
+    ck_assert_int_eq(optimizer_apply_rows(&c, 0, p, 3, 2, idx, g, 3, acc, scratch, NULL),
+                     STATUS_OK);
+    assert_params(p, (double[]){0.9, 0.9, 1.0, 1.0, 0.9, 0.9}, 6);
+    assert_params(acc, (double[]){9, 16, 0, 0, 36, 64}, 6);
+}
+END_TEST
+
+START_TEST(rows_with_caller_scratch_match_rows_that_allocate)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    const int64_t idx[5] = {3, 1, 3, 0, 1};
+    float g[5 * ROW_LEN], a_p[N], a_s[2 * N], b_p[N], b_s[2 * N];
+    size_t bytes = optimizer_rows_scratch_size(5, ROW_LEN);
+    void *scratch = malloc(bytes);
+
+    ck_assert_ptr_nonnull(scratch);
+    for (size_t i = 0; i < 5 * ROW_LEN; i++)
+        g[i] = test_value(i, 3);
+    for (size_t i = 0; i < N; i++)
+        a_p[i] = b_p[i] = test_value(i, 4);
+    optimizer_slots_init(&c, a_s, N);
+    optimizer_slots_init(&c, b_s, N);
+    ck_assert_int_eq(optimizer_apply_rows(&c, 0, a_p, ROWS, ROW_LEN, idx, g, 5, a_s, scratch, NULL),
+                     STATUS_OK);
+    ck_assert_int_eq(optimizer_apply_rows(&c, 0, b_p, ROWS, ROW_LEN, idx, g, 5, b_s, NULL, NULL),
+                     STATUS_OK);
+    ck_assert(memcmp(a_p, b_p, sizeof(a_p)) == 0);
+    ck_assert(memcmp(a_s, b_s, sizeof(a_s)) == 0);
+    free(scratch);
+}
+END_TEST
+
+START_TEST(rows_reject_out_of_range_indices_before_changing_anything)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    float p[6] = {1, 2, 3, 4, 5, 6}, s[12], before_p[6], before_s[12];
+    const float g[4] = {1, 1, 1, 1};
+    const int64_t past_end[2] = {0, 3}, negative[2] = {1, -1};
+    status_msg_t err;
+
+    optimizer_slots_init(&c, s, 6);
+    memcpy(before_p, p, sizeof(p));
+    memcpy(before_s, s, sizeof(s));
+    /* Row 0 comes first and is valid, yet must not be updated either. */
+    ck_assert_int_eq(optimizer_apply_rows(&c, 0, p, 3, 2, past_end, g, 2, s, NULL, &err),
+                     STATUS_OUT_OF_RANGE);
+    ck_assert_int_eq(err.status, STATUS_OUT_OF_RANGE);
+    ck_assert_ptr_nonnull(strstr(err.text, "row index 3 "));
+    ck_assert_ptr_nonnull(strstr(err.text, "[0, 3)"));
+    ck_assert(memcmp(p, before_p, sizeof(p)) == 0);
+    ck_assert(memcmp(s, before_s, sizeof(s)) == 0);
+
+    ck_assert_int_eq(optimizer_apply_rows(&c, 0, p, 3, 2, negative, g, 2, s, NULL, &err),
+                     STATUS_OUT_OF_RANGE);
+    ck_assert_ptr_nonnull(strstr(err.text, "row index -1 "));
+    ck_assert(memcmp(p, before_p, sizeof(p)) == 0);
+    ck_assert(memcmp(s, before_s, sizeof(s)) == 0);
+}
+END_TEST
+
+START_TEST(rows_with_no_indices_change_nothing)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    float p[2] = {1, 2};
+
+    ck_assert_int_eq(optimizer_apply_rows(&c, 0, p, 1, 2, NULL, NULL, 0, NULL, NULL, NULL),
+                     STATUS_OK);
+    ck_assert(p[0] == 1.0f && p[1] == 2.0f);
+}
+END_TEST
+
+/* ---- validation ---------------------------------------------------------------------------------
+ */
+
+static void assert_rejected(const optimizer_config_t *c, const char *text)
+{
+    status_msg_t err;
+
+    ck_assert_int_eq(optimizer_config_validate(c, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, text) != NULL, "message \"%s\" lacks \"%s\"", err.text, text);
+}
+
+START_TEST(validate_names_bad_rates_and_factors)
+{
+    optimizer_config_t c;
+    status_msg_t err;
+
+    c = config_with_lr(OPTIMIZER_ADAM, 0.0);
+    assert_rejected(&c, "optimizer.schedule.lr must be > 0, got 0");
+    c = config_with_lr(OPTIMIZER_ADAM, NAN);
+    assert_rejected(&c, "optimizer.schedule.lr must be > 0");
+    c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    c.lr_scale = 0.0;
+    assert_rejected(&c, "optimizer.lr_scale must be > 0, got 0");
+
+    c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    c.beta_1 = 1.5;
+    assert_rejected(&c, "optimizer.beta_1 must be in [0, 1), got 1.5");
+    c.beta_1 = 0.0; /* no first moment decay memory at all is allowed */
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+    c.beta_2 = 1.0;
+    assert_rejected(&c, "optimizer.beta_2 must be in [0, 1), got 1");
+    c.beta_2 = 0.999;
+    c.epsilon = -1e-7;
+    assert_rejected(&c, "optimizer.epsilon must be >= 0, got -1e-07");
+
+    c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    c.momentum = -0.1;
+    assert_rejected(&c, "optimizer.momentum must be in [0, 1], got -0.1");
+    c.momentum = 1.0; /* Keras's SGD accepts [0, 1] */
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+
+    c = config_with_lr(OPTIMIZER_ADAGRAD, 0.1);
+    c.initial_accumulator_value = -0.1;
+    assert_rejected(&c, "optimizer.initial_accumulator_value must be >= 0, got -0.1");
+
+    c = config_with_lr(OPTIMIZER_RMSPROP, 0.1);
+    c.rho = 1.0;
+    assert_rejected(&c, "optimizer.rho must be in [0, 1), got 1");
+    c.rho = 0.9;
+    c.momentum = 2.0;
+    assert_rejected(&c, "optimizer.momentum must be in [0, 1], got 2");
+
+    c = config_with_lr(OPTIMIZER_ADAM, 0.1);
+    c.kind = (optimizer_kind_t)9;
+    assert_rejected(&c, "optimizer.kind");
+}
+END_TEST
+
+START_TEST(validate_names_bad_schedules)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    status_msg_t err;
+
+    c.schedule.kind = LR_LINEAR_WARMUP;
+    c.schedule.initial_lr = 0.0; /* warming up from zero is the usual case */
+    c.schedule.warmup_steps = 0;
+    assert_rejected(&c, "optimizer.schedule.warmup_steps must be > 0, got 0");
+    c.schedule.warmup_steps = 100;
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+
+    c.schedule.kind = LR_EXPONENTIAL_DECAY;
+    c.schedule.initial_lr = 0.1;
+    c.schedule.decay_rate = 0.9;
+    c.schedule.decay_steps = 0;
+    assert_rejected(&c, "optimizer.schedule.decay_steps must be > 0, got 0");
+    c.schedule.decay_steps = 1000;
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+    c.schedule.decay_rate = 0.0;
+    assert_rejected(&c, "optimizer.schedule.decay_rate must be > 0, got 0");
+
+    c.schedule.kind = LR_PIECEWISE_CONSTANT;
+    c.schedule.n_boundaries = 2;
+    c.schedule.boundaries[0] = 10;
+    c.schedule.boundaries[1] = 10;
+    c.schedule.values[0] = 0.1;
+    c.schedule.values[1] = 0.01;
+    c.schedule.values[2] = 0.001;
+    assert_rejected(&c, "optimizer.schedule.boundaries must be strictly increasing");
+    c.schedule.boundaries[1] = 20;
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+    c.schedule.values[1] = 0.0;
+    assert_rejected(&c, "optimizer.schedule.values[1] must be > 0, got 0");
+    c.schedule.values[1] = 0.01;
+    c.schedule.n_boundaries = LR_MAX_PIECES + 1;
+    assert_rejected(&c, "optimizer.schedule.n_boundaries must be in [1, 16], got 17");
+    c.schedule.n_boundaries = 0;
+    assert_rejected(&c, "optimizer.schedule.n_boundaries");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("optimizer");
+    TCase *tc = tcase_create("optimizer");
+    SRunner *sr;
+    int failed;
+
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, defaults_match_keras_for_every_kind);
+    tcase_add_test(tc, slot_count_follows_kind_and_options);
+    tcase_add_test(tc, slots_start_at_zero_except_adagrad_accumulator);
+    tcase_add_test(tc, kind_names_are_the_job_file_keys);
+    tcase_add_test(tc, sgd_subtracts_lr_times_gradient);
+    tcase_add_test(tc, sgd_momentum_accumulates_velocity);
+    tcase_add_test(tc, sgd_nesterov_steps_with_the_look_ahead_velocity);
+    tcase_add_test(tc, sgd_nesterov_without_momentum_is_plain_sgd);
+    tcase_add_test(tc, adam_with_keras_defaults_takes_bias_corrected_steps);
+    tcase_add_test(tc, adam_divides_by_the_current_second_moment);
+    tcase_add_test(tc, amsgrad_divides_by_the_largest_second_moment_seen);
+    tcase_add_test(tc, adam_adds_epsilon_outside_the_square_root);
+    tcase_add_test(tc, dense_update_covers_every_element_of_an_odd_length);
+    tcase_add_test(tc, adagrad_scales_by_the_accumulated_squares);
+    tcase_add_test(tc, adagrad_adds_epsilon_inside_the_square_root);
+    tcase_add_test(tc, rmsprop_matches_the_keras_docstring_example);
+    tcase_add_test(tc, rmsprop_divides_by_the_root_mean_square);
+    tcase_add_test(tc, rmsprop_momentum_accumulates_the_increments);
+    tcase_add_test(tc, rmsprop_centered_subtracts_the_squared_mean_gradient);
+    tcase_add_test(tc, rmsprop_centered_with_momentum_keeps_three_slots);
+    tcase_add_test(tc, rmsprop_adds_epsilon_inside_the_square_root);
+    tcase_add_test(tc, constant_rate_is_multiplied_by_lr_scale);
+    tcase_add_test(tc, linear_warmup_ramps_to_lr_and_stays);
+    tcase_add_test(tc, exponential_decay_is_continuous_unless_staircase);
+    tcase_add_test(tc, piecewise_constant_includes_each_boundary_in_the_piece_before);
+    tcase_add_test(tc, updates_use_the_rate_scheduled_for_their_step);
+    tcase_add_loop_test(tc, rows_touching_every_row_once_equal_the_dense_update, 0, N_ROW_CONFIGS);
+    tcase_add_test(tc, rows_leave_untouched_rows_and_their_slots_alone);
+    tcase_add_test(tc, rows_sum_duplicate_indices_before_the_update);
+    tcase_add_test(tc, rows_with_caller_scratch_match_rows_that_allocate);
+    tcase_add_test(tc, rows_reject_out_of_range_indices_before_changing_anything);
+    tcase_add_test(tc, rows_with_no_indices_change_nothing);
+    tcase_add_test(tc, validate_names_bad_rates_and_factors);
+    tcase_add_test(tc, validate_names_bad_schedules);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,1023 @@
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "data.h"
+
+#define FASHION_DIR "/usr/share/datasets/fashion-mnist"
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void tmpdir_setup(void)
+{
+    strcpy(tmpdir, "/tmp/tessera-test-data-XXXXXX");
+    if (mkdtemp(tmpdir) == NULL) {
+        perror("mkdtemp");
+        exit(EXIT_FAILURE);
+    }
+}
+
+static void tmpdir_teardown(void)
+{
+    DIR *d = opendir(tmpdir);
+    struct dirent *de;
+    char path[512];
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", tmpdir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(tmpdir);
+}
+
+static const char *tmp_path(const char *name)
+{
+    static char paths[4][512];
+    static int next;
+    char *p = paths[next++ % 4];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    return p;
+}
+
+/* Writes bytes to name in the temp dir, through gzip when gz; returns the path. */
+static const char *write_file(const char *name, const void *bytes, size_t len, bool gz)
+{
+    const char *path = tmp_path(name);
+    if (gz) {
+        gzFile f = gzopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_eq(gzwrite(f, bytes, (unsigned)len), (int)len);
+        ck_assert_int_eq(gzclose(f), Z_OK);
+    } else {
+        FILE *f = fopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
+        ck_assert_int_eq(fclose(f), 0);
+    }
+    return path;
+}
+
+/* An IDX file of the given magic and dims; data is (i * 7 + 3) mod 256, or `data` when given.
+ * Returns its length; the caller frees *ret. */
+static size_t idx_make(uint32_t magic, const uint32_t *dims, int rank, const uint8_t *data,
+                       uint8_t **ret)
+{
+    size_t n = 1, len;
+    uint8_t *b;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    len = 4 + 4 * (size_t)rank + n;
+    b = malloc(len);
+    ck_assert_ptr_nonnull(b);
+    for (int i = 0; i < 4; i++)
+        b[i] = (uint8_t)(magic >> (24 - 8 * i));
+    for (int r = 0; r < rank; r++)
+        for (int i = 0; i < 4; i++)
+            b[4 + 4 * r + i] = (uint8_t)(dims[r] >> (24 - 8 * i));
+    for (size_t i = 0; i < n; i++)
+        b[4 + 4 * rank + i] = data != NULL ? data[i] : (uint8_t)(i * 7 + 3);
+    *ret = b;
+    return len;
+}
+
+/* Writes an IDX file (optionally cut to `cut` bytes, when cut > 0) and returns its path. */
+static const char *idx_write(const char *name, uint32_t magic, const uint32_t *dims, int rank,
+                             const uint8_t *data, bool gz, size_t cut)
+{
+    uint8_t *b;
+    size_t len = idx_make(magic, dims, rank, data, &b);
+    const char *path = write_file(name, b, cut > 0 ? cut : len, gz);
+    free(b);
+    return path;
+}
+
+static const char *labels_write(const char *name, const uint8_t *labels, uint32_t n, bool gz)
+{
+    return idx_write(name, 0x801, &n, 1, labels, gz, 0);
+}
+
+/* A dataset built by hand: example e has features {e, e + 0.5} and label e. */
+static dataset_t *counting_dataset(size_t n)
+{
+    dataset_t *ds = calloc(1, sizeof(*ds));
+    ck_assert_ptr_nonnull(ds);
+    ds->n = n;
+    ds->feature_len = 2;
+    ds->rank = 1;
+    ds->shape[0] = 2;
+    ds->features = aligned_alloc(64, (n * 2 * sizeof(float) + 63) / 64 * 64);
+    ds->labels = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(ds->features);
+    ck_assert_ptr_nonnull(ds->labels);
+    for (size_t e = 0; e < n; e++) {
+        ds->features[2 * e] = (float)e;
+        ds->features[2 * e + 1] = (float)e + 0.5f;
+        ds->labels[e] = (float)e;
+    }
+    return ds;
+}
+
+static data_pipeline_opts_t opts_default(void)
+{
+    data_pipeline_opts_t o = {.shard_index = 0,
+                              .num_shards = 1,
+                              .batch_size = 8,
+                              .drop_remainder = false,
+                              .shuffle_buffer = 0,
+                              .seed = 42,
+                              .epochs = 1,
+                              .prefetch = 0};
+    return o;
+}
+
+static data_pipeline_t *pipeline(const dataset_t *ds, const data_pipeline_opts_t *o)
+{
+    data_pipeline_t *p = NULL;
+    status_msg_t err = {0};
+    status_t rc = data_pipeline_new(ds, o, &p, &err);
+    ck_assert_msg(rc == STATUS_OK, "data_pipeline_new: %s", err.text);
+    return p;
+}
+
+/* Drains the pipeline into order[] (example ids, i.e. labels), epochs[] per element; checks
+ * that every batch's feature rows belong to its labels. Returns the element count. */
+static size_t drain(data_pipeline_t *p, size_t *order, int64_t *epochs, size_t cap)
+{
+    data_batch_t b;
+    size_t n = 0;
+    while (data_pipeline_next(p, &b)) {
+        for (int i = 0; i < b.size; i++) {
+            ck_assert_uint_lt(n, cap);
+            ck_assert_float_eq(b.features[2 * i], b.labels[i]);
+            ck_assert_float_eq(b.features[2 * i + 1], b.labels[i] + 0.5f);
+            order[n] = (size_t)b.labels[i];
+            if (epochs != NULL)
+                epochs[n] = b.epoch;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Checks that order[0..m) holds each index of shard (i % shards == index, i < n) exactly once. */
+static void assert_permutation_of_shard(const size_t *order, size_t m, size_t n, size_t shards,
+                                        size_t index)
+{
+    char *seen = calloc(n, 1);
+    size_t expect = 0;
+    ck_assert_ptr_nonnull(seen);
+    for (size_t i = index; i < n; i += shards)
+        expect++;
+    ck_assert_uint_eq(m, expect);
+    for (size_t i = 0; i < m; i++) {
+        ck_assert_uint_lt(order[i], n);
+        ck_assert_uint_eq(order[i] % shards, index);
+        ck_assert_int_eq(seen[order[i]], 0);
+        seen[order[i]] = 1;
+    }
+    free(seen);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- IDX --------------------------------------------------------------------------------- */
+
+static void check_small_idx(bool gz)
+{
+    const uint32_t dims[3] = {3, 2, 2};
+    const uint8_t labels[3] = {0, 2, 1};
+    const char *im = idx_write(gz ? "im.gz" : "im", 0x803, dims, 3, NULL, gz, 0);
+    const char *lb = labels_write(gz ? "lb.gz" : "lb", labels, 3, gz);
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+
+    ck_assert_msg(dataset_load_idx(im, lb, 0.5, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->n, 3);
+    ck_assert_uint_eq(ds->feature_len, 4);
+    ck_assert_int_eq(ds->rank, 2);
+    ck_assert_int_eq(ds->shape[0], 2);
+    ck_assert_int_eq(ds->shape[1], 2);
+    ck_assert_int_eq(ds->classes, 3);
+    ck_assert_uint_eq((uintptr_t)ds->features % 64, 0);
+    for (size_t i = 0; i < 12; i++)
+        ck_assert_float_eq(ds->features[i], (float)((i * 7 + 3) % 256) * 0.5f);
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_float_eq(ds->labels[i], labels[i]);
+    dataset_free(ds);
+}
+
+START_TEST(idx_loads_plain_files_scaled)
+{
+    check_small_idx(false);
+}
+END_TEST
+
+START_TEST(idx_loads_gzipped_files_detected_by_content)
+{
+    check_small_idx(true);
+}
+END_TEST
+
+START_TEST(idx_accepts_uint8_features_of_rank_1_and_4)
+{
+    const uint32_t d1[1] = {5}, d4[4] = {2, 3, 2, 2};
+    const uint8_t labels[5] = {1, 0, 1, 0, 1};
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+
+    const char *im = idx_write("r1", 0x801, d1, 1, NULL, false, 0);
+    const char *lb = labels_write("lb5", labels, 5, false);
+    ck_assert_msg(dataset_load_idx(im, lb, 1.0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->feature_len, 1);
+    ck_assert_int_eq(ds->rank, 1);
+    ck_assert_int_eq(ds->shape[0], 1);
+    ck_assert_float_eq(ds->features[4], 31.0f);
+    ck_assert_int_eq(ds->classes, 2);
+    dataset_free(ds);
+
+    im = idx_write("r4", 0x804, d4, 4, NULL, true, 0);
+    lb = labels_write("lb2", labels, 2, true);
+    ck_assert_msg(dataset_load_idx(im, lb, 1.0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->feature_len, 12);
+    ck_assert_int_eq(ds->rank, 3);
+    ck_assert_int_eq(ds->shape[0], 3);
+    ck_assert_int_eq(ds->shape[2], 2);
+    dataset_free(ds);
+}
+END_TEST
+
+static void expect_load_error(const char *im, const char *lb, status_t status, const char *name,
+                              const char *phrase)
+{
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+    status_t rc = dataset_load_idx(im, lb, 1.0, &ds, &err);
+    ck_assert_msg(rc == status, "got %s (%s), expected %s", status_name(rc), err.text,
+                  status_name(status));
+    ck_assert_ptr_null(ds);
+    ck_assert_msg(strstr(err.text, name) != NULL, "'%s' does not name %s", err.text, name);
+    ck_assert_msg(strstr(err.text, phrase) != NULL, "'%s' does not say '%s'", err.text, phrase);
+}
+
+START_TEST(idx_truncated_data_fails_naming_the_file)
+{
+    const uint32_t dims[3] = {3, 2, 2};
+    const uint8_t labels[3] = {0, 1, 2};
+    const char *lb = labels_write("lb", labels, 3, false);
+    /* 16-byte header + 12 data bytes, cut to 16 + 10. */
+    const char *im = idx_write("plain-cut", 0x803, dims, 3, NULL, false, 26);
+    expect_load_error(im, lb, STATUS_INVALID_ARGUMENT, im, "truncated");
+    im = idx_write("gz-cut", 0x803, dims, 3, NULL, true, 26);
+    expect_load_error(im, lb, STATUS_INVALID_ARGUMENT, im, "truncated");
+    im = idx_write("header-cut", 0x803, dims, 3, NULL, false, 9);
+    expect_load_error(im, lb, STATUS_INVALID_ARGUMENT, im, "truncated");
+    lb = idx_write("lb-cut", 0x801, dims, 1, labels, true, 10);
+    im = idx_write("im", 0x803, dims, 3, NULL, false, 0);
+    expect_load_error(im, lb, STATUS_INVALID_ARGUMENT, lb, "truncated");
+}
+END_TEST
+
+START_TEST(idx_cut_or_corrupt_gzip_stream_fails)
+{
+    const uint32_t dims[3] = {50, 8, 8};
+    uint8_t labels[50] = {0}, *raw, *gz;
+    const char *lb = labels_write("lb", labels, 50, false), *path;
+    size_t len = idx_make(0x803, dims, 3, NULL, &raw), gz_len;
+    FILE *f;
+
+    path = write_file("full.gz", raw, len, true);
+    f = fopen(path, "rb");
+    gz = malloc(len + 1024);
+    gz_len = fread(gz, 1, len + 1024, f);
+    fclose(f);
+    /* Cut inside the 8-byte trailer: all data inflates but the stream is incomplete. */
+    path = write_file("trailer-cut.gz", gz, gz_len - 3, false);
+    expect_load_error(path, lb, STATUS_INVALID_ARGUMENT, path, "truncated");
+    /* A wrong CRC-32 in the trailer. */
+    gz[gz_len - 8] ^= 0xff;
+    path = write_file("bad-crc.gz", gz, gz_len, false);
+    expect_load_error(path, lb, STATUS_INVALID_ARGUMENT, path, "corrupt");
+    free(gz);
+    free(raw);
+}
+END_TEST
+
+START_TEST(idx_bad_magic_type_or_label_rank_fails)
+{
+    const uint32_t dims[3] = {3, 2, 2};
+    const uint8_t labels[3] = {0, 1, 2};
+    const char *lb = labels_write("lb", labels, 3, false);
+    const char *im = idx_write("im", 0x803, dims, 3, NULL, false, 0);
+    const char *bad = idx_write("magic", 0x01020803, dims, 3, NULL, false, 0);
+    expect_load_error(bad, lb, STATUS_INVALID_ARGUMENT, bad, "bad magic");
+    bad = idx_write("float", 0x0d03, dims, 3, NULL, false, 0);
+    expect_load_error(bad, lb, STATUS_INVALID_ARGUMENT, bad, "not supported");
+    bad = idx_write("rank0", 0x0800, dims, 0, NULL, false, 0);
+    expect_load_error(bad, lb, STATUS_INVALID_ARGUMENT, bad, "bad magic");
+    bad = idx_write("lb-rank2", 0x802, dims, 2, NULL, false, 0);
+    expect_load_error(im, bad, STATUS_INVALID_ARGUMENT, bad, "rank 1");
+    bad = write_file("text", "hello, world, not an IDX file", 29, true);
+    expect_load_error(im, bad, STATUS_INVALID_ARGUMENT, bad, "bad magic");
+}
+END_TEST
+
+START_TEST(idx_count_mismatch_names_both_files)
+{
+    const uint32_t dims[3] = {3, 2, 2};
+    const uint8_t labels[2] = {0, 1};
+    const char *im = idx_write("train-images.gz", 0x803, dims, 3, NULL, true, 0);
+    const char *lb = labels_write("train-labels.gz", labels, 2, true);
+    char expect[1024];
+    snprintf(expect, sizeof(expect), "%s: 2 labels but %s has 3 images", lb, im);
+    expect_load_error(im, lb, STATUS_INVALID_ARGUMENT, lb, expect);
+}
+END_TEST
+
+START_TEST(idx_missing_file_is_not_found)
+{
+    const uint8_t labels[1] = {0};
+    const char *lb = labels_write("lb", labels, 1, false);
+    const char *missing = tmp_path("no-such-file.gz");
+    expect_load_error(missing, lb, STATUS_NOT_FOUND, missing, "cannot open");
+    expect_load_error(lb, missing, STATUS_NOT_FOUND, missing, "cannot open");
+}
+END_TEST
+
+START_TEST(idx_absurd_dimensions_or_trailing_data_are_refused)
+{
+    const uint32_t zero[3] = {3, 0, 2}, dims[3] = {3, 2, 2};
+    const uint8_t labels[3] = {0, 1, 2};
+    /* Only a header of 65536^3 pixels: refused before any allocation or read of the data. */
+    const uint8_t huge[16] = {0, 0, 8, 3, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0};
+    const char *lb = labels_write("lb", labels, 3, false);
+    const char *im = write_file("huge", huge, sizeof(huge), false);
+    uint8_t *raw;
+    size_t len;
+    expect_load_error(im, lb, STATUS_OUT_OF_RANGE, im, "GiB");
+    im = idx_write("zero", 0x803, zero, 3, NULL, false, 0);
+    expect_load_error(im, lb, STATUS_OUT_OF_RANGE, im, "dimension 1");
+    len = idx_make(0x803, dims, 3, NULL, &raw);
+    raw = realloc(raw, len + 5);
+    memset(raw + len, 0, 5);
+    im = write_file("long.gz", raw, len + 5, true);
+    free(raw);
+    expect_load_error(im, lb, STATUS_INVALID_ARGUMENT, im, "more data");
+}
+END_TEST
+
+static bool fashion_present(void)
+{
+    if (access(FASHION_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0)
+        return true;
+    fprintf(stderr, "skipped: %s is absent (Debian package dataset-fashion-mnist)\n", FASHION_DIR);
+    return false;
+}
+
+START_TEST(fashion_mnist_train_loads_60000_images_of_10_classes)
+{
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+    double sum = 0;
+    if (!fashion_present())
+        return;
+    ck_assert_msg(dataset_load_idx(FASHION_DIR "/train-images-idx3-ubyte.gz",
+                                   FASHION_DIR "/train-labels-idx1-ubyte.gz", 1.0 / 255, &ds,
+                                   &err) == STATUS_OK,
+                  "%s", err.text);
+    ck_assert_uint_eq(ds->n, 60000);
+    ck_assert_uint_eq(ds->feature_len, 784);
+    ck_assert_int_eq(ds->rank, 2);
+    ck_assert_int_eq(ds->shape[0], 28);
+    ck_assert_int_eq(ds->shape[1], 28);
+    ck_assert_int_eq(ds->classes, 10);
+    /* Values read independently with Python's gzip module. */
+    ck_assert_float_eq(ds->labels[0], 9);
+    ck_assert_float_eq(ds->labels[1], 0);
+    ck_assert_float_eq(ds->labels[3], 3);
+    ck_assert_float_eq(ds->labels[59999], 5);
+    ck_assert_float_eq_tol(ds->features[14 * 28 + 14], 217 / 255.0f, 1e-6);
+    ck_assert_float_eq_tol(ds->features[784 + 400], 197 / 255.0f, 1e-6);
+    ck_assert_float_eq_tol(ds->features[59999 * 784 + 500], 180 / 255.0f, 1e-6);
+    for (int i = 0; i < 784; i++)
+        sum += ds->features[i];
+    ck_assert_double_eq_tol(sum, 76247 / 255.0, 1e-3);
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(fashion_mnist_test_split_loads_10000_images)
+{
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+    if (!fashion_present())
+        return;
+    ck_assert_msg(dataset_load_idx(FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                                   FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 1.0, &ds,
+                                   &err) == STATUS_OK,
+                  "%s", err.text);
+    ck_assert_uint_eq(ds->n, 10000);
+    ck_assert_uint_eq(ds->feature_len, 784);
+    ck_assert_int_eq(ds->classes, 10);
+    ck_assert_float_eq(ds->labels[1], 2);
+    ck_assert_float_eq(ds->labels[4], 6);
+    ck_assert_float_eq(ds->features[14 * 28 + 14], 110);
+    ck_assert_float_eq(ds->features[9999 * 784 + 500], 63);
+    dataset_free(ds);
+}
+END_TEST
+
+/* ---- synthetic --------------------------------------------------------------------------- */
+
+static job_synthetic_t classification_spec(uint64_t seed)
+{
+    job_synthetic_t s = {.kind = JOB_SYNTHETIC_CLASSIFICATION,
+                         .examples = 3000,
+                         .shape = {8},
+                         .rank = 1,
+                         .classes = 3,
+                         .seed = seed};
+    return s;
+}
+
+static dataset_t *synthetic(const job_synthetic_t *spec, double scale)
+{
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+    ck_assert_msg(dataset_synthetic(spec, scale, &ds, &err) == STATUS_OK, "%s", err.text);
+    return ds;
+}
+
+START_TEST(synthetic_classification_is_deterministic_in_the_seed)
+{
+    job_synthetic_t spec = classification_spec(7);
+    dataset_t *a = synthetic(&spec, 2.0), *b = synthetic(&spec, 2.0), *c;
+    int count[3] = {0};
+    spec.seed = 8;
+    c = synthetic(&spec, 2.0);
+    ck_assert_int_eq(memcmp(a->features, b->features, 3000 * 8 * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a->labels, b->labels, 3000 * sizeof(float)), 0);
+    ck_assert_int_ne(memcmp(a->features, c->features, 3000 * 8 * sizeof(float)), 0);
+    ck_assert_int_eq(a->classes, 3);
+    ck_assert_uint_eq((uintptr_t)a->features % 64, 0);
+    for (size_t i = 0; i < 3000 * 8; i++) {
+        ck_assert_float_ge(a->features[i], 0);
+        ck_assert_float_lt(a->features[i], 2.0f);
+    }
+    for (size_t i = 0; i < 3000; i++) {
+        float l = a->labels[i];
+        ck_assert(l == 0 || l == 1 || l == 2);
+        count[(int)l]++;
+    }
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_gt(count[k], 300);
+    dataset_free(a);
+    dataset_free(b);
+    dataset_free(c);
+}
+END_TEST
+
+/* A multiclass perceptron trained on one seed's data classifies another seed's data: the
+ * labels come from one linear teacher, whatever the seed. */
+START_TEST(synthetic_classification_teacher_is_linear_and_shared_across_seeds)
+{
+    job_synthetic_t spec = classification_spec(1);
+    dataset_t *train = synthetic(&spec, 1.0), *test;
+    double w[3][9] = {{0}};
+    int correct = 0;
+    spec.seed = 2;
+    test = synthetic(&spec, 1.0);
+    for (int epoch = 0; epoch < 30; epoch++) {
+        for (size_t e = 0; e < train->n; e++) {
+            const float *x = train->features + e * 8;
+            int best = 0, y = (int)train->labels[e];
+            double score[3];
+            for (int c = 0; c < 3; c++) {
+                score[c] = w[c][8];
+                for (int k = 0; k < 8; k++)
+                    score[c] += w[c][k] * x[k];
+                if (score[c] > score[best])
+                    best = c;
+            }
+            if (best != y) {
+                for (int k = 0; k < 8; k++) {
+                    w[y][k] += x[k];
+                    w[best][k] -= x[k];
+                }
+                w[y][8] += 1;
+                w[best][8] -= 1;
+            }
+        }
+    }
+    for (size_t e = 0; e < test->n; e++) {
+        const float *x = test->features + e * 8;
+        int best = 0;
+        double score[3];
+        for (int c = 0; c < 3; c++) {
+            score[c] = w[c][8];
+            for (int k = 0; k < 8; k++)
+                score[c] += w[c][k] * x[k];
+            if (score[c] > score[best])
+                best = c;
+        }
+        correct += best == (int)test->labels[e];
+    }
+    ck_assert_msg(correct > 0.9 * (double)test->n, "accuracy %d / %zu", correct, test->n);
+    dataset_free(train);
+    dataset_free(test);
+}
+END_TEST
+
+START_TEST(synthetic_text_has_ids_in_vocabulary_and_balanced_labels)
+{
+    job_synthetic_t spec = {.kind = JOB_SYNTHETIC_TEXT,
+                            .examples = 2000,
+                            .shape = {20},
+                            .rank = 1,
+                            .vocabulary = 1000,
+                            .seed = 3};
+    dataset_t *a = synthetic(&spec, 1.0 / 255), *b = synthetic(&spec, 5.0);
+    size_t ones = 0;
+    bool saw_top = false, saw_one = false;
+    ck_assert_int_eq(a->classes, 2);
+    ck_assert_int_eq(a->rank, 1);
+    ck_assert_int_eq(a->shape[0], 20);
+    /* Ids are not scaled, and the same seed gives the same data. */
+    ck_assert_int_eq(memcmp(a->features, b->features, 2000 * 20 * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a->labels, b->labels, 2000 * sizeof(float)), 0);
+    for (size_t i = 0; i < 2000 * 20; i++) {
+        float id = a->features[i];
+        ck_assert_float_eq(id, floorf(id));
+        ck_assert_float_ge(id, 1);
+        ck_assert_float_lt(id, 1000);
+        saw_one |= id == 1;
+        saw_top |= id == 999;
+    }
+    ck_assert(saw_one && saw_top);
+    for (size_t i = 0; i < 2000; i++) {
+        ck_assert(a->labels[i] == 0 || a->labels[i] == 1);
+        ones += a->labels[i] == 1;
+    }
+    ck_assert_uint_gt(ones, 700);
+    ck_assert_uint_lt(ones, 1300);
+    dataset_free(a);
+    dataset_free(b);
+}
+END_TEST
+
+static void expect_spec_error(const job_synthetic_t *spec, status_t status, const char *phrase)
+{
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+    status_t rc = dataset_synthetic(spec, 1.0, &ds, &err);
+    ck_assert_msg(rc == status, "got %s (%s)", status_name(rc), err.text);
+    ck_assert_ptr_null(ds);
+    ck_assert_msg(strstr(err.text, phrase) != NULL, "'%s' does not say '%s'", err.text, phrase);
+}
+
+START_TEST(synthetic_rejects_a_bad_spec)
+{
+    job_synthetic_t s = classification_spec(1);
+    s.examples = 0;
+    expect_spec_error(&s, STATUS_INVALID_ARGUMENT, "examples");
+    s = classification_spec(1);
+    s.classes = 1;
+    expect_spec_error(&s, STATUS_INVALID_ARGUMENT, "classes");
+    s = classification_spec(1);
+    s.rank = 0;
+    expect_spec_error(&s, STATUS_INVALID_ARGUMENT, "shape");
+    s.rank = 5;
+    expect_spec_error(&s, STATUS_INVALID_ARGUMENT, "shape");
+    s = classification_spec(1);
+    s.shape[0] = 0;
+    expect_spec_error(&s, STATUS_INVALID_ARGUMENT, "shape[0]");
+    s = classification_spec(1);
+    s.examples = INT64_C(1) << 40;
+    expect_spec_error(&s, STATUS_OUT_OF_RANGE, "GiB");
+    s = classification_spec(1);
+    s.kind = JOB_SYNTHETIC_TEXT;
+    s.vocabulary = 1;
+    expect_spec_error(&s, STATUS_INVALID_ARGUMENT, "vocabulary");
+}
+END_TEST
+
+START_TEST(dataset_load_dispatches_on_the_format)
+{
+    const uint32_t dims[3] = {2, 1, 3};
+    const uint8_t labels[2] = {4, 1};
+    job_source_t src = {.present = true, .format = JOB_DATA_IDX};
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+
+    src.images = (char *)idx_write("im", 0x803, dims, 3, NULL, false, 0);
+    src.labels = (char *)labels_write("lb", labels, 2, false);
+    ck_assert_msg(dataset_load(&src, 1.0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->n, 2);
+    ck_assert_int_eq(ds->classes, 5);
+    dataset_free(ds);
+
+    src.format = JOB_DATA_SYNTHETIC;
+    src.synthetic = classification_spec(1);
+    ck_assert_msg(dataset_load(&src, 1.0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->n, 3000);
+    dataset_free(ds);
+    ds = NULL;
+
+    src.present = false;
+    ck_assert_int_eq(dataset_load(&src, 1.0, &ds, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_null(ds);
+}
+END_TEST
+
+/* ---- pipeline ---------------------------------------------------------------------------- */
+
+START_TEST(pipeline_two_shards_partition_the_data_exactly)
+{
+    dataset_t *ds = counting_dataset(103);
+    data_pipeline_opts_t o = opts_default();
+    size_t order[2][103], n[2];
+    char seen[103] = {0};
+    o.num_shards = 2;
+    o.shuffle_buffer = 10;
+    for (int s = 0; s < 2; s++) {
+        o.shard_index = s;
+        data_pipeline_t *p = pipeline(ds, &o);
+        ck_assert_int_eq(data_pipeline_batches_per_epoch(p), 7);
+        n[s] = drain(p, order[s], NULL, 103);
+        assert_permutation_of_shard(order[s], n[s], 103, 2, (size_t)s);
+        data_pipeline_free(p);
+    }
+    ck_assert_uint_eq(n[0], 52);
+    ck_assert_uint_eq(n[1], 51);
+    for (int s = 0; s < 2; s++)
+        for (size_t i = 0; i < n[s]; i++)
+            seen[order[s][i]]++;
+    for (size_t i = 0; i < 103; i++)
+        ck_assert_int_eq(seen[i], 1);
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(pipeline_shuffle_permutes_the_shard_differently_each_epoch)
+{
+    dataset_t *ds = counting_dataset(100);
+    data_pipeline_opts_t o = opts_default();
+    size_t order[300];
+    int64_t epochs[300];
+    o.batch_size = 7;
+    o.shuffle_buffer = 16;
+    o.epochs = 3;
+    data_pipeline_t *p = pipeline(ds, &o);
+    ck_assert_uint_eq(drain(p, order, epochs, 300), 300);
+    for (int e = 0; e < 3; e++) {
+        bool identity = true;
+        assert_permutation_of_shard(order + 100 * e, 100, 100, 1, 0);
+        for (size_t i = 0; i < 100; i++) {
+            ck_assert_int_eq(epochs[100 * e + i], e);
+            identity &= order[100 * e + i] == i;
+        }
+        ck_assert(!identity);
+    }
+    ck_assert_int_ne(memcmp(order, order + 100, 100 * sizeof(size_t)), 0);
+    ck_assert_int_ne(memcmp(order + 100, order + 200, 100 * sizeof(size_t)), 0);
+    data_pipeline_free(p);
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(pipeline_same_seed_repeats_the_order_and_another_seed_changes_it)
+{
+    dataset_t *ds = counting_dataset(64);
+    data_pipeline_opts_t o = opts_default();
+    size_t a[128], b[128], c[128];
+    data_pipeline_t *p;
+    o.shuffle_buffer = 64;
+    o.epochs = 2;
+    p = pipeline(ds, &o);
+    drain(p, a, NULL, 128);
+    data_pipeline_free(p);
+    p = pipeline(ds, &o);
+    drain(p, b, NULL, 128);
+    data_pipeline_free(p);
+    o.seed = 43;
+    p = pipeline(ds, &o);
+    drain(p, c, NULL, 128);
+    data_pipeline_free(p);
+    ck_assert_int_eq(memcmp(a, b, sizeof(a)), 0);
+    ck_assert_int_ne(memcmp(a, c, sizeof(a)), 0);
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(pipeline_buffer_of_zero_or_one_keeps_the_dataset_order)
+{
+    dataset_t *ds = counting_dataset(30);
+    data_pipeline_opts_t o = opts_default();
+    size_t order[90];
+    o.num_shards = 3;
+    o.shard_index = 1;
+    o.epochs = 2;
+    for (int buffer = 0; buffer <= 1; buffer++) {
+        o.shuffle_buffer = buffer;
+        data_pipeline_t *p = pipeline(ds, &o);
+        ck_assert_uint_eq(drain(p, order, NULL, 90), 20);
+        for (size_t i = 0; i < 20; i++)
+            ck_assert_uint_eq(order[i], 1 + 3 * (i % 10));
+        data_pipeline_free(p);
+    }
+    dataset_free(ds);
+}
+END_TEST
+
+/* A buffer of B holds only the next B inputs: output i comes from the first i + B. A buffer as
+ * large as the shard can put any example first. */
+START_TEST(pipeline_shuffle_buffer_bounds_how_far_examples_move)
+{
+    dataset_t *ds = counting_dataset(200);
+    data_pipeline_opts_t o = opts_default();
+    size_t order[200];
+    bool first_from_back_half = false;
+    o.shuffle_buffer = 5;
+    for (uint64_t seed = 0; seed < 20; seed++) {
+        o.seed = seed;
+        data_pipeline_t *p = pipeline(ds, &o);
+        drain(p, order, NULL, 200);
+        for (size_t i = 0; i < 200; i++)
+            ck_assert_uint_lt(order[i], i + 5);
+        data_pipeline_free(p);
+    }
+    o.shuffle_buffer = 1000;
+    for (uint64_t seed = 0; seed < 20; seed++) {
+        o.seed = seed;
+        data_pipeline_t *p = pipeline(ds, &o);
+        drain(p, order, NULL, 200);
+        assert_permutation_of_shard(order, 200, 200, 1, 0);
+        first_from_back_half |= order[0] >= 100;
+        data_pipeline_free(p);
+    }
+    ck_assert(first_from_back_half);
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(pipeline_keeps_the_last_partial_batch)
+{
+    dataset_t *ds = counting_dataset(10);
+    data_pipeline_opts_t o = opts_default();
+    const int sizes[3] = {4, 4, 2};
+    data_batch_t b;
+    o.batch_size = 4;
+    data_pipeline_t *p = pipeline(ds, &o);
+    ck_assert_int_eq(data_pipeline_batches_per_epoch(p), 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(data_pipeline_next(p, &b));
+        ck_assert_int_eq(b.size, sizes[i]);
+        ck_assert_int_eq(b.last_of_epoch, i == 2);
+        for (int r = 0; r < b.size; r++) {
+            ck_assert_float_eq(b.labels[r], (float)(4 * i + r));
+            ck_assert_float_eq(b.features[2 * r + 1], (float)(4 * i + r) + 0.5f);
+        }
+    }
+    ck_assert(!data_pipeline_next(p, &b));
+    ck_assert(!data_pipeline_next(p, &b));
+    data_pipeline_free(p);
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(pipeline_drop_remainder_drops_the_partial_batch)
+{
+    dataset_t *ds = counting_dataset(10);
+    data_pipeline_opts_t o = opts_default();
+    data_batch_t b;
+    int count = 0;
+    o.batch_size = 4;
+    o.drop_remainder = true;
+    o.epochs = 2;
+    o.shuffle_buffer = 10;
+    data_pipeline_t *p = pipeline(ds, &o);
+    ck_assert_int_eq(data_pipeline_batches_per_epoch(p), 2);
+    while (data_pipeline_next(p, &b)) {
+        ck_assert_int_eq(b.size, 4);
+        ck_assert_int_eq(b.epoch, count / 2);
+        ck_assert_int_eq(b.last_of_epoch, count % 2 == 1);
+        count++;
+    }
+    ck_assert_int_eq(count, 4);
+    data_pipeline_free(p);
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(pipeline_repeats_for_the_epochs_asked_and_numbers_them)
+{
+    dataset_t *ds = counting_dataset(9);
+    data_pipeline_opts_t o = opts_default();
+    data_batch_t b;
+    int count = 0;
+    o.batch_size = 3;
+    o.epochs = 3;
+    for (int prefetch = 0; prefetch <= 2; prefetch += 2) {
+        o.prefetch = prefetch;
+        data_pipeline_t *p = pipeline(ds, &o);
+        count = 0;
+        while (data_pipeline_next(p, &b)) {
+            ck_assert_int_eq(b.epoch, count / 3);
+            ck_assert_int_eq(b.last_of_epoch, count % 3 == 2);
+            count++;
+        }
+        ck_assert_int_eq(count, 9);
+        ck_assert(!data_pipeline_next(p, &b));
+        data_pipeline_free(p);
+    }
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(pipeline_prefetch_thread_yields_the_inline_sequence)
+{
+    job_synthetic_t spec = classification_spec(5);
+    dataset_t *ds = synthetic(&spec, 1.0);
+    data_pipeline_opts_t o = opts_default();
+    const int prefetches[3] = {1, 3, 8};
+    o.batch_size = 64;
+    o.shuffle_buffer = 500;
+    o.epochs = 4;
+    o.num_shards = 3;
+    o.shard_index = 2;
+    for (int k = 0; k < 3; k++) {
+        data_pipeline_opts_t t = o;
+        t.prefetch = prefetches[k];
+        data_pipeline_t *inl = pipeline(ds, &o), *thr = pipeline(ds, &t);
+        data_batch_t a, b;
+        int batches = 0;
+        for (;;) {
+            bool more_a = data_pipeline_next(inl, &a), more_b = data_pipeline_next(thr, &b);
+            ck_assert_int_eq(more_a, more_b);
+            if (!more_a)
+                break;
+            ck_assert_int_eq(a.size, b.size);
+            ck_assert_int_eq(a.epoch, b.epoch);
+            ck_assert_int_eq(a.last_of_epoch, b.last_of_epoch);
+            ck_assert_uint_eq((uintptr_t)b.features % 64, 0);
+            ck_assert_int_eq(memcmp(a.features, b.features, (size_t)a.size * 8 * sizeof(float)), 0);
+            ck_assert_int_eq(memcmp(a.labels, b.labels, (size_t)a.size * sizeof(float)), 0);
+            batches++;
+        }
+        ck_assert_int_eq(batches, 4 * data_pipeline_batches_per_epoch(inl));
+        data_pipeline_free(inl);
+        data_pipeline_free(thr);
+    }
+    dataset_free(ds);
+}
+END_TEST
+
+START_TEST(pipeline_free_stops_an_endless_prefetch_promptly)
+{
+    dataset_t *ds = counting_dataset(20000);
+    data_pipeline_opts_t o = opts_default();
+    data_batch_t b;
+    double start;
+    o.batch_size = 32;
+    o.shuffle_buffer = 20000;
+    o.epochs = -1;
+    o.prefetch = 4;
+    for (int consumed = 0; consumed <= 5; consumed += 5) {
+        data_pipeline_t *p = pipeline(ds, &o);
+        for (int i = 0; i < consumed; i++)
+            ck_assert(data_pipeline_next(p, &b));
+        start = now_s();
+        data_pipeline_free(p);
+        ck_assert_double_lt(now_s() - start, 1.0);
+    }
+    /* Endless really is endless: several epochs go by. */
+    o.shuffle_buffer = 0;
+    o.batch_size = 5000;
+    data_pipeline_t *p = pipeline(ds, &o);
+    for (int i = 0; i < 13; i++) {
+        ck_assert(data_pipeline_next(p, &b));
+        ck_assert_int_eq(b.epoch, i / 4);
+    }
+    data_pipeline_free(p);
+    dataset_free(ds);
+}
+END_TEST
+
+static void expect_opts_error(const dataset_t *ds, const data_pipeline_opts_t *o,
+                              const char *phrase)
+{
+    data_pipeline_t *p = NULL;
+    status_msg_t err = {0};
+    status_t rc = data_pipeline_new(ds, o, &p, &err);
+    ck_assert_msg(rc == STATUS_INVALID_ARGUMENT, "got %s (%s)", status_name(rc), err.text);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(err.text, phrase) != NULL, "'%s' does not say '%s'", err.text, phrase);
+}
+
+START_TEST(pipeline_rejects_bad_options_with_the_name)
+{
+    dataset_t *ds = counting_dataset(10);
+    data_pipeline_opts_t o = opts_default();
+    o.batch_size = 0;
+    expect_opts_error(ds, &o, "batch_size");
+    o = opts_default();
+    o.shard_index = 2;
+    o.num_shards = 2;
+    expect_opts_error(ds, &o, "shard");
+    o.shard_index = -1;
+    expect_opts_error(ds, &o, "shard");
+    o.shard_index = 0;
+    o.num_shards = 0;
+    expect_opts_error(ds, &o, "shard");
+    o = opts_default();
+    o.shuffle_buffer = -1;
+    expect_opts_error(ds, &o, "shuffle_buffer");
+    o = opts_default();
+    o.epochs = 0;
+    expect_opts_error(ds, &o, "epochs");
+    o.epochs = -2;
+    expect_opts_error(ds, &o, "epochs");
+    o = opts_default();
+    o.prefetch = -1;
+    expect_opts_error(ds, &o, "prefetch");
+    /* An epoch without a single batch would make an endless repeat spin. */
+    o = opts_default();
+    o.batch_size = 16;
+    o.drop_remainder = true;
+    expect_opts_error(ds, &o, "not one batch");
+    o = opts_default();
+    o.num_shards = 12;
+    o.shard_index = 11;
+    expect_opts_error(ds, &o, "holds 0");
+    dataset_free(ds);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("data");
+    TCase *idx = tcase_create("idx"), *syn = tcase_create("synthetic"),
+          *pipe = tcase_create("pipeline");
+    SRunner *sr;
+    int failed;
+
+    /* Unchecked: the directory is made once, in the parent, and removed even when a test fails. */
+    tcase_add_unchecked_fixture(idx, tmpdir_setup, tmpdir_teardown);
+    tcase_set_timeout(idx, 120);
+    tcase_add_test(idx, idx_loads_plain_files_scaled);
+    tcase_add_test(idx, idx_loads_gzipped_files_detected_by_content);
+    tcase_add_test(idx, idx_accepts_uint8_features_of_rank_1_and_4);
+    tcase_add_test(idx, idx_truncated_data_fails_naming_the_file);
+    tcase_add_test(idx, idx_cut_or_corrupt_gzip_stream_fails);
+    tcase_add_test(idx, idx_bad_magic_type_or_label_rank_fails);
+    tcase_add_test(idx, idx_count_mismatch_names_both_files);
+    tcase_add_test(idx, idx_missing_file_is_not_found);
+    tcase_add_test(idx, idx_absurd_dimensions_or_trailing_data_are_refused);
+    tcase_add_test(idx, fashion_mnist_train_loads_60000_images_of_10_classes);
+    tcase_add_test(idx, fashion_mnist_test_split_loads_10000_images);
+    tcase_add_test(idx, dataset_load_dispatches_on_the_format);
+    suite_add_tcase(s, idx);
+
+    tcase_set_timeout(syn, 60);
+    tcase_add_test(syn, synthetic_classification_is_deterministic_in_the_seed);
+    tcase_add_test(syn, synthetic_classification_teacher_is_linear_and_shared_across_seeds);
+    tcase_add_test(syn, synthetic_text_has_ids_in_vocabulary_and_balanced_labels);
+    tcase_add_test(syn, synthetic_rejects_a_bad_spec);
+    suite_add_tcase(s, syn);
+
+    tcase_set_timeout(pipe, 60);
+    tcase_add_test(pipe, pipeline_two_shards_partition_the_data_exactly);
+    tcase_add_test(pipe, pipeline_shuffle_permutes_the_shard_differently_each_epoch);
+    tcase_add_test(pipe, pipeline_same_seed_repeats_the_order_and_another_seed_changes_it);
+    tcase_add_test(pipe, pipeline_buffer_of_zero_or_one_keeps_the_dataset_order);
+    tcase_add_test(pipe, pipeline_shuffle_buffer_bounds_how_far_examples_move);
+    tcase_add_test(pipe, pipeline_keeps_the_last_partial_batch);
+    tcase_add_test(pipe, pipeline_drop_remainder_drops_the_partial_batch);
+    tcase_add_test(pipe, pipeline_repeats_for_the_epochs_asked_and_numbers_them);
+    tcase_add_test(pipe, pipeline_prefetch_thread_yields_the_inline_sequence);
+    tcase_add_test(pipe, pipeline_free_stops_an_endless_prefetch_promptly);
+    tcase_add_test(pipe, pipeline_rejects_bad_options_with_the_name);
+    suite_add_tcase(s, pipe);
+
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,397 @@
+/* Finite-difference gradient checks for every layer, activation and loss, and the model's
+ * shape and input validation. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "model_internal.h"
+
+static job_layer_t dense(int units, job_activation_t act)
+{
+    job_layer_t l = {.kind = JOB_LAYER_DENSE, .units = units, .activation = act, .use_bias = true};
+    return l;
+}
+
+static job_layer_t conv(int filters, int k, int stride, bool same, job_activation_t act)
+{
+    job_layer_t l = {.kind = JOB_LAYER_CONV2D,
+                     .filters = filters,
+                     .kernel_size = {k, k},
+                     .strides = {stride, stride},
+                     .padding_same = same,
+                     .activation = act,
+                     .use_bias = true};
+    return l;
+}
+
+static job_layer_t plain(job_layer_kind_t kind)
+{
+    job_layer_t l = {.kind = kind};
+    return l;
+}
+
+static job_layer_t pool(job_layer_kind_t kind, int p, int s, bool same)
+{
+    job_layer_t l = {.kind = kind, .pool_size = {p, p}, .strides = {s, s}, .padding_same = same};
+    return l;
+}
+
+typedef struct fixture {
+    job_model_t spec;
+    job_layer_t layers[8];
+    model_t *m;
+    float *x, *y;
+    int batch;
+} fixture_t;
+
+static void build(fixture_t *f, const int *shape, int rank, job_loss_kind_t loss, bool logits,
+                  int batch, const job_layer_t *layers, int n)
+{
+    status_msg_t err = {0};
+    memset(f, 0, sizeof(*f));
+    memcpy(f->layers, layers, (size_t)n * sizeof(*layers));
+    f->spec.layers = f->layers;
+    f->spec.n_layers = (size_t)n;
+    f->spec.input_rank = rank;
+    memcpy(f->spec.input_shape, shape, (size_t)rank * sizeof(int));
+    f->batch = batch;
+    ck_assert_msg(model_new(&f->spec, loss, logits, batch, 42, &f->m, &err) == STATUS_OK, "%s",
+                  err.text);
+    f->x = calloc((size_t)batch * model_input_len(f->m), sizeof(float));
+    f->y = calloc((size_t)batch, sizeof(float));
+    uint64_t s = 7;
+    for (size_t i = 0; i < (size_t)batch * model_input_len(f->m); i++)
+        f->x[i] = (float)((model_rng_next(&s) >> 40) % 2000) / 1000.0f - 1.0f;
+    for (int b = 0; b < batch; b++) {
+        size_t k = model_output_len(f->m);
+        f->y[b] = loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? (float)(b % (int)k)
+                  : loss == JOB_LOSS_BINARY_CROSSENTROPY           ? (float)(b % 2)
+                                                                   : 0.3f * (float)b - 0.5f;
+    }
+}
+
+static void teardown(fixture_t *f)
+{
+    model_free(f->m);
+    free(f->x);
+    free(f->y);
+}
+
+/* Dropout layers must draw the same mask for every evaluation of one check. */
+static void save_rng(model_t *m, uint64_t *saved)
+{
+    for (size_t i = 0; i < m->n_layers; i++)
+        saved[i] = m->layers[i].rng;
+}
+
+static void restore_rng(model_t *m, const uint64_t *saved)
+{
+    for (size_t i = 0; i < m->n_layers; i++)
+        m->layers[i].rng = saved[i];
+}
+
+static double loss_at(fixture_t *f, const uint64_t *rng)
+{
+    model_stats_t st;
+    status_msg_t err;
+    restore_rng(f->m, rng);
+    ck_assert_int_eq(model_train_step(f->m, f->x, f->y, f->batch, &st, &err), STATUS_OK);
+    return st.loss_sum / f->batch;
+}
+
+static float analytic(const model_param_t *p, size_t i)
+{
+    if (!p->sparse)
+        return p->grad[i];
+    size_t dim = (size_t)p->shape[1], row = i / dim;
+    for (size_t j = 0; j < p->n_rows; j++)
+        if ((size_t)p->rows_index[j] == row)
+            return p->rows_grad[j * dim + i % dim];
+    return 0.0f;
+}
+
+/* Compares every parameter's gradient with central differences of the loss. */
+static void check_gradients_eps(fixture_t *f, float eps)
+{
+    uint64_t rng[8];
+    model_t *m = f->m;
+    size_t checked = 0;
+
+    save_rng(m, rng);
+    for (size_t k = 0; k < model_param_count(m); k++) {
+        model_param_t *p = model_param(m, k);
+        float *grad = malloc(p->n * sizeof(float));
+        loss_at(f, rng);
+        for (size_t i = 0; i < p->n; i++)
+            grad[i] = analytic(p, i);
+        for (size_t i = 0; i < p->n; i++) {
+            float v = p->value[i];
+            double up, down, fd;
+            p->value[i] = v + eps;
+            up = loss_at(f, rng);
+            p->value[i] = v - eps;
+            down = loss_at(f, rng);
+            p->value[i] = v;
+            fd = (up - down) / (2.0 * eps);
+            ck_assert_msg(fabs(fd - grad[i]) <= 2e-3 + 2e-2 * fabs(fd),
+                          "%s[%zu]: analytic %.6f, finite difference %.6f", p->name, i,
+                          (double)grad[i], fd);
+            checked++;
+        }
+        free(grad);
+    }
+    ck_assert_uint_gt(checked, 0);
+}
+
+static void check_gradients(fixture_t *f)
+{
+    check_gradients_eps(f, 1e-2f);
+}
+
+START_TEST(model_dense_relu_softmax_crossentropy_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[] = {dense(5, JOB_ACT_RELU), dense(3, JOB_ACT_SOFTMAX)};
+    build(&f, (int[]){4}, 1, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 3, l, 2);
+    ck_assert(f.m->fused);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_sigmoid_tanh_linear_mse_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[] = {dense(4, JOB_ACT_SIGMOID), dense(3, JOB_ACT_TANH), dense(1, JOB_ACT_LINEAR)};
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 3);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_crossentropy_from_logits_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[] = {dense(4, JOB_ACT_TANH), dense(3, JOB_ACT_LINEAR)};
+    build(&f, (int[]){3}, 1, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, true, 3, l, 2);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_binary_crossentropy_gradients_match_with_and_without_logits)
+{
+    fixture_t f;
+    job_layer_t a[] = {dense(3, JOB_ACT_RELU), dense(1, JOB_ACT_LINEAR)};
+    job_layer_t b[] = {dense(3, JOB_ACT_TANH), dense(1, JOB_ACT_SIGMOID)};
+    build(&f, (int[]){4}, 1, JOB_LOSS_BINARY_CROSSENTROPY, true, 4, a, 2);
+    check_gradients(&f);
+    teardown(&f);
+    build(&f, (int[]){4}, 1, JOB_LOSS_BINARY_CROSSENTROPY, false, 4, b, 2);
+    ck_assert(f.m->fused);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_softmax_inside_the_network_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[] = {dense(4, JOB_ACT_SOFTMAX), dense(1, JOB_ACT_LINEAR)};
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 3, l, 2);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_conv_valid_maxpool_flatten_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[] = {conv(2, 3, 1, false, JOB_ACT_TANH),
+                       pool(JOB_LAYER_MAX_POOLING2D, 2, 2, false), plain(JOB_LAYER_FLATTEN),
+                       dense(3, JOB_ACT_SOFTMAX)};
+    build(&f, (int[]){6, 6, 2}, 3, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 2, l, 4);
+    /* A small step, so that no window's maximum changes hands between the two evaluations. */
+    check_gradients_eps(&f, 1e-3f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_conv_same_strided_avgpool_gap2d_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[] = {conv(3, 3, 2, true, JOB_ACT_TANH),
+                       pool(JOB_LAYER_AVERAGE_POOLING2D, 2, 1, true),
+                       plain(JOB_LAYER_GLOBAL_AVERAGE_POOLING2D), dense(2, JOB_ACT_LINEAR)};
+    build(&f, (int[]){5, 5, 2}, 3, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, true, 2, l, 4);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_embedding_gap1d_sparse_gradients_match)
+{
+    fixture_t f;
+    job_layer_t emb = {.kind = JOB_LAYER_EMBEDDING, .input_dim = 7, .output_dim = 3};
+    job_layer_t l[] = {emb, plain(JOB_LAYER_GLOBAL_AVERAGE_POOLING1D), dense(2, JOB_ACT_TANH),
+                       dense(1, JOB_ACT_LINEAR)};
+    build(&f, (int[]){4}, 1, JOB_LOSS_BINARY_CROSSENTROPY, true, 3, l, 4);
+    for (int i = 0; i < 12; i++) /* token ids, with repeats within and across examples */
+        f.x[i] = (float)((i * 5) % 6 + 1);
+    check_gradients(&f);
+    ck_assert(model_param(f.m, 0)->sparse);
+    ck_assert_uint_le(model_param(f.m, 0)->n_rows, 6); /* only touched rows travel */
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_reshape_activation_dropout_gradients_match)
+{
+    fixture_t f;
+    job_layer_t reshape = {.kind = JOB_LAYER_RESHAPE, .target_shape = {2, -1}, .target_rank = 2};
+    job_layer_t act = {.kind = JOB_LAYER_ACTIVATION, .activation = JOB_ACT_TANH};
+    job_layer_t drop = {.kind = JOB_LAYER_DROPOUT, .rate = 0.4};
+    job_layer_t l[] = {dense(6, JOB_ACT_LINEAR), reshape, act, drop, plain(JOB_LAYER_FLATTEN),
+                       dense(1, JOB_ACT_LINEAR)};
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 3, l, 6);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_dropout_drops_in_training_only_and_rescales)
+{
+    fixture_t f;
+    job_layer_t drop = {.kind = JOB_LAYER_DROPOUT, .rate = 0.5};
+    job_layer_t l[] = {dense(200, JOB_ACT_LINEAR), drop, dense(1, JOB_ACT_LINEAR)};
+    model_stats_t st;
+    status_msg_t err;
+    size_t zeros = 0, n = 4 * 200;
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 3);
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, 4, &st, &err), STATUS_OK);
+    for (size_t i = 0; i < n; i++) {
+        float in = f.m->layers[0].out[i], out = f.m->layers[1].out[i];
+        zeros += out == 0.0f;
+        ck_assert(out == 0.0f || fabsf(out - 2.0f * in) < 1e-6f);
+    }
+    ck_assert_uint_gt(zeros, n * 4 / 10);
+    ck_assert_uint_lt(zeros, n * 6 / 10);
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, 4, &st, &err), STATUS_OK);
+    ck_assert_int_eq(memcmp(f.m->layers[0].out, f.m->layers[1].out, n * sizeof(float)), 0);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_rejects_shapes_that_do_not_chain)
+{
+    job_model_t spec = {0};
+    job_layer_t l[2];
+    model_t *m = NULL;
+    status_msg_t err = {0};
+
+    l[0] = conv(4, 3, 1, false, JOB_ACT_RELU);
+    spec.layers = l;
+    spec.n_layers = 1;
+    spec.input_rank = 1;
+    spec.input_shape[0] = 784;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.text, "Conv2D needs input"));
+
+    l[0] = conv(4, 5, 1, false, JOB_ACT_RELU);
+    spec.input_rank = 3;
+    spec.input_shape[0] = 3, spec.input_shape[1] = 3, spec.input_shape[2] = 1;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.text, "does not fit"));
+
+    l[0] = (job_layer_t){.kind = JOB_LAYER_RESHAPE, .target_shape = {5, 5}, .target_rank = 2};
+    spec.input_rank = 1, spec.input_shape[0] = 24;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.text, "reshape"));
+
+    l[0] = dense(10, JOB_ACT_SOFTMAX);
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_BINARY_CROSSENTROPY, false, 8, 1, &m, &err),
+                     STATUS_BAD_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.text, "binary_crossentropy"));
+    ck_assert_ptr_null(m);
+}
+END_TEST
+
+START_TEST(model_rejects_labels_and_token_ids_out_of_range)
+{
+    fixture_t f;
+    model_stats_t st;
+    status_msg_t err = {0};
+    job_layer_t l[] = {dense(3, JOB_ACT_SOFTMAX)};
+    job_layer_t emb = {.kind = JOB_LAYER_EMBEDDING, .input_dim = 5, .output_dim = 2};
+    job_layer_t t[] = {emb, plain(JOB_LAYER_GLOBAL_AVERAGE_POOLING1D), dense(1, JOB_ACT_LINEAR)};
+
+    build(&f, (int[]){2}, 1, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 2, l, 1);
+    f.y[1] = 3;
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, 2, &st, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.text, "example 1"));
+    f.y[1] = 0.5f;
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, 2, &st, &err), STATUS_INVALID_ARGUMENT);
+    teardown(&f);
+
+    build(&f, (int[]){3}, 1, JOB_LOSS_BINARY_CROSSENTROPY, true, 2, t, 3);
+    for (int i = 0; i < 6; i++)
+        f.x[i] = 1;
+    f.x[4] = 5;
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, 2, &st, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.text, "vocabulary"));
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_glorot_uniform_kernels_respect_their_limit_and_seed)
+{
+    fixture_t a, b;
+    job_layer_t l[] = {dense(128, JOB_ACT_RELU), dense(10, JOB_ACT_SOFTMAX)};
+    build(&a, (int[]){784}, 1, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 2, l, 2);
+    build(&b, (int[]){784}, 1, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 2, l, 2);
+    model_param_t *k = model_param(a.m, 0), *bias = model_param(a.m, 1);
+    double limit = sqrt(6.0 / (784 + 128)), maxabs = 0, mean = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        maxabs = fmax(maxabs, fabs(k->value[i]));
+        mean += k->value[i];
+    }
+    ck_assert(maxabs <= limit && maxabs > 0.95 * limit);
+    ck_assert(fabs(mean / (double)k->n) < 0.01 * limit);
+    for (size_t i = 0; i < bias->n; i++)
+        ck_assert(bias->value[i] == 0.0f);
+    ck_assert_int_eq(memcmp(k->value, model_param(b.m, 0)->value, k->n * sizeof(float)), 0);
+    teardown(&a);
+    teardown(&b);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("model");
+    SRunner *sr;
+    int failed;
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, model_dense_relu_softmax_crossentropy_gradients_match);
+    tcase_add_test(tc, model_sigmoid_tanh_linear_mse_gradients_match);
+    tcase_add_test(tc, model_crossentropy_from_logits_gradients_match);
+    tcase_add_test(tc, model_binary_crossentropy_gradients_match_with_and_without_logits);
+    tcase_add_test(tc, model_softmax_inside_the_network_gradients_match);
+    tcase_add_test(tc, model_conv_valid_maxpool_flatten_gradients_match);
+    tcase_add_test(tc, model_conv_same_strided_avgpool_gap2d_gradients_match);
+    tcase_add_test(tc, model_embedding_gap1d_sparse_gradients_match);
+    tcase_add_test(tc, model_reshape_activation_dropout_gradients_match);
+    tcase_add_test(tc, model_dropout_drops_in_training_only_and_rescales);
+    tcase_add_test(tc, model_rejects_shapes_that_do_not_chain);
+    tcase_add_test(tc, model_rejects_labels_and_token_ids_out_of_range);
+    tcase_add_test(tc, model_glorot_uniform_kernels_respect_their_limit_and_seed);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,79 @@
+/* The training data pipeline, like tf.data: a source read into memory once, then per epoch a
+ * shard (worker i of n), a seeded shuffle buffer, batches (the last partial one kept or
+ * dropped), repeat, and prefetch on its own thread.
+ *
+ * Features are float32 rows of `feature_len` values (images scaled as the job says; token ids of
+ * text stored as floats), labels are float32 (class index, or the 0/1 or regression target). */
+#ifndef TESSERA_DATA_H
+#define TESSERA_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+#include "status.h"
+
+typedef struct dataset {
+    float *features; /* [n, feature_len], 64-byte aligned */
+    float *labels;   /* [n] */
+    size_t n;
+    size_t feature_len;
+    int shape[JOB_MAX_RANK]; /* feature shape without the batch dimension */
+    int rank;
+    int classes; /* number of label classes (max label + 1), 0 for regression */
+} dataset_t;
+
+/* Loads an IDX image file (magic 0x00000803, uint8 [n, rows, cols]; or any uint8 IDX of rank
+ * >= 1) and an IDX label file (0x00000801, uint8 [n]), gzipped or not (detected by content),
+ * scaling pixels by `scale`. A missing or truncated file, a wrong magic, or differing counts fail
+ * with an error naming the file. */
+status_t dataset_load_idx(const char *images, const char *labels, double scale, dataset_t **ret_ds,
+                          status_msg_t *err);
+
+/* Generates a synthetic dataset, deterministic in spec->seed. Classification: features uniform
+ * in [0, 1) times scale, labels argmax of a fixed random linear teacher (learnable). Text:
+ * token ids uniform in [1, vocabulary), label 1 when the mean of fixed random per-token weights
+ * is positive (learnable with Embedding + pooling). */
+status_t dataset_synthetic(const job_synthetic_t *spec, double scale, dataset_t **ret_ds,
+                           status_msg_t *err);
+
+/* Loads the source as the job describes it. */
+status_t dataset_load(const job_source_t *src, double scale, dataset_t **ret_ds, status_msg_t *err);
+
+void dataset_free(dataset_t *ds);
+
+typedef struct data_pipeline_opts {
+    int shard_index, num_shards; /* this worker's share: examples i with i % num_shards == index */
+    int batch_size;
+    bool drop_remainder;
+    int64_t shuffle_buffer; /* 0 = keep order */
+    uint64_t seed;          /* shuffle seed; each epoch reshuffles differently */
+    int64_t epochs;         /* epochs to produce; -1 = repeat forever */
+    int prefetch;           /* batches produced ahead on the pipeline's thread; 0 = inline */
+} data_pipeline_opts_t;
+
+typedef struct data_batch {
+    const float *features; /* [size, feature_len] */
+    const float *labels;   /* [size] */
+    int size;
+    int64_t epoch; /* 0-based epoch the batch belongs to */
+    bool last_of_epoch;
+} data_batch_t;
+
+typedef struct data_pipeline data_pipeline_t;
+
+/* Starts a pipeline over ds (which must outlive it). */
+status_t data_pipeline_new(const dataset_t *ds, const data_pipeline_opts_t *opts,
+                           data_pipeline_t **ret_pipe, status_msg_t *err);
+
+/* The next batch, valid until the following call; false when all epochs are done. */
+bool data_pipeline_next(data_pipeline_t *p, data_batch_t *ret_batch);
+
+/* Batches per epoch for this shard. */
+int64_t data_pipeline_batches_per_epoch(const data_pipeline_t *p);
+
+/* Stops the thread and frees the pipeline. NULL-safe. */
+void data_pipeline_free(data_pipeline_t *p);
+
+#endif

@@ -1,0 +1,215 @@
+/* Losses, accuracy and the training step that ties the layers together.
+ *
+ * Losses are reduced like Keras's default (sum over the batch divided by the batch size).
+ * A final softmax under sparse categorical cross-entropy, or a final sigmoid under binary
+ * cross-entropy, is folded into the loss and computed from the logits: the same value where the
+ * probabilities are representable, stable where they are not. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+#define PROB_EPSILON 1e-7f /* Keras's backend epsilon, used to clip probabilities */
+
+static job_activation_t last_activation(const model_t *m)
+{
+    const layer_t *l = &m->layers[m->n_layers - 1];
+    if (l->spec.kind == JOB_LAYER_DENSE || l->spec.kind == JOB_LAYER_CONV2D ||
+        l->spec.kind == JOB_LAYER_ACTIVATION)
+        return l->spec.activation;
+    return JOB_ACT_LINEAR;
+}
+
+status_t model_check_loss(model_t *m, status_msg_t *err)
+{
+    job_activation_t act = last_activation(m);
+    const layer_t *last = &m->layers[m->n_layers - 1];
+
+    if (m->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+        if (last->out_rank != 1 || last->out_len < 2)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "sparse_categorical_crossentropy needs an output of (batch, "
+                               "classes) with classes >= 2; the last layer '%s' gives %zu values",
+                               last->spec.name, last->out_len);
+        m->fused = !m->from_logits && act == JOB_ACT_SOFTMAX;
+    } else if (m->loss == JOB_LOSS_BINARY_CROSSENTROPY) {
+        if (last->out_rank != 1 || last->out_len != 1)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "binary_crossentropy needs an output of (batch, 1); the last "
+                               "layer '%s' gives %zu values",
+                               last->spec.name, last->out_len);
+        m->fused = !m->from_logits && act == JOB_ACT_SIGMOID;
+    } else if (last->out_len != 1) {
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "mean_squared_error compares one value per example with the label; "
+                           "the last layer '%s' gives %zu values",
+                           last->spec.name, last->out_len);
+    }
+    return STATUS_OK;
+}
+
+static status_t bad_label(status_msg_t *err, int example, float label, const char *what)
+{
+    return status_fail(err, STATUS_INVALID_ARGUMENT, "label %g of example %d is %s", (double)label,
+                       example, what);
+}
+
+/* Sparse categorical cross-entropy on logits (log-softmax). */
+static status_t scce_logits(model_t *m, const float *z, const float *y, int batch, float *dy,
+                            model_stats_t *st, status_msg_t *err)
+{
+    size_t k = m->out_len;
+    float inv = 1.0f / (float)batch;
+    for (int b = 0; b < batch; b++) {
+        const float *x = z + (size_t)b * k;
+        float *p = m->probs + (size_t)b * k, max = x[0], sum = 0;
+        int label = (int)y[b], arg = 0;
+        if (!(y[b] >= 0) || label >= (int)k || (float)label != y[b])
+            return bad_label(err, b, y[b], "not a class index of the output");
+        for (size_t i = 1; i < k; i++)
+            if (x[i] > max) {
+                max = x[i];
+                arg = (int)i;
+            }
+        for (size_t i = 0; i < k; i++) {
+            p[i] = expf(x[i] - max);
+            sum += p[i];
+        }
+        st->loss_sum += (double)(logf(sum) - (x[label] - max));
+        st->correct += arg == label;
+        for (size_t i = 0; i < k; i++) {
+            p[i] /= sum;
+            if (dy != NULL)
+                dy[(size_t)b * k + i] = (p[i] - (i == (size_t)label)) * inv;
+        }
+    }
+    return STATUS_OK;
+}
+
+/* Sparse categorical cross-entropy on probabilities (a softmax not folded, or no softmax). */
+static status_t scce_probs(model_t *m, const float *p, const float *y, int batch, float *dy,
+                           model_stats_t *st, status_msg_t *err)
+{
+    size_t k = m->out_len;
+    float inv = 1.0f / (float)batch;
+    for (int b = 0; b < batch; b++) {
+        const float *x = p + (size_t)b * k;
+        int label = (int)y[b], arg = 0;
+        float sum = 0, pl;
+        if (!(y[b] >= 0) || label >= (int)k || (float)label != y[b])
+            return bad_label(err, b, y[b], "not a class index of the output");
+        /* Keras rescales the outputs to sum to one, then clips. */
+        for (size_t i = 0; i < k; i++) {
+            sum += x[i];
+            if (x[i] > x[arg])
+                arg = (int)i;
+        }
+        pl = x[label] / sum;
+        pl = pl < PROB_EPSILON ? PROB_EPSILON : pl > 1 - PROB_EPSILON ? 1 - PROB_EPSILON : pl;
+        st->loss_sum += -(double)logf(pl);
+        st->correct += arg == label;
+        if (dy == NULL)
+            continue;
+        for (size_t i = 0; i < k; i++) /* d/dx_i of -log(x_l / sum x) */
+            dy[(size_t)b * k + i] =
+                ((1.0f / sum) - (i == (size_t)label ? 1.0f / x[label] : 0)) * inv;
+    }
+    return STATUS_OK;
+}
+
+static status_t bce(model_t *m, const float *out, const float *y, int batch, bool logits, float *dy,
+                    model_stats_t *st, status_msg_t *err)
+{
+    float inv = 1.0f / (float)batch;
+    for (int b = 0; b < batch; b++) {
+        float t = y[b], v = out[b], p;
+        if (!(t >= 0 && t <= 1))
+            return bad_label(err, b, t, "outside [0, 1]");
+        if (logits) {
+            /* max(z, 0) - z t + log(1 + exp(-|z|)) */
+            st->loss_sum += (double)(fmaxf(v, 0) - v * t + log1pf(expf(-fabsf(v))));
+            p = 1.0f / (1.0f + expf(-v));
+            m->probs[b] = p;
+            if (dy != NULL)
+                dy[b] = (p - t) * inv;
+        } else {
+            p = v < PROB_EPSILON ? PROB_EPSILON : v > 1 - PROB_EPSILON ? 1 - PROB_EPSILON : v;
+            st->loss_sum += -(double)(t * logf(p) + (1 - t) * logf(1 - p));
+            if (dy != NULL)
+                dy[b] = (p - t) / (p * (1 - p)) * inv;
+        }
+        st->correct += (p > 0.5f) == (t > 0.5f);
+    }
+    return STATUS_OK;
+}
+
+status_t model_loss(model_t *m, const float *y, int batch, float *dy, model_stats_t *st,
+                    status_msg_t *err)
+{
+    const float *out = m->layers[m->n_layers - 1].out;
+    bool logits = m->fused || m->from_logits;
+
+    st->examples = batch;
+    switch (m->loss) {
+    case JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
+        return logits ? scce_logits(m, out, y, batch, dy, st, err)
+                      : scce_probs(m, out, y, batch, dy, st, err);
+    case JOB_LOSS_BINARY_CROSSENTROPY:
+        return bce(m, out, y, batch, logits, dy, st, err);
+    case JOB_LOSS_MSE:
+        for (int b = 0; b < batch; b++) {
+            float d = out[b] - y[b];
+            st->loss_sum += (double)(d * d);
+            if (dy != NULL)
+                dy[b] = 2.0f * d / (float)batch;
+        }
+        return STATUS_OK;
+    }
+    return STATUS_INTERNAL;
+}
+
+static status_t forward(model_t *m, const float *x, int batch, bool training, status_msg_t *err)
+{
+    const float *in = x;
+    if (batch < 1 || batch > m->max_batch)
+        return status_fail(err, STATUS_INVALID_USAGE, "batch of %d examples (at most %d)", batch,
+                           m->max_batch);
+    for (size_t i = 0; i < m->n_layers; i++) {
+        layer_t *l = &m->layers[i];
+        l->in = in;
+        STATUS_CHECK(layer_forward(l, batch, training, m->fused && i == m->n_layers - 1, err));
+        in = l->out;
+    }
+    return STATUS_OK;
+}
+
+status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
+                          model_stats_t *ret_stats, status_msg_t *err)
+{
+    model_stats_t st = {0};
+    float *dy = m->grad_a, *spare = m->grad_b;
+
+    STATUS_CHECK(forward(m, x, batch, true, err));
+    STATUS_CHECK(model_loss(m, y, batch, dy, &st, err));
+    for (size_t i = m->n_layers; i-- > 0;) {
+        float *dx = layer_backward(&m->layers[i], batch, dy, i > 0 ? spare : NULL,
+                                   m->fused && i == m->n_layers - 1);
+        if (dx == spare) { /* the input gradient landed in the spare buffer: swap */
+            spare = dy;
+            dy = dx;
+        }
+    }
+    *ret_stats = st;
+    return STATUS_OK;
+}
+
+status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
+                        model_stats_t *ret_stats, status_msg_t *err)
+{
+    model_stats_t st = {0};
+    STATUS_CHECK(forward(m, x, batch, false, err));
+    STATUS_CHECK(model_loss(m, y, batch, NULL, &st, err));
+    *ret_stats = st;
+    return STATUS_OK;
+}

@@ -1,0 +1,478 @@
+/* Sequential models on the CPU: shape inference, Keras initializers, forward and backward passes
+ * of every layer, losses and accuracy. Matrix products go through blas_sgemm. */
+#define _POSIX_C_SOURCE 200809L
+#include "model.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas.h"
+#include "log.h"
+#include "model_internal.h"
+
+/* ---- random numbers (splitmix64) ---------------------------------------------------------- */
+
+uint64_t model_rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s)
+{
+    return (double)(model_rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double rng_normal(uint64_t *s)
+{
+    double u1 = rng_uniform(s), u2 = rng_uniform(s);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Keras's truncated normal: redraw values beyond two standard deviations. */
+static double rng_truncated_normal(uint64_t *s)
+{
+    double v;
+    do {
+        v = rng_normal(s);
+    } while (fabs(v) > 2.0);
+    return v;
+}
+
+static void init_values(const job_init_t *init, job_init_kind_t dflt, float *v, size_t n,
+                        double fan_in, double fan_out, uint64_t seed)
+{
+    job_init_kind_t kind = init->kind == JOB_INIT_DEFAULT ? dflt : init->kind;
+    uint64_t s = init->has_seed ? init->seed * 0x2545F4914F6CDD1Dull + 1 : seed;
+    double limit, stddev;
+
+    switch (kind) {
+    case JOB_INIT_ZEROS:
+    case JOB_INIT_DEFAULT:
+        memset(v, 0, n * sizeof(*v));
+        break;
+    case JOB_INIT_ONES:
+        for (size_t i = 0; i < n; i++)
+            v[i] = 1.0f;
+        break;
+    case JOB_INIT_CONSTANT:
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)init->a;
+        break;
+    case JOB_INIT_GLOROT_UNIFORM:
+    case JOB_INIT_HE_UNIFORM:
+        limit =
+            kind == JOB_INIT_GLOROT_UNIFORM ? sqrt(6.0 / (fan_in + fan_out)) : sqrt(6.0 / fan_in);
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)((rng_uniform(&s) * 2.0 - 1.0) * limit);
+        break;
+    case JOB_INIT_GLOROT_NORMAL:
+    case JOB_INIT_HE_NORMAL:
+        /* Keras: truncated normal with stddev scaled by 1/.87962566103423978 */
+        stddev =
+            (kind == JOB_INIT_GLOROT_NORMAL ? sqrt(2.0 / (fan_in + fan_out)) : sqrt(2.0 / fan_in)) /
+            0.87962566103423978;
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(rng_truncated_normal(&s) * stddev);
+        break;
+    case JOB_INIT_RANDOM_UNIFORM:
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(init->a + rng_uniform(&s) * (init->b - init->a));
+        break;
+    case JOB_INIT_RANDOM_NORMAL:
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(init->a + rng_normal(&s) * init->b);
+        break;
+    }
+}
+
+/* ---- shapes ------------------------------------------------------------------------------- */
+
+static size_t shape_len(const int *shape, int rank)
+{
+    size_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)shape[i];
+    return n;
+}
+
+static void shape_str(const int *shape, int rank, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "(batch");
+    for (int i = 0; i < rank && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, ", %d", shape[i]);
+    if (n < len)
+        snprintf(buf + n, len - n, ")");
+}
+
+/* Output size of a window sliding over `in`, TensorFlow's rule for valid and same padding;
+ * *ret_pad gets the padding before the first element (the extra one goes after). */
+static int window_out(int in, int k, int stride, bool same, int *ret_pad)
+{
+    if (same) {
+        int out = (in + stride - 1) / stride;
+        int total = (out - 1) * stride + k - in;
+        *ret_pad = total > 0 ? total / 2 : 0;
+        return out;
+    }
+    *ret_pad = 0;
+    return in >= k ? (in - k) / stride + 1 : 0;
+}
+
+static float *alloc_floats(size_t n)
+{
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p != NULL)
+        memset(p, 0, bytes ? bytes : 64);
+    return p;
+}
+
+static model_param_t *add_param(model_t *m, const char *layer, const char *what, const int *shape,
+                                int rank, bool sparse)
+{
+    model_param_t *p = &m->params[m->n_params++];
+    p->n = shape_len(shape, rank);
+    p->rank = rank;
+    memcpy(p->shape, shape, (size_t)rank * sizeof(int));
+    snprintf(p->name, sizeof(p->name), "%s/%s", layer, what);
+    p->sparse = sparse;
+    p->value = alloc_floats(p->n);
+    p->grad = sparse ? NULL : alloc_floats(p->n);
+    return p;
+}
+
+/* Works out one layer's output shape and creates its parameters and buffers. */
+static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, status_msg_t *err)
+{
+    const job_layer_t *s = &l->spec;
+    const char *name = s->name[0] ? s->name : job_layer_kind_name(s->kind);
+    char in_s[96];
+    int pad;
+
+    shape_str(l->in_shape, l->in_rank, in_s, sizeof(in_s));
+    l->out_rank = l->in_rank;
+    memcpy(l->out_shape, l->in_shape, sizeof(l->out_shape));
+    switch (s->kind) {
+    case JOB_LAYER_DENSE: {
+        int in = l->in_shape[l->in_rank - 1];
+        int kshape[2] = {in, s->units}, bshape[1] = {s->units};
+        if (s->units <= 0)
+            return status_fail(err, STATUS_BAD_CONFIG, "layer %d (%s): units must be positive",
+                               index, name);
+        l->out_shape[l->out_rank - 1] = s->units;
+        l->w = add_param(m, name, "kernel", kshape, 2, false);
+        init_values(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n, in, s->units,
+                    seed);
+        if (s->use_bias) {
+            l->b = add_param(m, name, "bias", bshape, 1, false);
+            init_values(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
+        }
+        break;
+    }
+    case JOB_LAYER_CONV2D: {
+        int kh = s->kernel_size[0], kw = s->kernel_size[1], cin, kshape[4], bshape[1];
+        if (l->in_rank != 3)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): Conv2D needs input (batch, height, width, "
+                               "channels), got %s",
+                               index, name, in_s);
+        cin = l->in_shape[2];
+        l->oh = window_out(l->in_shape[0], kh, s->strides[0], s->padding_same, &l->pad_t);
+        l->ow = window_out(l->in_shape[1], kw, s->strides[1], s->padding_same, &pad);
+        l->pad_l = pad;
+        if (l->oh <= 0 || l->ow <= 0 || s->filters <= 0)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): a %dx%d kernel does not fit input %s", index, name,
+                               kh, kw, in_s);
+        l->out_shape[0] = l->oh;
+        l->out_shape[1] = l->ow;
+        l->out_shape[2] = s->filters;
+        kshape[0] = kh, kshape[1] = kw, kshape[2] = cin, kshape[3] = s->filters;
+        bshape[0] = s->filters;
+        l->w = add_param(m, name, "kernel", kshape, 4, false);
+        init_values(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n,
+                    (double)kh * kw * cin, (double)kh * kw * s->filters, seed);
+        if (s->use_bias) {
+            l->b = add_param(m, name, "bias", bshape, 1, false);
+            init_values(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
+        }
+        l->cols = alloc_floats((size_t)m->max_batch * l->oh * l->ow * kh * kw * cin);
+        if (l->cols == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory for layer %s", name);
+        break;
+    }
+    case JOB_LAYER_MAX_POOLING2D:
+    case JOB_LAYER_AVERAGE_POOLING2D: {
+        int ph = s->pool_size[0], pw = s->pool_size[1];
+        int sh = s->strides[0] > 0 ? s->strides[0] : ph,
+            sw = s->strides[1] > 0 ? s->strides[1] : pw;
+        if (l->in_rank != 3)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): pooling needs input (batch, height, width, "
+                               "channels), got %s",
+                               index, name, in_s);
+        l->sh = sh, l->sw = sw;
+        l->oh = window_out(l->in_shape[0], ph, sh, s->padding_same, &l->pad_t);
+        l->ow = window_out(l->in_shape[1], pw, sw, s->padding_same, &pad);
+        l->pad_l = pad;
+        if (l->oh <= 0 || l->ow <= 0)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): a %dx%d pool does not fit input %s", index, name, ph,
+                               pw, in_s);
+        l->out_shape[0] = l->oh;
+        l->out_shape[1] = l->ow;
+        if (s->kind == JOB_LAYER_MAX_POOLING2D) {
+            l->argmax = malloc((size_t)m->max_batch * shape_len(l->out_shape, 3) * sizeof(int32_t));
+            if (l->argmax == NULL)
+                return status_fail(err, STATUS_NO_MEMORY, "out of memory for layer %s", name);
+        }
+        break;
+    }
+    case JOB_LAYER_FLATTEN:
+        l->out_rank = 1;
+        l->out_shape[0] = (int)shape_len(l->in_shape, l->in_rank);
+        l->alias = true;
+        break;
+    case JOB_LAYER_RESHAPE: {
+        int infer = -1;
+        size_t known = 1, total = shape_len(l->in_shape, l->in_rank);
+        l->out_rank = s->target_rank;
+        for (int i = 0; i < s->target_rank; i++) {
+            l->out_shape[i] = s->target_shape[i];
+            if (s->target_shape[i] == -1)
+                infer = i;
+            else
+                known *= (size_t)s->target_shape[i];
+        }
+        if (infer >= 0 && known > 0 && total % known == 0)
+            l->out_shape[infer] = (int)(total / known);
+        if (shape_len(l->out_shape, l->out_rank) != total || s->target_rank < 1)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): cannot reshape %s to the target shape", index, name,
+                               in_s);
+        l->alias = true;
+        break;
+    }
+    case JOB_LAYER_DROPOUT:
+        if (!(s->rate >= 0 && s->rate < 1))
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): rate must be in [0, 1), got %g", index, name,
+                               s->rate);
+        l->mask = alloc_floats((size_t)m->max_batch * shape_len(l->in_shape, l->in_rank));
+        l->rng = s->dropout_seed ? s->dropout_seed : seed;
+        break;
+    case JOB_LAYER_EMBEDDING: {
+        int shape[2] = {s->input_dim, s->output_dim};
+        if (index != 0)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): Embedding must be the first layer", index, name);
+        if (s->input_dim <= 0 || s->output_dim <= 0)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): input_dim and output_dim must be positive", index,
+                               name);
+        l->out_rank = l->in_rank + 1;
+        l->out_shape[l->in_rank] = s->output_dim;
+        l->w = add_param(m, name, "embeddings", shape, 2, true);
+        {
+            job_init_t dflt = {.kind = JOB_INIT_RANDOM_UNIFORM, .a = -0.05, .b = 0.05};
+            const job_init_t *init =
+                s->kernel_init.kind == JOB_INIT_DEFAULT ? &dflt : &s->kernel_init;
+            init_values(init, JOB_INIT_RANDOM_UNIFORM, l->w->value, l->w->n, 1, 1, seed);
+        }
+        {
+            size_t max_rows = (size_t)m->max_batch * shape_len(l->in_shape, l->in_rank);
+            l->w->rows_index = malloc(max_rows * sizeof(int64_t));
+            l->w->rows_grad = alloc_floats(max_rows * (size_t)s->output_dim);
+            l->slot_of_row = malloc((size_t)s->input_dim * sizeof(int32_t));
+            if (!l->w->rows_index || !l->w->rows_grad || !l->slot_of_row)
+                return status_fail(err, STATUS_NO_MEMORY, "out of memory for layer %s", name);
+            for (int i = 0; i < s->input_dim; i++)
+                l->slot_of_row[i] = -1;
+        }
+        break;
+    }
+    case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:
+        if (l->in_rank != 2)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): GlobalAveragePooling1D needs input (batch, steps, "
+                               "features), got %s",
+                               index, name, in_s);
+        l->out_rank = 1;
+        l->out_shape[0] = l->in_shape[1];
+        break;
+    case JOB_LAYER_GLOBAL_AVERAGE_POOLING2D:
+        if (l->in_rank != 3)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %d (%s): GlobalAveragePooling2D needs input (batch, height, "
+                               "width, channels), got %s",
+                               index, name, in_s);
+        l->out_rank = 1;
+        l->out_shape[0] = l->in_shape[2];
+        break;
+    case JOB_LAYER_ACTIVATION:
+        break;
+    }
+    l->in_len = shape_len(l->in_shape, l->in_rank);
+    l->out_len = shape_len(l->out_shape, l->out_rank);
+    if (!l->alias) {
+        l->out = alloc_floats((size_t)m->max_batch * l->out_len);
+        if (l->out == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory for layer %s", name);
+    }
+    return STATUS_OK;
+}
+
+static size_t count_params(const job_model_t *spec)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < spec->n_layers; i++) {
+        job_layer_kind_t k = spec->layers[i].kind;
+        if (k == JOB_LAYER_DENSE || k == JOB_LAYER_CONV2D)
+            n += spec->layers[i].use_bias ? 2 : 1;
+        else if (k == JOB_LAYER_EMBEDDING)
+            n += 1;
+    }
+    return n;
+}
+
+status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logits, int max_batch,
+                   uint64_t seed, model_t **ret_model, status_msg_t *err)
+{
+    model_t *m;
+    size_t max_len;
+    status_t rc;
+
+    if (spec->n_layers == 0 || spec->input_rank < 1 || max_batch < 1)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "the model needs an input shape and at least one layer");
+    STATUS_CHECK(blas_init(err));
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    m->max_batch = max_batch;
+    m->loss = loss;
+    m->from_logits = from_logits;
+    m->n_layers = spec->n_layers;
+    m->layers = calloc(spec->n_layers, sizeof(*m->layers));
+    m->params = calloc(count_params(spec) + 1, sizeof(*m->params));
+    if (m->layers == NULL || m->params == NULL) {
+        model_free(m);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    max_len = shape_len(spec->input_shape, spec->input_rank);
+    m->in_len = max_len;
+    for (size_t i = 0; i < spec->n_layers; i++) {
+        layer_t *l = &m->layers[i];
+        l->spec = spec->layers[i];
+        if (i == 0) {
+            l->in_rank = spec->input_rank;
+            memcpy(l->in_shape, spec->input_shape, sizeof(l->in_shape));
+        } else {
+            l->in_rank = m->layers[i - 1].out_rank;
+            memcpy(l->in_shape, m->layers[i - 1].out_shape, sizeof(l->in_shape));
+        }
+        if (!l->spec.name[0])
+            snprintf(l->spec.name, sizeof(l->spec.name), "%s_%zu",
+                     job_layer_kind_name(l->spec.kind), i);
+        rc = layer_plan(m, l, (int)i, seed + 1000003ull * (i + 1), err);
+        if (rc != STATUS_OK) {
+            model_free(m);
+            return rc;
+        }
+        if (l->in_len > max_len)
+            max_len = l->in_len;
+        if (l->out_len > max_len)
+            max_len = l->out_len;
+    }
+    m->out_len = m->layers[m->n_layers - 1].out_len;
+    rc = model_check_loss(m, err);
+    if (rc != STATUS_OK) {
+        model_free(m);
+        return rc;
+    }
+    m->grad_a = alloc_floats((size_t)max_batch * max_len);
+    m->grad_b = alloc_floats((size_t)max_batch * max_len);
+    m->probs = alloc_floats((size_t)max_batch * m->out_len);
+    if (m->grad_a == NULL || m->grad_b == NULL || m->probs == NULL) {
+        model_free(m);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    *ret_model = m;
+    return STATUS_OK;
+}
+
+void model_free(model_t *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->n_layers; i++) {
+        layer_t *l = &m->layers[i];
+        if (!l->alias) /* an alias layer's output is its input, owned by the layer before */
+            free(l->out);
+        free(l->cols);
+        free(l->argmax);
+        free(l->mask);
+        free(l->slot_of_row);
+    }
+    for (size_t i = 0; i < m->n_params; i++) {
+        free(m->params[i].value);
+        free(m->params[i].grad);
+        free(m->params[i].rows_index);
+        free(m->params[i].rows_grad);
+    }
+    free(m->layers);
+    free(m->params);
+    free(m->grad_a);
+    free(m->grad_b);
+    free(m->probs);
+    free(m);
+}
+
+size_t model_param_count(const model_t *m)
+{
+    return m->n_params;
+}
+
+model_param_t *model_param(model_t *m, size_t i)
+{
+    return i < m->n_params ? &m->params[i] : NULL;
+}
+
+size_t model_input_len(const model_t *m)
+{
+    return m->in_len;
+}
+
+size_t model_output_len(const model_t *m)
+{
+    return m->out_len;
+}
+
+const float *model_output(const model_t *m)
+{
+    return m->fused ? m->probs : m->layers[m->n_layers - 1].out;
+}
+
+void model_summary(const model_t *m, char *buf, size_t len)
+{
+    size_t n = 0, total = 0;
+    for (size_t i = 0; i < m->n_layers && n < len; i++) {
+        const layer_t *l = &m->layers[i];
+        char shape[96];
+        size_t params = (l->w ? l->w->n : 0) + (l->b ? l->b->n : 0);
+        shape_str(l->out_shape, l->out_rank, shape, sizeof(shape));
+        n += (size_t)snprintf(buf + n, len - n, "  %-28s %-22s %10zu\n", l->spec.name, shape,
+                              params);
+        total += params;
+    }
+    if (n < len)
+        snprintf(buf + n, len - n, "  total parameters: %zu", total);
+}

@@ -1,0 +1,69 @@
+/* A Keras Sequential model trained on the CPU: layers with forward and backward passes, the
+ * loss and its gradient, accuracy, and Keras's default initializers, seeded.
+ *
+ * Tensors are float32, channels-last (NHWC), batch first; Dense kernels are [in, units] and
+ * Conv2D kernels [kh, kw, in, out], as Keras stores them. The model owns every buffer, sized
+ * for max_batch examples; a step runs on the calling thread. Not thread-safe. */
+#ifndef TESSERA_MODEL_H
+#define TESSERA_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+#include "status.h"
+
+/* One trainable variable: a Dense/Conv2D kernel or bias, or an Embedding table. */
+typedef struct model_param {
+    char name[96]; /* "dense_1/kernel" */
+    float *value;
+    float *grad; /* dense gradient (not used for sparse params) */
+    size_t n;    /* elements */
+    int shape[4];
+    int rank;
+    bool sparse; /* Embedding: gradients come as rows, see rows_* */
+    /* Sparse gradient of the last step: rows_grad[j] belongs to row rows_index[j]. */
+    int64_t *rows_index;
+    float *rows_grad;
+    size_t n_rows;
+} model_param_t;
+
+typedef struct model model_t;
+
+typedef struct model_stats {
+    double loss_sum; /* summed over the examples of the batch */
+    double correct;  /* examples predicted right (0 when accuracy does not apply) */
+    int examples;
+} model_stats_t;
+
+/* Builds the model for inputs of spec's input shape, checking that the layer shapes chain;
+ * err names the layer that does not fit. Weights are initialized from `seed`. */
+status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logits, int max_batch,
+                   uint64_t seed, model_t **ret_model, status_msg_t *err);
+void model_free(model_t *m);
+
+size_t model_param_count(const model_t *m);
+model_param_t *model_param(model_t *m, size_t i);
+
+/* Input values per example and output values per example. */
+size_t model_input_len(const model_t *m);
+size_t model_output_len(const model_t *m);
+
+/* Forward, loss and backward on a batch: afterwards every param's grad (or rows) holds the
+ * gradient of the mean loss. Fails with STATUS_INVALID_ARGUMENT naming the example when a label
+ * is out of range, or an embedding id outside the vocabulary. */
+status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
+                          model_stats_t *ret_stats, status_msg_t *err);
+
+/* Forward and loss without dropout or gradients. */
+status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
+                        model_stats_t *ret_stats, status_msg_t *err);
+
+/* The output of the last forward pass, [batch, output_len], after the last activation. */
+const float *model_output(const model_t *m);
+
+/* Writes a one-line-per-layer summary (name, output shape, parameters) like Keras's. */
+void model_summary(const model_t *m, char *buf, size_t len);
+
+#endif

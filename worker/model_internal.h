@@ -1,0 +1,57 @@
+/* Internals shared by the files of the model (model.c, layers.c, loss.c). */
+#ifndef TESSERA_MODEL_INTERNAL_H
+#define TESSERA_MODEL_INTERNAL_H
+
+#include "model.h"
+
+typedef struct layer {
+    job_layer_t spec;
+    int in_shape[JOB_MAX_RANK], in_rank;
+    int out_shape[JOB_MAX_RANK], out_rank;
+    size_t in_len, out_len; /* per example */
+    model_param_t *w, *b;
+    float *out;      /* [max_batch, out_len]; NULL when alias */
+    bool alias;      /* Flatten, Reshape: the output is the input */
+    const float *in; /* input of the last forward pass */
+    /* Conv2D and pooling geometry */
+    int oh, ow, pad_t, pad_l, sh, sw;
+    float *cols;          /* Conv2D im2col buffer */
+    int32_t *argmax;      /* MaxPooling2D: input offset of each output's maximum */
+    float *mask;          /* Dropout: kept (scale) or dropped (0) */
+    uint64_t rng;         /* Dropout */
+    int32_t *slot_of_row; /* Embedding: row -> slot in rows_index during backward */
+} layer_t;
+
+struct model {
+    layer_t *layers;
+    size_t n_layers;
+    model_param_t *params;
+    size_t n_params;
+    int max_batch;
+    size_t in_len, out_len;
+    job_loss_kind_t loss;
+    bool from_logits;
+    bool fused;             /* the last softmax/sigmoid is folded into the loss */
+    float *grad_a, *grad_b; /* gradient ping-pong buffers */
+    float *probs;           /* outputs after the folded activation */
+};
+
+uint64_t model_rng_next(uint64_t *s);
+
+/* Decides how the last activation meets the loss; rejects combinations that make no sense. */
+status_t model_check_loss(model_t *m, status_msg_t *err);
+
+/* Forward pass of layer l on `batch` examples (l->in set by the caller). */
+status_t layer_forward(layer_t *l, int batch, bool training, bool skip_activation,
+                       status_msg_t *err);
+
+/* Backward pass: dy holds the gradient of the loss for l's output and is overwritten; the
+ * gradient for its input goes to dx unless dx is NULL. Returns the buffer that holds the input
+ * gradient (dy itself for layers that pass gradients through). */
+float *layer_backward(layer_t *l, int batch, float *dy, float *dx, bool skip_activation);
+
+/* Loss of the last layer's output against labels y, with the gradient into dy; NaN-safe. */
+status_t model_loss(model_t *m, const float *y, int batch, float *dy, model_stats_t *stats,
+                    status_msg_t *err);
+
+#endif

@@ -1,0 +1,49 @@
+/* One-device training of a job: the loop `tessera train` runs and workers build on.
+ *
+ * Loads the data, builds the model, and runs the epochs or steps the job asks for, applying the
+ * job's optimizer after each step (sparse rows for embeddings), evaluating on the test split
+ * after each epoch. A NaN or infinite loss stops training with an error naming the step. */
+#ifndef TESSERA_TRAIN_H
+#define TESSERA_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "job.h"
+#include "status.h"
+
+typedef struct train_opts {
+    int threads;    /* compute threads (large GEMMs are split over them) */
+    int64_t steps;  /* > 0 overrides the job's train length in steps */
+    int64_t epochs; /* > 0 overrides the job's epochs */
+} train_opts_t;
+
+typedef struct train_progress {
+    int64_t step, total_steps; /* total 0 when unknown */
+    int64_t epoch, epochs;
+    int64_t epoch_step, epoch_steps;
+    double loss, accuracy;      /* running means over the current epoch */
+    double examples_per_second; /* over the current epoch */
+    double learning_rate;
+    bool epoch_end; /* the call after the last step of an epoch */
+    bool has_test;
+    double test_loss, test_accuracy; /* valid at epoch_end when has_test */
+    double seconds;                  /* since training started */
+} train_progress_t;
+
+typedef void (*train_progress_cb)(const train_progress_t *p, void *arg);
+
+typedef struct train_result {
+    int64_t steps;
+    int64_t epochs;
+    double loss, accuracy;           /* last epoch's training means */
+    double test_loss, test_accuracy; /* last evaluation; NaN without a test split */
+    double seconds;
+    double examples_per_second; /* over the whole run */
+} train_result_t;
+
+/* Trains the job in this process. cb (may be NULL) sees every step and every epoch's end. */
+status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb cb, void *arg,
+                   train_result_t *ret_result, status_msg_t *err);
+
+#endif
