@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "log.h"
 #include "model_internal.h"
 
 #define PROB_EPSILON 1e-7f /* Keras's backend epsilon, used to clip probabilities */
@@ -33,6 +34,12 @@ status_t model_check_loss(model_t *m, status_msg_t *err)
                                "classes) with classes >= 2; the last layer '%s' gives %zu values",
                                last->spec.name, last->out_len);
         m->fused = !m->from_logits && act == JOB_ACT_SOFTMAX;
+        if (!m->from_logits && act != JOB_ACT_SOFTMAX)
+            LOG_WARNING(TRAIN,
+                        "the last layer '%s' has no softmax, so its outputs are not "
+                        "probabilities: did you mean sparse_categorical_crossentropy with "
+                        "from_logits: true?",
+                        last->spec.name);
     } else if (m->loss == JOB_LOSS_BINARY_CROSSENTROPY) {
         if (last->out_rank != 1 || last->out_len != 1)
             return status_fail(err, STATUS_BAD_CONFIG,
@@ -40,6 +47,11 @@ status_t model_check_loss(model_t *m, status_msg_t *err)
                                "layer '%s' gives %zu values",
                                last->spec.name, last->out_len);
         m->fused = !m->from_logits && act == JOB_ACT_SIGMOID;
+        if (!m->from_logits && act != JOB_ACT_SIGMOID)
+            LOG_WARNING(TRAIN,
+                        "the last layer '%s' has no sigmoid, so its outputs are not "
+                        "probabilities: did you mean binary_crossentropy with from_logits: true?",
+                        last->spec.name);
     } else if (last->out_len != 1) {
         return status_fail(err, STATUS_BAD_CONFIG,
                            "mean_squared_error compares one value per example with the label; "
