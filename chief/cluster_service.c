@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "chief.h"
+#include "coordinator.h"
 #include "health.h"
 #include "log.h"
 #include "tessera/v1/common.pb-c.h"
@@ -11,6 +12,7 @@
 typedef struct chief_state {
     daemon_t *daemon;
     chief_opts_t *opts;
+    coordinator_t *coordinator;
 } chief_state_t;
 
 static status_t set_list(const config_table_t *t, void *opts, const char *key,
@@ -114,14 +116,26 @@ static status_t chief_setup(daemon_t *d, void *opts, void **ret_state, status_ms
     st->daemon = d;
     st->opts = opts;
     rpc_server_handle(daemon_rpc(d), RPC_COORD_GET_CLUSTER, on_get_cluster, st);
+    if (coordinator_new(d, st->opts, &st->coordinator, err) != STATUS_OK) {
+        free(st);
+        return err != NULL ? err->status : STATUS_INTERNAL;
+    }
     LOG_INFO(CHIEF, "cluster: %zu ps, %zu workers", st->opts->ps.n, st->opts->worker.n);
     *ret_state = st;
     return STATUS_OK;
 }
 
+static void chief_stop(void *state)
+{
+    chief_state_t *st = state;
+    coordinator_stop(st->coordinator);
+}
+
 static void chief_teardown(void *state)
 {
-    free(state);
+    chief_state_t *st = state;
+    coordinator_free(st->coordinator);
+    free(st);
 }
 
 static const char *const chief_services[] = {RPC_SVC_COORD, RPC_SVC_DIAG, NULL};
@@ -132,5 +146,6 @@ const daemon_spec_t chief_daemon_spec = {
     .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_CHIEF,
     .services = chief_services,
     .setup = chief_setup,
+    .stop = chief_stop,
     .teardown = chief_teardown,
 };

@@ -8,6 +8,14 @@
 
 int cli_cluster(int argc, char **argv);
 int cli_train(int argc, char **argv);
+int cli_jobs(int argc, char **argv); /* submit, status, watch, cancel, list */
+
+/* Submits the job file to the chief; with watch, follows it to the end (exit code 0 when it
+ * succeeded). */
+int cli_submit_job(const char *chief, const char *path, bool watch, int64_t timeout_ms);
+
+/* Removes and returns the first argument that is neither a flag nor a flag's value. */
+const char *cli_take_positional(int *argc, char **argv);
 int cli_run(int argc, char **argv);
 
 /* Asks the chief at addr for the cluster and prints it; returns the exit code. */

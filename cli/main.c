@@ -12,7 +12,12 @@ static const struct {
 } commands[] = {
     {"train", cli_train, "train a job in this process (one device, no cluster)"},
     {"cluster", cli_cluster, "show every task of a cluster and its health"},
-    {"run", cli_run, "start a whole cluster on this machine (run --local)"},
+    {"run", cli_run, "start a whole cluster on this machine, optionally run a job (run --local)"},
+    {"submit", cli_jobs, "submit a job file to the chief (--watch to follow it)"},
+    {"status", cli_jobs, "show a job's state and progress"},
+    {"watch", cli_jobs, "follow a job's progress until it ends"},
+    {"cancel", cli_jobs, "cancel a queued or running job"},
+    {"list", cli_jobs, "list the chief's jobs"},
 };
 
 static void usage(FILE *out)

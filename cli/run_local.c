@@ -39,8 +39,9 @@ static const config_option_t run_options[] = {
 
 static const config_table_t run_table = {
     .program = "tessera run",
-    .summary = "Starts a chief, parameter servers and workers on this machine, shows the "
-               "cluster's health, and stops them (or keeps them with --keep).",
+    .summary = "tessera run --local [--ps N] [--workers N] [JOB.yaml]: starts a chief, parameter "
+               "servers and workers on this machine, shows the cluster's health, runs the job "
+               "when one is named, and stops them (or keeps them with --keep).",
     .options = run_options,
     .n_options = sizeof(run_options) / sizeof(run_options[0]),
 };
@@ -123,6 +124,8 @@ int cli_run(int argc, char **argv)
     char ps_list[2048], worker_list[2048];
     int rc = 2;
 
+    const char *job = cli_take_positional(&argc, argv);
+
     if (c == NULL)
         return 1;
     if (config_load(&run_table, &o, argc, argv, &action, &err) != STATUS_OK) {
@@ -166,6 +169,8 @@ int cli_run(int argc, char **argv)
            (long long)o.workers, c->log_dir);
     grpc_init();
     rc = cli_cluster_from_chief(c->procs[c->n - 1].listen, 5000);
+    if (rc == 0 && job != NULL)
+        rc = cli_submit_job(c->procs[c->n - 1].listen, job, true, 10000);
     grpc_shutdown();
     if (o.keep && rc == 0)
         wait_for_interrupt();

@@ -85,25 +85,6 @@ static void on_progress(const train_progress_t *p, void *arg)
     fflush(stdout);
 }
 
-/* Takes the job path out of argv (the first argument that is neither a flag nor a flag's
- * value), so the options can be parsed strictly. */
-static const char *take_job(int *argc, char **argv)
-{
-    for (int i = 1; i < *argc; i++) {
-        if (argv[i][0] == '-') {
-            if (strchr(argv[i], '=') == NULL && strcmp(argv[i], "--help") != 0 &&
-                strcmp(argv[i], "-h") != 0)
-                i++; /* the flag's value */
-            continue;
-        }
-        const char *job = argv[i];
-        memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i) * sizeof(*argv));
-        (*argc)--;
-        return job;
-    }
-    return NULL;
-}
-
 int cli_train(int argc, char **argv)
 {
     train_cmd_opts_t o = {0};
@@ -112,7 +93,7 @@ int cli_train(int argc, char **argv)
     job_t job;
     train_result_t res;
     progress_state_t ps = {.tty = isatty(STDOUT_FILENO) != 0, .last_print = 0};
-    const char *path = take_job(&argc, argv);
+    const char *path = cli_take_positional(&argc, argv);
     int rc = 2;
 
     memset(&job, 0, sizeof(job));

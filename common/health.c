@@ -9,9 +9,26 @@
 
 #include "log.h"
 
+/* Open Watch streams at most; more are refused with RESOURCE_EXHAUSTED. */
+#define HEALTH_MAX_WATCHERS 1024
+
+typedef Grpc__Health__V1__HealthCheckResponse__ServingStatus serving_status_t;
+
+/* One open Watch stream. It stays in the list from the handler until the call is over. */
+typedef struct watcher {
+    struct watcher *prev, *next;
+    health_t *h;
+    rpc_ctx_t *ctx;
+    bool known;    /* the service exists: it gets a message on every change */
+    bool finished; /* rpc_ctx_stream_finish was called: ctx no longer ours to send on */
+} watcher_t;
+
 struct health {
     _Atomic bool serving;
     const char *const *services;
+    pthread_mutex_t mu; /* guards the watchers and orders changes with their messages */
+    watcher_t *watchers;
+    size_t n_watchers;
 };
 
 static bool service_known(const health_t *h, const char *name)
@@ -39,24 +56,120 @@ static status_t on_check(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user
     return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
 }
 
+static serving_status_t status_of(bool serving)
+{
+    return serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                   : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+}
+
+/* Sends one status on a watcher's stream; a client too slow to take even a few messages is
+ * cut off. Call with h->mu held. */
+static void watcher_send(watcher_t *w, serving_status_t status)
+{
+    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    status_t rc;
+
+    if (w->finished)
+        return;
+    resp.status = status;
+    rc = rpc_ctx_stream_send(w->ctx, &resp.base, NULL, 0);
+    if (rc == STATUS_RESOURCE_EXHAUSTED) {
+        w->finished = true;
+        rpc_ctx_stream_finish(w->ctx, rc, "the health watcher does not read its updates");
+    } else if (rc != STATUS_OK) {
+        w->finished = true; /* the call is over or the server is stopping */
+        rpc_ctx_stream_finish(w->ctx, rc, "%s", status_str(rc));
+    }
+}
+
+/* The Watch call is over: forget the watcher and finish its stream if nobody did. */
+static void on_watch_done(void *arg)
+{
+    watcher_t *w = arg;
+    health_t *h = w->h;
+
+    pthread_mutex_lock(&h->mu);
+    if (w->prev != NULL)
+        w->prev->next = w->next;
+    else
+        h->watchers = w->next;
+    if (w->next != NULL)
+        w->next->prev = w->prev;
+    h->n_watchers--;
+    if (!w->finished)
+        rpc_ctx_stream_finish(w->ctx, STATUS_CANCELLED, "the health watch is over");
+    pthread_mutex_unlock(&h->mu);
+    free(w);
+}
+
+static status_t on_watch(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Grpc__Health__V1__HealthCheckRequest *req = (const void *)msg;
+    health_t *h = user;
+    watcher_t *w;
+
+    w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory for a health watch");
+    w->h = h;
+    w->ctx = ctx;
+    w->known = service_known(h, req->service);
+    pthread_mutex_lock(&h->mu);
+    if (h->n_watchers >= HEALTH_MAX_WATCHERS) {
+        pthread_mutex_unlock(&h->mu);
+        free(w);
+        return rpc_ctx_fail(ctx, STATUS_RESOURCE_EXHAUSTED, NULL,
+                            "%d health watches are open already", HEALTH_MAX_WATCHERS);
+    }
+    rpc_ctx_defer(ctx);
+    w->next = h->watchers;
+    if (h->watchers != NULL)
+        h->watchers->prev = w;
+    h->watchers = w;
+    h->n_watchers++;
+    /* The current status at once; an unknown service is told so and the stream stays open,
+     * in case the service appears (formats.md §4). */
+    watcher_send(w, w->known
+                        ? status_of(atomic_load(&h->serving))
+                        : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN);
+    pthread_mutex_unlock(&h->mu);
+    /* Registered outside h->mu: when the call is over already, the callback runs right here. */
+    rpc_ctx_on_done(ctx, on_watch_done, w);
+    return STATUS_OK;
+}
+
 health_t *health_new(rpc_server_t *s, const char *const *services)
 {
     health_t *h = calloc(1, sizeof(*h));
     if (h == NULL)
         return NULL;
     h->services = services;
+    pthread_mutex_init(&h->mu, NULL);
     rpc_server_handle(s, RPC_HEALTH_CHECK, on_check, h);
+    rpc_server_handle(s, RPC_HEALTH_WATCH, on_watch, h);
     return h;
 }
 
 void health_free(health_t *h)
 {
+    if (h == NULL)
+        return;
+    /* The server is shut down by now, so every watch is over and forgotten. */
+    if (h->n_watchers > 0)
+        LOG_ERR(HEALTH, "health freed with %zu watches open", h->n_watchers);
+    pthread_mutex_destroy(&h->mu);
     free(h);
 }
 
 void health_set_serving(health_t *h, bool serving)
 {
-    atomic_store(&h->serving, serving);
+    pthread_mutex_lock(&h->mu);
+    if (atomic_exchange(&h->serving, serving) != serving) {
+        for (watcher_t *w = h->watchers; w != NULL; w = w->next)
+            if (w->known)
+                watcher_send(w, status_of(serving));
+    }
+    pthread_mutex_unlock(&h->mu);
     LOG_INFO(HEALTH, "health: %s", serving ? "SERVING" : "NOT_SERVING");
 }
 

@@ -1,8 +1,10 @@
 /* grpc.health.v1.Health for Tessera's daemons, and the client check the CLI and chief use.
  *
  * Check: "" (the whole server) and every service in the method table that the daemon serves
- * answer SERVING or NOT_SERVING; any other name answers status NOT_FOUND. Watch is not served
- * (kubelet and grpc_health_probe call only Check). */
+ * answer SERVING or NOT_SERVING; any other name answers status NOT_FOUND.
+ * Watch (server-streaming): the current status at once, then one message per change; an unknown
+ * service gets SERVICE_UNKNOWN and the stream stays open. A watch ends when the client cancels
+ * it or the server shuts down (after its grace period); at most 1024 are open at once. */
 #ifndef TESSERA_HEALTH_H
 #define TESSERA_HEALTH_H
 
@@ -12,11 +14,15 @@
 
 typedef struct health health_t;
 
-/* Serves Check on s for the services listed (NULL-terminated, besides ""). */
+/* Serves Check and Watch on s for the services listed (NULL-terminated, besides ""); the list
+ * must outlive h. Before rpc_server_start. */
 health_t *health_new(rpc_server_t *s, const char *const *services);
+
+/* Frees h; after rpc_server_shutdown, which ends every watch. NULL-safe. */
 void health_free(health_t *h);
 
-/* Sets every service SERVING (true) or NOT_SERVING (false). Thread-safe. */
+/* Sets every service SERVING (true) or NOT_SERVING (false) and tells the watchers when that is
+ * a change. Thread-safe. */
 void health_set_serving(health_t *h, bool serving);
 
 typedef enum {

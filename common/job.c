@@ -244,6 +244,7 @@ void job_model_done(job_model_t *m)
         return;
     free(m->layers);
     free(m->keras_json);
+    free(m->keras_json_path);
     memset(m, 0, sizeof(*m));
 }
 
@@ -621,7 +622,22 @@ static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, job_model_
     status_t rc;
 
     STATUS_CHECK(job_tree_get_path(c, map, "keras_json", true, &path));
-    rc = read_file(path, "keras_json file", &text, &len, c->err);
+    rc = STATUS_NOT_FOUND;
+    for (size_t i = 0; i < c->n_files; i++) {
+        if (strcmp(c->files[i].path, path) != 0)
+            continue;
+        text = malloc(c->files[i].len + 1);
+        if (text == NULL) {
+            free(path);
+            return status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
+        }
+        memcpy(text, c->files[i].data, c->files[i].len);
+        text[c->files[i].len] = '\0';
+        len = c->files[i].len;
+        rc = STATUS_OK;
+    }
+    if (rc != STATUS_OK)
+        rc = read_file(path, "keras_json file", &text, &len, c->err);
     if (rc != STATUS_OK) {
         char why[sizeof(c->err->text)];
         old = job_tree_push_key(c, "keras_json");
@@ -631,6 +647,10 @@ static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, job_model_
     }
     if (rc == STATUS_OK) {
         rc = job_parse_keras_json(text, len, path, m, c->err);
+        if (rc == STATUS_OK) {
+            m->keras_json_path = path;
+            path = NULL;
+        }
         if (rc != STATUS_OK && c->err != NULL) {
             char why[sizeof(c->err->text)];
             old = job_tree_push_key(c, "keras_json");
@@ -1167,7 +1187,15 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
 status_t job_parse(const char *text, size_t len, const char *path, job_t *ret_job,
                    status_msg_t *err)
 {
-    job_ctx_t c = {.file = path != NULL ? path : "job", .err = err};
+    return job_parse_with_files(text, len, path, NULL, 0, ret_job, err);
+}
+
+status_t job_parse_with_files(const char *text, size_t len, const char *path,
+                              const job_file_t *files, size_t n_files, job_t *ret_job,
+                              status_msg_t *err)
+{
+    job_ctx_t c = {
+        .file = path != NULL ? path : "job", .err = err, .files = files, .n_files = n_files};
     const char *slash = path != NULL ? strrchr(path, '/') : NULL;
     job_node_t *root = NULL;
     job_t job = {0};

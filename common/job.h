@@ -83,7 +83,8 @@ typedef struct job_model {
     bool input_is_int; /* embedding input: integer ids */
     job_layer_t *layers;
     size_t n_layers;
-    char *keras_json; /* the model file's text when given by keras_json */
+    char *keras_json;      /* the model file's text when given by keras_json */
+    char *keras_json_path; /* ... and its path, resolved against the job file */
 } job_model_t;
 
 typedef enum {
@@ -184,6 +185,21 @@ status_t job_load_file(const char *path, job_t *ret_job, status_msg_t *err);
  * current directory). */
 status_t job_parse(const char *text, size_t len, const char *path, job_t *ret_job,
                    status_msg_t *err);
+
+/* A file a job refers to, supplied with the job instead of read from disk: how a job submitted
+ * from a client machine reaches the chief and workers with its Keras JSON. `path` is the path as
+ * resolved against the job file (job_model_t.keras_json_path). */
+typedef struct job_file {
+    const char *path;
+    const char *data;
+    size_t len;
+} job_file_t;
+
+/* job_parse, taking referenced files from `files` when their resolved path matches and from
+ * the disk otherwise. */
+status_t job_parse_with_files(const char *text, size_t len, const char *path,
+                              const job_file_t *files, size_t n_files, job_t *ret_job,
+                              status_msg_t *err);
 
 /* Parses a Keras `model.to_json()` document (Keras 2 / tf.keras or Keras 3, Sequential) into
  * ret_model; `path` names it in messages. */

@@ -104,6 +104,8 @@ typedef struct job_ctx {
     char path[256];   /* key path of what is being read: "model[1].dense" */
     size_t path_len;
     status_msg_t *err;
+    const job_file_t *files; /* files supplied with the job (job_parse_with_files) */
+    size_t n_files;
 } job_ctx_t;
 
 /* Parses one YAML (or JSON) document into *ret_root (NULL for an empty document), rejecting

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "rpc_internal.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #define ACCEPTS_PER_THREAD 8
 #define THREAD_WAKE_MS     500
 #define RECV_BUF_KEEP_MAX  (128u << 20)
+#define DEFERRED_WAIT_MS   1000
 
 /* ---- the method table --------------------------------------------------------------------- */
 
@@ -75,7 +77,9 @@ static double now_seconds(void)
 
 /* ---- types -------------------------------------------------------------------------------- */
 
-typedef enum { TAG_ACCEPT, TAG_RECV, TAG_SEND, TAG_CLOSE } tag_kind_t;
+/* What a completion means: TAG_SEND ends a batch that sends the status (and, for unary calls,
+ * the reply); TAG_STREAM ends one message of a server stream. */
+typedef enum { TAG_ACCEPT, TAG_RECV, TAG_SEND, TAG_STREAM, TAG_CLOSE } tag_kind_t;
 
 typedef struct tag {
     tag_kind_t kind;
@@ -110,14 +114,30 @@ struct rpc_server {
     } handlers[RPC_METHOD_COUNT_];
     method_counters_t counters[RPC_METHOD_COUNT_];
     _Atomic bool shutting_down;
-    pthread_mutex_t defer_mu; /* orders deferred replies against queue shutdown */
+    pthread_mutex_t defer_mu; /* orders every batch start against queue shutdown */
+    pthread_cond_t defer_cv;  /* signalled when deferred_open drops to 0 */
     bool queues_closed;
+    int deferred_open; /* deferred calls not answered yet */
 };
+
+/* The send side of a server stream. Other threads queue messages while the call's thread
+ * completes sends, so it is guarded by the context's mutex. gRPC takes one message at a time:
+ * the next goes out when the previous one's TAG_STREAM completes. */
+typedef struct stream_queue {
+    grpc_byte_buffer *queue[RPC_STREAM_QUEUE_MAX];
+    size_t sizes[RPC_STREAM_QUEUE_MAX];
+    size_t head, count, bytes;
+    grpc_byte_buffer *in_flight;
+    bool md_sent;     /* the initial metadata went out with the first message */
+    bool finishing;   /* rpc_ctx_stream_finish was called */
+    bool status_sent; /* the final status batch was started */
+    bool broken;      /* a send failed or the queues closed: nothing more goes out */
+} stream_queue_t;
 
 struct rpc_ctx {
     rpc_server_t *server;
     server_thread_t *thread;
-    tag_t t_accept, t_recv, t_send, t_close;
+    tag_t t_accept, t_recv, t_send, t_stream, t_close;
     _Atomic int refs;
     grpc_call *call;
     grpc_call_details details;
@@ -139,6 +159,11 @@ struct rpc_ctx {
     bool have_details;
     grpc_metadata trailer;
     uint8_t *detail_buf;
+    pthread_mutex_t mu; /* guards `over`, the done callback and the stream queue */
+    bool over;          /* RECV_CLOSE_ON_SERVER completed: the call has ended */
+    void (*done_cb)(void *arg);
+    void *done_arg;
+    stream_queue_t st;
 };
 
 /* ---- context lifetime --------------------------------------------------------------------- */
@@ -153,8 +178,10 @@ static rpc_ctx_t *ctx_new(rpc_server_t *s, server_thread_t *t)
     c->t_accept = (tag_t){TAG_ACCEPT, c};
     c->t_recv = (tag_t){TAG_RECV, c};
     c->t_send = (tag_t){TAG_SEND, c};
+    c->t_stream = (tag_t){TAG_STREAM, c};
     c->t_close = (tag_t){TAG_CLOSE, c};
     atomic_init(&c->refs, 1);
+    pthread_mutex_init(&c->mu, NULL);
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
     return c;
@@ -181,7 +208,10 @@ static void ctx_free(rpc_ctx_t *c)
         grpc_byte_buffer_destroy(c->send_bb);
     if (c->have_details)
         grpc_slice_unref(c->status_details);
+    for (size_t i = 0; i < c->st.count; i++) /* only when the call never ran */
+        grpc_byte_buffer_destroy(c->st.queue[(c->st.head + i) % RPC_STREAM_QUEUE_MAX]);
     rpc_payload_done(&c->payload);
+    pthread_mutex_destroy(&c->mu);
     free(c->detail_buf);
     free(c);
 }
@@ -197,15 +227,25 @@ static void ctx_unref(rpc_ctx_t *c)
         ctx_free(c);
 }
 
+/* Starts a batch holding a reference for its completion. Refuses once rpc_server_shutdown has
+ * closed the queues: an op started on a shut-down queue aborts the process, and deferred
+ * replies and stream messages come from other threads at any time. */
 static bool start_batch(rpc_ctx_t *c, const grpc_op *ops, size_t n, tag_t *tag)
 {
-    grpc_call_error e;
+    rpc_server_t *s = c->server;
+    grpc_call_error e = GRPC_CALL_ERROR;
+    bool closed;
 
     ctx_ref(c);
-    e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+    pthread_mutex_lock(&s->defer_mu);
+    closed = s->queues_closed;
+    if (!closed)
+        e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+    pthread_mutex_unlock(&s->defer_mu);
     if (e != GRPC_CALL_OK) {
-        LOG_ERR(RPC, "%s: grpc_call_start_batch failed (%d)", c->method ? c->method->path : "call",
-                (int)e);
+        if (!closed)
+            LOG_ERR(RPC, "%s: grpc_call_start_batch failed (%d)",
+                    c->method ? c->method->path : "call", (int)e);
         ctx_unref(c);
         return false;
     }
@@ -251,12 +291,13 @@ static int fault_of(const rpc_server_t *s, status_t st)
     }
 }
 
-static void send_error(rpc_ctx_t *c)
+/* Fills op with the SEND_STATUS_FROM_SERVER of the call's recorded failure, its error detail as
+ * trailing metadata, and logs it. The slices live in the context until it is freed. */
+static void error_status_op(rpc_ctx_t *c, grpc_op *op)
 {
     rpc_server_t *s = c->server;
     Tessera__V1__ErrorDetail detail = TESSERA__V1__ERROR_DETAIL__INIT;
     Tessera__V1__TaskId task = TESSERA__V1__TASK_ID__INIT;
-    grpc_op ops[2];
     size_t len;
 
     if (c->fail_text[0] == '\0')
@@ -279,18 +320,26 @@ static void send_error(rpc_ctx_t *c)
     c->status_details = grpc_slice_from_copied_string(c->fail_text);
     c->have_details = true;
 
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[1].data.send_status_from_server.status = (grpc_status_code)status_to_grpc(c->fail_status);
-    ops[1].data.send_status_from_server.status_details = &c->status_details;
-    ops[1].data.send_status_from_server.trailing_metadata_count = c->detail_buf ? 1 : 0;
-    ops[1].data.send_status_from_server.trailing_metadata = c->detail_buf ? &c->trailer : NULL;
+    memset(op, 0, sizeof(*op));
+    op->op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    op->data.send_status_from_server.status = (grpc_status_code)status_to_grpc(c->fail_status);
+    op->data.send_status_from_server.status_details = &c->status_details;
+    op->data.send_status_from_server.trailing_metadata_count = c->detail_buf ? 1 : 0;
+    op->data.send_status_from_server.trailing_metadata = c->detail_buf ? &c->trailer : NULL;
     if (c->fail_status != STATUS_UNIMPLEMENTED &&
         status_group(c->fail_status) != STATUS_GROUP_INVALID_ARGUMENT)
         LOG_WARNING(RPC, "%s failed: %s", c->method ? c->method->path : "call", c->fail_text);
     else
         LOG_DEBUG(RPC, "%s rejected: %s", c->method ? c->method->path : "call", c->fail_text);
+}
+
+static void send_error(rpc_ctx_t *c)
+{
+    grpc_op ops[2];
+
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    error_status_op(c, &ops[1]);
     start_batch(c, ops, 2, &c->t_send);
 }
 
@@ -299,7 +348,10 @@ static void fail_fmt(rpc_ctx_t *c, status_t st, const char *culprit, const char 
     if (st == STATUS_OK)
         st = STATUS_INTERNAL;
     c->fail_status = st;
-    vsnprintf(c->fail_text, sizeof(c->fail_text), fmt, ap);
+    if (fmt != NULL)
+        vsnprintf(c->fail_text, sizeof(c->fail_text), fmt, ap);
+    else
+        snprintf(c->fail_text, sizeof(c->fail_text), "%s", status_str(st));
     snprintf(c->fail_culprit, sizeof(c->fail_culprit), "%s", culprit ? culprit : "");
 }
 
@@ -322,10 +374,37 @@ static bool deferred_may_send(rpc_ctx_t *c)
     return ok;
 }
 
+/* Drops the reference rpc_ctx_defer took, once the deferred call is answered or finished, and
+ * lets rpc_server_shutdown know. The server outlives every deferred call (see there). */
+static void release_deferred(rpc_ctx_t *c)
+{
+    rpc_server_t *s = c->server;
+
+    ctx_unref(c);
+    pthread_mutex_lock(&s->defer_mu);
+    if (--s->deferred_open == 0)
+        pthread_cond_broadcast(&s->defer_cv);
+    pthread_mutex_unlock(&s->defer_mu);
+}
+
+static bool is_stream(const rpc_ctx_t *c)
+{
+    return c->method != NULL && c->method->kind == RPC_KIND_SERVER_STREAM;
+}
+
+static void stream_finish_v(rpc_ctx_t *c, status_t st, const char *culprit, const char *fmt,
+                            va_list ap);
+
 void rpc_ctx_fail_now(rpc_ctx_t *c, status_t st, const char *culprit, const char *fmt, ...)
 {
     va_list ap;
 
+    if (is_stream(c) && c->deferred) {
+        va_start(ap, fmt);
+        stream_finish_v(c, st == STATUS_OK ? STATUS_INTERNAL : st, culprit, fmt, ap);
+        va_end(ap);
+        return;
+    }
     if (atomic_exchange(&c->replied, true))
         return;
     va_start(ap, fmt);
@@ -334,7 +413,7 @@ void rpc_ctx_fail_now(rpc_ctx_t *c, status_t st, const char *culprit, const char
     if (!c->deferred || deferred_may_send(c))
         send_error(c);
     if (c->deferred)
-        ctx_unref(c);
+        release_deferred(c);
 }
 
 status_t rpc_ctx_respond(rpc_ctx_t *c, const ProtobufCMessage *resp, const rpc_iov_t *iov,
@@ -343,6 +422,8 @@ status_t rpc_ctx_respond(rpc_ctx_t *c, const ProtobufCMessage *resp, const rpc_i
     grpc_op ops[3];
     status_t rc;
 
+    if (is_stream(c)) /* streams answer with rpc_ctx_stream_send and _finish */
+        return STATUS_INVALID_USAGE;
     if (atomic_exchange(&c->replied, true))
         return STATUS_INVALID_USAGE;
     if (resp->descriptor != c->method->response) {
@@ -356,7 +437,7 @@ status_t rpc_ctx_respond(rpc_ctx_t *c, const ProtobufCMessage *resp, const rpc_i
         return rpc_ctx_fail(c, rc, NULL, "%s: cannot encode the reply", c->method->path);
     }
     if (c->deferred && !deferred_may_send(c)) {
-        ctx_unref(c);
+        release_deferred(c);
         return STATUS_CANCELLED;
     }
     memset(ops, 0, sizeof(ops));
@@ -367,7 +448,7 @@ status_t rpc_ctx_respond(rpc_ctx_t *c, const ProtobufCMessage *resp, const rpc_i
     ops[2].data.send_status_from_server.status = GRPC_STATUS_OK;
     start_batch(c, ops, 3, &c->t_send);
     if (c->deferred)
-        ctx_unref(c);
+        release_deferred(c);
     return STATUS_OK;
 }
 
@@ -378,12 +459,225 @@ void rpc_ctx_defer(rpc_ctx_t *c)
         return;
     c->deferred = true;
     ctx_ref(c);
+    pthread_mutex_lock(&c->server->defer_mu);
+    c->server->deferred_open++;
+    pthread_mutex_unlock(&c->server->defer_mu);
     /* The thread's receive buffer is reused by the next call: give this call its own copy. */
     if (c->payload.data != NULL && !c->payload.owned && c->payload.data == t->recv_buf) {
         c->payload.owned = true;
         t->recv_buf = NULL;
         t->recv_cap = 0;
     }
+}
+
+void rpc_ctx_on_done(rpc_ctx_t *c, void (*cb)(void *arg), void *arg)
+{
+    bool over;
+
+    pthread_mutex_lock(&c->mu);
+    over = c->over;
+    if (!over) {
+        c->done_cb = cb;
+        c->done_arg = arg;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (over && cb != NULL)
+        cb(arg);
+}
+
+/* ---- server streaming --------------------------------------------------------------------- */
+
+/* Moves every queued message into out (RPC_STREAM_QUEUE_MAX entries) and returns how many, for
+ * the caller to destroy once c->mu is released: destroying a byte buffer runs the senders'
+ * release callbacks, which may take locks of their own. Call with c->mu held. */
+static size_t stream_drain_locked(rpc_ctx_t *c, grpc_byte_buffer **out)
+{
+    size_t n = 0;
+
+    while (c->st.count > 0) {
+        out[n++] = c->st.queue[c->st.head];
+        c->st.head = (c->st.head + 1) % RPC_STREAM_QUEUE_MAX;
+        c->st.count--;
+    }
+    c->st.bytes = 0;
+    return n;
+}
+
+static void destroy_buffers(grpc_byte_buffer **bbs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bbs[i] != NULL)
+            grpc_byte_buffer_destroy(bbs[i]);
+}
+
+/* Starts sending bb, preceded by the initial metadata on the first message. c->mu held. */
+static bool stream_start_send_locked(rpc_ctx_t *c, grpc_byte_buffer *bb)
+{
+    grpc_op ops[2];
+    size_t n = 0;
+
+    memset(ops, 0, sizeof(ops));
+    if (!c->st.md_sent)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = bb;
+    if (!start_batch(c, ops, n, &c->t_stream))
+        return false;
+    c->st.md_sent = true;
+    c->st.in_flight = bb;
+    return true;
+}
+
+/* Sends the final status: OK, or the failure recorded in the context. Only once nothing is
+ * queued or in flight, so that it follows every message. c->mu held. */
+static void stream_start_status_locked(rpc_ctx_t *c)
+{
+    grpc_op ops[2];
+    size_t n = 0;
+
+    memset(ops, 0, sizeof(ops));
+    if (!c->st.md_sent)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (c->fail_status != STATUS_OK) {
+        error_status_op(c, &ops[n++]);
+    } else {
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n++].data.send_status_from_server.status = GRPC_STATUS_OK;
+    }
+    c->st.md_sent = true;
+    c->st.status_sent = true;
+    start_batch(c, ops, n, &c->t_send);
+}
+
+/* Calls every release callback of iov: a refused message still hands its segments over. */
+static void release_iov(const rpc_iov_t *iov, size_t n_iov)
+{
+    for (size_t i = 0; i < n_iov; i++)
+        if (iov[i].release != NULL)
+            iov[i].release(iov[i].arg);
+}
+
+status_t rpc_ctx_stream_send(rpc_ctx_t *c, const ProtobufCMessage *msg, const rpc_iov_t *iov,
+                             size_t n_iov)
+{
+    grpc_byte_buffer *bb = NULL, *dead = NULL;
+    size_t wire = 0;
+    status_t rc;
+
+    if (c == NULL || msg == NULL || !is_stream(c) || !c->deferred ||
+        msg->descriptor != c->method->response ||
+        (n_iov > 0 && !rpc_has_payload_field(c->method->response))) {
+        release_iov(iov, n_iov);
+        return STATUS_INVALID_USAGE;
+    }
+    for (size_t i = 0; i < n_iov; i++)
+        wire += iov[i].len;
+    wire += protobuf_c_message_get_packed_size(msg);
+
+    pthread_mutex_lock(&c->mu);
+    if (c->st.finishing)
+        rc = STATUS_INVALID_USAGE;
+    else if (c->over || c->st.broken)
+        rc = STATUS_CANCELLED;
+    else if (c->st.count >= RPC_STREAM_QUEUE_MAX ||
+             (c->st.count > 0 && c->st.bytes + wire > RPC_STREAM_QUEUE_MAX_BYTES))
+        rc = STATUS_RESOURCE_EXHAUSTED; /* the client reads slower than we produce */
+    else if (!deferred_may_send(c))     /* the server is shutting down */
+        rc = STATUS_CANCELLED;
+    else
+        rc = rpc_encode(msg, iov, n_iov, NULL, &bb, &wire);
+    if (rc == STATUS_OK) {
+        c->bytes_out += wire;
+        if (c->st.in_flight == NULL) {
+            if (!stream_start_send_locked(c, bb)) {
+                c->st.broken = true;
+                dead = bb;
+                rc = STATUS_CANCELLED;
+            }
+        } else {
+            size_t tail = (c->st.head + c->st.count) % RPC_STREAM_QUEUE_MAX;
+            c->st.queue[tail] = bb;
+            c->st.sizes[tail] = wire;
+            c->st.count++;
+            c->st.bytes += wire;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (dead != NULL)
+        grpc_byte_buffer_destroy(dead); /* releases the segments */
+    else if (rc != STATUS_OK)
+        release_iov(iov, n_iov);
+    return rc;
+}
+
+/* TAG_STREAM: one message went out (or the call broke); send the next, or the status. */
+static void on_stream_sent(rpc_ctx_t *c, bool ok)
+{
+    grpc_byte_buffer *dead[RPC_STREAM_QUEUE_MAX + 2];
+    size_t n_dead = 0;
+
+    pthread_mutex_lock(&c->mu);
+    dead[n_dead++] = c->st.in_flight;
+    c->st.in_flight = NULL;
+    if (!ok)
+        c->st.broken = true;
+    while (!c->st.broken && c->st.count > 0) {
+        grpc_byte_buffer *next = c->st.queue[c->st.head];
+        c->st.bytes -= c->st.sizes[c->st.head];
+        c->st.head = (c->st.head + 1) % RPC_STREAM_QUEUE_MAX;
+        c->st.count--;
+        if (stream_start_send_locked(c, next))
+            break;
+        c->st.broken = true;
+        dead[n_dead++] = next;
+    }
+    if (c->st.broken)
+        n_dead += stream_drain_locked(c, dead + n_dead);
+    else if (c->st.in_flight == NULL && c->st.finishing && !c->st.status_sent)
+        stream_start_status_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    destroy_buffers(dead, n_dead);
+    ctx_unref(c);
+}
+
+static void stream_finish_v(rpc_ctx_t *c, status_t st, const char *culprit, const char *fmt,
+                            va_list ap)
+{
+    grpc_byte_buffer *dead[RPC_STREAM_QUEUE_MAX];
+    size_t n_dead = 0;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->st.finishing) { /* finished before: the reference is gone already */
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    c->st.finishing = true;
+    if (st != STATUS_OK)
+        fail_fmt(c, st, culprit, fmt, ap);
+    if (c->over || c->st.broken || !deferred_may_send(c))
+        n_dead = stream_drain_locked(c, dead);
+    else if (c->st.in_flight == NULL)
+        stream_start_status_locked(c);
+    /* else on_stream_sent sends the status after the last queued message */
+    pthread_mutex_unlock(&c->mu);
+    destroy_buffers(dead, n_dead);
+    release_deferred(c);
+}
+
+void rpc_ctx_stream_finish(rpc_ctx_t *c, status_t st, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (c == NULL)
+        return;
+    if (!is_stream(c) || !c->deferred) {
+        LOG_ERR(RPC, "%s: rpc_ctx_stream_finish on a call that is not a deferred stream",
+                c->method ? c->method->path : "call");
+        return;
+    }
+    va_start(ap, fmt);
+    stream_finish_v(c, st, NULL, fmt, ap);
+    va_end(ap);
 }
 
 const void *rpc_ctx_payload(const rpc_ctx_t *c, size_t *ret_len)
@@ -447,7 +741,7 @@ static void on_accept(rpc_ctx_t *c, bool ok)
 
     m = rpc_method_find((const char *)GRPC_SLICE_START_PTR(c->details.method),
                         GRPC_SLICE_LENGTH(c->details.method));
-    if (m == NULL || m->kind != RPC_KIND_UNARY || s->handlers[m->id].cb == NULL) {
+    if (m == NULL || m->kind == RPC_KIND_BIDI_STREAM || s->handlers[m->id].cb == NULL) {
         char path[256];
         size_t n = GRPC_SLICE_LENGTH(c->details.method);
         if (n >= sizeof(path))
@@ -530,6 +824,29 @@ static void on_recv(rpc_ctx_t *c, bool ok)
     ctx_unref(c);
 }
 
+/* TAG_CLOSE: the call is over (answered, cancelled by the client, past its deadline, or
+ * cancelled by shutdown). Whatever a stream still had queued will never go out. */
+static void on_close(rpc_ctx_t *c)
+{
+    grpc_byte_buffer *dead[RPC_STREAM_QUEUE_MAX];
+    void (*cb)(void *arg);
+    void *arg;
+    size_t n_dead;
+
+    atomic_store(&c->closed, true);
+    pthread_mutex_lock(&c->mu);
+    c->over = true;
+    n_dead = stream_drain_locked(c, dead);
+    cb = c->done_cb;
+    arg = c->done_arg;
+    c->done_cb = NULL;
+    pthread_mutex_unlock(&c->mu);
+    destroy_buffers(dead, n_dead);
+    if (cb != NULL)
+        cb(arg); /* our reference keeps the context valid inside */
+    ctx_unref(c);
+}
+
 static void handle_event(server_thread_t *t, grpc_event ev)
 {
     tag_t *tag = ev.tag;
@@ -550,9 +867,11 @@ static void handle_event(server_thread_t *t, grpc_event ev)
         }
         ctx_unref(c);
         break;
+    case TAG_STREAM:
+        on_stream_sent(c, ev.success);
+        break;
     case TAG_CLOSE:
-        atomic_store(&c->closed, true);
-        ctx_unref(c);
+        on_close(c);
         break;
     }
 }
@@ -604,6 +923,13 @@ status_t rpc_server_new(const rpc_server_opts_t *o, rpc_server_t **ret_server, s
         return status_fail(err, STATUS_NO_MEMORY, "out of memory creating the rpc server");
     }
     pthread_mutex_init(&s->defer_mu, NULL);
+    {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&s->defer_cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     s->n_threads = o->threads;
     s->task_type = o->task_type;
     s->task_index = o->task_index;
@@ -683,10 +1009,35 @@ void rpc_server_stats(const rpc_server_t *s, rpc_method_id_t id, rpc_method_stat
     ret->seconds = (double)atomic_load(&mc->micros) * 1e-6;
 }
 
+/* Waits up to DEFERRED_WAIT_MS for the deferred calls that other threads still hold to be
+ * answered or finished; their done callbacks have run by now, so a well-behaved producer is
+ * finishing at this moment. Returns how many are left. */
+static int wait_deferred(rpc_server_t *s)
+{
+    struct timespec until;
+    int left;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += DEFERRED_WAIT_MS / 1000;
+    until.tv_nsec += (DEFERRED_WAIT_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->defer_mu);
+    while (s->deferred_open > 0 &&
+           pthread_cond_timedwait(&s->defer_cv, &s->defer_mu, &until) != ETIMEDOUT)
+        ;
+    left = s->deferred_open;
+    pthread_mutex_unlock(&s->defer_mu);
+    return left;
+}
+
 void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms)
 {
     static int shutdown_tag;
     grpc_event ev;
+    int leaked;
 
     if (s == NULL)
         return;
@@ -716,6 +1067,8 @@ void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms)
                 ;
         }
     }
+    /* Late answers from other threads unref their calls: keep the server and queues until then. */
+    leaked = wait_deferred(s);
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->shutdown_cq);
     while (
@@ -725,6 +1078,13 @@ void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms)
     grpc_completion_queue_destroy(s->shutdown_cq);
     for (int i = 0; i < s->n_threads; i++)
         grpc_completion_queue_destroy(s->threads[i].cq);
+    if (leaked > 0) {
+        /* Someone still holds a deferred call and may touch it (and through it the server):
+         * keeping the small server struct is safer than a use after free. */
+        LOG_ERR(RPC, "%d deferred calls were never answered or finished: leaking them", leaked);
+        return;
+    }
+    pthread_cond_destroy(&s->defer_cv);
     pthread_mutex_destroy(&s->defer_mu);
     free(s->threads);
     free(s);

@@ -1,5 +1,5 @@
-/* Tessera's RPC runtime on the gRPC C core: servers, channels and unary calls with protobuf-c
- * messages and zero-copy tensor payloads.
+/* Tessera's RPC runtime on the gRPC C core: servers, channels, unary calls and server streams
+ * with protobuf-c messages and zero-copy tensor payloads.
  *
  * Payloads. Messages that carry tensor bytes have a top-level `bytes payload = 15` field (see
  * proto/tessera/v1/common.proto). Callers never fill that field: they pass the bytes as a list
@@ -76,7 +76,9 @@ typedef struct rpc_server_opts {
 /* A handler runs on a server thread with the decoded request (payload field empty: see
  * rpc_ctx_payload). It either answers with rpc_ctx_respond() and returns STATUS_OK; or returns an
  * error status, after rpc_ctx_fail() has given the sentence; or calls rpc_ctx_defer() and returns
- * STATUS_OK, then answers later. `req` is valid until the handler returns. */
+ * STATUS_OK, then answers later. `req` is valid until the handler returns. A handler of a
+ * server-streaming method (RPC_KIND_SERVER_STREAM) fails the same way, or defers and then
+ * streams (rpc_ctx_stream_send, rpc_ctx_stream_finish). */
 typedef status_t (*rpc_handler_cb)(rpc_ctx_t *ctx, const ProtobufCMessage *req, void *user);
 
 /* Creates a server listening on opts->listen. Fails with STATUS_ADDRESS_IN_USE when the port
@@ -97,8 +99,11 @@ int rpc_server_port(const rpc_server_t *s);
 /* True when every handler thread has come back to its queue within max_age_ms (watchdog). */
 bool rpc_server_alive(const rpc_server_t *s, int64_t max_age_ms);
 
-/* Stops accepting calls, lets running calls finish for up to grace_ms, cancels the rest, joins
- * the threads and frees the server. NULL-safe. */
+/* Stops accepting calls, lets running calls (open streams included) finish for up to grace_ms,
+ * cancels the rest, joins the threads and frees the server. Deferred calls must be answered or
+ * finished by then: their done callbacks (rpc_ctx_on_done) run during the shutdown at the
+ * latest, and it waits up to a second more for other threads to finish them (a call never
+ * finished is reported and leaked). NULL-safe. */
 void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms);
 
 /* The counters kept per method, for metrics. */
@@ -119,8 +124,16 @@ const rpc_method_t *rpc_ctx_method(const rpc_ctx_t *ctx);
 /* Milliseconds left before the client's deadline (INT64_MAX when it set none). */
 int64_t rpc_ctx_remaining_ms(const rpc_ctx_t *ctx);
 
-/* True once the client cancelled or its deadline passed. */
+/* True once the client cancelled, its deadline passed, or the server cancelled the call at
+ * shutdown. Thread-safe while the caller holds the call (deferred and not yet finished). */
 bool rpc_ctx_cancelled(const rpc_ctx_t *ctx);
+
+/* Calls cb(arg) once, on a server thread, when the call is over: answered or finished and
+ * delivered, cancelled by the client, past its deadline, or cancelled at shutdown. If the call
+ * is over already, cb runs at once on the calling thread. The context is valid inside cb, so a
+ * stream producer unregisters there and calls rpc_ctx_stream_finish. One callback per call (a
+ * later one replaces it); cb must not block. */
+void rpc_ctx_on_done(rpc_ctx_t *ctx, void (*cb)(void *arg), void *arg);
 
 /* Sends the reply: resp (its payload field left empty) followed by the payload segments. */
 status_t rpc_ctx_respond(rpc_ctx_t *ctx, const ProtobufCMessage *resp, const rpc_iov_t *iov,
@@ -133,8 +146,35 @@ status_t rpc_ctx_fail(rpc_ctx_t *ctx, status_t s, const char *culprit, const cha
 void rpc_ctx_fail_now(rpc_ctx_t *ctx, status_t s, const char *culprit, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* The handler will answer later (rpc_ctx_respond or rpc_ctx_fail_now, from any thread, once). */
+/* The handler will answer later (rpc_ctx_respond or rpc_ctx_fail_now, from any thread, once; a
+ * stream with rpc_ctx_stream_send and rpc_ctx_stream_finish). Call it from the handler. */
 void rpc_ctx_defer(rpc_ctx_t *ctx);
+
+/* Server streaming. After rpc_ctx_defer, any thread may send messages, one call at a time or
+ * concurrently; they go out in the order of the calls, one in flight at a time. Messages wait
+ * in a queue of at most RPC_STREAM_QUEUE_MAX messages and RPC_STREAM_QUEUE_MAX_BYTES (a single
+ * message of any size is always accepted when nothing is queued). */
+#define RPC_STREAM_QUEUE_MAX       64
+#define RPC_STREAM_QUEUE_MAX_BYTES (64u << 20)
+
+/* Queues msg (the method's response type) and its payload segments (only when the response has
+ * a payload field) to be sent on the stream. The segments are handed over whatever the result:
+ * their release callbacks run once gRPC is done with them, or before this returns when the
+ * message is refused; segments without one must stay valid until the server shuts down.
+ * Fails with STATUS_RESOURCE_EXHAUSTED when the queue is full (the client reads too slowly:
+ * drop the message, wait, or finish the stream), STATUS_CANCELLED when the call is over or the
+ * server is shutting down (stop producing and finish), STATUS_INVALID_USAGE when ctx is not a
+ * deferred stream, is finished, or msg has the wrong type. */
+status_t rpc_ctx_stream_send(rpc_ctx_t *ctx, const ProtobufCMessage *msg, const rpc_iov_t *iov,
+                             size_t n_iov);
+
+/* Ends the stream with status s (STATUS_OK, or an error with the sentence fmt; fmt is ignored
+ * for STATUS_OK and may be NULL) after the queued messages, and drops the reference that
+ * rpc_ctx_defer took: ctx must not be used afterwards, except inside its done callback. Every
+ * deferred stream must be finished exactly once, also after the client went away (then nothing
+ * is sent); later calls are ignored. Any thread. */
+void rpc_ctx_stream_finish(rpc_ctx_t *ctx, status_t s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ------------------------------------------------------------------------------------------ */
 /* Client                                                                                       */
@@ -188,6 +228,66 @@ status_t rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *body, si
     }
 RPC_METHOD_LIST(RPC_STUB_)
 #undef RPC_STUB_
+
+/* A server-streaming call (one request, many responses), read by one thread at a time. */
+typedef struct rpc_stream rpc_stream_t;
+
+/* Starts a call of a server-streaming method with its request and returns at once; connection
+ * failures and the server's answer show in rpc_stream_next. timeout_ms bounds the whole stream
+ * (0 = no deadline). Fails only on bad arguments (STATUS_INVALID_USAGE) or lack of memory.
+ * Free the stream with rpc_stream_free. Thread-safe on the channel. */
+status_t rpc_stream_open(rpc_channel_t *ch, rpc_method_id_t id, const ProtobufCMessage *req,
+                         int64_t timeout_ms, rpc_stream_t **ret_stream, rpc_error_t *err);
+
+/* Waits up to wait_ms (< 0: without limit, 0: only looks) for the next message:
+ * - STATUS_OK with *ret_msg set: a message (free it with protobuf_c_message_free_unpacked(msg,
+ *   NULL)), and its payload in *ret_payload when not NULL (release with rpc_payload_done);
+ * - STATUS_OK with *ret_msg NULL: the server ended the stream with status OK;
+ * - an error: the stream ended with it, as err says (server error, cancel, deadline,
+ *   unavailable peer, or a message that does not parse);
+ * - STATUS_TIMEOUT with rpc_stream_done() false: nothing came within wait_ms, the stream is
+ *   still open (a deadline that ended the stream is STATUS_TIMEOUT with rpc_stream_done() true).
+ * Once the stream has ended, every call returns the same end again. */
+status_t rpc_stream_next(rpc_stream_t *s, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload,
+                         int64_t wait_ms, rpc_error_t *err);
+
+/* True once rpc_stream_next has returned the end of the stream. */
+bool rpc_stream_done(const rpc_stream_t *s);
+
+/* Cancels the call: the server sees the client go away, rpc_stream_next returns the messages
+ * already received and then STATUS_CANCELLED. Any thread, also while another is in
+ * rpc_stream_next. */
+void rpc_stream_cancel(rpc_stream_t *s);
+
+/* Cancels the stream if it is still open, waits for gRPC to let go of it and frees it.
+ * NULL-safe. */
+void rpc_stream_free(rpc_stream_t *s);
+
+/* Typed streams for the server-streaming methods of the table:
+ * rpc_health_watch_open(ch, req, timeout_ms, &stream, &err) and
+ * rpc_health_watch_next(stream, &resp, &payload, wait_ms, &err). */
+#define RPC_STREAM_STUB_UNARY(stub, RqT, RsT)
+#define RPC_STREAM_STUB_BIDI_STREAM(stub, RqT, RsT)
+#define RPC_STREAM_STUB_SERVER_STREAM(stub, RqT, RsT)                                              \
+    static inline status_t rpc_##stub##_next(rpc_stream_t *s, RsT **ret_msg,                       \
+                                             rpc_payload_t *ret_payload, int64_t wait_ms,          \
+                                             rpc_error_t *err)                                     \
+    {                                                                                              \
+        return rpc_stream_next(s, (ProtobufCMessage **)ret_msg, ret_payload, wait_ms, err);        \
+    }
+#define RPC_STREAM_OPEN_UNARY(id, stub, RqT)
+#define RPC_STREAM_OPEN_BIDI_STREAM(id, stub, RqT)
+#define RPC_STREAM_OPEN_SERVER_STREAM(id, stub, RqT)                                               \
+    static inline status_t rpc_##stub##_open(rpc_channel_t *ch, const RqT *req,                    \
+                                             int64_t timeout_ms, rpc_stream_t **ret_stream,        \
+                                             rpc_error_t *err)                                     \
+    {                                                                                              \
+        return rpc_stream_open(ch, RPC_##id, &req->base, timeout_ms, ret_stream, err);             \
+    }
+#define RPC_STREAM_STUBS_(id, stub, svc, name, kind, RqT, rqd, RsT, rsd)                           \
+    RPC_STREAM_OPEN_##kind(id, stub, RqT) RPC_STREAM_STUB_##kind(stub, RqT, RsT)
+RPC_METHOD_LIST(RPC_STREAM_STUBS_)
+#undef RPC_STREAM_STUBS_
 
 /* Routes gRPC's own log lines into Tessera's log (subsystem grpc). Call before grpc_init(). */
 void rpc_log_init(void);

@@ -279,3 +279,272 @@ status_t rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *body, si
     call_state_done(&st);
     return rc;
 }
+
+/* ---- server streams ----------------------------------------------------------------------- */
+
+/* One server-streaming call on its own completion queue, driven by the thread that calls
+ * rpc_stream_next: at most one batch of each kind (status, send, receive) in flight. */
+struct rpc_stream {
+    rpc_channel_t *ch;
+    const rpc_method_t *method;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    int t_status, t_send, t_recv; /* tags: their addresses */
+    bool status_pending, send_pending, recv_pending;
+    bool status_done; /* the final status arrived */
+    bool eof;         /* no more messages will come */
+    bool initial_md;  /* the next receive also takes the initial metadata */
+    grpc_byte_buffer *req_bb, *recv_bb;
+    call_state_t st; /* initial and trailing metadata, status */
+    rpc_error_t final;
+    bool have_final;
+};
+
+static bool stream_post_recv(rpc_stream_t *s)
+{
+    grpc_op ops[2];
+    size_t n = 0;
+
+    memset(ops, 0, sizeof(ops));
+    if (s->initial_md) {
+        /* Pitfall: without it a trailers-only answer (an error, no message) never completes. */
+        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->st.initial;
+    }
+    ops[n].op = GRPC_OP_RECV_MESSAGE;
+    ops[n++].data.recv_message.recv_message = &s->recv_bb;
+    if (grpc_call_start_batch(s->call, ops, n, &s->t_recv, NULL) != GRPC_CALL_OK)
+        return false;
+    s->initial_md = false;
+    s->recv_pending = true;
+    return true;
+}
+
+/* Starts the three batches of a server-streaming call: the status first, then the request with
+ * the half-close, then the first receive. */
+static status_t stream_start(rpc_stream_t *s)
+{
+    grpc_op ops[3];
+
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[0].data.recv_status_on_client.trailing_metadata = &s->st.trailing;
+    ops[0].data.recv_status_on_client.status = &s->st.code;
+    ops[0].data.recv_status_on_client.status_details = &s->st.details;
+    ops[0].data.recv_status_on_client.error_string = &s->st.error_string;
+    if (grpc_call_start_batch(s->call, ops, 1, &s->t_status, NULL) != GRPC_CALL_OK)
+        return STATUS_INTERNAL;
+    s->status_pending = true;
+
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = s->req_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    if (grpc_call_start_batch(s->call, ops, 3, &s->t_send, NULL) != GRPC_CALL_OK)
+        return STATUS_INTERNAL;
+    s->send_pending = true;
+
+    s->initial_md = true;
+    return stream_post_recv(s) ? STATUS_OK : STATUS_INTERNAL;
+}
+
+status_t rpc_stream_open(rpc_channel_t *ch, rpc_method_id_t id, const ProtobufCMessage *req,
+                         int64_t timeout_ms, rpc_stream_t **ret, rpc_error_t *err)
+{
+    const rpc_method_t *m = rpc_method_get(id);
+    gpr_timespec deadline;
+    rpc_error_t local_err;
+    rpc_stream_t *s;
+    size_t len;
+    status_t rc;
+
+    if (err == NULL)
+        err = &local_err;
+    memset(err, 0, sizeof(*err));
+    if (ch == NULL || ret == NULL || m == NULL || m->kind != RPC_KIND_SERVER_STREAM ||
+        req == NULL || req->descriptor != m->request || timeout_ms < 0) {
+        err->status = STATUS_INVALID_USAGE;
+        snprintf(err->message, sizeof(err->message),
+                 "rpc_stream_open: bad method, request type or timeout");
+        return err->status;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        err->status = STATUS_NO_MEMORY;
+        snprintf(err->message, sizeof(err->message), "%s: out of memory", m->path);
+        return err->status;
+    }
+    s->ch = ch;
+    s->method = m;
+    call_state_init(&s->st);
+    rc = rpc_encode(req, NULL, 0, NULL, &s->req_bb, &len);
+    if (rc != STATUS_OK) {
+        call_state_done(&s->st);
+        free(s);
+        err->status = rc;
+        snprintf(err->message, sizeof(err->message), "%s: cannot encode the request", m->path);
+        return rc;
+    }
+    deadline = timeout_ms > 0 ? rpc_deadline_ms(timeout_ms) : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    s->call = grpc_channel_create_registered_call(ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
+                                                  ch->registered[id], deadline, NULL);
+    rc = stream_start(s);
+    if (rc != STATUS_OK) {
+        rpc_stream_free(s);
+        err->status = rc;
+        snprintf(err->message, sizeof(err->message), "%s on %s: cannot start the call", m->path,
+                 ch->target);
+        return rc;
+    }
+    *ret = s;
+    return STATUS_OK;
+}
+
+/* Records how the stream ended, once the last message and the status are in. */
+static void stream_set_final(rpc_stream_t *s)
+{
+    if (s->have_final)
+        return;
+    s->have_final = true;
+    if (s->st.code == GRPC_STATUS_OK) {
+        memset(&s->final, 0, sizeof(s->final));
+        snprintf(s->final.task, sizeof(s->final.task), "%.*s", (int)sizeof(s->final.task) - 1,
+                 s->ch->target);
+        return;
+    }
+    fill_error(&s->final, s->st.code, s->st.details, s->st.error_string, &s->st.trailing,
+               s->ch->target, s->method->path);
+    if (s->final.status == STATUS_OK)
+        s->final.status = STATUS_RPC;
+}
+
+/* Ends the stream on our side with status st (a reply that does not parse). */
+static void stream_fail_local(rpc_stream_t *s, status_t st, const char *what)
+{
+    grpc_call_cancel(s->call, NULL);
+    s->have_final = true;
+    memset(&s->final, 0, sizeof(s->final));
+    s->final.status = st;
+    snprintf(s->final.task, sizeof(s->final.task), "%.*s", (int)sizeof(s->final.task) - 1,
+             s->ch->target);
+    snprintf(s->final.message, sizeof(s->final.message), "%s on %s: %s", s->method->path,
+             s->ch->target, what);
+}
+
+/* Takes one completion; returns false when wait_until passed first. */
+static bool stream_pump(rpc_stream_t *s, gpr_timespec wait_until, grpc_byte_buffer **ret_bb)
+{
+    grpc_event ev = grpc_completion_queue_next(s->cq, wait_until, NULL);
+
+    if (ev.type != GRPC_OP_COMPLETE)
+        return false;
+    if (ev.tag == &s->t_status) {
+        s->status_pending = false;
+        s->status_done = true;
+    } else if (ev.tag == &s->t_send) {
+        s->send_pending = false;
+        grpc_byte_buffer_destroy(s->req_bb);
+        s->req_bb = NULL;
+    } else if (ev.tag == &s->t_recv) {
+        s->recv_pending = false;
+        if (ev.success && s->recv_bb != NULL) {
+            *ret_bb = s->recv_bb;
+            s->recv_bb = NULL;
+        } else {
+            s->eof = true;
+        }
+    }
+    return true;
+}
+
+status_t rpc_stream_next(rpc_stream_t *s, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload,
+                         int64_t wait_ms, rpc_error_t *err)
+{
+    gpr_timespec until =
+        wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC) : rpc_deadline_ms(wait_ms);
+    rpc_error_t local_err;
+
+    if (err == NULL)
+        err = &local_err;
+    memset(err, 0, sizeof(*err));
+    if (s == NULL || ret_msg == NULL) {
+        err->status = STATUS_INVALID_USAGE;
+        snprintf(err->message, sizeof(err->message), "rpc_stream_next: no stream");
+        return err->status;
+    }
+    while (!s->have_final) {
+        grpc_byte_buffer *bb = NULL;
+        status_t rc;
+
+        if (s->eof && s->status_done) {
+            stream_set_final(s);
+            break;
+        }
+        if (!stream_pump(s, until, &bb)) {
+            err->status = STATUS_TIMEOUT;
+            snprintf(err->message, sizeof(err->message),
+                     "%s on %s: no message within %lld ms (the stream is still open)",
+                     s->method->path, s->ch->target, (long long)wait_ms);
+            return STATUS_TIMEOUT;
+        }
+        if (bb == NULL)
+            continue;
+        /* Ask for the next message before decoding this one, so that it can arrive meanwhile. */
+        if (!stream_post_recv(s))
+            s->eof = true;
+        rc = rpc_decode(s->method->response, bb, NULL, 0, ret_msg, ret_payload);
+        grpc_byte_buffer_destroy(bb);
+        if (rc == STATUS_OK)
+            return STATUS_OK;
+        stream_fail_local(s, rc == STATUS_NO_MEMORY ? rc : STATUS_BAD_MESSAGE,
+                          "a message does not parse as the response type");
+    }
+    *err = s->final;
+    if (s->final.status == STATUS_OK)
+        *ret_msg = NULL;
+    return s->final.status;
+}
+
+bool rpc_stream_done(const rpc_stream_t *s)
+{
+    return s->have_final;
+}
+
+void rpc_stream_cancel(rpc_stream_t *s)
+{
+    if (s != NULL && s->call != NULL)
+        grpc_call_cancel(s->call, NULL);
+}
+
+void rpc_stream_free(rpc_stream_t *s)
+{
+    if (s == NULL)
+        return;
+    if (s->call != NULL) {
+        if (!s->status_done)
+            grpc_call_cancel(s->call, NULL);
+        /* Every started batch must complete before the queue can go. */
+        while (s->status_pending || s->send_pending || s->recv_pending) {
+            grpc_byte_buffer *bb = NULL;
+            stream_pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC), &bb);
+            if (bb != NULL)
+                grpc_byte_buffer_destroy(bb);
+        }
+        grpc_call_unref(s->call);
+    }
+    if (s->cq != NULL) {
+        grpc_completion_queue_shutdown(s->cq);
+        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN)
+            ;
+        grpc_completion_queue_destroy(s->cq);
+    }
+    if (s->req_bb != NULL)
+        grpc_byte_buffer_destroy(s->req_bb);
+    if (s->recv_bb != NULL)
+        grpc_byte_buffer_destroy(s->recv_bb);
+    call_state_done(&s->st);
+    free(s);
+}

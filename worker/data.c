@@ -703,6 +703,11 @@ bool data_pipeline_next(data_pipeline_t *p, data_batch_t *ret_batch)
     return true;
 }
 
+size_t data_pipeline_examples(const data_pipeline_t *p)
+{
+    return p == NULL ? 0 : p->shard_n;
+}
+
 int64_t data_pipeline_batches_per_epoch(const data_pipeline_t *p)
 {
     return p == NULL ? 0 : p->batches_per_epoch;

@@ -70,6 +70,9 @@ status_t data_pipeline_new(const dataset_t *ds, const data_pipeline_opts_t *opts
 /* The next batch, valid until the following call; false when all epochs are done. */
 bool data_pipeline_next(data_pipeline_t *p, data_batch_t *ret_batch);
 
+/* Examples in this pipeline's shard. */
+size_t data_pipeline_examples(const data_pipeline_t *p);
+
 /* Batches per epoch for this shard. */
 int64_t data_pipeline_batches_per_epoch(const data_pipeline_t *p);
 

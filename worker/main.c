@@ -2,6 +2,7 @@
 #include <stddef.h>
 
 #include "daemon.h"
+#include "service.h"
 #include "tessera/v1/common.pb-c.h"
 
 typedef struct worker_opts {
@@ -31,6 +32,9 @@ static const daemon_spec_t worker_spec = {
     .role = "worker",
     .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER,
     .services = worker_services,
+    .setup = worker_service_setup,
+    .stop = worker_service_stop,
+    .teardown = worker_service_teardown,
 };
 
 int main(int argc, char **argv)

@@ -1,5 +1,6 @@
-/* Sequential models on the CPU: shape inference, Keras initializers, forward and backward passes
- * of every layer, losses and accuracy. Matrix products go through blas_sgemm. */
+/* Sequential models on the CPU: shape inference, Keras initializers (common/initializer.c), forward
+ * and backward passes of every layer, losses and accuracy. Matrix products go through blas_sgemm.
+ */
 #define _POSIX_C_SOURCE 200809L
 #include "model.h"
 
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "initializer.h"
 #include "log.h"
 #include "model_internal.h"
 
@@ -21,76 +23,6 @@ uint64_t model_rng_next(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
-}
-
-static double rng_uniform(uint64_t *s)
-{
-    return (double)(model_rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static double rng_normal(uint64_t *s)
-{
-    double u1 = rng_uniform(s), u2 = rng_uniform(s);
-    if (u1 < 1e-300)
-        u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-/* Keras's truncated normal: redraw values beyond two standard deviations. */
-static double rng_truncated_normal(uint64_t *s)
-{
-    double v;
-    do {
-        v = rng_normal(s);
-    } while (fabs(v) > 2.0);
-    return v;
-}
-
-static void init_values(const job_init_t *init, job_init_kind_t dflt, float *v, size_t n,
-                        double fan_in, double fan_out, uint64_t seed)
-{
-    job_init_kind_t kind = init->kind == JOB_INIT_DEFAULT ? dflt : init->kind;
-    uint64_t s = init->has_seed ? init->seed * 0x2545F4914F6CDD1Dull + 1 : seed;
-    double limit, stddev;
-
-    switch (kind) {
-    case JOB_INIT_ZEROS:
-    case JOB_INIT_DEFAULT:
-        memset(v, 0, n * sizeof(*v));
-        break;
-    case JOB_INIT_ONES:
-        for (size_t i = 0; i < n; i++)
-            v[i] = 1.0f;
-        break;
-    case JOB_INIT_CONSTANT:
-        for (size_t i = 0; i < n; i++)
-            v[i] = (float)init->a;
-        break;
-    case JOB_INIT_GLOROT_UNIFORM:
-    case JOB_INIT_HE_UNIFORM:
-        limit =
-            kind == JOB_INIT_GLOROT_UNIFORM ? sqrt(6.0 / (fan_in + fan_out)) : sqrt(6.0 / fan_in);
-        for (size_t i = 0; i < n; i++)
-            v[i] = (float)((rng_uniform(&s) * 2.0 - 1.0) * limit);
-        break;
-    case JOB_INIT_GLOROT_NORMAL:
-    case JOB_INIT_HE_NORMAL:
-        /* Keras: truncated normal with stddev scaled by 1/.87962566103423978 */
-        stddev =
-            (kind == JOB_INIT_GLOROT_NORMAL ? sqrt(2.0 / (fan_in + fan_out)) : sqrt(2.0 / fan_in)) /
-            0.87962566103423978;
-        for (size_t i = 0; i < n; i++)
-            v[i] = (float)(rng_truncated_normal(&s) * stddev);
-        break;
-    case JOB_INIT_RANDOM_UNIFORM:
-        for (size_t i = 0; i < n; i++)
-            v[i] = (float)(init->a + rng_uniform(&s) * (init->b - init->a));
-        break;
-    case JOB_INIT_RANDOM_NORMAL:
-        for (size_t i = 0; i < n; i++)
-            v[i] = (float)(init->a + rng_normal(&s) * init->b);
-        break;
-    }
 }
 
 /* ---- shapes ------------------------------------------------------------------------------- */
@@ -169,11 +101,11 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
                                index, name);
         l->out_shape[l->out_rank - 1] = s->units;
         l->w = add_param(m, name, "kernel", kshape, 2, false);
-        init_values(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n, in, s->units,
-                    seed);
+        initializer_fill(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n, in,
+                         s->units, seed);
         if (s->use_bias) {
             l->b = add_param(m, name, "bias", bshape, 1, false);
-            init_values(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
+            initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
         }
         break;
     }
@@ -198,11 +130,11 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
         kshape[0] = kh, kshape[1] = kw, kshape[2] = cin, kshape[3] = s->filters;
         bshape[0] = s->filters;
         l->w = add_param(m, name, "kernel", kshape, 4, false);
-        init_values(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n,
-                    (double)kh * kw * cin, (double)kh * kw * s->filters, seed);
+        initializer_fill(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n,
+                         (double)kh * kw * cin, (double)kh * kw * s->filters, seed);
         if (s->use_bias) {
             l->b = add_param(m, name, "bias", bshape, 1, false);
-            init_values(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
+            initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
         }
         l->cols = alloc_floats((size_t)m->max_batch * l->oh * l->ow * kh * kw * cin);
         if (l->cols == NULL)
@@ -285,7 +217,7 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
             job_init_t dflt = {.kind = JOB_INIT_RANDOM_UNIFORM, .a = -0.05, .b = 0.05};
             const job_init_t *init =
                 s->kernel_init.kind == JOB_INIT_DEFAULT ? &dflt : &s->kernel_init;
-            init_values(init, JOB_INIT_RANDOM_UNIFORM, l->w->value, l->w->n, 1, 1, seed);
+            initializer_fill(init, JOB_INIT_RANDOM_UNIFORM, l->w->value, l->w->n, 1, 1, seed);
         }
         {
             size_t max_rows = (size_t)m->max_batch * shape_len(l->in_shape, l->in_rank);

@@ -1,0 +1,76 @@
+"""PyTorch peer of bench/train: the same model, data, batch and optimizer as Tessera's job.
+
+    python peer_torch.py --model mlp|cnn --batch B --threads N --warmup W --steps S
+
+Loads Fashion-MNIST into tensors first, then trains W untimed steps and S timed ones, slicing
+batches out of the preloaded tensors in a fresh random order each epoch (Tessera shuffles too),
+and prints one JSON line: examples per second over the timed steps, the loss and accuracy over
+them, and the torch version. Runs under any interpreter that has torch and numpy.
+"""
+
+import sys
+import time
+
+import fmnist
+
+
+def build(model):
+    import torch.nn as nn
+
+    if model == "mlp":
+        return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    # 28x28x1 -> conv 26x26x32 -> pool 13x13 -> conv 11x11x64 -> pool 5x5 -> 1600 -> 64 -> 10
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(1600, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def main(argv):
+    args = fmnist.parse_args(argv, "peer_torch.py")
+    import torch
+    import torch.nn.functional as F
+
+    # Both before any parallel work: interop threads can be set only once.
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(args.seed)
+
+    xs, ys = fmnist.load_train()
+    x = torch.from_numpy(xs)
+    if args.model == "cnn":
+        x = x.reshape(-1, 1, 28, 28)  # PyTorch's native NCHW
+    y = torch.from_numpy(ys)
+    n = len(y)
+    model = build(args.model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sizes = fmnist.batch_sizes(n, args.batch, args.warmup + args.steps)
+
+    perm, pos = torch.randperm(n), 0
+    loss_sum = correct = examples = 0.0
+    t0 = None
+    for step, size in enumerate(sizes):
+        if step == args.warmup:
+            t0 = time.perf_counter()
+            loss_sum = correct = examples = 0.0
+        idx = perm[pos:pos + size]
+        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        logits = model(xb)
+        loss = F.cross_entropy(logits, yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        # The running loss and accuracy Tessera and Keras keep too.
+        loss_sum += loss.item() * size
+        correct += (logits.argmax(1) == yb).sum().item()
+        examples += size
+        pos += size
+        if pos == n:
+            perm, pos = torch.randperm(n), 0
+    seconds = time.perf_counter() - t0
+    fmnist.report(examples, seconds, loss_sum / examples, correct / examples,
+                  version=torch.__version__, threads=torch.get_num_threads())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,337 @@
+/* tessera submit / status / watch / cancel / list: jobs on a running chief. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "cli.h"
+#include "config.h"
+#include "job.h"
+
+typedef struct jobs_opts {
+    char *chief;
+    bool watch;
+    int64_t timeout_ms;
+} jobs_opts_t;
+
+static const config_option_t jobs_options[] = {
+    {"chief", CONFIG_ADDRESS, offsetof(jobs_opts_t, chief), NULL, 0, 0,
+     "The chief, HOST:PORT (default: $TESSERA_CHIEF, else 127.0.0.1:2222)."},
+    {"watch", CONFIG_BOOL, offsetof(jobs_opts_t, watch), "false", 0, 0,
+     "submit: follow the job's progress until it ends."},
+    {"timeout", CONFIG_DURATION_MS, offsetof(jobs_opts_t, timeout_ms), "10s", 10, 600000,
+     "How long each call to the chief may take."},
+};
+
+static const config_table_t jobs_table = {
+    .program = "tessera",
+    .summary = "Talks to a running chief: submit JOB.yaml, status JOB, watch JOB, cancel JOB, "
+               "list.",
+    .options = jobs_options,
+    .n_options = sizeof(jobs_options) / sizeof(jobs_options[0]),
+};
+
+static const char *const state_names[] = {"unknown",   "queued", "running",
+                                          "succeeded", "failed", "cancelled"};
+
+static const char *state_name(Tessera__V1__JobState s)
+{
+    return (int)s >= 0 && (int)s <= 5 ? state_names[s] : "unknown";
+}
+
+static bool finished(Tessera__V1__JobState s)
+{
+    return s == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+           s == TESSERA__V1__JOB_STATE__JOB_STATE_FAILED ||
+           s == TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED;
+}
+
+const char *cli_take_positional(int *argc, char **argv)
+{
+    for (int i = 1; i < *argc; i++) {
+        if (argv[i][0] == '-') {
+            /* a flag's separate value follows flags that take one */
+            if (strchr(argv[i], '=') == NULL && strncmp(argv[i], "--no-", 5) != 0 &&
+                strcmp(argv[i], "--help") != 0 && strcmp(argv[i], "-h") != 0 &&
+                strcmp(argv[i], "--watch") != 0 && strcmp(argv[i], "--local") != 0 &&
+                strcmp(argv[i], "--keep") != 0)
+                i++;
+            continue;
+        }
+        const char *p = argv[i];
+        memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i) * sizeof(*argv));
+        (*argc)--;
+        return p;
+    }
+    return NULL;
+}
+
+static void print_info(const Tessera__V1__JobInfo *j)
+{
+    const Tessera__V1__JobProgress *p = j->progress;
+    printf("%-28s %-10s", j->id, state_name(j->state));
+    if (p != NULL && p->total_steps > 0)
+        printf(" step %lld/%lld epoch %lld loss %.4f accuracy %.4f", (long long)p->step,
+               (long long)p->total_steps, (long long)p->epoch + 1, p->loss, p->accuracy);
+    if (p != NULL && p->test_accuracy > 0)
+        printf(" test_accuracy %.4f", p->test_accuracy);
+    if (j->reason != NULL && j->reason[0])
+        printf(" (%s)", j->reason);
+    printf("\n");
+}
+
+static int get_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms,
+                   Tessera__V1__GetJobResponse **ret)
+{
+    Tessera__V1__GetJobRequest req = TESSERA__V1__GET_JOB_REQUEST__INIT;
+    rpc_call_opts_t o = {.timeout_ms = timeout_ms};
+    rpc_error_t err;
+    req.id = (char *)id;
+    if (rpc_coord_get_job(ch, &req, &o, ret, NULL, &err) != STATUS_OK) {
+        fprintf(stderr, "tessera: %s\n", err.message);
+        return err.status == STATUS_NOT_FOUND ? 1 : 1;
+    }
+    return 0;
+}
+
+/* Follows a job until it ends; exit code 0 when it succeeded. */
+static int watch_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms)
+{
+    bool tty = isatty(STDOUT_FILENO) != 0;
+    int64_t last_epoch = -1, last_step = -1;
+    double last_line = 0;
+
+    for (;;) {
+        Tessera__V1__GetJobResponse *r = NULL;
+        const Tessera__V1__JobInfo *j;
+        const Tessera__V1__JobProgress *p;
+        struct timespec ts = {0, 200 * 1000000};
+        struct timespec now;
+        if (get_job(ch, id, timeout_ms, &r) != 0)
+            return 1;
+        j = r->job;
+        p = j->progress;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (p != NULL && p->epoch != last_epoch && last_epoch >= 0 && p->test_accuracy > 0) {
+            if (tty)
+                printf("\r\033[K");
+            printf("epoch %lld: loss %.4f - accuracy %.4f - test_loss %.4f - test_accuracy %.4f\n",
+                   (long long)last_epoch + 1, p->loss, p->accuracy, p->test_loss, p->test_accuracy);
+        }
+        if (p != NULL && p->step != last_step && p->total_steps > 0) {
+            double t = (double)now.tv_sec + now.tv_nsec * 1e-9;
+            if (tty) {
+                int width = 30, filled = (int)(width * p->step / p->total_steps);
+                char bar[64];
+                for (int i = 0; i < width; i++)
+                    bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+                bar[width] = '\0';
+                printf("\r\033[K%s [%s] %lld/%lld  loss %.4f  accuracy %.4f  %.0f examples/s",
+                       j->id, bar, (long long)p->step, (long long)p->total_steps, p->loss,
+                       p->accuracy, p->examples_per_second);
+                fflush(stdout);
+            } else if (t - last_line >= 5) {
+                printf("step %lld/%lld: loss %.4f, accuracy %.4f, %.0f examples/s\n",
+                       (long long)p->step, (long long)p->total_steps, p->loss, p->accuracy,
+                       p->examples_per_second);
+                last_line = t;
+            }
+        }
+        if (p != NULL) {
+            last_epoch = p->epoch;
+            last_step = p->step;
+        }
+        if (finished(j->state)) {
+            int rc = j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : 1;
+            if (tty)
+                printf("\r\033[K");
+            printf("job %s %s", j->id, state_name(j->state));
+            if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED && p != NULL) {
+                printf(": %lld steps in %.1f s; loss %.4f, accuracy %.4f", (long long)p->step,
+                       p->elapsed_seconds, p->loss, p->accuracy);
+                if (p->test_accuracy > 0)
+                    printf("; test loss %.4f, test accuracy %.4f", p->test_loss, p->test_accuracy);
+            } else if (j->reason && j->reason[0]) {
+                printf(": %s", j->reason);
+            }
+            printf("\n");
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+            return rc;
+        }
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        nanosleep(&ts, NULL);
+    }
+}
+
+static char *slurp(const char *path, size_t *ret_len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+    if (f == NULL)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) != NULL) {
+        if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf[n] = '\0';
+            *ret_len = (size_t)n;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+int cli_submit_job(const char *chief, const char *path, bool watch, int64_t timeout_ms)
+{
+    Tessera__V1__SubmitJobRequest req = TESSERA__V1__SUBMIT_JOB_REQUEST__INIT;
+    Tessera__V1__SubmitJobRequest__FilesEntry entry =
+        TESSERA__V1__SUBMIT_JOB_REQUEST__FILES_ENTRY__INIT;
+    Tessera__V1__SubmitJobRequest__FilesEntry *entries[1] = {&entry};
+    Tessera__V1__SubmitJobResponse *resp = NULL;
+    rpc_call_opts_t o = {.timeout_ms = timeout_ms};
+    char abs[PATH_MAX];
+    status_msg_t msg = {0};
+    rpc_channel_t *ch = NULL;
+    rpc_error_t err;
+    job_t job;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = 1;
+
+    memset(&job, 0, sizeof(job));
+    if (realpath(path, abs) == NULL || (text = slurp(abs, &len)) == NULL) {
+        fprintf(stderr, "tessera submit: cannot read %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    /* Check the job here first, by the path the chief will resolve its files against. */
+    if (job_parse(text, len, abs, &job, &msg) != STATUS_OK) {
+        fprintf(stderr, "tessera submit: %s\n", msg.text);
+        free(text);
+        return 2;
+    }
+    req.job_spec = text;
+    req.job_path = abs;
+    if (job.model.keras_json != NULL && job.model.keras_json_path != NULL) {
+        entry.key = job.model.keras_json_path;
+        entry.value =
+            (ProtobufCBinaryData){strlen(job.model.keras_json), (uint8_t *)job.model.keras_json};
+        req.n_files = 1;
+        req.files = entries;
+    }
+    if (rpc_channel_new(chief, NULL, &ch, &msg) != STATUS_OK) {
+        fprintf(stderr, "tessera submit: %s\n", msg.text);
+        goto out;
+    }
+    if (rpc_coord_submit_job(ch, &req, &o, &resp, NULL, &err) != STATUS_OK) {
+        fprintf(stderr, "tessera submit: the chief at %s refused the job: %s\n", chief,
+                err.message);
+        rc = err.status == STATUS_INVALID_ARGUMENT ? 2 : 1;
+        goto out;
+    }
+    printf("submitted %s (%s)\n", resp->job->id, state_name(resp->job->state));
+    fflush(stdout);
+    rc = watch ? watch_job(ch, resp->job->id, timeout_ms) : 0;
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+out:
+    rpc_channel_free(ch);
+    free(text);
+    job_done(&job);
+    return rc;
+}
+
+static int run_simple(const char *cmd, const char *chief, const char *id, int64_t timeout_ms)
+{
+    rpc_call_opts_t o = {.timeout_ms = timeout_ms};
+    status_msg_t msg = {0};
+    rpc_channel_t *ch;
+    rpc_error_t err;
+    int rc = 0;
+
+    if (rpc_channel_new(chief, NULL, &ch, &msg) != STATUS_OK) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, msg.text);
+        return 2;
+    }
+    if (strcmp(cmd, "list") == 0) {
+        Tessera__V1__ListJobsRequest req = TESSERA__V1__LIST_JOBS_REQUEST__INIT;
+        Tessera__V1__ListJobsResponse *resp;
+        if (rpc_coord_list_jobs(ch, &req, &o, &resp, NULL, &err) != STATUS_OK) {
+            fprintf(stderr, "tessera list: %s\n", err.message);
+            rc = 1;
+        } else {
+            for (size_t i = 0; i < resp->n_jobs; i++)
+                print_info(resp->jobs[i]);
+            if (resp->n_jobs == 0)
+                printf("no jobs\n");
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+        }
+    } else if (strcmp(cmd, "cancel") == 0) {
+        Tessera__V1__CancelJobRequest req = TESSERA__V1__CANCEL_JOB_REQUEST__INIT;
+        Tessera__V1__CancelJobResponse *resp;
+        req.id = (char *)id;
+        if (rpc_coord_cancel_job(ch, &req, &o, &resp, NULL, &err) != STATUS_OK) {
+            fprintf(stderr, "tessera cancel: %s\n", err.message);
+            rc = 1;
+        } else {
+            print_info(resp->job);
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+        }
+    } else if (strcmp(cmd, "status") == 0) {
+        Tessera__V1__GetJobResponse *resp;
+        rc = get_job(ch, id, timeout_ms, &resp);
+        if (rc == 0) {
+            print_info(resp->job);
+            rc = resp->job->state == TESSERA__V1__JOB_STATE__JOB_STATE_FAILED ? 1 : 0;
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+        }
+    } else {
+        rc = watch_job(ch, id, timeout_ms);
+    }
+    rpc_channel_free(ch);
+    return rc;
+}
+
+int cli_jobs(int argc, char **argv)
+{
+    jobs_opts_t o = {0};
+    config_action_t action;
+    status_msg_t err = {0};
+    const char *cmd = argv[0];
+    const char *arg = cli_take_positional(&argc, argv);
+    const char *chief;
+    int rc = 2;
+
+    if (config_load(&jobs_table, &o, argc, argv, &action, &err) != STATUS_OK) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, err.text);
+        goto out;
+    }
+    if (action != CONFIG_RUN) {
+        rc = 0;
+        goto out;
+    }
+    if (arg == NULL && strcmp(cmd, "list") != 0) {
+        fprintf(stderr, "tessera %s: name a %s\n", cmd,
+                strcmp(cmd, "submit") == 0 ? "job file" : "job");
+        goto out;
+    }
+    chief = o.chief                   ? o.chief
+            : getenv("TESSERA_CHIEF") ? getenv("TESSERA_CHIEF")
+                                      : "127.0.0.1:2222";
+    grpc_init();
+    if (strcmp(cmd, "submit") == 0)
+        rc = cli_submit_job(chief, arg, o.watch, o.timeout_ms);
+    else
+        rc = run_simple(cmd, chief, arg, o.timeout_ms);
+    grpc_shutdown();
+out:
+    config_done(&jobs_table, &o);
+    return rc;
+}

@@ -1,0 +1,223 @@
+/* Keras initializers (keras/src/initializers/random_initializers.py, constant_initializers.py)
+ * over a splitmix64 stream. splitmix64's state advances by a constant per draw, so skipping k
+ * draws is one multiplication: that is what lets a shard start mid-stream. */
+#include "initializer.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "tessera/v1/ps.pb-c.h"
+
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += GOLDEN);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void rng_skip(uint64_t *s, uint64_t draws)
+{
+    *s += draws * GOLDEN; /* wraps modulo 2^64 like the state itself */
+}
+
+static double rng_uniform(uint64_t *s)
+{
+    return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Box-Muller, two draws per value. */
+static double rng_normal(uint64_t *s)
+{
+    double u1 = rng_uniform(s), u2 = rng_uniform(s);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Keras's truncated normal: redraw values beyond two standard deviations. */
+static double rng_truncated_normal(uint64_t *s)
+{
+    double v;
+    do {
+        v = rng_normal(s);
+    } while (fabs(v) > 2.0);
+    return v;
+}
+
+void initializer_fill(const job_init_t *init, job_init_kind_t dflt, float *v, size_t n,
+                      double fan_in, double fan_out, uint64_t seed)
+{
+    initializer_fill_at(init, dflt, v, n, 0, fan_in, fan_out, seed);
+}
+
+static void fill_constant(float *v, size_t n, float c)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = c;
+}
+
+void initializer_fill_at(const job_init_t *init, job_init_kind_t dflt, float *v, size_t n,
+                         uint64_t offset, double fan_in, double fan_out, uint64_t seed)
+{
+    job_init_kind_t kind = init->kind == JOB_INIT_DEFAULT ? dflt : init->kind;
+    uint64_t s = init->has_seed ? init->seed * 0x2545F4914F6CDD1Dull + 1 : seed;
+    double limit, stddev;
+
+    switch (kind) {
+    case JOB_INIT_ZEROS:
+    case JOB_INIT_DEFAULT:
+        memset(v, 0, n * sizeof(*v));
+        break;
+    case JOB_INIT_ONES:
+        fill_constant(v, n, 1.0f);
+        break;
+    case JOB_INIT_CONSTANT:
+        fill_constant(v, n, (float)init->a);
+        break;
+    case JOB_INIT_GLOROT_UNIFORM:
+    case JOB_INIT_HE_UNIFORM:
+        limit =
+            kind == JOB_INIT_GLOROT_UNIFORM ? sqrt(6.0 / (fan_in + fan_out)) : sqrt(6.0 / fan_in);
+        rng_skip(&s, offset);
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)((rng_uniform(&s) * 2.0 - 1.0) * limit);
+        break;
+    case JOB_INIT_GLOROT_NORMAL:
+    case JOB_INIT_HE_NORMAL:
+        /* Keras: truncated normal with stddev scaled by 1/.87962566103423978 */
+        stddev =
+            (kind == JOB_INIT_GLOROT_NORMAL ? sqrt(2.0 / (fan_in + fan_out)) : sqrt(2.0 / fan_in)) /
+            0.87962566103423978;
+        for (uint64_t i = 0; i < offset; i++)
+            (void)rng_truncated_normal(&s);
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(rng_truncated_normal(&s) * stddev);
+        break;
+    case JOB_INIT_RANDOM_UNIFORM:
+        rng_skip(&s, offset);
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(init->a + rng_uniform(&s) * (init->b - init->a));
+        break;
+    case JOB_INIT_RANDOM_NORMAL:
+        rng_skip(&s, 2 * offset);
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(init->a + rng_normal(&s) * init->b);
+        break;
+    }
+}
+
+void initializer_fans(const int64_t *shape, size_t rank, double *ret_fan_in, double *ret_fan_out)
+{
+    double receptive = 1;
+
+    if (rank == 0) {
+        *ret_fan_in = *ret_fan_out = 1;
+        return;
+    }
+    if (rank == 1) {
+        *ret_fan_in = *ret_fan_out = (double)shape[0];
+        return;
+    }
+    for (size_t i = 0; i + 2 < rank; i++)
+        receptive *= (double)shape[i];
+    *ret_fan_in = (double)shape[rank - 2] * receptive;
+    *ret_fan_out = (double)shape[rank - 1] * receptive;
+}
+
+static status_t need_fan(int64_t v, const char *field, status_msg_t *err)
+{
+    if (v < 0)
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "initializer.%s must be >= 0, got %lld",
+                           field, (long long)v);
+    return STATUS_OK;
+}
+
+static status_t need_finite(double v, const char *field, status_msg_t *err)
+{
+    if (!isfinite(v))
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "initializer.%s must be finite, got %g",
+                           field, v);
+    return STATUS_OK;
+}
+
+status_t initializer_from_proto(const Tessera__V1__Initializer *p, job_init_t *ret_init,
+                                double *ret_fan_in, double *ret_fan_out, status_msg_t *err)
+{
+    job_init_t in = {.kind = JOB_INIT_DEFAULT};
+    int64_t fan_in = 0, fan_out = 0;
+
+    if (p != NULL) {
+        in.has_seed = p->seed != 0;
+        in.seed = p->seed;
+    }
+    switch (p == NULL ? TESSERA__V1__INITIALIZER__KIND__NOT_SET : p->kind_case) {
+    case TESSERA__V1__INITIALIZER__KIND__NOT_SET:
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_ZEROS:
+        in.kind = JOB_INIT_ZEROS;
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_ONES:
+        in.kind = JOB_INIT_ONES;
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_CONSTANT:
+        in.kind = JOB_INIT_CONSTANT;
+        in.a = p->constant->value;
+        STATUS_CHECK(need_finite(in.a, "constant.value", err));
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_GLOROT_UNIFORM:
+        in.kind = JOB_INIT_GLOROT_UNIFORM;
+        fan_in = p->glorot_uniform->fan_in;
+        fan_out = p->glorot_uniform->fan_out;
+        STATUS_CHECK(need_fan(fan_in, "glorot_uniform.fan_in", err));
+        STATUS_CHECK(need_fan(fan_out, "glorot_uniform.fan_out", err));
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_GLOROT_NORMAL:
+        in.kind = JOB_INIT_GLOROT_NORMAL;
+        fan_in = p->glorot_normal->fan_in;
+        fan_out = p->glorot_normal->fan_out;
+        STATUS_CHECK(need_fan(fan_in, "glorot_normal.fan_in", err));
+        STATUS_CHECK(need_fan(fan_out, "glorot_normal.fan_out", err));
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_HE_UNIFORM:
+        in.kind = JOB_INIT_HE_UNIFORM;
+        fan_in = p->he_uniform->fan_in;
+        STATUS_CHECK(need_fan(fan_in, "he_uniform.fan_in", err));
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_HE_NORMAL:
+        in.kind = JOB_INIT_HE_NORMAL;
+        fan_in = p->he_normal->fan_in;
+        STATUS_CHECK(need_fan(fan_in, "he_normal.fan_in", err));
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_RANDOM_UNIFORM:
+        in.kind = JOB_INIT_RANDOM_UNIFORM;
+        in.a = p->random_uniform->minval;
+        in.b = p->random_uniform->maxval;
+        STATUS_CHECK(need_finite(in.a, "random_uniform.minval", err));
+        STATUS_CHECK(need_finite(in.b, "random_uniform.maxval", err));
+        if (in.a > in.b)
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "initializer.random_uniform: minval %g is above maxval %g", in.a,
+                               in.b);
+        break;
+    case TESSERA__V1__INITIALIZER__KIND_RANDOM_NORMAL:
+        in.kind = JOB_INIT_RANDOM_NORMAL;
+        in.a = p->random_normal->mean;
+        in.b = p->random_normal->stddev;
+        STATUS_CHECK(need_finite(in.a, "random_normal.mean", err));
+        STATUS_CHECK(need_finite(in.b, "random_normal.stddev", err));
+        if (in.b < 0)
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "initializer.random_normal.stddev must be >= 0, got %g", in.b);
+        break;
+    default:
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "initializer: unknown kind %d",
+                           (int)p->kind_case);
+    }
+    *ret_init = in;
+    *ret_fan_in = (double)fan_in;
+    *ret_fan_out = (double)fan_out;
+    return STATUS_OK;
+}

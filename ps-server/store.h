@@ -1,0 +1,159 @@
+/* The parameter server's variable store: the shards of every job this PS serves, keyed by
+ * (job, variable, shard), each with its optimizer slots, version counter and traffic counters.
+ *
+ * Updates are asynchronous (Hogwild-style per shard, no barrier across shards or workers): a
+ * push applies the job's optimizer to each shard it names at once. The update step of a shard
+ * (Adam's bias correction, the learning-rate schedule) is its version, the number of updates
+ * applied to it so far.
+ *
+ * Threads. Every function is thread-safe. A store-wide rwlock guards the set of jobs and
+ * shards: pulls, pushes and stats share it, create and drop take it alone (writers first, so a
+ * stream of pulls cannot starve a drop). Each shard has its own rwlock: pulls of one shard run
+ * together, a push holds it for its update, and pushes to different shards run in parallel.
+ *
+ * Validation. Every call checks all of its input before it changes anything: a rejected call
+ * leaves the store as it was. Errors name the culprit (job, variable or field) in err. */
+#ifndef TESSERA_PS_STORE_H
+#define TESSERA_PS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+#include "metrics.h"
+#include "optimizer.h"
+#include "status.h"
+#include "tessera/v1/common.pb-c.h"
+
+#define STORE_MAX_RANK 8
+#define STORE_MAX_NAME 255 /* bytes of a job or variable name */
+
+typedef struct store store_t;
+
+typedef struct store_limits {
+    uint64_t max_bytes;       /* values and slots of every job together */
+    uint64_t max_shard_bytes; /* values of one shard */
+    uint64_t max_reply_bytes; /* values one pull or push-pull returns */
+    size_t max_jobs;
+    size_t max_variables; /* per job */
+} store_limits_t;
+
+/* A failure with what it blames: the job, variable or field at fault ("" when none). */
+typedef struct store_err {
+    status_msg_t msg;
+    char culprit[STORE_MAX_NAME + 1];
+} store_err_t;
+
+/* One shard to create. */
+typedef struct store_shard_spec {
+    const char *variable;
+    int shard, num_shards;
+    Tessera__V1__DType dtype; /* only DTYPE_FLOAT32 is held */
+    size_t rank, full_rank;
+    int64_t shape[STORE_MAX_RANK];      /* the shard's */
+    int64_t full_shape[STORE_MAX_RANK]; /* the whole variable's */
+    int64_t row_offset;                 /* must be the div layout's (common/partitioner.h) */
+    job_init_t init;         /* JOB_INIT_DEFAULT = zeros; without has_seed the stream seed is */
+    double fan_in, fan_out;  /* derived from (job, variable); fans 0 = Keras's from full_shape */
+    bool sparse;             /* updated by rows (embeddings) */
+} store_shard_spec_t;
+
+typedef struct store_key {
+    const char *variable;
+    int shard;
+} store_key_t;
+
+typedef struct store_pull_item {
+    store_key_t key;
+    bool has_rows;       /* false: the whole shard */
+    const int64_t *rows; /* shard-local row indices, 8-byte aligned */
+    size_t n_rows;
+} store_pull_item_t;
+
+/* A gradient for one shard: dense (every element of the shard, shape the shard's) or rows
+ * (n_rows rows of the shard, shape [n_rows, the shard's shape[1:]...]); duplicate rows are
+ * summed before the update. Pointers are aligned for their types. */
+typedef struct store_push_item {
+    store_key_t key;
+    size_t rank;
+    const int64_t *shape; /* the gradient's shape as sent */
+    const float *grad;
+    bool has_rows;
+    const int64_t *rows;
+    size_t n_rows;
+} store_push_item_t;
+
+/* One value returned by a pull: bytes [offset, offset + bytes) of the reply buffer, of the
+ * given shape (the shard's, or [n, row...] for rows), and the shard's version when read. */
+typedef struct store_value {
+    size_t offset, bytes;
+    size_t rank;
+    int64_t shape[STORE_MAX_RANK];
+    uint64_t version;
+} store_value_t;
+
+/* What store_stats reports per shard; strings and shape are valid during the callback only.
+ * bytes_pulled counts the value bytes sent, bytes_pushed the gradient bytes received (values
+ * and row indices), so sparse traffic counts only the rows it moved. */
+typedef struct store_shard_stats {
+    const char *job, *variable;
+    int shard;
+    size_t rank;
+    const int64_t *shape;
+    uint64_t version, value_bytes, slot_bytes;
+    uint64_t pulls, pushes, bytes_pulled, bytes_pushed;
+} store_shard_stats_t;
+
+typedef struct store_totals {
+    uint64_t param_bytes, slot_bytes;
+    size_t jobs, variables, shards;
+} store_totals_t;
+
+/* Creates an empty store. apply_seconds (may be NULL) is a histogram that observes the time of
+ * each shard update. Returns NULL when out of memory. */
+store_t *store_new(const store_limits_t *limits, metric_t *apply_seconds);
+
+/* Frees the store and every job in it. NULL-safe; no other call may be running. */
+void store_free(store_t *s);
+
+/* Creates the n shards of `job` (all or none). A new job needs `opt` (validated); for an
+ * existing job opt may be NULL, or must equal the job's optimizer (ALREADY_EXISTS otherwise:
+ * dropping the job is the way to change it). A shard that exists with the same description is
+ * left as it is; one that differs fails with ALREADY_EXISTS naming the variable. Values are
+ * initialized outside the store lock. *ret_created (may be NULL) counts the shards made.
+ * Fails with INVALID_ARGUMENT (bad names, dtype other than float32, shapes, layout or
+ * initializer), RESOURCE_EXHAUSTED (a limit), NO_MEMORY. */
+status_t store_create(store_t *s, const char *job, const optimizer_config_t *opt,
+                      const store_shard_spec_t *specs, size_t n, size_t *ret_created,
+                      store_err_t *err);
+
+/* Reads n values, each copied under its shard's read lock into one malloc'd buffer
+ * (*ret_buf, *ret_len; NULL when 0 bytes; the caller frees it) described by ret_values[n].
+ * Unknown job, variable or shard: NOT_FOUND; rows on a scalar, or out of range: INVALID_ARGUMENT;
+ * more than max_reply_bytes: RESOURCE_EXHAUSTED. */
+status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items, size_t n,
+                    store_value_t *ret_values, void **ret_buf, size_t *ret_len, store_err_t *err);
+
+/* Applies n gradients, each under its shard's write lock, after checking all of them (keys,
+ * shapes, row indices, finite values); ret_versions[n] gets each shard's version after its
+ * update. With pull_after, also reads each updated shard (or the pushed rows, in push order)
+ * in the same critical section, into ret_values and *ret_buf as store_pull does; otherwise
+ * ret_values and ret_buf may be NULL. Errors as store_pull, and INVALID_ARGUMENT for a
+ * gradient whose shape differs from the shard's or that holds NaN or infinity. */
+status_t store_push(store_t *s, const char *job, const store_push_item_t *items, size_t n,
+                    bool pull_after, uint64_t *ret_versions, store_value_t *ret_values,
+                    void **ret_buf, size_t *ret_len, store_err_t *err);
+
+/* Frees every shard of job; *ret_shards (may be NULL) gets how many. NOT_FOUND if unknown. */
+status_t store_drop_job(store_t *s, const char *job, size_t *ret_shards, store_err_t *err);
+
+/* Calls cb for each shard of `job` (NULL or "" = every job) in creation order, under the store
+ * read lock: cb must not call the store. NOT_FOUND for an unknown job. */
+typedef void (*store_stats_cb)(const store_shard_stats_t *st, void *arg);
+status_t store_stats(store_t *s, const char *job, store_stats_cb cb, void *arg, store_err_t *err);
+
+/* Sums over the whole store. */
+void store_totals(store_t *s, store_totals_t *ret);
+
+#endif

@@ -1,0 +1,666 @@
+#define _POSIX_C_SOURCE 200809L
+#include "ps_client.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "model_internal.h"
+
+#define PS_CALL_TIMEOUT_MS 60000
+
+typedef struct shard_ref {
+    int ps;
+    int shard;
+    int64_t row_offset, rows;
+    /* sparse: this step's rows of the shard (shard-local) and where they sit in rows_grad */
+    int64_t *local;
+    int32_t *slot; /* index into the param's rows_index/rows_grad */
+    size_t n_local;
+    float *values; /* push: the rows' gradients gathered contiguously */
+} shard_ref_t;
+
+typedef struct var_ref {
+    model_param_t *p;
+    size_t row_len;
+    shard_ref_t *shards;
+    int n_shards;
+    int32_t *mark; /* sparse: id -> slot in `ids` this step, -1 otherwise */
+    int64_t *ids;  /* sparse: the step's distinct ids */
+    size_t n_ids;
+} var_ref_t;
+
+typedef enum { OP_PULL, OP_PUSH } lane_op_t;
+
+/* One parameter server: its channel and the request it builds each step. */
+typedef struct lane {
+    struct ps_client *c;
+    int index;
+    rpc_channel_t *ch;
+    char address[256];
+    /* per shard placed on this PS */
+    size_t n_items;
+    shard_ref_t **shard_of; /* item -> shard */
+    var_ref_t **var_of;     /* item -> variable */
+    Tessera__V1__PullItem *pull_items;
+    Tessera__V1__PullItem **pull_ptrs;
+    Tessera__V1__PushItem *push_items;
+    Tessera__V1__PushItem **push_ptrs;
+    Tessera__V1__ShardKey *keys;
+    Tessera__V1__TensorRef *refs_a, *refs_b;
+    Tessera__V1__RowSlices *slices;
+    int64_t *shapes; /* 2 per item */
+    rpc_iov_t *iov;  /* up to 2 per item */
+    void *recv_buf;
+    size_t recv_cap;
+    /* thread handoff */
+    pthread_t tid;
+    bool has_thread, has_work, stop;
+    lane_op_t op;
+    status_t rc;
+    status_msg_t err;
+} lane_t;
+
+struct ps_client {
+    char job[128];
+    model_t *model;
+    var_ref_t *vars;
+    size_t n_vars;
+    lane_t *lanes;
+    size_t n_lanes;
+    const float *features;
+    int batch;
+    size_t feature_len;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    int pending;
+};
+
+double ps_client_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ps_client_initializer(job_init_kind_t kind, const job_init_t *init, bool embedding,
+                           int64_t fan_in, int64_t fan_out, Tessera__V1__Initializer *in,
+                           ps_init_scratch_t *s)
+{
+    tessera__v1__initializer__init(in);
+    switch (kind) {
+    case JOB_INIT_DEFAULT:
+    case JOB_INIT_ZEROS:
+        tessera__v1__initializer__zeros__init(&s->zeros);
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_ZEROS;
+        in->zeros = &s->zeros;
+        break;
+    case JOB_INIT_ONES:
+        tessera__v1__initializer__ones__init(&s->ones);
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_ONES;
+        in->ones = &s->ones;
+        break;
+    case JOB_INIT_CONSTANT:
+        tessera__v1__initializer__constant__init(&s->constant);
+        s->constant.value = init ? init->a : 0;
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_CONSTANT;
+        in->constant = &s->constant;
+        break;
+    case JOB_INIT_GLOROT_UNIFORM:
+        tessera__v1__initializer__glorot_uniform__init(&s->glorot_uniform);
+        s->glorot_uniform.fan_in = fan_in;
+        s->glorot_uniform.fan_out = fan_out;
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_GLOROT_UNIFORM;
+        in->glorot_uniform = &s->glorot_uniform;
+        break;
+    case JOB_INIT_GLOROT_NORMAL:
+        tessera__v1__initializer__glorot_normal__init(&s->glorot_normal);
+        s->glorot_normal.fan_in = fan_in;
+        s->glorot_normal.fan_out = fan_out;
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_GLOROT_NORMAL;
+        in->glorot_normal = &s->glorot_normal;
+        break;
+    case JOB_INIT_HE_UNIFORM:
+        tessera__v1__initializer__he_uniform__init(&s->he_uniform);
+        s->he_uniform.fan_in = fan_in;
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_HE_UNIFORM;
+        in->he_uniform = &s->he_uniform;
+        break;
+    case JOB_INIT_HE_NORMAL:
+        tessera__v1__initializer__he_normal__init(&s->he_normal);
+        s->he_normal.fan_in = fan_in;
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_HE_NORMAL;
+        in->he_normal = &s->he_normal;
+        break;
+    case JOB_INIT_RANDOM_UNIFORM:
+        tessera__v1__initializer__random_uniform__init(&s->random_uniform);
+        s->random_uniform.minval = init && init->kind == kind ? init->a : embedding ? -0.05 : -0.05;
+        s->random_uniform.maxval = init && init->kind == kind ? init->b : 0.05;
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_RANDOM_UNIFORM;
+        in->random_uniform = &s->random_uniform;
+        break;
+    case JOB_INIT_RANDOM_NORMAL:
+        tessera__v1__initializer__random_normal__init(&s->random_normal);
+        s->random_normal.mean = init ? init->a : 0;
+        s->random_normal.stddev = init ? init->b : 0.05;
+        in->kind_case = TESSERA__V1__INITIALIZER__KIND_RANDOM_NORMAL;
+        in->random_normal = &s->random_normal;
+        break;
+    }
+}
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+static var_ref_t *find_var(ps_client_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_vars; i++)
+        if (strcmp(c->vars[i].p->name, name) == 0)
+            return &c->vars[i];
+    return NULL;
+}
+
+static status_t place(ps_client_t *c, const Tessera__V1__ConfigureJobRequest *req,
+                      status_msg_t *err)
+{
+    for (size_t i = 0; i < req->n_placement; i++) {
+        const Tessera__V1__ShardPlacement *pl = req->placement[i];
+        var_ref_t *v = find_var(c, pl->variable);
+        shard_ref_t *s;
+        if (v == NULL)
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "placement names variable '%s', which the model does not have",
+                               pl->variable);
+        if (pl->ps_task < 0 || (size_t)pl->ps_task >= c->n_lanes)
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "placement of %s shard %d: ps task %d of %zu", pl->variable,
+                               pl->shard, pl->ps_task, c->n_lanes);
+        s = realloc(v->shards, (size_t)(v->n_shards + 1) * sizeof(*s));
+        if (s == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        v->shards = s;
+        s = &v->shards[v->n_shards++];
+        memset(s, 0, sizeof(*s));
+        s->ps = pl->ps_task;
+        s->shard = pl->shard;
+        s->row_offset = pl->row_offset;
+        s->rows = pl->rows;
+    }
+    /* Each variable's shards must tile its first axis. */
+    for (size_t i = 0; i < c->n_vars; i++) {
+        var_ref_t *v = &c->vars[i];
+        int64_t covered = 0;
+        for (int k = 0; k < v->n_shards; k++) {
+            shard_ref_t *s = &v->shards[k];
+            if (s->row_offset != covered || s->rows <= 0)
+                return status_fail(err, STATUS_INVALID_ARGUMENT,
+                                   "placement of %s: shard %d starts at row %lld, expected %lld",
+                                   v->p->name, s->shard, (long long)s->row_offset,
+                                   (long long)covered);
+            covered += s->rows;
+        }
+        if (covered != v->p->shape[0])
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "placement of %s covers %lld of its %d rows", v->p->name,
+                               (long long)covered, v->p->shape[0]);
+        if (v->p->sparse) {
+            size_t vocab = (size_t)v->p->shape[0];
+            size_t max_ids = (size_t)c->batch * c->feature_len;
+            v->mark = malloc(vocab * sizeof(int32_t));
+            v->ids = malloc((max_ids + 1) * sizeof(int64_t));
+            if (v->mark == NULL || v->ids == NULL)
+                return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+            for (size_t r = 0; r < vocab; r++)
+                v->mark[r] = -1;
+            for (int k = 0; k < v->n_shards; k++) {
+                shard_ref_t *s = &v->shards[k];
+                s->local = malloc((max_ids + 1) * sizeof(int64_t));
+                s->slot = malloc((max_ids + 1) * sizeof(int32_t));
+                s->values = malloc((max_ids + 1) * v->row_len * sizeof(float));
+                if (s->local == NULL || s->slot == NULL || s->values == NULL)
+                    return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+            }
+        }
+    }
+    return STATUS_OK;
+}
+
+static status_t lane_init(ps_client_t *c, lane_t *l, status_msg_t *err)
+{
+    size_t n = 0, k = 0;
+    rpc_channel_opts_t co = {.timeout_ms = PS_CALL_TIMEOUT_MS};
+
+    STATUS_CHECK(rpc_channel_new(l->address, &co, &l->ch, err));
+    for (size_t i = 0; i < c->n_vars; i++)
+        for (int s = 0; s < c->vars[i].n_shards; s++)
+            n += c->vars[i].shards[s].ps == l->index;
+    l->n_items = n;
+    l->shard_of = calloc(n + 1, sizeof(*l->shard_of));
+    l->var_of = calloc(n + 1, sizeof(*l->var_of));
+    l->pull_items = calloc(n + 1, sizeof(*l->pull_items));
+    l->pull_ptrs = calloc(n + 1, sizeof(*l->pull_ptrs));
+    l->push_items = calloc(n + 1, sizeof(*l->push_items));
+    l->push_ptrs = calloc(n + 1, sizeof(*l->push_ptrs));
+    l->keys = calloc(n + 1, sizeof(*l->keys));
+    l->refs_a = calloc(n + 1, sizeof(*l->refs_a));
+    l->refs_b = calloc(n + 1, sizeof(*l->refs_b));
+    l->slices = calloc(n + 1, sizeof(*l->slices));
+    l->shapes = calloc(2 * n + 2, sizeof(*l->shapes));
+    l->iov = calloc(2 * n + 2, sizeof(*l->iov));
+    if (!l->shard_of || !l->var_of || !l->pull_items || !l->pull_ptrs || !l->push_items ||
+        !l->push_ptrs || !l->keys || !l->refs_a || !l->refs_b || !l->slices || !l->shapes ||
+        !l->iov)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < c->n_vars; i++) {
+        for (int s = 0; s < c->vars[i].n_shards; s++) {
+            shard_ref_t *sh = &c->vars[i].shards[s];
+            if (sh->ps != l->index)
+                continue;
+            l->shard_of[k] = sh;
+            l->var_of[k] = &c->vars[i];
+            tessera__v1__shard_key__init(&l->keys[k]);
+            l->keys[k].variable = c->vars[i].p->name;
+            l->keys[k].shard = sh->shard;
+            k++;
+        }
+    }
+    return STATUS_OK;
+}
+
+static void lane_done(lane_t *l)
+{
+    rpc_channel_free(l->ch);
+    free(l->shard_of);
+    free(l->var_of);
+    free(l->pull_items);
+    free(l->pull_ptrs);
+    free(l->push_items);
+    free(l->push_ptrs);
+    free(l->keys);
+    free(l->refs_a);
+    free(l->refs_b);
+    free(l->slices);
+    free(l->shapes);
+    free(l->iov);
+    free(l->recv_buf);
+}
+
+/* ---- one PS's part of a step -------------------------------------------------------------- */
+
+static void tensor_ref(Tessera__V1__TensorRef *r, int64_t *shape, int rank, uint64_t offset,
+                       uint64_t bytes, Tessera__V1__DType dtype)
+{
+    tessera__v1__tensor_ref__init(r);
+    r->dtype = dtype;
+    r->n_shape = (size_t)rank;
+    r->shape = shape;
+    r->payload_offset = offset;
+    r->byte_length = bytes;
+}
+
+static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
+{
+    Tessera__V1__PullRequest req = TESSERA__V1__PULL_REQUEST__INIT;
+    Tessera__V1__PullResponse *resp = NULL;
+    rpc_call_opts_t opts = {0};
+    rpc_payload_t payload = {0};
+    rpc_error_t rerr;
+    size_t n = 0, n_iov = 0;
+    uint64_t off = 0;
+    status_t rc;
+
+    for (size_t k = 0; k < l->n_items; k++) {
+        shard_ref_t *s = l->shard_of[k];
+        Tessera__V1__PullItem *it = &l->pull_items[n];
+        tessera__v1__pull_item__init(it);
+        it->key = &l->keys[k];
+        if (l->var_of[k]->p->sparse) {
+            if (s->n_local == 0)
+                continue;
+            l->shapes[2 * k] = (int64_t)s->n_local;
+            tensor_ref(&l->refs_a[k], &l->shapes[2 * k], 1, off, s->n_local * sizeof(int64_t),
+                       TESSERA__V1__DTYPE__DTYPE_INT64);
+            it->rows = &l->refs_a[k];
+            l->iov[n_iov++] = (rpc_iov_t){s->local, s->n_local * sizeof(int64_t), NULL, NULL};
+            off += s->n_local * sizeof(int64_t);
+        }
+        l->pull_ptrs[n++] = it;
+    }
+    if (n == 0)
+        return STATUS_OK;
+    req.job = c->job;
+    req.n_items = n;
+    req.items = l->pull_ptrs;
+    opts.payload = l->iov;
+    opts.n_payload = n_iov;
+    opts.recv_buf = l->recv_buf;
+    opts.recv_cap = l->recv_cap;
+    rc = rpc_ps_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
+    if (rc != STATUS_OK)
+        return status_fail(err, rc, "pull from ps %d (%s): %s", l->index, l->address, rerr.message);
+    for (size_t i = 0; i < resp->n_values && rc == STATUS_OK; i++) {
+        const Tessera__V1__PulledValue *v = resp->values[i];
+        var_ref_t *var = v->key ? find_var(c, v->key->variable) : NULL;
+        shard_ref_t *s = NULL;
+        const Tessera__V1__TensorRef *t = v->value;
+        for (int k = 0; var != NULL && k < var->n_shards; k++)
+            if (var->shards[k].shard == v->key->shard)
+                s = &var->shards[k];
+        if (s == NULL || t == NULL || t->payload_offset > payload.len ||
+            t->byte_length > payload.len - t->payload_offset) {
+            rc = status_fail(err, STATUS_RPC,
+                             "ps %d (%s) answered a pull with a value that "
+                             "does not match the request",
+                             l->index, l->address);
+            break;
+        }
+        const float *src = (const float *)((const char *)payload.data + t->payload_offset);
+        if (!var->p->sparse) {
+            size_t want = (size_t)s->rows * var->row_len * sizeof(float);
+            if (t->byte_length != want) {
+                rc = status_fail(err, STATUS_RPC, "ps %d sent %llu bytes for %s shard %d, not %zu",
+                                 l->index, (unsigned long long)t->byte_length, var->p->name,
+                                 s->shard, want);
+                break;
+            }
+            memcpy(var->p->value + (size_t)s->row_offset * var->row_len, src, want);
+        } else {
+            if (t->byte_length != s->n_local * var->row_len * sizeof(float)) {
+                rc = status_fail(err, STATUS_RPC, "ps %d sent the wrong number of rows of %s",
+                                 l->index, var->p->name);
+                break;
+            }
+            for (size_t r = 0; r < s->n_local; r++)
+                memcpy(var->p->value + (size_t)(s->row_offset + s->local[r]) * var->row_len,
+                       src + r * var->row_len, var->row_len * sizeof(float));
+        }
+    }
+    if (payload.owned && payload.len <= (64u << 20)) { /* keep the larger buffer for next time */
+        free(l->recv_buf);
+        l->recv_buf = payload.data;
+        l->recv_cap = payload.len;
+        payload.owned = false;
+    }
+    rpc_payload_done(&payload);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
+static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
+{
+    Tessera__V1__PushRequest req = TESSERA__V1__PUSH_REQUEST__INIT;
+    Tessera__V1__PushResponse *resp = NULL;
+    rpc_call_opts_t opts = {0};
+    rpc_error_t rerr;
+    size_t n = 0, n_iov = 0;
+    uint64_t off = 0;
+    status_t rc;
+
+    for (size_t k = 0; k < l->n_items; k++) {
+        shard_ref_t *s = l->shard_of[k];
+        var_ref_t *v = l->var_of[k];
+        Tessera__V1__PushItem *it = &l->push_items[n];
+        tessera__v1__push_item__init(it);
+        it->key = &l->keys[k];
+        if (!v->p->sparse) {
+            size_t bytes = (size_t)s->rows * v->row_len * sizeof(float);
+            l->shapes[2 * k] = s->rows;
+            l->shapes[2 * k + 1] = (int64_t)v->row_len;
+            tensor_ref(&l->refs_a[k], &l->shapes[2 * k], v->p->rank >= 2 ? 2 : 1, off, bytes,
+                       TESSERA__V1__DTYPE__DTYPE_FLOAT32);
+            it->gradient_case = TESSERA__V1__PUSH_ITEM__GRADIENT_DENSE;
+            it->dense = &l->refs_a[k];
+            l->iov[n_iov++] =
+                (rpc_iov_t){v->p->grad + (size_t)s->row_offset * v->row_len, bytes, NULL, NULL};
+            off += bytes;
+        } else {
+            size_t ib = s->n_local * sizeof(int64_t), vb = s->n_local * v->row_len * sizeof(float);
+            if (s->n_local == 0)
+                continue;
+            for (size_t r = 0; r < s->n_local; r++)
+                memcpy(s->values + r * v->row_len,
+                       v->p->rows_grad + (size_t)s->slot[r] * v->row_len,
+                       v->row_len * sizeof(float));
+            l->shapes[2 * k] = (int64_t)s->n_local;
+            l->shapes[2 * k + 1] = (int64_t)v->row_len;
+            tessera__v1__row_slices__init(&l->slices[k]);
+            tensor_ref(&l->refs_a[k], &l->shapes[2 * k], 1, off, ib,
+                       TESSERA__V1__DTYPE__DTYPE_INT64);
+            tensor_ref(&l->refs_b[k], &l->shapes[2 * k], 2, off + ib, vb,
+                       TESSERA__V1__DTYPE__DTYPE_FLOAT32);
+            l->slices[k].indices = &l->refs_a[k];
+            l->slices[k].values = &l->refs_b[k];
+            it->gradient_case = TESSERA__V1__PUSH_ITEM__GRADIENT_ROWS;
+            it->rows = &l->slices[k];
+            l->iov[n_iov++] = (rpc_iov_t){s->local, ib, NULL, NULL};
+            l->iov[n_iov++] = (rpc_iov_t){s->values, vb, NULL, NULL};
+            off += ib + vb;
+        }
+        l->push_ptrs[n++] = it;
+    }
+    if (n == 0)
+        return STATUS_OK;
+    req.job = c->job;
+    req.n_items = n;
+    req.items = l->push_ptrs;
+    opts.payload = l->iov;
+    opts.n_payload = n_iov;
+    rc = rpc_ps_push(l->ch, &req, &opts, &resp, NULL, &rerr);
+    if (rc != STATUS_OK)
+        return status_fail(err, rc, "push to ps %d (%s): %s", l->index, l->address, rerr.message);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return STATUS_OK;
+}
+
+static status_t lane_run(ps_client_t *c, lane_t *l)
+{
+    return l->op == OP_PULL ? lane_pull(c, l, &l->err) : lane_push(c, l, &l->err);
+}
+
+static void *lane_main(void *arg)
+{
+    lane_t *l = arg;
+    ps_client_t *c = l->c;
+    sigset_t all;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!l->has_work && !l->stop)
+            pthread_cond_wait(&c->work_cv, &c->mu);
+        if (l->stop)
+            break;
+        l->has_work = false;
+        pthread_mutex_unlock(&c->mu);
+        l->rc = lane_run(c, l);
+        pthread_mutex_lock(&c->mu);
+        if (--c->pending == 0)
+            pthread_cond_broadcast(&c->done_cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Runs op on every PS at once: lanes 1.. on their threads, lane 0 here. */
+static status_t run_all(ps_client_t *c, lane_op_t op, status_msg_t *err)
+{
+    status_t rc;
+
+    pthread_mutex_lock(&c->mu);
+    c->pending = (int)c->n_lanes - 1;
+    for (size_t i = 1; i < c->n_lanes; i++) {
+        c->lanes[i].op = op;
+        c->lanes[i].has_work = true;
+    }
+    pthread_cond_broadcast(&c->work_cv);
+    pthread_mutex_unlock(&c->mu);
+    c->lanes[0].op = op;
+    c->lanes[0].rc = lane_run(c, &c->lanes[0]);
+    pthread_mutex_lock(&c->mu);
+    while (c->pending > 0)
+        pthread_cond_wait(&c->done_cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; i < c->n_lanes; i++) {
+        rc = c->lanes[i].rc;
+        if (rc != STATUS_OK) {
+            if (err != NULL)
+                *err = c->lanes[i].err;
+            return rc;
+        }
+    }
+    return STATUS_OK;
+}
+
+/* The batch's distinct token ids per sparse variable, split by shard. */
+static void gather_ids(ps_client_t *c, const float *features, int batch)
+{
+    size_t n = (size_t)batch * c->feature_len;
+    for (size_t i = 0; i < c->n_vars; i++) {
+        var_ref_t *v = &c->vars[i];
+        if (!v->p->sparse)
+            continue;
+        for (size_t k = 0; k < v->n_ids; k++)
+            v->mark[v->ids[k]] = -1;
+        v->n_ids = 0;
+        for (int s = 0; s < v->n_shards; s++)
+            v->shards[s].n_local = 0;
+        for (size_t k = 0; k < n; k++) {
+            float f = features[k];
+            int64_t id = (int64_t)f;
+            if (!(f >= 0) || id >= v->p->shape[0] || v->mark[id] >= 0)
+                continue; /* out-of-range ids are reported by the model's forward pass */
+            v->mark[id] = (int32_t)v->n_ids;
+            v->ids[v->n_ids++] = id;
+            for (int s = 0; s < v->n_shards; s++) {
+                shard_ref_t *sh = &v->shards[s];
+                if (id >= sh->row_offset && id < sh->row_offset + sh->rows) {
+                    sh->local[sh->n_local++] = id - sh->row_offset;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+status_t ps_client_pull(ps_client_t *c, const float *features, int batch, status_msg_t *err)
+{
+    gather_ids(c, features, batch);
+    return run_all(c, OP_PULL, err);
+}
+
+status_t ps_client_push(ps_client_t *c, status_msg_t *err)
+{
+    /* The model summed each id's gradient rows; find each pushed row's slot there. */
+    for (size_t i = 0; i < c->n_vars; i++) {
+        var_ref_t *v = &c->vars[i];
+        model_param_t *p = v->p;
+        if (!p->sparse)
+            continue;
+        for (int s = 0; s < v->n_shards; s++)
+            v->shards[s].n_local = 0;
+        for (size_t r = 0; r < p->n_rows; r++) {
+            int64_t id = p->rows_index[r];
+            for (int s = 0; s < v->n_shards; s++) {
+                shard_ref_t *sh = &v->shards[s];
+                if (id >= sh->row_offset && id < sh->row_offset + sh->rows) {
+                    sh->slot[sh->n_local] = (int32_t)r;
+                    sh->local[sh->n_local++] = id - sh->row_offset;
+                    break;
+                }
+            }
+        }
+    }
+    return run_all(c, OP_PUSH, err);
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *req,
+                       ps_client_t **ret, status_msg_t *err)
+{
+    ps_client_t *c = calloc(1, sizeof(*c));
+    status_t rc = STATUS_OK;
+
+    if (c == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->work_cv, NULL);
+    pthread_cond_init(&c->done_cv, NULL);
+    snprintf(c->job, sizeof(c->job), "%s", req->job);
+    c->model = model;
+    c->batch = model->max_batch;
+    c->feature_len = model_input_len(model);
+    c->n_vars = model_param_count(model);
+    c->vars = calloc(c->n_vars + 1, sizeof(*c->vars));
+    c->n_lanes = req->n_ps;
+    c->lanes = calloc(c->n_lanes + 1, sizeof(*c->lanes));
+    if (c->vars == NULL || c->lanes == NULL) {
+        ps_client_free(c);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    if (c->n_lanes == 0) {
+        ps_client_free(c);
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "the job names no parameter servers");
+    }
+    for (size_t i = 0; i < c->n_vars; i++) {
+        c->vars[i].p = model_param(model, i);
+        c->vars[i].row_len = c->vars[i].p->n / (size_t)c->vars[i].p->shape[0];
+    }
+    for (size_t i = 0; i < c->n_lanes; i++) {
+        c->lanes[i].c = c;
+        c->lanes[i].index = (int)i;
+        snprintf(c->lanes[i].address, sizeof(c->lanes[i].address), "%s", req->ps[i]);
+    }
+    rc = place(c, req, err);
+    for (size_t i = 0; rc == STATUS_OK && i < c->n_lanes; i++)
+        rc = lane_init(c, &c->lanes[i], err);
+    for (size_t i = 1; rc == STATUS_OK && i < c->n_lanes; i++) {
+        if (pthread_create(&c->lanes[i].tid, NULL, lane_main, &c->lanes[i]) != 0)
+            rc = status_fail(err, STATUS_SYSTEM, "cannot start a PS thread");
+        else
+            c->lanes[i].has_thread = true;
+    }
+    if (rc != STATUS_OK) {
+        ps_client_free(c);
+        return rc;
+    }
+    *ret = c;
+    return STATUS_OK;
+}
+
+void ps_client_free(ps_client_t *c)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->n_lanes; i++)
+        c->lanes[i].stop = true;
+    pthread_cond_broadcast(&c->work_cv);
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; i < c->n_lanes; i++) {
+        if (c->lanes[i].has_thread)
+            pthread_join(c->lanes[i].tid, NULL);
+        lane_done(&c->lanes[i]);
+    }
+    for (size_t i = 0; i < c->n_vars; i++) {
+        var_ref_t *v = &c->vars[i];
+        for (int s = 0; s < v->n_shards; s++) {
+            free(v->shards[s].local);
+            free(v->shards[s].slot);
+            free(v->shards[s].values);
+        }
+        free(v->shards);
+        free(v->mark);
+        free(v->ids);
+    }
+    free(c->vars);
+    free(c->lanes);
+    pthread_cond_destroy(&c->work_cv);
+    pthread_cond_destroy(&c->done_cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

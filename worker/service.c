@@ -1,0 +1,494 @@
+/* tessera.v1.Worker: configures a job (model, data shard, placement of the variables on the
+ * parameter servers) and runs the chief's closures: each training step pulls the variables it
+ * needs from every PS in parallel (only the embedding rows the batch touches), computes the
+ * gradients and pushes them to every shard in parallel, where the PS applies them at once.
+ *
+ * Closures run on one executor thread per worker, so the gRPC handler threads stay free for
+ * Cancel and health checks while a closure computes; the reply is deferred until the closure
+ * ends. */
+#define _POSIX_C_SOURCE 200809L
+#include "service.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "log.h"
+#include "model_internal.h"
+#include "ps_client.h"
+
+typedef struct closure_task {
+    struct closure_task *next;
+    rpc_ctx_t *ctx;
+    uint64_t closure_id;
+    int kind;
+    int steps;
+    char job[128];
+} closure_task_t;
+
+typedef struct wjob {
+    char id[128];
+    job_t job;
+    model_t *model;
+    dataset_t *train, *test;
+    data_pipeline_t *pipe;
+    ps_client_t *ps; /* NULL until placement arrives */
+    int worker_index, num_workers;
+    _Atomic bool cancelled;
+} wjob_t;
+
+struct worker_service {
+    daemon_t *daemon;
+    pthread_mutex_t mu; /* guards job, queue, stopping */
+    pthread_cond_t cv;
+    wjob_t *job;
+    bool busy; /* the executor runs a closure of `job` */
+    closure_task_t *head, *tail;
+    bool stopping;
+    pthread_t executor;
+    bool executor_started;
+};
+
+/* ---- jobs --------------------------------------------------------------------------------- */
+
+static void wjob_free(wjob_t *j)
+{
+    if (j == NULL)
+        return;
+    ps_client_free(j->ps);
+    data_pipeline_free(j->pipe);
+    model_free(j->model);
+    dataset_free(j->train);
+    dataset_free(j->test);
+    job_done(&j->job);
+    free(j);
+}
+
+/* Parses the job with the files that came with it and builds model and data. */
+static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, wjob_t **ret,
+                           status_msg_t *err)
+{
+    wjob_t *j = calloc(1, sizeof(*j));
+    job_file_t *files = calloc(req->n_files + 1, sizeof(*files));
+    data_pipeline_opts_t po;
+    status_t rc;
+
+    if (j == NULL || files == NULL) {
+        free(j);
+        free(files);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    snprintf(j->id, sizeof(j->id), "%s", req->job);
+    j->worker_index = req->worker_index;
+    j->num_workers = req->num_workers > 0 ? req->num_workers : 1;
+    for (size_t i = 0; i < req->n_files; i++)
+        files[i] = (job_file_t){req->files[i]->key, (const char *)req->files[i]->value.data,
+                                req->files[i]->value.len};
+    rc = job_parse_with_files(req->job_spec, strlen(req->job_spec),
+                              req->job_path[0] ? req->job_path : NULL, files, req->n_files, &j->job,
+                              err);
+    free(files);
+    if (rc == STATUS_OK)
+        rc = dataset_load(&j->job.data.train, j->job.data.scale, &j->train, err);
+    if (rc == STATUS_OK && j->job.data.test.present)
+        rc = dataset_load(&j->job.data.test, j->job.data.scale, &j->test, err);
+    if (rc == STATUS_OK)
+        rc = model_new(&j->job.model, j->job.loss, j->job.from_logits, j->job.data.batch_size,
+                       req->seed ? req->seed : j->job.seed, &j->model, err);
+    if (rc == STATUS_OK && j->train->feature_len != model_input_len(j->model))
+        rc = status_fail(err, STATUS_BAD_CONFIG,
+                         "the training data has %zu values per example but the model takes %zu",
+                         j->train->feature_len, model_input_len(j->model));
+    if (rc == STATUS_OK) {
+        po = (data_pipeline_opts_t){
+            .shard_index = j->worker_index,
+            .num_shards = j->num_workers,
+            .batch_size = j->job.data.batch_size,
+            .drop_remainder = j->job.data.drop_remainder,
+            .shuffle_buffer = j->job.data.shuffle_buffer,
+            .seed = j->job.data.seed + (uint64_t)j->worker_index * 7919,
+            .epochs = -1,
+            .prefetch = j->job.data.prefetch,
+        };
+        rc = data_pipeline_new(j->train, &po, &j->pipe, err);
+    }
+    if (rc != STATUS_OK) {
+        wjob_free(j);
+        return rc;
+    }
+    *ret = j;
+    return STATUS_OK;
+}
+
+/* The proto initializer of a model variable, from its layer's spec. */
+static void fill_initializer(const model_t *m, const model_param_t *p, Tessera__V1__Initializer *in,
+                             void *scratch)
+{
+    const layer_t *l = NULL;
+    const job_init_t *init;
+    job_init_kind_t kind;
+    int64_t fan_in = 1, fan_out = 1;
+    bool is_bias;
+
+    for (size_t i = 0; i < m->n_layers && l == NULL; i++)
+        if (m->layers[i].w == p || m->layers[i].b == p)
+            l = &m->layers[i];
+    is_bias = l != NULL && l->b == p;
+    init = l == NULL ? NULL : is_bias ? &l->spec.bias_init : &l->spec.kernel_init;
+    kind = init != NULL ? init->kind : JOB_INIT_DEFAULT;
+    if (kind == JOB_INIT_DEFAULT)
+        kind = is_bias                                            ? JOB_INIT_ZEROS
+               : l != NULL && l->spec.kind == JOB_LAYER_EMBEDDING ? JOB_INIT_RANDOM_UNIFORM
+                                                                  : JOB_INIT_GLOROT_UNIFORM;
+    if (p->rank == 2) {
+        fan_in = p->shape[0];
+        fan_out = p->shape[1];
+    } else if (p->rank == 4) { /* [kh, kw, in, out] */
+        fan_in = (int64_t)p->shape[0] * p->shape[1] * p->shape[2];
+        fan_out = (int64_t)p->shape[0] * p->shape[1] * p->shape[3];
+    }
+    ps_client_initializer(kind, init, l != NULL && l->spec.kind == JOB_LAYER_EMBEDDING, fan_in,
+                          fan_out, in, scratch);
+    in->seed = init != NULL && init->has_seed ? init->seed : 0;
+}
+
+/* ---- handlers ----------------------------------------------------------------------------- */
+
+static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *j)
+{
+    size_t n = model_param_count(j->model);
+    Tessera__V1__ConfigureJobResponse resp = TESSERA__V1__CONFIGURE_JOB_RESPONSE__INIT;
+    Tessera__V1__VariableShard *vars = calloc(n + 1, sizeof(*vars));
+    Tessera__V1__VariableShard **ptrs = calloc(n + 1, sizeof(*ptrs));
+    Tessera__V1__Initializer *inits = calloc(n + 1, sizeof(*inits));
+    int64_t *shapes = calloc(4 * n + 1, sizeof(*shapes));
+    ps_init_scratch_t *scratch = calloc(n + 1, sizeof(*scratch));
+    status_t rc;
+
+    (void)w;
+    if (!vars || !ptrs || !inits || !shapes || !scratch) {
+        rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        model_param_t *p = model_param(j->model, i);
+        tessera__v1__variable_shard__init(&vars[i]);
+        vars[i].variable = p->name;
+        vars[i].num_shards = 1;
+        vars[i].dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+        for (int d = 0; d < p->rank; d++)
+            shapes[4 * i + (size_t)d] = p->shape[d];
+        vars[i].n_shape = vars[i].n_full_shape = (size_t)p->rank;
+        vars[i].shape = vars[i].full_shape = &shapes[4 * i];
+        vars[i].sparse = p->sparse;
+        fill_initializer(j->model, p, &inits[i], &scratch[i]);
+        vars[i].initializer = &inits[i];
+        ptrs[i] = &vars[i];
+    }
+    resp.train_examples = (int64_t)data_pipeline_examples(j->pipe);
+    resp.test_examples = j->test ? (int64_t)j->test->n : 0;
+    resp.n_variables = n;
+    resp.variables = ptrs;
+    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+out:
+    free(vars);
+    free(ptrs);
+    free(inits);
+    free(shapes);
+    free(scratch);
+    return rc;
+}
+
+/* Waits until the executor is not running a closure; call with w->mu held. */
+static void wait_idle(worker_service_t *w)
+{
+    while (w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+}
+
+static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__ConfigureJobRequest *req = (const void *)msg;
+    worker_service_t *w = user;
+    status_msg_t err = {0};
+    wjob_t *j = NULL, *old = NULL;
+    status_t rc;
+
+    if (req->job[0] == '\0')
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "job", "ConfigureJob names no job");
+    if (req->n_placement > 0) {
+        pthread_mutex_lock(&w->mu);
+        wait_idle(w);
+        j = w->job;
+        if (j == NULL || strcmp(j->id, req->job) != 0) {
+            pthread_mutex_unlock(&w->mu);
+            return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, req->job,
+                                "job %s is not configured on this worker", req->job);
+        }
+        ps_client_free(j->ps);
+        j->ps = NULL;
+        rc = ps_client_new(j->model, req, &j->ps, &err);
+        pthread_mutex_unlock(&w->mu);
+        if (rc != STATUS_OK)
+            return rpc_ctx_fail(ctx, rc, NULL, "%s", err.text);
+        {
+            Tessera__V1__ConfigureJobResponse resp = TESSERA__V1__CONFIGURE_JOB_RESPONSE__INIT;
+            return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+        }
+    }
+    if (req->num_workers < 1 || req->worker_index < 0 || req->worker_index >= req->num_workers)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "worker_index",
+                            "worker_index %d is not in [0, num_workers %d)", req->worker_index,
+                            req->num_workers);
+    rc = wjob_build(req, &j, &err);
+    if (rc != STATUS_OK)
+        return rpc_ctx_fail(ctx, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT, req->job,
+                            "job %s: %s", req->job, err.text);
+    pthread_mutex_lock(&w->mu);
+    if (w->job != NULL)
+        atomic_store(&w->job->cancelled, true);
+    wait_idle(w);
+    old = w->job;
+    w->job = j;
+    pthread_mutex_unlock(&w->mu);
+    wjob_free(old);
+    LOG_INFO(WORKER, "job %s configured: %zu training examples in this shard, %zu variables", j->id,
+             data_pipeline_examples(j->pipe), model_param_count(j->model));
+    return describe_variables(w, ctx, j);
+}
+
+static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__RunClosureRequest *req = (const void *)msg;
+    worker_service_t *w = user;
+    closure_task_t *t;
+
+    if (req->steps < 1 && req->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "steps",
+                            "a training closure needs steps >= 1, got %d", req->steps);
+    if (req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN &&
+        req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "kind", "unknown closure kind %d",
+                            (int)req->kind);
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+    t->ctx = ctx;
+    t->closure_id = req->closure_id;
+    t->kind = (int)req->kind;
+    t->steps = req->steps;
+    snprintf(t->job, sizeof(t->job), "%s", req->job);
+    rpc_ctx_defer(ctx);
+    pthread_mutex_lock(&w->mu);
+    if (w->tail)
+        w->tail->next = t;
+    else
+        w->head = t;
+    w->tail = t;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return STATUS_OK;
+}
+
+static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__CancelRequest *req = (const void *)msg;
+    worker_service_t *w = user;
+    Tessera__V1__CancelResponse resp = TESSERA__V1__CANCEL_RESPONSE__INIT;
+    wjob_t *old = NULL;
+
+    pthread_mutex_lock(&w->mu);
+    if (w->job != NULL && (req->job[0] == '\0' || strcmp(w->job->id, req->job) == 0)) {
+        atomic_store(&w->job->cancelled, true);
+        wait_idle(w);
+        old = w->job;
+        w->job = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (old != NULL)
+        LOG_INFO(WORKER, "job %s cancelled", old->id);
+    wjob_free(old);
+    return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+}
+
+/* ---- closures ----------------------------------------------------------------------------- */
+
+static status_t train_closure(wjob_t *j, int steps, Tessera__V1__RunClosureResponse *resp,
+                              status_msg_t *err)
+{
+    double loss = 0, correct = 0;
+    int64_t examples = 0;
+    int done = 0;
+
+    for (; done < steps; done++) {
+        data_batch_t b;
+        model_stats_t st;
+        if (atomic_load(&j->cancelled))
+            return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
+        if (!data_pipeline_next(j->pipe, &b))
+            break;
+        STATUS_CHECK(ps_client_pull(j->ps, b.features, b.size, err));
+        STATUS_CHECK(model_train_step(j->model, b.features, b.labels, b.size, &st, err));
+        if (!isfinite(st.loss_sum))
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "the loss became %s: lower the learning rate or check the data",
+                               isnan(st.loss_sum) ? "NaN" : "infinite");
+        STATUS_CHECK(ps_client_push(j->ps, err));
+        loss += st.loss_sum;
+        correct += st.correct;
+        examples += st.examples;
+    }
+    resp->steps = done;
+    resp->examples = examples;
+    resp->loss_sum = loss;
+    resp->correct = correct;
+    return STATUS_OK;
+}
+
+static status_t eval_closure(wjob_t *j, Tessera__V1__RunClosureResponse *resp, status_msg_t *err)
+{
+    data_pipeline_opts_t po = {
+        .shard_index = 0, .num_shards = 1, .batch_size = j->job.data.batch_size, .epochs = 1};
+    data_pipeline_t *pipe;
+    data_batch_t b;
+    status_t rc = STATUS_OK;
+
+    if (j->test == NULL)
+        return status_fail(err, STATUS_INVALID_USAGE, "job %s has no test split to evaluate",
+                           j->id);
+    STATUS_CHECK(data_pipeline_new(j->test, &po, &pipe, err));
+    while (rc == STATUS_OK && data_pipeline_next(pipe, &b)) {
+        model_stats_t st;
+        if (atomic_load(&j->cancelled)) {
+            rc = status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
+            break;
+        }
+        rc = ps_client_pull(j->ps, b.features, b.size, err);
+        if (rc == STATUS_OK)
+            rc = model_evaluate(j->model, b.features, b.labels, b.size, &st, err);
+        if (rc == STATUS_OK) {
+            resp->loss_sum += st.loss_sum;
+            resp->correct += st.correct;
+            resp->examples += st.examples;
+        }
+    }
+    data_pipeline_free(pipe);
+    return rc;
+}
+
+static void run_task(worker_service_t *w, closure_task_t *t)
+{
+    Tessera__V1__RunClosureResponse resp = TESSERA__V1__RUN_CLOSURE_RESPONSE__INIT;
+    status_msg_t err = {0};
+    wjob_t *j = w->job;
+    double t0 = ps_client_now();
+    status_t rc;
+
+    if (j == NULL || strcmp(j->id, t->job) != 0) {
+        rpc_ctx_fail_now(t->ctx, STATUS_NOT_FOUND, t->job, "job %s is not configured here", t->job);
+        return;
+    }
+    if (j->ps == NULL) {
+        rpc_ctx_fail_now(t->ctx, STATUS_INVALID_USAGE, t->job,
+                         "job %s has no variable placement yet", t->job);
+        return;
+    }
+    resp.closure_id = t->closure_id;
+    rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
+             ? train_closure(j, t->steps, &resp, &err)
+             : eval_closure(j, &resp, &err);
+    resp.seconds = ps_client_now() - t0;
+    if (rc != STATUS_OK) {
+        /* A PS that does not answer is the PS's fault, not this closure's: the detail says so. */
+        rpc_ctx_fail_now(t->ctx, rc, NULL, "closure %llu of job %s: %s",
+                         (unsigned long long)t->closure_id, t->job, err.text);
+        return;
+    }
+    rpc_ctx_respond(t->ctx, &resp.base, NULL, 0);
+}
+
+static void *executor_main(void *arg)
+{
+    worker_service_t *w = arg;
+
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        closure_task_t *t;
+        while (w->head == NULL && !w->stopping)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->head == NULL && w->stopping)
+            break;
+        t = w->head;
+        w->head = t->next;
+        if (w->head == NULL)
+            w->tail = NULL;
+        if (w->stopping) {
+            pthread_mutex_unlock(&w->mu);
+            rpc_ctx_fail_now(t->ctx, STATUS_UNAVAILABLE, NULL, "the worker is stopping");
+            free(t);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
+        w->busy = true;
+        pthread_mutex_unlock(&w->mu);
+        run_task(w, t);
+        free(t);
+        pthread_mutex_lock(&w->mu);
+        w->busy = false;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err)
+{
+    worker_service_t *w = calloc(1, sizeof(*w));
+    rpc_server_t *s = daemon_rpc(d);
+
+    (void)opts;
+    if (w == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    w->daemon = d;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->executor, NULL, executor_main, w) != 0) {
+        free(w);
+        return status_fail(err, STATUS_SYSTEM, "cannot start the closure executor");
+    }
+    w->executor_started = true;
+    rpc_server_handle(s, RPC_WORKER_CONFIGURE_JOB, on_configure, w);
+    rpc_server_handle(s, RPC_WORKER_RUN_CLOSURE, on_run_closure, w);
+    rpc_server_handle(s, RPC_WORKER_CANCEL, on_cancel, w);
+    *ret_state = w;
+    return STATUS_OK;
+}
+
+void worker_service_stop(void *state)
+{
+    worker_service_t *w = state;
+    pthread_mutex_lock(&w->mu);
+    w->stopping = true;
+    if (w->job != NULL)
+        atomic_store(&w->job->cancelled, true);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->executor_started)
+        pthread_join(w->executor, NULL);
+    w->executor_started = false;
+}
+
+void worker_service_teardown(void *state)
+{
+    worker_service_t *w = state;
+    wjob_free(w->job);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
