@@ -864,6 +864,7 @@ static status_t on_submit(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
             memcpy(j->files[i].data, req->files[i]->value.data, j->files[i].len);
     }
     snprintf(j->name, sizeof(j->name), "%s", j->job.name ? j->job.name : "job");
+    tessera__v1__job_progress__init(&j->progress);
     j->state = TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED;
     j->submitted_at = wall_now();
     pthread_mutex_lock(&c->mu);

@@ -1,0 +1,219 @@
+/* Parameter-server training with real daemons on loopback: a chief, two PS and two workers
+ * train, queue, cancel and reject jobs submitted through the tessera CLI. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <grpc/grpc.h>
+
+#include "harness.h"
+#include "rpc.h"
+
+typedef struct cluster {
+    launch_proc_t ps[2], worker[2], chief;
+    char chief_flag[300];
+} cluster_t;
+
+static void start_cluster(cluster_t *c)
+{
+    char ps_flag[400], worker_flag[400];
+    harness_start(&c->ps[0], "tessera-ps", "pst-ps0", "--task-index=0", NULL);
+    harness_start(&c->ps[1], "tessera-ps", "pst-ps1", "--task-index=1", NULL);
+    harness_start(&c->worker[0], "tessera-worker", "pst-w0", "--task-index=0", NULL);
+    harness_start(&c->worker[1], "tessera-worker", "pst-w1", "--task-index=1", NULL);
+    snprintf(ps_flag, sizeof(ps_flag), "--ps=%s,%s", c->ps[0].listen, c->ps[1].listen);
+    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s,%s", c->worker[0].listen,
+             c->worker[1].listen);
+    harness_start(&c->chief, "tessera-chief", "pst-chief", ps_flag, worker_flag, NULL);
+    snprintf(c->chief_flag, sizeof(c->chief_flag), "--chief=%s", c->chief.listen);
+}
+
+static void stop_cluster(cluster_t *c)
+{
+    harness_stop(&c->chief);
+    harness_stop(&c->worker[1]);
+    harness_stop(&c->worker[0]);
+    harness_stop(&c->ps[1]);
+    harness_stop(&c->ps[0]);
+}
+
+static int tessera(char *const *args, char **out)
+{
+    char *argv[12] = {(char *)harness_program("tessera")};
+    for (int i = 0; args[i] != NULL && i < 10; i++)
+        argv[i + 1] = args[i];
+    return harness_run(argv, NULL, NULL, 240000, out);
+}
+
+static double test_accuracy(const char *out)
+{
+    const char *p = strstr(out, "test accuracy ");
+    return p ? strtod(p + strlen("test accuracy "), NULL) : -1;
+}
+
+static Tessera__V1__JobInfo *get_job(rpc_channel_t *ch, const char *id,
+                                     Tessera__V1__GetJobResponse **keep)
+{
+    Tessera__V1__GetJobRequest req = TESSERA__V1__GET_JOB_REQUEST__INIT;
+    rpc_error_t err;
+    req.id = (char *)id;
+    ck_assert_msg(rpc_coord_get_job(ch, &req, NULL, keep, NULL, &err) == STATUS_OK, "%s",
+                  err.message);
+    return (*keep)->job;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+START_TEST(ps_training_fashion_mnist_mlp_reaches_85_percent)
+{
+    cluster_t c;
+    char *out = NULL;
+    int rc;
+
+    start_cluster(&c);
+    rc = tessera((char *[]){"submit", (char *)harness_source("examples/fashion-mnist-mlp.yaml"),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(test_accuracy(out) >= 0.85, "test accuracy %.4f: %s", test_accuracy(out), out);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
+START_TEST(ps_training_sparse_text_job_learns)
+{
+    cluster_t c;
+    char *out = NULL;
+    int rc;
+
+    start_cluster(&c);
+    rc = tessera((char *[]){"submit", (char *)harness_source("examples/text-synthetic.yaml"),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(test_accuracy(out) >= 0.7, "test accuracy %.4f: %s", test_accuracy(out), out);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
+START_TEST(ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt)
+{
+    cluster_t c;
+    char *out = NULL;
+    rpc_channel_t *ch;
+    status_msg_t msg;
+    const char *job = harness_source("examples/fashion-mnist-mlp.yaml");
+    Tessera__V1__GetJobResponse *r1 = NULL, *r2 = NULL;
+    double t0;
+
+    start_cluster(&c);
+    ck_assert_int_eq(tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "fashion-mnist-mlp-1"));
+    free(out);
+    ck_assert_int_eq(tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "fashion-mnist-mlp-2"));
+    free(out);
+    ck_assert_int_eq(rpc_channel_new(c.chief.listen, NULL, &ch, &msg), STATUS_OK);
+
+    /* The second waits while the first runs. */
+    for (t0 = now_s(); now_s() - t0 < 60;) {
+        Tessera__V1__JobInfo *j = get_job(ch, "fashion-mnist-mlp-1", &r1);
+        bool going = j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING && j->progress &&
+                     j->progress->step > 200;
+        protobuf_c_message_free_unpacked(&r1->base, NULL);
+        if (going)
+            break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_int_eq(get_job(ch, "fashion-mnist-mlp-2", &r2)->state,
+                     TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED);
+    protobuf_c_message_free_unpacked(&r2->base, NULL);
+
+    /* Cancel the running one: it stops within 2 s and the queued one starts. */
+    t0 = now_s();
+    ck_assert_int_eq(tessera((char *[]){"cancel", "fashion-mnist-mlp-1", c.chief_flag, NULL}, &out),
+                     0);
+    free(out);
+    for (;;) {
+        Tessera__V1__JobInfo *j = get_job(ch, "fashion-mnist-mlp-1", &r1);
+        bool done = j->state == TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED;
+        protobuf_c_message_free_unpacked(&r1->base, NULL);
+        if (done)
+            break;
+        ck_assert_msg(now_s() - t0 < 2.0, "cancel took longer than 2 s");
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_int_eq(tessera((char *[]){"watch", "fashion-mnist-mlp-2", c.chief_flag, NULL}, &out),
+                     0);
+    ck_assert_ptr_nonnull(strstr(out, "succeeded"));
+    free(out);
+    ck_assert_int_eq(tessera((char *[]){"list", c.chief_flag, NULL}, &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "cancelled"));
+    ck_assert_ptr_nonnull(strstr(out, "succeeded"));
+    free(out);
+    rpc_channel_free(ch);
+    stop_cluster(&c);
+}
+END_TEST
+
+START_TEST(ps_training_rejected_job_reports_the_error_to_the_cli)
+{
+    cluster_t c;
+    char path[512], *out = NULL;
+    FILE *f;
+    int rc;
+
+    start_cluster(&c);
+    snprintf(path, sizeof(path), "%s/typo.yaml", harness_tmpdir());
+    f = fopen(path, "w");
+    fputs("model:\n  - {dense: {unitz: 4}, input_shape: [784]}\nloss: mse\n"
+          "data: {batch_size: 8, train: {format: synthetic, kind: classification, examples: 64, "
+          "shape: [784], classes: 2}}\n",
+          f);
+    fclose(f);
+    rc = tessera((char *[]){"submit", path, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 2, "exit %d: %s", rc, out);
+    ck_assert_ptr_nonnull(strstr(out, "unitz"));
+    free(out);
+    rc = tessera((char *[]){"status", "no-such-job", c.chief_flag, NULL}, &out);
+    ck_assert_int_ne(rc, 0);
+    ck_assert_ptr_nonnull(strstr(out, "no-such-job"));
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ps_training");
+    TCase *tc = tcase_create("ps_training");
+    SRunner *sr;
+    int failed;
+
+    grpc_init();
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, ps_training_fashion_mnist_mlp_reaches_85_percent);
+    tcase_add_test(tc, ps_training_sparse_text_job_learns);
+    tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);
+    tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    grpc_shutdown();
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
