@@ -44,6 +44,19 @@ typedef struct chief_job {
     size_t n_events; /* total ever; the last MAX_EVENTS are kept */
 } chief_job_t;
 
+/* A WatchJob stream. Lives until both the stream is finished and its call is over. */
+typedef struct watcher {
+    struct watcher *next;
+    rpc_ctx_t *ctx;
+    struct coordinator *c;
+    chief_job_t *job;
+    bool finished; /* rpc_ctx_stream_finish called */
+    bool over;     /* the call is over (done callback ran) */
+    int64_t sent_step;
+    size_t sent_events;
+    Tessera__V1__JobState sent_state;
+} watcher_t;
+
 struct coordinator {
     daemon_t *daemon;
     chief_opts_t *opts;
@@ -56,6 +69,9 @@ struct coordinator {
     bool runner_started;
     rpc_channel_t **ps, **workers;
     size_t n_ps, n_workers;
+    watcher_t *watchers;
+    pthread_t watch_thread;
+    bool watch_started;
 };
 
 static double wall_now(void)
@@ -977,6 +993,134 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
     return rc;
 }
 
+/* ---- WatchJob: progress streamed to the CLI ---------------------------------------------- */
+
+/* Sends what changed since the last update; finishes the stream when the job has ended. Call
+ * with c->mu held. */
+static void watcher_update(watcher_t *w)
+{
+    chief_job_t *j = w->job;
+    Tessera__V1__WatchJobUpdate up = TESSERA__V1__WATCH_JOB_UPDATE__INIT;
+    Tessera__V1__JobInfo info;
+    Tessera__V1__JobProgress pr;
+    Tessera__V1__JobEvent ev[MAX_EVENTS], *evp[MAX_EVENTS];
+    size_t first = w->sent_events, n = 0;
+    bool ended = j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+                 j->state == TESSERA__V1__JOB_STATE__JOB_STATE_FAILED ||
+                 j->state == TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED;
+
+    if (w->finished)
+        return;
+    if (j->progress.step == w->sent_step && j->n_events == w->sent_events &&
+        j->state == w->sent_state && !ended)
+        return;
+    if (j->n_events > MAX_EVENTS && first < j->n_events - MAX_EVENTS)
+        first = j->n_events - MAX_EVENTS; /* older events are gone */
+    for (size_t e = first; e < j->n_events; e++, n++) {
+        tessera__v1__job_event__init(&ev[n]);
+        ev[n].wall_time = j->event_times[e % MAX_EVENTS];
+        ev[n].message = j->events[e % MAX_EVENTS] ? j->events[e % MAX_EVENTS] : "";
+        evp[n] = &ev[n];
+    }
+    job_info(j, &info, &pr);
+    up.job = &info;
+    up.n_events = n;
+    up.events = evp;
+    if (rpc_ctx_stream_send(w->ctx, &up.base, NULL, 0) == STATUS_OK) {
+        w->sent_step = j->progress.step;
+        w->sent_events = j->n_events;
+        w->sent_state = j->state;
+    }
+    if (ended) {
+        rpc_ctx_stream_finish(w->ctx, STATUS_OK, NULL);
+        w->finished = true;
+    }
+}
+
+static void watcher_done_cb(void *arg)
+{
+    watcher_t *w = arg;
+    coordinator_t *c = w->c;
+    pthread_mutex_lock(&c->mu);
+    if (!w->finished) { /* the client went away: let go of the stream */
+        rpc_ctx_stream_finish(w->ctx, STATUS_CANCELLED, "the watcher went away");
+        w->finished = true;
+    }
+    w->over = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Updates every watcher when progress changes, at most five times a second. */
+static void *watch_main(void *arg)
+{
+    coordinator_t *c = arg;
+    sigset_t all;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&c->mu);
+    while (!c->stopping) {
+        struct timespec ts;
+        for (watcher_t **p = &c->watchers; *p != NULL;) {
+            watcher_t *w = *p;
+            watcher_update(w);
+            if (w->finished && w->over) {
+                *p = w->next;
+                free(w);
+            } else {
+                p = &w->next;
+            }
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    for (watcher_t *w = c->watchers; w != NULL; w = w->next)
+        if (!w->finished) {
+            rpc_ctx_stream_finish(w->ctx, STATUS_UNAVAILABLE, "the chief is stopping");
+            w->finished = true;
+        }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static status_t on_watch(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__WatchJobRequest *req = (const void *)msg;
+    coordinator_t *c = user;
+    watcher_t *w = calloc(1, sizeof(*w));
+    chief_job_t *j;
+
+    if (w == NULL)
+        return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+    pthread_mutex_lock(&c->mu);
+    j = find_job(c, req->id);
+    if (j == NULL || c->stopping) {
+        pthread_mutex_unlock(&c->mu);
+        free(w);
+        if (j == NULL)
+            return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, req->id, "no job \"%s\"", req->id);
+        return rpc_ctx_fail(ctx, STATUS_UNAVAILABLE, NULL, "the chief is stopping");
+    }
+    w->ctx = ctx;
+    w->c = c;
+    w->job = j;
+    w->sent_step = -1;
+    rpc_ctx_defer(ctx);
+    w->next = c->watchers;
+    c->watchers = w;
+    watcher_update(w);
+    pthread_mutex_unlock(&c->mu);
+    /* Registered last: the callback may run at once if the client already left. */
+    rpc_ctx_on_done(ctx, watcher_done_cb, w);
+    return STATUS_OK;
+}
+
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
 static status_t open_channels(const config_list_t *l, rpc_channel_t ***ret, size_t *ret_n,
@@ -1012,15 +1156,21 @@ status_t coordinator_new(daemon_t *d, chief_opts_t *opts, coordinator_t **ret, s
         rc = open_channels(&opts->worker, &c->workers, &c->n_workers, err);
     if (rc == STATUS_OK && pthread_create(&c->runner, NULL, runner_main, c) != 0)
         rc = status_fail(err, STATUS_SYSTEM, "cannot start the job runner");
+    else if (rc == STATUS_OK)
+        c->runner_started = true;
+    if (rc == STATUS_OK && pthread_create(&c->watch_thread, NULL, watch_main, c) != 0)
+        rc = status_fail(err, STATUS_SYSTEM, "cannot start the watch thread");
+    else if (rc == STATUS_OK)
+        c->watch_started = true;
     if (rc != STATUS_OK) {
         coordinator_free(c);
         return rc;
     }
-    c->runner_started = true;
     rpc_server_handle(s, RPC_COORD_SUBMIT_JOB, on_submit, c);
     rpc_server_handle(s, RPC_COORD_GET_JOB, on_get, c);
     rpc_server_handle(s, RPC_COORD_LIST_JOBS, on_list, c);
     rpc_server_handle(s, RPC_COORD_CANCEL_JOB, on_cancel, c);
+    rpc_server_handle(s, RPC_COORD_WATCH_JOB, on_watch, c);
     *ret = c;
     return STATUS_OK;
 }
@@ -1044,6 +1194,9 @@ void coordinator_stop(coordinator_t *c)
     if (c->runner_started)
         pthread_join(c->runner, NULL);
     c->runner_started = false;
+    if (c->watch_started)
+        pthread_join(c->watch_thread, NULL);
+    c->watch_started = false;
 }
 
 void coordinator_free(coordinator_t *c)
@@ -1051,6 +1204,12 @@ void coordinator_free(coordinator_t *c)
     if (c == NULL)
         return;
     coordinator_stop(c);
+    /* The RPC server is gone: no done callback can run any more. */
+    while (c->watchers != NULL) {
+        watcher_t *w = c->watchers;
+        c->watchers = w->next;
+        free(w);
+    }
     while (c->jobs != NULL) {
         chief_job_t *j = c->jobs;
         c->jobs = j->next;

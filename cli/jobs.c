@@ -45,13 +45,6 @@ static const char *state_name(Tessera__V1__JobState s)
     return (int)s >= 0 && (int)s <= 5 ? state_names[s] : "unknown";
 }
 
-static bool finished(Tessera__V1__JobState s)
-{
-    return s == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
-           s == TESSERA__V1__JOB_STATE__JOB_STATE_FAILED ||
-           s == TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED;
-}
-
 const char *cli_take_positional(int *argc, char **argv)
 {
     for (int i = 1; i < *argc; i++) {
@@ -100,73 +93,108 @@ static int get_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms,
     return 0;
 }
 
-/* Follows a job until it ends; exit code 0 when it succeeded. */
+typedef struct watch_state {
+    bool tty;
+    int64_t last_epoch, last_step;
+    double last_line;
+} watch_state_t;
+
+static void show_progress(const Tessera__V1__JobInfo *j, watch_state_t *ws)
+{
+    const Tessera__V1__JobProgress *p = j->progress;
+    struct timespec now;
+    double t;
+
+    if (p == NULL)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    t = (double)now.tv_sec + now.tv_nsec * 1e-9;
+    if (p->epoch != ws->last_epoch && ws->last_epoch >= 0 && p->test_accuracy > 0) {
+        if (ws->tty)
+            printf("\r\033[K");
+        printf("epoch %lld: loss %.4f - accuracy %.4f - test_loss %.4f - test_accuracy %.4f\n",
+               (long long)ws->last_epoch + 1, p->loss, p->accuracy, p->test_loss, p->test_accuracy);
+    }
+    if (p->step != ws->last_step && p->total_steps > 0) {
+        if (ws->tty) {
+            int width = 30, filled = (int)(width * p->step / p->total_steps);
+            char bar[64];
+            for (int i = 0; i < width; i++)
+                bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+            bar[width] = '\0';
+            printf("\r\033[K%s [%s] %lld/%lld  loss %.4f  accuracy %.4f  %.0f examples/s", j->id,
+                   bar, (long long)p->step, (long long)p->total_steps, p->loss, p->accuracy,
+                   p->examples_per_second);
+            fflush(stdout);
+        } else if (t - ws->last_line >= 5) {
+            printf("step %lld/%lld: loss %.4f, accuracy %.4f, %.0f examples/s\n",
+                   (long long)p->step, (long long)p->total_steps, p->loss, p->accuracy,
+                   p->examples_per_second);
+            ws->last_line = t;
+        }
+    }
+    ws->last_epoch = p->epoch;
+    ws->last_step = p->step;
+}
+
+static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
+{
+    const Tessera__V1__JobProgress *p = j->progress;
+    if (ws->tty)
+        printf("\r\033[K");
+    printf("job %s %s", j->id, state_name(j->state));
+    if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED && p != NULL) {
+        printf(": %lld steps in %.1f s; loss %.4f, accuracy %.4f", (long long)p->step,
+               p->elapsed_seconds, p->loss, p->accuracy);
+        if (p->test_accuracy > 0)
+            printf("; test loss %.4f, test accuracy %.4f", p->test_loss, p->test_accuracy);
+    } else if (j->reason && j->reason[0]) {
+        printf(": %s", j->reason);
+    }
+    printf("\n");
+    return j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : 1;
+}
+
+/* Follows a job through the chief's WatchJob stream until it ends; exit code 0 when it
+ * succeeded. */
 static int watch_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms)
 {
-    bool tty = isatty(STDOUT_FILENO) != 0;
-    int64_t last_epoch = -1, last_step = -1;
-    double last_line = 0;
+    Tessera__V1__WatchJobRequest req = TESSERA__V1__WATCH_JOB_REQUEST__INIT;
+    Tessera__V1__WatchJobUpdate *last = NULL;
+    watch_state_t ws = {.tty = isatty(STDOUT_FILENO) != 0, .last_epoch = -1, .last_step = -1};
+    rpc_stream_t *stream = NULL;
+    rpc_error_t err;
+    int rc = 1;
 
-    for (;;) {
-        Tessera__V1__GetJobResponse *r = NULL;
-        const Tessera__V1__JobInfo *j;
-        const Tessera__V1__JobProgress *p;
-        struct timespec ts = {0, 200 * 1000000};
-        struct timespec now;
-        if (get_job(ch, id, timeout_ms, &r) != 0)
-            return 1;
-        j = r->job;
-        p = j->progress;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (p != NULL && p->epoch != last_epoch && last_epoch >= 0 && p->test_accuracy > 0) {
-            if (tty)
-                printf("\r\033[K");
-            printf("epoch %lld: loss %.4f - accuracy %.4f - test_loss %.4f - test_accuracy %.4f\n",
-                   (long long)last_epoch + 1, p->loss, p->accuracy, p->test_loss, p->test_accuracy);
-        }
-        if (p != NULL && p->step != last_step && p->total_steps > 0) {
-            double t = (double)now.tv_sec + now.tv_nsec * 1e-9;
-            if (tty) {
-                int width = 30, filled = (int)(width * p->step / p->total_steps);
-                char bar[64];
-                for (int i = 0; i < width; i++)
-                    bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
-                bar[width] = '\0';
-                printf("\r\033[K%s [%s] %lld/%lld  loss %.4f  accuracy %.4f  %.0f examples/s",
-                       j->id, bar, (long long)p->step, (long long)p->total_steps, p->loss,
-                       p->accuracy, p->examples_per_second);
-                fflush(stdout);
-            } else if (t - last_line >= 5) {
-                printf("step %lld/%lld: loss %.4f, accuracy %.4f, %.0f examples/s\n",
-                       (long long)p->step, (long long)p->total_steps, p->loss, p->accuracy,
-                       p->examples_per_second);
-                last_line = t;
-            }
-        }
-        if (p != NULL) {
-            last_epoch = p->epoch;
-            last_step = p->step;
-        }
-        if (finished(j->state)) {
-            int rc = j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : 1;
-            if (tty)
-                printf("\r\033[K");
-            printf("job %s %s", j->id, state_name(j->state));
-            if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED && p != NULL) {
-                printf(": %lld steps in %.1f s; loss %.4f, accuracy %.4f", (long long)p->step,
-                       p->elapsed_seconds, p->loss, p->accuracy);
-                if (p->test_accuracy > 0)
-                    printf("; test loss %.4f, test accuracy %.4f", p->test_loss, p->test_accuracy);
-            } else if (j->reason && j->reason[0]) {
-                printf(": %s", j->reason);
-            }
-            printf("\n");
-            protobuf_c_message_free_unpacked(&r->base, NULL);
-            return rc;
-        }
-        protobuf_c_message_free_unpacked(&r->base, NULL);
-        nanosleep(&ts, NULL);
+    (void)timeout_ms;
+    req.id = (char *)id;
+    if (rpc_coord_watch_job_open(ch, &req, 0, &stream, &err) != STATUS_OK) {
+        fprintf(stderr, "tessera watch: %s\n", err.message);
+        return 1;
     }
+    for (;;) {
+        Tessera__V1__WatchJobUpdate *up = NULL;
+        status_t s = rpc_coord_watch_job_next(stream, &up, NULL, -1, &err);
+        if (s != STATUS_OK) {
+            if (ws.tty)
+                printf("\n");
+            fprintf(stderr, "tessera watch: %s\n", err.message);
+            break;
+        }
+        if (up == NULL) { /* the chief ended the stream: the job is over */
+            rc = last != NULL && last->job != NULL ? show_result(last->job, &ws) : 1;
+            break;
+        }
+        if (up->job != NULL)
+            show_progress(up->job, &ws);
+        if (last != NULL)
+            protobuf_c_message_free_unpacked(&last->base, NULL);
+        last = up;
+    }
+    if (last != NULL)
+        protobuf_c_message_free_unpacked(&last->base, NULL);
+    rpc_stream_free(stream);
+    return rc;
 }
 
 static char *slurp(const char *path, size_t *ret_len)

@@ -73,13 +73,14 @@ static void watcher_send(watcher_t *w, serving_status_t status)
         return;
     resp.status = status;
     rc = rpc_ctx_stream_send(w->ctx, &resp.base, NULL, 0);
-    if (rc == STATUS_RESOURCE_EXHAUSTED) {
-        w->finished = true;
-        rpc_ctx_stream_finish(w->ctx, rc, "the health watcher does not read its updates");
-    } else if (rc != STATUS_OK) {
-        w->finished = true; /* the call is over or the server is stopping */
-        rpc_ctx_stream_finish(w->ctx, rc, "%s", status_str(rc));
-    }
+    if (rc == STATUS_OK)
+        return;
+    w->finished = true;
+    if (rc == STATUS_CANCELLED) /* the call is over or the server is stopping: nothing to send */
+        rpc_ctx_stream_finish(w->ctx, STATUS_OK, NULL);
+    else
+        rpc_ctx_stream_finish(w->ctx, rc, "the health watcher does not read its updates (%s)",
+                              status_name(rc));
 }
 
 /* The Watch call is over: forget the watcher and finish its stream if nobody did. */
@@ -96,8 +97,8 @@ static void on_watch_done(void *arg)
     if (w->next != NULL)
         w->next->prev = w->prev;
     h->n_watchers--;
-    if (!w->finished)
-        rpc_ctx_stream_finish(w->ctx, STATUS_CANCELLED, "the health watch is over");
+    if (!w->finished) /* the call is over: this only lets go of it */
+        rpc_ctx_stream_finish(w->ctx, STATUS_OK, NULL);
     pthread_mutex_unlock(&h->mu);
     free(w);
 }

@@ -36,13 +36,13 @@ void initializer_fill_at(const job_init_t *init, job_init_kind_t dflt, float *v,
 void initializer_fans(const int64_t *shape, size_t rank, double *ret_fan_in, double *ret_fan_out);
 
 /* Converts the wire form (proto/tessera/v1/ps.proto Initializer) into *ret_init; NULL or no
- * kind set gives JOB_INIT_DEFAULT, the caller's default. A non-zero Initializer.seed is the initializer's own seed (has_seed, as
- * `seed:` in a job file); 0 leaves has_seed false and the caller picks the stream seed. The fans
- * of GlorotUniform, GlorotNormal, HeUniform and HeNormal go to *ret_fan_in and *ret_fan_out (0
- * when the sender left them 0: compute them with initializer_fans from the whole variable's
- * shape); other kinds set both to 0. Non-finite values, a negative fan or stddev, or
- * minval > maxval fail with STATUS_INVALID_ARGUMENT naming the field; the outputs are then
- * untouched. */
+ * kind set gives JOB_INIT_DEFAULT, the caller's default. A non-zero Initializer.seed is the
+ * initializer's own seed (has_seed, as `seed:` in a job file); 0 leaves has_seed false and the
+ * caller picks the stream seed. The fans of GlorotUniform, GlorotNormal, HeUniform and HeNormal go
+ * to *ret_fan_in and *ret_fan_out (0 when the sender left them 0: compute them with
+ * initializer_fans from the whole variable's shape); other kinds set both to 0. Non-finite values,
+ * a negative fan or stddev, or minval > maxval fail with STATUS_INVALID_ARGUMENT naming the field;
+ * the outputs are then untouched. */
 status_t initializer_from_proto(const struct Tessera__V1__Initializer *p, job_init_t *ret_init,
                                 double *ret_fan_in, double *ret_fan_out, status_msg_t *err);
 

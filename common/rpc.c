@@ -148,6 +148,7 @@ struct rpc_ctx {
     int cancelled;
     _Atomic bool closed;
     _Atomic bool replied;
+    _Atomic bool counted; /* in the method counters already */
     bool deferred;
     rpc_payload_t payload;
     double started;
@@ -187,16 +188,29 @@ static rpc_ctx_t *ctx_new(rpc_server_t *s, server_thread_t *t)
     return c;
 }
 
+/* Counts the call in its method's counters, once: when its final status is handed to gRPC, so
+ * that a client holding the answer finds the call counted, or at the end for calls that never
+ * got that far. The time is added when the call is freed. */
+static void count_call(rpc_ctx_t *c)
+{
+    method_counters_t *mc;
+
+    if (c->method == NULL || atomic_exchange(&c->counted, true))
+        return;
+    mc = &c->server->counters[c->method->id];
+    atomic_fetch_add(&mc->calls, 1);
+    atomic_fetch_add(&mc->bytes_in, c->bytes_in);
+    atomic_fetch_add(&mc->bytes_out, c->bytes_out);
+    if (c->fail_status != STATUS_OK)
+        atomic_fetch_add(&mc->errors, 1);
+}
+
 static void ctx_free(rpc_ctx_t *c)
 {
     if (c->method != NULL) {
-        method_counters_t *mc = &c->server->counters[c->method->id];
-        atomic_fetch_add(&mc->calls, 1);
-        atomic_fetch_add(&mc->bytes_in, c->bytes_in);
-        atomic_fetch_add(&mc->bytes_out, c->bytes_out);
-        atomic_fetch_add(&mc->micros, (uint64_t)((now_seconds() - c->started) * 1e6));
-        if (c->fail_status != STATUS_OK)
-            atomic_fetch_add(&mc->errors, 1);
+        count_call(c);
+        atomic_fetch_add(&c->server->counters[c->method->id].micros,
+                         (uint64_t)((now_seconds() - c->started) * 1e6));
     }
     if (c->call != NULL)
         grpc_call_unref(c->call);
@@ -340,6 +354,7 @@ static void send_error(rpc_ctx_t *c)
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     error_status_op(c, &ops[1]);
+    count_call(c);
     start_batch(c, ops, 2, &c->t_send);
 }
 
@@ -446,6 +461,7 @@ status_t rpc_ctx_respond(rpc_ctx_t *c, const ProtobufCMessage *resp, const rpc_i
     ops[1].data.send_message.send_message = c->send_bb;
     ops[2].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[2].data.send_status_from_server.status = GRPC_STATUS_OK;
+    count_call(c);
     start_batch(c, ops, 3, &c->t_send);
     if (c->deferred)
         release_deferred(c);
@@ -546,6 +562,7 @@ static void stream_start_status_locked(rpc_ctx_t *c)
     }
     c->st.md_sent = true;
     c->st.status_sent = true;
+    count_call(c);
     start_batch(c, ops, n, &c->t_send);
 }
 

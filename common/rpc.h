@@ -162,17 +162,18 @@ void rpc_ctx_defer(rpc_ctx_t *ctx);
  * their release callbacks run once gRPC is done with them, or before this returns when the
  * message is refused; segments without one must stay valid until the server shuts down.
  * Fails with STATUS_RESOURCE_EXHAUSTED when the queue is full (the client reads too slowly:
- * drop the message, wait, or finish the stream), STATUS_CANCELLED when the call is over or the
- * server is shutting down (stop producing and finish), STATUS_INVALID_USAGE when ctx is not a
- * deferred stream, is finished, or msg has the wrong type. */
+ * drop the message, retry later, or finish the stream with the error), STATUS_CANCELLED when the
+ * call is over or the server is shutting down (stop producing and finish), STATUS_INVALID_USAGE
+ * when ctx is not a deferred stream, is finished, or msg has the wrong type. */
 status_t rpc_ctx_stream_send(rpc_ctx_t *ctx, const ProtobufCMessage *msg, const rpc_iov_t *iov,
                              size_t n_iov);
 
 /* Ends the stream with status s (STATUS_OK, or an error with the sentence fmt; fmt is ignored
  * for STATUS_OK and may be NULL) after the queued messages, and drops the reference that
  * rpc_ctx_defer took: ctx must not be used afterwards, except inside its done callback. Every
- * deferred stream must be finished exactly once, also after the client went away (then nothing
- * is sent); later calls are ignored. Any thread. */
+ * deferred stream must be finished, also after the client went away (then nothing is sent); a
+ * second call is ignored, which is safe only inside the done callback, where ctx is still
+ * valid. Any thread. */
 void rpc_ctx_stream_finish(rpc_ctx_t *ctx, status_t s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -132,7 +132,19 @@ typedef struct call_state {
     grpc_status_code code;
     grpc_slice details;
     const char *error_string;
+    bool trailing_held; /* we hold refs on the trailing metadata slices */
 } call_state_t;
+
+/* The received metadata slices belong to the call and go with its last unref: take our own
+ * refs on the trailing ones, which fill_error reads after the call is gone. */
+static void hold_trailing(call_state_t *st)
+{
+    for (size_t i = 0; i < st->trailing.count; i++) {
+        grpc_slice_ref(st->trailing.metadata[i].key);
+        grpc_slice_ref(st->trailing.metadata[i].value);
+    }
+    st->trailing_held = true;
+}
 
 /* Runs one unary call on its own completion queue and waits for it. */
 static status_t run_call(rpc_channel_t *ch, void *registered, const char *path,
@@ -173,6 +185,7 @@ static status_t run_call(rpc_channel_t *ch, void *registered, const char *path,
     }
     ev = grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     (void)ev; /* the status op always reports success: the status code says what happened */
+    hold_trailing(st);
     grpc_call_unref(call);
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
@@ -184,6 +197,10 @@ static status_t run_call(rpc_channel_t *ch, void *registered, const char *path,
 
 static void call_state_done(call_state_t *st)
 {
+    for (size_t i = 0; st->trailing_held && i < st->trailing.count; i++) {
+        grpc_slice_unref(st->trailing.metadata[i].key);
+        grpc_slice_unref(st->trailing.metadata[i].value);
+    }
     grpc_metadata_array_destroy(&st->initial);
     grpc_metadata_array_destroy(&st->trailing);
     if (st->resp_bb != NULL)

@@ -120,8 +120,11 @@ status_t rpc_encode(const ProtobufCMessage *msg, const rpc_iov_t *iov, size_t n_
     slices[0] = grpc_slice_new(hdr, hdr_len, free);
     n_slices = 1;
     for (size_t i = 0; i < n_iov; i++) {
-        if (iov[i].len == 0)
+        if (iov[i].len == 0) { /* never handed to gRPC: handed back at once */
+            if (iov[i].release != NULL)
+                iov[i].release(iov[i].arg);
             continue;
+        }
         if (iov[i].release != NULL) {
             slices[n_slices++] = grpc_slice_new_with_user_data((void *)iov[i].base, iov[i].len,
                                                                iov[i].release, iov[i].arg);
@@ -291,6 +294,8 @@ static bool keep_bytes(walker_t *w, scratch_t *s, uint64_t n, size_t total)
 static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv_buf,
                              size_t recv_cap, rpc_payload_t *payload)
 {
+    bool seen = false; /* field 15 may appear once */
+
     for (;;) {
         uint64_t key, len;
 
@@ -299,8 +304,13 @@ static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv
         if (!read_varint(w, s, false, &key))
             return STATUS_BAD_MESSAGE;
         if ((key >> 3) == PAYLOAD_FIELD && (key & 7) == 2) {
-            if (payload->data != NULL || !read_varint(w, s, false, &len) || len > total)
+            if (seen || !read_varint(w, s, false, &len) || len > total)
                 return STATUS_BAD_MESSAGE;
+            seen = true;
+            if (len == 0) { /* rpc.h: data is NULL when len is 0 */
+                *payload = (rpc_payload_t){0};
+                continue;
+            }
             if (len <= recv_cap && recv_buf != NULL) {
                 payload->data = recv_buf;
                 payload->owned = false;

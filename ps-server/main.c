@@ -2,11 +2,8 @@
 #include <stddef.h>
 
 #include "daemon.h"
+#include "service.h"
 #include "tessera/v1/common.pb-c.h"
-
-typedef struct ps_opts {
-    daemon_opts_t common;
-} ps_opts_t;
 
 static status_t ps_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
                              status_msg_t *err)
@@ -14,7 +11,16 @@ static status_t ps_tf_config(const config_table_t *t, void *opts, const cluster_
     return daemon_apply_tf_config(t, opts, spec, CLUSTER_PS, err);
 }
 
-static const config_option_t ps_options[] = {DAEMON_OPTION_ROWS("2223", "9401")};
+static const config_option_t ps_options[] = {
+    DAEMON_OPTION_ROWS("2223", "9401"),
+    {"max-memory-bytes", CONFIG_INT, offsetof(ps_opts_t, max_memory_bytes), "0", 0, INT64_MAX,
+     "Most bytes of variable values and optimizer slots held for all jobs together; creating "
+     "more fails with RESOURCE_EXHAUSTED. 0 = the machine's physical memory."},
+    {"max-jobs", CONFIG_INT, offsetof(ps_opts_t, max_jobs), "256", 1, 1000000,
+     "Most jobs whose variables this parameter server holds at once."},
+    {"max-variables-per-job", CONFIG_INT, offsetof(ps_opts_t, max_variables_per_job), "65536", 1,
+     100000000, "Most variables one job may create on this parameter server."},
+};
 
 static const config_table_t ps_table = {
     .program = "tessera-ps",
@@ -31,6 +37,8 @@ static const daemon_spec_t ps_spec = {
     .role = "ps",
     .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_PS,
     .services = ps_services,
+    .setup = ps_service_setup,
+    .teardown = ps_service_teardown,
 };
 
 int main(int argc, char **argv)

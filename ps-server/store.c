@@ -75,9 +75,10 @@ struct store {
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-__attribute__((format(printf, 4, 5))) static status_t fail(store_err_t *err, status_t st,
-                                                           const char *culprit, const char *fmt,
-                                                           ...)
+static status_t fail(store_err_t *err, status_t st, const char *culprit, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static status_t fail(store_err_t *err, status_t st, const char *culprit, const char *fmt, ...)
 {
     va_list ap;
 
@@ -139,8 +140,8 @@ static status_t check_name(const char *name, const char *what, store_err_t *err)
         return fail(err, STATUS_INVALID_ARGUMENT, what, "the %s name is empty", what);
     len = strnlen(name, STORE_MAX_NAME + 1);
     if (len > STORE_MAX_NAME)
-        return fail(err, STATUS_INVALID_ARGUMENT, what, "the %s name is longer than %d bytes",
-                    what, STORE_MAX_NAME);
+        return fail(err, STATUS_INVALID_ARGUMENT, what, "the %s name is longer than %d bytes", what,
+                    STORE_MAX_NAME);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)name[i];
         if (c < 0x20 || c == 0x7f)
@@ -199,8 +200,8 @@ static status_t lookup_job(const store_t *s, const char *job, sjob_t **ret, stor
     STATUS_CHECK(check_name(job, "job", err));
     *ret = find_job(s, job, NULL);
     if (*ret == NULL)
-        return fail(err, STATUS_NOT_FOUND, job, "job '%s' has no variables on this parameter server",
-                    job);
+        return fail(err, STATUS_NOT_FOUND, job,
+                    "job '%s' has no variables on this parameter server", job);
     return STATUS_OK;
 }
 
@@ -212,8 +213,8 @@ static status_t lookup_shard(const sjob_t *j, const store_key_t *key, shard_t **
     STATUS_CHECK(check_name(key->variable, "variable", err));
     v = find_var(j, key->variable);
     if (v == NULL)
-        return fail(err, STATUS_NOT_FOUND, key->variable, "job '%s' has no variable '%s'",
-                    j->name, key->variable);
+        return fail(err, STATUS_NOT_FOUND, key->variable, "job '%s' has no variable '%s'", j->name,
+                    key->variable);
     *ret = find_shard(v, key->shard);
     if (*ret == NULL)
         return fail(err, STATUS_NOT_FOUND, key->variable,
@@ -325,8 +326,8 @@ static status_t check_layout(const store_shard_spec_t *sp, store_err_t *err)
                     "variable '%s': num_shards %d is outside [1, %" PRId64 "]", v, sp->num_shards,
                     d0);
     if (sp->shard < 0 || sp->shard >= sp->num_shards)
-        return fail(err, STATUS_INVALID_ARGUMENT, v,
-                    "variable '%s': shard %d is outside [0, %d)", v, sp->shard, sp->num_shards);
+        return fail(err, STATUS_INVALID_ARGUMENT, v, "variable '%s': shard %d is outside [0, %d)",
+                    v, sp->shard, sp->num_shards);
     partitioner_shard_rows(d0, sp->num_shards, sp->shard, &off, &want);
     if (sp->row_offset != off || rows != want)
         return fail(err, STATUS_INVALID_ARGUMENT, v,
@@ -372,8 +373,7 @@ static status_t check_spec(const store_t *s, const store_shard_spec_t *sp, store
     STATUS_CHECK(check_size(s, sp, &n, err));
     if ((unsigned)sp->init.kind > (unsigned)JOB_INIT_RANDOM_NORMAL)
         return fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
-                    "variable '%s': unknown initializer kind %d", sp->variable,
-                    (int)sp->init.kind);
+                    "variable '%s': unknown initializer kind %d", sp->variable, (int)sp->init.kind);
     return STATUS_OK;
 }
 
@@ -482,8 +482,9 @@ static status_t plan_against(const store_t *s, const sjob_t *j, const char *job,
         plans[i].exists = false;
         if (plans[i].dup)
             continue;
-        if (v != NULL && (v->rank != sp->rank || !same_dims(v->full_shape, sp->full_shape, v->rank) ||
-                          v->num_shards != sp->num_shards || v->sparse != sp->sparse))
+        if (v != NULL &&
+            (v->rank != sp->rank || !same_dims(v->full_shape, sp->full_shape, v->rank) ||
+             v->num_shards != sp->num_shards || v->sparse != sp->sparse))
             return fail(err, STATUS_ALREADY_EXISTS, sp->variable,
                         "variable '%s' of job '%s' exists with shape %s in %d shards%s; drop the "
                         "job to change it",
@@ -895,9 +896,9 @@ status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items,
         if (it->has_rows)
             STATUS_CHECK_GOTO(check_rows(j, shards[i], it->rows, it->n_rows, err), rc, out);
         ret_values[i].offset = total;
-        STATUS_CHECK_GOTO(add_reply(s, shards[i], it->has_rows, it->n_rows, &ret_values[i].bytes,
-                                    &total, err),
-                          rc, out);
+        STATUS_CHECK_GOTO(
+            add_reply(s, shards[i], it->has_rows, it->n_rows, &ret_values[i].bytes, &total, err),
+            rc, out);
     }
     if (total > 0 && (buf = malloc(total)) == NULL) {
         rc = fail(err, STATUS_NO_MEMORY, NULL, "out of memory for a %zu-byte reply", total);
@@ -1049,9 +1050,9 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
         return fail(err, STATUS_NO_MEMORY, NULL, "out of memory for %zu push items", n);
     pthread_rwlock_rdlock(&s->lock);
     STATUS_CHECK_GOTO(lookup_job(s, job, &j, err), rc, out);
-    STATUS_CHECK_GOTO(validate_push(s, j, items, n, pull_after, shards, ret_values, &total,
-                                    &scratch_len, err),
-                      rc, out);
+    STATUS_CHECK_GOTO(
+        validate_push(s, j, items, n, pull_after, shards, ret_values, &total, &scratch_len, err),
+        rc, out);
     if ((scratch_len > 0 && (scratch = malloc(scratch_len)) == NULL) ||
         (total > 0 && (buf = malloc(total)) == NULL)) {
         rc = fail(err, STATUS_NO_MEMORY, NULL, "out of memory for a push of %zu items", n);

@@ -54,9 +54,9 @@ typedef struct store_shard_spec {
     int64_t shape[STORE_MAX_RANK];      /* the shard's */
     int64_t full_shape[STORE_MAX_RANK]; /* the whole variable's */
     int64_t row_offset;                 /* must be the div layout's (common/partitioner.h) */
-    job_init_t init;         /* JOB_INIT_DEFAULT = zeros; without has_seed the stream seed is */
-    double fan_in, fan_out;  /* derived from (job, variable); fans 0 = Keras's from full_shape */
-    bool sparse;             /* updated by rows (embeddings) */
+    job_init_t init;        /* JOB_INIT_DEFAULT = zeros; without has_seed the stream seed is */
+    double fan_in, fan_out; /* derived from (job, variable); fans 0 = Keras's from full_shape */
+    bool sparse;            /* updated by rows (embeddings) */
 } store_shard_spec_t;
 
 typedef struct store_key {

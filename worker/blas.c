@@ -3,11 +3,17 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 
 #include "log.h"
 
@@ -99,10 +105,24 @@ static void sgemm1(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
               trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* ---- the compute pool: helpers wait on a generation counter; the caller takes part ---- */
+/* ---- the compute pool ---------------------------------------------------------------------
+ *
+ * Helpers wait for a generation counter to move; the caller publishes a job, takes part itself,
+ * and waits for the helpers to finish. A training step runs a few GEMMs tens of microseconds
+ * apart, and waking a sleeping thread costs about as much as half of such a GEMM (a futex wake,
+ * and on a virtual machine an idle vCPU to rouse), which made two threads slower than one on
+ * small models. So both sides spin for up to SPIN_NS before they block on a condition variable,
+ * as OpenMP runtimes do; a pool that sits idle longer sleeps and costs nothing.
+ *
+ * Lost wake-ups are ruled out the Dekker way, with sequentially consistent atomics: a helper
+ * counts itself in `sleepers` before it checks the generation one last time, and the caller
+ * bumps the generation before it reads `sleepers`; likewise `caller_sleeps` against `pending`.
+ * The job itself is read only after the generation is seen (acquire), and the caller rewrites it
+ * only after every helper has finished (pending 0), so it needs no lock. */
 
 #define POOL_MAX           64
-#define PARALLEL_MIN_FLOPS (1 << 20) /* smaller products are not worth a wake-up */
+#define PARALLEL_MIN_FLOPS (1 << 20) /* smaller products are not worth splitting */
+#define SPIN_NS            200000    /* how long a waiting thread spins before it sleeps */
 
 typedef struct gemm_job {
     bool trans_a, trans_b;
@@ -111,26 +131,95 @@ typedef struct gemm_job {
     const float *a, *b;
     float *c;
     bool by_rows;
+    int parts;
+    unsigned fp_mode; /* the caller's floating-point control word, which the helpers adopt */
 } gemm_job_t;
 
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     pthread_t tids[POOL_MAX];
-    int threads; /* including the caller */
-    uint64_t generation;
-    int pending;
+    int threads; /* including the caller; read and written by the caller only */
+    _Atomic uint64_t generation;
+    _Atomic int pending;        /* helpers still working on the current job */
+    _Atomic int sleepers;       /* helpers blocked, or about to block, on work_cv */
+    _Atomic bool caller_sleeps; /* the caller is blocked, or about to block, on done_cv */
+    uint64_t born[POOL_MAX];    /* the generation when helper i started: jobs before are not its */
     gemm_job_t job;
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
           .work_cv = PTHREAD_COND_INITIALIZER,
           .done_cv = PTHREAD_COND_INITIALIZER,
           .threads = 1};
 
-/* Runs part `part` of `parts` of the job: a block of C's rows, or of its columns. */
-static void gemm_part(const gemm_job_t *j, int part, int parts)
+static unsigned fp_mode_get(void)
+{
+#if defined(__SSE__)
+    return _mm_getcsr();
+#else
+    return 0;
+#endif
+}
+
+static void fp_mode_set(unsigned mode)
+{
+#if defined(__SSE__)
+    if (_mm_getcsr() != mode)
+        _mm_setcsr(mode);
+#else
+    (void)mode;
+#endif
+}
+
+/* One turn of a spin loop; every 64th also lets another thread have the CPU, so that a pool
+ * with more threads than free cores does not spin away the time slice a helper needs. */
+static void cpu_relax(unsigned turn)
+{
+#if defined(__SSE2__)
+    _mm_pause();
+#endif
+    if (turn % 64 == 0)
+        sched_yield();
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins for up to SPIN_NS until *v differs from `from`; returns whether it did. */
+static bool spin_while_equal(_Atomic uint64_t *v, uint64_t from)
+{
+    int64_t start = now_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) != from)
+            return true;
+        cpu_relax(i);
+        if (i % 64 == 0 && now_ns() - start > SPIN_NS)
+            return false;
+    }
+}
+
+/* Spins for up to SPIN_NS until *v is 0; returns whether it became 0. */
+static bool spin_until_zero(_Atomic int *v)
+{
+    int64_t start = now_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) == 0)
+            return true;
+        cpu_relax(i);
+        if (i % 64 == 0 && now_ns() - start > SPIN_NS)
+            return false;
+    }
+}
+
+/* Runs part `part` of the job's parts: a block of C's rows, or of its columns. */
+static void gemm_part(const gemm_job_t *j, int part)
 {
     int total = j->by_rows ? j->m : j->n;
-    int lo = (int)((int64_t)total * part / parts), hi = (int)((int64_t)total * (part + 1) / parts);
+    int lo = (int)((int64_t)total * part / j->parts),
+        hi = (int)((int64_t)total * (part + 1) / j->parts);
     if (hi <= lo)
         return;
     if (j->by_rows) {
@@ -147,26 +236,30 @@ static void gemm_part(const gemm_job_t *j, int part, int parts)
 static void *pool_main(void *arg)
 {
     int me = (int)(intptr_t)arg;
-    uint64_t seen = 0;
+    uint64_t seen = pool.born[me];
     sigset_t all;
 
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     for (;;) {
         gemm_job_t job;
-        int parts;
-        pthread_mutex_lock(&pool.mu);
-        while (pool.generation == seen)
-            pthread_cond_wait(&pool.work_cv, &pool.mu);
-        seen = pool.generation;
+        if (!spin_while_equal(&pool.generation, seen)) {
+            pthread_mutex_lock(&pool.mu);
+            atomic_fetch_add(&pool.sleepers, 1);
+            while (atomic_load(&pool.generation) == seen)
+                pthread_cond_wait(&pool.work_cv, &pool.mu);
+            atomic_fetch_sub(&pool.sleepers, 1);
+            pthread_mutex_unlock(&pool.mu);
+        }
+        seen = atomic_load(&pool.generation);
         job = pool.job;
-        parts = pool.threads;
-        pthread_mutex_unlock(&pool.mu);
-        gemm_part(&job, me, parts);
-        pthread_mutex_lock(&pool.mu);
-        if (--pool.pending == 0)
+        fp_mode_set(job.fp_mode);
+        gemm_part(&job, me);
+        if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.caller_sleeps)) {
+            pthread_mutex_lock(&pool.mu);
             pthread_cond_signal(&pool.done_cv);
-        pthread_mutex_unlock(&pool.mu);
+            pthread_mutex_unlock(&pool.mu);
+        }
     }
     return NULL;
 }
@@ -177,9 +270,11 @@ status_t blas_set_threads(int threads, status_msg_t *err)
         return status_fail(err, STATUS_OUT_OF_RANGE, "threads must be 1 to %d, got %d", POOL_MAX,
                            threads);
     /* Helpers live for the process, like OpenBLAS's own; only growing is needed. */
-    for (int i = pool.threads; i < threads; i++)
+    for (int i = pool.threads; i < threads; i++) {
+        pool.born[i] = atomic_load(&pool.generation);
         if (pthread_create(&pool.tids[i], NULL, pool_main, (void *)(intptr_t)i) != 0)
             return status_fail(err, STATUS_SYSTEM, "cannot start compute thread %d", i);
+    }
     if (threads > pool.threads)
         pool.threads = threads;
     return STATUS_OK;
@@ -193,16 +288,51 @@ void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
         sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    pthread_mutex_lock(&pool.mu);
-    pool.job = (gemm_job_t){trans_a, trans_b, m,    n, k, lda, ldb,
-                            ldc,     alpha,   beta, a, b, c,   m >= n || m >= 8 * parts};
-    pool.pending = parts - 1;
-    pool.generation++;
-    pthread_cond_broadcast(&pool.work_cv);
-    pthread_mutex_unlock(&pool.mu);
-    gemm_part(&pool.job, 0, parts);
-    pthread_mutex_lock(&pool.mu);
-    while (pool.pending > 0)
-        pthread_cond_wait(&pool.done_cv, &pool.mu);
-    pthread_mutex_unlock(&pool.mu);
+    pool.job = (gemm_job_t){.trans_a = trans_a,
+                            .trans_b = trans_b,
+                            .m = m,
+                            .n = n,
+                            .k = k,
+                            .lda = lda,
+                            .ldb = ldb,
+                            .ldc = ldc,
+                            .alpha = alpha,
+                            .beta = beta,
+                            .a = a,
+                            .b = b,
+                            .c = c,
+                            .by_rows = m >= n || m >= 8 * parts,
+                            .parts = parts,
+                            .fp_mode = fp_mode_get()};
+    atomic_store(&pool.pending, parts - 1);
+    atomic_fetch_add(&pool.generation, 1);
+    if (atomic_load(&pool.sleepers) > 0) {
+        pthread_mutex_lock(&pool.mu);
+        pthread_cond_broadcast(&pool.work_cv);
+        pthread_mutex_unlock(&pool.mu);
+    }
+    gemm_part(&pool.job, 0);
+    if (!spin_until_zero(&pool.pending)) {
+        pthread_mutex_lock(&pool.mu);
+        atomic_store(&pool.caller_sleeps, true);
+        while (atomic_load(&pool.pending) > 0)
+            pthread_cond_wait(&pool.done_cv, &pool.mu);
+        atomic_store(&pool.caller_sleeps, false);
+        pthread_mutex_unlock(&pool.mu);
+    }
+}
+
+blas_fp_mode_t blas_flush_denormals(void)
+{
+    blas_fp_mode_t old = fp_mode_get();
+#if defined(__SSE__)
+    /* FTZ: results too small for a normal float become 0; DAZ: such inputs read as 0. */
+    fp_mode_set(old | _MM_FLUSH_ZERO_ON | 0x0040u /* _MM_DENORMALS_ZERO_ON */);
+#endif
+    return old;
+}
+
+void blas_fp_mode_restore(blas_fp_mode_t mode)
+{
+    fp_mode_set(mode);
 }

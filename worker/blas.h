@@ -26,7 +26,9 @@ status_t blas_init(status_msg_t *err);
 const char *blas_core_name(void);
 
 /* Splits each large GEMM over `threads` threads of Tessera's own (1 = the calling thread
- * only). Call before training starts; not while a GEMM runs. */
+ * only). Call before training starts; not while a GEMM runs. The pool only grows: helpers live
+ * for the process, spinning for a fraction of a millisecond after each GEMM in case another
+ * follows, then sleeping. */
 status_t blas_set_threads(int threads, status_msg_t *err);
 
 /* C = alpha * op(A) * op(B) + beta * C, row-major. blas_init must have succeeded. Products
@@ -34,5 +36,19 @@ status_t blas_set_threads(int threads, status_msg_t *err);
  * threads set by blas_set_threads. */
 void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+/* The calling thread's floating-point control state (MXCSR on x86). */
+typedef unsigned blas_fp_mode_t;
+
+/* Makes float arithmetic on the calling thread flush denormals to zero (FTZ and DAZ on x86; a
+ * no-op elsewhere), as TensorFlow's compute threads do, and returns the previous mode for
+ * blas_fp_mode_restore. Denormals are 50-100 times slower to compute with, and training makes
+ * them: Adam's first moment of a weight whose gradient stays 0 (a pixel that is always blank)
+ * decays by beta_1 every step and turns denormal after about 800 steps. The pool's helpers take
+ * on the caller's mode for each GEMM they share, so results do not depend on the thread count. */
+blas_fp_mode_t blas_flush_denormals(void);
+
+/* Puts the calling thread's floating-point mode back to one blas_flush_denormals returned. */
+void blas_fp_mode_restore(blas_fp_mode_t mode);
 
 #endif

@@ -1,6 +1,8 @@
 /* Forward and backward passes of each layer kind, on the CPU. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "blas.h"
@@ -101,7 +103,7 @@ static void fill_bias(float *out, size_t rows, const model_param_t *b, size_t wi
         memcpy(out + r * width, b->value, width * sizeof(float));
 }
 
-static void column_sums(const float *dy, size_t rows, size_t width, float *ret)
+static void column_sums(const float *restrict dy, size_t rows, size_t width, float *restrict ret)
 {
     memset(ret, 0, width * sizeof(float));
     for (size_t r = 0; r < rows; r++)
@@ -150,10 +152,19 @@ static void im2col(const layer_t *l, const float *in, int batch, float *cols)
         for (int oy = 0; oy < l->oh; oy++) {
             for (int ox = 0; ox < l->ow; ox++) {
                 float *dst = cols + (((size_t)b * l->oh + oy) * l->ow + ox) * row;
+                int ix0 = ox * sw - l->pad_l;
+                bool inside_x = ix0 >= 0 && ix0 + kw <= W;
                 for (int ky = 0; ky < kh; ky++) {
                     int iy = oy * sh - l->pad_t + ky;
+                    if (inside_x && iy >= 0 && iy < H) {
+                        /* Channels last: the kernel's row of kw pixels is one contiguous run. */
+                        memcpy(dst, img + ((size_t)iy * W + ix0) * C,
+                               (size_t)kw * C * sizeof(float));
+                        dst += (size_t)kw * C;
+                        continue;
+                    }
                     for (int kx = 0; kx < kw; kx++, dst += C) {
-                        int ix = ox * sw - l->pad_l + kx;
+                        int ix = ix0 + kx;
                         if (iy < 0 || iy >= H || ix < 0 || ix >= W)
                             memset(dst, 0, (size_t)C * sizeof(float));
                         else
@@ -223,6 +234,47 @@ static void conv_backward(layer_t *l, int batch, const float *dy, float *dx)
 
 /* ---- pooling ------------------------------------------------------------------------------ */
 
+/* One max-pooling window for all C channels, channels innermost so that the loop vectorizes:
+ * the largest value and its input offset; the first on ties, and the window's first element
+ * when nothing beats -inf (all NaN). */
+static void max_window(const float *img, int W, int C, int y0, int y1, int x0, int x1,
+                       float *restrict o, int32_t *restrict am)
+{
+    int32_t first = (int32_t)(((size_t)y0 * W + x0) * C);
+    for (int c = 0; c < C; c++) {
+        o[c] = -INFINITY;
+        am[c] = first + c;
+    }
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++) {
+            int32_t off = (int32_t)(((size_t)y * W + x) * C);
+            const float *restrict v = img + off;
+            for (int c = 0; c < C; c++) {
+                /* A mask, not a branch: GCC turns `gt ? a : b` on stores into jumps. */
+                float now = v[c], best = o[c];
+                int32_t gt = -(int32_t)(now > best);
+                o[c] = now > best ? now : best;
+                am[c] = (am[c] & ~gt) | ((off + c) & gt);
+            }
+        }
+}
+
+/* One average-pooling window: TensorFlow averages over the window's elements inside the input. */
+static void average_window(const float *img, int W, int C, int y0, int y1, int x0, int x1,
+                           float *restrict o)
+{
+    float scale = 1.0f / (float)((y1 - y0) * (x1 - x0));
+    memset(o, 0, (size_t)C * sizeof(float));
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++) {
+            const float *restrict v = img + ((size_t)y * W + x) * C;
+            for (int c = 0; c < C; c++)
+                o[c] += v[c];
+        }
+    for (int c = 0; c < C; c++)
+        o[c] *= scale;
+}
+
 static void pool_forward(layer_t *l, int batch)
 {
     int H = l->in_shape[0], W = l->in_shape[1], C = l->in_shape[2];
@@ -239,30 +291,13 @@ static void pool_forward(layer_t *l, int batch)
             y1 = y1 > H ? H : y1;
             for (int ox = 0; ox < l->ow; ox++) {
                 int x0 = ox * l->sw - l->pad_l, x1 = x0 + pw;
-                float *o = out + ((size_t)oy * l->ow + ox) * C;
+                size_t at = ((size_t)oy * l->ow + ox) * C;
                 x0 = x0 < 0 ? 0 : x0;
                 x1 = x1 > W ? W : x1;
-                for (int c = 0; c < C; c++) {
-                    float best = -INFINITY, sum = 0;
-                    int32_t arg = (int32_t)(((size_t)y0 * W + x0) * C + c);
-                    for (int y = y0; y < y1; y++)
-                        for (int x = x0; x < x1; x++) {
-                            int32_t off = (int32_t)(((size_t)y * W + x) * C + c);
-                            float v = img[off];
-                            sum += v;
-                            if (v > best) {
-                                best = v;
-                                arg = off;
-                            }
-                        }
-                    if (is_max) {
-                        o[c] = best;
-                        am[((size_t)oy * l->ow + ox) * C + c] = arg;
-                    } else {
-                        /* TensorFlow averages over the window's elements inside the input. */
-                        o[c] = sum / (float)((y1 - y0) * (x1 - x0));
-                    }
-                }
+                if (is_max)
+                    max_window(img, W, C, y0, y1, x0, x1, out + at, am + at);
+                else
+                    average_window(img, W, C, y0, y1, x0, x1, out + at);
             }
         }
     }

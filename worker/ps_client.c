@@ -53,7 +53,7 @@ typedef struct lane {
     Tessera__V1__ShardKey *keys;
     Tessera__V1__TensorRef *refs_a, *refs_b;
     Tessera__V1__RowSlices *slices;
-    int64_t *shapes; /* 2 per item */
+    int64_t *shapes; /* 4 per item */
     rpc_iov_t *iov;  /* up to 2 per item */
     void *recv_buf;
     size_t recv_cap;
@@ -248,7 +248,7 @@ static status_t lane_init(ps_client_t *c, lane_t *l, status_msg_t *err)
     l->refs_a = calloc(n + 1, sizeof(*l->refs_a));
     l->refs_b = calloc(n + 1, sizeof(*l->refs_b));
     l->slices = calloc(n + 1, sizeof(*l->slices));
-    l->shapes = calloc(2 * n + 2, sizeof(*l->shapes));
+    l->shapes = calloc(4 * n + 4, sizeof(*l->shapes));
     l->iov = calloc(2 * n + 2, sizeof(*l->iov));
     if (!l->shard_of || !l->var_of || !l->pull_items || !l->pull_ptrs || !l->push_items ||
         !l->push_ptrs || !l->keys || !l->refs_a || !l->refs_b || !l->slices || !l->shapes ||
@@ -320,8 +320,8 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
         if (l->var_of[k]->p->sparse) {
             if (s->n_local == 0)
                 continue;
-            l->shapes[2 * k] = (int64_t)s->n_local;
-            tensor_ref(&l->refs_a[k], &l->shapes[2 * k], 1, off, s->n_local * sizeof(int64_t),
+            l->shapes[4 * k] = (int64_t)s->n_local;
+            tensor_ref(&l->refs_a[k], &l->shapes[4 * k], 1, off, s->n_local * sizeof(int64_t),
                        TESSERA__V1__DTYPE__DTYPE_INT64);
             it->rows = &l->refs_a[k];
             l->iov[n_iov++] = (rpc_iov_t){s->local, s->n_local * sizeof(int64_t), NULL, NULL};
@@ -407,9 +407,11 @@ static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
         it->key = &l->keys[k];
         if (!v->p->sparse) {
             size_t bytes = (size_t)s->rows * v->row_len * sizeof(float);
-            l->shapes[2 * k] = s->rows;
-            l->shapes[2 * k + 1] = (int64_t)v->row_len;
-            tensor_ref(&l->refs_a[k], &l->shapes[2 * k], v->p->rank >= 2 ? 2 : 1, off, bytes,
+            /* The shard's own shape: its rows, then the variable's other dimensions. */
+            l->shapes[4 * k] = s->rows;
+            for (int d = 1; d < v->p->rank; d++)
+                l->shapes[4 * k + (size_t)d] = v->p->shape[d];
+            tensor_ref(&l->refs_a[k], &l->shapes[4 * k], v->p->rank, off, bytes,
                        TESSERA__V1__DTYPE__DTYPE_FLOAT32);
             it->gradient_case = TESSERA__V1__PUSH_ITEM__GRADIENT_DENSE;
             it->dense = &l->refs_a[k];
@@ -424,12 +426,12 @@ static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
                 memcpy(s->values + r * v->row_len,
                        v->p->rows_grad + (size_t)s->slot[r] * v->row_len,
                        v->row_len * sizeof(float));
-            l->shapes[2 * k] = (int64_t)s->n_local;
-            l->shapes[2 * k + 1] = (int64_t)v->row_len;
+            l->shapes[4 * k] = (int64_t)s->n_local;
+            l->shapes[4 * k + 1] = (int64_t)v->row_len;
             tessera__v1__row_slices__init(&l->slices[k]);
-            tensor_ref(&l->refs_a[k], &l->shapes[2 * k], 1, off, ib,
+            tensor_ref(&l->refs_a[k], &l->shapes[4 * k], 1, off, ib,
                        TESSERA__V1__DTYPE__DTYPE_INT64);
-            tensor_ref(&l->refs_b[k], &l->shapes[2 * k], 2, off + ib, vb,
+            tensor_ref(&l->refs_b[k], &l->shapes[4 * k], 2, off + ib, vb,
                        TESSERA__V1__DTYPE__DTYPE_FLOAT32);
             l->slices[k].indices = &l->refs_a[k];
             l->slices[k].values = &l->refs_b[k];

@@ -152,6 +152,8 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     data_batch_t b;
     double t0 = now_s(), epoch_t0 = t0, loss = 0, correct = 0;
     int64_t epoch_examples = 0, total_examples = 0, steps_limit;
+    /* Denormals, which Adam's moments turn into, would slow training by a third; see blas.h. */
+    blas_fp_mode_t fp_mode = blas_flush_denormals();
     status_t rc;
 
     memset(ret, 0, sizeof(*ret));
@@ -241,5 +243,6 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
 out:
     data_pipeline_free(pipe);
     trainer_done(&t);
+    blas_fp_mode_restore(fp_mode);
     return rc;
 }

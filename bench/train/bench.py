@@ -156,7 +156,8 @@ def ensure_venv(venv, packages, module, install, log):
     shutil.rmtree(venv, ignore_errors=True)
     p = subprocess.run([SYSTEM_PYTHON, "-m", "venv", venv], capture_output=True, text=True)
     if p.returncode != 0:
-        return python, None, "python3 -m venv failed: %s" % last_error(p.stdout + p.stderr)
+        return python, None, "python3 -m venv failed (apt-get install python3-venv?): %s" % (
+            last_error(p.stdout + p.stderr))
     p = subprocess.run([python, "-m", "pip", "install", "--progress-bar", "off"] + packages,
                        capture_output=True, text=True)
     if p.returncode != 0:
@@ -231,6 +232,7 @@ def measure(side, case, threads, jobdir):
         for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[k] = str(threads)
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in bench/train
     cmd = side.command(case, threads, jobdir)
     t0 = time.monotonic()
     rc, out, err, rss = run_child(cmd, env, RUN_TIMEOUT_S)
@@ -271,6 +273,11 @@ def main(argv):
     def log(msg):
         print("bench/train: " + msg, file=sys.stderr, flush=True)
 
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        if not os.path.exists(os.path.join(DATA_DIR, name)):
+            print("bench/train: %s/%s is missing: apt-get install dataset-fashion-mnist" % (
+                DATA_DIR, name), file=sys.stderr)
+            return 1
     t_start = time.monotonic()
     sides = make_sides(args, log)
     t_setup = time.monotonic() - t_start
@@ -322,6 +329,12 @@ def report(sides, cases, results, args, t_setup, t_total):
         cpu, os.cpu_count(), platform.platform(), " ".join("%.2f" % x for x in os.getloadavg())))
     print("each figure: median of %d run(s), each its own process; rounds interleave sides,"
           " cases and threads" % args.rounds)
+    print("threads N: tessera --threads N; PyTorch torch.set_num_threads(N) and one interop"
+          " thread;\n  TensorFlow N intra-op and 1 inter-op threads; peers also get"
+          " OMP/MKL/OPENBLAS_NUM_THREADS=N")
+    print("timing: peers time the steps after their warm-up; Tessera's figure is its own"
+          " examples/s over all\n  its steps (it has no warm-up to speak of)."
+          " Peak RSS: ru_maxrss of each run's process.")
     print("\nsides:")
     for s in sides:
         what = {"tessera": "build/tessera train, job written by bench.py",

@@ -89,6 +89,26 @@ START_TEST(ps_training_fashion_mnist_mlp_reaches_85_percent)
 }
 END_TEST
 
+START_TEST(ps_training_cnn_pushes_4d_kernels_and_learns)
+{
+    cluster_t c;
+    char path[512], cmd[2048], *out = NULL;
+    int rc;
+
+    /* The CNN example cut to 150 steps: conv kernels travel as [kh, kw, in, out] shards. */
+    snprintf(path, sizeof(path), "%s/cnn.yaml", harness_tmpdir());
+    snprintf(cmd, sizeof(cmd), "sed 's/^train: .*/train: {steps: 150}/' %s > %s",
+             harness_source("examples/fashion-mnist-cnn.yaml"), path);
+    ck_assert_int_eq(system(cmd), 0);
+    start_cluster(&c);
+    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(test_accuracy(out) >= 0.6, "test accuracy %.4f: %s", test_accuracy(out), out);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 START_TEST(ps_training_sparse_text_job_learns)
 {
     cluster_t c;
@@ -205,6 +225,7 @@ int main(void)
     grpc_init();
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, ps_training_fashion_mnist_mlp_reaches_85_percent);
+    tcase_add_test(tc, ps_training_cnn_pushes_4d_kernels_and_learns);
     tcase_add_test(tc, ps_training_sparse_text_job_learns);
     tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);

@@ -1,0 +1,851 @@
+/* tessera.v1.ParameterServer: turns requests into store calls and store results into replies.
+ *
+ * Every request is checked here for what the wire can get wrong (missing fields, tensors that
+ * point outside the payload or disagree with their own dtype, shape and length, payload bytes
+ * nobody refers to) and by the store for what the variables can (unknown names, shapes, row
+ * indices, non-finite gradients). A rejected request changes nothing. Reply values are copied
+ * under the shard locks into one malloc'd buffer that gRPC frees when it has sent it, so a
+ * concurrent push never tears a value on the wire. */
+#include "service.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "initializer.h"
+#include "log.h"
+#include "store.h"
+#include "tessera/v1/ps.pb-c.h"
+
+/* Room left in a message for the fields beside the payload. */
+#define REPLY_HEADROOM (64u << 10)
+
+typedef struct ps_service {
+    store_t *store;
+    int64_t max_message_bytes;
+    metric_t *push_requests, *pull_requests, *pushed_bytes, *pulled_bytes;
+    metric_t *param_bytes, *slot_bytes, *variables, *apply_seconds;
+} ps_service_t;
+
+/* Aligned copies of misaligned request tensors, freed when the call ends. The copies may not
+ * add up to more than the payload itself: tensors of an honest request do not overlap, and
+ * many references to one misaligned region must not multiply the memory a request takes. */
+typedef struct scratch {
+    void **bufs;
+    size_t n, cap;
+    size_t budget;
+} scratch_t;
+
+static void scratch_done(scratch_t *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->bufs[i]);
+    free(s->bufs);
+}
+
+static void *scratch_copy(scratch_t *s, const void *src, size_t len)
+{
+    void *p;
+
+    if (len > s->budget)
+        return NULL;
+    s->budget -= len;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 8;
+        void **b = realloc(s->bufs, cap * sizeof(*b));
+        if (b == NULL)
+            return NULL;
+        s->bufs = b;
+        s->cap = cap;
+    }
+    p = malloc(len ? len : 1);
+    if (p != NULL) {
+        memcpy(p, src, len);
+        s->bufs[s->n++] = p;
+    }
+    return p;
+}
+
+/* The request payload, owned by the handler from here on: freeing it when the call is done
+ * keeps a handler thread from holding on to a buffer as large as the largest push it ever
+ * received, which would count against the memory the variables may use. */
+static uint8_t *take_payload(rpc_ctx_t *ctx, size_t *ret_len)
+{
+    return rpc_ctx_take_payload(ctx, ret_len);
+}
+
+static status_t fail_store(rpc_ctx_t *ctx, const store_err_t *err)
+{
+    return rpc_ctx_fail(ctx, err->msg.status, err->culprit[0] ? err->culprit : NULL, "%s",
+                        err->msg.text);
+}
+
+static const char *dtype_name(int d)
+{
+    const ProtobufCEnumValue *v =
+        protobuf_c_enum_descriptor_get_value(&tessera__v1__dtype__descriptor, d);
+    return v ? v->name : "an unknown dtype";
+}
+
+/* Updates the memory gauges after a create or drop. */
+static void update_gauges(ps_service_t *st)
+{
+    store_totals_t t;
+
+    store_totals(st->store, &t);
+    metric_set(st->param_bytes, (double)t.param_bytes);
+    metric_set(st->slot_bytes, (double)t.slot_bytes);
+    metric_set(st->variables, (double)t.variables);
+}
+
+/* ---- request tensors ---------------------------------------------------------------------- */
+
+/* Where a tensor of the request is, for messages: "variable 'emb' shard 1, rows.indices". */
+typedef struct where {
+    const char *variable;
+    int shard;
+    const char *field;
+} where_t;
+
+/* A checked view of a request tensor: its dtype is `want`, its shape has at most
+ * STORE_MAX_RANK non-negative dimensions whose product times the element size is byte_length,
+ * it is whole (chunk_offset 0) and lies inside the payload. The data is aligned for its type
+ * (copied to scratch when the sender's offset is not). *end_max grows to the tensor's end. */
+typedef struct view {
+    const void *data;
+    size_t count; /* elements */
+    size_t rank;
+    const int64_t *shape;
+} view_t;
+
+static status_t tensor_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int want,
+                            const where_t *w, const uint8_t *payload, size_t len, scratch_t *sc,
+                            uint64_t *end_max, view_t *ret)
+{
+    size_t elem = want == TESSERA__V1__DTYPE__DTYPE_INT64 ? 8 : 4;
+    uint64_t count = 1, bytes;
+
+    if (t == NULL)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                            "variable '%s' shard %d: %s is missing", w->variable, w->shard,
+                            w->field);
+    if ((int)t->dtype != want)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                            "variable '%s' shard %d: %s has dtype %s (%d), not %s", w->variable,
+                            w->shard, w->field, dtype_name((int)t->dtype), (int)t->dtype,
+                            dtype_name(want));
+    if (t->n_shape > STORE_MAX_RANK)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                            "variable '%s' shard %d: %s has rank %zu, more than %d", w->variable,
+                            w->shard, w->field, t->n_shape, STORE_MAX_RANK);
+    for (size_t i = 0; i < t->n_shape; i++)
+        if (t->shape[i] < 0 || __builtin_mul_overflow(count, (uint64_t)t->shape[i], &count))
+            return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                                "variable '%s' shard %d: %s has a negative or overflowing "
+                                "dimension %zu (%" PRId64 ")",
+                                w->variable, w->shard, w->field, i, t->shape[i]);
+    if (__builtin_mul_overflow(count, (uint64_t)elem, &bytes) || bytes != t->byte_length)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                            "variable '%s' shard %d: %s declares %" PRIu64
+                            " bytes, but its shape and dtype make %" PRIu64,
+                            w->variable, w->shard, w->field, (uint64_t)t->byte_length,
+                            count * elem);
+    if (t->chunk_offset != 0)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                            "variable '%s' shard %d: %s is a chunk (offset %" PRIu64
+                            "); the parameter server takes whole tensors",
+                            w->variable, w->shard, w->field, (uint64_t)t->chunk_offset);
+    if (t->payload_offset > len || t->byte_length > len - t->payload_offset)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                            "variable '%s' shard %d: %s covers payload bytes [%" PRIu64
+                            ", +%" PRIu64 ") but the payload holds %zu",
+                            w->variable, w->shard, w->field, (uint64_t)t->payload_offset,
+                            (uint64_t)t->byte_length, len);
+    ret->data = payload != NULL ? payload + t->payload_offset : NULL;
+    if (((uintptr_t)ret->data % elem) != 0) {
+        if (bytes > sc->budget)
+            return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                                "variable '%s' shard %d: %s is misaligned and overlaps other "
+                                "misaligned tensors of the request",
+                                w->variable, w->shard, w->field);
+        if ((ret->data = scratch_copy(sc, ret->data, (size_t)bytes)) == NULL)
+            return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory for a request tensor");
+    }
+    ret->count = (size_t)count;
+    ret->rank = t->n_shape;
+    ret->shape = t->shape;
+    if (t->payload_offset + t->byte_length > *end_max)
+        *end_max = t->payload_offset + t->byte_length;
+    return STATUS_OK;
+}
+
+/* Row indices: an int64 tensor of rank 1. */
+static status_t rows_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, const where_t *w,
+                          const uint8_t *payload, size_t len, scratch_t *sc, uint64_t *end_max,
+                          view_t *ret)
+{
+    STATUS_CHECK(
+        tensor_view(ctx, t, TESSERA__V1__DTYPE__DTYPE_INT64, w, payload, len, sc, end_max, ret));
+    if (ret->rank != 1)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                            "variable '%s' shard %d: %s must have rank 1, not %zu", w->variable,
+                            w->shard, w->field, ret->rank);
+    return STATUS_OK;
+}
+
+static status_t check_key(rpc_ctx_t *ctx, const Tessera__V1__ShardKey *key, size_t i)
+{
+    if (key == NULL || key->variable == NULL || key->variable[0] == '\0')
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "key",
+                            "items[%zu]: the key names no variable", i);
+    return STATUS_OK;
+}
+
+static status_t check_job(rpc_ctx_t *ctx, const char *job)
+{
+    if (job == NULL || job[0] == '\0')
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "job", "the job name is empty");
+    return STATUS_OK;
+}
+
+/* Payload bytes no tensor refers to mean the sender and this server disagree on the layout. */
+static status_t check_payload_used(rpc_ctx_t *ctx, uint64_t end_max, size_t len)
+{
+    if (end_max != len)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "payload",
+                            "the payload holds %zu bytes but the request's tensors end at byte "
+                            "%" PRIu64,
+                            len, end_max);
+    return STATUS_OK;
+}
+
+/* ---- replies with values ------------------------------------------------------------------ */
+
+static void release_free(void *arg)
+{
+    free(arg);
+}
+
+/* Storage of the PulledValue list of a reply. */
+typedef struct values_reply {
+    Tessera__V1__PulledValue *values, **ptrs;
+    Tessera__V1__ShardKey *keys;
+    Tessera__V1__TensorRef *refs;
+} values_reply_t;
+
+static bool values_init(values_reply_t *r, const store_value_t *vals, const store_key_t *keys,
+                        size_t n)
+{
+    r->values = calloc(n + 1, sizeof(*r->values));
+    r->ptrs = calloc(n + 1, sizeof(*r->ptrs));
+    r->keys = calloc(n + 1, sizeof(*r->keys));
+    r->refs = calloc(n + 1, sizeof(*r->refs));
+    if (!r->values || !r->ptrs || !r->keys || !r->refs)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        tessera__v1__pulled_value__init(&r->values[i]);
+        tessera__v1__shard_key__init(&r->keys[i]);
+        tessera__v1__tensor_ref__init(&r->refs[i]);
+        r->keys[i].variable = (char *)keys[i].variable;
+        r->keys[i].shard = keys[i].shard;
+        r->refs[i].dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+        r->refs[i].n_shape = vals[i].rank;
+        r->refs[i].shape = (int64_t *)vals[i].shape;
+        r->refs[i].payload_offset = vals[i].offset;
+        r->refs[i].byte_length = vals[i].bytes;
+        r->values[i].key = &r->keys[i];
+        r->values[i].value = &r->refs[i];
+        r->values[i].version = vals[i].version;
+        r->ptrs[i] = &r->values[i];
+    }
+    return true;
+}
+
+static void values_done(values_reply_t *r)
+{
+    free(r->values);
+    free(r->ptrs);
+    free(r->keys);
+    free(r->refs);
+}
+
+/* Sends resp with buf (len bytes, malloc'd) as its payload; buf is freed in every case. */
+static status_t respond_with(rpc_ctx_t *ctx, ps_service_t *st, const ProtobufCMessage *resp,
+                             void *buf, size_t len)
+{
+    rpc_iov_t iov = {buf, len, release_free, buf};
+    size_t packed = protobuf_c_message_get_packed_size(resp);
+    status_t rc;
+
+    if ((uint64_t)packed + len + 16 > (uint64_t)st->max_message_bytes) {
+        free(buf);
+        return rpc_ctx_fail(ctx, STATUS_RESOURCE_EXHAUSTED, NULL,
+                            "the reply would take %zu bytes, over the message limit of %" PRId64
+                            "; ask for fewer shards or rows per call",
+                            packed + len, st->max_message_bytes);
+    }
+    if (len == 0) { /* zero-length segments are never released */
+        free(buf);
+        return rpc_ctx_respond(ctx, resp, NULL, 0);
+    }
+    rc = rpc_ctx_respond(ctx, resp, &iov, 1);
+    if (rc != STATUS_OK) /* not handed to gRPC */
+        free(buf);
+    return rc;
+}
+
+/* ---- CreateVariables ---------------------------------------------------------------------- */
+
+/* Zero fields take Keras's defaults (the wire has no presence for scalars); a learning rate of
+ * 0 means "the optimizer's default" for the same reason. */
+static status_t schedule_from_proto(const Tessera__V1__LearningRateSchedule *p, lr_schedule_t *s,
+                                    status_msg_t *err)
+{
+    const Tessera__V1__LearningRateSchedule__PiecewiseConstant *pc;
+
+    switch (p == NULL ? TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND__NOT_SET : p->kind_case) {
+    case TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND__NOT_SET:
+        return STATUS_OK;
+    case TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND_CONSTANT:
+        if (p->constant->learning_rate != 0)
+            s->lr = p->constant->learning_rate;
+        return STATUS_OK;
+    case TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND_LINEAR_WARMUP:
+        s->kind = LR_LINEAR_WARMUP;
+        if (p->linear_warmup->learning_rate != 0)
+            s->lr = p->linear_warmup->learning_rate;
+        s->warmup_steps = p->linear_warmup->warmup_steps;
+        s->initial_lr = p->linear_warmup->initial_learning_rate;
+        return STATUS_OK;
+    case TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND_EXPONENTIAL_DECAY:
+        s->kind = LR_EXPONENTIAL_DECAY;
+        s->initial_lr = p->exponential_decay->initial_learning_rate;
+        s->decay_steps = p->exponential_decay->decay_steps;
+        s->decay_rate = p->exponential_decay->decay_rate;
+        s->staircase = p->exponential_decay->staircase;
+        return STATUS_OK;
+    case TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND_PIECEWISE_CONSTANT:
+        pc = p->piecewise_constant;
+        if (pc->n_boundaries < 1 || pc->n_boundaries > LR_MAX_PIECES ||
+            pc->n_values != pc->n_boundaries + 1)
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "optimizer.learning_rate.piecewise_constant needs 1 to %d "
+                               "boundaries and one value more, got %zu and %zu",
+                               LR_MAX_PIECES, pc->n_boundaries, pc->n_values);
+        s->kind = LR_PIECEWISE_CONSTANT;
+        s->n_boundaries = pc->n_boundaries;
+        memcpy(s->boundaries, pc->boundaries, pc->n_boundaries * sizeof(int64_t));
+        memcpy(s->values, pc->values, pc->n_values * sizeof(double));
+        return STATUS_OK;
+    default:
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "optimizer.learning_rate: unknown kind %d",
+                           (int)p->kind_case);
+    }
+}
+
+static double or_default(double v, double dflt)
+{
+    return v != 0 ? v : dflt;
+}
+
+static status_t optimizer_from_proto(const Tessera__V1__OptimizerConfig *p, optimizer_config_t *c,
+                                     status_msg_t *err)
+{
+    switch (p->kind_case) {
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_SGD:
+        optimizer_config_default(OPTIMIZER_SGD, c);
+        c->momentum = p->sgd->momentum;
+        c->nesterov = p->sgd->nesterov;
+        break;
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAM:
+        optimizer_config_default(OPTIMIZER_ADAM, c);
+        c->beta_1 = or_default(p->adam->beta_1, c->beta_1);
+        c->beta_2 = or_default(p->adam->beta_2, c->beta_2);
+        c->epsilon = or_default(p->adam->epsilon, c->epsilon);
+        c->amsgrad = p->adam->amsgrad;
+        break;
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAGRAD:
+        optimizer_config_default(OPTIMIZER_ADAGRAD, c);
+        c->initial_accumulator_value =
+            or_default(p->adagrad->initial_accumulator_value, c->initial_accumulator_value);
+        c->epsilon = or_default(p->adagrad->epsilon, c->epsilon);
+        break;
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_RMSPROP:
+        optimizer_config_default(OPTIMIZER_RMSPROP, c);
+        c->rho = or_default(p->rmsprop->rho, c->rho);
+        c->momentum = p->rmsprop->momentum;
+        c->epsilon = or_default(p->rmsprop->epsilon, c->epsilon);
+        c->centered = p->rmsprop->centered;
+        break;
+    default:
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "optimizer: no kind given (sgd, adam, adagrad or rmsprop)");
+    }
+    c->lr_scale = or_default(p->scale, 1.0);
+    STATUS_CHECK(schedule_from_proto(p->learning_rate, &c->schedule, err));
+    return optimizer_config_validate(c, err);
+}
+
+static status_t copy_shape(rpc_ctx_t *ctx, const char *v, const char *field, const int64_t *src,
+                           size_t n, int64_t *dst)
+{
+    if (n > STORE_MAX_RANK)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, v,
+                            "variable '%s': %s has rank %zu, more than %d", v, field, n,
+                            STORE_MAX_RANK);
+    if (n > 0)
+        memcpy(dst, src, n * sizeof(*dst));
+    return STATUS_OK;
+}
+
+static status_t spec_from_proto(rpc_ctx_t *ctx, const Tessera__V1__VariableShard *p, size_t i,
+                                store_shard_spec_t *sp)
+{
+    status_msg_t m;
+
+    if (p->variable == NULL || p->variable[0] == '\0')
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "variable",
+                            "shards[%zu]: the variable name is empty", i);
+    sp->variable = p->variable;
+    sp->shard = p->shard;
+    sp->num_shards = p->num_shards;
+    sp->dtype = p->dtype;
+    sp->rank = p->n_shape;
+    sp->full_rank = p->n_full_shape;
+    STATUS_CHECK(copy_shape(ctx, p->variable, "shape", p->shape, p->n_shape, sp->shape));
+    STATUS_CHECK(
+        copy_shape(ctx, p->variable, "full_shape", p->full_shape, p->n_full_shape, sp->full_shape));
+    sp->row_offset = p->row_offset;
+    sp->sparse = p->sparse;
+    if (initializer_from_proto(p->initializer, &sp->init, &sp->fan_in, &sp->fan_out, &m) !=
+        STATUS_OK)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, p->variable, "variable '%s': %s",
+                            p->variable, m.text);
+    return STATUS_OK;
+}
+
+static status_t on_create(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__CreateVariablesRequest *req = (const void *)msg;
+    Tessera__V1__CreateVariablesResponse resp = TESSERA__V1__CREATE_VARIABLES_RESPONSE__INIT;
+    ps_service_t *st = user;
+    store_shard_spec_t *specs = calloc(req->n_shards + 1, sizeof(*specs));
+    optimizer_config_t opt;
+    store_err_t err;
+    status_msg_t m;
+    size_t created = 0;
+    status_t rc;
+
+    if (specs == NULL)
+        return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+    STATUS_CHECK_GOTO(check_job(ctx, req->job), rc, out);
+    if (req->optimizer != NULL && optimizer_from_proto(req->optimizer, &opt, &m) != STATUS_OK) {
+        rc = rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "optimizer", "job '%s': %s", req->job,
+                          m.text);
+        goto out;
+    }
+    for (size_t i = 0; i < req->n_shards; i++)
+        STATUS_CHECK_GOTO(spec_from_proto(ctx, req->shards[i], i, &specs[i]), rc, out);
+    rc = store_create(st->store, req->job, req->optimizer ? &opt : NULL, specs, req->n_shards,
+                      &created, &err);
+    if (rc != STATUS_OK) {
+        rc = fail_store(ctx, &err);
+        goto out;
+    }
+    update_gauges(st);
+    if (created > 0)
+        LOG_INFO(PS, "job '%s': created %zu of %zu shards", req->job, created, req->n_shards);
+    resp.created = (int32_t)created;
+    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+out:
+    free(specs);
+    return rc;
+}
+
+/* ---- Pull --------------------------------------------------------------------------------- */
+
+static status_t on_pull(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__PullRequest *req = (const void *)msg;
+    Tessera__V1__PullResponse resp = TESSERA__V1__PULL_RESPONSE__INIT;
+    ps_service_t *st = user;
+    size_t n = req->n_items, len, out_len = 0;
+    uint8_t *payload = take_payload(ctx, &len);
+    store_pull_item_t *items = calloc(n + 1, sizeof(*items));
+    store_value_t *vals = calloc(n + 1, sizeof(*vals));
+    store_key_t *keys = calloc(n + 1, sizeof(*keys));
+    values_reply_t vr = {0};
+    scratch_t sc = {.budget = len};
+    uint64_t end_max = 0;
+    void *buf = NULL;
+    store_err_t err;
+    status_t rc;
+
+    metric_inc(st->pull_requests);
+    if (!items || !vals || !keys) {
+        rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+        goto out;
+    }
+    STATUS_CHECK_GOTO(check_job(ctx, req->job), rc, out);
+    for (size_t i = 0; i < n; i++) {
+        const Tessera__V1__PullItem *it = req->items[i];
+        STATUS_CHECK_GOTO(check_key(ctx, it->key, i), rc, out);
+        keys[i] = (store_key_t){it->key->variable, it->key->shard};
+        items[i].key = keys[i];
+        if (it->rows != NULL) {
+            where_t w = {it->key->variable, it->key->shard, "rows"};
+            view_t v;
+            STATUS_CHECK_GOTO(rows_view(ctx, it->rows, &w, payload, len, &sc, &end_max, &v), rc,
+                              out);
+            items[i].has_rows = true;
+            items[i].rows = v.data;
+            items[i].n_rows = v.count;
+        }
+    }
+    STATUS_CHECK_GOTO(check_payload_used(ctx, end_max, len), rc, out);
+    if (store_pull(st->store, req->job, items, n, vals, &buf, &out_len, &err) != STATUS_OK) {
+        rc = fail_store(ctx, &err);
+        goto out;
+    }
+    if (!values_init(&vr, vals, keys, n)) {
+        free(buf);
+        rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+        goto out;
+    }
+    resp.n_values = n;
+    resp.values = vr.ptrs;
+    rc = respond_with(ctx, st, &resp.base, buf, out_len);
+    if (rc == STATUS_OK)
+        metric_add(st->pulled_bytes, (double)out_len);
+out:
+    values_done(&vr);
+    scratch_done(&sc);
+    free(payload);
+    free(items);
+    free(vals);
+    free(keys);
+    return rc;
+}
+
+/* ---- Push and PushPull -------------------------------------------------------------------- */
+
+static status_t push_item(rpc_ctx_t *ctx, const Tessera__V1__PushItem *it, size_t i,
+                          const uint8_t *payload, size_t len, scratch_t *sc, uint64_t *end_max,
+                          store_push_item_t *ret)
+{
+    where_t w;
+    view_t g, rows;
+
+    STATUS_CHECK(check_key(ctx, it->key, i));
+    w = (where_t){it->key->variable, it->key->shard, "dense"};
+    ret->key = (store_key_t){it->key->variable, it->key->shard};
+    switch (it->gradient_case) {
+    case TESSERA__V1__PUSH_ITEM__GRADIENT_DENSE:
+        STATUS_CHECK(tensor_view(ctx, it->dense, TESSERA__V1__DTYPE__DTYPE_FLOAT32, &w, payload,
+                                 len, sc, end_max, &g));
+        break;
+    case TESSERA__V1__PUSH_ITEM__GRADIENT_ROWS:
+        if (it->rows == NULL)
+            return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w.variable,
+                                "variable '%s' shard %d: rows is missing", w.variable, w.shard);
+        w.field = "rows.indices";
+        STATUS_CHECK(rows_view(ctx, it->rows->indices, &w, payload, len, sc, end_max, &rows));
+        w.field = "rows.values";
+        STATUS_CHECK(tensor_view(ctx, it->rows->values, TESSERA__V1__DTYPE__DTYPE_FLOAT32, &w,
+                                 payload, len, sc, end_max, &g));
+        ret->has_rows = true;
+        ret->rows = rows.data;
+        ret->n_rows = rows.count;
+        break;
+    default:
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w.variable,
+                            "variable '%s' shard %d: the item carries no gradient", w.variable,
+                            w.shard);
+    }
+    ret->grad = g.data;
+    ret->rank = g.rank;
+    ret->shape = g.shape;
+    return STATUS_OK;
+}
+
+static status_t do_push(rpc_ctx_t *ctx, const Tessera__V1__PushRequest *req, ps_service_t *st,
+                        bool pull_after)
+{
+    Tessera__V1__PushResponse resp = TESSERA__V1__PUSH_RESPONSE__INIT;
+    size_t n = req->n_items, len, out_len = 0;
+    uint8_t *payload = take_payload(ctx, &len);
+    store_push_item_t *items = calloc(n + 1, sizeof(*items));
+    store_value_t *vals = calloc(n + 1, sizeof(*vals));
+    store_key_t *keys = calloc(n + 1, sizeof(*keys));
+    uint64_t *versions = calloc(n + 1, sizeof(*versions));
+    values_reply_t vr = {0};
+    scratch_t sc = {.budget = len};
+    uint64_t end_max = 0;
+    void *buf = NULL;
+    store_err_t err;
+    status_t rc;
+
+    metric_inc(st->push_requests);
+    if (pull_after)
+        metric_inc(st->pull_requests);
+    if (!items || !vals || !keys || !versions) {
+        rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+        goto out;
+    }
+    STATUS_CHECK_GOTO(check_job(ctx, req->job), rc, out);
+    for (size_t i = 0; i < n; i++) {
+        STATUS_CHECK_GOTO(push_item(ctx, req->items[i], i, payload, len, &sc, &end_max, &items[i]),
+                          rc, out);
+        keys[i] = items[i].key;
+    }
+    STATUS_CHECK_GOTO(check_payload_used(ctx, end_max, len), rc, out);
+    if (store_push(st->store, req->job, items, n, pull_after, versions, vals, &buf, &out_len,
+                   &err) != STATUS_OK) {
+        rc = fail_store(ctx, &err);
+        goto out;
+    }
+    metric_add(st->pushed_bytes, (double)len);
+    resp.n_versions = n;
+    resp.versions = versions;
+    if (pull_after) {
+        if (!values_init(&vr, vals, keys, n)) {
+            free(buf);
+            rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+            goto out;
+        }
+        resp.n_values = n;
+        resp.values = vr.ptrs;
+    }
+    rc = respond_with(ctx, st, &resp.base, buf, out_len);
+    if (rc == STATUS_OK)
+        metric_add(st->pulled_bytes, (double)out_len);
+out:
+    values_done(&vr);
+    scratch_done(&sc);
+    free(payload);
+    free(items);
+    free(vals);
+    free(keys);
+    free(versions);
+    return rc;
+}
+
+static status_t on_push(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__PushRequest *req = (const void *)msg;
+    return do_push(ctx, req, user, req->pull_after);
+}
+
+static status_t on_push_pull(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    return do_push(ctx, (const void *)msg, user, true);
+}
+
+/* ---- DropJob, Stats, Save, Restore -------------------------------------------------------- */
+
+static status_t on_drop_job(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__DropJobRequest *req = (const void *)msg;
+    Tessera__V1__DropJobResponse resp = TESSERA__V1__DROP_JOB_RESPONSE__INIT;
+    ps_service_t *st = user;
+    store_err_t err;
+    size_t shards = 0;
+
+    STATUS_CHECK(check_job(ctx, req->job));
+    if (store_drop_job(st->store, req->job, &shards, &err) != STATUS_OK)
+        return fail_store(ctx, &err);
+    update_gauges(st);
+    LOG_INFO(PS, "job '%s': dropped %zu shards", req->job, shards);
+    resp.shards = (int32_t)shards;
+    return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+}
+
+/* The stats reply, built by store_stats's callback. */
+typedef struct stats_acc {
+    Tessera__V1__ShardStats **items;
+    size_t n, cap;
+    bool oom;
+} stats_acc_t;
+
+static void stats_item_free(Tessera__V1__ShardStats *s)
+{
+    if (s == NULL)
+        return;
+    free(s->job);
+    if (s->key)
+        free(s->key->variable);
+    free(s->key);
+    free(s->shape);
+    free(s);
+}
+
+static void stats_cb(const store_shard_stats_t *in, void *arg)
+{
+    stats_acc_t *a = arg;
+    Tessera__V1__ShardStats *s;
+
+    if (a->oom)
+        return;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 16;
+        Tessera__V1__ShardStats **g = realloc(a->items, cap * sizeof(*g));
+        if (g == NULL) {
+            a->oom = true;
+            return;
+        }
+        a->items = g;
+        a->cap = cap;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s != NULL) {
+        tessera__v1__shard_stats__init(s);
+        s->job = strdup(in->job);
+        s->shape = malloc((in->rank + 1) * sizeof(int64_t));
+        s->key = malloc(sizeof(*s->key));
+        if (s->key != NULL) {
+            tessera__v1__shard_key__init(s->key);
+            s->key->variable = strdup(in->variable);
+        }
+    }
+    if (s == NULL || s->job == NULL || s->shape == NULL || s->key == NULL ||
+        s->key->variable == NULL) {
+        stats_item_free(s);
+        a->oom = true;
+        return;
+    }
+    s->key->shard = in->shard;
+    s->n_shape = in->rank;
+    memcpy(s->shape, in->shape, in->rank * sizeof(int64_t));
+    s->version = in->version;
+    s->value_bytes = in->value_bytes;
+    s->slot_bytes = in->slot_bytes;
+    s->pulls = in->pulls;
+    s->pushes = in->pushes;
+    s->bytes_pulled = in->bytes_pulled;
+    s->bytes_pushed = in->bytes_pushed;
+    a->items[a->n++] = s;
+}
+
+static status_t on_stats(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__PsStatsRequest *req = (const void *)msg;
+    Tessera__V1__PsStatsResponse resp = TESSERA__V1__PS_STATS_RESPONSE__INIT;
+    ps_service_t *st = user;
+    stats_acc_t a = {0};
+    store_err_t err;
+    status_t rc;
+
+    if (store_stats(st->store, req->job, stats_cb, &a, &err) != STATUS_OK)
+        rc = fail_store(ctx, &err);
+    else if (a.oom)
+        rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory for the stats");
+    else {
+        resp.n_shards = a.n;
+        resp.shards = a.items;
+        rc = respond_with(ctx, st, &resp.base, NULL, 0);
+    }
+    for (size_t i = 0; i < a.n; i++)
+        stats_item_free(a.items[i]);
+    free(a.items);
+    return rc;
+}
+
+static status_t on_checkpoint(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    (void)msg;
+    (void)user;
+    return rpc_ctx_fail(ctx, STATUS_UNIMPLEMENTED, NULL,
+                        "%s: checkpoints are not implemented on the parameter server yet (a "
+                        "later release writes and restores shards as safetensors)",
+                        rpc_ctx_method(ctx)->path);
+}
+
+/* ---- setup -------------------------------------------------------------------------------- */
+
+static uint64_t physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+}
+
+static status_t make_metrics(ps_service_t *st, metrics_t *m, status_msg_t *err)
+{
+    static const double bounds[] = {1e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3,
+                                    5e-3, 1e-2, 5e-2, 0.1,  0.5,  1.0};
+
+    st->push_requests = metrics_counter(m, "tessera_ps_push_requests_total",
+                                        "Push and PushPull requests received.", NULL);
+    st->pull_requests = metrics_counter(m, "tessera_ps_pull_requests_total",
+                                        "Pull and PushPull requests received.", NULL);
+    st->pushed_bytes = metrics_counter(m, "tessera_ps_pushed_bytes_total",
+                                       "Payload bytes of gradients received.", NULL);
+    st->pulled_bytes = metrics_counter(m, "tessera_ps_pulled_bytes_total",
+                                       "Payload bytes of variable values sent.", NULL);
+    st->param_bytes = metrics_gauge(m, "tessera_ps_param_bytes",
+                                    "Bytes of variable values held, all jobs.", NULL);
+    st->slot_bytes =
+        metrics_gauge(m, "tessera_ps_slot_bytes", "Bytes of optimizer slots held, all jobs.", NULL);
+    st->variables =
+        metrics_gauge(m, "tessera_ps_variables", "Variables with shards held, all jobs.", NULL);
+    st->apply_seconds = metrics_histogram(m, "tessera_ps_apply_duration_seconds",
+                                          "Time to apply one gradient to one shard.", NULL, bounds,
+                                          sizeof(bounds) / sizeof(bounds[0]));
+    if (!st->push_requests || !st->pull_requests || !st->pushed_bytes || !st->pulled_bytes ||
+        !st->param_bytes || !st->slot_bytes || !st->variables || !st->apply_seconds)
+        return status_fail(err, STATUS_NO_MEMORY, "ps: cannot register the metrics");
+    return STATUS_OK;
+}
+
+status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err)
+{
+    const ps_opts_t *o = opts;
+    ps_service_t *st = calloc(1, sizeof(*st));
+    rpc_server_t *srv = daemon_rpc(d);
+    store_limits_t lim;
+    int64_t mm = o->common.max_message_bytes;
+
+    if (st == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    if (make_metrics(st, daemon_metrics(d), err) != STATUS_OK) {
+        free(st);
+        return err->status;
+    }
+    st->max_message_bytes = mm;
+    lim.max_bytes = o->max_memory_bytes > 0 ? (uint64_t)o->max_memory_bytes : physical_memory();
+    /* A whole shard travels in one message: leave room for the fields around it. */
+    lim.max_shard_bytes =
+        (uint64_t)(mm > 2 * (int64_t)REPLY_HEADROOM ? mm - REPLY_HEADROOM : mm / 2);
+    lim.max_reply_bytes = lim.max_shard_bytes;
+    lim.max_jobs = (size_t)o->max_jobs;
+    lim.max_variables = (size_t)o->max_variables_per_job;
+    st->store = store_new(&lim, st->apply_seconds);
+    if (st->store == NULL) {
+        free(st);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    rpc_server_handle(srv, RPC_PS_CREATE_VARIABLES, on_create, st);
+    rpc_server_handle(srv, RPC_PS_PULL, on_pull, st);
+    rpc_server_handle(srv, RPC_PS_PUSH, on_push, st);
+    rpc_server_handle(srv, RPC_PS_PUSH_PULL, on_push_pull, st);
+    rpc_server_handle(srv, RPC_PS_DROP_JOB, on_drop_job, st);
+    rpc_server_handle(srv, RPC_PS_STATS, on_stats, st);
+    rpc_server_handle(srv, RPC_PS_SAVE, on_checkpoint, st);
+    rpc_server_handle(srv, RPC_PS_RESTORE, on_checkpoint, st);
+    LOG_INFO(PS,
+             "store limits: %" PRIu64 " bytes of variables and slots, %" PRIu64
+             " bytes per shard, %zu jobs, %zu variables per job",
+             lim.max_bytes, lim.max_shard_bytes, lim.max_jobs, lim.max_variables);
+    *ret_state = st;
+    return STATUS_OK;
+}
+
+void ps_service_teardown(void *state)
+{
+    ps_service_t *st = state;
+
+    if (st == NULL)
+        return;
+    store_free(st->store);
+    free(st);
+}

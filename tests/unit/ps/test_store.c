@@ -1,0 +1,805 @@
+/* The parameter server's variable store: creation, pulls and pushes against the optimizer
+ * kernels applied by hand, versions, idempotent creation, drop, traffic counters, limits, and
+ * rejected calls that leave every value as it was. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "initializer.h"
+#include "optimizer.h"
+#include "partitioner.h"
+#include "store.h"
+
+#define MiB (1024 * 1024)
+
+static store_t *new_store(void)
+{
+    store_limits_t lim = {
+        .max_bytes = 64 * MiB,
+        .max_shard_bytes = 16 * MiB,
+        .max_reply_bytes = 32 * MiB,
+        .max_jobs = 4,
+        .max_variables = 8,
+    };
+    store_t *s = store_new(&lim, NULL);
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+static optimizer_config_t sgd(double lr)
+{
+    optimizer_config_t c;
+    optimizer_config_default(OPTIMIZER_SGD, &c);
+    c.schedule.lr = lr;
+    return c;
+}
+
+static optimizer_config_t adam(void)
+{
+    optimizer_config_t c;
+    optimizer_config_default(OPTIMIZER_ADAM, &c);
+    c.schedule.lr = 0.01;
+    return c;
+}
+
+/* Shard `shard` of `num` of a [d0, d1] variable (d1 = 0: [d0]), in the div layout. */
+static store_shard_spec_t spec(const char *name, int64_t d0, int64_t d1, int shard, int num)
+{
+    store_shard_spec_t sp = {.variable = name, .shard = shard, .num_shards = num};
+    int64_t off, rows;
+
+    partitioner_shard_rows(d0, num, shard, &off, &rows);
+    sp.dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+    sp.rank = sp.full_rank = d1 > 0 ? 2 : 1;
+    sp.shape[0] = rows;
+    sp.full_shape[0] = d0;
+    sp.shape[1] = sp.full_shape[1] = d1;
+    sp.row_offset = off;
+    sp.init.kind = JOB_INIT_RANDOM_UNIFORM;
+    sp.init.a = -1;
+    sp.init.b = 1;
+    return sp;
+}
+
+static void create_ok(store_t *s, const char *job, const optimizer_config_t *opt,
+                      const store_shard_spec_t *specs, size_t n, size_t want_created)
+{
+    store_err_t err;
+    size_t created = 999;
+
+    ck_assert_msg(store_create(s, job, opt, specs, n, &created, &err) == STATUS_OK, "%s",
+                  err.msg.text);
+    ck_assert_uint_eq(created, want_created);
+}
+
+/* The whole shard's values (malloc'd) and its version. */
+static float *pull_all(store_t *s, const char *job, const char *var, int shard, size_t *ret_n,
+                       uint64_t *ret_version)
+{
+    store_pull_item_t it = {.key = {var, shard}};
+    store_value_t val;
+    store_err_t err;
+    void *buf = NULL;
+    size_t len = 0;
+
+    ck_assert_msg(store_pull(s, job, &it, 1, &val, &buf, &len, &err) == STATUS_OK, "%s",
+                  err.msg.text);
+    ck_assert_uint_eq(val.offset, 0);
+    ck_assert_uint_eq(val.bytes, len);
+    if (ret_n)
+        *ret_n = len / sizeof(float);
+    if (ret_version)
+        *ret_version = val.version;
+    return buf;
+}
+
+static void push_dense(store_t *s, const char *job, const char *var, int shard,
+                       const int64_t *shape, size_t rank, const float *g, uint64_t want_version)
+{
+    store_push_item_t it = {.key = {var, shard}, .rank = rank, .shape = shape, .grad = g};
+    uint64_t version = 0;
+    store_err_t err;
+
+    ck_assert_msg(store_push(s, job, &it, 1, false, &version, NULL, NULL, NULL, &err) == STATUS_OK,
+                  "%s", err.msg.text);
+    ck_assert_uint_eq(version, want_version);
+}
+
+static void assert_floats_eq(const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(got[i] == want[i], "element %zu: %.9g, want %.9g", i, (double)got[i],
+                      (double)want[i]);
+}
+
+/* ---- creation ----------------------------------------------------------------------------- */
+
+START_TEST(store_create_initializes_and_pull_returns_the_values)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(0.1);
+    store_shard_spec_t sp[2] = {spec("w", 4, 3, 0, 1), spec("b", 3, 0, 0, 1)};
+    store_totals_t t;
+    uint64_t version = 7;
+    size_t n;
+    float *v;
+
+    sp[1].init = (job_init_t){.kind = JOB_INIT_CONSTANT, .a = 0.5};
+    create_ok(s, "job", &opt, sp, 2, 2);
+    v = pull_all(s, "job", "b", 0, &n, &version);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(version, 0);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(v[i] == 0.5f);
+    free(v);
+    v = pull_all(s, "job", "w", 0, &n, NULL);
+    ck_assert_uint_eq(n, 12);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(v[i] >= -1.0f && v[i] <= 1.0f);
+    /* Deterministic: a second store derives the same stream from (job, variable). */
+    {
+        store_t *s2 = new_store();
+        float *v2;
+        create_ok(s2, "job", &opt, sp, 1, 1);
+        v2 = pull_all(s2, "job", "w", 0, NULL, NULL);
+        assert_floats_eq(v2, v, 12);
+        free(v2);
+        store_free(s2);
+    }
+    free(v);
+    store_totals(s, &t);
+    ck_assert_uint_eq(t.param_bytes, 15 * sizeof(float));
+    ck_assert_uint_eq(t.slot_bytes, 0);
+    ck_assert_uint_eq(t.variables, 2);
+    ck_assert_uint_eq(t.shards, 2);
+    ck_assert_uint_eq(t.jobs, 1);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_shards_of_a_variable_hold_the_slices_of_the_whole)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(0.1);
+    store_shard_spec_t sp[3];
+    job_init_t init = {.kind = JOB_INIT_GLOROT_UNIFORM, .has_seed = true, .seed = 11};
+    float whole[13 * 4];
+    size_t at = 0;
+
+    for (int k = 0; k < 3; k++) {
+        sp[k] = spec("emb", 13, 4, k, 3);
+        sp[k].init = init;
+    }
+    create_ok(s, "job", &opt, sp, 3, 3);
+    initializer_fill(&init, JOB_INIT_ZEROS, whole, 13 * 4, 13, 4, 0);
+    for (int k = 0; k < 3; k++) {
+        size_t n;
+        float *v = pull_all(s, "job", "emb", k, &n, NULL);
+        ck_assert_uint_eq(n, (size_t)sp[k].shape[0] * 4);
+        assert_floats_eq(v, whole + at, n);
+        at += n;
+        free(v);
+    }
+    ck_assert_uint_eq(at, 13 * 4);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_create_of_the_same_shard_again_leaves_it_as_it_is)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(1.0);
+    store_shard_spec_t sp = spec("w", 2, 2, 0, 1);
+    int64_t shape[2] = {2, 2};
+    float g[4] = {1, 1, 1, 1}, *before, *after;
+    uint64_t version;
+
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    push_dense(s, "job", "w", 0, shape, 2, g, 1);
+    before = pull_all(s, "job", "w", 0, NULL, NULL);
+    sp.init = (job_init_t){.kind = JOB_INIT_ONES}; /* the initializer does not matter */
+    create_ok(s, "job", &opt, &sp, 1, 0);
+    create_ok(s, "job", NULL, &sp, 1, 0); /* an existing job may omit the optimizer */
+    after = pull_all(s, "job", "w", 0, NULL, &version);
+    assert_floats_eq(after, before, 4);
+    ck_assert_uint_eq(version, 1);
+    free(before);
+    free(after);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_create_with_another_shape_fails_with_already_exists)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(1.0), other = adam();
+    store_shard_spec_t sp = spec("w", 4, 2, 0, 1), bigger = spec("w", 5, 2, 0, 1),
+                       resharded = spec("w", 4, 2, 0, 2), fresh = spec("v", 4, 2, 0, 1);
+    store_shard_spec_t both[2] = {fresh, bigger};
+    store_err_t err;
+    store_totals_t t;
+
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    ck_assert_int_eq(store_create(s, "job", &opt, &bigger, 1, NULL, &err), STATUS_ALREADY_EXISTS);
+    ck_assert_str_eq(err.culprit, "w");
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "'w'"));
+    ck_assert_int_eq(store_create(s, "job", &opt, &resharded, 1, NULL, &err),
+                     STATUS_ALREADY_EXISTS);
+    /* All or nothing: 'v' is not created when 'w' conflicts in the same request. */
+    ck_assert_int_eq(store_create(s, "job", &opt, both, 2, NULL, &err), STATUS_ALREADY_EXISTS);
+    store_totals(s, &t);
+    ck_assert_uint_eq(t.shards, 1);
+    /* Another optimizer for the same job. */
+    ck_assert_int_eq(store_create(s, "job", &other, &fresh, 1, NULL, &err), STATUS_ALREADY_EXISTS);
+    ck_assert_str_eq(err.culprit, "job");
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_create_rejects_bad_descriptions_and_names_the_culprit)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(1.0), bad_opt = sgd(-1.0);
+    store_shard_spec_t sp;
+    store_err_t err;
+    store_totals_t t;
+
+    sp = spec("w", 4, 2, 0, 1);
+    sp.dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT64;
+    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "DTYPE_FLOAT64"));
+    ck_assert_str_eq(err.culprit, "w");
+
+    sp = spec("w", 10, 2, 1, 3);
+    sp.row_offset = 3; /* the div layout puts shard 1 of 10 rows in 3 at row 4 */
+    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "div layout"));
+
+    sp = spec("w", 4, 2, 0, 1);
+    sp.full_shape[1] = 3;
+    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    sp = spec("w", 4, 2, 0, 1);
+    sp.shape[1] = 0;
+    sp.full_shape[1] = 0;
+    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    sp = spec("w", 4, 2, 3, 2);
+    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    sp = spec("", 4, 2, 0, 1);
+    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    sp = spec("bad\nname", 4, 2, 0, 1);
+    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    sp = spec("w", 4, 2, 0, 1);
+    ck_assert_int_eq(store_create(s, "", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_int_eq(store_create(s, "job", &bad_opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.culprit, "optimizer");
+    /* A new job without an optimizer. */
+    ck_assert_int_eq(store_create(s, "job", NULL, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    store_totals(s, &t);
+    ck_assert_uint_eq(t.shards, 0);
+    ck_assert_uint_eq(t.jobs, 0);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_limits_refuse_whole_requests)
+{
+    store_t *s = new_store();        /* 64 MiB in all, 16 MiB per shard, 8 variables per job */
+    optimizer_config_t opt = adam(); /* two slots: 3x the values */
+    store_shard_spec_t big = spec("big", 5 * MiB, 1, 0, 1), many[9];
+    char names[9][8];
+    store_err_t err;
+    store_totals_t t;
+
+    ck_assert_int_eq(store_create(s, "job", &opt, &big, 1, NULL, &err), STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "shard"));
+    big = spec("big", 3 * MiB, 1, 0, 1); /* 12 MiB of values + 24 of slots: fits */
+    create_ok(s, "job", &opt, &big, 1, 1);
+    big.variable = "big2"; /* 36 more: over 64 */
+    ck_assert_int_eq(store_create(s, "job", &opt, &big, 1, NULL, &err), STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "--max-memory-bytes"));
+    for (int i = 0; i < 9; i++) {
+        snprintf(names[i], sizeof(names[i]), "v%d", i);
+        many[i] = spec(names[i], 2, 0, 0, 1);
+    }
+    /* 'big' and 8 more would be 9 variables: refused whole. */
+    ck_assert_int_eq(store_create(s, "job", &opt, many, 8, NULL, &err), STATUS_RESOURCE_EXHAUSTED);
+    store_totals(s, &t);
+    ck_assert_uint_eq(t.variables, 1);
+    create_ok(s, "job", &opt, many, 7, 7);
+    store_free(s);
+}
+END_TEST
+
+/* ---- pushes against the kernels ----------------------------------------------------------- */
+
+START_TEST(store_dense_push_applies_adam_with_the_shard_version_as_step)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp = spec("w", 3, 2, 0, 1);
+    int64_t shape[2] = {3, 2};
+    float slots[2 * 6] = {0}, g[6], *want;
+
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    want = pull_all(s, "job", "w", 0, NULL, NULL);
+    optimizer_slots_init(&opt, slots, 6);
+    for (int step = 0; step < 4; step++) {
+        float *got;
+        for (int i = 0; i < 6; i++)
+            g[i] = (float)(i - 2) * 0.5f + (float)step;
+        push_dense(s, "job", "w", 0, shape, 2, g, (uint64_t)step + 1);
+        optimizer_apply_dense(&opt, step, want, g, slots, 6);
+        got = pull_all(s, "job", "w", 0, NULL, NULL);
+        assert_floats_eq(got, want, 6);
+        free(got);
+    }
+    free(want);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_row_push_applies_adam_to_the_touched_rows_only)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp = spec("emb", 6, 3, 0, 1);
+    float slots[2 * 18] = {0}, grads[3 * 3] = {1, 2, 3, -1, -2, -3, 0.5f, 0.5f, 0.5f};
+    int64_t rows[3] = {4, 1, 4}, shape[2] = {3, 3}; /* row 4 twice: summed */
+    store_push_item_t it = {.key = {"emb", 0},
+                            .rank = 2,
+                            .shape = shape,
+                            .grad = grads,
+                            .has_rows = true,
+                            .rows = rows,
+                            .n_rows = 3};
+    uint64_t version;
+    store_err_t err;
+    float *want, *got;
+
+    sp.sparse = true;
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    want = pull_all(s, "job", "emb", 0, NULL, NULL);
+    optimizer_slots_init(&opt, slots, 18);
+    for (int step = 0; step < 3; step++) {
+        ck_assert_int_eq(store_push(s, "job", &it, 1, false, &version, NULL, NULL, NULL, &err),
+                         STATUS_OK);
+        ck_assert_uint_eq(version, (uint64_t)step + 1);
+        ck_assert_int_eq(
+            optimizer_apply_rows(&opt, step, want, 6, 3, rows, grads, 3, slots, NULL, NULL),
+            STATUS_OK);
+    }
+    got = pull_all(s, "job", "emb", 0, NULL, NULL);
+    assert_floats_eq(got, want, 18);
+    free(got);
+    free(want);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_learning_rate_schedule_runs_on_each_shard_version)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(1.0);
+    store_shard_spec_t sp[2] = {spec("w", 2, 0, 0, 2), spec("w", 2, 0, 1, 2)};
+    int64_t shape[1] = {1};
+    float g = 1.0f, *v;
+
+    opt.schedule.kind = LR_PIECEWISE_CONSTANT;
+    opt.schedule.n_boundaries = 1;
+    opt.schedule.boundaries[0] = 0;
+    opt.schedule.values[0] = 1.0; /* step 0 */
+    opt.schedule.values[1] = 0.1; /* later */
+    for (int k = 0; k < 2; k++)
+        sp[k].init = (job_init_t){.kind = JOB_INIT_ZEROS};
+    create_ok(s, "job", &opt, sp, 2, 2);
+    push_dense(s, "job", "w", 0, shape, 1, &g, 1);
+    push_dense(s, "job", "w", 0, shape, 1, &g, 2);
+    push_dense(s, "job", "w", 1, shape, 1, &g, 1); /* shard 1's first update: lr 1 */
+    v = pull_all(s, "job", "w", 0, NULL, NULL);
+    ck_assert(fabsf(v[0] - -1.1f) < 1e-6f);
+    free(v);
+    v = pull_all(s, "job", "w", 1, NULL, NULL);
+    ck_assert(v[0] == -1.0f);
+    free(v);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_pull_of_rows_returns_them_in_request_order)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(1.0);
+    store_shard_spec_t sp = spec("emb", 5, 2, 0, 1);
+    int64_t rows[3] = {3, 0, 3};
+    store_pull_item_t it = {.key = {"emb", 0}, .has_rows = true, .rows = rows, .n_rows = 3};
+    store_value_t val;
+    store_err_t err;
+    void *buf;
+    size_t len;
+    float *all = NULL, *got;
+
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    all = pull_all(s, "job", "emb", 0, NULL, NULL);
+    ck_assert_int_eq(store_pull(s, "job", &it, 1, &val, &buf, &len, &err), STATUS_OK);
+    got = buf;
+    ck_assert_uint_eq(len, 3 * 2 * sizeof(float));
+    ck_assert_uint_eq(val.rank, 2);
+    ck_assert_int_eq(val.shape[0], 3);
+    ck_assert_int_eq(val.shape[1], 2);
+    assert_floats_eq(got, all + 6, 2);
+    assert_floats_eq(got + 2, all, 2);
+    assert_floats_eq(got + 4, all + 6, 2);
+    free(buf);
+    free(all);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_push_pull_returns_the_updated_values)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(0.5);
+    store_shard_spec_t sp[2] = {spec("w", 2, 2, 0, 1), spec("emb", 4, 2, 0, 1)};
+    int64_t wshape[2] = {2, 2}, rshape[2] = {1, 2}, rows[1] = {2};
+    float gw[4] = {1, 2, 3, 4}, gr[2] = {2, 2};
+    store_push_item_t items[2] = {
+        {.key = {"w", 0}, .rank = 2, .shape = wshape, .grad = gw},
+        {.key = {"emb", 0},
+         .rank = 2,
+         .shape = rshape,
+         .grad = gr,
+         .has_rows = true,
+         .rows = rows,
+         .n_rows = 1},
+    };
+    store_value_t vals[2];
+    uint64_t versions[2];
+    store_err_t err;
+    float *w0, *e0, *got;
+    void *buf;
+    size_t len;
+
+    create_ok(s, "job", &opt, sp, 2, 2);
+    w0 = pull_all(s, "job", "w", 0, NULL, NULL);
+    e0 = pull_all(s, "job", "emb", 0, NULL, NULL);
+    ck_assert_int_eq(store_push(s, "job", items, 2, true, versions, vals, &buf, &len, &err),
+                     STATUS_OK);
+    got = buf;
+    ck_assert_uint_eq(len, 6 * sizeof(float));
+    ck_assert_uint_eq(versions[0], 1);
+    ck_assert_uint_eq(vals[0].version, 1);
+    ck_assert_uint_eq(vals[1].offset, 4 * sizeof(float));
+    for (int i = 0; i < 4; i++)
+        ck_assert(got[i] == w0[i] - 0.5f * gw[i]);
+    ck_assert(got[4] == e0[4] - 1.0f && got[5] == e0[5] - 1.0f);
+    free(buf);
+    free(w0);
+    free(e0);
+    store_free(s);
+}
+END_TEST
+
+/* ---- rejections --------------------------------------------------------------------------- */
+
+START_TEST(store_rejected_push_leaves_every_value_intact)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp[2] = {spec("w", 2, 2, 0, 1), spec("emb", 4, 2, 0, 1)};
+    int64_t wshape[2] = {2, 2}, bad_shape[2] = {4, 1}, rshape[2] = {2, 2};
+    int64_t good_rows[2] = {0, 3}, bad_rows[2] = {1, 4}, neg_rows[2] = {-1, 0};
+    float gw[4] = {1, 1, 1, 1}, gr[4] = {1, 1, 1, 1}, nan_g[4] = {1, NAN, 1, 1};
+    float inf_g[4] = {1, 1, INFINITY, 1};
+    store_push_item_t items[2] = {
+        {.key = {"w", 0}, .rank = 2, .shape = wshape, .grad = gw},
+        {.key = {"emb", 0},
+         .rank = 2,
+         .shape = rshape,
+         .grad = gr,
+         .has_rows = true,
+         .rows = bad_rows,
+         .n_rows = 2},
+    };
+    uint64_t versions[2], version;
+    store_err_t err;
+    float *w0, *e0, *w1, *e1;
+
+    create_ok(s, "job", &opt, sp, 2, 2);
+    w0 = pull_all(s, "job", "w", 0, NULL, NULL);
+    e0 = pull_all(s, "job", "emb", 0, NULL, NULL);
+
+    /* The second item's row 4 is out of range: the first is not applied either. */
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.culprit, "emb");
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "row index 4"));
+    items[1].rows = neg_rows;
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_INVALID_ARGUMENT);
+    items[1].rows = good_rows;
+    items[1].grad = nan_g;
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "nan"));
+    items[1].grad = gr;
+    items[0].grad = inf_g;
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_INVALID_ARGUMENT);
+    items[0].grad = gw;
+    items[0].shape = bad_shape; /* same size, another shape */
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "[4, 1]"));
+    items[0].shape = wshape;
+    items[1].key.variable = "nope";
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_NOT_FOUND);
+    ck_assert_str_eq(err.culprit, "nope");
+    items[1].key = (store_key_t){"emb", 1};
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_NOT_FOUND);
+    items[1].key = (store_key_t){"emb", 0};
+    ck_assert_int_eq(store_push(s, "other", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_NOT_FOUND);
+    ck_assert_str_eq(err.culprit, "other");
+
+    w1 = pull_all(s, "job", "w", 0, NULL, &version);
+    ck_assert_uint_eq(version, 0);
+    e1 = pull_all(s, "job", "emb", 0, NULL, &version);
+    ck_assert_uint_eq(version, 0);
+    assert_floats_eq(w1, w0, 4);
+    assert_floats_eq(e1, e0, 8);
+    /* And the same push, corrected, goes through. */
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_OK);
+    ck_assert_uint_eq(versions[0], 1);
+    ck_assert_uint_eq(versions[1], 1);
+    free(w0);
+    free(e0);
+    free(w1);
+    free(e1);
+    store_free(s);
+}
+END_TEST
+
+START_TEST(store_pull_rejects_unknown_keys_and_bad_rows)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(1.0);
+    store_shard_spec_t sp[2] = {spec("emb", 4, 2, 0, 1), spec("step", 1, 0, 0, 1)};
+    int64_t rows[2] = {0, 4};
+    store_pull_item_t it = {.key = {"emb", 0}, .has_rows = true, .rows = rows, .n_rows = 2};
+    store_value_t val;
+    store_err_t err;
+    void *buf = NULL;
+    size_t len;
+
+    sp[1].rank = sp[1].full_rank = 0; /* a scalar */
+    create_ok(s, "job", &opt, sp, 2, 2);
+    ck_assert_int_eq(store_pull(s, "job", &it, 1, &val, &buf, &len, &err), STATUS_INVALID_ARGUMENT);
+    it.key.variable = "step";
+    rows[1] = 0;
+    ck_assert_int_eq(store_pull(s, "job", &it, 1, &val, &buf, &len, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "scalar"));
+    it.key.variable = "missing";
+    ck_assert_int_eq(store_pull(s, "job", &it, 1, &val, &buf, &len, &err), STATUS_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg.text, "'missing'"));
+    it.key = (store_key_t){"emb", 2};
+    ck_assert_int_eq(store_pull(s, "job", &it, 1, &val, &buf, &len, &err), STATUS_NOT_FOUND);
+    ck_assert_int_eq(store_pull(s, "nojob", &it, 1, &val, &buf, &len, &err), STATUS_NOT_FOUND);
+    ck_assert_ptr_null(buf);
+    store_free(s);
+}
+END_TEST
+
+/* ---- drop and stats ----------------------------------------------------------------------- */
+
+START_TEST(store_drop_frees_the_job_and_only_it)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp[2] = {spec("w", 4, 4, 0, 2), spec("w", 4, 4, 1, 2)};
+    store_totals_t t;
+    store_err_t err;
+    size_t shards = 0;
+    float *v;
+
+    create_ok(s, "a", &opt, sp, 2, 2);
+    create_ok(s, "b", &opt, sp, 1, 1);
+    ck_assert_int_eq(store_drop_job(s, "a", &shards, &err), STATUS_OK);
+    ck_assert_uint_eq(shards, 2);
+    store_totals(s, &t);
+    ck_assert_uint_eq(t.jobs, 1);
+    ck_assert_uint_eq(t.shards, 1);
+    ck_assert_uint_eq(t.param_bytes, 8 * sizeof(float));
+    ck_assert_uint_eq(t.slot_bytes, 2 * 8 * sizeof(float));
+    v = pull_all(s, "b", "w", 0, NULL, NULL);
+    free(v);
+    ck_assert_int_eq(store_drop_job(s, "a", &shards, &err), STATUS_NOT_FOUND);
+    ck_assert_int_eq(store_drop_job(s, "b", &shards, &err), STATUS_OK);
+    store_totals(s, &t);
+    ck_assert_uint_eq(t.param_bytes + t.slot_bytes + t.shards + t.variables + t.jobs, 0);
+    /* The name is free again, with another optimizer if need be. */
+    opt = sgd(0.1);
+    create_ok(s, "a", &opt, sp, 2, 2);
+    store_free(s);
+}
+END_TEST
+
+typedef struct stats_seen {
+    store_shard_stats_t st[8];
+    char vars[8][32];
+    size_t n;
+} stats_seen_t;
+
+static void collect(const store_shard_stats_t *st, void *arg)
+{
+    stats_seen_t *s = arg;
+    ck_assert(s->n < 8);
+    s->st[s->n] = *st;
+    snprintf(s->vars[s->n], sizeof(s->vars[0]), "%s", st->variable);
+    s->n++;
+}
+
+START_TEST(store_stats_count_the_bytes_actually_moved)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp[2] = {spec("emb", 100, 8, 0, 1), spec("w", 3, 0, 0, 1)};
+    int64_t rows[2] = {7, 50}, rshape[2] = {2, 8}, wshape[1] = {3};
+    float g[16] = {0}, gw[3] = {1, 2, 3};
+    store_push_item_t push = {.key = {"emb", 0},
+                              .rank = 2,
+                              .shape = rshape,
+                              .grad = g,
+                              .has_rows = true,
+                              .rows = rows,
+                              .n_rows = 2};
+    store_pull_item_t pull = {.key = {"emb", 0}, .has_rows = true, .rows = rows, .n_rows = 2};
+    store_value_t val;
+    stats_seen_t seen = {0};
+    store_err_t err;
+    uint64_t version;
+    void *buf;
+    size_t len;
+
+    sp[0].sparse = true;
+    create_ok(s, "job", &opt, sp, 2, 2);
+    ck_assert_int_eq(store_pull(s, "job", &pull, 1, &val, &buf, &len, &err), STATUS_OK);
+    free(buf);
+    ck_assert_int_eq(store_push(s, "job", &push, 1, false, &version, NULL, NULL, NULL, &err),
+                     STATUS_OK);
+    push_dense(s, "job", "w", 0, wshape, 1, gw, 1);
+    free(pull_all(s, "job", "w", 0, NULL, NULL));
+
+    ck_assert_int_eq(store_stats(s, "job", collect, &seen, &err), STATUS_OK);
+    ck_assert_uint_eq(seen.n, 2);
+    ck_assert_str_eq(seen.vars[0], "emb"); /* creation order */
+    ck_assert_int_eq(seen.st[0].rank, 2);
+    ck_assert_uint_eq(seen.st[0].version, 1);
+    ck_assert_uint_eq(seen.st[0].value_bytes, 800 * sizeof(float));
+    ck_assert_uint_eq(seen.st[0].slot_bytes, 2 * 800 * sizeof(float));
+    ck_assert_uint_eq(seen.st[0].pulls, 1);
+    ck_assert_uint_eq(seen.st[0].pushes, 1);
+    ck_assert_uint_eq(seen.st[0].bytes_pulled, 2 * 8 * sizeof(float)); /* two rows, not 100 */
+    ck_assert_uint_eq(seen.st[0].bytes_pushed, 2 * sizeof(int64_t) + 2 * 8 * sizeof(float));
+    ck_assert_str_eq(seen.vars[1], "w");
+    ck_assert_uint_eq(seen.st[1].bytes_pulled, 3 * sizeof(float));
+    ck_assert_uint_eq(seen.st[1].bytes_pushed, 3 * sizeof(float));
+    seen.n = 0;
+    ck_assert_int_eq(store_stats(s, NULL, collect, &seen, &err), STATUS_OK);
+    ck_assert_uint_eq(seen.n, 2);
+    ck_assert_int_eq(store_stats(s, "nope", collect, &seen, &err), STATUS_NOT_FOUND);
+    store_free(s);
+}
+END_TEST
+
+/* ---- threads ------------------------------------------------------------------------------ */
+
+#define THREADS 4
+#define PUSHES  200
+#define WIDTH   4096
+
+static float ones[WIDTH];
+
+typedef struct racer {
+    store_t *s;
+    bool puller;
+    int torn;
+} racer_t;
+
+static void *race_main(void *arg)
+{
+    racer_t *r = arg;
+    int64_t shape[1] = {WIDTH};
+    store_push_item_t it = {.key = {"w", 0}, .rank = 1, .shape = shape, .grad = ones};
+    store_pull_item_t pl = {.key = {"w", 0}};
+
+    for (int k = 0; k < PUSHES; k++) {
+        store_err_t err;
+        if (r->puller) {
+            store_value_t val;
+            void *buf;
+            size_t len;
+            if (store_pull(r->s, "job", &pl, 1, &val, &buf, &len, &err) == STATUS_OK) {
+                const float *v = buf;
+                for (int i = 1; i < WIDTH; i++)
+                    r->torn += v[i] != v[0];
+                free(buf);
+            }
+        } else {
+            uint64_t version;
+            if (store_push(r->s, "job", &it, 1, false, &version, NULL, NULL, NULL, &err) !=
+                STATUS_OK)
+                r->torn++;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(store_concurrent_pushes_all_apply_and_pulls_never_see_half_an_update)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(1.0);
+    store_shard_spec_t sp = spec("w", WIDTH, 0, 0, 1);
+    pthread_t tids[THREADS];
+    racer_t racers[THREADS];
+    uint64_t version;
+    float *v;
+
+    sp.init = (job_init_t){.kind = JOB_INIT_ZEROS};
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    for (int i = 0; i < WIDTH; i++)
+        ones[i] = 1.0f;
+    for (int i = 0; i < THREADS; i++) {
+        racers[i] = (racer_t){s, i % 2 == 1, 0};
+        pthread_create(&tids[i], NULL, race_main, &racers[i]);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(tids[i], NULL);
+        ck_assert_int_eq(racers[i].torn, 0);
+    }
+    v = pull_all(s, "job", "w", 0, NULL, &version);
+    ck_assert_uint_eq(version, (THREADS / 2) * PUSHES);
+    for (int i = 0; i < WIDTH; i++)
+        ck_assert(v[i] == -(float)((THREADS / 2) * PUSHES));
+    free(v);
+    store_free(s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("store");
+    TCase *tc = tcase_create("store");
+    SRunner *sr;
+    int failed;
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, store_create_initializes_and_pull_returns_the_values);
+    tcase_add_test(tc, store_shards_of_a_variable_hold_the_slices_of_the_whole);
+    tcase_add_test(tc, store_create_of_the_same_shard_again_leaves_it_as_it_is);
+    tcase_add_test(tc, store_create_with_another_shape_fails_with_already_exists);
+    tcase_add_test(tc, store_create_rejects_bad_descriptions_and_names_the_culprit);
+    tcase_add_test(tc, store_limits_refuse_whole_requests);
+    tcase_add_test(tc, store_dense_push_applies_adam_with_the_shard_version_as_step);
+    tcase_add_test(tc, store_row_push_applies_adam_to_the_touched_rows_only);
+    tcase_add_test(tc, store_learning_rate_schedule_runs_on_each_shard_version);
+    tcase_add_test(tc, store_pull_of_rows_returns_them_in_request_order);
+    tcase_add_test(tc, store_push_pull_returns_the_updated_values);
+    tcase_add_test(tc, store_rejected_push_leaves_every_value_intact);
+    tcase_add_test(tc, store_pull_rejects_unknown_keys_and_bad_rows);
+    tcase_add_test(tc, store_drop_frees_the_job_and_only_it);
+    tcase_add_test(tc, store_stats_count_the_bytes_actually_moved);
+    tcase_add_test(tc, store_concurrent_pushes_all_apply_and_pulls_never_see_half_an_update);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

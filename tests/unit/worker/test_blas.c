@@ -1,0 +1,155 @@
+/* The compute pool behind blas_sgemm: products split over threads equal the one-thread result,
+ * across the pool's spinning and sleeping hand-offs, and the caller's denormal flushing holds on
+ * the helpers too. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "blas.h"
+
+typedef struct shape {
+    bool ta, tb;
+    int m, n, k;
+} shape_t;
+
+/* Row-major op(A) [m, k] and op(B) [k, n] filled with values in [-1, 1). */
+static void fill(float *v, size_t n, unsigned *seed)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)rand_r(seed) / ((float)RAND_MAX / 2) - 1.0f;
+}
+
+static void gemm(const shape_t *s, const float *a, const float *b, float beta, float *c)
+{
+    int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+    blas_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, beta, c, s->n);
+}
+
+/* The first element where got and want differ beyond rounding, or n. (One assertion per
+ * matrix: Check logs every assertion it evaluates.) */
+static size_t first_difference(const float *got, const float *want, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        if (!(fabsf(got[j] - want[j]) <= 1e-4f * (1.0f + fabsf(want[j]))))
+            return j;
+    return n;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+START_TEST(blas_sgemm_split_over_threads_matches_one_thread)
+{
+    /* Split by rows (m >= n), by columns (few rows), transposed operands, beta 0 and 1. */
+    static const shape_t shapes[] = {
+        {false, false, 256, 128, 784}, {true, false, 784, 128, 64}, {false, true, 64, 784, 128},
+        {false, false, 4, 4096, 256},  {true, true, 300, 97, 131},
+    };
+    status_msg_t err = {0};
+    unsigned seed = 7;
+    size_t n_shapes = sizeof(shapes) / sizeof(shapes[0]);
+    float *a[5], *b[5], *one[5], *many[5];
+
+    ck_assert_int_eq(blas_init(&err), STATUS_OK);
+    for (size_t i = 0; i < n_shapes; i++) {
+        const shape_t *s = &shapes[i];
+        size_t mn = (size_t)s->m * s->n;
+        a[i] = malloc((size_t)s->m * s->k * sizeof(float));
+        b[i] = malloc((size_t)s->k * s->n * sizeof(float));
+        one[i] = malloc(mn * sizeof(float));
+        many[i] = malloc(mn * sizeof(float));
+        fill(a[i], (size_t)s->m * s->k, &seed);
+        fill(b[i], (size_t)s->k * s->n, &seed);
+        fill(one[i], mn, &seed);
+        memcpy(many[i], one[i], mn * sizeof(float));
+        gemm(s, a[i], b[i], i % 2 ? 1.0f : 0.0f, one[i]); /* the pool has one thread yet */
+    }
+    ck_assert_int_eq(blas_set_threads(3, &err), STATUS_OK);
+    /* Many rounds back to back (the helpers spin), and some after a pause (they sleep). */
+    for (int round = 0; round < 60; round++) {
+        if (round % 20 == 19)
+            sleep_ms(5);
+        for (size_t i = 0; i < n_shapes; i++) {
+            const shape_t *s = &shapes[i];
+            size_t mn = (size_t)s->m * s->n;
+            float *c = malloc(mn * sizeof(float));
+            memcpy(c, many[i], mn * sizeof(float));
+            gemm(s, a[i], b[i], i % 2 ? 1.0f : 0.0f, c);
+            size_t j = first_difference(c, one[i], mn);
+            ck_assert_msg(j == mn, "shape %zu, round %d, element %zu: %g, one thread %g", i, round,
+                          j, j < mn ? (double)c[j] : 0.0, j < mn ? (double)one[i][j] : 0.0);
+            free(c);
+        }
+    }
+    for (size_t i = 0; i < n_shapes; i++) {
+        free(a[i]);
+        free(b[i]);
+        free(one[i]);
+        free(many[i]);
+    }
+}
+END_TEST
+
+/* Every element of C is 1e-21 * 1e-21 * 128, denormal: nonzero unless flushed. */
+static int nonzero_products(void)
+{
+    enum { N = 128 };
+    float *a = malloc(N * N * sizeof(float)), *b = malloc(N * N * sizeof(float)),
+          *c = malloc(N * N * sizeof(float));
+    int nonzero = 0;
+    for (int i = 0; i < N * N; i++)
+        a[i] = b[i] = 1e-21f;
+    blas_sgemm(false, false, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+    for (int i = 0; i < N * N; i++) {
+        /* The bits, not c[i] != 0: with DAZ on, the comparison would read a denormal as 0. */
+        uint32_t bits;
+        memcpy(&bits, &c[i], sizeof(bits));
+        nonzero += (bits & 0x7fffffffu) != 0;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return nonzero;
+}
+
+START_TEST(blas_flush_denormals_holds_on_the_helpers_and_restores)
+{
+    status_msg_t err = {0};
+    blas_fp_mode_t old;
+
+    ck_assert_int_eq(blas_init(&err), STATUS_OK);
+    ck_assert_int_eq(blas_set_threads(2, &err), STATUS_OK);
+    ck_assert_int_eq(nonzero_products(), 128 * 128);
+    old = blas_flush_denormals();
+#if defined(__SSE__)
+    ck_assert_int_eq(nonzero_products(), 0); /* the helper's half of C too */
+#endif
+    blas_fp_mode_restore(old);
+    ck_assert_int_eq(nonzero_products(), 128 * 128);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("blas");
+    TCase *tc = tcase_create("blas");
+    SRunner *sr;
+    int failed;
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, blas_sgemm_split_over_threads_matches_one_thread);
+    tcase_add_test(tc, blas_flush_denormals_holds_on_the_helpers_and_restores);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
