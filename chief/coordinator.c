@@ -12,6 +12,7 @@
 
 #include "job.h"
 #include "log.h"
+#include "optimizer_proto.h"
 #include "partitioner.h"
 #include "tessera/v1/common.pb-c.h"
 
@@ -129,6 +130,7 @@ typedef struct fanout {
     status_t rc;
     rpc_error_t err;
     pthread_t tid;
+    bool started;
 } fanout_t;
 
 static void *fanout_main(void *arg)
@@ -142,18 +144,20 @@ static void *fanout_main(void *arg)
 /* Sends reqs[i] to chans[i] for every i at once and waits for all. */
 static void fanout_run(fanout_t *f, size_t n)
 {
+    sigset_t all, old;
+
+    /* The calling threads inherit a full signal mask: signals belong to the main thread. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     for (size_t i = 0; i < n; i++) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        if (pthread_create(&f[i].tid, NULL, fanout_main, &f[i]) != 0)
+        f[i].started = pthread_create(&f[i].tid, NULL, fanout_main, &f[i]) == 0;
+        if (!f[i].started) /* no thread to spare: call from here */
             fanout_main(&f[i]);
-        else
-            f[i].tid = f[i].tid;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     for (size_t i = 0; i < n; i++)
-        pthread_join(f[i].tid, NULL);
+        if (f[i].started)
+            pthread_join(f[i].tid, NULL);
 }
 
 static void fanout_done(fanout_t *f, size_t n)
@@ -239,118 +243,11 @@ static status_t plan_variables(coordinator_t *c, chief_job_t *j,
     return STATUS_OK;
 }
 
-static void optimizer_to_proto(const optimizer_config_t *o, double scale,
-                               Tessera__V1__OptimizerConfig *p,
-                               Tessera__V1__LearningRateSchedule *s, void *sub, void *sched_sub)
-{
-    tessera__v1__optimizer_config__init(p);
-    tessera__v1__learning_rate_schedule__init(s);
-    p->learning_rate = s;
-    p->scale = scale;
-    switch (o->schedule.kind) {
-    case LR_CONSTANT: {
-        Tessera__V1__LearningRateSchedule__Constant *x = sched_sub;
-        tessera__v1__learning_rate_schedule__constant__init(x);
-        x->learning_rate = o->schedule.lr;
-        s->kind_case = TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND_CONSTANT;
-        s->constant = x;
-        break;
-    }
-    case LR_LINEAR_WARMUP: {
-        Tessera__V1__LearningRateSchedule__LinearWarmup *x = sched_sub;
-        tessera__v1__learning_rate_schedule__linear_warmup__init(x);
-        x->learning_rate = o->schedule.lr;
-        x->warmup_steps = o->schedule.warmup_steps;
-        x->initial_learning_rate = o->schedule.initial_lr;
-        s->kind_case = TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND_LINEAR_WARMUP;
-        s->linear_warmup = x;
-        break;
-    }
-    case LR_EXPONENTIAL_DECAY: {
-        Tessera__V1__LearningRateSchedule__ExponentialDecay *x = sched_sub;
-        tessera__v1__learning_rate_schedule__exponential_decay__init(x);
-        x->initial_learning_rate = o->schedule.initial_lr;
-        x->decay_steps = o->schedule.decay_steps;
-        x->decay_rate = o->schedule.decay_rate;
-        x->staircase = o->schedule.staircase;
-        s->kind_case = TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND_EXPONENTIAL_DECAY;
-        s->exponential_decay = x;
-        break;
-    }
-    case LR_PIECEWISE_CONSTANT: {
-        Tessera__V1__LearningRateSchedule__PiecewiseConstant *x = sched_sub;
-        tessera__v1__learning_rate_schedule__piecewise_constant__init(x);
-        x->n_boundaries = o->schedule.n_boundaries;
-        x->boundaries = (int64_t *)o->schedule.boundaries;
-        x->n_values = o->schedule.n_boundaries + 1;
-        x->values = (double *)o->schedule.values;
-        s->kind_case = TESSERA__V1__LEARNING_RATE_SCHEDULE__KIND_PIECEWISE_CONSTANT;
-        s->piecewise_constant = x;
-        break;
-    }
-    }
-    switch (o->kind) {
-    case OPTIMIZER_SGD: {
-        Tessera__V1__OptimizerConfig__Sgd *x = sub;
-        tessera__v1__optimizer_config__sgd__init(x);
-        x->momentum = o->momentum;
-        x->nesterov = o->nesterov;
-        p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_SGD;
-        p->sgd = x;
-        break;
-    }
-    case OPTIMIZER_ADAM: {
-        Tessera__V1__OptimizerConfig__Adam *x = sub;
-        tessera__v1__optimizer_config__adam__init(x);
-        x->beta_1 = o->beta_1;
-        x->beta_2 = o->beta_2;
-        x->epsilon = o->epsilon;
-        x->amsgrad = o->amsgrad;
-        p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAM;
-        p->adam = x;
-        break;
-    }
-    case OPTIMIZER_ADAGRAD: {
-        Tessera__V1__OptimizerConfig__Adagrad *x = sub;
-        tessera__v1__optimizer_config__adagrad__init(x);
-        x->initial_accumulator_value = o->initial_accumulator_value;
-        x->epsilon = o->epsilon;
-        p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAGRAD;
-        p->adagrad = x;
-        break;
-    }
-    case OPTIMIZER_RMSPROP: {
-        Tessera__V1__OptimizerConfig__RmsProp *x = sub;
-        tessera__v1__optimizer_config__rms_prop__init(x);
-        x->rho = o->rho;
-        x->momentum = o->momentum;
-        x->epsilon = o->epsilon;
-        x->centered = o->centered;
-        p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_RMSPROP;
-        p->rmsprop = x;
-        break;
-    }
-    }
-}
-
 /* Creates each PS's shards with one CreateVariables call per PS. */
 static status_t create_variables(coordinator_t *c, chief_job_t *j, const plan_t *plan,
                                  status_msg_t *err)
 {
-    union {
-        Tessera__V1__OptimizerConfig__Sgd sgd;
-        Tessera__V1__OptimizerConfig__Adam adam;
-        Tessera__V1__OptimizerConfig__Adagrad adagrad;
-        Tessera__V1__OptimizerConfig__RmsProp rmsprop;
-    } sub;
-    union {
-        Tessera__V1__LearningRateSchedule__Constant constant;
-        Tessera__V1__LearningRateSchedule__LinearWarmup warmup;
-        Tessera__V1__LearningRateSchedule__ExponentialDecay decay;
-        Tessera__V1__LearningRateSchedule__PiecewiseConstant piecewise;
-    } sched_sub;
-    Tessera__V1__OptimizerConfig opt;
-    Tessera__V1__LearningRateSchedule sched;
+    optimizer_msg_t opt;
     Tessera__V1__CreateVariablesRequest *reqs = calloc(c->n_ps, sizeof(*reqs));
     Tessera__V1__VariableShard ***lists = calloc(c->n_ps, sizeof(*lists));
     fanout_t *f = calloc(c->n_ps, sizeof(*f));
@@ -362,11 +259,11 @@ static status_t create_variables(coordinator_t *c, chief_job_t *j, const plan_t 
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
-    optimizer_to_proto(&j->job.optimizer, scale, &opt, &sched, &sub, &sched_sub);
+    optimizer_to_proto(&j->job.optimizer, scale, &opt);
     for (size_t p = 0; p < c->n_ps; p++) {
         tessera__v1__create_variables_request__init(&reqs[p]);
         reqs[p].job = j->id;
-        reqs[p].optimizer = &opt;
+        reqs[p].optimizer = &opt.msg;
         lists[p] = calloc(plan->n_places + 1, sizeof(**lists));
         if (lists[p] == NULL) {
             rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
@@ -798,17 +695,17 @@ static void *runner_main(void *arg)
 
 /* ---- the Coordinator service ------------------------------------------------------------- */
 
+/* A job by id, or by name (its most recent job). Call with c->mu held. */
 static chief_job_t *find_job(coordinator_t *c, const char *id)
 {
-    for (chief_job_t *j = c->jobs; j != NULL; j = j->next)
-        if (strcmp(j->id, id) == 0 || (strcmp(j->name, id) == 0 && j->next == NULL))
+    chief_job_t *by_name = NULL;
+    for (chief_job_t *j = c->jobs; j != NULL; j = j->next) {
+        if (strcmp(j->id, id) == 0)
             return j;
-    /* a name matches its most recent job */
-    chief_job_t *last = NULL;
-    for (chief_job_t *j = c->jobs; j != NULL; j = j->next)
         if (strcmp(j->name, id) == 0)
-            last = j;
-    return last;
+            by_name = j;
+    }
+    return by_name;
 }
 
 /* Fills info from j; call with c->mu held. The strings point into j. */

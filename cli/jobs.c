@@ -88,7 +88,7 @@ static int get_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms,
     req.id = (char *)id;
     if (rpc_coord_get_job(ch, &req, &o, ret, NULL, &err) != STATUS_OK) {
         fprintf(stderr, "tessera: %s\n", err.message);
-        return err.status == STATUS_NOT_FOUND ? 1 : 1;
+        return 1;
     }
     return 0;
 }

@@ -4,6 +4,7 @@
 #include "initializer.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "tessera/v1/ps.pb-c.h"
@@ -220,4 +221,67 @@ status_t initializer_from_proto(const Tessera__V1__Initializer *p, job_init_t *r
     *ret_fan_in = (double)fan_in;
     *ret_fan_out = (double)fan_out;
     return STATUS_OK;
+}
+
+void initializer_to_proto(const job_init_t *init, job_init_kind_t dflt, initializer_msg_t *ret)
+{
+    Tessera__V1__Initializer *m = &ret->msg;
+    job_init_kind_t kind = init != NULL && init->kind != JOB_INIT_DEFAULT ? init->kind : dflt;
+    bool given = init != NULL && init->kind == kind; /* parameters come from init, not defaults */
+
+    tessera__v1__initializer__init(m);
+    m->seed = init != NULL && init->has_seed ? init->seed : 0;
+    switch (kind) {
+    case JOB_INIT_DEFAULT:
+    case JOB_INIT_ZEROS:
+        tessera__v1__initializer__zeros__init(&ret->sub.zeros);
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_ZEROS;
+        m->zeros = &ret->sub.zeros;
+        break;
+    case JOB_INIT_ONES:
+        tessera__v1__initializer__ones__init(&ret->sub.ones);
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_ONES;
+        m->ones = &ret->sub.ones;
+        break;
+    case JOB_INIT_CONSTANT:
+        tessera__v1__initializer__constant__init(&ret->sub.constant);
+        ret->sub.constant.value = given ? init->a : 0;
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_CONSTANT;
+        m->constant = &ret->sub.constant;
+        break;
+    case JOB_INIT_GLOROT_UNIFORM:
+        tessera__v1__initializer__glorot_uniform__init(&ret->sub.glorot_uniform);
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_GLOROT_UNIFORM;
+        m->glorot_uniform = &ret->sub.glorot_uniform;
+        break;
+    case JOB_INIT_GLOROT_NORMAL:
+        tessera__v1__initializer__glorot_normal__init(&ret->sub.glorot_normal);
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_GLOROT_NORMAL;
+        m->glorot_normal = &ret->sub.glorot_normal;
+        break;
+    case JOB_INIT_HE_UNIFORM:
+        tessera__v1__initializer__he_uniform__init(&ret->sub.he_uniform);
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_HE_UNIFORM;
+        m->he_uniform = &ret->sub.he_uniform;
+        break;
+    case JOB_INIT_HE_NORMAL:
+        tessera__v1__initializer__he_normal__init(&ret->sub.he_normal);
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_HE_NORMAL;
+        m->he_normal = &ret->sub.he_normal;
+        break;
+    case JOB_INIT_RANDOM_UNIFORM: /* Keras: RandomUniform(-0.05, 0.05) */
+        tessera__v1__initializer__random_uniform__init(&ret->sub.random_uniform);
+        ret->sub.random_uniform.minval = given ? init->a : -0.05;
+        ret->sub.random_uniform.maxval = given ? init->b : 0.05;
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_RANDOM_UNIFORM;
+        m->random_uniform = &ret->sub.random_uniform;
+        break;
+    case JOB_INIT_RANDOM_NORMAL: /* Keras: RandomNormal(0, 0.05) */
+        tessera__v1__initializer__random_normal__init(&ret->sub.random_normal);
+        ret->sub.random_normal.mean = given ? init->a : 0;
+        ret->sub.random_normal.stddev = given ? init->b : 0.05;
+        m->kind_case = TESSERA__V1__INITIALIZER__KIND_RANDOM_NORMAL;
+        m->random_normal = &ret->sub.random_normal;
+        break;
+    }
 }

@@ -13,8 +13,7 @@
 
 #include "job.h"
 #include "status.h"
-
-struct Tessera__V1__Initializer;
+#include "tessera/v1/ps.pb-c.h"
 
 /* Fills v[0..n) with init (its kind JOB_INIT_DEFAULT replaced by dflt) as Keras would:
  * zeros, ones, constant a, Glorot/He uniform (limit sqrt(6 / (fan_in + fan_out)) or
@@ -43,7 +42,29 @@ void initializer_fans(const int64_t *shape, size_t rank, double *ret_fan_in, dou
  * initializer_fans from the whole variable's shape); other kinds set both to 0. Non-finite values,
  * a negative fan or stddev, or minval > maxval fail with STATUS_INVALID_ARGUMENT naming the field;
  * the outputs are then untouched. */
-status_t initializer_from_proto(const struct Tessera__V1__Initializer *p, job_init_t *ret_init,
+status_t initializer_from_proto(const Tessera__V1__Initializer *p, job_init_t *ret_init,
                                 double *ret_fan_in, double *ret_fan_out, status_msg_t *err);
+
+/* The wire form of an initializer, with storage for the sub-message of its kind. */
+typedef struct initializer_msg {
+    Tessera__V1__Initializer msg;
+    union {
+        Tessera__V1__Initializer__Zeros zeros;
+        Tessera__V1__Initializer__Ones ones;
+        Tessera__V1__Initializer__Constant constant;
+        Tessera__V1__Initializer__GlorotUniform glorot_uniform;
+        Tessera__V1__Initializer__GlorotNormal glorot_normal;
+        Tessera__V1__Initializer__HeUniform he_uniform;
+        Tessera__V1__Initializer__HeNormal he_normal;
+        Tessera__V1__Initializer__RandomUniform random_uniform;
+        Tessera__V1__Initializer__RandomNormal random_normal;
+    } sub;
+} initializer_msg_t;
+
+/* The inverse of initializer_from_proto: init (NULL or JOB_INIT_DEFAULT: dflt with Keras's
+ * default parameters) into ret->msg. Fans are left 0, so the receiver computes them from the whole
+ * variable's shape with initializer_fans; a seed of init's own travels as Initializer.seed.
+ * ret->msg points into ret: keep ret alive while the message is used. */
+void initializer_to_proto(const job_init_t *init, job_init_kind_t dflt, initializer_msg_t *ret);
 
 #endif

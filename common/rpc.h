@@ -218,8 +218,11 @@ status_t rpc_unary(rpc_channel_t *ch, rpc_method_id_t id, const ProtobufCMessage
 status_t rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *body, size_t len,
                        int64_t timeout_ms, rpc_error_t *err);
 
-/* Typed stubs from the method table: rpc_ps_push(ch, req, opts, &resp, &payload, &err). */
-#define RPC_STUB_(id, stub, svc, name, kind, RqT, rqd, RsT, rsd)                                   \
+/* Typed stubs from the method table, for unary methods only:
+ * rpc_ps_push(ch, req, opts, &resp, &payload, &err). */
+#define RPC_UNARY_STUB_SERVER_STREAM(id, stub, RqT, RsT)
+#define RPC_UNARY_STUB_BIDI_STREAM(id, stub, RqT, RsT)
+#define RPC_UNARY_STUB_UNARY(id, stub, RqT, RsT)                                                   \
     static inline status_t rpc_##stub(rpc_channel_t *ch, const RqT *req,                           \
                                       const rpc_call_opts_t *opts, RsT **ret_resp,                 \
                                       rpc_payload_t *ret_payload, rpc_error_t *err)                \
@@ -227,6 +230,8 @@ status_t rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *body, si
         return rpc_unary(ch, RPC_##id, &req->base, opts, (ProtobufCMessage **)ret_resp,            \
                          ret_payload, err);                                                        \
     }
+#define RPC_STUB_(id, stub, svc, name, kind, RqT, rqd, RsT, rsd)                                   \
+    RPC_UNARY_STUB_##kind(id, stub, RqT, RsT)
 RPC_METHOD_LIST(RPC_STUB_)
 #undef RPC_STUB_
 

@@ -27,26 +27,6 @@ status_t ps_client_pull(ps_client_t *c, const float *features, int batch, status
 /* Pushes the gradients of the model's last training step. */
 status_t ps_client_push(ps_client_t *c, status_msg_t *err);
 
-/* Storage for the sub-message of one proto initializer. */
-typedef struct ps_init_scratch {
-    Tessera__V1__Initializer__Zeros zeros;
-    Tessera__V1__Initializer__Ones ones;
-    Tessera__V1__Initializer__Constant constant;
-    Tessera__V1__Initializer__GlorotUniform glorot_uniform;
-    Tessera__V1__Initializer__GlorotNormal glorot_normal;
-    Tessera__V1__Initializer__HeUniform he_uniform;
-    Tessera__V1__Initializer__HeNormal he_normal;
-    Tessera__V1__Initializer__RandomUniform random_uniform;
-    Tessera__V1__Initializer__RandomNormal random_normal;
-} ps_init_scratch_t;
-
-/* Fills a proto initializer (its sub-message in scratch) for a variable of the given fans;
- * `init` (may be NULL) carries constant values and ranges; embeddings default to Keras's
- * uniform(-0.05, 0.05). */
-void ps_client_initializer(job_init_kind_t kind, const job_init_t *init, bool embedding,
-                           int64_t fan_in, int64_t fan_out, Tessera__V1__Initializer *ret,
-                           ps_init_scratch_t *scratch);
-
 /* Monotonic seconds. */
 double ps_client_now(void);
 

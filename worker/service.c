@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "initializer.h"
 #include "log.h"
 #include "model_internal.h"
 #include "ps_client.h"
@@ -124,36 +125,26 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, wjob_t *
     return STATUS_OK;
 }
 
-/* The proto initializer of a model variable, from its layer's spec. */
-static void fill_initializer(const model_t *m, const model_param_t *p, Tessera__V1__Initializer *in,
-                             void *scratch)
+/* The initializer of a model variable, from its layer's spec, in wire form. The PS derives the
+ * fans from the variable's full shape (initializer_fans), as Keras does. */
+static void fill_initializer(const model_t *m, const model_param_t *p, initializer_msg_t *ret)
 {
     const layer_t *l = NULL;
-    const job_init_t *init;
-    job_init_kind_t kind;
-    int64_t fan_in = 1, fan_out = 1;
     bool is_bias;
 
     for (size_t i = 0; i < m->n_layers && l == NULL; i++)
         if (m->layers[i].w == p || m->layers[i].b == p)
             l = &m->layers[i];
     is_bias = l != NULL && l->b == p;
-    init = l == NULL ? NULL : is_bias ? &l->spec.bias_init : &l->spec.kernel_init;
-    kind = init != NULL ? init->kind : JOB_INIT_DEFAULT;
-    if (kind == JOB_INIT_DEFAULT)
-        kind = is_bias                                            ? JOB_INIT_ZEROS
-               : l != NULL && l->spec.kind == JOB_LAYER_EMBEDDING ? JOB_INIT_RANDOM_UNIFORM
-                                                                  : JOB_INIT_GLOROT_UNIFORM;
-    if (p->rank == 2) {
-        fan_in = p->shape[0];
-        fan_out = p->shape[1];
-    } else if (p->rank == 4) { /* [kh, kw, in, out] */
-        fan_in = (int64_t)p->shape[0] * p->shape[1] * p->shape[2];
-        fan_out = (int64_t)p->shape[0] * p->shape[1] * p->shape[3];
-    }
-    ps_client_initializer(kind, init, l != NULL && l->spec.kind == JOB_LAYER_EMBEDDING, fan_in,
-                          fan_out, in, scratch);
-    in->seed = init != NULL && init->has_seed ? init->seed : 0;
+    if (l == NULL)
+        initializer_to_proto(NULL, JOB_INIT_GLOROT_UNIFORM, ret);
+    else if (is_bias)
+        initializer_to_proto(&l->spec.bias_init, JOB_INIT_ZEROS, ret);
+    else
+        initializer_to_proto(&l->spec.kernel_init,
+                             l->spec.kind == JOB_LAYER_EMBEDDING ? JOB_INIT_RANDOM_UNIFORM
+                                                                 : JOB_INIT_GLOROT_UNIFORM,
+                             ret);
 }
 
 /* ---- handlers ----------------------------------------------------------------------------- */
@@ -164,13 +155,12 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
     Tessera__V1__ConfigureJobResponse resp = TESSERA__V1__CONFIGURE_JOB_RESPONSE__INIT;
     Tessera__V1__VariableShard *vars = calloc(n + 1, sizeof(*vars));
     Tessera__V1__VariableShard **ptrs = calloc(n + 1, sizeof(*ptrs));
-    Tessera__V1__Initializer *inits = calloc(n + 1, sizeof(*inits));
+    initializer_msg_t *inits = calloc(n + 1, sizeof(*inits));
     int64_t *shapes = calloc(4 * n + 1, sizeof(*shapes));
-    ps_init_scratch_t *scratch = calloc(n + 1, sizeof(*scratch));
     status_t rc;
 
     (void)w;
-    if (!vars || !ptrs || !inits || !shapes || !scratch) {
+    if (!vars || !ptrs || !inits || !shapes) {
         rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
         goto out;
     }
@@ -185,8 +175,8 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
         vars[i].n_shape = vars[i].n_full_shape = (size_t)p->rank;
         vars[i].shape = vars[i].full_shape = &shapes[4 * i];
         vars[i].sparse = p->sparse;
-        fill_initializer(j->model, p, &inits[i], &scratch[i]);
-        vars[i].initializer = &inits[i];
+        fill_initializer(j->model, p, &inits[i]);
+        vars[i].initializer = &inits[i].msg;
         ptrs[i] = &vars[i];
     }
     resp.train_examples = (int64_t)data_pipeline_examples(j->pipe);
@@ -199,7 +189,6 @@ out:
     free(ptrs);
     free(inits);
     free(shapes);
-    free(scratch);
     return rc;
 }
 
