@@ -167,6 +167,11 @@ START_TEST(cli_run_local_starts_a_healthy_cluster_and_stops_it)
     rc = harness_run((char *[]){(char *)harness_program("tessera"), "run", "--local", "--ps", "2",
                                 "--workers", "2", flag, NULL},
                      NULL, NULL, 60000, &out);
+    if (rc != 0) { /* show why: the daemons' own logs */
+        char cmd[400];
+        snprintf(cmd, sizeof(cmd), "tail -n 20 %s/*.log >&2", logdir);
+        (void)!system(cmd);
+    }
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     ck_assert_ptr_nonnull(strstr(out, "5 tasks, 5 healthy"));
     ck_assert_int_eq(count(out, "SERVING"), 5);
