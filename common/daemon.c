@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <grpc/grpc.h>
 
@@ -295,6 +297,18 @@ static int daemon_run(daemon_t *d, const sigset_t *set)
     return 0;
 }
 
+/* A daemon that launch_start() spawned (tessera run --local, the tests) stops with its parent:
+ * the parent's death sends SIGTERM, which the main thread takes like any stop request. */
+static void stop_with_launcher(void)
+{
+    const char *s = getenv("TESSERA_PARENT_PID");
+    if (s == NULL)
+        return;
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if ((long)getppid() != strtol(s, NULL, 10)) /* it died before prctl took */
+        kill(getpid(), SIGTERM);
+}
+
 int daemon_main(const daemon_spec_t *spec, const config_table_t *table, void *opts, int argc,
                 char **argv)
 {
@@ -313,6 +327,7 @@ int daemon_main(const daemon_spec_t *spec, const config_table_t *table, void *op
     sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    stop_with_launcher();
     log_set_identity(spec->role, -1);
 
     if (argc == 2 && strcmp(argv[1], "--sample-config") == 0) {

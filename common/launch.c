@@ -147,7 +147,7 @@ status_t launch_start(const char *name, char *const argv[], const char *log_path
 {
     launch_proc_t *p = ret_proc;
     posix_spawn_file_actions_t fa;
-    char notify_env[160], msg[4096];
+    char notify_env[160], parent_env[48], msg[4096];
     char **envp;
     size_t n_env = 0, k = 0;
     status_t rc;
@@ -159,17 +159,20 @@ status_t launch_start(const char *name, char *const argv[], const char *log_path
     STATUS_CHECK(open_notify_socket(p, err));
     while (environ[n_env] != NULL)
         n_env++;
-    envp = calloc(n_env + 2, sizeof(*envp));
+    envp = calloc(n_env + 3, sizeof(*envp));
     if (envp == NULL) {
         launch_stop(p, SIGKILL, 0, NULL);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
     snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s", p->notify_path);
+    snprintf(parent_env, sizeof(parent_env), "TESSERA_PARENT_PID=%ld", (long)getpid());
     for (size_t i = 0; i < n_env; i++)
         if (strncmp(environ[i], "NOTIFY_SOCKET=", 14) != 0 &&
-            strncmp(environ[i], "WATCHDOG_", 9) != 0)
+            strncmp(environ[i], "WATCHDOG_", 9) != 0 &&
+            strncmp(environ[i], "TESSERA_PARENT_PID=", 19) != 0)
             envp[k++] = environ[i];
     envp[k++] = notify_env;
+    envp[k++] = parent_env;
     envp[k] = NULL;
     posix_spawn_file_actions_init(&fa);
     if (log_path != NULL)

@@ -27,7 +27,9 @@ status_t launch_find_program(const char *name, char *ret_path, size_t len, statu
 
 /* Spawns argv[0] (a path) with argv, stderr to log_path (NULL: inherited), and waits up to
  * timeout_ms for READY=1. `name` labels the process in messages. On failure the child is
- * killed and reaped, and err says why (its exit status, or the timeout). */
+ * killed and reaped, and err says why (its exit status, or the timeout). A Tessera daemon
+ * started this way stops (SIGTERM) when the calling thread dies, so a crashed or killed parent
+ * leaves no daemons behind: call it from a thread that lives as long as the children. */
 status_t launch_start(const char *name, char *const argv[], const char *log_path,
                       int64_t timeout_ms, launch_proc_t *ret_proc, status_msg_t *err);
 

@@ -2,6 +2,7 @@
  * train, queue, cancel and reject jobs submitted through the tessera CLI. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,19 +110,167 @@ START_TEST(ps_training_cnn_pushes_4d_kernels_and_learns)
 }
 END_TEST
 
-START_TEST(ps_training_sparse_text_job_learns)
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The value of an unlabelled counter on a daemon's /metrics page. */
+static double metric(const launch_proc_t *p, const char *name)
+{
+    char *headers, *body, key[128];
+    double v = -1;
+    ck_assert_int_eq(harness_http_get(p->metrics, "/metrics", &headers, &body), 200);
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *at = strstr(body, key);
+    if (at != NULL)
+        v = strtod(at + strlen(key), NULL);
+    free(headers);
+    free(body);
+    ck_assert_msg(v >= 0, "%s not on %s/metrics", name, p->metrics);
+    return v;
+}
+
+/* 20-token sequences: a batch of 64 touches at most 1,280 of the 10,000 embedding rows. */
+static const char sparse_job[] =
+    "name: sparse\n"
+    "model:\n"
+    "  - {embedding: {input_dim: 10000, output_dim: 16}, input_shape: [20]}\n"
+    "  - global_average_pooling1d\n"
+    "  - {dense: {units: 16, activation: relu}}\n"
+    "  - {dense: {units: 1}}\n"
+    "loss: {binary_crossentropy: {from_logits: true}}\n"
+    "metrics: [accuracy]\n"
+    "optimizer: {adam: {learning_rate: 0.001}}\n"
+    "data:\n"
+    "  train: {format: synthetic, kind: text, examples: 20000, shape: [20], vocabulary: 10000}\n"
+    "  test: {format: synthetic, kind: text, examples: 2000, shape: [20], vocabulary: 10000}\n"
+    "  batch_size: 64\n"
+    "  shuffle_buffer: 20000\n"
+    "train: {epochs: 3}\n";
+
+START_TEST(ps_training_sparse_text_job_moves_only_touched_rows_and_learns)
 {
     cluster_t c;
-    char *out = NULL;
+    char path[512], *out = NULL;
+    double moved = 0;
     int rc;
 
     start_cluster(&c);
-    rc = tessera((char *[]){"submit", (char *)harness_source("examples/text-synthetic.yaml"),
-                            c.chief_flag, "--watch", NULL},
-                 &out);
+    snprintf(path, sizeof(path), "%s/sparse.yaml", harness_tmpdir());
+    write_file(path, sparse_job);
+    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     ck_assert_msg(test_accuracy(out) >= 0.7, "test accuracy %.4f: %s", test_accuracy(out), out);
     free(out);
+
+    /* Moving the whole 640,000-byte table both ways on each of the ~940 steps would be 1.2 GB;
+     * the rows a batch touches (~1,200 of them, 64 bytes each, plus their indices) are an
+     * eighth of that. */
+    for (int i = 0; i < 2; i++)
+        moved += metric(&c.ps[i], "tessera_ps_pulled_bytes_total") +
+                 metric(&c.ps[i], "tessera_ps_pushed_bytes_total");
+    const double whole_table = 3.0 * 313 * 2 * 640000;
+    ck_assert_msg(moved > 0.05 * whole_table && moved < 0.25 * whole_table,
+                  "the PS moved %.0f bytes; the whole table each step would be %.0f", moved,
+                  whole_table);
+    stop_cluster(&c);
+}
+END_TEST
+
+static int64_t job_step(rpc_channel_t *ch, const char *id)
+{
+    Tessera__V1__GetJobResponse *r = NULL;
+    Tessera__V1__JobInfo *j = get_job(ch, id, &r);
+    int64_t step = j->progress ? j->progress->step : 0;
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return step;
+}
+
+/* Steps the job makes while worker 1 is stopped (SIGSTOP) for a while. */
+static int64_t steps_with_worker_1_stopped(cluster_t *c, rpc_channel_t *ch, const char *id)
+{
+    double t0 = now_s();
+    while (job_step(ch, id) < 100) {
+        ck_assert_msg(now_s() - t0 < 60, "%s did not start", id);
+        sleep_ms(10);
+    }
+    kill(c->worker[1].pid, SIGSTOP);
+    sleep_ms(500); /* worker 0 runs ahead as far as it may */
+    int64_t s1 = job_step(ch, id);
+    sleep_ms(700);
+    int64_t s2 = job_step(ch, id);
+    kill(c->worker[1].pid, SIGCONT);
+    /* Both go on once worker 1 is back. */
+    for (t0 = now_s(); job_step(ch, id) < s2 + 100;) {
+        ck_assert_msg(now_s() - t0 < 30, "%s did not go on after SIGCONT", id);
+        sleep_ms(10);
+    }
+    return s2 - s1;
+}
+
+static void cancel(cluster_t *c, const char *id)
+{
+    char *out = NULL;
+    ck_assert_int_eq(tessera((char *[]){"cancel", (char *)id, c->chief_flag, NULL}, &out), 0);
+    free(out);
+    ck_assert_int_eq(tessera((char *[]){"watch", (char *)id, c->chief_flag, NULL}, &out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cancelled"));
+    free(out);
+}
+
+START_TEST(ps_training_staleness_bound_holds_a_worker_that_runs_ahead)
+{
+    static const char job[] =
+        "name: %s\n"
+        "model:\n"
+        "  - {dense: {units: 32, activation: relu}, input_shape: [64]}\n"
+        "  - {dense: {units: 4}}\n"
+        "loss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
+        "optimizer: {sgd: {learning_rate: 0.01}}\n"
+        "data:\n"
+        "  train: {format: synthetic, kind: classification, examples: 4096, shape: [64], "
+        "classes: 4}\n"
+        "  batch_size: 32\n"
+        "train: {steps: 10000000, steps_per_execution: 4, max_staleness: %d}\n";
+    cluster_t c;
+    char path[512], text[1024], *out = NULL;
+    rpc_channel_t *ch;
+    status_msg_t msg;
+
+    start_cluster(&c);
+    ck_assert_int_eq(rpc_channel_new(c.chief.listen, NULL, &ch, &msg), STATUS_OK);
+    snprintf(path, sizeof(path), "%s/stale.yaml", harness_tmpdir());
+
+    /* Bound 40: worker 0 gets at most 40 steps (and one closure) ahead, then waits. */
+    snprintf(text, sizeof(text), job, "bounded", 40);
+    write_file(path, text);
+    ck_assert_int_eq(tessera((char *[]){"submit", path, c.chief_flag, NULL}, &out), 0);
+    free(out);
+    int64_t bounded = steps_with_worker_1_stopped(&c, ch, "bounded-1");
+    ck_assert_msg(bounded == 0, "worker 0 went on for %lld steps past the bound",
+                  (long long)bounded);
+    cancel(&c, "bounded-1");
+
+    /* No bound: worker 0 trains on alone. */
+    snprintf(text, sizeof(text), job, "free", 0);
+    write_file(path, text);
+    ck_assert_int_eq(tessera((char *[]){"submit", path, c.chief_flag, NULL}, &out), 0);
+    free(out);
+    int64_t free_steps = steps_with_worker_1_stopped(&c, ch, "free-2");
+    ck_assert_msg(free_steps > 50, "without a bound worker 0 made only %lld steps alone",
+                  (long long)free_steps);
+    cancel(&c, "free-2");
+    rpc_channel_free(ch);
     stop_cluster(&c);
 }
 END_TEST
@@ -192,17 +341,13 @@ START_TEST(ps_training_rejected_job_reports_the_error_to_the_cli)
 {
     cluster_t c;
     char path[512], *out = NULL;
-    FILE *f;
     int rc;
 
     start_cluster(&c);
     snprintf(path, sizeof(path), "%s/typo.yaml", harness_tmpdir());
-    f = fopen(path, "w");
-    fputs("model:\n  - {dense: {unitz: 4}, input_shape: [784]}\nloss: mse\n"
-          "data: {batch_size: 8, train: {format: synthetic, kind: classification, examples: 64, "
-          "shape: [784], classes: 2}}\n",
-          f);
-    fclose(f);
+    write_file(path, "model:\n  - {dense: {unitz: 4}, input_shape: [784]}\nloss: mse\n"
+                     "data: {batch_size: 8, train: {format: synthetic, kind: classification, "
+                     "examples: 64, shape: [784], classes: 2}}\n");
     rc = tessera((char *[]){"submit", path, c.chief_flag, NULL}, &out);
     ck_assert_msg(rc == 2, "exit %d: %s", rc, out);
     ck_assert_ptr_nonnull(strstr(out, "unitz"));
@@ -226,7 +371,8 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, ps_training_fashion_mnist_mlp_reaches_85_percent);
     tcase_add_test(tc, ps_training_cnn_pushes_4d_kernels_and_learns);
-    tcase_add_test(tc, ps_training_sparse_text_job_learns);
+    tcase_add_test(tc, ps_training_sparse_text_job_moves_only_touched_rows_and_learns);
+    tcase_add_test(tc, ps_training_staleness_bound_holds_a_worker_that_runs_ahead);
     tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);
     suite_add_tcase(s, tc);
