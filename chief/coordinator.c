@@ -470,6 +470,9 @@ static status_t run_epoch(run_t *r, int64_t steps, status_msg_t *err)
     for (size_t w = 0; w < c->n_workers; w++)
         pthread_join(d[w].tid, NULL);
     free(d);
+    pthread_mutex_lock(&c->mu);
+    r->j->progress.train_seconds += wall_now() - r->epoch_t0;
+    pthread_mutex_unlock(&c->mu);
     if (r->failed)
         return status_fail(err, r->err.status ? r->err.status : STATUS_REMOTE, "%s", r->err.text);
     if (atomic_load(&r->j->cancel) || c->stopping)

@@ -144,8 +144,11 @@ static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
         printf("\r\033[K");
     printf("job %s %s", j->id, state_name(j->state));
     if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED && p != NULL) {
-        printf(": %lld steps in %.1f s; loss %.4f, accuracy %.4f", (long long)p->step,
-               p->elapsed_seconds, p->loss, p->accuracy);
+        printf(": %lld steps in %.1f s", (long long)p->step, p->elapsed_seconds);
+        if (p->train_seconds > 0)
+            printf(" (training %.2f s, %.0f steps/s)", p->train_seconds,
+                   (double)p->step / p->train_seconds);
+        printf("; loss %.4f, accuracy %.4f", p->loss, p->accuracy);
         if (p->test_accuracy > 0)
             printf("; test loss %.4f, test accuracy %.4f", p->test_loss, p->test_accuracy);
     } else if (j->reason && j->reason[0]) {
