@@ -9,6 +9,9 @@
 #include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <gnu/libc-version.h>
+#endif
 
 #include <grpc/grpc.h>
 
@@ -297,6 +300,58 @@ static int daemon_run(daemon_t *d, const sigset_t *set)
     return 0;
 }
 
+/* Puts glibc's heap on transparent huge pages by starting this program again, once, with
+ * GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc reads tunables only at startup). gRPC receives a
+ * large message into heap slices that are trimmed back to the kernel after each message; on
+ * 4 KiB pages every one of them faults in again: measured on loopback, a 64 MiB push+pull took
+ * 90-180 ms instead of 52. Skipped where THP is off, under valgrind, when the operator set the
+ * tunable, and with TESSERA_MALLOC_HUGEPAGES=0. */
+static void heap_on_huge_pages(char **argv)
+{
+    const char *tunables = getenv("GLIBC_TUNABLES"), *opt = getenv("TESSERA_MALLOC_HUGEPAGES");
+    const char *preload = getenv("LD_PRELOAD");
+    char thp[128] = "", exe[4096], env[1024];
+    FILE *f;
+    ssize_t n;
+
+    if ((opt != NULL && strcmp(opt, "0") == 0) ||
+        (tunables != NULL && strstr(tunables, "malloc.hugetlb") != NULL) ||
+        (preload != NULL && strstr(preload, "vgpreload") != NULL))
+        return;
+#ifdef __GLIBC__
+    {
+        int major = 0, minor = 0;
+        if (sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor) != 2 ||
+            major * 100 + minor < 235) /* the tunable came with glibc 2.35 */
+            return;
+    }
+#else
+    return;
+#endif
+    f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f == NULL)
+        return;
+    if (fgets(thp, sizeof(thp), f) == NULL || strstr(thp, "[never]") != NULL) {
+        fclose(f);
+        return;
+    }
+    fclose(f);
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0 || (size_t)n >= sizeof(exe) - 1)
+        return;
+    exe[n] = '\0';
+    snprintf(env, sizeof(env), "%s%sglibc.malloc.hugetlb=1", tunables ? tunables : "",
+             tunables && *tunables ? ":" : "");
+    if (setenv("GLIBC_TUNABLES", env, 1) != 0)
+        return;
+    execv(exe, argv);
+    /* Still here: run as we are, with the environment as it was. */
+    if (tunables != NULL)
+        setenv("GLIBC_TUNABLES", tunables, 1);
+    else
+        unsetenv("GLIBC_TUNABLES");
+}
+
 /* A daemon that launch_start() spawned (tessera run --local, the tests) stops with its parent:
  * the parent's death sends SIGTERM, which the main thread takes like any stop request. */
 static void stop_with_launcher(void)
@@ -319,6 +374,7 @@ int daemon_main(const daemon_spec_t *spec, const config_table_t *table, void *op
     unsigned mask;
     int rc;
 
+    heap_on_huge_pages(argv);
     /* Block the stop signals before gRPC starts its threads, which inherit the mask; the main
      * thread takes them with sigtimedwait. */
     sigemptyset(&set);

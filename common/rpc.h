@@ -49,6 +49,11 @@ typedef struct rpc_payload {
 
 void rpc_payload_done(rpc_payload_t *p);
 
+/* A buffer for a payload, 64-byte aligned; one of 32 MiB or more lies on transparent huge
+ * pages where the kernel allows, which makes its first touch several times cheaper. Release it
+ * with free(). */
+void *rpc_buffer_alloc(size_t len);
+
 /* What failed in a call, for the caller to log or show. */
 typedef struct rpc_error {
     status_t status;

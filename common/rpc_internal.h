@@ -43,7 +43,6 @@ status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb
 void rpc_tune_malloc(void);
 
 bool rpc_has_payload_field(const ProtobufCMessageDescriptor *desc);
-void *rpc_aligned_alloc(size_t len);
 
 gpr_timespec rpc_deadline_ms(int64_t ms);
 int64_t rpc_now_ms(void);

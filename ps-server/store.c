@@ -21,6 +21,7 @@
 
 #include "initializer.h"
 #include "partitioner.h"
+#include "rpc.h"
 
 typedef struct var var_t;
 
@@ -900,7 +901,7 @@ status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items,
             add_reply(s, shards[i], it->has_rows, it->n_rows, &ret_values[i].bytes, &total, err),
             rc, out);
     }
-    if (total > 0 && (buf = malloc(total)) == NULL) {
+    if (total > 0 && (buf = rpc_buffer_alloc(total)) == NULL) {
         rc = fail(err, STATUS_NO_MEMORY, NULL, "out of memory for a %zu-byte reply", total);
         goto out;
     }
@@ -1054,7 +1055,7 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
         validate_push(s, j, items, n, pull_after, shards, ret_values, &total, &scratch_len, err),
         rc, out);
     if ((scratch_len > 0 && (scratch = malloc(scratch_len)) == NULL) ||
-        (total > 0 && (buf = malloc(total)) == NULL)) {
+        (total > 0 && (buf = rpc_buffer_alloc(total)) == NULL)) {
         rc = fail(err, STATUS_NO_MEMORY, NULL, "out of memory for a push of %zu items", n);
         goto out;
     }

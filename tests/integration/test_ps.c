@@ -881,7 +881,10 @@ START_TEST(ps_resident_memory_stays_near_the_variables_and_slots)
             ck_assert_msg(push_raw(ch, &p, &err) == STATUS_OK, "%s", err.message);
             free(pull(ch, "mem", names[v], 0, NULL, 0, NULL, NULL));
         }
-    rss = resident_bytes(ps.pid);
+    /* The last reply's buffer is freed once gRPC has sent it, a moment after the client has it:
+     * the bound holds for the server at rest. */
+    for (int tries = 0; (rss = resident_bytes(ps.pid)) > limit && tries < 40; tries++)
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
     if (instrumented(ps.pid))
         rss = 0;
     free(g);

@@ -1,0 +1,571 @@
+/* bench-ps: what one tessera-ps sustains over loopback, against iperf3 as the ceiling.
+ *
+ * Starts a real tessera-ps, creates a job with SGD and two float32 variables, then measures in
+ * interleaved rounds (so that a noisy neighbour spreads over every figure):
+ *   - push+pull of one 64 MiB variable: PushPull calls that send a dense gradient of the whole
+ *     variable (zero-copy from a buffer that stays allocated), have the server apply SGD to it
+ *     and return the updated 64 MiB; the rate counts the bytes of both directions;
+ *   - single-stream loopback TCP with iperf3;
+ *   - 16 clients, each with its own channel (its own TCP connection) on its own thread, pushing
+ *     1 MiB gradients of one shared variable as fast as they can: aggregate throughput and the
+ *     latency of every push (p50, p99).
+ * After the timed calls of each round it checks that the values pulled are the ones SGD gives.
+ *
+ * It reports against the issue's target (push+pull >= 50% of iperf3) without failing on it: the
+ * exit status is 0 unless something failed to run or a check found wrong values. Run it through
+ * bench/ps/run.sh. */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "bench_util.h"
+#include "log.h"
+#include "optimizer_proto.h"
+#include "rpc.h"
+
+#define MIB                ((size_t)1 << 20)
+#define JOB                "bench-ps"
+#define LEARNING_RATE      0x1p-10 /* exact in float: the expected values are exact too */
+#define MIN_BIG_CALLS      3
+#define CALL_TIMEOUT_MS    60000
+#define PS_STOP_TIMEOUT_MS 10000
+#define TARGET_RATIO       0.50
+#define MAX_CLIENTS        256
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+typedef struct bench_opts {
+    long rounds;
+    double seconds; /* per measurement */
+    long clients;
+    long big_mib, small_mib;
+    long iperf_seconds;
+    bool iperf;
+    long ps_threads;
+    const char *ps_path; /* NULL: beside this program */
+} bench_opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench-ps [--rounds=N] [--seconds=S] [--clients=N] [--big-mib=N]\n"
+               "                [--small-mib=N] [--iperf-seconds=S] [--no-iperf]\n"
+               "                [--ps-threads=N] [--ps=PATH]\n"
+               "Measures push+pull of one large variable against iperf3 and many clients\n"
+               "pushing to one tessera-ps (defaults: 3 rounds of 3 s, 16 clients, 64 MiB and\n"
+               "1 MiB, iperf3 for 3 s, as many server threads as CPUs).\n");
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *ret)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < lo || v > hi)
+        return false;
+    *ret = v;
+    return true;
+}
+
+/* Returns 0 to run, 1 after --help, 2 on a bad argument. */
+static int parse_args(int argc, char **argv, bench_opts_t *o)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (bench_opts_t){.rounds = 3,
+                        .seconds = 3,
+                        .clients = 16,
+                        .big_mib = 64,
+                        .small_mib = 1,
+                        .iperf_seconds = 3,
+                        .iperf = true,
+                        .ps_threads = cpus > 0 ? cpus : 2};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = strchr(a, '=');
+        long secs;
+        bool ok = true;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return 1;
+        if (strcmp(a, "--no-iperf") == 0)
+            o->iperf = false;
+        else if (v == NULL)
+            ok = false;
+        else if (strncmp(a, "--rounds=", 9) == 0)
+            ok = parse_long(v + 1, 1, 1000, &o->rounds);
+        else if (strncmp(a, "--seconds=", 10) == 0) {
+            ok = parse_long(v + 1, 1, 3600, &secs);
+            o->seconds = (double)secs;
+        } else if (strncmp(a, "--clients=", 10) == 0)
+            ok = parse_long(v + 1, 1, MAX_CLIENTS, &o->clients);
+        else if (strncmp(a, "--big-mib=", 10) == 0)
+            ok = parse_long(v + 1, 1, 1024, &o->big_mib);
+        else if (strncmp(a, "--small-mib=", 12) == 0)
+            ok = parse_long(v + 1, 1, 256, &o->small_mib);
+        else if (strncmp(a, "--iperf-seconds=", 16) == 0)
+            ok = parse_long(v + 1, 1, 600, &o->iperf_seconds);
+        else if (strncmp(a, "--ps-threads=", 13) == 0)
+            ok = parse_long(v + 1, 1, 256, &o->ps_threads);
+        else if (strncmp(a, "--ps=", 5) == 0)
+            o->ps_path = v + 1;
+        else
+            ok = false;
+        if (!ok) {
+            fprintf(stderr, "bench-ps: bad argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+/* A float32 variable [rows, 256] in one shard, initialized to zeros. */
+typedef struct var {
+    const char *name;
+    int64_t shape[2];
+    size_t bytes;
+    Tessera__V1__VariableShard msg;
+    Tessera__V1__Initializer init;
+    Tessera__V1__Initializer__Zeros zeros;
+} var_t;
+
+static void var_init(var_t *v, const char *name, size_t mib)
+{
+    memset(v, 0, sizeof(*v));
+    v->name = name;
+    v->bytes = mib * MIB;
+    v->shape[0] = (int64_t)(v->bytes / (256 * sizeof(float)));
+    v->shape[1] = 256;
+    tessera__v1__variable_shard__init(&v->msg);
+    tessera__v1__initializer__init(&v->init);
+    tessera__v1__initializer__zeros__init(&v->zeros);
+    v->init.kind_case = TESSERA__V1__INITIALIZER__KIND_ZEROS;
+    v->init.zeros = &v->zeros;
+    v->msg.variable = (char *)name;
+    v->msg.num_shards = 1;
+    v->msg.dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+    v->msg.n_shape = v->msg.n_full_shape = 2;
+    v->msg.shape = v->msg.full_shape = v->shape;
+    v->msg.initializer = &v->init;
+}
+
+static status_t create_job(rpc_channel_t *ch, var_t *vars, size_t n, status_msg_t *err)
+{
+    Tessera__V1__CreateVariablesRequest req = TESSERA__V1__CREATE_VARIABLES_REQUEST__INIT;
+    Tessera__V1__CreateVariablesResponse *resp = NULL;
+    Tessera__V1__VariableShard *ptrs[4];
+    optimizer_config_t sgd;
+    optimizer_msg_t opt;
+    rpc_error_t rerr;
+
+    optimizer_config_default(OPTIMIZER_SGD, &sgd);
+    sgd.schedule.kind = LR_CONSTANT;
+    sgd.schedule.lr = LEARNING_RATE;
+    optimizer_to_proto(&sgd, 1, &opt);
+    for (size_t i = 0; i < n; i++)
+        ptrs[i] = &vars[i].msg;
+    req.job = JOB;
+    req.optimizer = &opt.msg;
+    req.n_shards = n;
+    req.shards = ptrs;
+    if (rpc_ps_create_variables(ch, &req, NULL, &resp, NULL, &rerr) != STATUS_OK)
+        return status_fail(err, rerr.status, "CreateVariables: %s", rerr.message);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return STATUS_OK;
+}
+
+/* A push of v's whole gradient from grad (zero-copy); with pull_after the updated values come
+ * back into recv (v->bytes). */
+static status_t push(rpc_channel_t *ch, const var_t *v, const float *grad, bool pull_after,
+                     float *recv, status_msg_t *err)
+{
+    Tessera__V1__PushRequest req = TESSERA__V1__PUSH_REQUEST__INIT;
+    Tessera__V1__PushResponse *resp = NULL;
+    Tessera__V1__PushItem item = TESSERA__V1__PUSH_ITEM__INIT, *items[1] = {&item};
+    Tessera__V1__ShardKey key = TESSERA__V1__SHARD_KEY__INIT;
+    Tessera__V1__TensorRef ref = TESSERA__V1__TENSOR_REF__INIT;
+    rpc_iov_t iov = {grad, v->bytes, NULL, NULL};
+    rpc_call_opts_t o = {.timeout_ms = CALL_TIMEOUT_MS, .payload = &iov, .n_payload = 1};
+    rpc_payload_t payload = {0};
+    rpc_error_t rerr;
+    status_t rc = STATUS_OK;
+
+    key.variable = (char *)v->name;
+    ref.dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+    ref.n_shape = 2;
+    ref.shape = (int64_t *)v->shape;
+    ref.byte_length = v->bytes;
+    item.key = &key;
+    item.gradient_case = TESSERA__V1__PUSH_ITEM__GRADIENT_DENSE;
+    item.dense = &ref;
+    req.job = JOB;
+    req.n_items = 1;
+    req.items = items;
+    req.pull_after = pull_after;
+    if (pull_after) {
+        o.recv_buf = recv;
+        o.recv_cap = v->bytes;
+    }
+    if (rpc_unary(ch, pull_after ? RPC_PS_PUSH_PULL : RPC_PS_PUSH, &req.base, &o,
+                  (ProtobufCMessage **)&resp, &payload, &rerr) != STATUS_OK)
+        return status_fail(err, rerr.status, "%s of %s: %s", pull_after ? "PushPull" : "Push",
+                           v->name, rerr.message);
+    if (pull_after) {
+        const Tessera__V1__TensorRef *t =
+            resp->n_values == 1 && resp->values[0]->value ? resp->values[0]->value : NULL;
+        if (t == NULL || t->payload_offset != 0 || t->byte_length != v->bytes ||
+            payload.len != v->bytes)
+            rc = status_fail(err, STATUS_BAD_MESSAGE, "PushPull of %s returned %zu bytes, not %zu",
+                             v->name, payload.len, v->bytes);
+        else if (payload.data != recv)
+            memcpy(recv, payload.data, v->bytes);
+    }
+    rpc_payload_done(&payload);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
+/* ---- push+pull of the large variable ------------------------------------------------------ */
+
+/* Every value after `updates` SGD steps of gradient 1 from zeros is -updates * lr, exact. */
+static status_t check_values(const float *v, size_t n, uint64_t updates, status_msg_t *err)
+{
+    float want = 0;
+    for (uint64_t i = 0; i < updates; i++)
+        want -= (float)LEARNING_RATE;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] != want)
+            return status_fail(err, STATUS_REMOTE,
+                               "value %zu is %.9g after %llu updates; SGD gives %.9g", i,
+                               (double)v[i], (unsigned long long)updates, (double)want);
+    return STATUS_OK;
+}
+
+/* PushPull calls for o->seconds (at least MIN_BIG_CALLS): each call's MB/s (both directions)
+ * into *per_call. */
+static status_t bench_push_pull(rpc_channel_t *ch, const var_t *v, const float *grad, float *recv,
+                                const bench_opts_t *o, uint64_t *updates, samples_t *per_call,
+                                status_msg_t *err)
+{
+    double t0 = now_s();
+    for (int calls = 0; calls < MIN_BIG_CALLS || now_s() - t0 < o->seconds; calls++) {
+        double t = now_s();
+        STATUS_CHECK(push(ch, v, grad, true, recv, err));
+        (*updates)++;
+        if (!samples_add(per_call, 2.0 * (double)v->bytes / MB / (now_s() - t)))
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    return check_values(recv, v->bytes / sizeof(float), *updates, err);
+}
+
+/* ---- many clients ------------------------------------------------------------------------- */
+
+typedef struct start_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool open;
+    double until; /* when the clients stop */
+} start_gate_t;
+
+typedef struct client {
+    rpc_channel_t *ch;
+    const var_t *v;
+    const float *grad;
+    start_gate_t *gate;
+    samples_t lat_us;
+    status_msg_t err;
+    status_t rc;
+    pthread_t tid;
+} client_t;
+
+static void *client_main(void *arg)
+{
+    client_t *c = arg;
+    double until;
+
+    pthread_mutex_lock(&c->gate->mu);
+    while (!c->gate->open)
+        pthread_cond_wait(&c->gate->cv, &c->gate->mu);
+    until = c->gate->until;
+    pthread_mutex_unlock(&c->gate->mu);
+    while (c->rc == STATUS_OK && now_s() < until) {
+        double t = now_s();
+        c->rc = push(c->ch, c->v, c->grad, false, NULL, &c->err);
+        if (c->rc == STATUS_OK && !samples_add(&c->lat_us, (now_s() - t) * 1e6))
+            c->rc = status_fail(&c->err, STATUS_NO_MEMORY, "out of memory");
+    }
+    return NULL;
+}
+
+/* o->clients threads push v's gradient for o->seconds once all are up: the round's MB/s into
+ * *rate and every push's latency (us) into *lat; *pushes counts them. */
+static status_t bench_clients(rpc_channel_t **chs, const var_t *v, const float *grad,
+                              const bench_opts_t *o, samples_t *rate, samples_t *lat,
+                              uint64_t *pushes, status_msg_t *err)
+{
+    client_t *cs = calloc((size_t)o->clients, sizeof(*cs));
+    start_gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+    status_t rc = STATUS_OK;
+    size_t n = 0, started = 0;
+    double t0, wall;
+
+    if (cs == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (long i = 0; i < o->clients; i++) {
+        cs[i] = (client_t){.ch = chs[i], .v = v, .grad = grad, .gate = &gate};
+        if (pthread_create(&cs[i].tid, NULL, client_main, &cs[i]) != 0) {
+            rc = status_fail(err, STATUS_SYSTEM, "cannot start client thread %ld", i);
+            break;
+        }
+        started++;
+    }
+    pthread_mutex_lock(&gate.mu);
+    t0 = now_s();
+    gate.until = rc == STATUS_OK ? t0 + o->seconds : t0; /* on failure they stop at once */
+    gate.open = true;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(cs[i].tid, NULL);
+    wall = now_s() - t0;
+    for (size_t i = 0; i < started; i++) {
+        if (cs[i].rc != STATUS_OK && rc == STATUS_OK)
+            rc = status_fail(err, cs[i].rc, "client %zu: %s", i, cs[i].err.text);
+        n += cs[i].lat_us.n;
+        if (!samples_merge(lat, &cs[i].lat_us) && rc == STATUS_OK)
+            rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        samples_free(&cs[i].lat_us);
+    }
+    if (rc == STATUS_OK && !samples_add(rate, (double)n * (double)v->bytes / MB / wall))
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    *pushes += n;
+    free(cs);
+    return rc;
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+typedef struct results {
+    samples_t big;       /* push+pull MB/s, one per call */
+    samples_t big_round; /* push+pull MB/s, the median of each round */
+    samples_t iperf;     /* MB/s, one per round */
+    samples_t rate;      /* clients' aggregate MB/s, one per round */
+    samples_t lat;       /* clients' push latency in us, every push */
+    uint64_t big_updates, small_pushes;
+    status_msg_t iperf_err;
+    bool iperf_failed;
+} results_t;
+
+static void results_free(results_t *r)
+{
+    samples_free(&r->big);
+    samples_free(&r->big_round);
+    samples_free(&r->iperf);
+    samples_free(&r->rate);
+    samples_free(&r->lat);
+}
+
+typedef struct setup {
+    rpc_channel_t **chs; /* o->clients channels; the first also does push+pull */
+    var_t big, small;
+    float *grad, *recv; /* big->bytes each; grad is all ones */
+} setup_t;
+
+static status_t run_round(setup_t *s, const bench_opts_t *o, long round, results_t *r,
+                          status_msg_t *err)
+{
+    samples_t calls = {0}, lat = {0};
+    size_t rate_before = r->rate.n;
+    double big_med, p50, p99;
+    status_t rc;
+
+    rc = bench_push_pull(s->chs[0], &s->big, s->grad, s->recv, o, &r->big_updates, &calls, err);
+    if (rc == STATUS_OK && (!samples_merge(&r->big, &calls) ||
+                            !samples_add(&r->big_round, samples_quantile(&calls, 0.5))))
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    big_med = samples_quantile(&calls, 0.5);
+    samples_free(&calls);
+    STATUS_CHECK(rc);
+    if (o->iperf && !r->iperf_failed) {
+        double mbps;
+        if (run_iperf(o->iperf_seconds, &mbps, &r->iperf_err) != STATUS_OK ||
+            !samples_add(&r->iperf, mbps))
+            r->iperf_failed = true;
+    }
+    rc = bench_clients(s->chs, &s->small, s->grad, o, &r->rate, &lat, &r->small_pushes, err);
+    if (rc == STATUS_OK && !samples_merge(&r->lat, &lat))
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    p50 = samples_quantile(&lat, 0.5);
+    p99 = samples_quantile(&lat, 0.99);
+    samples_free(&lat);
+    STATUS_CHECK(rc);
+    printf("  %5ld %14s %12s %14s %10s %10s\n", round, NUM(big_med),
+           r->iperf.n > 0 && !r->iperf_failed ? NUM(r->iperf.v[r->iperf.n - 1]) : "n/a",
+           NUM(r->rate.n > rate_before ? r->rate.v[r->rate.n - 1] : NAN), NUM(p50), NUM(p99));
+    fflush(stdout);
+    return STATUS_OK;
+}
+
+/* The shared variable got every push: a zero gradient leaves it as it is and pulls it. */
+static status_t check_small(setup_t *s, uint64_t pushes, status_msg_t *err)
+{
+    size_t n = s->small.bytes / sizeof(float);
+    float *zeros = calloc(n, sizeof(float));
+    status_t rc;
+
+    if (zeros == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    rc = push(s->chs[0], &s->small, zeros, true, s->recv, err);
+    if (rc == STATUS_OK)
+        rc = check_values(s->recv, n, pushes, err);
+    free(zeros);
+    return rc;
+}
+
+static void print_summary(const bench_opts_t *o, results_t *r)
+{
+    double big = samples_quantile(&r->big, 0.5);
+    double iperf = r->iperf_failed ? NAN : samples_quantile(&r->iperf, 0.5);
+    double rate = samples_quantile(&r->rate, 0.5);
+    char line[160];
+
+    printf("\nPush+pull of one %ld MiB variable (PushPull: the gradient in, SGD applied, the "
+           "values out;\n%zu calls; MB/s counts both directions)\n",
+           o->big_mib, r->big.n);
+    printf("  median %s MB/s, best %s, worst %s; median %.1f ms per call\n", NUM(big),
+           NUM(samples_quantile(&r->big, 1)), NUM(samples_quantile(&r->big, 0)),
+           2.0 * (double)o->big_mib * (double)MIB / MB / big * 1e3);
+    printf("\nLoopback TCP: iperf3 -c 127.0.0.1 -t %ld -J, single stream (MB/s)\n",
+           o->iperf_seconds);
+    if (!o->iperf)
+        printf("  skipped (--no-iperf)\n");
+    else if (r->iperf_failed)
+        printf("  FAILED: %s\n", r->iperf_err.text);
+    else
+        printf("  median %s MB/s, best %s, worst %s over %zu runs\n", NUM(iperf),
+               NUM(samples_quantile(&r->iperf, 1)), NUM(samples_quantile(&r->iperf, 0)),
+               r->iperf.n);
+    printf("\n%ld clients pushing %ld MiB gradients of one shared variable (Push, SGD applied; "
+           "each client\non its own thread and TCP connection; %llu pushes in all)\n",
+           o->clients, o->small_mib, (unsigned long long)r->small_pushes);
+    printf("  throughput: median %s MB/s = %s pushes/s over the rounds\n", NUM(rate),
+           NUM(rate * MB / ((double)o->small_mib * (double)MIB)));
+    printf("  latency per push: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+           samples_quantile(&r->lat, 0.5) / 1e3, samples_quantile(&r->lat, 0.99) / 1e3,
+           samples_quantile(&r->lat, 1) / 1e3);
+
+    printf("\nTarget of the issue (a report, not a test)\n");
+    if (isnan(iperf))
+        snprintf(line, sizeof(line), "%s MB/s, no iperf3 figure", NUM(big));
+    else
+        snprintf(line, sizeof(line), "%s / %s MB/s = %.1f%%", NUM(big), NUM(iperf),
+                 100 * big / iperf);
+    printf("  %ld MiB push+pull >= 50%% of iperf3   %-36s %s\n", o->big_mib, line,
+           isnan(iperf)                  ? "n/a"
+           : big >= TARGET_RATIO * iperf ? "PASS"
+                                         : "MISS");
+}
+
+/* Everything after the server is up: channels, the job, the rounds, the checks, the summary. */
+static status_t bench_all(const bench_opts_t *o, const char *target, status_msg_t *err)
+{
+    rpc_channel_opts_t copts = {.timeout_ms = CALL_TIMEOUT_MS};
+    setup_t s = {0};
+    results_t r = {0};
+    status_t rc = STATUS_OK;
+
+    var_init(&s.big, "big", (size_t)o->big_mib);
+    var_init(&s.small, "small", (size_t)o->small_mib);
+    s.chs = calloc((size_t)o->clients, sizeof(*s.chs));
+    s.grad = malloc(s.big.bytes > s.small.bytes ? s.big.bytes : s.small.bytes);
+    s.recv = malloc(s.big.bytes > s.small.bytes ? s.big.bytes : s.small.bytes);
+    if (s.chs == NULL || s.grad == NULL || s.recv == NULL) {
+        rc = status_fail(err, STATUS_NO_MEMORY, "cannot allocate 2 x %ld MiB", o->big_mib);
+        goto out;
+    }
+    for (size_t i = 0; i < (s.big.bytes > s.small.bytes ? s.big.bytes : s.small.bytes) / 4; i++)
+        s.grad[i] = 1.0f;
+    for (long i = 0; i < o->clients; i++)
+        STATUS_CHECK_GOTO(rpc_channel_new(target, &copts, &s.chs[i], err), rc, out);
+    STATUS_CHECK_GOTO(create_job(s.chs[0], (var_t[]){s.big, s.small}, 2, err), rc, out);
+
+    printf("\nRounds (push+pull: the round's median MB/s; clients: aggregate MB/s and push "
+           "latency in us)\n");
+    printf("  %5s %14s %12s %14s %10s %10s\n", "round", "push+pull", "iperf3", "clients MB/s",
+           "p50 us", "p99 us");
+    for (long i = 1; i <= o->rounds; i++)
+        STATUS_CHECK_GOTO(run_round(&s, o, i, &r, err), rc, out);
+    STATUS_CHECK_GOTO(check_small(&s, r.small_pushes, err), rc, out);
+    printf("  checked: the pulled values are exactly SGD's after %llu and %llu updates\n",
+           (unsigned long long)r.big_updates, (unsigned long long)r.small_pushes);
+    print_summary(o, &r);
+    if (o->iperf && r.iperf_failed)
+        rc = status_fail(err, STATUS_REMOTE, "%s", r.iperf_err.text);
+out:
+    for (long i = 0; s.chs != NULL && i < o->clients; i++)
+        rpc_channel_free(s.chs[i]);
+    free(s.chs);
+    free(s.grad);
+    free(s.recv);
+    results_free(&r);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts_t o;
+    launch_proc_t ps;
+    status_msg_t err = {0};
+    status_t rc;
+    int pr = parse_args(argc, argv, &o), ps_status = 0;
+    char shown[PATH_MAX];
+    struct utsname un;
+
+    if (pr != 0) {
+        if (pr == 1)
+            usage(stdout);
+        return pr == 1 ? 0 : 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    log_set_identity("bench-ps", -1);
+    log_set_level(LOG_LEVEL_WARNING);
+    if (uname(&un) != 0)
+        snprintf(un.release, sizeof(un.release), "?");
+    printf("Tessera parameter-server benchmark (bench/ps, bench-ps)\n");
+    printf("  host     Linux %s, %ld CPUs online, gRPC core %s\n", un.release,
+           sysconf(_SC_NPROCESSORS_ONLN), grpc_version_string());
+    printf("  client   this process; %ld rounds of %.0f s per measurement\n", o.rounds, o.seconds);
+    printf("  units    MB/s = 10^6 bytes per second; MiB = 2^20 bytes\n");
+    /* The daemon is spawned before gRPC starts its threads here. */
+    rc = bench_start_ps(o.ps_path, (int)o.ps_threads, &ps, shown, sizeof(shown), &err);
+    if (rc != STATUS_OK) {
+        fprintf(stderr, "bench-ps: %s\n", err.text);
+        return 1;
+    }
+    printf("  server   %s --threads=%ld, pid %d, gRPC on %s\n", shown, o.ps_threads, (int)ps.pid,
+           ps.listen);
+    rpc_log_init();
+    grpc_init();
+    rc = bench_all(&o, ps.listen, &err);
+    grpc_shutdown();
+    if (launch_stop(&ps, SIGTERM, PS_STOP_TIMEOUT_MS, &ps_status) != STATUS_OK ||
+        !WIFEXITED(ps_status) || WEXITSTATUS(ps_status) != 0) {
+        fprintf(stderr, "bench-ps: tessera-ps did not stop cleanly (wait status 0x%x)\n",
+                ps_status);
+        if (rc == STATUS_OK)
+            rc = STATUS_REMOTE;
+    }
+    if (rc != STATUS_OK && err.text[0] != '\0')
+        fprintf(stderr, "bench-ps: %s\n", err.text);
+    fflush(stdout);
+    return rc == STATUS_OK ? 0 : 1;
+}
