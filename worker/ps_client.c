@@ -75,6 +75,8 @@ struct ps_client {
     const float *features;
     int batch;
     size_t feature_len;
+    bool push_pull; /* every variable dense: each push brings the updated values back */
+    bool fresh;     /* the model holds what the last push-pull brought */
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     int pending;
@@ -235,6 +237,62 @@ static void tensor_ref(Tessera__V1__TensorRef *r, int64_t *shape, int rank, uint
     r->byte_length = bytes;
 }
 
+/* Copies pulled values (whole dense shards, or the requested rows) into the model. */
+static status_t apply_values(ps_client_t *c, lane_t *l, Tessera__V1__PulledValue **values,
+                             size_t n_values, size_t expected, rpc_payload_t *payload,
+                             const char *what, status_msg_t *err)
+{
+    status_t rc = STATUS_OK;
+
+    if (n_values != expected)
+        rc = status_fail(err, STATUS_RPC, "ps %d (%s) answered a %s with %zu values, not %zu",
+                         l->index, l->address, what, n_values, expected);
+    for (size_t i = 0; i < n_values && rc == STATUS_OK; i++) {
+        const Tessera__V1__PulledValue *v = values[i];
+        var_ref_t *var = v->key ? find_var(c, v->key->variable) : NULL;
+        shard_ref_t *s = NULL;
+        const Tessera__V1__TensorRef *t = v->value;
+        for (int k = 0; var != NULL && k < var->n_shards; k++)
+            if (var->shards[k].shard == v->key->shard)
+                s = &var->shards[k];
+        if (s == NULL || t == NULL || t->payload_offset > payload->len ||
+            t->byte_length > payload->len - t->payload_offset) {
+            rc = status_fail(err, STATUS_RPC,
+                             "ps %d (%s) answered a %s with a value that "
+                             "does not match the request",
+                             l->index, l->address, what);
+            break;
+        }
+        const float *src = (const float *)((const char *)payload->data + t->payload_offset);
+        if (!var->p->sparse) {
+            size_t want = (size_t)s->rows * var->row_len * sizeof(float);
+            if (t->byte_length != want) {
+                rc = status_fail(err, STATUS_RPC, "ps %d sent %llu bytes for %s shard %d, not %zu",
+                                 l->index, (unsigned long long)t->byte_length, var->p->name,
+                                 s->shard, want);
+                break;
+            }
+            memcpy(var->p->value + (size_t)s->row_offset * var->row_len, src, want);
+        } else {
+            if (t->byte_length != s->n_local * var->row_len * sizeof(float)) {
+                rc = status_fail(err, STATUS_RPC, "ps %d sent the wrong number of rows of %s",
+                                 l->index, var->p->name);
+                break;
+            }
+            for (size_t r = 0; r < s->n_local; r++)
+                memcpy(var->p->value + (size_t)(s->row_offset + s->local[r]) * var->row_len,
+                       src + r * var->row_len, var->row_len * sizeof(float));
+        }
+    }
+    if (payload->owned && payload->len <= (64u << 20)) { /* keep the larger buffer for next time */
+        free(l->recv_buf);
+        l->recv_buf = payload->data;
+        l->recv_cap = payload->len;
+        payload->owned = false;
+    }
+    return rc;
+}
+
 static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
 {
     Tessera__V1__PullRequest req = TESSERA__V1__PULL_REQUEST__INIT;
@@ -275,49 +333,7 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
     rc = rpc_ps_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
     if (rc != STATUS_OK)
         return status_fail(err, rc, "pull from ps %d (%s): %s", l->index, l->address, rerr.message);
-    for (size_t i = 0; i < resp->n_values && rc == STATUS_OK; i++) {
-        const Tessera__V1__PulledValue *v = resp->values[i];
-        var_ref_t *var = v->key ? find_var(c, v->key->variable) : NULL;
-        shard_ref_t *s = NULL;
-        const Tessera__V1__TensorRef *t = v->value;
-        for (int k = 0; var != NULL && k < var->n_shards; k++)
-            if (var->shards[k].shard == v->key->shard)
-                s = &var->shards[k];
-        if (s == NULL || t == NULL || t->payload_offset > payload.len ||
-            t->byte_length > payload.len - t->payload_offset) {
-            rc = status_fail(err, STATUS_RPC,
-                             "ps %d (%s) answered a pull with a value that "
-                             "does not match the request",
-                             l->index, l->address);
-            break;
-        }
-        const float *src = (const float *)((const char *)payload.data + t->payload_offset);
-        if (!var->p->sparse) {
-            size_t want = (size_t)s->rows * var->row_len * sizeof(float);
-            if (t->byte_length != want) {
-                rc = status_fail(err, STATUS_RPC, "ps %d sent %llu bytes for %s shard %d, not %zu",
-                                 l->index, (unsigned long long)t->byte_length, var->p->name,
-                                 s->shard, want);
-                break;
-            }
-            memcpy(var->p->value + (size_t)s->row_offset * var->row_len, src, want);
-        } else {
-            if (t->byte_length != s->n_local * var->row_len * sizeof(float)) {
-                rc = status_fail(err, STATUS_RPC, "ps %d sent the wrong number of rows of %s",
-                                 l->index, var->p->name);
-                break;
-            }
-            for (size_t r = 0; r < s->n_local; r++)
-                memcpy(var->p->value + (size_t)(s->row_offset + s->local[r]) * var->row_len,
-                       src + r * var->row_len, var->row_len * sizeof(float));
-        }
-    }
-    if (payload.owned && payload.len <= (64u << 20)) { /* keep the larger buffer for next time */
-        free(l->recv_buf);
-        l->recv_buf = payload.data;
-        l->recv_cap = payload.len;
-        payload.owned = false;
-    }
+    rc = apply_values(c, l, resp->values, resp->n_values, n, &payload, "pull", err);
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     return rc;
@@ -328,6 +344,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
     Tessera__V1__PushRequest req = TESSERA__V1__PUSH_REQUEST__INIT;
     Tessera__V1__PushResponse *resp = NULL;
     rpc_call_opts_t opts = {0};
+    rpc_payload_t payload = {0};
     rpc_error_t rerr;
     size_t n = 0, n_iov = 0;
     uint64_t off = 0;
@@ -384,11 +401,25 @@ static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
     req.items = l->push_ptrs;
     opts.payload = l->iov;
     opts.n_payload = n_iov;
-    rc = rpc_ps_push(l->ch, &req, &opts, &resp, NULL, &rerr);
+    if (!c->push_pull) {
+        rc = rpc_ps_push(l->ch, &req, &opts, &resp, NULL, &rerr);
+        if (rc != STATUS_OK)
+            return status_fail(err, rc, "push to ps %d (%s): %s", l->index, l->address,
+                               rerr.message);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return STATUS_OK;
+    }
+    /* One round trip instead of two: the values come back updated, for the next step. */
+    req.pull_after = true;
+    opts.recv_buf = l->recv_buf;
+    opts.recv_cap = l->recv_cap;
+    rc = rpc_ps_push_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
     if (rc != STATUS_OK)
         return status_fail(err, rc, "push to ps %d (%s): %s", l->index, l->address, rerr.message);
+    rc = apply_values(c, l, resp->values, resp->n_values, n, &payload, "push-pull", err);
+    rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
-    return STATUS_OK;
+    return rc;
 }
 
 static status_t lane_run(ps_client_t *c, lane_t *l)
@@ -484,8 +515,15 @@ static void gather_ids(ps_client_t *c, const float *features, int batch)
 
 status_t ps_client_pull(ps_client_t *c, const float *features, int batch, status_msg_t *err)
 {
+    if (c->fresh)
+        return STATUS_OK;
     gather_ids(c, features, batch);
     return run_all(c, OP_PULL, err);
+}
+
+void ps_client_refresh(ps_client_t *c)
+{
+    c->fresh = false;
 }
 
 status_t ps_client_push(ps_client_t *c, status_msg_t *err)
@@ -510,7 +548,10 @@ status_t ps_client_push(ps_client_t *c, status_msg_t *err)
             }
         }
     }
-    return run_all(c, OP_PUSH, err);
+    c->fresh = false;
+    status_t rc = run_all(c, OP_PUSH, err);
+    c->fresh = rc == STATUS_OK && c->push_pull;
+    return rc;
 }
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
@@ -542,9 +583,11 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         ps_client_free(c);
         return status_fail(err, STATUS_INVALID_ARGUMENT, "the job names no parameter servers");
     }
+    c->push_pull = true;
     for (size_t i = 0; i < c->n_vars; i++) {
         c->vars[i].p = model_param(model, i);
         c->vars[i].row_len = c->vars[i].p->n / (size_t)c->vars[i].p->shape[0];
+        c->push_pull &= !c->vars[i].p->sparse; /* the next batch needs other rows */
     }
     for (size_t i = 0; i < c->n_lanes; i++) {
         c->lanes[i].c = c;

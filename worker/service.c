@@ -313,6 +313,7 @@ static status_t train_closure(wjob_t *j, int steps, Tessera__V1__RunClosureRespo
     int64_t examples = 0;
     int done = 0;
 
+    ps_client_refresh(j->ps);
     for (; done < steps; done++) {
         data_batch_t b;
         model_stats_t st;
@@ -350,6 +351,7 @@ static status_t eval_closure(wjob_t *j, Tessera__V1__RunClosureResponse *resp, s
         return status_fail(err, STATUS_INVALID_USAGE, "job %s has no test split to evaluate",
                            j->id);
     STATUS_CHECK(data_pipeline_new(j->test, &po, &pipe, err));
+    ps_client_refresh(j->ps);
     while (rc == STATUS_OK && data_pipeline_next(pipe, &b)) {
         model_stats_t st;
         if (atomic_load(&j->cancelled)) {
