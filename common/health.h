@@ -32,8 +32,9 @@ typedef enum {
     HEALTH_UNREACHABLE = 3,
 } health_state_t;
 
-/* Asks target whether `service` is SERVING, within timeout_ms. Unreachable peers, errors and
- * timeouts give HEALTH_UNREACHABLE with the reason in err. */
+/* Asks target whether `service` is SERVING, within timeout_ms; a refused connection is tried
+ * again every 100 ms until then. Unreachable peers, errors and timeouts give HEALTH_UNREACHABLE
+ * with the reason in err. */
 health_state_t health_check(const char *target, const char *service, int64_t timeout_ms,
                             rpc_error_t *err);
 

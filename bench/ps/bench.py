@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+"""bench/ps: parameter-server training steps per second, Tessera against its peers, and what
+one tessera-ps sustains.
+
+Run it through bench/ps/run.sh, which builds tessera, tessera-ps and bench-ps first. In one run
+it:
+
+  1. makes sure the peers are there: TensorFlow's ParameterServerStrategy with its
+     ClusterCoordinator (PyPI tensorflow-cpu 2.15.1, the last release whose tf.keras is Keras 2,
+     which that strategy needs, in .venv-bench/tf-ps), and PyTorch's RPC parameter server on
+     Debian's python3-torch (1.13, for /usr/bin/python3, installed with apt-get when run as
+     root). A peer that cannot be installed is reported as MISSING with the reason.
+  2. trains the MLP 784-128-10 on Fashion-MNIST (batch 64, Adam 1e-3, sparse categorical
+     cross-entropy from logits) as local processes on loopback, in rounds that interleave the
+     sides so that a noisy neighbour spreads over every figure:
+       - Tessera: `tessera run --local --ps 1 --workers 1` (chief + 1 PS + 1 worker), at
+         steps_per_execution K and at 1; its figure is the chief's steps/s over the training
+         closures (setup and evaluation excluded);
+       - TensorFlow: chief + 1 PS + 1 worker with the same K, steps/s of the scheduled closures
+         after a warm-up;
+       - PyTorch: 1 PS + 1 trainer pulling the weights and pushing the gradients every step;
+     Tessera's worker also pulls every variable and pushes every gradient on each step.
+  3. runs bench-ps: push+pull of a 64 MiB variable against iperf3 on loopback, and 16 clients
+     pushing 1 MiB gradients (throughput, p50/p99 latency);
+  4. prints the medians, the ratios and the issue's targets with PASS or MISS.
+
+The exit status is 0 unless something failed to run; missing a target is a report.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SYSTEM_PYTHON = "/usr/bin/python3"
+RUN_TIMEOUT_S = 600
+TF_PACKAGES = ["tensorflow-cpu==2.15.1", "numpy<2"]
+TARGET = 2.0  # Tessera's steps/s over each peer's
+
+# The venv, Debian-package and child-process helpers of bench/train, shared.
+_spec = importlib.util.spec_from_file_location("train_bench",
+                                               os.path.join(ROOT, "bench", "train", "bench.py"))
+train_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(train_bench)
+
+JOB = """\
+name: bench-ps
+strategy: parameter_server
+model:
+  - {dense: {units: 128, activation: relu}, input_shape: [784]}
+  - {dense: {units: 10}}
+loss: {sparse_categorical_crossentropy: {from_logits: true}}
+metrics: [accuracy]
+optimizer: {adam: {learning_rate: 0.001}}
+data:
+  train:
+    format: idx
+    images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+    labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz
+  scale: 0.00392156862745098
+  batch_size: 64
+  shuffle_buffer: 60000
+  seed: 1
+train: {steps: %(steps)d, steps_per_execution: %(spe)d}
+"""
+
+
+def run_tessera(args, spe, jobdir):
+    path = os.path.join(jobdir, "bench-ps-%d.yaml" % spe)
+    with open(path, "w") as f:
+        f.write(JOB % {"steps": args.steps, "spe": spe})
+    cmd = [args.tessera, "run", "--local", "--ps", "1", "--workers", "1",
+           "--log-dir", os.path.join(jobdir, "logs"), path]
+    rc, out, err, _ = train_bench.run_child(cmd, dict(os.environ), RUN_TIMEOUT_S)
+    m = re.search(r"\(training ([0-9.]+) s, ([0-9.]+) steps/s\)", out)
+    if rc != 0 or m is None:
+        tail = (err.strip() or out.strip()).splitlines()[-3:]
+        return {"error": "%s: exit %d: %s" % (" ".join(cmd), rc, " | ".join(tail))}
+    return {"rate": float(m.group(2))}
+
+
+def run_peer(python, script, extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONDONTWRITEBYTECODE="1")
+    cmd = [python, os.path.join(HERE, script)] + extra
+    rc, out, err, _ = train_bench.run_child(cmd, env, RUN_TIMEOUT_S)
+    line = out.strip().splitlines()[-1] if out.strip() else ""
+    try:
+        rate = json.loads(line)["steps_per_second"] if rc == 0 else None
+    except (ValueError, KeyError):
+        rate = None
+    if rate is None:
+        tail = (err.strip() or out.strip()).splitlines()[-3:]
+        return {"error": "%s: exit %d: %s" % (" ".join(cmd), rc, " | ".join(tail))}
+    return {"rate": rate}
+
+
+def median(results):
+    rates = [r["rate"] for r in results if "rate" in r]
+    return statistics.median(rates) if rates else None
+
+
+def fmt(v):
+    return "%10s" % (format(round(v), ",") if v is not None else "-")
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="bench/ps/run.sh", description=__doc__.splitlines()[0])
+    ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "tessera"))
+    ap.add_argument("--bench-ps", default=os.path.join(ROOT, "build", "bench", "bench-ps"))
+    ap.add_argument("--venv", default=os.path.join(ROOT, ".venv-bench"),
+                    help="where the peers' virtual environments live (default .venv-bench)")
+    ap.add_argument("--rounds", type=int, default=3, help="training rounds (default 3)")
+    ap.add_argument("--steps", type=int, default=3000, help="timed steps per run (default 3000)")
+    ap.add_argument("--spe", type=int, default=10,
+                    help="steps_per_execution of Tessera and TensorFlow (default 10)")
+    ap.add_argument("--no-install", dest="install", action="store_false",
+                    help="do not create virtual environments or apt-get install peers")
+    ap.add_argument("--no-transfer", dest="transfer", action="store_false",
+                    help="skip bench-ps (push+pull, 16 clients, iperf3)")
+    args = ap.parse_args(argv)
+
+    def log(msg):
+        print("# " + msg, file=sys.stderr, flush=True)
+
+    tf_python, tf_version, tf_missing = train_bench.ensure_venv(
+        os.path.join(args.venv, "tf-ps"), TF_PACKAGES, "tensorflow", args.install, log)
+    torch_version, torch_missing = train_bench.ensure_debian_torch(args.install, log)
+    warmup = 10 * args.spe
+    sides = [
+        ("tessera", "Tessera, steps_per_execution %d" % args.spe, None,
+         lambda d: run_tessera(args, args.spe, d)),
+        ("tessera1", "Tessera, steps_per_execution 1", None, lambda d: run_tessera(args, 1, d)),
+        ("tf", "TensorFlow %s PSS + ClusterCoordinator, spe %d" % (tf_version or "?", args.spe),
+         tf_missing,
+         lambda d: run_peer(tf_python, "peer_tf_ps.py",
+                            ["--steps", str(args.steps), "--steps-per-execution", str(args.spe),
+                             "--batch", "64", "--warmup", str(warmup)])),
+        ("torch", "PyTorch %s RPC parameter server" % (torch_version or "?"), torch_missing,
+         lambda d: run_peer(SYSTEM_PYTHON, "peer_torch_rpc.py",
+                            ["--steps", str(args.steps), "--batch", "64", "--warmup", "50"])),
+    ]
+    results = {key: [] for key, _, _, _ in sides}
+    print("Tessera parameter-server benchmark (bench/ps)")
+    print("  host     %s, %d CPUs online" % (os.uname().release, os.cpu_count()))
+    print("  job      MLP 784-128-10, Fashion-MNIST, batch 64, Adam 1e-3; chief + 1 PS + 1 worker "
+          "on loopback; %d timed steps per run, %d rounds" % (args.steps, args.rounds))
+    print("\nRounds (training steps/s)")
+    print("  %5s %s" % ("round", " ".join("%12s" % key for key, _, _, _ in sides)))
+    with tempfile.TemporaryDirectory(prefix="bench-ps-") as jobdir:
+        for rnd in range(1, args.rounds + 1):
+            cells = []
+            for key, _, missing, run in sides:
+                if missing:
+                    cells.append("%12s" % "MISSING")
+                    continue
+                r = run(jobdir)
+                results[key].append(r)
+                if "error" in r:
+                    log(r["error"])
+                cells.append("%12s" % (format(round(r["rate"]), ",") if "rate" in r else "FAILED"))
+            print("  %5d %s" % (rnd, " ".join(cells)), flush=True)
+
+    print("\nMedians")
+    for key, label, missing, _ in sides:
+        print("  %-52s %s%s" % (label, fmt(median(results[key])),
+                                "   MISSING: " + missing if missing else ""))
+    t, t1 = median(results["tessera"]), median(results["tessera1"])
+    tf, torch = median(results["tf"]), median(results["torch"])
+    print("\nTargets of the issue (a report, not a test)")
+    for label, a, b in [("Tessera / TensorFlow PSS, same spe, >= 2x", t, tf),
+                        ("Tessera / PyTorch RPC PS, >= 2x", t, torch),
+                        ("Tessera at spe 1 / PyTorch RPC PS (every step a closure)", t1, torch)]:
+        if a is None or b is None:
+            print("  %-58s %s" % (label, "n/a"))
+        else:
+            print("  %-58s %6.2fx  %s" % (label, a / b, "PASS" if a >= TARGET * b else "MISS"))
+    sys.stdout.flush()
+
+    failed = any("error" in r for rs in results.values() for r in rs)
+    if args.transfer:
+        print()
+        sys.stdout.flush()
+        rc = subprocess.call([args.bench_ps])
+        failed = failed or rc != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
