@@ -23,6 +23,7 @@
 #include "launch.h"
 
 #define PS_START_TIMEOUT_MS 15000
+#define PS_STOP_TIMEOUT_MS  10000
 #define IPERF_START_TIMEOUT 5000  /* ms for the iperf3 server to listen */
 #define IPERF_EXTRA_TIMEOUT 20000 /* ms beyond -t for the client to report */
 
@@ -318,4 +319,19 @@ status_t bench_start_ps(const char *path, int threads, launch_proc_t *ps, char *
     if (realpath(prog, ret_shown) == NULL)
         snprintf(ret_shown, len, "%s", prog);
     return STATUS_OK;
+}
+
+int bench_finish(const char *prog, launch_proc_t *ps, status_t rc, const status_msg_t *err)
+{
+    int st = 0;
+    if (launch_stop(ps, SIGTERM, PS_STOP_TIMEOUT_MS, &st) != STATUS_OK || !WIFEXITED(st) ||
+        WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "%s: tessera-ps did not stop cleanly (wait status 0x%x)\n", prog, st);
+        if (rc == STATUS_OK)
+            rc = STATUS_REMOTE;
+    }
+    if (rc != STATUS_OK && err->text[0] != '\0')
+        fprintf(stderr, "%s: %s\n", prog, err->text);
+    fflush(stdout);
+    return rc == STATUS_OK ? 0 : 1;
 }

@@ -52,4 +52,8 @@ status_t run_iperf(long seconds, double *ret_mbps, status_msg_t *err);
 status_t bench_start_ps(const char *path, int threads, launch_proc_t *ps, char *ret_shown,
                         size_t len, status_msg_t *err);
 
+/* Stops the server, reports an unclean stop or rc's error (err) on stderr, and returns the exit
+ * status of a benchmark program: 0 when everything ran. */
+int bench_finish(const char *prog, launch_proc_t *ps, status_t rc, const status_msg_t *err);
+
 #endif

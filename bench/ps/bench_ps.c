@@ -34,14 +34,13 @@
 #include "optimizer_proto.h"
 #include "rpc.h"
 
-#define MIB                ((size_t)1 << 20)
-#define JOB                "bench-ps"
-#define LEARNING_RATE      0x1p-10 /* exact in float: the expected values are exact too */
-#define MIN_BIG_CALLS      3
-#define CALL_TIMEOUT_MS    60000
-#define PS_STOP_TIMEOUT_MS 10000
-#define TARGET_RATIO       0.50
-#define MAX_CLIENTS        256
+#define MIB             ((size_t)1 << 20)
+#define JOB             "bench-ps"
+#define LEARNING_RATE   0x1p-10 /* exact in float: the expected values are exact too */
+#define MIN_BIG_CALLS   3
+#define CALL_TIMEOUT_MS 60000
+#define TARGET_RATIO    0.50
+#define MAX_CLIENTS     256
 
 /* ---- options ------------------------------------------------------------------------------ */
 
@@ -526,7 +525,7 @@ int main(int argc, char **argv)
     launch_proc_t ps;
     status_msg_t err = {0};
     status_t rc;
-    int pr = parse_args(argc, argv, &o), ps_status = 0;
+    int pr = parse_args(argc, argv, &o);
     char shown[PATH_MAX];
     struct utsname un;
 
@@ -557,15 +556,5 @@ int main(int argc, char **argv)
     grpc_init();
     rc = bench_all(&o, ps.listen, &err);
     grpc_shutdown();
-    if (launch_stop(&ps, SIGTERM, PS_STOP_TIMEOUT_MS, &ps_status) != STATUS_OK ||
-        !WIFEXITED(ps_status) || WEXITSTATUS(ps_status) != 0) {
-        fprintf(stderr, "bench-ps: tessera-ps did not stop cleanly (wait status 0x%x)\n",
-                ps_status);
-        if (rc == STATUS_OK)
-            rc = STATUS_REMOTE;
-    }
-    if (rc != STATUS_OK && err.text[0] != '\0')
-        fprintf(stderr, "bench-ps: %s\n", err.text);
-    fflush(stdout);
-    return rc == STATUS_OK ? 0 : 1;
+    return bench_finish("bench-ps", &ps, rc, &err);
 }

@@ -42,13 +42,12 @@
 #include "log.h"
 #include "rpc.h"
 
-#define MIB                ((size_t)1 << 20)
-#define MIN_PUSH_CALLS     5
-#define WARMUP_PUSH_CALLS  2
-#define PS_STOP_TIMEOUT_MS 10000
-#define CALL_TIMEOUT_MS    60000
-#define TARGET_PUSH_RATIO  0.50
-#define TARGET_UNARY_RATE  10000.0
+#define MIB               ((size_t)1 << 20)
+#define MIN_PUSH_CALLS    5
+#define WARMUP_PUSH_CALLS 2
+#define CALL_TIMEOUT_MS   60000
+#define TARGET_PUSH_RATIO 0.50
+#define TARGET_UNARY_RATE 10000.0
 
 static const size_t push_sizes[] = {1 * MIB, 16 * MIB, 64 * MIB};
 #define N_PUSH_SIZES (sizeof(push_sizes) / sizeof(push_sizes[0]))
@@ -499,7 +498,7 @@ int main(int argc, char **argv)
     launch_proc_t ps;
     status_msg_t err = {0};
     status_t rc;
-    int pr = parse_args(argc, argv, &o), ps_status = 0;
+    int pr = parse_args(argc, argv, &o);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     struct utsname un;
 
@@ -530,15 +529,5 @@ int main(int argc, char **argv)
     grpc_init();
     rc = bench_all(&o, ps.listen, &err);
     grpc_shutdown();
-    if (launch_stop(&ps, SIGTERM, PS_STOP_TIMEOUT_MS, &ps_status) != STATUS_OK ||
-        !WIFEXITED(ps_status) || WEXITSTATUS(ps_status) != 0) {
-        fprintf(stderr, "bench-rpc: tessera-ps did not stop cleanly (wait status 0x%x)\n",
-                ps_status);
-        if (rc == STATUS_OK)
-            rc = STATUS_REMOTE;
-    }
-    if (rc != STATUS_OK && err.text[0] != '\0')
-        fprintf(stderr, "bench-rpc: %s\n", err.text);
-    fflush(stdout);
-    return rc == STATUS_OK ? 0 : 1;
+    return bench_finish("bench-rpc", &ps, rc, &err);
 }
