@@ -174,13 +174,6 @@ void health_set_serving(health_t *h, bool serving)
     LOG_INFO(HEALTH, "health: %s", serving ? "SERVING" : "NOT_SERVING");
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* One Check call on a fresh channel (each has its own connection, so a retry reconnects at once
  * instead of waiting out a shared connection's back-off). */
 static health_state_t check_once(const char *target, const char *service, int64_t timeout_ms,
@@ -225,12 +218,12 @@ health_state_t health_check(const char *target, const char *service, int64_t tim
     /* A refused or reset connection fails at once. Within the deadline it is retried: a task
      * that has just started (or a loaded host that dropped the first SYN) is not unreachable. */
     const int64_t retry_pause_ms = 100;
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = rpc_now_ms() + timeout_ms;
     for (;;) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - rpc_now_ms();
         health_state_t state = check_once(target, service, left > 1 ? left : 1, err);
         if (state != HEALTH_UNREACHABLE || err->status != STATUS_UNAVAILABLE ||
-            deadline - mono_ms() < 2 * retry_pause_ms)
+            deadline - rpc_now_ms() < 2 * retry_pause_ms)
             return state;
         nanosleep(&(struct timespec){.tv_nsec = retry_pause_ms * 1000000L}, NULL);
     }

@@ -45,6 +45,5 @@ void rpc_tune_malloc(void);
 bool rpc_has_payload_field(const ProtobufCMessageDescriptor *desc);
 
 gpr_timespec rpc_deadline_ms(int64_t ms);
-int64_t rpc_now_ms(void);
 
 #endif

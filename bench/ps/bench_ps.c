@@ -157,7 +157,7 @@ static void var_init(var_t *v, const char *name, size_t mib)
     v->msg.initializer = &v->init;
 }
 
-static status_t create_job(rpc_channel_t *ch, var_t *vars, size_t n, status_msg_t *err)
+static status_t create_job(rpc_channel_t *ch, var_t *const *vars, size_t n, status_msg_t *err)
 {
     Tessera__V1__CreateVariablesRequest req = TESSERA__V1__CREATE_VARIABLES_REQUEST__INIT;
     Tessera__V1__CreateVariablesResponse *resp = NULL;
@@ -171,7 +171,7 @@ static status_t create_job(rpc_channel_t *ch, var_t *vars, size_t n, status_msg_
     sgd.schedule.lr = LEARNING_RATE;
     optimizer_to_proto(&sgd, 1, &opt);
     for (size_t i = 0; i < n; i++)
-        ptrs[i] = &vars[i].msg;
+        ptrs[i] = &vars[i]->msg;
     req.job = JOB;
     req.optimizer = &opt.msg;
     req.n_shards = n;
@@ -495,7 +495,7 @@ static status_t bench_all(const bench_opts_t *o, const char *target, status_msg_
         s.grad[i] = 1.0f;
     for (long i = 0; i < o->clients; i++)
         STATUS_CHECK_GOTO(rpc_channel_new(target, &copts, &s.chs[i], err), rc, out);
-    STATUS_CHECK_GOTO(create_job(s.chs[0], (var_t[]){s.big, s.small}, 2, err), rc, out);
+    STATUS_CHECK_GOTO(create_job(s.chs[0], (var_t *[]){&s.big, &s.small}, 2, err), rc, out);
 
     printf("\nRounds (push+pull: the round's median MB/s; clients: aggregate MB/s and push "
            "latency in us)\n");

@@ -13,27 +13,19 @@
  * failed to run or the integrity check found a difference. Run it through bench/rpc/run.sh. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
-#include <cjson/cJSON.h>
 #include <grpc/grpc.h>
 
 #include "bench_util.h"
