@@ -167,6 +167,9 @@ typedef struct job {
     int64_t steps;
     int steps_per_execution; /* default 1 */
     int64_t max_staleness;   /* parameter_server: 0 = off */
+    int64_t bytes_per_pack;  /* parameter_server: gradients go to the PS in packs of at least
+                              * this many bytes, each as soon as backward has made it; 0 =
+                              * automatic */
     bool evaluate; /* evaluate on the test split after each epoch (default: when a test split is
                       given) */
     job_partitioner_t partitioner;

@@ -541,7 +541,8 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
         free(sh);
         return NULL;
     }
-    /* Every shard of a variable draws from the same stream, wherever it lives. */
+    /* Every shard of a variable draws from the same stream, wherever it lives: the initializer's
+     * seed (workers send one derived from the job's seed), else one from the job and variable. */
     seed = fnv1a(fnv1a(0xCBF29CE484222325ull, job) * 31 + 1, sp->variable);
     initializer_fans(sp->full_shape, sp->rank, &fi, &fo);
     fan_in = fan_in > 0 ? fan_in : fi;

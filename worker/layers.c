@@ -122,15 +122,20 @@ static void dense_forward(layer_t *l, int batch)
                units);
 }
 
-static void dense_backward(layer_t *l, int batch, const float *dy, float *dx)
+static void dense_backward_params(layer_t *l, int batch, const float *dy)
 {
     int in = l->in_shape[l->in_rank - 1], units = l->spec.units;
     int rows = (int)((size_t)batch * l->in_len / (size_t)in);
     blas_sgemm(true, false, in, units, rows, 1.0f, l->in, in, dy, units, 0.0f, l->w->grad, units);
     if (l->b != NULL)
         column_sums(dy, (size_t)rows, (size_t)units, l->b->grad);
-    if (dx != NULL)
-        blas_sgemm(false, true, rows, in, units, 1.0f, dy, units, l->w->value, units, 0.0f, dx, in);
+}
+
+static void dense_backward_input(layer_t *l, int batch, const float *dy, float *dx)
+{
+    int in = l->in_shape[l->in_rank - 1], units = l->spec.units;
+    int rows = (int)((size_t)batch * l->in_len / (size_t)in);
+    blas_sgemm(false, true, rows, in, units, 1.0f, dy, units, l->w->value, units, 0.0f, dx, in);
 }
 
 /* ---- Conv2D ------------------------------------------------------------------------------- */
@@ -216,7 +221,7 @@ static void conv_forward(layer_t *l, int batch)
                filters);
 }
 
-static void conv_backward(layer_t *l, int batch, const float *dy, float *dx)
+static void conv_backward_params(layer_t *l, int batch, const float *dy)
 {
     int k = l->spec.kernel_size[0] * l->spec.kernel_size[1] * l->in_shape[2];
     int rows = batch * l->oh * l->ow, filters = l->spec.filters;
@@ -224,12 +229,16 @@ static void conv_backward(layer_t *l, int batch, const float *dy, float *dx)
                filters);
     if (l->b != NULL)
         column_sums(dy, (size_t)rows, (size_t)filters, l->b->grad);
-    if (dx != NULL) {
-        /* The columns are no longer needed: reuse them for their gradient. */
-        blas_sgemm(false, true, rows, k, filters, 1.0f, dy, filters, l->w->value, filters, 0.0f,
-                   l->cols, k);
-        col2im(l, l->cols, batch, dx);
-    }
+}
+
+static void conv_backward_input(layer_t *l, int batch, const float *dy, float *dx)
+{
+    int k = l->spec.kernel_size[0] * l->spec.kernel_size[1] * l->in_shape[2];
+    int rows = batch * l->oh * l->ow, filters = l->spec.filters;
+    /* The columns are no longer needed: reuse them for their gradient. */
+    blas_sgemm(false, true, rows, k, filters, 1.0f, dy, filters, l->w->value, filters, 0.0f,
+               l->cols, k);
+    col2im(l, l->cols, batch, dx);
 }
 
 /* ---- pooling ------------------------------------------------------------------------------ */
@@ -465,17 +474,36 @@ status_t layer_forward(layer_t *l, int batch, bool training, bool skip_activatio
     return STATUS_OK;
 }
 
-float *layer_backward(layer_t *l, int batch, float *dy, float *dx, bool skip_activation)
+void layer_backward_params(layer_t *l, int batch, float *dy, bool skip_activation)
 {
     if (!skip_activation)
         activate_backward(layer_activation(l), l->out, dy, (size_t)batch * l->out_len,
                           (size_t)l->out_shape[l->out_rank - 1]);
     switch (l->spec.kind) {
     case JOB_LAYER_DENSE:
-        dense_backward(l, batch, dy, dx);
+        dense_backward_params(l, batch, dy);
         break;
     case JOB_LAYER_CONV2D:
-        conv_backward(l, batch, dy, dx);
+        conv_backward_params(l, batch, dy);
+        break;
+    case JOB_LAYER_EMBEDDING:
+        embedding_backward(l, batch, dy);
+        break;
+    default:
+        break;
+    }
+}
+
+float *layer_backward_input(layer_t *l, int batch, float *dy, float *dx)
+{
+    switch (l->spec.kind) {
+    case JOB_LAYER_DENSE:
+        if (dx != NULL)
+            dense_backward_input(l, batch, dy, dx);
+        break;
+    case JOB_LAYER_CONV2D:
+        if (dx != NULL)
+            conv_backward_input(l, batch, dy, dx);
         break;
     case JOB_LAYER_MAX_POOLING2D:
     case JOB_LAYER_AVERAGE_POOLING2D:
@@ -491,8 +519,7 @@ float *layer_backward(layer_t *l, int batch, float *dy, float *dx, bool skip_act
             for (size_t i = 0; i < (size_t)batch * l->in_len; i++)
                 dx[i] = dy[i] * l->mask[i];
         break;
-    case JOB_LAYER_EMBEDDING:
-        embedding_backward(l, batch, dy);
+    case JOB_LAYER_EMBEDDING: /* the first layer: no input gradient */
         return NULL;
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING2D:

@@ -52,9 +52,21 @@ size_t model_output_len(const model_t *m);
 
 /* Forward, loss and backward on a batch: afterwards every param's grad (or rows) holds the
  * gradient of the mean loss. Fails with STATUS_INVALID_ARGUMENT naming the example when a label
- * is out of range, or an embedding id outside the vocabulary. */
+ * is out of range, or an embedding id outside the vocabulary, and when the loss is NaN or
+ * infinite: then no gradient is computed (ret_stats still holds the loss). */
 status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
                           model_stats_t *ret_stats, status_msg_t *err);
+
+/* What model_train_step's backward pass reports about the params first..model_param_count()-1,
+ * layer by layer from the last: MODEL_GRADS_READY once their gradients are final for this step;
+ * MODEL_VALUES_FREE once nothing in the step reads their values any more (they may be
+ * overwritten). Lets a caller send gradients while backward goes on through the layers before,
+ * and take the new values in. */
+typedef enum { MODEL_GRADS_READY, MODEL_VALUES_FREE } model_backward_event_t;
+typedef void (*model_backward_fn)(void *arg, model_backward_event_t ev, size_t first);
+
+/* Installs fn (NULL removes it). */
+void model_on_backward(model_t *m, model_backward_fn fn, void *arg);
 
 /* Forward and loss without dropout or gradients. */
 status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,

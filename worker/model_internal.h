@@ -34,6 +34,8 @@ struct model {
     bool fused;             /* the last softmax/sigmoid is folded into the loss */
     float *grad_a, *grad_b; /* gradient ping-pong buffers */
     float *probs;           /* outputs after the folded activation */
+    model_backward_fn on_backward;
+    void *on_backward_arg;
 };
 
 uint64_t model_rng_next(uint64_t *s);
@@ -45,10 +47,13 @@ status_t model_check_loss(model_t *m, status_msg_t *err);
 status_t layer_forward(layer_t *l, int batch, bool training, bool skip_activation,
                        status_msg_t *err);
 
-/* Backward pass: dy holds the gradient of the loss for l's output and is overwritten; the
- * gradient for its input goes to dx unless dx is NULL. Returns the buffer that holds the input
- * gradient (dy itself for layers that pass gradients through). */
-float *layer_backward(layer_t *l, int batch, float *dy, float *dx, bool skip_activation);
+/* Backward pass, in two halves. layer_backward_params: dy holds the gradient of the loss for
+ * l's output; it becomes the gradient before the activation, and the gradients of l's params
+ * are computed from it. layer_backward_input then puts the gradient for l's input in dx unless
+ * dx is NULL, and returns the buffer that holds it (dy itself for layers that pass gradients
+ * through). Only the second half reads l's param values. */
+void layer_backward_params(layer_t *l, int batch, float *dy, bool skip_activation);
+float *layer_backward_input(layer_t *l, int batch, float *dy, float *dx);
 
 /* Loss of the last layer's output against labels y, with the gradient into dy; NaN-safe. */
 status_t model_loss(model_t *m, const float *y, int batch, float *dy, model_stats_t *stats,

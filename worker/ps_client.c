@@ -12,6 +12,7 @@
 #include "model_internal.h"
 
 #define PS_CALL_TIMEOUT_MS 60000
+#define ALL_PACKS          SIZE_MAX
 
 typedef struct shard_ref {
     int ps;
@@ -61,6 +62,8 @@ typedef struct lane {
     pthread_t tid;
     bool has_thread, has_work, stop;
     lane_op_t op;
+    size_t next_pack; /* the next pack of this step to send */
+    bool sent;        /* the last lane_push made a request */
     status_t rc;
     status_msg_t err;
 } lane_t;
@@ -77,8 +80,20 @@ struct ps_client {
     size_t feature_len;
     bool push_pull; /* every variable dense: each push brings the updated values back */
     bool fresh;     /* the model holds what the last push-pull brought */
+    /* The gradients go out in packs, the last layers' first: each as soon as backward has made
+     * it, while backward goes on through the layers before (model_on_backward). The values a
+     * push-pull brings back wait until backward no longer reads the old ones. With one pack, the
+     * push waits for the end of backward and runs lane 0 on the caller's thread. */
+    size_t n_packs;
+    size_t *pack_of;      /* var -> pack */
+    size_t *pack_first;   /* pack -> its lowest var index: ready once backward has done that var */
+    size_t packs_ready;   /* packs of this step handed to the lanes */
+    size_t values_free;   /* vars from this index on may take new values */
+    size_t lanes_through; /* lanes that have sent every pack of this step */
+    bool backward_done;   /* ps_client_push has been called for this step */
+    ps_push_info_t info;  /* this step's */
     pthread_mutex_t mu;
-    pthread_cond_t work_cv, done_cv;
+    pthread_cond_t work_cv, done_cv, values_cv;
     int pending;
 };
 
@@ -161,6 +176,36 @@ static status_t place(ps_client_t *c, const Tessera__V1__ConfigureJobRequest *re
             }
         }
     }
+    return STATUS_OK;
+}
+
+static bool same_layer(const char *a, const char *b)
+{
+    size_t n = strcspn(a, "/");
+    return strncmp(a, b, n) == 0 && (b[n] == '/' || b[n] == '\0');
+}
+
+/* Packs of at least `cap` gradient bytes, walking back from the last layer, cut only between
+ * layers. Embedding rows count nothing: how many there are changes by the batch. */
+static status_t plan_packs(ps_client_t *c, size_t cap, status_msg_t *err)
+{
+    size_t bytes = 0, pack = 0;
+
+    c->pack_of = calloc(c->n_vars + 1, sizeof(*c->pack_of));
+    c->pack_first = calloc(c->n_vars + 1, sizeof(*c->pack_first));
+    if (c->pack_of == NULL || c->pack_first == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = c->n_vars; i-- > 0;) {
+        const model_param_t *p = c->vars[i].p;
+        c->pack_of[i] = pack;
+        c->pack_first[pack] = i;
+        bytes += p->sparse ? 0 : p->n * sizeof(float);
+        if (i > 0 && bytes >= cap && !same_layer(c->vars[i - 1].p->name, p->name)) {
+            pack++;
+            bytes = 0;
+        }
+    }
+    c->n_packs = pack + 1;
     return STATUS_OK;
 }
 
@@ -339,7 +384,8 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
     return rc;
 }
 
-static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
+/* Pushes the items of one pack (or of all with ALL_PACKS) placed on l's PS. */
+static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *err)
 {
     Tessera__V1__PushRequest req = TESSERA__V1__PUSH_REQUEST__INIT;
     Tessera__V1__PushResponse *resp = NULL;
@@ -350,10 +396,13 @@ static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
     uint64_t off = 0;
     status_t rc;
 
+    l->sent = false;
     for (size_t k = 0; k < l->n_items; k++) {
         shard_ref_t *s = l->shard_of[k];
         var_ref_t *v = l->var_of[k];
         Tessera__V1__PushItem *it = &l->push_items[n];
+        if (pack != ALL_PACKS && c->pack_of[v - c->vars] != pack)
+            continue;
         tessera__v1__push_item__init(it);
         it->key = &l->keys[k];
         if (!v->p->sparse) {
@@ -401,6 +450,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
     req.items = l->push_ptrs;
     opts.payload = l->iov;
     opts.n_payload = n_iov;
+    l->sent = true;
     if (!c->push_pull) {
         rc = rpc_ps_push(l->ch, &req, &opts, &resp, NULL, &rerr);
         if (rc != STATUS_OK)
@@ -416,6 +466,12 @@ static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
     rc = rpc_ps_push_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
     if (rc != STATUS_OK)
         return status_fail(err, rc, "push to ps %d (%s): %s", l->index, l->address, rerr.message);
+    if (pack != ALL_PACKS) { /* backward may still be reading the old values */
+        pthread_mutex_lock(&c->mu);
+        while (c->values_free > c->pack_first[pack] && !l->stop)
+            pthread_cond_wait(&c->values_cv, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+    }
     rc = apply_values(c, l, resp->values, resp->n_values, n, &payload, "push-pull", err);
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -424,7 +480,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, status_msg_t *err)
 
 static status_t lane_run(ps_client_t *c, lane_t *l)
 {
-    return l->op == OP_PULL ? lane_pull(c, l, &l->err) : lane_push(c, l, &l->err);
+    return l->op == OP_PULL ? lane_pull(c, l, &l->err) : lane_push(c, l, ALL_PACKS, &l->err);
 }
 
 static void *lane_main(void *arg)
@@ -437,15 +493,30 @@ static void *lane_main(void *arg)
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!l->has_work && !l->stop)
+        while (!l->has_work && !l->stop && l->next_pack >= c->packs_ready)
             pthread_cond_wait(&c->work_cv, &c->mu);
         if (l->stop)
             break;
-        l->has_work = false;
+        if (l->has_work) { /* run_all */
+            l->has_work = false;
+            pthread_mutex_unlock(&c->mu);
+            l->rc = lane_run(c, l);
+            pthread_mutex_lock(&c->mu);
+            if (--c->pending == 0)
+                pthread_cond_broadcast(&c->done_cv);
+            continue;
+        }
+        /* The next pack of the step; after a failure the rest are passed over. */
+        size_t pack = l->next_pack++;
+        bool early = !c->backward_done;
         pthread_mutex_unlock(&c->mu);
-        l->rc = lane_run(c, l);
+        l->sent = false;
+        if (l->rc == STATUS_OK)
+            l->rc = lane_push(c, l, pack, &l->err);
         pthread_mutex_lock(&c->mu);
-        if (--c->pending == 0)
+        c->info.requests += l->sent;
+        c->info.during_backward += l->sent && early;
+        if (l->next_pack == c->n_packs && ++c->lanes_through == c->n_lanes)
             pthread_cond_broadcast(&c->done_cv);
     }
     pthread_mutex_unlock(&c->mu);
@@ -526,38 +597,118 @@ void ps_client_refresh(ps_client_t *c)
     c->fresh = false;
 }
 
-status_t ps_client_push(ps_client_t *c, status_msg_t *err)
+/* The model summed each id's gradient rows; finds each row's shard and slot there. */
+static void split_rows(var_ref_t *v)
 {
-    /* The model summed each id's gradient rows; find each pushed row's slot there. */
-    for (size_t i = 0; i < c->n_vars; i++) {
-        var_ref_t *v = &c->vars[i];
-        model_param_t *p = v->p;
-        if (!p->sparse)
-            continue;
-        for (int s = 0; s < v->n_shards; s++)
-            v->shards[s].n_local = 0;
-        for (size_t r = 0; r < p->n_rows; r++) {
-            int64_t id = p->rows_index[r];
-            for (int s = 0; s < v->n_shards; s++) {
-                shard_ref_t *sh = &v->shards[s];
-                if (id >= sh->row_offset && id < sh->row_offset + sh->rows) {
-                    sh->slot[sh->n_local] = (int32_t)r;
-                    sh->local[sh->n_local++] = id - sh->row_offset;
-                    break;
-                }
+    model_param_t *p = v->p;
+    for (int s = 0; s < v->n_shards; s++)
+        v->shards[s].n_local = 0;
+    for (size_t r = 0; r < p->n_rows; r++) {
+        int64_t id = p->rows_index[r];
+        for (int s = 0; s < v->n_shards; s++) {
+            shard_ref_t *sh = &v->shards[s];
+            if (id >= sh->row_offset && id < sh->row_offset + sh->rows) {
+                sh->slot[sh->n_local] = (int32_t)r;
+                sh->local[sh->n_local++] = id - sh->row_offset;
+                break;
             }
         }
     }
+}
+
+/* Hands the lanes every pack whose variables backward has finished (from `first` on). */
+static void publish_packs(ps_client_t *c, size_t first)
+{
+    size_t ready = c->packs_ready;
+
+    while (ready < c->n_packs && c->pack_first[ready] >= first) {
+        for (size_t i = c->pack_first[ready]; i < c->n_vars && c->pack_of[i] == ready; i++)
+            if (c->vars[i].p->sparse)
+                split_rows(&c->vars[i]);
+        ready++;
+    }
+    if (ready == c->packs_ready)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->packs_ready = ready;
+    pthread_cond_broadcast(&c->work_cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void set_values_free(ps_client_t *c, size_t first)
+{
+    pthread_mutex_lock(&c->mu);
+    c->values_free = first;
+    pthread_cond_broadcast(&c->values_cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_backward(void *arg, model_backward_event_t ev, size_t first)
+{
+    ps_client_t *c = arg;
+    if (ev == MODEL_GRADS_READY) {
+        c->fresh = false;
+        publish_packs(c, first);
+    } else {
+        set_values_free(c, first);
+    }
+}
+
+status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err)
+{
+    status_t rc = STATUS_OK;
+
     c->fresh = false;
-    status_t rc = run_all(c, OP_PUSH, err);
+    if (c->n_packs <= 1) {
+        for (size_t i = 0; i < c->n_vars; i++)
+            if (c->vars[i].p->sparse)
+                split_rows(&c->vars[i]);
+        rc = run_all(c, OP_PUSH, err);
+        c->info.during_backward = 0;
+        c->info.requests = 0;
+        for (size_t i = 0; i < c->n_lanes; i++)
+            c->info.requests += c->lanes[i].sent;
+    } else {
+        pthread_mutex_lock(&c->mu);
+        c->backward_done = true;
+        pthread_mutex_unlock(&c->mu);
+        publish_packs(c, 0);
+        set_values_free(c, 0);
+        pthread_mutex_lock(&c->mu);
+        while (c->lanes_through < c->n_lanes)
+            pthread_cond_wait(&c->done_cv, &c->mu);
+        c->lanes_through = 0;
+        c->packs_ready = 0;
+        c->values_free = c->n_vars;
+        c->backward_done = false;
+        for (size_t i = 0; i < c->n_lanes; i++)
+            c->lanes[i].next_pack = 0;
+        pthread_mutex_unlock(&c->mu);
+        for (size_t i = 0; i < c->n_lanes; i++) {
+            if (c->lanes[i].rc != STATUS_OK && rc == STATUS_OK) {
+                rc = c->lanes[i].rc;
+                if (err != NULL)
+                    *err = c->lanes[i].err;
+            }
+            c->lanes[i].rc = STATUS_OK;
+        }
+    }
+    if (info != NULL)
+        *info = c->info;
+    memset(&c->info, 0, sizeof(c->info));
     c->fresh = rc == STATUS_OK && c->push_pull;
     return rc;
+}
+
+size_t ps_client_packs(const ps_client_t *c)
+{
+    return c->n_packs;
 }
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
 status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *req,
-                       ps_client_t **ret, status_msg_t *err)
+                       int64_t bytes_per_pack, ps_client_t **ret, status_msg_t *err)
 {
     ps_client_t *c = calloc(1, sizeof(*c));
     status_t rc = STATUS_OK;
@@ -567,6 +718,7 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->work_cv, NULL);
     pthread_cond_init(&c->done_cv, NULL);
+    pthread_cond_init(&c->values_cv, NULL);
     snprintf(c->job, sizeof(c->job), "%s", req->job);
     c->model = model;
     c->batch = model->max_batch;
@@ -595,9 +747,14 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         snprintf(c->lanes[i].address, sizeof(c->lanes[i].address), "%s", req->ps[i]);
     }
     rc = place(c, req, err);
+    c->values_free = c->n_vars;
+    if (rc == STATUS_OK)
+        rc = plan_packs(c, bytes_per_pack > 0 ? (size_t)bytes_per_pack : PS_AUTO_BYTES_PER_PACK,
+                        err);
     for (size_t i = 0; rc == STATUS_OK && i < c->n_lanes; i++)
         rc = lane_init(c, &c->lanes[i], err);
-    for (size_t i = 1; rc == STATUS_OK && i < c->n_lanes; i++) {
+    /* Lane 0 runs on the caller's thread, except for packs sent while backward goes on. */
+    for (size_t i = c->n_packs > 1 ? 0 : 1; rc == STATUS_OK && i < c->n_lanes; i++) {
         if (pthread_create(&c->lanes[i].tid, NULL, lane_main, &c->lanes[i]) != 0)
             rc = status_fail(err, STATUS_SYSTEM, "cannot start a PS thread");
         else
@@ -607,6 +764,8 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         ps_client_free(c);
         return rc;
     }
+    if (c->n_packs > 1)
+        model_on_backward(model, on_backward, c);
     *ret = c;
     return STATUS_OK;
 }
@@ -615,10 +774,13 @@ void ps_client_free(ps_client_t *c)
 {
     if (c == NULL)
         return;
+    if (c->n_packs > 1)
+        model_on_backward(c->model, NULL, NULL);
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_lanes; i++)
         c->lanes[i].stop = true;
     pthread_cond_broadcast(&c->work_cv);
+    pthread_cond_broadcast(&c->values_cv);
     pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < c->n_lanes; i++) {
         if (c->lanes[i].has_thread)
@@ -638,8 +800,11 @@ void ps_client_free(ps_client_t *c)
     }
     free(c->vars);
     free(c->lanes);
+    free(c->pack_of);
+    free(c->pack_first);
     pthread_cond_destroy(&c->work_cv);
     pthread_cond_destroy(&c->done_cv);
+    pthread_cond_destroy(&c->values_cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

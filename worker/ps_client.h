@@ -16,19 +16,36 @@
 
 typedef struct ps_client ps_client_t;
 
+/* Gradient bytes per pack when the job leaves bytes_per_pack automatic (0). */
+#define PS_AUTO_BYTES_PER_PACK (1u << 20)
+
 /* Connects to req->ps and records req->placement for the variables of model. Every model
- * variable must be placed completely (its shards' rows tile axis 0). */
+ * variable must be placed completely (its shards' rows tile axis 0). The gradients go out in
+ * packs of at least bytes_per_pack bytes (0: automatic), cut between layers; when there is more
+ * than one, each is pushed as soon as backward has made it (model_on_backward), while the
+ * backward pass goes on; the values a push-pull returns are taken in once backward is done
+ * with the old ones. */
 status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *req,
-                       ps_client_t **ret, status_msg_t *err);
+                       int64_t bytes_per_pack, ps_client_t **ret, status_msg_t *err);
 void ps_client_free(ps_client_t *c);
 
 /* Pulls what a step on this batch needs into the model's variables; nothing when the last push
  * already brought them back (see ps_client_push) and no ps_client_refresh came since. */
 status_t ps_client_pull(ps_client_t *c, const float *features, int batch, status_msg_t *err);
 
-/* Pushes the gradients of the model's last training step. When every variable is dense it is a
- * PushPull: the updated values come back in the same round trip and serve the next step. */
-status_t ps_client_push(ps_client_t *c, status_msg_t *err);
+typedef struct ps_push_info {
+    unsigned requests;        /* Push or PushPull requests the step made */
+    unsigned during_backward; /* of them, sent while backward was still running */
+} ps_push_info_t;
+
+/* Pushes the gradients of the model's last training step, or what of them backward has not
+ * already sent, and waits for every push to be done; info (may be NULL) says how it went. When
+ * every variable is dense it is a PushPull: the updated values come back in the same round trip
+ * and serve the next step. */
+status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err);
+
+/* How many packs a step's gradients go out in. */
+size_t ps_client_packs(const ps_client_t *c);
 
 /* Makes the next pull fetch the values again: call at the start of a closure, so that what
  * other workers pushed in between is seen. */

@@ -39,6 +39,7 @@ typedef struct wjob {
     data_pipeline_t *pipe;
     ps_client_t *ps; /* NULL until placement arrives */
     int worker_index, num_workers;
+    uint64_t seed; /* the model's: initializers without a seed of their own derive one from it */
     _Atomic bool cancelled;
 } wjob_t;
 
@@ -52,6 +53,8 @@ struct worker_service {
     bool stopping;
     pthread_t executor;
     bool executor_started;
+    /* Prometheus */
+    metric_t *steps, *examples, *compute_seconds, *wait_seconds, *push_requests, *push_early;
 };
 
 /* ---- jobs --------------------------------------------------------------------------------- */
@@ -97,9 +100,10 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, wjob_t *
         rc = dataset_load(&j->job.data.train, j->job.data.scale, &j->train, err);
     if (rc == STATUS_OK && j->job.data.test.present)
         rc = dataset_load(&j->job.data.test, j->job.data.scale, &j->test, err);
+    j->seed = req->seed ? req->seed : j->job.seed;
     if (rc == STATUS_OK)
         rc = model_new(&j->job.model, j->job.loss, j->job.from_logits, j->job.data.batch_size,
-                       req->seed ? req->seed : j->job.seed, &j->model, err);
+                       j->seed, &j->model, err);
     if (rc == STATUS_OK && j->train->feature_len != model_input_len(j->model))
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "the training data has %zu values per example but the model takes %zu",
@@ -176,6 +180,10 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
         vars[i].shape = vars[i].full_shape = &shapes[4 * i];
         vars[i].sparse = p->sparse;
         fill_initializer(j->model, p, &inits[i]);
+        /* The PS draws the initial values from the job's seed, so that the same job file starts
+         * from the same values each time it runs (Initializer.seed 0 means none). */
+        if (inits[i].msg.seed == 0)
+            inits[i].msg.seed = (j->seed + 1) * 0x9E3779B97F4A7C15ull + i + 1;
         vars[i].initializer = &inits[i].msg;
         ptrs[i] = &vars[i];
     }
@@ -220,7 +228,10 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
         }
         ps_client_free(j->ps);
         j->ps = NULL;
-        rc = ps_client_new(j->model, req, &j->ps, &err);
+        rc = ps_client_new(j->model, req, j->job.bytes_per_pack, &j->ps, &err);
+        if (rc == STATUS_OK)
+            LOG_INFO(WORKER, "job %s: %zu parameter servers, gradients pushed in %zu pack%s", j->id,
+                     req->n_ps, ps_client_packs(j->ps), ps_client_packs(j->ps) == 1 ? "" : "s");
         pthread_mutex_unlock(&w->mu);
         if (rc != STATUS_OK)
             return rpc_ctx_fail(ctx, rc, NULL, "%s", err.text);
@@ -306,8 +317,8 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
 
 /* ---- closures ----------------------------------------------------------------------------- */
 
-static status_t train_closure(wjob_t *j, int steps, Tessera__V1__RunClosureResponse *resp,
-                              status_msg_t *err)
+static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
+                              Tessera__V1__RunClosureResponse *resp, status_msg_t *err)
 {
     double loss = 0, correct = 0;
     int64_t examples = 0;
@@ -321,13 +332,21 @@ static status_t train_closure(wjob_t *j, int steps, Tessera__V1__RunClosureRespo
             return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
         if (!data_pipeline_next(j->pipe, &b))
             break;
+        double t0 = ps_client_now(), t1, t2;
+        ps_push_info_t info;
         STATUS_CHECK(ps_client_pull(j->ps, b.features, b.size, err));
+        t1 = ps_client_now();
+        /* Sends gradients while backward runs (ps_client packs); no gradient of a step whose
+         * loss is not finite leaves the worker. */
         STATUS_CHECK(model_train_step(j->model, b.features, b.labels, b.size, &st, err));
-        if (!isfinite(st.loss_sum))
-            return status_fail(err, STATUS_INVALID_ARGUMENT,
-                               "the loss became %s: lower the learning rate or check the data",
-                               isnan(st.loss_sum) ? "NaN" : "infinite");
-        STATUS_CHECK(ps_client_push(j->ps, err));
+        t2 = ps_client_now();
+        STATUS_CHECK(ps_client_push(j->ps, &info, err));
+        metric_inc(w->steps);
+        metric_add(w->examples, st.examples);
+        metric_add(w->compute_seconds, t2 - t1);
+        metric_add(w->wait_seconds, (t1 - t0) + (ps_client_now() - t2));
+        metric_add(w->push_requests, info.requests);
+        metric_add(w->push_early, info.during_backward);
         loss += st.loss_sum;
         correct += st.correct;
         examples += st.examples;
@@ -390,7 +409,7 @@ static void run_task(worker_service_t *w, closure_task_t *t)
     }
     resp.closure_id = t->closure_id;
     rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
-             ? train_closure(j, t->steps, &resp, &err)
+             ? train_closure(w, j, t->steps, &resp, &err)
              : eval_closure(j, &resp, &err);
     resp.seconds = ps_client_now() - t0;
     if (rc != STATUS_OK) {
@@ -438,14 +457,43 @@ static void *executor_main(void *arg)
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
+static status_t make_metrics(worker_service_t *w, metrics_t *m, status_msg_t *err)
+{
+    w->steps = metrics_counter(m, "tessera_worker_steps_total", "Training steps run.", NULL);
+    w->examples = metrics_counter(m, "tessera_worker_examples_total",
+                                  "Examples of the training steps run.", NULL);
+    w->compute_seconds = metrics_counter(m, "tessera_worker_compute_seconds_total",
+                                         "Forward and backward time of the training steps.", NULL);
+    w->wait_seconds = metrics_counter(m, "tessera_worker_ps_wait_seconds_total",
+                                      "Time training steps waited for parameter servers: pulls, "
+                                      "and pushes still under way when backward ended.",
+                                      NULL);
+    w->push_requests = metrics_counter(m, "tessera_worker_push_requests_total",
+                                       "Push and PushPull requests sent.", NULL);
+    w->push_early = metrics_counter(m, "tessera_worker_push_requests_during_backward_total",
+                                    "Push and PushPull requests sent while the step's backward "
+                                    "pass was still running (train: bytes_per_pack).",
+                                    NULL);
+    if (!w->steps || !w->examples || !w->compute_seconds || !w->wait_seconds || !w->push_requests ||
+        !w->push_early)
+        return status_fail(err, STATUS_NO_MEMORY, "worker: cannot register the metrics");
+    return STATUS_OK;
+}
+
 status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err)
 {
     worker_service_t *w = calloc(1, sizeof(*w));
     rpc_server_t *s = daemon_rpc(d);
+    status_t rc;
 
     (void)opts;
     if (w == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    rc = make_metrics(w, daemon_metrics(d), err);
+    if (rc != STATUS_OK) {
+        free(w);
+        return rc;
+    }
     w->daemon = d;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);

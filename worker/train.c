@@ -190,18 +190,17 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
              job->name ? job->name : "job", t.train->n, job->data.batch_size);
 
     while ((steps_limit == 0 || pr.step < steps_limit) && data_pipeline_next(pipe, &b)) {
-        model_stats_t st;
+        model_stats_t st = {0};
         rc = model_train_step(t.model, b.features, b.labels, b.size, &st, err);
-        if (rc != STATUS_OK)
-            goto out;
-        if (!isfinite(st.loss_sum)) {
+        if (rc == STATUS_INVALID_ARGUMENT && !isfinite(st.loss_sum)) { /* say where */
             rc = status_fail(err, STATUS_INVALID_ARGUMENT,
                              "the loss became %s at step %lld (epoch %lld): lower the learning "
                              "rate or check the data",
                              isnan(st.loss_sum) ? "NaN" : "infinite", (long long)pr.step + 1,
                              (long long)b.epoch + 1);
-            goto out;
         }
+        if (rc != STATUS_OK)
+            goto out;
         pr.learning_rate = optimizer_learning_rate(&t.opt, pr.step);
         rc = apply_gradients(&t, err);
         if (rc != STATUS_OK)

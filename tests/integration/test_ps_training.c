@@ -15,27 +15,37 @@
 
 typedef struct cluster {
     launch_proc_t ps[2], worker[2], chief;
+    int n_workers;
     char chief_flag[300];
 } cluster_t;
 
-static void start_cluster(cluster_t *c)
+/* Two PS and n_workers (1 or 2) workers. */
+static void start_cluster_of(cluster_t *c, int n_workers)
 {
     char ps_flag[400], worker_flag[400];
+    c->n_workers = n_workers;
     harness_start(&c->ps[0], "tessera-ps", "pst-ps0", "--task-index=0", NULL);
     harness_start(&c->ps[1], "tessera-ps", "pst-ps1", "--task-index=1", NULL);
     harness_start(&c->worker[0], "tessera-worker", "pst-w0", "--task-index=0", NULL);
-    harness_start(&c->worker[1], "tessera-worker", "pst-w1", "--task-index=1", NULL);
+    if (n_workers > 1)
+        harness_start(&c->worker[1], "tessera-worker", "pst-w1", "--task-index=1", NULL);
     snprintf(ps_flag, sizeof(ps_flag), "--ps=%s,%s", c->ps[0].listen, c->ps[1].listen);
-    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s,%s", c->worker[0].listen,
-             c->worker[1].listen);
+    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s%s%s", c->worker[0].listen,
+             n_workers > 1 ? "," : "", n_workers > 1 ? c->worker[1].listen : "");
     harness_start(&c->chief, "tessera-chief", "pst-chief", ps_flag, worker_flag, NULL);
     snprintf(c->chief_flag, sizeof(c->chief_flag), "--chief=%s", c->chief.listen);
+}
+
+static void start_cluster(cluster_t *c)
+{
+    start_cluster_of(c, 2);
 }
 
 static void stop_cluster(cluster_t *c)
 {
     harness_stop(&c->chief);
-    harness_stop(&c->worker[1]);
+    if (c->n_workers > 1)
+        harness_stop(&c->worker[1]);
     harness_stop(&c->worker[0]);
     harness_stop(&c->ps[1]);
     harness_stop(&c->ps[0]);
@@ -360,6 +370,91 @@ START_TEST(ps_training_rejected_job_reports_the_error_to_the_cli)
 }
 END_TEST
 
+/* The Fashion-MNIST MLP with a second hidden layer, 300 steps; %s: the optimizer, %lld: the
+ * gradient bytes per pack. */
+static const char packs_job[] =
+    "name: packs\n"
+    "model:\n"
+    "  - {dense: {units: 256, activation: relu}, input_shape: [784]}\n"
+    "  - {dense: {units: 128, activation: relu}}\n"
+    "  - {dense: {units: 10}}\n"
+    "loss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
+    "metrics: [accuracy]\n"
+    "optimizer: %s\n"
+    "data:\n"
+    "  train:\n"
+    "    format: idx\n"
+    "    images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\n"
+    "    labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\n"
+    "  test:\n"
+    "    format: idx\n"
+    "    images: /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\n"
+    "    labels: /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\n"
+    "  scale: 0.00392156862745098\n"
+    "  batch_size: 64\n"
+    "  shuffle_buffer: 10000\n"
+    "  seed: 7\n"
+    "train: {steps: 300, bytes_per_pack: %lld}\n";
+
+/* Submits packs_job and returns the CLI's exit status and output. */
+static int run_packs_job(cluster_t *c, const char *optimizer, long long bytes_per_pack, char **out)
+{
+    char path[512], text[sizeof(packs_job) + 128];
+    snprintf(path, sizeof(path), "%s/packs-%lld.yaml", harness_tmpdir(), bytes_per_pack);
+    snprintf(text, sizeof(text), packs_job, optimizer, bytes_per_pack);
+    write_file(path, text);
+    return tessera((char *[]){"submit", path, c->chief_flag, "--watch", NULL}, out);
+}
+
+/* "loss …, accuracy …; test loss …, test accuracy …" of the CLI's result line. */
+static char *result_of(const char *out)
+{
+    const char *at = strstr(out, "); loss ");
+    ck_assert_msg(at != NULL, "no result line: %s", out);
+    return strndup(at + 3, strcspn(at + 3, "\n"));
+}
+
+START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
+{
+    cluster_t c;
+    char *out = NULL, *one, *packed;
+    double sent, early;
+    int rc;
+
+    /* One worker, so that the run is deterministic: the same pushes in the same order. */
+    start_cluster_of(&c, 1);
+    rc = run_packs_job(&c, "{adam: {learning_rate: 0.001}}", 1ll << 30, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    one = result_of(out);
+    free(out);
+    sent = metric(&c.worker[0], "tessera_worker_push_requests_total");
+    early = metric(&c.worker[0], "tessera_worker_push_requests_during_backward_total");
+    ck_assert_msg(sent >= 300 && early == 0, "one pack: %.0f pushes, %.0f during backward", sent,
+                  early);
+
+    /* A pack per layer: the last layers' gradients leave while backward goes on, and the values
+     * they bring back wait until backward is done with the old ones. */
+    rc = run_packs_job(&c, "{adam: {learning_rate: 0.001}}", 4096, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    packed = result_of(out);
+    free(out);
+    sent = metric(&c.worker[0], "tessera_worker_push_requests_total") - sent;
+    early = metric(&c.worker[0], "tessera_worker_push_requests_during_backward_total") - early;
+    ck_assert_msg(strcmp(one, packed) == 0, "one pack: %s\npacks: %s", one, packed);
+    ck_assert_msg(sent >= 3 * 300 && early > 0, "packs: %.0f pushes, %.0f during backward", sent,
+                  early);
+    ck_assert_msg(test_accuracy(packed) > 0.75, "%s", packed);
+
+    /* A step whose loss is not finite fails the job before any of its gradients leave. */
+    rc = run_packs_job(&c, "{sgd: {learning_rate: 1.0e30}}", 4096, &out);
+    ck_assert_msg(rc != 0 && strstr(out, "the loss became") != NULL, "exit %d: %s", rc, out);
+    free(out);
+    free(one);
+    free(packed);
+    stop_cluster(&c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_training");
@@ -375,6 +470,7 @@ int main(void)
     tcase_add_test(tc, ps_training_staleness_bound_holds_a_worker_that_runs_ahead);
     tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);
+    tcase_add_test(tc, ps_training_gradient_packs_overlap_backward_and_change_nothing);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
