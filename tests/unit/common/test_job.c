@@ -232,7 +232,7 @@ static const char full_yaml[] =
     "  seed: 5\n"
     "  drop_remainder: true\n"
     "  prefetch: 0\n"
-    "train: {steps: 1000, steps_per_execution: 10, max_staleness: 4}\n"
+    "train: {steps: 1000, steps_per_execution: 10, max_staleness: 4, bytes_per_pack: 65536}\n"
     "evaluate: false\n"
     "partitioner: {max_size: {max_shard_bytes: 1048576, max_shards: 4}}\n"
     "checkpoint: {dir: ckpt, every_steps: 500, keep: 2}\n"
@@ -308,6 +308,7 @@ START_TEST(every_key_of_a_job_is_read)
     ck_assert_int_eq(job.epochs, 0);
     ck_assert_int_eq(job.steps_per_execution, 10);
     ck_assert_int_eq(job.max_staleness, 4);
+    ck_assert_int_eq(job.bytes_per_pack, 65536);
     ck_assert(!job.evaluate);
     ck_assert_int_eq(job.partitioner.kind, JOB_PARTITIONER_MAX_SIZE);
     ck_assert_int_eq(job.partitioner.max_shard_bytes, 1048576);
@@ -371,6 +372,7 @@ START_TEST(minimal_job_takes_keras_defaults)
     ck_assert_int_eq(job.steps, 0);
     ck_assert_int_eq(job.steps_per_execution, 1);
     ck_assert_int_eq(job.max_staleness, 0);
+    ck_assert_int_eq(job.bytes_per_pack, 0);
     ck_assert_double_eq(job.data.scale, 1);
     ck_assert_int_eq(job.data.prefetch, 2);
     ck_assert_int_eq(job.data.shuffle_buffer, 0);
@@ -557,6 +559,8 @@ START_TEST(train_takes_epochs_or_steps_not_both)
     ASSERT_BAD(MODEL TAIL "train: {steps_per_execution: 2}\n", "exactly one of epochs and steps");
     ASSERT_BAD(MODEL TAIL "train: {epochs: 0}\n",
                "train.epochs must be a positive integer, got '0'");
+    ASSERT_BAD(MODEL TAIL "train: {epochs: 1, bytes_per_pack: -1}\n",
+               "train.bytes_per_pack must be");
 }
 END_TEST
 

@@ -345,6 +345,99 @@ START_TEST(model_rejects_labels_and_token_ids_out_of_range)
 }
 END_TEST
 
+/* What a hook sees during backward, for the events contract. */
+typedef struct backward_log {
+    model_t *m;
+    float **final; /* each param's gradient after the step without a hook */
+    size_t events, grads_first[8], values_first[8];
+    size_t n_grads, n_values;
+    bool grads_final; /* at each GRADS_READY, the params from `first` held their final grads */
+} backward_log_t;
+
+static void on_backward(void *arg, model_backward_event_t ev, size_t first)
+{
+    backward_log_t *log = arg;
+    size_t n = model_param_count(log->m);
+    log->events++;
+    if (ev == MODEL_GRADS_READY) {
+        log->grads_first[log->n_grads++] = first;
+        for (size_t i = first; i < n; i++) {
+            model_param_t *p = model_param(log->m, i);
+            log->grads_final &= memcmp(p->grad, log->final[i], p->n * sizeof(float)) == 0;
+        }
+        return;
+    }
+    /* Nothing may read these values again in this step: poison them. */
+    log->values_first[log->n_values++] = first;
+    for (size_t i = first; i < n; i++) {
+        model_param_t *p = model_param(log->m, i);
+        for (size_t k = 0; k < p->n; k++)
+            p->value[k] = NAN;
+    }
+}
+
+START_TEST(model_backward_reports_each_layers_gradients_final_then_its_values_free)
+{
+    fixture_t f;
+    model_stats_t st;
+    status_msg_t err = {0};
+    job_layer_t l[] = {conv(2, 3, 1, false, JOB_ACT_RELU), plain(JOB_LAYER_FLATTEN),
+                       dense(5, JOB_ACT_TANH), dense(3, JOB_ACT_LINEAR)};
+    backward_log_t log = {.grads_final = true};
+    float *values[6];
+
+    build(&f, (int[]){5, 5, 1}, 3, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, true, 4, l, 4);
+    size_t n = model_param_count(f.m);
+    ck_assert_uint_eq(n, 6);
+    log.m = f.m;
+    log.final = calloc(n, sizeof(float *));
+    for (size_t i = 0; i < n; i++) {
+        model_param_t *p = model_param(f.m, i);
+        values[i] = malloc(p->n * sizeof(float));
+        memcpy(values[i], p->value, p->n * sizeof(float));
+    }
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, f.batch, &st, &err), STATUS_OK);
+    for (size_t i = 0; i < n; i++) {
+        model_param_t *p = model_param(f.m, i);
+        log.final[i] = malloc(p->n * sizeof(float));
+        memcpy(log.final[i], p->grad, p->n * sizeof(float));
+        memset(p->grad, 0, p->n * sizeof(float));
+    }
+
+    /* The same step with the hook: layers with params, from the last, each reported twice. */
+    model_on_backward(f.m, on_backward, &log);
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, f.batch, &st, &err), STATUS_OK);
+    ck_assert_uint_eq(log.events, 6);
+    ck_assert_uint_eq(log.n_grads, 3);
+    ck_assert_uint_eq(log.n_values, 3);
+    for (size_t k = 0; k < 3; k++) {
+        ck_assert_uint_eq(log.grads_first[k], 4 - 2 * k);
+        ck_assert_uint_eq(log.values_first[k], 4 - 2 * k);
+    }
+    ck_assert_msg(log.grads_final, "a gradient changed after GRADS_READY");
+    /* The poisoned values were never read: every gradient is what it was. */
+    for (size_t i = 0; i < n; i++) {
+        model_param_t *p = model_param(f.m, i);
+        ck_assert_msg(memcmp(p->grad, log.final[i], p->n * sizeof(float)) == 0,
+                      "%s: the gradient read a value after MODEL_VALUES_FREE", p->name);
+        memcpy(p->value, values[i], p->n * sizeof(float));
+        free(values[i]);
+        free(log.final[i]);
+    }
+    free(log.final);
+
+    /* A loss that is not finite fails the step before backward: no event. */
+    log.events = 0;
+    model_param(f.m, 4)->value[0] = INFINITY;
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, f.batch, &st, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.text, "the loss became"));
+    ck_assert(!isfinite(st.loss_sum));
+    ck_assert_uint_eq(log.events, 0);
+    model_on_backward(f.m, NULL, NULL);
+    teardown(&f);
+}
+END_TEST
+
 START_TEST(model_glorot_uniform_kernels_respect_their_limit_and_seed)
 {
     fixture_t a, b;
@@ -388,6 +481,7 @@ int main(void)
     tcase_add_test(tc, model_rejects_shapes_that_do_not_chain);
     tcase_add_test(tc, model_rejects_labels_and_token_ids_out_of_range);
     tcase_add_test(tc, model_glorot_uniform_kernels_respect_their_limit_and_seed);
+    tcase_add_test(tc, model_backward_reports_each_layers_gradients_final_then_its_values_free);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
