@@ -586,10 +586,16 @@ static void gather_ids(ps_client_t *c, const float *features, int batch)
 
 status_t ps_client_pull(ps_client_t *c, const float *features, int batch, status_msg_t *err)
 {
+    status_t rc;
+
     if (c->fresh)
         return STATUS_OK;
     gather_ids(c, features, batch);
-    return run_all(c, OP_PULL, err);
+    rc = run_all(c, OP_PULL, err);
+    /* All dense: the values serve every batch until a push or ps_client_refresh (an evaluation
+     * closure sees one snapshot). Embedding rows differ by batch. */
+    c->fresh = rc == STATUS_OK && c->push_pull;
+    return rc;
 }
 
 void ps_client_refresh(ps_client_t *c)

@@ -6,7 +6,8 @@
  * gradients: dense shards straight from the gradient buffers (no copy), embedding rows as
  * (shard-local index, row) pairs; for a model without embeddings, the push also returns the
  * updated values, which saves the next step's pull. One thread per PS beyond the first makes the
- * calls to all PS tasks at once. Not thread-safe: one step at a time. */
+ * calls to all PS tasks at once; when the gradients go out in several packs, during backward,
+ * the first PS gets a thread too. Not thread-safe: one step at a time. */
 #ifndef TESSERA_PS_CLIENT_H
 #define TESSERA_PS_CLIENT_H
 
@@ -29,8 +30,9 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
                        int64_t bytes_per_pack, ps_client_t **ret, status_msg_t *err);
 void ps_client_free(ps_client_t *c);
 
-/* Pulls what a step on this batch needs into the model's variables; nothing when the last push
- * already brought them back (see ps_client_push) and no ps_client_refresh came since. */
+/* Pulls what a step on this batch needs into the model's variables; nothing when the model
+ * already holds every variable's values from the last pull or push-pull (all-dense models) and no
+ * ps_client_refresh came since. */
 status_t ps_client_pull(ps_client_t *c, const float *features, int batch, status_msg_t *err);
 
 typedef struct ps_push_info {

@@ -50,12 +50,14 @@ _spec = importlib.util.spec_from_file_location("train_bench",
                                                os.path.join(ROOT, "bench", "train", "bench.py"))
 train_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(train_bench)
+sys.path.insert(0, os.path.join(ROOT, "bench", "train"))
+import fmnist  # noqa: E402  (bench/train's, for the --hidden option every side shares)
 
 JOB = """\
 name: bench-ps
 strategy: parameter_server
 model:
-  - {dense: {units: 128, activation: relu}, input_shape: [784]}
+%(hidden)s
   - {dense: {units: 10}}
 loss: {sparse_categorical_crossentropy: {from_logits: true}}
 metrics: [accuracy]
@@ -69,22 +71,33 @@ data:
   batch_size: 64
   shuffle_buffer: 60000
   seed: 1
-train: {steps: %(steps)d, steps_per_execution: %(spe)d}
+train: {steps: %(steps)d, steps_per_execution: %(spe)d, bytes_per_pack: %(pack)d}
 """
 
 
-def run_tessera(args, spe, jobdir):
-    path = os.path.join(jobdir, "bench-ps-%d.yaml" % spe)
+def hidden_layers(hidden):
+    lines = []
+    for i, h in enumerate(hidden):
+        lines.append("  - {dense: {units: %d, activation: relu}%s}"
+                     % (h, ", input_shape: [784]" if i == 0 else ""))
+    return "\n".join(lines)
+
+
+def run_tessera(args, spe, jobdir, pack=0):
+    """pack: train.bytes_per_pack (0: Tessera's default)."""
+    path = os.path.join(jobdir, "bench-ps-%d-%d.yaml" % (spe, pack))
     with open(path, "w") as f:
-        f.write(JOB % {"steps": args.steps, "spe": spe})
+        f.write(JOB % {"steps": args.steps, "spe": spe, "pack": pack,
+                       "hidden": hidden_layers(args.hidden)})
     cmd = [args.tessera, "run", "--local", "--ps", "1", "--workers", "1",
            "--log-dir", os.path.join(jobdir, "logs"), path]
     rc, out, err, _ = train_bench.run_child(cmd, dict(os.environ), RUN_TIMEOUT_S)
-    m = re.search(r"\(training ([0-9.]+) s, ([0-9.]+) steps/s\)", out)
-    if rc != 0 or m is None:
+    # The printed steps/s is rounded to a whole number: compute it from the steps and seconds.
+    m = re.search(r"(\d+) steps in [0-9.]+ s \(training ([0-9.]+) s,", out)
+    if rc != 0 or m is None or float(m.group(2)) <= 0:
         tail = (err.strip() or out.strip()).splitlines()[-3:]
         return {"error": "%s: exit %d: %s" % (" ".join(cmd), rc, " | ".join(tail))}
-    return {"rate": float(m.group(2))}
+    return {"rate": int(m.group(1)) / float(m.group(2))}
 
 
 def run_peer(python, script, extra):
@@ -107,8 +120,12 @@ def median(results):
     return statistics.median(rates) if rates else None
 
 
+def rate_str(v):
+    return format(round(v), ",") if v >= 100 else "%.1f" % v
+
+
 def fmt(v):
-    return "%10s" % (format(round(v), ",") if v is not None else "-")
+    return "%10s" % (rate_str(v) if v is not None else "-")
 
 
 def main(argv):
@@ -121,11 +138,23 @@ def main(argv):
     ap.add_argument("--steps", type=int, default=3000, help="timed steps per run (default 3000)")
     ap.add_argument("--spe", type=int, default=10,
                     help="steps_per_execution of Tessera and TensorFlow (default 10)")
+    ap.add_argument("--hidden", default="128",
+                    help="widths of the MLP's hidden relu layers, comma-separated, on every side "
+                    "(default 128)")
+    ap.add_argument("--one-pack", action="store_true",
+                    help="also run Tessera with every gradient in one pack, pushed after backward "
+                    "(bytes_per_pack 1 GiB): what overlapping the pushes with backward buys")
     ap.add_argument("--no-install", dest="install", action="store_false",
                     help="do not create virtual environments or apt-get install peers")
     ap.add_argument("--no-transfer", dest="transfer", action="store_false",
                     help="skip bench-ps (push+pull, 16 clients, iperf3)")
     args = ap.parse_args(argv)
+    try:
+        args.hidden = fmnist.parse_widths(args.hidden)
+    except ValueError as e:
+        ap.error(str(e))
+    hidden = ",".join(str(h) for h in args.hidden)
+    shape = "784-%s-10" % "-".join(str(h) for h in args.hidden)
 
     def log(msg):
         print("# " + msg, file=sys.stderr, flush=True)
@@ -142,16 +171,20 @@ def main(argv):
          tf_missing,
          lambda d: run_peer(tf_python, "peer_tf_ps.py",
                             ["--steps", str(args.steps), "--steps-per-execution", str(args.spe),
-                             "--batch", "64", "--warmup", str(warmup)])),
+                             "--batch", "64", "--warmup", str(warmup), "--hidden", hidden])),
         ("torch", "PyTorch %s RPC parameter server" % (torch_version or "?"), torch_missing,
          lambda d: run_peer(SYSTEM_PYTHON, "peer_torch_rpc.py",
-                            ["--steps", str(args.steps), "--batch", "64", "--warmup", "50"])),
+                            ["--steps", str(args.steps), "--batch", "64", "--warmup", "50",
+                             "--hidden", hidden])),
     ]
+    if args.one_pack:
+        sides.insert(2, ("onepack", "Tessera, spe %d, one pack after backward" % args.spe, None,
+                         lambda d: run_tessera(args, args.spe, d, 1 << 30)))
     results = {key: [] for key, _, _, _ in sides}
     print("Tessera parameter-server benchmark (bench/ps)")
     print("  host     %s, %d CPUs online" % (os.uname().release, os.cpu_count()))
-    print("  job      MLP 784-128-10, Fashion-MNIST, batch 64, Adam 1e-3; chief + 1 PS + 1 worker "
-          "on loopback; %d timed steps per run, %d rounds" % (args.steps, args.rounds))
+    print("  job      MLP %s, Fashion-MNIST, batch 64, Adam 1e-3; chief + 1 PS + 1 worker "
+          "on loopback; %d timed steps per run, %d rounds" % (shape, args.steps, args.rounds))
     print("\nRounds (training steps/s)")
     print("  %5s %s" % ("round", " ".join("%12s" % key for key, _, _, _ in sides)))
     with tempfile.TemporaryDirectory(prefix="bench-ps-") as jobdir:
@@ -165,7 +198,7 @@ def main(argv):
                 results[key].append(r)
                 if "error" in r:
                     log(r["error"])
-                cells.append("%12s" % (format(round(r["rate"]), ",") if "rate" in r else "FAILED"))
+                cells.append("%12s" % (rate_str(r["rate"]) if "rate" in r else "FAILED"))
             print("  %5d %s" % (rnd, " ".join(cells)), flush=True)
 
     print("\nMedians")
@@ -182,6 +215,10 @@ def main(argv):
             print("  %-58s %s" % (label, "n/a"))
         else:
             print("  %-58s %6.2fx  %s" % (label, a / b, "PASS" if a >= TARGET * b else "MISS"))
+    if args.one_pack:
+        one = median(results["onepack"])
+        print("\nPushes overlapping backward (default packs) / one pack after backward: %s"
+              % ("%.2fx" % (t / one) if t and one else "n/a"))
     sys.stdout.flush()
 
     failed = any("error" in r for rs in results.values() for r in rs)

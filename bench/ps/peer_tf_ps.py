@@ -60,11 +60,19 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--hidden", default="128",
+                    help="widths of the hidden relu layers, comma-separated (default 128)")
     ap.add_argument("--role", choices=["chief", "ps", "worker"], default="chief",
                     help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.steps < 1 or args.steps_per_execution < 1 or args.batch < 1 or args.warmup < 0:
         ap.error("--steps, --steps-per-execution and --batch must be positive, --warmup >= 0")
+    import fmnist
+
+    try:
+        args.hidden = fmnist.parse_widths(args.hidden)
+    except ValueError as e:
+        ap.error(str(e))
     return args
 
 
@@ -212,8 +220,10 @@ def train(args, cluster):
     log("connected to the cluster")
 
     with strategy.scope():
-        model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(128, activation="relu"),
-                                  keras.layers.Dense(10)])
+        model = keras.Sequential(
+            [keras.Input((784,))]
+            + [keras.layers.Dense(h, activation="relu") for h in args.hidden]
+            + [keras.layers.Dense(10)])
         optimizer = keras.optimizers.Adam(learning_rate=0.001)
         # Slots and the step counter as PS variables now, not inside the first traced step.
         optimizer.build(model.trainable_variables)

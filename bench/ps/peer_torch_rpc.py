@@ -63,6 +63,8 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--hidden", default="128",
+                    help="widths of the hidden relu layers, comma-separated (default 128)")
     ap.add_argument("--rendezvous", choices=["file", "tcp"], default="file",
                     help="init_rpc's rendezvous: a file store in a temporary directory (default), "
                     "or torch's TCP store at MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, which "
@@ -77,15 +79,25 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or args.warmup < 0:
         ap.error("--steps and --batch must be positive, --warmup >= 0")
+    import fmnist
+
+    try:
+        args.hidden = fmnist.parse_widths(args.hidden)
+    except ValueError as e:
+        ap.error(str(e))
     return args
 
 
 # ---- both ranks -------------------------------------------------------------------------------
 
-def build_model():
+def build_model(hidden):
     import torch.nn as nn
 
-    return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    layers, width = [], 784
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    return nn.Sequential(*layers, nn.Linear(width, 10))
 
 
 def watch_parent(parent, tmp):
@@ -119,11 +131,11 @@ def init_rpc(name, rank, tensorpipe):
 # ---- rank 0: the parameter server -------------------------------------------------------------
 
 class ParameterServer:
-    def __init__(self, seed):
+    def __init__(self, seed, hidden):
         import torch
 
         torch.manual_seed(seed)
-        self.model = build_model()
+        self.model = build_model(hidden)
         self.params = list(self.model.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=0.001)
         self.lock = threading.Lock()
@@ -158,7 +170,7 @@ def ps_push(grads):
 
 def run_ps(args):
     global SERVER
-    SERVER = ParameterServer(args.seed)
+    SERVER = ParameterServer(args.seed, args.hidden)
     rpc = init_rpc(PS_NAME, 0, args.tensorpipe)
     rpc.shutdown()  # waits until the trainer has finished and shut down too
     log("PS applied %d updates" % SERVER.updates)
@@ -176,7 +188,7 @@ def run_trainer(args):
     torch.manual_seed(args.seed)
     x, y = torch.from_numpy(xs), torch.from_numpy(ys)
     n = len(y)
-    model = build_model()
+    model = build_model(args.hidden)
     params = list(model.parameters())
     sizes = fmnist.batch_sizes(n, args.batch, args.warmup + args.steps)
 
@@ -292,6 +304,7 @@ def launch(args):
             env["PEER_TORCH_RPC_INIT"] = "file://" + os.path.join(tmp, "rendezvous")
         common = ["--batch", str(args.batch), "--steps", str(args.steps),
                   "--warmup", str(args.warmup), "--seed", str(args.seed),
+                  "--hidden", ",".join(str(h) for h in args.hidden),
                   "--tensorpipe", args.tensorpipe]
         try:
             children.start("ps", common, env)

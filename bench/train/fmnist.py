@@ -64,3 +64,14 @@ def parse_args(argv, prog):
     ap.add_argument("--seed", type=int, default=1)
     return ap.parse_args(argv)
 
+
+def parse_widths(text):
+    """The hidden layers' widths of a --hidden option ("2048,2048"), for every side of a
+    benchmark to build the same MLP; ValueError says what is wrong."""
+    try:
+        widths = [int(w) for w in text.split(",")]
+    except ValueError:
+        widths = []
+    if not widths or min(widths) < 1:
+        raise ValueError("--hidden takes positive widths separated by commas, not %r" % text)
+    return widths
