@@ -36,9 +36,12 @@ const char *harness_source(const char *rel)
 {
     static char path[4][1024];
     static int next;
-    const char *dir = getenv("TESSERA_BUILD_DIR");
+    const char *src = getenv("TESSERA_SOURCE_DIR"), *build = getenv("TESSERA_BUILD_DIR");
     char *out = path[next++ % 4];
-    snprintf(out, sizeof(path[0]), "%s/../%s", dir ? dir : ".", rel);
+    if (src != NULL && src[0] != '\0') /* meson sets it: build directories may live anywhere */
+        snprintf(out, sizeof(path[0]), "%s/%s", src, rel);
+    else
+        snprintf(out, sizeof(path[0]), "%s/../%s", build ? build : ".", rel);
     return out;
 }
 

@@ -12,7 +12,7 @@
 /* Path of a built program ("tessera-ps") under $TESSERA_BUILD_DIR. */
 const char *harness_program(const char *name);
 
-/* Path of a source file under the source tree (found from $TESSERA_BUILD_DIR/..). */
+/* Path of a source file: under $TESSERA_SOURCE_DIR, else $TESSERA_BUILD_DIR/... */
 const char *harness_source(const char *rel);
 
 /* A fresh temporary directory for this test process (created once). */
