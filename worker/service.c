@@ -9,7 +9,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "service.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
