@@ -20,6 +20,7 @@
 #include "log.h"
 #include "net.h"
 #include "notify.h"
+#include "rpc_offline.h"
 
 struct daemon {
     const daemon_spec_t *spec;
@@ -418,4 +419,49 @@ int daemon_main(const daemon_spec_t *spec, const config_table_t *table, void *op
     grpc_shutdown();
     config_done(table, opts);
     return rc;
+}
+
+/* ---- offline daemons (daemon.h, rpc_offline.h) --------------------------------------------- */
+
+status_t daemon_offline_new(const daemon_spec_t *spec, void *opts, daemon_t **ret_daemon,
+                            status_msg_t *err)
+{
+    daemon_t *d = calloc(1, sizeof(*d));
+    status_msg_t why = {0};
+    status_t rc;
+
+    if (d == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    d->spec = spec;
+    d->opts = opts;
+    snprintf(d->listen, sizeof(d->listen), "offline");
+    snprintf(d->metrics_listen, sizeof(d->metrics_listen), "offline");
+    d->metrics = metrics_new();
+    d->rpc = rpc_offline_server_new(spec->task_type, (int)d->opts->task_index);
+    d->health = d->rpc != NULL ? health_new(d->rpc, spec->services) : NULL;
+    if (d->metrics == NULL || d->rpc == NULL || d->health == NULL) {
+        daemon_offline_free(d);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    rpc_server_handle(d->rpc, RPC_DIAG_ECHO, on_echo, d);
+    rpc_server_handle(d->rpc, RPC_DIAG_SINK, on_sink, d);
+    if (spec->setup != NULL && (rc = spec->setup(d, opts, &d->role_state, &why)) != STATUS_OK) {
+        daemon_offline_free(d);
+        return status_fail(err, rc, "%s", why.text);
+    }
+    health_set_serving(d->health, true);
+    *ret_daemon = d;
+    return STATUS_OK;
+}
+
+void daemon_offline_free(daemon_t *d)
+{
+    if (d == NULL)
+        return;
+    if (d->spec->teardown != NULL && d->role_state != NULL)
+        d->spec->teardown(d->role_state);
+    health_free(d->health);
+    rpc_offline_server_free(d->rpc);
+    metrics_free(d->metrics);
+    free(d);
 }

@@ -127,4 +127,15 @@ const char *daemon_address(daemon_t *d);
 status_t daemon_apply_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
                                 int task_type, status_msg_t *err);
 
+/* A daemon without network, signals or threads, for the fuzz targets (tests/fuzz/): what
+ * daemon_main would serve (health, diagnostics and spec->setup's handlers) on an offline RPC
+ * server (rpc_offline.h), to be called with rpc_offline_call(daemon_rpc(d), ...). opts is the
+ * role's options struct, filled by the caller, and must outlive the daemon. Fails as
+ * spec->setup does, or with STATUS_NO_MEMORY. */
+status_t daemon_offline_new(const daemon_spec_t *spec, void *opts, daemon_t **ret_daemon,
+                            status_msg_t *err);
+
+/* Tears the role down (spec->teardown) and frees the offline daemon. NULL-safe. */
+void daemon_offline_free(daemon_t *d);
+
 #endif

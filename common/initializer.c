@@ -3,6 +3,7 @@
  * draws is one multiplication: that is what lets a shard start mid-stream. */
 #include "initializer.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -144,6 +145,45 @@ static status_t need_finite(double v, const char *field, status_msg_t *err)
     return STATUS_OK;
 }
 
+status_t initializer_check(const job_init_t *init, status_msg_t *err)
+{
+    double a = init->a, b = init->b;
+
+    switch (init->kind) {
+    case JOB_INIT_CONSTANT:
+        if (!(fabs(a) <= FLT_MAX))
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "the constant %g is not a finite float32 (at most %g)", a,
+                               (double)FLT_MAX);
+        return STATUS_OK;
+    case JOB_INIT_RANDOM_UNIFORM:
+        if (!(fabs(a) <= FLT_MAX) || !(fabs(b) <= FLT_MAX) || !(a <= b))
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "random_uniform needs finite float32 bounds with minval <= maxval, "
+                               "got [%g, %g)",
+                               a, b);
+        return STATUS_OK;
+    case JOB_INIT_RANDOM_NORMAL:
+        /* Draws stay within NORMAL_MAX_SIGMA standard deviations of the mean. */
+        if (!(fabs(a) <= FLT_MAX) || !(b >= 0) || !(fabs(a) + NORMAL_MAX_SIGMA * b <= FLT_MAX))
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "random_normal with mean %g and stddev %g can draw values beyond "
+                               "float32's %g",
+                               a, b, (double)FLT_MAX);
+        return STATUS_OK;
+    default:
+        return STATUS_OK;
+    }
+}
+
+bool initializer_values_finite(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return false;
+    return true;
+}
+
 status_t initializer_from_proto(const Tessera__V1__Initializer *p, job_init_t *ret_init,
                                 double *ret_fan_in, double *ret_fan_out, status_msg_t *err)
 {
@@ -217,6 +257,7 @@ status_t initializer_from_proto(const Tessera__V1__Initializer *p, job_init_t *r
         return status_fail(err, STATUS_INVALID_ARGUMENT, "initializer: unknown kind %d",
                            (int)p->kind_case);
     }
+    STATUS_CHECK(initializer_check(&in, err));
     *ret_init = in;
     *ret_fan_in = (double)fan_in;
     *ret_fan_out = (double)fan_out;

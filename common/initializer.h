@@ -8,6 +8,7 @@
 #ifndef TESSERA_INITIALIZER_H
 #define TESSERA_INITIALIZER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,13 +35,26 @@ void initializer_fill_at(const job_init_t *init, job_init_kind_t dflt, float *v,
  * rank 2: d0, d1; higher: the receptive field (all dims but the last two) times d[-2], d[-1]. */
 void initializer_fans(const int64_t *shape, size_t rank, double *ret_fan_in, double *ret_fan_out);
 
+/* Box-Muller draws from 53-bit uniforms never reach 8.6 standard deviations from the mean. */
+#define NORMAL_MAX_SIGMA 8.6
+
+/* Checks that every value init can produce is a finite float32 (a constant within FLT_MAX,
+ * uniform bounds within it and ordered, a normal whose mean plus NORMAL_MAX_SIGMA deviations is);
+ * the sentence names the parameter. The fans of the variance-scaling kinds come from shapes and
+ * are always safe. */
+status_t initializer_check(const job_init_t *init, status_msg_t *err);
+
+/* Whether v[0..n) holds no NaN or infinity. */
+bool initializer_values_finite(const float *v, size_t n);
+
 /* Converts the wire form (proto/tessera/v1/ps.proto Initializer) into *ret_init; NULL or no
  * kind set gives JOB_INIT_DEFAULT, the caller's default. A non-zero Initializer.seed is the
  * initializer's own seed (has_seed, as `seed:` in a job file); 0 leaves has_seed false and the
  * caller picks the stream seed. The fans of GlorotUniform, GlorotNormal, HeUniform and HeNormal go
  * to *ret_fan_in and *ret_fan_out (0 when the sender left them 0: compute them with
  * initializer_fans from the whole variable's shape); other kinds set both to 0. Non-finite values,
- * a negative fan or stddev, or minval > maxval fail with STATUS_INVALID_ARGUMENT naming the field;
+ * a negative fan or stddev, minval > maxval, or values beyond float32 (initializer_check) fail with
+ * STATUS_INVALID_ARGUMENT naming the field;
  * the outputs are then untouched. */
 status_t initializer_from_proto(const Tessera__V1__Initializer *p, job_init_t *ret_init,
                                 double *ret_fan_in, double *ret_fan_out, status_msg_t *err);

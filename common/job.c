@@ -6,11 +6,14 @@
 #include "job.h"
 
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "initializer.h"
 #include "job_internal.h"
 
 /* ---- shared tables and helpers (job_internal.h) ---- */
@@ -68,6 +71,8 @@ const char *const *job_init_names(size_t *ret_n)
 
 int job_name_index(const char *s, const char *const *names, size_t n)
 {
+    if (s == NULL)
+        return -1;
     for (size_t i = 0; i < n; i++)
         if (strcmp(s, names[i]) == 0)
             return (int)i;
@@ -282,6 +287,7 @@ static status_t node_init(job_ctx_t *c, const job_node_t *n, job_init_t *ret)
     job_init_t init = {0};
     int64_t seed = -1;
     int index;
+    status_msg_t why;
     status_t rc;
 
     STATUS_CHECK(job_tree_variant(c, n, "initializer", names, n_names, true, &index, &opts));
@@ -306,6 +312,8 @@ static status_t node_init(job_ctx_t *c, const job_node_t *n, job_init_t *ret)
     STATUS_CHECK(rc);
     init.has_seed = seed >= 0;
     init.seed = init.has_seed ? (uint64_t)seed : 0;
+    if (initializer_check(&init, &why) != STATUS_OK)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line, "%s: %s", c->path, why.text);
     *ret = init;
     return STATUS_OK;
 }
@@ -1017,6 +1025,10 @@ static status_t parse_data(job_ctx_t *c, const job_node_t *n, job_data_t *d)
     STATUS_CHECK(get_source(c, n, "train", true, &d->train));
     STATUS_CHECK(get_source(c, n, "test", false, &d->test));
     STATUS_CHECK(job_tree_get_double(c, n, "scale", false, &d->scale));
+    /* Features are bytes times scale, in float32. */
+    if (!(fabs(d->scale) * 255.0 <= FLT_MAX))
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(n, "scale")->line,
+                             "data.scale %g times a byte value of 255 overflows float32", d->scale);
     STATUS_CHECK(job_tree_get_i64(c, n, "shuffle_buffer", false, 0, &d->shuffle_buffer));
     STATUS_CHECK(job_tree_get_bool(c, n, "drop_remainder", &d->drop_remainder));
     return job_tree_get_int(c, n, "prefetch", false, 0, &d->prefetch);
@@ -1185,6 +1197,27 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     return STATUS_OK;
 }
 
+/* The limits of job_parse_with_files, checked before anything is parsed. */
+static status_t check_sizes(const char *file, size_t len, const job_file_t *files, size_t n_files,
+                            status_msg_t *err)
+{
+    if (len > JOB_MAX_FILE_BYTES)
+        return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                           "%s: the job file holds %zu bytes, more than the limit of %u", file, len,
+                           JOB_MAX_FILE_BYTES);
+    if (n_files > JOB_MAX_FILES)
+        return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                           "%s: the job brings %zu files, more than the limit of %d", file, n_files,
+                           JOB_MAX_FILES);
+    for (size_t i = 0; i < n_files; i++)
+        if (files[i].len > JOB_MAX_FILE_BYTES)
+            return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                               "%s: file '%.200s' holds %zu bytes, more than the limit of %u", file,
+                               files[i].path != NULL ? files[i].path : "", files[i].len,
+                               JOB_MAX_FILE_BYTES);
+    return STATUS_OK;
+}
+
 status_t job_parse(const char *text, size_t len, const char *path, job_t *ret_job,
                    status_msg_t *err)
 {
@@ -1205,6 +1238,7 @@ status_t job_parse_with_files(const char *text, size_t len, const char *path,
     memset(ret_job, 0, sizeof(*ret_job));
     if (text == NULL)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: no job text", c.file);
+    STATUS_CHECK(check_sizes(c.file, len, files, n_files, err));
     job_defaults(&job);
     c.dir = slash == NULL ? strdup("") : strndup(path, slash == path ? 1 : (size_t)(slash - path));
     job.name = file_stem(path);

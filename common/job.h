@@ -198,8 +198,14 @@ typedef struct job_file {
     size_t len;
 } job_file_t;
 
+/* The most bytes a job file, or a file it references, may hold, and the most files a job may
+ * bring along (job_parse_with_files): anything bigger is refused before it is parsed. */
+#define JOB_MAX_FILE_BYTES (16u << 20)
+#define JOB_MAX_FILES      16
+
 /* job_parse, taking referenced files from `files` when their resolved path matches and from
- * the disk otherwise. */
+ * the disk otherwise. Text or files over the limits above fail with STATUS_RESOURCE_EXHAUSTED
+ * before any parsing. */
 status_t job_parse_with_files(const char *text, size_t len, const char *path,
                               const job_file_t *files, size_t n_files, job_t *ret_job,
                               status_msg_t *err);

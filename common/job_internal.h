@@ -13,9 +13,6 @@
 
 #define JOB_N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
-/* The most a job or model file may hold; bigger files are refused before they are read. */
-#define JOB_MAX_FILE_BYTES (16u << 20)
-
 /* The most layers a model may have. */
 #define JOB_MAX_LAYERS 1024
 

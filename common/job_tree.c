@@ -68,11 +68,32 @@ static bool plain_null(const char *s)
 
 static status_t read_node(tree_reader_t *r, yaml_event_t *ev, int depth, job_node_t **ret);
 
+/* Makes room for `want` elements of `size` bytes in *arrayp, doubling its capacity *cap. */
+static bool grow(void *arrayp, size_t *cap, size_t want, size_t size)
+{
+    void **array = arrayp, *grown;
+    size_t new_cap;
+
+    if (want <= *cap)
+        return true;
+    new_cap = *cap < 8 ? 8 : *cap * 2;
+    if (new_cap < want || new_cap > SIZE_MAX / size)
+        return false;
+    grown = realloc(*array, new_cap * size);
+    if (grown == NULL)
+        return false;
+    *array = grown;
+    *cap = new_cap;
+    return true;
+}
+
 static status_t read_seq(tree_reader_t *r, job_node_t *n, int depth)
 {
+    size_t cap = 0;
+
     for (;;) {
         yaml_event_t ev;
-        job_node_t *item, **items;
+        job_node_t *item;
 
         STATUS_CHECK(next_event(r, &ev));
         if (ev.type == YAML_SEQUENCE_END_EVENT) {
@@ -80,27 +101,70 @@ static status_t read_seq(tree_reader_t *r, job_node_t *n, int depth)
             return STATUS_OK;
         }
         STATUS_CHECK(read_node(r, &ev, depth + 1, &item));
-        items = realloc(n->items, (n->n + 1) * sizeof(*items));
-        if (items == NULL) {
+        if (!grow(&n->items, &cap, n->n + 1, sizeof(*n->items))) {
             job_node_free(item);
             return status_fail(r->err, STATUS_NO_MEMORY, "%s: out of memory", r->file);
         }
-        n->items = items;
         n->items[n->n++] = item;
     }
 }
 
+static int entry_cmp(const void *pa, const void *pb)
+{
+    const job_node_entry_t *a = *(const job_node_entry_t *const *)pa;
+    const job_node_entry_t *b = *(const job_node_entry_t *const *)pb;
+    int c = strcmp(a->key, b->key);
+
+    return c != 0 ? c : (a > b) - (a < b);
+}
+
+/* Fails on a key given twice, naming the repeat that comes first in the file. Sorting makes it
+ * O(n log n): a hostile mapping of a million keys costs a second, not hours. */
+static status_t check_unique_keys(tree_reader_t *r, const job_node_t *n)
+{
+    const job_node_entry_t **sorted, *dup = NULL, *first = NULL;
+
+    if (n->n < 2)
+        return STATUS_OK;
+    sorted = malloc(n->n * sizeof(*sorted));
+    if (sorted == NULL)
+        return status_fail(r->err, STATUS_NO_MEMORY, "%s: out of memory", r->file);
+    for (size_t i = 0; i < n->n; i++)
+        sorted[i] = &n->entries[i];
+    qsort(sorted, n->n, sizeof(*sorted), entry_cmp);
+    /* Equal keys sort in file order: a run's first entry is the key's first occurrence and its
+     * second the first repeat. */
+    for (size_t i = 1, run = 0; i < n->n; i++) {
+        if (strcmp(sorted[run]->key, sorted[i]->key) != 0) {
+            run = i;
+            continue;
+        }
+        if (i == run + 1 && (dup == NULL || sorted[i] < dup)) {
+            dup = sorted[i];
+            first = sorted[run];
+        }
+    }
+    free(sorted);
+    if (dup == NULL)
+        return STATUS_OK;
+    return status_fail(r->err, STATUS_BAD_CONFIG,
+                       "%s:%d: duplicate key '%s' (first given on line %d)", r->file, dup->line,
+                       dup->key, first->line);
+}
+
 static status_t read_map(tree_reader_t *r, job_node_t *n, int depth)
 {
+    size_t cap = 0;
+
     for (;;) {
         yaml_event_t ev;
-        job_node_entry_t e = {0}, *entries;
+        job_node_entry_t e = {0};
         status_t rc;
 
         STATUS_CHECK(next_event(r, &ev));
         if (ev.type == YAML_MAPPING_END_EVENT) {
             yaml_event_delete(&ev);
-            return STATUS_OK;
+            return check_unique_keys(r, n);
         }
         e.line = (int)ev.start_mark.line + 1;
         if (ev.type != YAML_SCALAR_EVENT) {
@@ -111,27 +175,16 @@ static status_t read_map(tree_reader_t *r, job_node_t *n, int depth)
         yaml_event_delete(&ev);
         if (e.key == NULL)
             return status_fail(r->err, STATUS_NO_MEMORY, "%s: out of memory", r->file);
-        for (size_t i = 0; i < n->n; i++) {
-            if (strcmp(n->entries[i].key, e.key) == 0) {
-                status_fail(r->err, STATUS_BAD_CONFIG,
-                            "%s:%d: duplicate key '%s' (first given on line %d)", r->file, e.line,
-                            e.key, n->entries[i].line);
-                free(e.key);
-                return STATUS_BAD_CONFIG;
-            }
-        }
         rc = next_event(r, &ev);
         if (rc == STATUS_OK)
             rc = read_node(r, &ev, depth + 1, &e.value);
-        entries = rc == STATUS_OK ? realloc(n->entries, (n->n + 1) * sizeof(*entries)) : NULL;
-        if (rc == STATUS_OK && entries == NULL)
+        if (rc == STATUS_OK && !grow(&n->entries, &cap, n->n + 1, sizeof(*n->entries)))
             rc = status_fail(r->err, STATUS_NO_MEMORY, "%s: out of memory", r->file);
         if (rc != STATUS_OK) {
             free(e.key);
             job_node_free(e.value);
             return rc;
         }
-        n->entries = entries;
         n->entries[n->n++] = e;
     }
 }

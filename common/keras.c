@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "initializer.h"
 #include "job_internal.h"
 
 /* What a config key must hold. */
@@ -164,6 +165,12 @@ typedef struct kctx {
     status_msg_t *err;
 } kctx_t;
 
+/* obj[key] when obj is an object, else NULL: no caller ever looks a key up in a list. */
+static const cJSON *kget(const cJSON *obj, const char *key)
+{
+    return cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+}
+
 static status_t __attribute__((format(printf, 2, 3))) kfail(kctx_t *k, const char *fmt, ...)
 {
     va_list ap;
@@ -210,7 +217,7 @@ static bool is_int(const cJSON *v, double lo, double hi)
 static status_t get_int(kctx_t *k, const cJSON *cfg, const char *key, bool required, int lo,
                         int *ret)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    const cJSON *v = kget(cfg, key);
 
     if (v == NULL || cJSON_IsNull(v))
         return required ? kfail(k, "%s is missing", key) : STATUS_OK;
@@ -223,7 +230,7 @@ static status_t get_int(kctx_t *k, const cJSON *cfg, const char *key, bool requi
 /* An integer or a list of two, as Keras stores kernel_size, strides and pool_size. */
 static status_t get_pair(kctx_t *k, const cJSON *cfg, const char *key, bool required, int ret[2])
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    const cJSON *v = kget(cfg, key);
 
     if (v == NULL || cJSON_IsNull(v))
         return required ? kfail(k, "%s is missing", key) : STATUS_OK;
@@ -231,7 +238,8 @@ static status_t get_pair(kctx_t *k, const cJSON *cfg, const char *key, bool requ
         ret[0] = ret[1] = (int)v->valuedouble;
         return STATUS_OK;
     }
-    if (cJSON_GetArraySize(v) != 2 || !is_int(cJSON_GetArrayItem(v, 0), 1, INT_MAX) ||
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 ||
+        !is_int(cJSON_GetArrayItem(v, 0), 1, INT_MAX) ||
         !is_int(cJSON_GetArrayItem(v, 1), 1, INT_MAX))
         return type_error(k, key, v, "a positive integer or a list of two");
     ret[0] = (int)cJSON_GetArrayItem(v, 0)->valuedouble;
@@ -241,7 +249,7 @@ static status_t get_pair(kctx_t *k, const cJSON *cfg, const char *key, bool requ
 
 static status_t get_bool(kctx_t *k, const cJSON *cfg, const char *key, bool *ret)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    const cJSON *v = kget(cfg, key);
 
     if (v == NULL || cJSON_IsNull(v))
         return STATUS_OK;
@@ -291,12 +299,11 @@ static status_t check_dtype(kctx_t *k, const char *key, const cJSON *v)
     const cJSON *name = v;
 
     if (cJSON_IsObject(v)) {
-        const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "class_name"));
+        const char *cls = cJSON_GetStringValue(kget(v, "class_name"));
         if (cls == NULL || (strcmp(cls, "DTypePolicy") != 0 &&
                             strcmp(cls, "FloatDTypePolicy") != 0 && strcmp(cls, "Policy") != 0))
             return type_error(k, key, v, "a float32 dtype policy");
-        name =
-            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "config"), "name");
+        name = kget(kget(v, "config"), "name");
     }
     if (v == NULL || cJSON_IsNull(v))
         return STATUS_OK;
@@ -318,6 +325,28 @@ static bool all_ones(const cJSON *v)
         return false;
     cJSON_ArrayForEach(item, v) if (!is_int(item, 1, 1)) return false;
     return true;
+}
+
+/* obj must be an object whose keys all name keys[0..n) (n <= 64), each at most once: Keras
+ * writes every key once, and a second one would be read differently by Python's json. */
+static status_t check_keys(kctx_t *k, const cJSON *obj, const char *what, const char *const *keys,
+                           size_t n)
+{
+    uint64_t seen = 0;
+    const cJSON *v;
+
+    if (!cJSON_IsObject(obj))
+        return type_error(k, what, obj, "an object");
+    cJSON_ArrayForEach(v, obj)
+    {
+        int i = job_name_index(v->string, keys, n);
+        if (i < 0)
+            return kfail(k, "unknown %s key '%s'", what, v->string);
+        if (seen & (UINT64_C(1) << i))
+            return kfail(k, "%s key '%s' is given twice", what, v->string);
+        seen |= UINT64_C(1) << i;
+    }
+    return STATUS_OK;
 }
 
 /* Checks one config key against its rule. */
@@ -357,17 +386,24 @@ static status_t check_rule(kctx_t *k, const cJSON *v, rule_t rule)
 /* Every key of cfg must be a common key or one of the class's; each is checked by its rule. */
 static status_t check_config(kctx_t *k, const struct keras_class *cls, const cJSON *cfg)
 {
+    uint64_t seen = 0;
     const cJSON *v;
 
     cJSON_ArrayForEach(v, cfg)
     {
         const key_rule_t *rule = NULL;
-        for (size_t i = 0; rule == NULL && i < JOB_N_OF(common_rules); i++)
+        size_t at = 0;
+        for (size_t i = 0; rule == NULL && i < JOB_N_OF(common_rules); i++, at++)
             if (strcmp(v->string, common_rules[i].key) == 0)
                 rule = &common_rules[i];
-        for (size_t i = 0; rule == NULL && i < cls->n_rules; i++)
+        for (size_t i = 0; rule == NULL && i < cls->n_rules; i++, at++)
             if (strcmp(v->string, cls->rules[i].key) == 0)
                 rule = &cls->rules[i];
+        if (rule != NULL) {
+            if (seen & (UINT64_C(1) << (at - 1)))
+                return kfail(k, "option '%s' is given twice", v->string);
+            seen |= UINT64_C(1) << (at - 1);
+        }
         if (rule == NULL) {
             char allowed[300] = "";
             size_t len = 0;
@@ -384,7 +420,7 @@ static status_t check_config(kctx_t *k, const struct keras_class *cls, const cJS
 
 static status_t get_activation(kctx_t *k, const cJSON *cfg, bool required, job_activation_t *ret)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, "activation");
+    const cJSON *v = kget(cfg, "activation");
     char msg[300];
 
     if (v == NULL || cJSON_IsNull(v)) {
@@ -404,7 +440,7 @@ static status_t get_activation(kctx_t *k, const cJSON *cfg, bool required, job_a
 
 static status_t get_padding(kctx_t *k, const cJSON *cfg, bool *ret_same)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, "padding");
+    const cJSON *v = kget(cfg, "padding");
 
     if (v == NULL || cJSON_IsNull(v))
         return STATUS_OK;
@@ -421,7 +457,7 @@ static status_t get_padding(kctx_t *k, const cJSON *cfg, bool *ret_same)
 static status_t init_param(kctx_t *k, const char *key, const cJSON *cfg, const char *param,
                            double *ret)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, param);
+    const cJSON *v = kget(cfg, param);
     char what[96];
 
     if (v == NULL || cJSON_IsNull(v))
@@ -439,20 +475,19 @@ static status_t init_param(kctx_t *k, const char *key, const cJSON *cfg, const c
 static status_t get_init(kctx_t *k, const cJSON *cfg, const char *key, job_init_t *ret)
 {
     static const char *const wrapper_keys[] = {"class_name", "config", "module", "registered_name"};
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key), *icfg = NULL, *item;
+    const cJSON *v = kget(cfg, key), *icfg = NULL, *item;
     const job_init_info_t *info;
     const char *name;
     job_init_t init = {0};
+    status_msg_t why;
     char msg[400];
 
     if (v == NULL || cJSON_IsNull(v))
         return STATUS_OK;
     if (cJSON_IsObject(v)) {
-        cJSON_ArrayForEach(
-            item, v) if (job_name_index(item->string, wrapper_keys, JOB_N_OF(wrapper_keys)) <
-                         0) return kfail(k, "%s: unknown key '%s'", key, item->string);
-        name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "class_name"));
-        icfg = cJSON_GetObjectItemCaseSensitive(v, "config");
+        STATUS_CHECK(check_keys(k, v, key, wrapper_keys, JOB_N_OF(wrapper_keys)));
+        name = cJSON_GetStringValue(kget(v, "class_name"));
+        icfg = kget(v, "config");
         if (icfg != NULL && !cJSON_IsObject(icfg) && !cJSON_IsNull(icfg))
             return type_error(k, key, v, "an initializer whose config is an object");
     } else {
@@ -473,6 +508,10 @@ static status_t get_init(kctx_t *k, const cJSON *cfg, const char *key, job_init_
     cJSON_ArrayForEach(item, icfg)
     {
         const char *p = item->string;
+        /* Five names are allowed, so a repeat shows up within the first six keys. */
+        for (const cJSON *e = icfg->child; e != item; e = e->next)
+            if (strcmp(e->string, p) == 0)
+                return kfail(k, "%s: parameter '%s' is given twice", key, p);
         bool known = (info->a_key != NULL && strcmp(p, info->a_key) == 0) ||
                      (info->b_key != NULL && strcmp(p, info->b_key) == 0) ||
                      (info->seeded && strcmp(p, "seed") == 0);
@@ -489,13 +528,15 @@ static status_t get_init(kctx_t *k, const cJSON *cfg, const char *key, job_init_
         STATUS_CHECK(init_param(k, key, icfg, info->a_key, &init.a));
     if (info->b_key != NULL)
         STATUS_CHECK(init_param(k, key, icfg, info->b_key, &init.b));
-    item = cJSON_GetObjectItemCaseSensitive(icfg, "seed");
+    item = kget(icfg, "seed");
     if (info->seeded && item != NULL && !cJSON_IsNull(item)) {
         if (!is_int(item, 0, 9007199254740992.0))
             return type_error(k, "seed", item, "a non-negative integer or null");
         init.has_seed = true;
         init.seed = (uint64_t)item->valuedouble;
     }
+    if (initializer_check(&init, &why) != STATUS_OK)
+        return kfail(k, "%s: %s", key, why.text);
     *ret = init;
     return STATUS_OK;
 }
@@ -528,16 +569,16 @@ static status_t layer_options(kctx_t *k, const cJSON *cfg, job_layer_t *l, int *
         STATUS_CHECK(get_pair(k, cfg, "strides", false, l->strides));
         return get_padding(k, cfg, &l->padding_same);
     case JOB_LAYER_RESHAPE:
-        v = cJSON_GetObjectItemCaseSensitive(cfg, "target_shape");
+        v = kget(cfg, "target_shape");
         if (v == NULL)
             return kfail(k, "target_shape is missing");
         return parse_shape(k, "target_shape", v, false, true, l->target_shape, &l->target_rank);
     case JOB_LAYER_DROPOUT:
-        v = cJSON_GetObjectItemCaseSensitive(cfg, "rate");
+        v = kget(cfg, "rate");
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1))
             return type_error(k, "rate", v, "a number from 0 up to (not) 1");
         l->rate = v->valuedouble;
-        v = cJSON_GetObjectItemCaseSensitive(cfg, "seed");
+        v = kget(cfg, "seed");
         if (v != NULL && !cJSON_IsNull(v) && !is_int(v, 0, 9007199254740992.0))
             return type_error(k, "seed", v, "a non-negative integer or null");
         l->dropout_seed = v != NULL && !cJSON_IsNull(v) ? (uint64_t)v->valuedouble : 0;
@@ -582,10 +623,9 @@ static status_t parse_input_layer(kctx_t *k, const cJSON *cfg, job_model_t *m)
                                          "int64",   "uint8",   "int8",    "int16"};
     const cJSON *v, *shape = NULL;
 
+    STATUS_CHECK(check_keys(k, cfg, "InputLayer option", keys, JOB_N_OF(keys)));
     cJSON_ArrayForEach(v, cfg)
     {
-        if (job_name_index(v->string, keys, JOB_N_OF(keys)) < 0)
-            return kfail(k, "unknown InputLayer option '%s'", v->string);
         if ((strcmp(v->string, "sparse") == 0 || strcmp(v->string, "ragged") == 0 ||
              strcmp(v->string, "optional") == 0) &&
             !cJSON_IsFalse(v))
@@ -601,25 +641,14 @@ static status_t parse_input_layer(kctx_t *k, const cJSON *cfg, job_model_t *m)
     return set_input_shape(k, m, shape->string, shape);
 }
 
-static status_t check_keys(kctx_t *k, const cJSON *obj, const char *what, const char *const *keys,
-                           size_t n)
-{
-    const cJSON *v;
-
-    cJSON_ArrayForEach(v, obj) if (job_name_index(v->string, keys, n) <
-                                   0) return kfail(k, "unknown %s key '%s'", what, v->string);
-    return STATUS_OK;
-}
-
 /* One entry of config.layers. */
 static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, job_model_t *m)
 {
     static const char *const entry_keys[] = {"class_name",      "config",       "module",
                                              "registered_name", "build_config", "name"};
-    const char *cls_name =
-        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "class_name"));
-    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(entry, "config"), *v;
-    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "name"));
+    const char *cls_name = cJSON_GetStringValue(kget(entry, "class_name"));
+    const cJSON *cfg = kget(entry, "config"), *v;
+    const char *name = cJSON_GetStringValue(kget(cfg, "name"));
     const struct keras_class *cls = NULL;
     job_layer_t *l;
     int input_length = 0;
@@ -651,7 +680,7 @@ static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, job_mod
     STATUS_CHECK(job_model_add_layer(m, cls->kind, k->file, &l, k->err));
     snprintf(l->name, sizeof(l->name), "%s", name != NULL ? name : "");
     STATUS_CHECK(layer_options(k, cfg, l, &input_length));
-    v = cJSON_GetObjectItemCaseSensitive(cfg, "batch_input_shape");
+    v = kget(cfg, "batch_input_shape");
     if (v != NULL && !cJSON_IsNull(v)) {
         if (m->n_layers > 1)
             return kfail(k, "batch_input_shape belongs on the first layer only");
@@ -673,14 +702,14 @@ static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t
 {
     static const char *const config_keys[] = {"name", "layers", "trainable", "dtype",
                                               "build_input_shape"};
-    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(cfg, "layers"), *v;
+    const cJSON *layers = kget(cfg, "layers"), *v;
     size_t i = 0;
 
     STATUS_CHECK(check_keys(k, cfg, "Sequential config", config_keys, JOB_N_OF(config_keys)));
-    v = cJSON_GetObjectItemCaseSensitive(cfg, "trainable");
+    v = kget(cfg, "trainable");
     if (v != NULL && !cJSON_IsTrue(v))
         return kfail(k, "trainable must be true (Tessera trains every layer)");
-    v = cJSON_GetObjectItemCaseSensitive(cfg, "dtype");
+    v = kget(cfg, "dtype");
     if (v != NULL)
         STATUS_CHECK(check_dtype(k, "dtype", v));
     if (!cJSON_IsArray(layers))
@@ -689,7 +718,7 @@ static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t
     k->layer[0] = '\0';
     /* A model built from an input shape but saved without an InputLayer (some Keras 3
      * versions): the shape is in build_input_shape. */
-    v = cJSON_GetObjectItemCaseSensitive(cfg, "build_input_shape");
+    v = kget(cfg, "build_input_shape");
     if (m->input_rank == 0 && v != NULL && !cJSON_IsNull(v))
         STATUS_CHECK(set_input_shape(k, m, "build_input_shape", v));
     return STATUS_OK;
@@ -716,10 +745,12 @@ status_t job_parse_keras_json(const char *text, size_t len, const char *path,
         int line = 1;
         for (size_t i = 0; i < at; i++)
             line += text[i] == '\n';
-        return status_fail(err, STATUS_BAD_CONFIG, "%s:%d: invalid JSON near '%.20s'", k.file, line,
-                           text + at);
+        char near[96];
+        utf8_escape(near, sizeof(near), text + at, len - at < 20 ? len - at : 20);
+        return status_fail(err, STATUS_BAD_CONFIG, "%s:%d: invalid JSON near '%s'", k.file, line,
+                           near);
     }
-    cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "class_name"));
+    cls = cJSON_GetStringValue(kget(root, "class_name"));
     if (!cJSON_IsObject(root) || cls == NULL)
         rc = kfail(&k, "not a Keras model: no class_name");
     else if (strcmp(cls, "Sequential") != 0)
@@ -727,7 +758,7 @@ status_t job_parse_keras_json(const char *text, size_t len, const char *path,
     else
         rc = check_keys(&k, root, "model", top_keys, JOB_N_OF(top_keys));
     if (rc == STATUS_OK)
-        rc = parse_sequential_config(&k, cJSON_GetObjectItemCaseSensitive(root, "config"), &m);
+        rc = parse_sequential_config(&k, kget(root, "config"), &m);
     if (rc == STATUS_OK)
         rc = job_model_finish(&m, k.file, err);
     if (rc == STATUS_OK) {

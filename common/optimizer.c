@@ -20,10 +20,12 @@
  * RMSprop; nothing here reads errno. */
 #include "optimizer.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct plan plan_t;
 
@@ -302,6 +304,64 @@ void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *par
     k.kernel(&k, params, grad, slots, n, n);
 }
 
+/* ---- checks before an update -------------------------------------------------------------------
+ */
+
+/* The most slot arrays any kernel keeps (AMSGrad; centered RMSprop with momentum). */
+#define MAX_SLOTS 3
+/* Elements a dry run computes at a time, on copies that stay in L1. */
+#define TRIAL 256
+
+static bool all_finite(const float *v, size_t n)
+{
+    uint32_t bad = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &v[i], sizeof(b));
+        bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad == 0;
+}
+
+/* Runs the kernel on copies of params[0..n) and their slots (slot k at slots[k * stride]) and
+ * returns the index of the first element whose parameter or slot would stop being finite, or n.
+ * The copies go through the very kernel the update uses, so the verdict is the update's own. */
+static size_t trial(const plan_t *k, size_t n_slots, const float *params, const float *grad,
+                    const float *slots, size_t stride, size_t n)
+{
+    float p[TRIAL], sl[MAX_SLOTS * TRIAL];
+
+    for (size_t b = 0; b < n; b += TRIAL) {
+        size_t m = n - b < TRIAL ? n - b : TRIAL;
+        memcpy(p, params + b, m * sizeof(float));
+        for (size_t j = 0; j < n_slots; j++)
+            memcpy(sl + j * TRIAL, slots + j * stride + b, m * sizeof(float));
+        k->kernel(k, p, grad + b, sl, TRIAL, m);
+        if (all_finite(p, m) && all_finite(sl, n_slots == 0 ? 0 : (n_slots - 1) * TRIAL + m))
+            continue;
+        for (size_t i = 0; i < m; i++) {
+            bool ok = isfinite(p[i]);
+            for (size_t j = 0; ok && j < n_slots; j++)
+                ok = isfinite(sl[j * TRIAL + i]);
+            if (!ok)
+                return b + i;
+        }
+    }
+    return n;
+}
+
+size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const float *params,
+                             const float *grad, const float *slots, size_t n)
+{
+    plan_t k;
+
+    if (n == 0)
+        return n;
+    plan_init(c, step, &k);
+    return trial(&k, optimizer_slot_count(c), params, grad, slots, n, n);
+}
+
 /* ---- row updates -------------------------------------------------------------------------------
  */
 
@@ -342,17 +402,15 @@ static void sum_rows(float *restrict sum, const float *restrict grads, const row
     }
 }
 
-status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *params,
-                              size_t n_rows, size_t row_len, const int64_t *indices,
-                              const float *grads, size_t n_idx, float *slots, void *scratch,
-                              status_msg_t *err)
+/* Checks the indices and sorts them into scratch (allocating it when NULL: *ret_owned then
+ * holds what to free). */
+static status_t rows_prepare(size_t n_rows, size_t row_len, const int64_t *indices, size_t n_idx,
+                             void **scratch, void **ret_owned, status_msg_t *err)
 {
-    void *owned = NULL;
+    size_t bytes;
     row_ref_t *refs;
-    float *sum;
-    size_t bytes, stride;
-    plan_t k;
 
+    *ret_owned = NULL;
     /* Every index is checked before anything is touched, so a bad push changes nothing. */
     for (size_t j = 0; j < n_idx; j++)
         if (indices[j] < 0 || (uint64_t)indices[j] >= (uint64_t)n_rows)
@@ -365,27 +423,35 @@ status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *
     if (n_rows > SIZE_MAX / row_len)
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "optimizer: %zu rows of %zu floats overflow size_t", n_rows, row_len);
-    stride = n_rows * row_len;
     bytes = optimizer_rows_scratch_size(n_idx, row_len);
-    if (scratch == NULL) {
-        if (bytes == SIZE_MAX || (owned = malloc(bytes)) == NULL)
+    if (*scratch == NULL) {
+        if (bytes == SIZE_MAX || (*ret_owned = malloc(bytes)) == NULL)
             return status_fail(err, STATUS_NO_MEMORY,
                                "optimizer: no memory for the scratch of %zu row indices", n_idx);
-        scratch = owned;
+        *scratch = *ret_owned;
     }
-    refs = scratch;
-    sum = (float *)(refs + n_idx);
-
     /* Sorting groups the duplicates (summed in the order they came, since pos breaks ties) and
      * walks the tensor in address order. */
+    refs = *scratch;
     for (size_t j = 0; j < n_idx; j++)
         refs[j] = (row_ref_t){indices[j], j};
     qsort(refs, n_idx, sizeof(refs[0]), row_ref_cmp);
+    return STATUS_OK;
+}
 
-    plan_init(c, step, &k);
+/* Updates each touched row once (dry: tries it on copies, and returns the first element, counted
+ * in gradient-row order, that would not stay finite; else n_idx * row_len). */
+static size_t rows_walk(const plan_t *k, size_t n_slots, bool dry, float *params, size_t n_rows,
+                        size_t row_len, const float *grads, size_t n_idx, float *slots,
+                        void *scratch)
+{
+    row_ref_t *refs = scratch;
+    float *sum = (float *)(refs + n_idx);
+    size_t stride = n_rows * row_len;
+
     for (size_t j = 0, end; j < n_idx; j = end) {
         const float *g = grads + refs[j].pos * row_len;
-        size_t off = (size_t)refs[j].row * row_len;
+        size_t off = (size_t)refs[j].row * row_len, bad;
 
         for (end = j + 1; end < n_idx && refs[end].row == refs[j].row; end++)
             ;
@@ -393,8 +459,51 @@ status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *
             sum_rows(sum, grads, refs + j, end - j, row_len);
             g = sum;
         }
-        k.kernel(&k, params + off, g, slots == NULL ? NULL : slots + off, stride, row_len);
+        if (!dry) {
+            k->kernel(k, params + off, g, slots == NULL ? NULL : slots + off, stride, row_len);
+            continue;
+        }
+        bad =
+            trial(k, n_slots, params + off, g, slots == NULL ? NULL : slots + off, stride, row_len);
+        if (bad < row_len)
+            return refs[j].pos * row_len + bad;
     }
+    return n_idx * row_len;
+}
+
+status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, float *slots, void *scratch,
+                              status_msg_t *err)
+{
+    void *owned;
+    plan_t k;
+
+    STATUS_CHECK(rows_prepare(n_rows, row_len, indices, n_idx, &scratch, &owned, err));
+    if (n_idx == 0 || row_len == 0)
+        return STATUS_OK;
+    plan_init(c, step, &k);
+    rows_walk(&k, 0, false, params, n_rows, row_len, grads, n_idx, slots, scratch);
+    free(owned);
+    return STATUS_OK;
+}
+
+status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, const float *slots, void *scratch,
+                              size_t *ret_bad, status_msg_t *err)
+{
+    void *owned;
+    plan_t k;
+
+    *ret_bad = n_idx * row_len;
+    STATUS_CHECK(rows_prepare(n_rows, row_len, indices, n_idx, &scratch, &owned, err));
+    if (n_idx == 0 || row_len == 0)
+        return STATUS_OK;
+    plan_init(c, step, &k);
+    /* A dry walk only reads params and slots. */
+    *ret_bad = rows_walk(&k, optimizer_slot_count(c), true, (float *)params, n_rows, row_len, grads,
+                         n_idx, (float *)slots, scratch);
     free(owned);
     return STATUS_OK;
 }
@@ -488,18 +597,39 @@ void optimizer_config_default(optimizer_kind_t kind, optimizer_config_t *c)
     };
 }
 
-/* The comparisons are written so that NaN fails them. */
+/* The comparisons are written so that NaN fails them. The kernels compute in float32, so a
+ * value is checked in the type that uses it: finite means at most FLT_MAX, and a positive value
+ * that float32 would round to 0 or a subnormal is refused too. */
 static status_t need_positive(double v, const char *field, status_msg_t *err)
 {
-    if (!(v > 0.0) || !isfinite(v))
-        return status_fail(err, STATUS_BAD_CONFIG, "optimizer.%s must be > 0, got %g", field, v);
+    if (!(v >= FLT_MIN) || !(v <= FLT_MAX))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.%s must be > 0, got %g (float32, which the kernels use, "
+                           "holds %g to %g)",
+                           field, v, (double)FLT_MIN, (double)FLT_MAX);
     return STATUS_OK;
 }
 
 static status_t need_non_negative(double v, const char *field, status_msg_t *err)
 {
-    if (!(v >= 0.0) || !isfinite(v))
-        return status_fail(err, STATUS_BAD_CONFIG, "optimizer.%s must be >= 0, got %g", field, v);
+    if (!(v >= 0.0) || !(v <= FLT_MAX))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.%s must be >= 0, got %g (float32, which the kernels use, "
+                           "holds at most %g)",
+                           field, v, (double)FLT_MAX);
+    return STATUS_OK;
+}
+
+/* Epsilon is added in float32: a positive value too small for it would silently become 0 (and
+ * 0/0 in Adam's first step), so it must be 0 or a normal float32. */
+static status_t need_epsilon(double v, status_msg_t *err)
+{
+    STATUS_CHECK(need_non_negative(v, "epsilon", err));
+    if (v > 0 && v < FLT_MIN)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.epsilon %g is below float32's smallest normal number %g, "
+                           "which the kernels use: give 0 or at least that",
+                           v, (double)FLT_MIN);
     return STATUS_OK;
 }
 
@@ -558,7 +688,13 @@ static status_t validate_schedule(const lr_schedule_t *s, status_msg_t *err)
     case LR_EXPONENTIAL_DECAY:
         STATUS_CHECK(need_positive(s->initial_lr, "schedule.initial_lr", err));
         STATUS_CHECK(need_steps(s->decay_steps, "schedule.decay_steps", err));
-        return need_positive(s->decay_rate, "schedule.decay_rate", err);
+        STATUS_CHECK(need_positive(s->decay_rate, "schedule.decay_rate", err));
+        /* A rate above 1 grows the learning rate without bound, past float32 in time. */
+        if (s->decay_rate > 1.0)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "optimizer.schedule.decay_rate must be at most 1 (a decay), got %g",
+                               s->decay_rate);
+        return STATUS_OK;
     case LR_PIECEWISE_CONSTANT:
         return validate_piecewise(s, err);
     }
@@ -566,10 +702,28 @@ static status_t validate_schedule(const lr_schedule_t *s, status_msg_t *err)
                        (int)s->kind);
 }
 
+/* The largest rate the schedule reaches, with lr_scale, must be a float32 too. */
+static status_t check_peak_rate(const optimizer_config_t *c, status_msg_t *err)
+{
+    const lr_schedule_t *s = &c->schedule;
+    double peak = s->lr > s->initial_lr ? s->lr : s->initial_lr;
+
+    if (s->kind == LR_EXPONENTIAL_DECAY)
+        peak = s->initial_lr;
+    for (size_t i = 0; s->kind == LR_PIECEWISE_CONSTANT && i <= s->n_boundaries; i++)
+        peak = i == 0 || s->values[i] > peak ? s->values[i] : peak;
+    if (!(peak * c->lr_scale <= FLT_MAX))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer: the learning rate reaches %g, beyond float32's %g",
+                           peak * c->lr_scale, (double)FLT_MAX);
+    return STATUS_OK;
+}
+
 status_t optimizer_config_validate(const optimizer_config_t *c, status_msg_t *err)
 {
     STATUS_CHECK(validate_schedule(&c->schedule, err));
     STATUS_CHECK(need_positive(c->lr_scale, "lr_scale", err));
+    STATUS_CHECK(check_peak_rate(c, err));
     switch (c->kind) {
     case OPTIMIZER_SGD:
         /* Keras's SGD accepts momentum in [0, 1]. */
@@ -577,15 +731,15 @@ status_t optimizer_config_validate(const optimizer_config_t *c, status_msg_t *er
     case OPTIMIZER_ADAM:
         STATUS_CHECK(need_fraction(c->beta_1, true, "beta_1", err));
         STATUS_CHECK(need_fraction(c->beta_2, true, "beta_2", err));
-        return need_non_negative(c->epsilon, "epsilon", err);
+        return need_epsilon(c->epsilon, err);
     case OPTIMIZER_ADAGRAD:
         STATUS_CHECK(
             need_non_negative(c->initial_accumulator_value, "initial_accumulator_value", err));
-        return need_non_negative(c->epsilon, "epsilon", err);
+        return need_epsilon(c->epsilon, err);
     case OPTIMIZER_RMSPROP:
         STATUS_CHECK(need_fraction(c->rho, true, "rho", err));
         STATUS_CHECK(need_fraction(c->momentum, false, "momentum", err));
-        return need_non_negative(c->epsilon, "epsilon", err);
+        return need_epsilon(c->epsilon, err);
     }
     return status_fail(err, STATUS_BAD_CONFIG, "optimizer.kind: unknown kind %d", (int)c->kind);
 }

@@ -107,6 +107,18 @@ status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *
                               const float *grads, size_t n_idx, float *slots, void *scratch,
                               status_msg_t *err);
 
+/* Dry runs of the two updates: they compute what optimizer_apply_dense / _rows would, on copies,
+ * and change nothing. check_dense returns the index of the first parameter whose value or slot
+ * would stop being finite (NaN or an overflow of float32), or n when the update is safe to
+ * apply; check_rows sets *ret_bad likewise, as an index into grads (n_idx * row_len when safe),
+ * and fails as apply_rows does on bad indices. */
+size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const float *params,
+                             const float *grad, const float *slots, size_t n);
+status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, const float *slots, void *scratch,
+                              size_t *ret_bad, status_msg_t *err);
+
 const char *optimizer_kind_name(optimizer_kind_t kind);
 
 #endif

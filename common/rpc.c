@@ -17,6 +17,7 @@
 #include <grpc/support/time.h>
 
 #include "log.h"
+#include "rpc_offline.h"
 #include "tessera/v1/common.pb-c.h"
 
 #define ACCEPTS_PER_THREAD 8
@@ -305,6 +306,22 @@ static int fault_of(const rpc_server_t *s, status_t st)
     }
 }
 
+/* Rewrites the text in buf as well-formed UTF-8 (utf8_escape), cutting it if the escapes make it
+ * longer than buf. */
+static void text_for_wire(char *buf, size_t size)
+{
+    size_t len = strlen(buf);
+    char *copy;
+
+    if (utf8_valid_text(buf, len) || (copy = strdup(buf)) == NULL) {
+        if (!utf8_valid_text(buf, len))
+            buf[0] = '\0';
+        return;
+    }
+    utf8_escape(buf, size, copy, len);
+    free(copy);
+}
+
 /* Fills op with the SEND_STATUS_FROM_SERVER of the call's recorded failure, its error detail as
  * trailing metadata, and logs it. The slices live in the context until it is freed. */
 static void error_status_op(rpc_ctx_t *c, grpc_op *op)
@@ -316,6 +333,10 @@ static void error_status_op(rpc_ctx_t *c, grpc_op *op)
 
     if (c->fail_text[0] == '\0')
         snprintf(c->fail_text, sizeof(c->fail_text), "%s", status_str(c->fail_status));
+    /* The sentence may quote what the client sent, and the detail's fields are proto3 strings:
+     * bytes that are not UTF-8 go out escaped. */
+    text_for_wire(c->fail_text, sizeof(c->fail_text));
+    text_for_wire(c->fail_culprit, sizeof(c->fail_culprit));
     task.type = (Tessera__V1__TaskType)s->task_type;
     task.index = s->task_index;
     task.address = s->address;
@@ -789,6 +810,7 @@ static void on_recv(rpc_ctx_t *c, bool ok)
     server_thread_t *t = c->thread;
     rpc_server_t *s = c->server;
     ProtobufCMessage *req = NULL;
+    status_msg_t why = {0};
     status_t rc;
 
     if (!ok || c->recv_bb == NULL) {
@@ -800,7 +822,8 @@ static void on_recv(rpc_ctx_t *c, bool ok)
         return;
     }
     c->bytes_in = grpc_byte_buffer_length(c->recv_bb);
-    rc = rpc_decode(c->method->request, c->recv_bb, t->recv_buf, t->recv_cap, &req, &c->payload);
+    rc = rpc_decode(c->method->request, c->recv_bb, t->recv_buf, t->recv_cap, &req, &c->payload,
+                    &why);
     grpc_byte_buffer_destroy(c->recv_bb);
     c->recv_bb = NULL;
     if (rc == STATUS_OK && c->payload.owned && c->payload.len <= RECV_BUF_KEEP_MAX &&
@@ -814,9 +837,12 @@ static void on_recv(rpc_ctx_t *c, bool ok)
     }
     if (rc != STATUS_OK) {
         atomic_store(&c->replied, true);
-        rpc_ctx_fail(c, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT, NULL,
-                     "%s: the request body does not parse as %s (%zu bytes)", c->method->path,
-                     c->method->request->name, c->bytes_in);
+        rpc_ctx_fail(c,
+                     rc == STATUS_NO_MEMORY || rc == STATUS_RESOURCE_EXHAUSTED
+                         ? rc
+                         : STATUS_INVALID_ARGUMENT,
+                     NULL, "%s: the request (%zu bytes) is refused: %s", c->method->path,
+                     c->bytes_in, why.text);
         send_error(c);
         ctx_unref(c);
         return;
@@ -1123,4 +1149,123 @@ void rpc_log_init(void)
     gpr_set_log_function(grpc_log_cb);
     gpr_set_log_verbosity(log_enabled(LOG_LEVEL_DEBUG, LOG_SUB_GRPC) ? GPR_LOG_SEVERITY_DEBUG
                                                                      : GPR_LOG_SEVERITY_ERROR);
+}
+
+/* ---- offline calls (rpc_offline.h) --------------------------------------------------------- */
+
+/* An offline server counts as shut down with its queues closed: nothing is ever accepted, and
+ * start_batch refuses every batch, so a reply stays encoded in its context (c->send_bb) and an
+ * error stays recorded there, for rpc_offline_call to hand back. */
+rpc_server_t *rpc_offline_server_new(int task_type, int task_index)
+{
+    rpc_server_t *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return NULL;
+    s->threads = calloc(1, sizeof(*s->threads));
+    if (s->threads == NULL) {
+        free(s);
+        return NULL;
+    }
+    s->threads[0].server = s;
+    s->n_threads = 1;
+    s->task_type = task_type;
+    s->task_index = task_index;
+    snprintf(s->address, sizeof(s->address), "offline");
+    atomic_store(&s->shutting_down, true);
+    s->queues_closed = true;
+    pthread_mutex_init(&s->defer_mu, NULL);
+    pthread_cond_init(&s->defer_cv, NULL);
+    return s;
+}
+
+void rpc_offline_server_free(rpc_server_t *s)
+{
+    if (s == NULL)
+        return;
+    free(s->threads[0].recv_buf);
+    pthread_cond_destroy(&s->defer_cv);
+    pthread_mutex_destroy(&s->defer_mu);
+    free(s->threads);
+    free(s);
+}
+
+/* What on_recv does after the handler, less the sending: the failure that goes out. */
+static void offline_finish(rpc_ctx_t *c, status_t rc)
+{
+    if (atomic_exchange(&c->replied, true))
+        return;
+    if (rc == STATUS_OK) {
+        rpc_ctx_fail(c, STATUS_INTERNAL, NULL, "%s: the handler sent no reply", c->method->path);
+    } else {
+        if (c->fail_status == STATUS_OK)
+            rpc_ctx_fail(c, rc, NULL, "%s", status_str(rc));
+        c->fail_status = rc;
+    }
+}
+
+status_t rpc_offline_call(rpc_server_t *s, rpc_method_id_t id, grpc_byte_buffer *bb,
+                          rpc_offline_result_t *ret)
+{
+    const rpc_method_t *m = rpc_method_get(id);
+    ProtobufCMessage *req = NULL;
+    status_msg_t why = {0};
+    rpc_ctx_t *c;
+    grpc_op op;
+    status_t rc;
+
+    memset(ret, 0, sizeof(*ret));
+    if (m == NULL || m->kind != RPC_KIND_UNARY || s->handlers[id].cb == NULL)
+        return ret->status = STATUS_UNIMPLEMENTED;
+    c = ctx_new(s, &s->threads[0]);
+    if (c == NULL)
+        return ret->status = STATUS_NO_MEMORY;
+    c->method = m;
+    c->started = now_seconds();
+    c->details.deadline = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    c->bytes_in = grpc_byte_buffer_length(bb);
+    rc = rpc_decode(m->request, bb, NULL, 0, &req, &c->payload, &why);
+    if (rc != STATUS_OK) {
+        atomic_store(&c->replied, true);
+        rpc_ctx_fail(c, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT, NULL,
+                     "%s: the request (%zu bytes) is refused: %s", m->path, c->bytes_in, why.text);
+    } else {
+        rc = s->handlers[id].cb(c, req, s->handlers[id].user);
+        protobuf_c_message_free_unpacked(req, NULL);
+        if (c->deferred) {
+            LOG_ERR(RPC, "%s: an offline call cannot be deferred", m->path);
+            ctx_unref(c);
+            return ret->status = STATUS_INVALID_USAGE;
+        }
+        offline_finish(c, rc);
+    }
+    if (c->send_bb != NULL) { /* answered: a later failure would not have been sent */
+        ret->reply = c->send_bb;
+        c->send_bb = NULL;
+    } else {
+        error_status_op(c, &op);
+        ret->status = c->fail_status;
+        snprintf(ret->text, sizeof(ret->text), "%s", c->fail_text);
+        snprintf(ret->culprit, sizeof(ret->culprit), "%s", c->fail_culprit);
+        if (c->detail_buf != NULL) {
+            ret->detail_len = GRPC_SLICE_LENGTH(c->trailer.value);
+            ret->detail = malloc(ret->detail_len ? ret->detail_len : 1);
+            if (ret->detail != NULL)
+                memcpy(ret->detail, c->detail_buf, ret->detail_len);
+            else
+                ret->detail_len = 0;
+        }
+    }
+    ctx_unref(c);
+    return ret->status;
+}
+
+void rpc_offline_result_done(rpc_offline_result_t *r)
+{
+    if (r == NULL)
+        return;
+    if (r->reply != NULL)
+        grpc_byte_buffer_destroy(r->reply);
+    free(r->detail);
+    memset(r, 0, sizeof(*r));
 }

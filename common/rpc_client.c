@@ -78,10 +78,10 @@ const char *rpc_channel_target(const rpc_channel_t *ch)
     return ch->target;
 }
 
-/* Fills err from a finished call's status, message and trailing metadata. */
-static void fill_error(rpc_error_t *err, grpc_status_code code, grpc_slice details,
-                       const char *error_string, const grpc_metadata_array *trailing,
-                       const char *target, const char *path)
+/* Fills err from a finished call's status, message and trailing metadata (rpc_internal.h). */
+void rpc_error_fill(rpc_error_t *err, grpc_status_code code, grpc_slice details,
+                    const char *error_string, const grpc_metadata_array *trailing,
+                    const char *target, const char *path)
 {
     size_t n = GRPC_SLICE_LENGTH(details);
 
@@ -136,7 +136,7 @@ typedef struct call_state {
 } call_state_t;
 
 /* The received metadata slices belong to the call and go with its last unref: take our own
- * refs on the trailing ones, which fill_error reads after the call is gone. */
+ * refs on the trailing ones, which rpc_error_fill reads after the call is gone. */
 static void hold_trailing(call_state_t *st)
 {
     for (size_t i = 0; i < st->trailing.count; i++) {
@@ -257,19 +257,21 @@ status_t rpc_unary(rpc_channel_t *ch, rpc_method_id_t id, const ProtobufCMessage
     grpc_byte_buffer_destroy(req_bb);
     rpc_tracker_wait_done(&tracker);
     if (rc == STATUS_OK && st.code != GRPC_STATUS_OK) {
-        fill_error(err, st.code, st.details, st.error_string, &st.trailing, ch->target, m->path);
+        rpc_error_fill(err, st.code, st.details, st.error_string, &st.trailing, ch->target,
+                       m->path);
         rc = err->status == STATUS_OK ? STATUS_RPC : err->status;
     } else if (rc == STATUS_OK && st.resp_bb == NULL) {
         err->status = rc = STATUS_RPC;
         snprintf(err->message, sizeof(err->message), "%s on %s: no response message", m->path,
                  ch->target);
     } else if (rc == STATUS_OK) {
-        rc = rpc_decode(m->response, st.resp_bb, o.recv_buf, o.recv_cap, ret_resp, ret_payload);
+        status_msg_t why = {0};
+        rc = rpc_decode(m->response, st.resp_bb, o.recv_buf, o.recv_cap, ret_resp, ret_payload,
+                        &why);
         if (rc != STATUS_OK) {
             err->status = rc;
             snprintf(err->message, sizeof(err->message),
-                     "%s on %s: the response does not parse as %s", m->path, ch->target,
-                     m->response->name);
+                     "%s on %s: the response is refused: %.200s", m->path, ch->target, why.text);
         }
     }
     call_state_done(&st);
@@ -290,7 +292,7 @@ status_t rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *body, si
     grpc_byte_buffer_destroy(bb);
     memset(err, 0, sizeof(*err));
     if (rc == STATUS_OK && st.code != GRPC_STATUS_OK) {
-        fill_error(err, st.code, st.details, st.error_string, &st.trailing, ch->target, path);
+        rpc_error_fill(err, st.code, st.details, st.error_string, &st.trailing, ch->target, path);
         rc = err->status == STATUS_OK ? STATUS_RPC : err->status;
     }
     call_state_done(&st);
@@ -431,8 +433,8 @@ static void stream_set_final(rpc_stream_t *s)
                  s->ch->target);
         return;
     }
-    fill_error(&s->final, s->st.code, s->st.details, s->st.error_string, &s->st.trailing,
-               s->ch->target, s->method->path);
+    rpc_error_fill(&s->final, s->st.code, s->st.details, s->st.error_string, &s->st.trailing,
+                   s->ch->target, s->method->path);
     if (s->final.status == STATUS_OK)
         s->final.status = STATUS_RPC;
 }
@@ -511,7 +513,7 @@ status_t rpc_stream_next(rpc_stream_t *s, ProtobufCMessage **ret_msg, rpc_payloa
         /* Ask for the next message before decoding this one, so that it can arrive meanwhile. */
         if (!stream_post_recv(s))
             s->eof = true;
-        rc = rpc_decode(s->method->response, bb, NULL, 0, ret_msg, ret_payload);
+        rc = rpc_decode(s->method->response, bb, NULL, 0, ret_msg, ret_payload, NULL);
         grpc_byte_buffer_destroy(bb);
         if (rc == STATUS_OK)
             return STATUS_OK;

@@ -369,8 +369,155 @@ static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv
     }
 }
 
+/* ---- string fields ------------------------------------------------------------------------- */
+
+/* protobuf-c hands string fields over as C strings, so a NUL inside one would silently cut it
+ * ("alpha-main\0evil" read as "alpha-main"), and proto3 requires strings to be UTF-8, which strict
+ * parsers check. So every string field of a received message, nested ones included, must be
+ * well-formed UTF-8 without NUL. The bytes have already parsed as the message when this runs. */
+
+static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret)
+{
+    uint64_t v = 0;
+
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) {
+            *ret = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Appends ".name" to the field path in path[0..*used). */
+static void path_push(char *path, size_t size, size_t *used, const char *name)
+{
+    int w = snprintf(path + *used, size - *used, "%s%s", *used > 0 ? "." : "", name);
+
+    if (w > 0)
+        *used = *used + (size_t)w < size ? *used + (size_t)w : size - 1;
+}
+
+static bool strings_ok(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
+                       int depth, char *path, size_t size, size_t used)
+{
+    const uint8_t *end = p + len;
+
+    if (depth > 32)
+        return true; /* deeper than any message of the contract: unpack has judged it */
+    while (p < end) {
+        const ProtobufCFieldDescriptor *f;
+        uint64_t key, n = 0;
+
+        if (!wire_varint(&p, end, &key))
+            return true;
+        switch (key & 7) {
+        case 0:
+            if (!wire_varint(&p, end, &n))
+                return true;
+            continue;
+        case 1:
+        case 5:
+            n = (key & 7) == 1 ? 8 : 4;
+            if (n > (size_t)(end - p))
+                return true;
+            p += n;
+            continue;
+        case 2:
+            break;
+        default:
+            return true;
+        }
+        if (!wire_varint(&p, end, &n) || n > (size_t)(end - p))
+            return true;
+        f = key >> 3 <= UINT32_MAX
+                ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3))
+                : NULL;
+        if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING &&
+            !utf8_valid_text((const char *)p, (size_t)n)) {
+            path_push(path, size, &used, f->name);
+            return false;
+        }
+        if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            size_t at = used;
+            path_push(path, size, &at, f->name);
+            if (!strings_ok(f->descriptor, p, (size_t)n, depth + 1, path, size, at))
+                return false;
+            path[used] = '\0';
+        }
+        p += n;
+    }
+    return true;
+}
+
+/* Counts the entries of each repeated message field at the top level of buf, before anything is
+ * unpacked: protobuf-c would otherwise build every entry first (a million CreateVariables shards
+ * cost half a gigabyte) only for the handler to refuse them. */
+static status_t check_counts(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
+                             status_msg_t *err)
+{
+    const uint8_t *end = p + len;
+    uint32_t counts[16] = {0};
+    const ProtobufCFieldDescriptor *fields[16] = {0};
+    size_t n_fields = 0;
+
+    while (p < end) {
+        const ProtobufCFieldDescriptor *f;
+        uint64_t key, n = 0;
+        size_t i;
+
+        if (!wire_varint(&p, end, &key))
+            return STATUS_OK; /* unpack will say it does not parse */
+        if ((key & 7) == 0) {
+            if (!wire_varint(&p, end, &n))
+                return STATUS_OK;
+            continue;
+        }
+        if ((key & 7) == 1 || (key & 7) == 5) {
+            n = (key & 7) == 1 ? 8 : 4;
+        } else if ((key & 7) != 2 || !wire_varint(&p, end, &n)) {
+            return STATUS_OK;
+        }
+        if (n > (size_t)(end - p))
+            return STATUS_OK;
+        p += n;
+        if ((key & 7) != 2 || key >> 3 > UINT32_MAX)
+            continue;
+        f = protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
+        if (f == NULL || f->label != PROTOBUF_C_LABEL_REPEATED)
+            continue;
+        for (i = 0; i < n_fields && fields[i] != f; i++)
+            ;
+        if (i == n_fields) {
+            if (n_fields == 16)
+                continue;
+            fields[n_fields++] = f;
+        }
+        if (++counts[i] > RPC_MAX_REPEATED)
+            return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                               "%s.%s has more than %d entries; send them in several requests",
+                               desc->short_name, f->name, RPC_MAX_REPEATED);
+    }
+    return STATUS_OK;
+}
+
+status_t rpc_check_strings(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
+                           status_msg_t *err)
+{
+    char path[256] = "";
+
+    if (strings_ok(desc, buf, len, 0, path, sizeof(path), 0))
+        return STATUS_OK;
+    return status_fail(err, STATUS_INVALID_ARGUMENT,
+                       "%s.%s holds a NUL byte or is not UTF-8: strings must be UTF-8 text",
+                       desc->short_name, path);
+}
+
 status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, void *recv_buf,
-                    size_t recv_cap, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload)
+                    size_t recv_cap, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload,
+                    status_msg_t *err)
 {
     rpc_payload_t payload = {0};
     scratch_t s = {.len = 0, .cap = SCRATCH_INITIAL};
@@ -389,10 +536,16 @@ status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb
     if (w.have)
         grpc_slice_unref(w.slice);
     grpc_byte_buffer_reader_destroy(&w.reader);
+    if (rc == STATUS_OK)
+        rc = check_counts(desc, s.buf, s.len, err);
+    else
+        status_fail(err, rc, "the body does not parse as %s", desc->name);
     if (rc == STATUS_OK) {
         msg = protobuf_c_message_unpack(desc, NULL, s.len, s.buf);
         if (msg == NULL)
-            rc = STATUS_BAD_MESSAGE;
+            rc = status_fail(err, STATUS_BAD_MESSAGE, "the body does not parse as %s", desc->name);
+        else if ((rc = rpc_check_strings(desc, s.buf, s.len, err)) != STATUS_OK)
+            protobuf_c_message_free_unpacked(msg, NULL);
     }
     if (s.buf != s.inline_buf)
         free(s.buf);

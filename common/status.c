@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "log.h"
 
@@ -119,9 +120,73 @@ status_t status_from_errno(int err)
     }
 }
 
+size_t utf8_sequence_len(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t n;
+
+    if (len == 0)
+        return 0;
+    if (u[0] < 0x80)
+        return 1;
+    if (u[0] < 0xc2 || u[0] > 0xf4) /* continuation bytes, overlong 2-byte leads, past U+10FFFF */
+        return 0;
+    n = u[0] < 0xe0 ? 2 : u[0] < 0xf0 ? 3 : 4;
+    if (u[0] == 0xe0)
+        lo = 0xa0; /* overlong */
+    else if (u[0] == 0xed)
+        hi = 0x9f; /* surrogates */
+    else if (u[0] == 0xf0)
+        lo = 0x90; /* overlong */
+    else if (u[0] == 0xf4)
+        hi = 0x8f; /* past U+10FFFF */
+    if (len < n || u[1] < lo || u[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (u[i] < 0x80 || u[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+bool utf8_valid_text(const char *s, size_t len)
+{
+    for (size_t i = 0, n; i < len; i += n)
+        if (s[i] == '\0' || (n = utf8_sequence_len(s + i, len - i)) == 0)
+            return false;
+    return true;
+}
+
+char *utf8_escape(char *dst, size_t size, const char *src, size_t len)
+{
+    size_t out = 0;
+
+    if (size == 0)
+        return dst;
+    for (size_t i = 0, n; i < len; i += n) {
+        unsigned char c = (unsigned char)src[i];
+        n = utf8_sequence_len(src + i, len - i);
+        if (n == 0 || c < 0x20 || c == 0x7f) {
+            if (out + 4 >= size)
+                break;
+            snprintf(dst + out, 5, "\\x%02x", c);
+            out += 4;
+            n = 1;
+            continue;
+        }
+        if (out + n >= size)
+            break;
+        memcpy(dst + out, src + i, n);
+        out += n;
+    }
+    dst[out] = '\0';
+    return dst;
+}
+
 status_t status_fail(status_msg_t *ret_msg, status_t s, const char *fmt, ...)
 {
     va_list ap;
+    size_t len, end = 0;
 
     if (ret_msg == NULL)
         return s;
@@ -129,6 +194,16 @@ status_t status_fail(status_msg_t *ret_msg, status_t s, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(ret_msg->text, sizeof(ret_msg->text), fmt, ap);
     va_end(ap);
+    /* A sentence cut at the buffer's end may end inside a character: drop the partial one. */
+    len = strlen(ret_msg->text);
+    while (end < len) {
+        size_t n = utf8_sequence_len(ret_msg->text + end, len - end);
+        if (n == 0 && len - end < 4 && (unsigned char)ret_msg->text[end] >= 0xc2) {
+            ret_msg->text[end] = '\0';
+            break;
+        }
+        end += n ? n : 1;
+    }
     return s;
 }
 

@@ -8,6 +8,7 @@
 #define TESSERA_STATUS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* X(NAME, GROUP, grpc_status_code, what-to-do) */
 #define STATUS_LIST(X)                                                                             \
@@ -98,6 +99,19 @@ typedef struct status_msg {
  * `return status_fail(err, STATUS_BAD_CONFIG, "key %s: ...", key);`. */
 status_t status_fail(status_msg_t *ret_msg, status_t s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Bytes in the well-formed UTF-8 sequence (RFC 3629: no overlong forms, no surrogates, nothing
+ * past U+10FFFF) that starts s, which has len bytes; 0 when it is not one. */
+size_t utf8_sequence_len(const char *s, size_t len);
+
+/* Whether s[0..len) is well-formed UTF-8 with no NUL byte. */
+bool utf8_valid_text(const char *s, size_t len);
+
+/* Copies src[0..len) into dst (size bytes, NUL-terminated) as text a person and any proto3 parser
+ * can read: well-formed UTF-8 passes, control characters and bytes that are not UTF-8 become
+ * "\xNN". Stops before a character or escape that would not fit, so the result is never cut
+ * inside one. Returns dst. */
+char *utf8_escape(char *dst, size_t size, const char *src, size_t len);
 
 /* Breadcrumb helpers: evaluate an expression returning status_t and propagate a failure,
  * logging the file and line at debug level. */

@@ -20,6 +20,10 @@ static const config_option_t ps_options[] = {
      "Most jobs whose variables this parameter server holds at once."},
     {"max-variables-per-job", CONFIG_INT, offsetof(ps_opts_t, max_variables_per_job), "65536", 1,
      100000000, "Most variables one job may create on this parameter server."},
+    {"max-shards-per-job", CONFIG_INT, offsetof(ps_opts_t, max_shards_per_job), "262144", 1,
+     100000000,
+     "Most variable shards one job may create on this parameter server. Each shard also costs "
+     "about 300 bytes of bookkeeping, counted against --max-memory-bytes."},
 };
 
 static const config_table_t ps_table = {

@@ -146,12 +146,16 @@ static status_t tensor_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int
                                 "variable '%s' shard %d: %s has a negative or overflowing "
                                 "dimension %zu (%" PRId64 ")",
                                 w->variable, w->shard, w->field, i, t->shape[i]);
-    if (__builtin_mul_overflow(count, (uint64_t)elem, &bytes) || bytes != t->byte_length)
+    if (__builtin_mul_overflow(count, (uint64_t)elem, &bytes))
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
+                            "variable '%s' shard %d: %s has %" PRIu64
+                            " elements of %zu bytes, more than 2^64 bytes",
+                            w->variable, w->shard, w->field, count, elem);
+    if (bytes != t->byte_length)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
                             "variable '%s' shard %d: %s declares %" PRIu64
                             " bytes, but its shape and dtype make %" PRIu64,
-                            w->variable, w->shard, w->field, (uint64_t)t->byte_length,
-                            count * elem);
+                            w->variable, w->shard, w->field, (uint64_t)t->byte_length, bytes);
     if (t->chunk_offset != 0)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
                             "variable '%s' shard %d: %s is a chunk (offset %" PRIu64
@@ -730,6 +734,7 @@ status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_
     lim.max_reply_bytes = lim.max_shard_bytes;
     lim.max_jobs = (size_t)o->max_jobs;
     lim.max_variables = (size_t)o->max_variables_per_job;
+    lim.max_shards = (size_t)o->max_shards_per_job;
     st->store = store_new(&lim, st->apply_seconds);
     if (st->store == NULL) {
         free(st);
@@ -745,8 +750,8 @@ status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_
     rpc_server_handle(srv, RPC_PS_RESTORE, on_checkpoint, st);
     LOG_INFO(PS,
              "store limits: %" PRIu64 " bytes of variables and slots, %" PRIu64
-             " bytes per shard, %zu jobs, %zu variables per job",
-             lim.max_bytes, lim.max_shard_bytes, lim.max_jobs, lim.max_variables);
+             " bytes per shard, %zu jobs, %zu variables and %zu shards per job",
+             lim.max_bytes, lim.max_shard_bytes, lim.max_jobs, lim.max_variables, lim.max_shards);
     *ret_state = st;
     return STATUS_OK;
 }

@@ -11,6 +11,7 @@ typedef struct ps_opts {
     int64_t max_memory_bytes; /* values and slots of all jobs; 0 = the machine's memory */
     int64_t max_jobs;
     int64_t max_variables_per_job;
+    int64_t max_shards_per_job;
 } ps_opts_t;
 
 /* daemon_spec_t hooks: create the store and the metrics and install the handlers (opts is a

@@ -60,7 +60,7 @@ typedef struct sjob {
     size_t n_vars, cap_vars;
     size_t *index; /* position in vars + 1; 0 = empty slot */
     size_t index_cap;
-    uint64_t param_bytes, slot_bytes;
+    uint64_t param_bytes, slot_bytes, overhead_bytes;
     size_t n_shards;
 } sjob_t;
 
@@ -70,9 +70,15 @@ struct store {
     metric_t *apply_seconds;
     sjob_t **jobs;
     size_t n_jobs, cap_jobs;
-    uint64_t param_bytes, slot_bytes;
+    uint64_t param_bytes, slot_bytes, overhead_bytes;
     size_t n_vars, n_shards;
 };
+
+/* What a shard and a variable cost beyond their values and slots: the structures, the index and
+ * the allocator's headers. They count against --max-memory-bytes, so that a million tiny shards
+ * cannot grow the server past its limit 4 bytes at a time. */
+#define SHARD_OVERHEAD (sizeof(shard_t) + 3 * sizeof(void *) + 64)
+#define VAR_OVERHEAD   (sizeof(var_t) + 4 * sizeof(size_t) + 64)
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -332,10 +338,9 @@ static status_t check_layout(const store_shard_spec_t *sp, store_err_t *err)
     partitioner_shard_rows(d0, sp->num_shards, sp->shard, &off, &want);
     if (sp->row_offset != off || rows != want)
         return fail(err, STATUS_INVALID_ARGUMENT, v,
-                    "variable '%s' shard %d of %d: rows [%" PRId64 ", %" PRId64
-                    ") are not the div layout's [%" PRId64 ", %" PRId64 ") of %" PRId64 " rows",
-                    v, sp->shard, sp->num_shards, sp->row_offset, sp->row_offset + rows, off,
-                    off + want, d0);
+                    "variable '%s' shard %d of %d: %" PRId64 " rows from row %" PRId64
+                    " are not the div layout's %" PRId64 " rows from row %" PRId64 " of %" PRId64,
+                    v, sp->shard, sp->num_shards, rows, sp->row_offset, want, off, d0);
     return STATUS_OK;
 }
 
@@ -352,9 +357,10 @@ static status_t check_size(const store_t *s, const store_shard_spec_t *sp, size_
                         "variable '%s': its size overflows 64 bits", sp->variable);
     if (n > s->limits.max_shard_bytes / sizeof(float) || n > SIZE_MAX / sizeof(float))
         return fail(err, STATUS_RESOURCE_EXHAUSTED, sp->variable,
-                    "variable '%s' shard %d: %" PRIu64 " bytes exceed the limit of %" PRIu64
-                    " bytes per shard (it must fit in one message); split it with a partitioner",
-                    sp->variable, sp->shard, n * sizeof(float), s->limits.max_shard_bytes);
+                    "variable '%s' shard %d: %" PRIu64 " elements of 4 bytes exceed the limit of "
+                    "%" PRIu64 " bytes per shard (it must fit in one message); split it with a "
+                    "partitioner",
+                    sp->variable, sp->shard, n, s->limits.max_shard_bytes);
     *ret_n = (size_t)n;
     return STATUS_OK;
 }
@@ -472,8 +478,8 @@ static status_t plan_request(plan_t *plans, size_t n, store_err_t *err)
 static status_t plan_against(const store_t *s, const sjob_t *j, const char *job, size_t n_slots,
                              plan_t *plans, size_t n, store_err_t *err)
 {
-    uint64_t bytes = 0, have = s->param_bytes + s->slot_bytes;
-    size_t new_vars = 0;
+    uint64_t bytes = 0, have = s->param_bytes + s->slot_bytes + s->overhead_bytes;
+    size_t new_vars = 0, new_shards = 0;
     char a[160];
 
     for (size_t i = 0; i < n; i++) {
@@ -492,9 +498,14 @@ static status_t plan_against(const store_t *s, const sjob_t *j, const char *job,
                         sp->variable, job, shape_str(v->full_shape, v->rank, a, sizeof(a)),
                         v->num_shards, v->sparse ? " (sparse)" : "");
         plans[i].exists = v != NULL && find_shard(v, sp->shard) != NULL;
-        if (!plans[i].exists)
-            bytes += (uint64_t)plans[i].n * sizeof(float) * (1 + n_slots);
-        new_vars += v == NULL && plans[i].first_of_var;
+        if (!plans[i].exists) {
+            bytes += (uint64_t)plans[i].n * sizeof(float) * (1 + n_slots) + SHARD_OVERHEAD;
+            new_shards++;
+        }
+        if (v == NULL && plans[i].first_of_var) {
+            bytes += VAR_OVERHEAD + strlen(sp->variable);
+            new_vars++;
+        }
     }
     if (j == NULL && s->n_jobs >= s->limits.max_jobs)
         return fail(err, STATUS_RESOURCE_EXHAUSTED, job,
@@ -506,18 +517,25 @@ static status_t plan_against(const store_t *s, const sjob_t *j, const char *job,
                     "job '%s': %zu variables would exceed the limit of %zu per job "
                     "(--max-variables-per-job)",
                     job, (j ? j->n_vars : 0) + new_vars, s->limits.max_variables);
+    if ((j ? j->n_shards : 0) + new_shards > s->limits.max_shards)
+        return fail(err, STATUS_RESOURCE_EXHAUSTED, job,
+                    "job '%s': %zu shards would exceed the limit of %zu per job "
+                    "(--max-shards-per-job)",
+                    job, (j ? j->n_shards : 0) + new_shards, s->limits.max_shards);
     if (bytes > s->limits.max_bytes || have > s->limits.max_bytes - bytes)
         return fail(err, STATUS_RESOURCE_EXHAUSTED, job,
                     "job '%s': %" PRIu64 " more bytes of variables and slots would exceed the "
-                    "limit of %" PRIu64 " bytes (--max-memory-bytes; %" PRIu64 " in use)",
-                    job, bytes, s->limits.max_bytes, have);
+                    "limit of %" PRIu64 " bytes (--max-memory-bytes; %" PRIu64
+                    " in use; each shard "
+                    "also costs %zu bytes of bookkeeping)",
+                    job, bytes, s->limits.max_bytes, have, (size_t)SHARD_OVERHEAD);
     return STATUS_OK;
 }
 
 /* ---- create: making shards ---------------------------------------------------------------- */
 
 static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t n,
-                           const optimizer_config_t *opt)
+                           const optimizer_config_t *opt, bool *ret_finite)
 {
     shard_t *sh = calloc(1, sizeof(*sh));
     double fan_in = sp->fan_in, fan_out = sp->fan_out, fi, fo;
@@ -549,6 +567,7 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     fan_out = fan_out > 0 ? fan_out : fo;
     initializer_fill_at(&sp->init, JOB_INIT_ZEROS, sh->values, n,
                         (uint64_t)sp->row_offset * sh->row_len, fan_in, fan_out, seed);
+    *ret_finite = initializer_values_finite(sh->values, n);
     if (sh->slots)
         optimizer_slots_init(opt, sh->slots, n);
     rwlock_init(&sh->lock);
@@ -668,10 +687,13 @@ static size_t commit(store_t *s, sjob_t *j, bool new_job, plan_t *plans, size_t 
     for (size_t i = 0; i < n; i++) {
         plan_t *p = &plans[i];
         if (p->new_var != NULL) {
+            uint64_t ob = VAR_OVERHEAD + strlen(p->new_var->name);
             index_put(j->index, j->index_cap, p->new_var->name, j->n_vars);
             j->vars[j->n_vars++] = p->new_var;
             p->new_var = NULL;
             s->n_vars++;
+            j->overhead_bytes += ob;
+            s->overhead_bytes += ob;
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -684,6 +706,8 @@ static size_t commit(store_t *s, sjob_t *j, bool new_job, plan_t *plans, size_t 
         sb = vb * p->made->n_slots;
         j->param_bytes += vb;
         j->slot_bytes += sb;
+        j->overhead_bytes += SHARD_OVERHEAD;
+        s->overhead_bytes += SHARD_OVERHEAD;
         j->n_shards++;
         s->param_bytes += vb;
         s->slot_bytes += sb;
@@ -716,6 +740,10 @@ static status_t validate_create(const store_t *s, const char *job, const optimiz
                                 store_err_t *err)
 {
     STATUS_CHECK(check_name(job, "job", err));
+    if (n > STORE_MAX_SHARDS_PER_REQUEST)
+        return fail(err, STATUS_RESOURCE_EXHAUSTED, "shards",
+                    "job '%s': %zu shards in one request, more than %d; send them in several", job,
+                    n, STORE_MAX_SHARDS_PER_REQUEST);
     if (opt != NULL) {
         status_msg_t m;
         if (optimizer_config_validate(opt, &m) != STATUS_OK)
@@ -746,11 +774,18 @@ static status_t make_planned(const char *job, const optimizer_config_t *opt, pla
         plan_t *p = &plans[i];
         if (p->dup || p->exists || p->made != NULL)
             continue;
-        p->made = shard_make(job, p->spec, p->n, opt);
+        bool finite = true;
+        p->made = shard_make(job, p->spec, p->n, opt, &finite);
         if (p->made == NULL)
             return fail(err, STATUS_NO_MEMORY, p->spec->variable,
                         "out of memory for variable '%s' shard %d (%zu floats and slots)",
                         p->spec->variable, p->spec->shard, p->n);
+        /* initializer_check bounds what a spec can ask for; this is the proof. */
+        if (!finite)
+            return fail(err, STATUS_INVALID_ARGUMENT, p->spec->variable,
+                        "variable '%s' shard %d: its initializer makes values that are not finite "
+                        "in float32; nothing was created",
+                        p->spec->variable, p->spec->shard);
     }
     return STATUS_OK;
 }
@@ -974,15 +1009,49 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
     return STATUS_OK;
 }
 
-/* One update of one shard, and the read-back of push-pull, under the shard's write lock. */
-static void apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
-                      const store_push_item_t *it, void *scratch, bool pull_after, char *dst,
-                      store_value_t *val, uint64_t *ret_version)
+/* Whether the update of it would keep every value and slot of sh finite in float32: a dry run of
+ * the optimizer on copies (optimizer_check_*). Caller holds sh's lock, either kind. */
+static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
+                             const store_push_item_t *it, store_err_t *err)
+{
+    size_t bad, n = it->has_rows ? it->n_rows * sh->row_len : sh->n;
+    status_msg_t m;
+
+    if (it->has_rows) {
+        status_t rc =
+            optimizer_check_rows(opt, (int64_t)sh->version, sh->values, sh->n_rows, sh->row_len,
+                                 it->rows, it->grad, it->n_rows, sh->slots, NULL, &bad, &m);
+        if (rc != STATUS_OK)
+            return fail(err, rc, sh->var->name, "variable '%s' shard %d: %s", sh->var->name,
+                        sh->index, m.text);
+    } else {
+        bad = optimizer_check_dense(opt, (int64_t)sh->version, sh->values, it->grad, sh->slots,
+                                    sh->n);
+    }
+    if (bad < n)
+        return fail(err, STATUS_INVALID_ARGUMENT, sh->var->name,
+                    "variable '%s' shard %d: gradient element %zu (%g) at learning rate %g would "
+                    "make the variable or its optimizer slots overflow float32 or turn NaN",
+                    sh->var->name, sh->index, bad, (double)it->grad[bad],
+                    optimizer_learning_rate(opt, (int64_t)sh->version));
+    return STATUS_OK;
+}
+
+/* One update of one shard, and the read-back of push-pull, under the shard's write lock. The
+ * update was checked at version `checked`; if another push got there first, it is checked again
+ * and, should it no longer be safe, not applied (false). */
+static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
+                      const store_push_item_t *it, uint64_t checked, void *scratch, bool pull_after,
+                      char *dst, store_value_t *val, uint64_t *ret_version, store_err_t *err)
 {
     uint64_t wire;
     double t0;
 
     pthread_rwlock_wrlock(&sh->lock);
+    if (sh->version != checked && check_update(opt, sh, it, err) != STATUS_OK) {
+        pthread_rwlock_unlock(&sh->lock);
+        return false;
+    }
     t0 = now_s();
     if (it->has_rows) /* indices were checked: it cannot fail */
         optimizer_apply_rows(opt, (int64_t)sh->version, sh->values, sh->n_rows, sh->row_len,
@@ -1004,11 +1073,12 @@ static void apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
         atomic_fetch_add_explicit(&sh->pulls, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->bytes_pulled, val->bytes, memory_order_relaxed);
     }
+    return true;
 }
 
 /* Checks every item and sizes the scratch and reply (store lock held). */
 static status_t validate_push(const store_t *s, const sjob_t *j, const store_push_item_t *items,
-                              size_t n, bool pull_after, shard_t **shards,
+                              size_t n, bool pull_after, shard_t **shards, uint64_t *checked,
                               store_value_t *ret_values, size_t *ret_total, size_t *ret_scratch,
                               store_err_t *err)
 {
@@ -1016,8 +1086,18 @@ static status_t validate_push(const store_t *s, const sjob_t *j, const store_pus
 
     for (size_t i = 0; i < n; i++) {
         const store_push_item_t *it = &items[i];
+        status_t rc;
         STATUS_CHECK(lookup_shard(j, &it->key, &shards[i], err));
         STATUS_CHECK(check_gradient(j, shards[i], it, err));
+        pthread_rwlock_rdlock(&shards[i]->lock);
+        checked[i] = shards[i]->version;
+        rc = check_update(&j->opt, shards[i], it, err);
+        pthread_rwlock_unlock(&shards[i]->lock);
+        if (rc != STATUS_OK && err != NULL) {
+            size_t used = strlen(err->msg.text);
+            snprintf(err->msg.text + used, sizeof(err->msg.text) - used, "; nothing was applied");
+        }
+        STATUS_CHECK(rc);
         if (it->has_rows) {
             size_t need = optimizer_rows_scratch_size(it->n_rows, shards[i]->row_len);
             if (need == SIZE_MAX)
@@ -1042,28 +1122,42 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
                     void **ret_buf, size_t *ret_len, store_err_t *err)
 {
     shard_t **shards = malloc((n ? n : 1) * sizeof(*shards));
-    size_t total = 0, scratch_len = 0;
+    uint64_t *checked = malloc((n ? n : 1) * sizeof(*checked));
+    size_t total = 0, scratch_len = 0, applied = 0;
     char *buf = NULL;
     void *scratch = NULL;
     sjob_t *j;
     status_t rc;
 
-    if (shards == NULL)
+    if (shards == NULL || checked == NULL) {
+        free(shards);
+        free(checked);
         return fail(err, STATUS_NO_MEMORY, NULL, "out of memory for %zu push items", n);
+    }
     pthread_rwlock_rdlock(&s->lock);
     STATUS_CHECK_GOTO(lookup_job(s, job, &j, err), rc, out);
-    STATUS_CHECK_GOTO(
-        validate_push(s, j, items, n, pull_after, shards, ret_values, &total, &scratch_len, err),
-        rc, out);
+    STATUS_CHECK_GOTO(validate_push(s, j, items, n, pull_after, shards, checked, ret_values, &total,
+                                    &scratch_len, err),
+                      rc, out);
     if ((scratch_len > 0 && (scratch = malloc(scratch_len)) == NULL) ||
         (total > 0 && (buf = rpc_buffer_alloc(total)) == NULL)) {
         rc = fail(err, STATUS_NO_MEMORY, NULL, "out of memory for a push of %zu items", n);
         goto out;
     }
     for (size_t i = 0; i < n; i++)
-        apply_one(s, &j->opt, shards[i], &items[i], scratch, pull_after,
-                  pull_after ? buf + ret_values[i].offset : NULL,
-                  pull_after ? &ret_values[i] : NULL, &ret_versions[i]);
+        applied += apply_one(s, &j->opt, shards[i], &items[i], checked[i], scratch, pull_after,
+                             pull_after ? buf + ret_values[i].offset : NULL,
+                             pull_after ? &ret_values[i] : NULL, &ret_versions[i], err);
+    if (applied < n) {
+        /* Only when a concurrent push changed a shard between the check and the update. */
+        rc = err != NULL ? err->msg.status : STATUS_INVALID_ARGUMENT;
+        if (err != NULL) {
+            size_t used = strlen(err->msg.text);
+            snprintf(err->msg.text + used, sizeof(err->msg.text) - used,
+                     " (after a concurrent push; %zu of the %zu items were applied)", applied, n);
+        }
+        goto out;
+    }
     if (pull_after) {
         *ret_buf = buf;
         *ret_len = total;
@@ -1075,6 +1169,7 @@ out:
     free(scratch);
     free(buf);
     free(shards);
+    free(checked);
     return rc;
 }
 
@@ -1097,6 +1192,7 @@ status_t store_drop_job(store_t *s, const char *job, size_t *ret_shards, store_e
         s->n_jobs--;
         s->param_bytes -= j->param_bytes;
         s->slot_bytes -= j->slot_bytes;
+        s->overhead_bytes -= j->overhead_bytes;
         s->n_vars -= j->n_vars;
         s->n_shards -= j->n_shards;
         rc = STATUS_OK;
@@ -1155,6 +1251,7 @@ void store_totals(store_t *s, store_totals_t *ret)
     pthread_rwlock_rdlock(&s->lock);
     ret->param_bytes = s->param_bytes;
     ret->slot_bytes = s->slot_bytes;
+    ret->overhead_bytes = s->overhead_bytes;
     ret->jobs = s->n_jobs;
     ret->variables = s->n_vars;
     ret->shards = s->n_shards;

@@ -26,8 +26,9 @@
 #include "status.h"
 #include "tessera/v1/common.pb-c.h"
 
-#define STORE_MAX_RANK 8
-#define STORE_MAX_NAME 255 /* bytes of a job or variable name */
+#define STORE_MAX_RANK               8
+#define STORE_MAX_NAME               255 /* bytes of a job or variable name */
+#define STORE_MAX_SHARDS_PER_REQUEST 65536
 
 typedef struct store store_t;
 
@@ -37,6 +38,7 @@ typedef struct store_limits {
     uint64_t max_reply_bytes; /* values one pull or push-pull returns */
     size_t max_jobs;
     size_t max_variables; /* per job */
+    size_t max_shards;    /* per job */
 } store_limits_t;
 
 /* A failure with what it blames: the job, variable or field at fault ("" when none). */
@@ -107,6 +109,7 @@ typedef struct store_shard_stats {
 
 typedef struct store_totals {
     uint64_t param_bytes, slot_bytes;
+    uint64_t overhead_bytes; /* bookkeeping per shard and variable, counted against max_bytes */
     size_t jobs, variables, shards;
 } store_totals_t;
 

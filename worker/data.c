@@ -9,11 +9,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -122,7 +124,12 @@ typedef struct idx_file {
     uint32_t dims[255];
     uint64_t data_bytes; /* the product of dims: what the header promises */
     uint64_t read_bytes; /* data bytes read so far, for messages */
+    uint64_t file_bytes; /* the file's size on disk */
 } idx_file_t;
+
+/* Deflate never expands more than 1032:1 (each 258-byte match costs at least two bits), so a
+ * gzip file of n bytes holds at most this many times n: a header that claims more is a lie. */
+#define GZIP_MAX_RATIO 1032u
 
 static uint32_t be32(const uint8_t *p)
 {
@@ -198,11 +205,38 @@ static status_t idx_check_end(idx_file_t *f, status_msg_t *err)
     return STATUS_OK;
 }
 
+/* The header's dimensions against what the file can hold, before anything is allocated for
+ * them: an uncompressed file must hold exactly the data it promises, a gzip file no more than
+ * deflate's ratio allows. */
+static status_t idx_check_claim(idx_file_t *f, status_msg_t *err)
+{
+    uint64_t header = 4 + 4 * (uint64_t)f->rank, room;
+
+    if (gzdirect(f->gz)) {
+        room = f->file_bytes > header ? f->file_bytes - header : 0;
+        if (f->data_bytes > room)
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "%s: truncated: the header promises %llu bytes of data but the "
+                               "file holds %llu",
+                               f->path, (unsigned long long)f->data_bytes,
+                               (unsigned long long)room);
+        return STATUS_OK;
+    }
+    if (f->data_bytes / GZIP_MAX_RATIO > f->file_bytes)
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "%s: the header promises %llu bytes of data, more than a gzip file of "
+                           "%llu bytes can hold",
+                           f->path, (unsigned long long)f->data_bytes,
+                           (unsigned long long)f->file_bytes);
+    return STATUS_OK;
+}
+
 /* Opens an IDX file and parses its header: magic (0, 0, type, rank) then rank big-endian
  * uint32 dimensions. Only uint8 data of rank 1..max_rank with nonzero dimensions is accepted. */
 static status_t idx_open(idx_file_t *f, const char *path, int max_rank, status_msg_t *err)
 {
     uint8_t head[4], dims[4 * 255];
+    struct stat st = {0};
     size_t got;
     int fd;
 
@@ -212,6 +246,17 @@ static status_t idx_open(idx_file_t *f, const char *path, int max_rank, status_m
     if (fd < 0)
         return status_fail(err, status_from_errno(errno), "%s: cannot open: %s", path,
                            strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int saved = errno;
+        close(fd);
+        return status_fail(err, status_from_errno(saved), "%s: cannot stat: %s", path,
+                           strerror(saved));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: not a regular file", path);
+    }
+    f->file_bytes = (uint64_t)st.st_size;
     f->gz = gzdopen(fd, "rb");
     if (f->gz == NULL) {
         close(fd);
@@ -253,7 +298,7 @@ static status_t idx_open(idx_file_t *f, const char *path, int max_rank, status_m
                                "%s: the header's dimensions make more than %llu GiB of floats",
                                path, (unsigned long long)(DATA_MAX_FEATURE_BYTES >> 30));
     }
-    return STATUS_OK;
+    return idx_check_claim(f, err);
 }
 
 static void idx_close(idx_file_t *f)
@@ -321,9 +366,9 @@ status_t dataset_load_idx(const char *images, const char *labels, double scale, 
 
     if (images == NULL || labels == NULL || ret_ds == NULL)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "IDX source: images and labels required");
-    if (!isfinite(scale))
-        return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: scale %g is not finite", images,
-                           scale);
+    if (!(fabs(scale) * 255.0 <= FLT_MAX))
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "%s: scale %g times a byte value overflows float32", images, scale);
     memset(&fl, 0, sizeof(fl));
     STATUS_CHECK_GOTO(idx_open(&fi, images, JOB_MAX_RANK + 1, err), rc, fail);
     /* The label header is checked before 47 MB of pixels are inflated. */

@@ -16,6 +16,7 @@
 #include "crc32c.h"
 #include "harness.h"
 #include "health.h"
+#include "job.h"
 #include "rpc.h"
 
 static double now_s(void)
@@ -484,6 +485,146 @@ START_TEST(rpc_unreachable_peer_fails_fast_with_unavailable)
 }
 END_TEST
 
+/* The hostile-input findings that reach the chief and the workers: a Keras JSON whose config is a
+ * list (it used to crash both), a job of 200,000 keys and one over the job-file limit, an IDX file
+ * whose header lies about its size, and bytes that are not UTF-8 quoted back in an error. Each
+ * gets a clear error and every daemon stays SERVING. */
+static status_t submit(rpc_channel_t *ch, const char *spec, const char *file, const void *data,
+                       size_t len, rpc_error_t *err)
+{
+    Tessera__V1__SubmitJobRequest req = TESSERA__V1__SUBMIT_JOB_REQUEST__INIT;
+    Tessera__V1__SubmitJobRequest__FilesEntry
+        e = TESSERA__V1__SUBMIT_JOB_REQUEST__FILES_ENTRY__INIT,
+        *entries[1] = {&e};
+    Tessera__V1__SubmitJobResponse *resp = NULL;
+    status_t rc;
+
+    req.job_spec = (char *)spec;
+    req.job_path = "/jobs/job.yaml";
+    if (file != NULL) {
+        e.key = (char *)file;
+        e.value.data = (uint8_t *)data;
+        e.value.len = len;
+        req.n_files = 1;
+        req.files = entries;
+    }
+    rc = rpc_coord_submit_job(ch, &req, NULL, &resp, NULL, err);
+    if (rc == STATUS_OK)
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
+static status_t configure(rpc_channel_t *ch, const char *spec, const char *file, const char *data,
+                          rpc_error_t *err)
+{
+    Tessera__V1__ConfigureJobRequest req = TESSERA__V1__CONFIGURE_JOB_REQUEST__INIT;
+    Tessera__V1__ConfigureJobRequest__FilesEntry
+        e = TESSERA__V1__CONFIGURE_JOB_REQUEST__FILES_ENTRY__INIT,
+        *entries[1] = {&e};
+    Tessera__V1__ConfigureJobResponse *resp = NULL;
+    status_t rc;
+
+    req.job = "hostile-1";
+    req.job_spec = (char *)spec;
+    req.job_path = "/jobs/job.yaml";
+    req.num_workers = 1;
+    if (file != NULL) {
+        e.key = (char *)file;
+        e.value.data = (uint8_t *)data;
+        e.value.len = strlen(data);
+        req.n_files = 1;
+        req.files = entries;
+    }
+    rc = rpc_worker_configure_job(ch, &req, NULL, &resp, NULL, err);
+    if (rc == STATUS_OK)
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
+static void expect_refused(status_t got, const rpc_error_t *err, const char *needle,
+                           const char *what)
+{
+    ck_assert_msg(status_group(got) == STATUS_GROUP_INVALID_ARGUMENT ||
+                      got == STATUS_RESOURCE_EXHAUSTED,
+                  "%s: got %s (%s)", what, status_name(got), err->message);
+    ck_assert_msg(strstr(err->message, needle) != NULL, "%s: '%s' not in: %s", what, needle,
+                  err->message);
+    ck_assert_msg(utf8_valid_text(err->message, strlen(err->message)), "%s: not UTF-8: %s", what,
+                  err->message);
+}
+
+START_TEST(chief_and_worker_refuse_hostile_jobs_and_keep_serving)
+{
+    static const char crash[] = "{\"class_name\":\"Sequential\",\"config\":[1]}";
+    static const char keras_job[] = "model: {keras_json: m.json}\nloss: mse\n"
+                                    "data: {train: {format: idx, images: /nonexistent, labels: "
+                                    "/nonexistent}}\n";
+    static const uint8_t not_utf8[] = {'{', 0xff, 0xfe, 0xc3, '(', 0x80};
+    uint8_t liar[40] = {0, 0, 8, 3, 0, 0, 0x20, 0, 0, 0, 1, 0, 0, 0, 1, 0};
+    launch_proc_t ps, worker, chief;
+    char ps_flag[200], worker_flag[200], job[1024], *big;
+    size_t cap = 200000 * 16 + 64, len = 0;
+    rpc_channel_t *cch, *wch;
+    rpc_error_t err;
+    status_msg_t msg;
+    FILE *f;
+
+    harness_start(&ps, "tessera-ps", "ps-hostile-jobs", NULL);
+    harness_start(&worker, "tessera-worker", "worker-hostile-jobs", NULL);
+    snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", ps.listen);
+    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s", worker.listen);
+    harness_start(&chief, "tessera-chief", "chief-hostile-jobs", ps_flag, worker_flag, NULL);
+    ck_assert_int_eq(rpc_channel_new(chief.listen, NULL, &cch, &msg), STATUS_OK);
+    ck_assert_int_eq(rpc_channel_new(worker.listen, NULL, &wch, &msg), STATUS_OK);
+
+    /* 1. The Keras JSON that crashed the parser. */
+    expect_refused(submit(cch, keras_job, "/jobs/m.json", crash, strlen(crash), &err), &err,
+                   "m.json", "SubmitJob with config [1]");
+    expect_refused(configure(wch, keras_job, "/jobs/m.json", crash, &err), &err, "m.json",
+                   "ConfigureJob with config [1]");
+
+    /* 2. 200,000 keys with a repeat, and a job over the 16 MiB limit. */
+    big = malloc(JOB_MAX_FILE_BYTES + 2);
+    len += (size_t)snprintf(big + len, cap - len, "{");
+    for (int i = 0; i < 200000; i++)
+        len += (size_t)snprintf(big + len, cap - len, "\"k%d\": 1, ", i);
+    snprintf(big + len, cap - len, "\"k9\": 2}");
+    expect_refused(submit(cch, big, NULL, NULL, 0, &err), &err, "duplicate key 'k9'",
+                   "200,000 keys");
+    memset(big, '#', JOB_MAX_FILE_BYTES + 1);
+    big[JOB_MAX_FILE_BYTES + 1] = '\0';
+    expect_refused(submit(cch, big, NULL, NULL, 0, &err), &err, "more than the limit",
+                   "a 16 MiB + 1 job");
+    free(big);
+
+    /* 3 and 8. Bytes that are not UTF-8, in a file that is not JSON: quoted back escaped. */
+    expect_refused(submit(cch, keras_job, "/jobs/m.json", not_utf8, sizeof(not_utf8), &err), &err,
+                   "invalid JSON", "a non-UTF-8 model file");
+
+    /* 4. An IDX header that promises 512 MiB in a 40-byte file. */
+    snprintf(job, sizeof(job), "%s/liar-idx", harness_tmpdir());
+    f = fopen(job, "wb");
+    ck_assert_uint_eq(fwrite(liar, 1, sizeof(liar), f), sizeof(liar));
+    fclose(f);
+    snprintf(job, sizeof(job),
+             "model: [{dense: {units: 2}, input_shape: [65536]}]\nloss: mse\n"
+             "data: {batch_size: 8, train: {format: idx, images: %s/liar-idx, labels: "
+             "%s/liar-idx}}\n",
+             harness_tmpdir(), harness_tmpdir());
+    expect_refused(configure(wch, job, NULL, NULL, &err), &err, "promises 536870912 bytes",
+                   "a lying IDX header");
+
+    ck_assert_int_eq(health_check(chief.listen, "", 5000, &err), HEALTH_SERVING);
+    ck_assert_int_eq(health_check(worker.listen, "", 5000, &err), HEALTH_SERVING);
+    ck_assert_int_eq(health_check(ps.listen, "", 5000, &err), HEALTH_SERVING);
+    rpc_channel_free(cch);
+    rpc_channel_free(wch);
+    harness_stop(&chief);
+    harness_stop(&worker);
+    harness_stop(&ps);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemons");
@@ -506,6 +647,7 @@ int main(void)
     tcase_add_test(tc, rpc_garbage_and_unknown_methods_get_errors_and_the_daemon_keeps_serving);
     tcase_add_test(tc, rpc_many_concurrent_clients_get_their_own_answers);
     tcase_add_test(tc, rpc_unreachable_peer_fails_fast_with_unavailable);
+    tcase_add_test(tc, chief_and_worker_refuse_hostile_jobs_and_keep_serving);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* gRPC does not survive fork() */

@@ -901,6 +901,189 @@ START_TEST(ps_resident_memory_stays_near_the_variables_and_slots)
 }
 END_TEST
 
+/* ---- the hostile-input findings ------------------------------------------------------------ */
+
+/* Packs msg, then overwrites the first byte `mark` with NUL: protobuf-c cannot send a NUL inside
+ * a string, an attacker's client can. */
+static uint8_t *packed_with_nul(const ProtobufCMessage *msg, char mark, size_t *ret_len)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len), *at;
+
+    protobuf_c_message_pack(msg, buf);
+    at = memchr(buf, mark, len);
+    ck_assert_ptr_nonnull(at);
+    *at = '\0';
+    *ret_len = len;
+    return buf;
+}
+
+static void expect_text_is_utf8(const rpc_error_t *err, const char *what)
+{
+    ck_assert_msg(utf8_valid_text(err->message, strlen(err->message)) &&
+                      utf8_valid_text(err->culprit, strlen(err->culprit)),
+                  "%s: the error is not UTF-8: %s", what, err->message);
+}
+
+START_TEST(ps_hostile_findings_get_clear_errors_and_change_nothing)
+{
+    fixture_t f;
+    rpc_error_t err;
+    opt_desc_t opt;
+    var_desc_t v;
+    Tessera__V1__PullRequest pr = TESSERA__V1__PULL_REQUEST__INIT;
+    Tessera__V1__DropJobRequest dr = TESSERA__V1__DROP_JOB_REQUEST__INIT;
+    Tessera__V1__Initializer__RandomNormal rn = TESSERA__V1__INITIALIZER__RANDOM_NORMAL__INIT;
+    int64_t sq[2] = {INT64_C(1) << 31, INT64_C(1) << 31}, rows3[3] = {2, 2, 2};
+    float big[12], huge_rows[12];
+    uint8_t *raw;
+    size_t len;
+    push_spec_t p;
+
+    fixture_up(&f);
+
+    /* 5. float32 overflow: hyper-parameters and initializer arguments checked as float32, and
+     * updates that would leave float32 refused whole. */
+    opt_desc(&opt, false, 1e39);
+    var_desc(&v, "x", 4, 0, 0, 1, 0.0, 0);
+    expect(&f, create(f.ch, "f5", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
+           "optimizer", "schedule.lr", "learning rate 1e39");
+    opt_desc(&opt, true, 0.001);
+    opt.adam.epsilon = 1e-50;
+    expect(&f, create(f.ch, "f5", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
+           "optimizer", "epsilon", "Adam epsilon 1e-50");
+    opt_desc(&opt, false, 0.001);
+    opt.msg.scale = 1e300;
+    expect(&f, create(f.ch, "f5", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
+           "optimizer", "float32", "scale 1e300");
+    opt_desc(&opt, false, 0.01);
+    var_desc(&v, "x", 4, 0, 0, 1, 1e39, 0);
+    expect(&f, create(f.ch, "f5", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err, "x",
+           "float32", "constant 1e39");
+    rn.mean = 0;
+    rn.stddev = 1e300;
+    v.init.kind_case = TESSERA__V1__INITIALIZER__KIND_RANDOM_NORMAL;
+    v.init.random_normal = &rn;
+    expect(&f, create(f.ch, "f5", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err, "x",
+           "float32", "RandomNormal stddev 1e300");
+    for (int i = 0; i < 12; i++)
+        huge_rows[i] = 3e38f;
+    expect(&f, push_rows(f.ch, "h", "emb", rows3, 3, huge_rows, 4, false, NULL, &err),
+           STATUS_INVALID_ARGUMENT, &err, "emb", "float32", "summed duplicate rows of 3e38");
+    for (int i = 0; i < 12; i++)
+        big[i] = 1e20f; /* finite, but Adam squares it */
+    p = dense("h", "w", 0, 4, 3, big);
+    expect(&f, push_raw(f.ch, &p, &err), STATUS_INVALID_ARGUMENT, &err, "w", "nothing was applied",
+           "a gradient whose square overflows");
+
+    /* 6. NUL inside names: refused by name, never served from the prefix. */
+    pr.job = "hXevil";
+    raw = packed_with_nul(&pr.base, 'X', &len);
+    expect(&f, rpc_unary_raw(f.ch, "/tessera.v1.ParameterServer/Pull", raw, len, 5000, &err),
+           STATUS_INVALID_ARGUMENT, &err, NULL, "PullRequest.job", "Pull of job 'h\\0evil'");
+    free(raw);
+    dr.job = "hXtail";
+    raw = packed_with_nul(&dr.base, 'X', &len);
+    expect(&f, rpc_unary_raw(f.ch, "/tessera.v1.ParameterServer/DropJob", raw, len, 5000, &err),
+           STATUS_INVALID_ARGUMENT, &err, NULL, "DropJobRequest.job", "DropJob of 'h\\0tail'");
+    free(raw);
+
+    /* 7. Sizes that wrap are reported as what they are. */
+    var_desc(&v, "sq", 1, 1, 0, 1, 0.0, 0);
+    v.msg.shape = v.msg.full_shape = sq;
+    expect(&f, create(f.ch, "f7", NULL, &v, 1, NULL, &err), STATUS_RESOURCE_EXHAUSTED, &err, "sq",
+           "4611686018427387904 elements", "a [2^31, 2^31] variable");
+    ck_assert_msg(strstr(err.message, " 0 bytes") == NULL, "%s", err.message);
+    p = dense("h", "w", 0, INT64_C(1) << 62, 0, big);
+    p.byte_length = p.payload_len = 48;
+    expect(&f, push_raw(f.ch, &p, &err), STATUS_INVALID_ARGUMENT, &err, "w", "more than 2^64",
+           "a [2^62] gradient");
+    expect_text_is_utf8(&err, "a [2^62] gradient");
+
+    ck_assert_int_eq(health_check(f.ps.listen, "", 5000, &err), HEALTH_SERVING);
+    free(f.w);
+    free(f.emb);
+    rpc_channel_free(f.ch);
+    harness_stop(&f.ps);
+}
+END_TEST
+
+/* 9. Many tiny shards pay for their bookkeeping, and a request of a million of them is refused
+ * before it is unpacked. */
+START_TEST(ps_many_tiny_shards_count_against_the_memory_limit)
+{
+    enum { TINY = 10000, MILLION = 1000000 };
+    Tessera__V1__CreateVariablesRequest req = TESSERA__V1__CREATE_VARIABLES_REQUEST__INIT;
+    Tessera__V1__CreateVariablesResponse *resp = NULL;
+    Tessera__V1__VariableShard *shards = calloc(TINY, sizeof(*shards)), **ptrs;
+    int64_t *dims = calloc(2 * TINY, sizeof(*dims));
+    uint8_t *raw = malloc((size_t)MILLION * 5 + 16);
+    size_t len = 0;
+    uint64_t before, after;
+    launch_proc_t ps;
+    rpc_channel_t *ch;
+    opt_desc_t opt;
+    rpc_error_t err;
+    status_t rc;
+
+    ptrs = calloc(TINY, sizeof(*ptrs));
+    harness_start(&ps, "tessera-ps", "ps-tiny", "--max-memory-bytes=1048576", NULL);
+    ch = connect_to(&ps);
+    opt_desc(&opt, false, 0.01);
+    for (int i = 0; i < TINY; i++) {
+        tessera__v1__variable_shard__init(&shards[i]);
+        shards[i].variable = "tiny";
+        shards[i].shard = i;
+        shards[i].num_shards = TINY;
+        shards[i].dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+        dims[2 * i] = 1;
+        dims[2 * i + 1] = TINY;
+        shards[i].n_shape = shards[i].n_full_shape = 1;
+        shards[i].shape = &dims[2 * i];
+        shards[i].full_shape = &dims[2 * i + 1];
+        shards[i].row_offset = i;
+        ptrs[i] = &shards[i];
+    }
+    req.job = "tiny";
+    req.optimizer = &opt.msg;
+    req.n_shards = TINY;
+    req.shards = ptrs;
+    /* 40 KB of values, but 10,000 shards of bookkeeping: over a 1 MiB limit. */
+    rc = rpc_ps_create_variables(ch, &req, NULL, &resp, NULL, &err);
+    ck_assert_msg(rc == STATUS_RESOURCE_EXHAUSTED, "10,000 tiny shards: %s (%s)", status_name(rc),
+                  err.message);
+    ck_assert_msg(strstr(err.message, "bookkeeping") != NULL, "%s", err.message);
+
+    /* A million shards in one request: refused while still bytes. */
+    raw[len++] = 0x0a; /* job = "big" */
+    raw[len++] = 3;
+    memcpy(raw + len, "big", 3);
+    len += 3;
+    for (int i = 0; i < MILLION; i++) {
+        static const uint8_t entry[5] = {0x1a, 3, 0x0a, 1, 'v'}; /* shards { variable: "v" } */
+        memcpy(raw + len, entry, sizeof(entry));
+        len += sizeof(entry);
+    }
+    before = resident_bytes(ps.pid);
+    rc = rpc_unary_raw(ch, "/tessera.v1.ParameterServer/CreateVariables", raw, len, 30000, &err);
+    after = resident_bytes(ps.pid);
+    ck_assert_msg(rc == STATUS_RESOURCE_EXHAUSTED, "a million shards: %s (%s)", status_name(rc),
+                  err.message);
+    ck_assert_msg(strstr(err.message, "CreateVariablesRequest.shards") != NULL, "%s", err.message);
+    if (!instrumented(ps.pid))
+        ck_assert_msg(after < before + (64u << 20), "resident memory grew from %.1f to %.1f MiB",
+                      (double)before / (1 << 20), (double)after / (1 << 20));
+    ck_assert_int_eq(health_check(ps.listen, "", 5000, &err), HEALTH_SERVING);
+
+    free(raw);
+    free(shards);
+    free(ptrs);
+    free(dims);
+    rpc_channel_free(ch);
+    harness_stop(&ps);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps");
@@ -914,6 +1097,8 @@ int main(void)
     tcase_add_test(tc, ps_large_variable_splits_over_two_ps_round_robin);
     tcase_add_test(tc, ps_rejects_hostile_requests_and_keeps_serving_the_same_values);
     tcase_add_test(tc, ps_resident_memory_stays_near_the_variables_and_slots);
+    tcase_add_test(tc, ps_hostile_findings_get_clear_errors_and_change_nothing);
+    tcase_add_test(tc, ps_many_tiny_shards_count_against_the_memory_limit);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* gRPC does not survive fork() */

@@ -627,6 +627,69 @@ START_TEST(duplicate_keys_are_rejected)
 }
 END_TEST
 
+/* Duplicate keys are found by sorting: a mapping of 200,000 keys (quadratic comparison would
+ * take minutes) is read and its repeat named, with the first repeat in the file reported. */
+START_TEST(duplicate_keys_in_huge_mappings_are_found_fast)
+{
+    enum { KEYS = 200000 };
+    size_t cap = (size_t)KEYS * 16 + 64, len = 0;
+    char *text = malloc(cap);
+    job_t job;
+    status_msg_t err = {0};
+
+    len += (size_t)snprintf(text + len, cap - len, "{");
+    for (int i = 0; i < KEYS; i++)
+        len += (size_t)snprintf(text + len, cap - len, "\"k%d\": 1, ", i);
+    len += (size_t)snprintf(text + len, cap - len, "\"k77\": 2, \"k5\": 3}");
+    ck_assert_int_eq(job_parse(text, len, "job.yaml", &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "duplicate key 'k77'") != NULL, "%s", err.text);
+    free(text);
+}
+END_TEST
+
+/* Job text and the files that come with it are held to the job-file limit before any parsing,
+ * wherever they arrive (the chief and workers take them from RPCs). */
+START_TEST(oversized_jobs_and_files_are_refused_before_parsing)
+{
+    size_t big = JOB_MAX_FILE_BYTES + 1;
+    char *text = malloc(big);
+    job_file_t files[JOB_MAX_FILES + 1];
+    job_t job;
+    status_msg_t err = {0};
+
+    memset(text, '#', big); /* a comment: it would parse */
+    ck_assert_int_eq(job_parse(text, big, "job.yaml", &job, &err), STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(err.text, "job.yaml: the job file holds 16777217 bytes") != NULL, "%s",
+                  err.text);
+    for (size_t i = 0; i <= JOB_MAX_FILES; i++)
+        files[i] = (job_file_t){"m.json", "{}", 2};
+    ck_assert_int_eq(
+        job_parse_with_files("a: 1", 4, "job.yaml", files, JOB_MAX_FILES + 1, &job, &err),
+        STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(err.text, "17 files") != NULL, "%s", err.text);
+    files[0] = (job_file_t){"m.json", text, big};
+    ck_assert_int_eq(job_parse_with_files("a: 1", 4, "job.yaml", files, 1, &job, &err),
+                     STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(err.text, "file 'm.json' holds 16777217 bytes") != NULL, "%s", err.text);
+    free(text);
+}
+END_TEST
+
+/* Values the kernels would turn into infinities in float32 are refused in the job file. */
+START_TEST(values_beyond_float32_are_rejected)
+{
+    ASSERT_BAD(MODEL "loss: mse\noptimizer: {sgd: {learning_rate: 1e39}}\n",
+               "optimizer.schedule.lr must be > 0, got 1e+39");
+    ASSERT_BAD(MODEL "loss: mse\noptimizer: {adam: {epsilon: 1e-50}}\n", "epsilon 1e-50");
+    ASSERT_BAD("model:\n  - {dense: {units: 1, kernel_initializer: {constant: {value: 1e39}}}, "
+               "input_shape: [4]}\nloss: mse\n",
+               "kernel_initializer: the constant 1e+39 is not a finite float32");
+    ASSERT_BAD("model:\n  - {dense: {units: 1, kernel_initializer: {random_normal: {stddev: "
+               "1e300}}}, input_shape: [4]}\nloss: mse\n",
+               "can draw values beyond float32");
+}
+END_TEST
+
 START_TEST(layer_structure_mistakes_are_explained)
 {
     ASSERT_BAD("model: [{dense: {units: 1}, input_shape: [4]}, {dense: {units: 1}, "
@@ -747,6 +810,9 @@ static Suite *job_suite(void)
     tcase_add_test(tc, bad_numbers_are_rejected_with_the_value);
     tcase_add_test(tc, optimizer_values_are_validated);
     tcase_add_test(tc, duplicate_keys_are_rejected);
+    tcase_add_test(tc, duplicate_keys_in_huge_mappings_are_found_fast);
+    tcase_add_test(tc, oversized_jobs_and_files_are_refused_before_parsing);
+    tcase_add_test(tc, values_beyond_float32_are_rejected);
     tcase_add_test(tc, layer_structure_mistakes_are_explained);
     tcase_add_test(tc, keras_json_mistakes_name_the_model_file);
     tcase_add_test(tc, malformed_documents_are_rejected);

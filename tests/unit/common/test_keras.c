@@ -2,13 +2,14 @@
  * Keras 3 wrote (tests/fixtures/keras/, made by make_fixtures.py there) parse to the layers
  * they describe, and every option Tessera does not implement is rejected by name. Fixtures are
  * found under $TESSERA_SOURCE_DIR (default: the current directory). */
-#define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "job.h"
 
@@ -433,6 +434,87 @@ START_TEST(invalid_json_is_rejected_with_its_line)
 }
 END_TEST
 
+/* Hostile shapes of document: every node is checked for its type before use, so a list where an
+ * object belongs is an error naming it, never a crash. */
+START_TEST(nodes_of_the_wrong_type_are_errors_not_crashes)
+{
+    static const char *const docs[] = {
+        "{\"class_name\":\"Sequential\",\"config\":[1]}",
+        "{\"class_name\":\"Sequential\",\"config\":[{\"a\":1}]}",
+        "{\"class_name\":\"Sequential\",\"config\":\"x\"}",
+        "{\"class_name\":\"Sequential\",\"config\":{\"layers\":[[1]]}}",
+        "{\"class_name\":\"Sequential\",\"config\":{\"layers\":[{\"class_name\":\"Dense\","
+        "\"config\":[1,2]}]}}",
+        "{\"class_name\":\"Sequential\",\"config\":{\"layers\":[{\"class_name\":\"Dense\","
+        "\"config\":{\"units\":4,\"kernel_initializer\":{\"class_name\":\"Constant\","
+        "\"config\":[5]}}}]}}",
+        "{\"class_name\":\"Sequential\",\"config\":{\"layers\":[{\"class_name\":\"Conv2D\","
+        "\"config\":{\"filters\":4,\"kernel_size\":{\"a\":3,\"b\":3}}}]}}",
+        "{\"class_name\":\"Sequential\",\"config\":{\"layers\":[{\"class_name\":\"Dense\","
+        "\"config\":{\"units\":4,\"dtype\":{\"class_name\":\"DTypePolicy\",\"config\":[1]}}}]}}",
+        "{\"class_name\":\"Sequential\",\"config\":{\"layers\":[{\"class_name\":\"InputLayer\","
+        "\"config\":[1]}]}}",
+        "[{\"class_name\":\"Sequential\"}]",
+        "{\"class_name\":[\"Sequential\"]}",
+    };
+
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        job_model_t m;
+        status_msg_t err = {0};
+        ck_assert_msg(job_parse_keras_json(docs[i], strlen(docs[i]), "m.json", &m, &err) ==
+                          STATUS_BAD_CONFIG,
+                      "accepted: %s", docs[i]);
+        ck_assert_msg(strncmp(err.text, "m.json", 6) == 0, "%s: %s", docs[i], err.text);
+    }
+}
+END_TEST
+
+/* A key given twice would be read by Python's json as the last one and here as the first:
+ * neither is silently picked. */
+START_TEST(keys_given_twice_are_rejected)
+{
+    static const char text[] =
+        "{\"class_name\":\"Sequential\",\"config\":{\"layers\":[{\"class_name\":\"InputLayer\","
+        "\"config\":{\"batch_shape\":[null,4]}},{\"class_name\":\"Dense\",\"config\":"
+        "{\"units\":4,\"units\":8}}]}}";
+    static const char wrapper[] = "{\"class_name\":\"Sequential\",\"class_name\":\"Sequential\"}";
+    job_model_t m;
+    status_msg_t err = {0};
+
+    ck_assert_int_eq(job_parse_keras_json(text, strlen(text), "m.json", &m, &err),
+                     STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "'units' is given twice") != NULL, "%s", err.text);
+    ck_assert_int_eq(job_parse_keras_json(wrapper, strlen(wrapper), "m.json", &m, &err),
+                     STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "'class_name' is given twice") != NULL, "%s", err.text);
+}
+END_TEST
+
+/* Decoders that take a length honour it: the text ends at the last byte of a page that has an
+ * unreadable page after it, so a read past the end faults. */
+START_TEST(unterminated_text_is_never_read_past_its_length)
+{
+    static const char *const bodies[] = {"{\"class_name\": \"Seq", "{\"a\": [1, 2, 3",
+                                         "{\"class_name\":\"Sequential\",\"config\":{\"layers\":["};
+    long page = sysconf(_SC_PAGESIZE);
+    char *map =
+        mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    ck_assert_ptr_ne(map, MAP_FAILED);
+    ck_assert_int_eq(mprotect(map + page, (size_t)page, PROT_NONE), 0);
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        size_t len = strlen(bodies[i]);
+        char *text = map + page - len;
+        job_model_t m;
+        status_msg_t err = {0};
+        memcpy(text, bodies[i], len); /* no terminator: the next byte is unreadable */
+        ck_assert_int_eq(job_parse_keras_json(text, len, "m.json", &m, &err), STATUS_BAD_CONFIG);
+        ck_assert_msg(strstr(err.text, "invalid JSON") != NULL, "%s", err.text);
+    }
+    munmap(map, (size_t)page * 2);
+}
+END_TEST
+
 static Suite *keras_suite(void)
 {
     Suite *s = suite_create("keras");
@@ -457,6 +539,9 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, functional_models_are_rejected);
     tcase_add_test(tc, unknown_top_level_key_is_rejected);
     tcase_add_test(tc, invalid_json_is_rejected_with_its_line);
+    tcase_add_test(tc, nodes_of_the_wrong_type_are_errors_not_crashes);
+    tcase_add_test(tc, keys_given_twice_are_rejected);
+    tcase_add_test(tc, unterminated_text_is_never_read_past_its_length);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -890,6 +890,51 @@ START_TEST(validate_names_bad_schedules)
 }
 END_TEST
 
+/* The dry runs agree with the updates: safe updates pass, and the first element an update would
+ * push out of float32 (or to NaN) is named, for every kernel family and for rows. */
+START_TEST(checks_find_the_first_element_an_update_would_break)
+{
+    static const optimizer_kind_t kinds[] = {OPTIMIZER_SGD, OPTIMIZER_ADAM, OPTIMIZER_ADAGRAD,
+                                             OPTIMIZER_RMSPROP};
+    enum { LEN = 600, ROW = 60 };
+    float p[LEN], g[LEN], slots[3 * LEN];
+    int64_t rows[3] = {5, 1, 5};
+
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        bool sgd = kinds[k] == OPTIMIZER_SGD;
+        optimizer_config_t c;
+        size_t bad;
+        optimizer_config_default(kinds[k], &c);
+        c.momentum = sgd ? 0.9 : 0.0;
+        for (int i = 0; i < LEN; i++) {
+            p[i] = 1.0f;
+            g[i] = 0.5f;
+        }
+        optimizer_slots_init(&c, slots, LEN);
+        ck_assert_uint_eq(optimizer_check_dense(&c, 0, p, g, slots, LEN), LEN);
+        /* SGD: -3.4e38 - lr * 3e38 overflows; the others square 1e20. */
+        p[517] = sgd ? -3.4e38f : 1.0f;
+        g[517] = sgd ? 3e38f : 1e20f;
+        ck_assert_uint_eq(optimizer_check_dense(&c, 0, p, g, slots, LEN), 517);
+        ck_assert_float_eq(p[517], sgd ? -3.4e38f : 1.0f); /* untouched */
+        /* Rows: gradient row 1 updates row 1 of the table, whose element 17 breaks. */
+        p[517] = 1.0f;
+        g[517] = 0.5f;
+        p[ROW + 17] = sgd ? -3.4e38f : 1.0f;
+        g[ROW + 17] = sgd ? 3e38f : 1e20f;
+        ck_assert_int_eq(
+            optimizer_check_rows(&c, 0, p, LEN / ROW, ROW, rows, g, 3, slots, NULL, &bad, NULL),
+            STATUS_OK);
+        ck_assert_uint_eq(bad, ROW + 17);
+        g[ROW + 17] = 0.5f;
+        ck_assert_int_eq(
+            optimizer_check_rows(&c, 0, p, LEN / ROW, ROW, rows, g, 3, slots, NULL, &bad, NULL),
+            STATUS_OK);
+        ck_assert_uint_eq(bad, 3 * ROW);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("optimizer");
@@ -932,6 +977,7 @@ int main(void)
     tcase_add_test(tc, rows_with_no_indices_change_nothing);
     tcase_add_test(tc, validate_names_bad_rates_and_factors);
     tcase_add_test(tc, validate_names_bad_schedules);
+    tcase_add_test(tc, checks_find_the_first_element_an_update_would_break);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

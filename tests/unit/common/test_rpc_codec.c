@@ -64,7 +64,7 @@ static void roundtrip(size_t piece)
     sliced = reslice(bb, piece);
     grpc_byte_buffer_destroy(bb);
     ck_assert_int_eq(
-        rpc_decode(&tessera__v1__echo_request__descriptor, sliced, NULL, 0, &msg, &payload),
+        rpc_decode(&tessera__v1__echo_request__descriptor, sliced, NULL, 0, &msg, &payload, NULL),
         STATUS_OK);
     {
         Tessera__V1__EchoRequest *got = (Tessera__V1__EchoRequest *)msg;
@@ -135,15 +135,17 @@ START_TEST(rpc_codec_reuses_the_callers_buffer_when_it_fits)
     size_t len;
 
     ck_assert_int_eq(rpc_encode(&resp.base, &iov, 1, NULL, &bb, &len), STATUS_OK);
-    ck_assert_int_eq(rpc_decode(&tessera__v1__echo_response__descriptor, bb, mine, 8192, &msg, &p),
-                     STATUS_OK);
+    ck_assert_int_eq(
+        rpc_decode(&tessera__v1__echo_response__descriptor, bb, mine, 8192, &msg, &p, NULL),
+        STATUS_OK);
     ck_assert_ptr_eq(p.data, mine);
     ck_assert(!p.owned);
     ck_assert_int_eq(memcmp(mine, data, 5000), 0);
     rpc_payload_done(&p); /* not owned: leaves `mine` alone */
     protobuf_c_message_free_unpacked(msg, NULL);
-    ck_assert_int_eq(rpc_decode(&tessera__v1__echo_response__descriptor, bb, mine, 100, &msg, &p),
-                     STATUS_OK);
+    ck_assert_int_eq(
+        rpc_decode(&tessera__v1__echo_response__descriptor, bb, mine, 100, &msg, &p, NULL),
+        STATUS_OK);
     ck_assert(p.owned);
     ck_assert_ptr_ne(p.data, mine);
     rpc_payload_done(&p);
@@ -160,7 +162,7 @@ static status_t decode_bytes(const ProtobufCMessageDescriptor *d, const void *by
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
     ProtobufCMessage *msg = NULL;
     rpc_payload_t p = {0};
-    status_t rc = rpc_decode(d, bb, NULL, 0, &msg, &p);
+    status_t rc = rpc_decode(d, bb, NULL, 0, &msg, &p, NULL);
     if (rc == STATUS_OK) {
         protobuf_c_message_free_unpacked(msg, NULL);
         rpc_payload_done(&p);
@@ -196,6 +198,87 @@ START_TEST(rpc_codec_rejects_malformed_bodies)
 }
 END_TEST
 
+/* protobuf-c reads strings up to their first NUL: a string with one inside, or one that is not
+ * UTF-8 as proto3 requires, is refused by name at any depth instead of being read cut short. */
+START_TEST(rpc_codec_refuses_strings_with_nul_or_bad_utf8_by_field)
+{
+    static const struct {
+        const ProtobufCMessageDescriptor *d;
+        const char *bytes;
+        size_t n;
+        const char *field;
+    } cases[] = {
+        {&tessera__v1__pull_request__descriptor,
+         "\x0a\x0f"
+         "alpha-main\0evil",
+         17, "PullRequest.job"},
+        {&tessera__v1__drop_job_request__descriptor,
+         "\x0a\x06"
+         "x\0tail",
+         8, "DropJobRequest.job"},
+        {&tessera__v1__drop_job_request__descriptor, "\x0a\x02\xc3\x28", 4, "DropJobRequest.job"},
+        /* items[0].key.variable = "w\xff" */
+        {&tessera__v1__pull_request__descriptor, "\x12\x06\x0a\x04\x0a\x02w\xff", 8,
+         "PullRequest.items.key.variable"},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        grpc_slice sl = grpc_slice_from_copied_buffer(cases[i].bytes, cases[i].n);
+        grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+        ProtobufCMessage *msg = NULL;
+        rpc_payload_t p = {0};
+        status_msg_t err = {0};
+        ck_assert_int_eq(rpc_decode(cases[i].d, bb, NULL, 0, &msg, &p, &err),
+                         STATUS_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(err.text, cases[i].field) != NULL, "case %zu: %s", i, err.text);
+        grpc_slice_unref(sl);
+        grpc_byte_buffer_destroy(bb);
+    }
+    /* Valid UTF-8 beyond ASCII passes. */
+    ck_assert_int_eq(decode_bytes(&tessera__v1__drop_job_request__descriptor,
+                                  "\x0a\x04"
+                                  "caf\xc3\xa9",
+                                  6),
+                     STATUS_INVALID_ARGUMENT); /* length 4 cuts the é in half */
+    ck_assert_int_eq(decode_bytes(&tessera__v1__drop_job_request__descriptor,
+                                  "\x0a\x05"
+                                  "caf\xc3\xa9",
+                                  7),
+                     STATUS_OK);
+}
+END_TEST
+
+/* A repeated field is counted on the wire before anything is unpacked. */
+START_TEST(rpc_codec_refuses_too_many_entries_before_unpacking)
+{
+    size_t n = RPC_MAX_REPEATED + 1, len = 0;
+    uint8_t *bytes = malloc(n * 5);
+    grpc_slice sl;
+    grpc_byte_buffer *bb;
+    ProtobufCMessage *msg = NULL;
+    rpc_payload_t p = {0};
+    status_msg_t err = {0};
+
+    for (size_t i = 0; i < n; i++) {
+        memcpy(bytes + len, "\x1a\x03\x0a\x01v", 5); /* shards { variable: "v" } */
+        len += 5;
+    }
+    sl = grpc_slice_from_copied_buffer((const char *)bytes, len);
+    bb = grpc_raw_byte_buffer_create(&sl, 1);
+    ck_assert_int_eq(
+        rpc_decode(&tessera__v1__create_variables_request__descriptor, bb, NULL, 0, &msg, &p, &err),
+        STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(err.text, "CreateVariablesRequest.shards has more than 65536") != NULL,
+                  "%s", err.text);
+    grpc_slice_unref(sl);
+    grpc_byte_buffer_destroy(bb);
+    ck_assert_int_eq(
+        decode_bytes(&tessera__v1__create_variables_request__descriptor, bytes, len - 5),
+        STATUS_OK);
+    free(bytes);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("rpc_codec");
@@ -208,6 +291,8 @@ int main(void)
     tcase_add_test(tc, rpc_codec_encoding_is_plain_protobuf);
     tcase_add_test(tc, rpc_codec_reuses_the_callers_buffer_when_it_fits);
     tcase_add_test(tc, rpc_codec_rejects_malformed_bodies);
+    tcase_add_test(tc, rpc_codec_refuses_strings_with_nul_or_bad_utf8_by_field);
+    tcase_add_test(tc, rpc_codec_refuses_too_many_entries_before_unpacking);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -81,6 +81,43 @@ START_TEST(status_fail_formats_and_returns_the_status)
 }
 END_TEST
 
+/* Text that reaches a proto3 string or a person: well-formed UTF-8 passes, anything else is
+ * escaped, and nothing is ever cut inside a character. */
+START_TEST(utf8_is_checked_and_escaped_without_cutting_characters)
+{
+    char out[16];
+
+    ck_assert(utf8_valid_text("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14));
+    ck_assert(!utf8_valid_text("a\0b", 3));
+    ck_assert(!utf8_valid_text("\xc3\x28", 2));         /* bad continuation */
+    ck_assert(!utf8_valid_text("\xc0\xaf", 2));         /* overlong '/' */
+    ck_assert(!utf8_valid_text("\xed\xa0\x80", 3));     /* a surrogate */
+    ck_assert(!utf8_valid_text("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
+    ck_assert(!utf8_valid_text("\xe2\x82", 2));         /* cut short */
+    ck_assert_str_eq(utf8_escape(out, sizeof(out), "a\xff\x01z", 4), "a\\xff\\x01z");
+    /* "\xe2\x82\xac" does not fit after 13 bytes of 'x' in 16: it is left out whole. */
+    ck_assert_str_eq(utf8_escape(out, sizeof(out), "xxxxxxxxxxxxx\xe2\x82\xac", 16),
+                     "xxxxxxxxxxxxx");
+}
+END_TEST
+
+/* A sentence cut at the end of its buffer never ends inside a character. */
+START_TEST(status_fail_never_cuts_a_character)
+{
+    status_msg_t m;
+    char long_text[600];
+
+    memset(long_text, 'x', sizeof(long_text));
+    for (size_t i = 509; i + 2 < sizeof(long_text); i += 3)
+        memcpy(long_text + i, "\xe2\x82\xac", 3);
+    long_text[sizeof(long_text) - 1] = '\0';
+    for (int shift = 0; shift < 3; shift++) {
+        status_fail(&m, STATUS_IO, "%.*s%s", shift, "yy", long_text);
+        ck_assert(utf8_valid_text(m.text, strlen(m.text)));
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("status");
@@ -94,6 +131,8 @@ int main(void)
     tcase_add_test(tc, status_grpc_codes_map_both_ways);
     tcase_add_test(tc, status_errno_maps_to_the_right_fault);
     tcase_add_test(tc, status_fail_formats_and_returns_the_status);
+    tcase_add_test(tc, utf8_is_checked_and_escaped_without_cutting_characters);
+    tcase_add_test(tc, status_fail_never_cuts_a_character);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -24,6 +24,7 @@ static store_t *new_store(void)
         .max_reply_bytes = 32 * MiB,
         .max_jobs = 4,
         .max_variables = 8,
+        .max_shards = 64,
     };
     store_t *s = store_new(&lim, NULL);
     ck_assert_ptr_nonnull(s);
@@ -566,6 +567,101 @@ START_TEST(store_rejected_push_leaves_every_value_intact)
 }
 END_TEST
 
+/* An update that would leave float32 (an overflow, or NaN from one) is refused whole: the
+ * first item is fine, the second would overflow, and neither is applied. */
+START_TEST(store_push_that_would_overflow_float32_changes_nothing)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(1.0);
+    store_shard_spec_t sp[2] = {spec("a", 2, 0, 0, 1), spec("b", 2, 0, 0, 1)};
+    int64_t shape[1] = {2};
+    float ga[2] = {1, 1}, gb[2] = {3e38f, 1}, *a0, *b0, *a1, *b1;
+    store_push_item_t items[2] = {{.key = {"a", 0}, .rank = 1, .shape = shape, .grad = ga},
+                                  {.key = {"b", 0}, .rank = 1, .shape = shape, .grad = gb}};
+    uint64_t versions[2];
+    store_err_t err;
+
+    sp[1].init.kind = JOB_INIT_CONSTANT;
+    sp[1].init.a = -3e38;
+    create_ok(s, "job", &opt, sp, 2, 2);
+    a0 = pull_all(s, "job", "a", 0, NULL, NULL);
+    b0 = pull_all(s, "job", "b", 0, NULL, NULL);
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.culprit, "b");
+    ck_assert_msg(strstr(err.msg.text, "overflow float32") != NULL &&
+                      strstr(err.msg.text, "nothing was applied") != NULL,
+                  "%s", err.msg.text);
+    a1 = pull_all(s, "job", "a", 0, NULL, NULL);
+    b1 = pull_all(s, "job", "b", 0, NULL, NULL);
+    ck_assert_mem_eq(a0, a1, sizeof(ga));
+    ck_assert_mem_eq(b0, b1, sizeof(gb));
+    gb[0] = 1;
+    ck_assert_int_eq(store_push(s, "job", items, 2, false, versions, NULL, NULL, NULL, &err),
+                     STATUS_OK);
+    free(a0);
+    free(b0);
+    free(a1);
+    free(b1);
+    store_free(s);
+}
+END_TEST
+
+/* Initial values that are not finite in float32 create nothing. */
+START_TEST(store_create_refuses_initial_values_beyond_float32)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(0.1);
+    store_shard_spec_t sp = spec("w", 4, 0, 0, 1);
+    store_totals_t t;
+    store_err_t err;
+
+    sp.init.kind = JOB_INIT_RANDOM_UNIFORM;
+    sp.init.a = -1e39;
+    sp.init.b = 1e39;
+    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.msg.text, "float32") != NULL, "%s", err.msg.text);
+    store_totals(s, &t);
+    ck_assert_uint_eq(t.shards + t.jobs, 0);
+    store_free(s);
+}
+END_TEST
+
+/* Each shard's bookkeeping counts against the memory limit, and shards per job are capped. */
+START_TEST(store_tiny_shards_pay_for_their_bookkeeping)
+{
+    store_limits_t lim = {.max_bytes = 64 * 1024,
+                          .max_shard_bytes = 16 * MiB,
+                          .max_reply_bytes = 16 * MiB,
+                          .max_jobs = 4,
+                          .max_variables = 8,
+                          .max_shards = 100000};
+    store_t *s = store_new(&lim, NULL);
+    optimizer_config_t opt = sgd(0.1);
+    enum { N = 1000 };
+    store_shard_spec_t *sp = calloc(N, sizeof(*sp));
+    store_totals_t t;
+    store_err_t err;
+
+    for (int i = 0; i < N; i++)
+        sp[i] = spec("tiny", N, 0, i, N);
+    /* 4 KB of values, far more of bookkeeping: over 64 KiB. */
+    ck_assert_int_eq(store_create(s, "job", &opt, sp, N, NULL, &err), STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(err.msg.text, "bookkeeping") != NULL, "%s", err.msg.text);
+    create_ok(s, "job", &opt, sp, 10, 10);
+    store_totals(s, &t);
+    ck_assert_uint_ge(t.overhead_bytes, 10 * 200);
+    store_free(s);
+    lim.max_bytes = 64 * MiB;
+    lim.max_shards = 100;
+    s = store_new(&lim, NULL);
+    ck_assert_int_eq(store_create(s, "job", &opt, sp, N, NULL, &err), STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(err.msg.text, "--max-shards-per-job") != NULL, "%s", err.msg.text);
+    store_free(s);
+    free(sp);
+}
+END_TEST
+
 START_TEST(store_pull_rejects_unknown_keys_and_bad_rows)
 {
     store_t *s = new_store();
@@ -796,6 +892,9 @@ int main(void)
     tcase_add_test(tc, store_drop_frees_the_job_and_only_it);
     tcase_add_test(tc, store_stats_count_the_bytes_actually_moved);
     tcase_add_test(tc, store_concurrent_pushes_all_apply_and_pulls_never_see_half_an_update);
+    tcase_add_test(tc, store_push_that_would_overflow_float32_changes_nothing);
+    tcase_add_test(tc, store_create_refuses_initial_values_beyond_float32);
+    tcase_add_test(tc, store_tiny_shards_pay_for_their_bookkeeping);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -382,6 +382,24 @@ START_TEST(idx_absurd_dimensions_or_trailing_data_are_refused)
 }
 END_TEST
 
+/* A header's claim is checked against the file before anything is allocated for it: 40 bytes
+ * that promise 512 MiB of pixels (2 GiB of floats) are refused at once, plain or gzipped (deflate
+ * cannot expand 1032-fold). */
+START_TEST(idx_claims_beyond_the_file_are_refused_before_allocating)
+{
+    uint8_t head[40] = {0, 0, 8, 3, 0, 0, 0x20, 0, 0, 0, 1, 0, 0, 0, 1, 0};
+    const char *im, *lb;
+    uint8_t labels[8192] = {0};
+
+    lb = labels_write("lb-8192", labels, 8192, false);
+    im = write_file("liar", head, sizeof(head), false);
+    expect_load_error(im, lb, STATUS_INVALID_ARGUMENT, im,
+                      "promises 536870912 bytes of data but the file holds 24");
+    im = write_file("liar.gz", head, sizeof(head), true);
+    expect_load_error(im, lb, STATUS_INVALID_ARGUMENT, im, "more than a gzip file");
+}
+END_TEST
+
 static bool fashion_present(void)
 {
     if (access(FASHION_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0)
@@ -989,6 +1007,7 @@ int main(void)
     tcase_add_test(idx, idx_count_mismatch_names_both_files);
     tcase_add_test(idx, idx_missing_file_is_not_found);
     tcase_add_test(idx, idx_absurd_dimensions_or_trailing_data_are_refused);
+    tcase_add_test(idx, idx_claims_beyond_the_file_are_refused_before_allocating);
     tcase_add_test(idx, fashion_mnist_train_loads_60000_images_of_10_classes);
     tcase_add_test(idx, fashion_mnist_test_split_loads_10000_images);
     tcase_add_test(idx, dataset_load_dispatches_on_the_format);
