@@ -631,15 +631,16 @@ static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, job_model_
 
     STATUS_CHECK(job_tree_get_path(c, map, "keras_json", true, &path));
     rc = STATUS_NOT_FOUND;
-    for (size_t i = 0; i < c->n_files; i++) {
-        if (strcmp(c->files[i].path, path) != 0)
+    for (size_t i = 0; i < c->n_files && rc != STATUS_OK; i++) { /* the first of that path */
+        if (c->files[i].path == NULL || strcmp(c->files[i].path, path) != 0)
             continue;
         text = malloc(c->files[i].len + 1);
         if (text == NULL) {
             free(path);
             return status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
         }
-        memcpy(text, c->files[i].data, c->files[i].len);
+        if (c->files[i].len > 0)
+            memcpy(text, c->files[i].data, c->files[i].len);
         text[c->files[i].len] = '\0';
         len = c->files[i].len;
         rc = STATUS_OK;
@@ -1209,6 +1210,12 @@ static status_t check_sizes(const char *file, size_t len, const job_file_t *file
         return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
                            "%s: the job brings %zu files, more than the limit of %d", file, n_files,
                            JOB_MAX_FILES);
+    for (size_t i = 0; i < n_files; i++)
+        for (size_t k = 0; k < i; k++) /* at most JOB_MAX_FILES squared */
+            if (files[i].path != NULL && files[k].path != NULL &&
+                strcmp(files[i].path, files[k].path) == 0)
+                return status_fail(err, STATUS_INVALID_ARGUMENT,
+                                   "%s: file '%.200s' is supplied twice", file, files[i].path);
     for (size_t i = 0; i < n_files; i++)
         if (files[i].len > JOB_MAX_FILE_BYTES)
             return status_fail(err, STATUS_RESOURCE_EXHAUSTED,

@@ -945,7 +945,7 @@ status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items,
         shard_t *sh = shards[i];
         pthread_rwlock_rdlock(&sh->lock);
         read_value(sh, items[i].has_rows, items[i].rows, items[i].n_rows,
-                   buf + ret_values[i].offset, &ret_values[i]);
+                   buf != NULL ? buf + ret_values[i].offset : NULL, &ret_values[i]);
         pthread_rwlock_unlock(&sh->lock);
         atomic_fetch_add_explicit(&sh->pulls, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->bytes_pulled, ret_values[i].bytes, memory_order_relaxed);
@@ -1146,7 +1146,7 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
     }
     for (size_t i = 0; i < n; i++)
         applied += apply_one(s, &j->opt, shards[i], &items[i], checked[i], scratch, pull_after,
-                             pull_after ? buf + ret_values[i].offset : NULL,
+                             pull_after && buf != NULL ? buf + ret_values[i].offset : NULL,
                              pull_after ? &ret_values[i] : NULL, &ret_versions[i], err);
     if (applied < n) {
         /* Only when a concurrent push changed a shard between the check and the update. */

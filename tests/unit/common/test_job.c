@@ -667,6 +667,10 @@ START_TEST(oversized_jobs_and_files_are_refused_before_parsing)
         job_parse_with_files("a: 1", 4, "job.yaml", files, JOB_MAX_FILES + 1, &job, &err),
         STATUS_RESOURCE_EXHAUSTED);
     ck_assert_msg(strstr(err.text, "17 files") != NULL, "%s", err.text);
+    /* Two files of one path (a fuzzer found the first one leaked): refused. */
+    ck_assert_int_eq(job_parse_with_files("a: 1", 4, "job.yaml", files, 2, &job, &err),
+                     STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.text, "supplied twice") != NULL, "%s", err.text);
     files[0] = (job_file_t){"m.json", text, big};
     ck_assert_int_eq(job_parse_with_files("a: 1", 4, "job.yaml", files, 1, &job, &err),
                      STATUS_RESOURCE_EXHAUSTED);
