@@ -1,0 +1,326 @@
+/* Fuzz target: RPC requests, decoded by the project's codec as a server decodes them
+ * (rpc_decode) and handed to what the server does with them.
+ *
+ * Input: [1 selector byte][request bytes]. The selector picks the method, selector %
+ * RPC_METHOD_COUNT_ in the method table (common/rpc_methods.h), and how the bytes arrive:
+ * selector / RPC_METHOD_COUNT_ = 0 as one slice, k > 0 in slices of 2^(k-1) bytes (gRPC hands
+ * a message over in slices; the codec walks across them).
+ *
+ * - Parameter server, health Check, diagnostics Echo and Sink: the real handlers (ps-server/
+ *   service.c over a real store) on an offline daemon (daemon_offline_new, rpc_offline_call),
+ *   with small limits: 1 MiB messages, 8 MiB of variables, 4 jobs of at most 1024 shards. It
+ *   starts with the jobs of the seed corpus (create-* of rpc_seeds.c), so that pulls and pushes
+ *   find variables at once; a new ps_opts_t field needs a value in ps_start, or creating them
+ *   fails loudly. The store lives across inputs, so that an input can use what an earlier one
+ *   created; it starts afresh every RESET_EVERY inputs (TESSERA_FUZZ_RPC_RESET=N; 1 runs every
+ *   input on a fresh store, to reproduce a crash from one input).
+ * - Worker ConfigureJob and chief SubmitJob: the job spec with its files, through
+ *   job_parse_with_files, as those handlers begin (nothing is read from the disk).
+ * - Every other method: decoded only.
+ *
+ * Oracles: a reply must decode on the client (rpc_decode) and its values lie inside its payload
+ * and be finite; a failure must carry an error detail that decodes, holds UTF-8 strings only and
+ * gives the client the server's status (rpc_error_fill); no handler fails with INTERNAL. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/grpc.h>
+
+#include "daemon.h"
+#include "fuzz_common.h"
+#include "job.h"
+#include "rpc_internal.h"
+#include "rpc_offline.h"
+#include "rpc_seeds.h"
+#include "service.h"
+#include "tessera/v1/common.pb-c.h"
+
+#define RESET_EVERY      1000
+#define MAX_MESSAGE      (1 << 20)
+#define MAX_MEMORY_BYTES (8 << 20)
+#define MAX_SLICE_SHIFT  10
+
+static const char *const ps_services[] = {RPC_SVC_PS, RPC_SVC_DIAG, NULL};
+
+static const daemon_spec_t ps_spec = {
+    .program = "tessera-ps",
+    .role = "ps",
+    .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_PS,
+    .services = ps_services,
+    .setup = ps_service_setup,
+    .teardown = ps_service_teardown,
+};
+
+static ps_opts_t ps_opts;
+static daemon_t *ps;
+static rpc_seed_t *seeds;
+static size_t n_seeds;
+static long reset_every = RESET_EVERY, runs;
+
+static void ps_start(void)
+{
+    status_msg_t err = {0};
+
+    ps_opts = (ps_opts_t){
+        .common = {.task_index = 0, .threads = 1, .max_message_bytes = MAX_MESSAGE},
+        .max_memory_bytes = MAX_MEMORY_BYTES,
+        .max_jobs = 4,
+        .max_variables_per_job = 64,
+        .max_shards_per_job = 1024,
+    };
+    if (daemon_offline_new(&ps_spec, &ps_opts, &ps, &err) != STATUS_OK)
+        fuzz_fail("rpc", "cannot start the offline parameter server: %s", err.text);
+    /* The jobs of the seed corpus exist from the start. */
+    for (size_t i = 0; i < n_seeds; i++) {
+        if (seeds[i].id != RPC_PS_CREATE_VARIABLES)
+            continue;
+        grpc_slice s = grpc_slice_from_static_buffer(seeds[i].bytes, seeds[i].len);
+        grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+        rpc_offline_result_t r;
+        if (rpc_offline_call(daemon_rpc(ps), RPC_PS_CREATE_VARIABLES, bb, &r) != STATUS_OK)
+            fuzz_fail("rpc", "the seed %s fails: %s", seeds[i].name, r.text);
+        rpc_offline_result_done(&r);
+        grpc_byte_buffer_destroy(bb);
+    }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    const char *reset = getenv("TESSERA_FUZZ_RPC_RESET");
+
+    (void)argc;
+    (void)argv;
+    fuzz_quiet_logs();
+    grpc_init();
+    if (reset != NULL && atol(reset) > 0)
+        reset_every = atol(reset);
+    n_seeds = rpc_seeds_build(&seeds);
+    ps_start();
+    return 0;
+}
+
+/* The request as gRPC would hand it over: in slices of slice_len bytes (0: one slice), each an
+ * exact-size allocation. */
+static grpc_byte_buffer *make_buffer(const uint8_t *data, size_t len, size_t slice_len)
+{
+    grpc_slice slices[64], *s = slices;
+    size_t n = slice_len == 0 || len == 0 ? 1 : (len + slice_len - 1) / slice_len;
+    grpc_byte_buffer *bb;
+
+    if (slice_len == 0)
+        slice_len = len;
+    if (n > sizeof(slices) / sizeof(slices[0]) && (s = malloc(n * sizeof(*s))) == NULL)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * slice_len, take = len - off < slice_len ? len - off : slice_len;
+        s[i] = grpc_slice_new(fuzz_copy(data + off, take), take, free);
+    }
+    bb = grpc_raw_byte_buffer_create(s, n);
+    for (size_t i = 0; i < n; i++)
+        grpc_slice_unref(s[i]);
+    if (s != slices)
+        free(s);
+    return bb;
+}
+
+/* ---- oracles ------------------------------------------------------------------------------ */
+
+static void check_values(const rpc_method_t *m, Tessera__V1__PulledValue *const *values, size_t n,
+                         const rpc_payload_t *p)
+{
+    for (size_t i = 0; i < n; i++) {
+        const Tessera__V1__TensorRef *t = values[i]->value;
+        uint64_t count = 1;
+        if (t == NULL)
+            fuzz_fail("rpc", "%s: reply value %zu has no tensor", m->path, i);
+        for (size_t d = 0; d < t->n_shape; d++)
+            count *= (uint64_t)t->shape[d];
+        if (t->byte_length != count * 4 || t->payload_offset > p->len ||
+            t->byte_length > p->len - t->payload_offset || t->payload_offset % 4 != 0)
+            fuzz_fail("rpc",
+                      "%s: reply value %zu: %llu bytes at %llu for %llu floats, payload of %zu",
+                      m->path, i, (unsigned long long)t->byte_length,
+                      (unsigned long long)t->payload_offset, (unsigned long long)count, p->len);
+        for (uint64_t k = 0; k < count; k++) {
+            float v;
+            memcpy(&v, (const uint8_t *)p->data + t->payload_offset + 4 * k, sizeof(v));
+            if (!isfinite(v))
+                fuzz_fail("rpc", "%s: reply value %zu holds %g at element %llu", m->path, i, v,
+                          (unsigned long long)k);
+        }
+    }
+}
+
+/* The reply as the client reads it. */
+static void check_reply(const rpc_method_t *m, grpc_byte_buffer *reply)
+{
+    ProtobufCMessage *msg = NULL;
+    rpc_payload_t p = {0};
+    status_msg_t why = {0};
+
+    if (reply == NULL)
+        fuzz_fail("rpc", "%s: OK without a reply", m->path);
+    if (rpc_decode(m->response, reply, NULL, 0, &msg, &p, &why) != STATUS_OK)
+        fuzz_fail("rpc", "%s: the client cannot decode the reply: %s", m->path, why.text);
+    if (m->id == RPC_PS_PULL) {
+        const Tessera__V1__PullResponse *r = (const void *)msg;
+        check_values(m, r->values, r->n_values, &p);
+    } else if (m->id == RPC_PS_PUSH || m->id == RPC_PS_PUSH_PULL) {
+        const Tessera__V1__PushResponse *r = (const void *)msg;
+        check_values(m, r->values, r->n_values, &p);
+    }
+    protobuf_c_message_free_unpacked(msg, NULL);
+    rpc_payload_done(&p);
+}
+
+static void check_string(const rpc_method_t *m, const char *field, const char *s)
+{
+    if (s != NULL && !utf8_valid_text(s, strlen(s)))
+        fuzz_fail("rpc", "%s: the error detail's %s is not UTF-8: \"%s\"", m->path, field, s);
+}
+
+/* The failure as the client reads it. */
+static void check_failure(const rpc_method_t *m, const rpc_offline_result_t *r)
+{
+    Tessera__V1__ErrorDetail *d;
+    grpc_metadata md;
+    grpc_metadata_array trailing = {.count = 1, .capacity = 1, .metadata = &md};
+    rpc_error_t err;
+
+    if (r->status == STATUS_INTERNAL)
+        fuzz_fail("rpc", "%s failed with INTERNAL: %s", m->path, r->text);
+    if (r->text[0] == '\0')
+        fuzz_fail("rpc", "%s failed with %s but said nothing", m->path, status_name(r->status));
+    if (r->detail == NULL)
+        fuzz_fail("rpc", "%s: a failure without an error detail", m->path);
+    d = tessera__v1__error_detail__unpack(NULL, r->detail_len, r->detail);
+    if (d == NULL)
+        fuzz_fail("rpc", "%s: the error detail does not decode", m->path);
+    check_string(m, "status", d->status);
+    check_string(m, "reason", d->reason);
+    check_string(m, "culprit", d->culprit);
+    if (d->task != NULL)
+        check_string(m, "task.address", d->task->address);
+    tessera__v1__error_detail__free_unpacked(d, NULL);
+
+    md.key = grpc_slice_from_static_string(RPC_ERROR_DETAIL_KEY);
+    md.value = grpc_slice_from_static_buffer(r->detail, r->detail_len);
+    rpc_error_fill(&err, (grpc_status_code)status_to_grpc(r->status),
+                   grpc_slice_from_static_string(r->text), NULL, &trailing, "offline", m->path);
+    if (err.status != r->status)
+        fuzz_fail("rpc", "%s: the server failed with %s, the client reads %s", m->path,
+                  status_name(r->status), status_name(err.status));
+}
+
+/* ---- methods ------------------------------------------------------------------------------ */
+
+static void call_served(const rpc_method_t *m, grpc_byte_buffer *bb)
+{
+    rpc_offline_result_t r;
+
+    rpc_offline_call(daemon_rpc(ps), m->id, bb, &r);
+    if (fuzz_verbose())
+        fprintf(stderr, "fuzz: %s: %s%s%s\n", m->path, status_name(r.status),
+                r.status != STATUS_OK ? ": " : "", r.text);
+    if (r.status == STATUS_OK)
+        check_reply(m, r.reply);
+    else
+        check_failure(m, &r);
+    rpc_offline_result_done(&r);
+}
+
+/* ConfigureJob and SubmitJob begin by parsing the job with the files it brought (files[] is
+ * filled by the caller from the request's map). */
+static void parse_job(const rpc_method_t *m, const char *spec, const char *path,
+                      const job_file_t *files, size_t n)
+{
+    status_msg_t err = {0};
+    job_t job;
+    status_t rc;
+
+    fuzz_block_files(true);
+    rc = job_parse_with_files(spec, strlen(spec), path[0] ? path : NULL, files, n, &job, &err);
+    fuzz_block_files(false);
+    fuzz_check_error(m->path, rc, &err);
+    job_done(&job);
+}
+
+#define FILES_FROM_MAP(files, r)                                                                   \
+    do {                                                                                           \
+        if (((files) = calloc((r)->n_files + 1, sizeof(*(files)))) == NULL)                        \
+            abort();                                                                               \
+        for (size_t i_ = 0; i_ < (r)->n_files; i_++)                                               \
+            (files)[i_] =                                                                          \
+                (job_file_t){(r)->files[i_]->key, (const char *)(r)->files[i_]->value.data,        \
+                             (r)->files[i_]->value.len};                                           \
+    } while (0)
+
+static void decode_only(const rpc_method_t *m, grpc_byte_buffer *bb)
+{
+    ProtobufCMessage *msg = NULL;
+    rpc_payload_t p = {0};
+    status_msg_t why = {0};
+    job_file_t *files = NULL;
+    status_t rc;
+
+    rc = rpc_decode(m->request, bb, NULL, 0, &msg, &p, &why);
+    fuzz_check_error(m->path, rc, &why);
+    if (rc != STATUS_OK)
+        return;
+    if (m->id == RPC_WORKER_CONFIGURE_JOB) {
+        const Tessera__V1__ConfigureJobRequest *r = (const void *)msg;
+        FILES_FROM_MAP(files, r);
+        parse_job(m, r->job_spec, r->job_path, files, r->n_files);
+    } else if (m->id == RPC_COORD_SUBMIT_JOB) {
+        const Tessera__V1__SubmitJobRequest *r = (const void *)msg;
+        FILES_FROM_MAP(files, r);
+        parse_job(m, r->job_spec, r->job_path, files, r->n_files);
+    }
+    free(files);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    rpc_payload_done(&p);
+}
+
+static bool served_offline(rpc_method_id_t id)
+{
+    switch (id) {
+    case RPC_HEALTH_CHECK:
+    case RPC_PS_CREATE_VARIABLES:
+    case RPC_PS_PULL:
+    case RPC_PS_PUSH:
+    case RPC_PS_PUSH_PULL:
+    case RPC_PS_SAVE:
+    case RPC_PS_RESTORE:
+    case RPC_PS_DROP_JOB:
+    case RPC_PS_STATS:
+    case RPC_DIAG_ECHO:
+    case RPC_DIAG_SINK:
+        return true;
+    default:
+        return false;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const rpc_method_t *m;
+    grpc_byte_buffer *bb;
+    unsigned shift;
+
+    if (size < 1)
+        return 0;
+    if (++runs % reset_every == 0) {
+        daemon_offline_free(ps);
+        ps_start();
+    }
+    m = rpc_method_get((rpc_method_id_t)(data[0] % RPC_METHOD_COUNT_));
+    shift = (unsigned)(data[0] / RPC_METHOD_COUNT_) % (MAX_SLICE_SHIFT + 1);
+    bb = make_buffer(data + 1, size - 1, shift == 0 ? 0 : (size_t)1 << (shift - 1));
+    if (served_offline(m->id))
+        call_served(m, bb);
+    else
+        decode_only(m, bb);
+    grpc_byte_buffer_destroy(bb);
+    return 0;
+}
