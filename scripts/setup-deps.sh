@@ -9,6 +9,7 @@ packages=(
   libsystemd-dev check libopenblas-dev zlib1g-dev
   libyaml-dev libcjson-dev libmicrohttpd-dev
   prometheus iperf3 python3 dataset-fashion-mnist systemd
+  clang libclang-rt-14-dev
 )
 
 missing=()
