@@ -331,6 +331,7 @@ static size_t trial(const plan_t *k, size_t n_slots, const float *params, const 
                     const float *slots, size_t stride, size_t n)
 {
     float p[TRIAL], sl[MAX_SLOTS * TRIAL];
+    bool ok;
 
     for (size_t b = 0; b < n; b += TRIAL) {
         size_t m = n - b < TRIAL ? n - b : TRIAL;
@@ -338,10 +339,13 @@ static size_t trial(const plan_t *k, size_t n_slots, const float *params, const 
         for (size_t j = 0; j < n_slots; j++)
             memcpy(sl + j * TRIAL, slots + j * stride + b, m * sizeof(float));
         k->kernel(k, p, grad + b, sl, TRIAL, m);
-        if (all_finite(p, m) && all_finite(sl, n_slots == 0 ? 0 : (n_slots - 1) * TRIAL + m))
+        ok = all_finite(p, m);
+        for (size_t j = 0; ok && j < n_slots; j++)
+            ok = all_finite(sl + j * TRIAL, m);
+        if (ok)
             continue;
         for (size_t i = 0; i < m; i++) {
-            bool ok = isfinite(p[i]);
+            ok = isfinite(p[i]);
             for (size_t j = 0; ok && j < n_slots; j++)
                 ok = isfinite(sl[j * TRIAL + i]);
             if (!ok)

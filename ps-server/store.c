@@ -986,7 +986,6 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
 {
     const char *v = sh->var->name;
     int64_t want[STORE_MAX_RANK];
-    size_t n, bad;
     char a[160], b[160];
 
     memcpy(want, sh->shape, sh->rank * sizeof(int64_t));
@@ -999,22 +998,18 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                     "variable '%s' shard %d: the gradient's shape %s is not %s", v, sh->index,
                     shape_str(it->shape, it->rank, a, sizeof(a)),
                     shape_str(want, sh->rank, b, sizeof(b)));
-    n = it->has_rows ? it->n_rows * sh->row_len : sh->n;
-    bad = first_non_finite(it->grad, n);
-    if (bad < n)
-        return fail(err, STATUS_INVALID_ARGUMENT, v,
-                    "variable '%s' shard %d: the gradient holds %g at element %zu; nothing was "
-                    "applied",
-                    v, sh->index, (double)it->grad[bad], bad);
     return STATUS_OK;
 }
 
 /* Whether the update of it would keep every value and slot of sh finite in float32: a dry run of
- * the optimizer on copies (optimizer_check_*). Caller holds sh's lock, either kind. */
+ * the optimizer on copies (optimizer_check_*). A NaN or infinite gradient fails it too (every
+ * kernel carries the gradient into the value), and only then is the gradient scanned to say so:
+ * a good push reads its gradient once here and once to apply it. Caller holds sh's lock, either
+ * kind. */
 static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
                              const store_push_item_t *it, store_err_t *err)
 {
-    size_t bad, n = it->has_rows ? it->n_rows * sh->row_len : sh->n;
+    size_t bad, nan_at, n = it->has_rows ? it->n_rows * sh->row_len : sh->n;
     status_msg_t m;
 
     if (it->has_rows) {
@@ -1028,6 +1023,10 @@ static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
         bad = optimizer_check_dense(opt, (int64_t)sh->version, sh->values, it->grad, sh->slots,
                                     sh->n);
     }
+    if (bad < n && (nan_at = first_non_finite(it->grad, n)) < n)
+        return fail(err, STATUS_INVALID_ARGUMENT, sh->var->name,
+                    "variable '%s' shard %d: the gradient holds %g at element %zu", sh->var->name,
+                    sh->index, (double)it->grad[nan_at], nan_at);
     if (bad < n)
         return fail(err, STATUS_INVALID_ARGUMENT, sh->var->name,
                     "variable '%s' shard %d: gradient element %zu (%g) at learning rate %g would "
@@ -1037,9 +1036,12 @@ static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
     return STATUS_OK;
 }
 
+/* Marks an update not checked yet: versions count pushes and never get there. */
+#define NOT_CHECKED UINT64_MAX
+
 /* One update of one shard, and the read-back of push-pull, under the shard's write lock. The
- * update was checked at version `checked`; if another push got there first, it is checked again
- * and, should it no longer be safe, not applied (false). */
+ * update was checked at version `checked` (or NOT_CHECKED); if another push got there first, it
+ * is checked now and, should it not be safe, not applied (false). */
 static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
                       const store_push_item_t *it, uint64_t checked, void *scratch, bool pull_after,
                       char *dst, store_value_t *val, uint64_t *ret_version, store_err_t *err)
@@ -1089,15 +1091,22 @@ static status_t validate_push(const store_t *s, const sjob_t *j, const store_pus
         status_t rc;
         STATUS_CHECK(lookup_shard(j, &it->key, &shards[i], err));
         STATUS_CHECK(check_gradient(j, shards[i], it, err));
-        pthread_rwlock_rdlock(&shards[i]->lock);
-        checked[i] = shards[i]->version;
-        rc = check_update(&j->opt, shards[i], it, err);
-        pthread_rwlock_unlock(&shards[i]->lock);
-        if (rc != STATUS_OK && err != NULL) {
-            size_t used = strlen(err->msg.text);
-            snprintf(err->msg.text + used, sizeof(err->msg.text) - used, "; nothing was applied");
+        /* One item is checked under its write lock, just before it is applied: checked once,
+         * even while other pushes hold the shard. Several are all checked first, so that one
+         * that would fail leaves the others unapplied. */
+        checked[i] = NOT_CHECKED;
+        if (n > 1) {
+            pthread_rwlock_rdlock(&shards[i]->lock);
+            checked[i] = shards[i]->version;
+            rc = check_update(&j->opt, shards[i], it, err);
+            pthread_rwlock_unlock(&shards[i]->lock);
+            if (rc != STATUS_OK && err != NULL) {
+                size_t used = strlen(err->msg.text);
+                snprintf(err->msg.text + used, sizeof(err->msg.text) - used,
+                         "; nothing was applied");
+            }
+            STATUS_CHECK(rc);
         }
-        STATUS_CHECK(rc);
         if (it->has_rows) {
             size_t need = optimizer_rows_scratch_size(it->n_rows, shards[i]->row_len);
             if (need == SIZE_MAX)
@@ -1149,12 +1158,18 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
                              pull_after && buf != NULL ? buf + ret_values[i].offset : NULL,
                              pull_after ? &ret_values[i] : NULL, &ret_versions[i], err);
     if (applied < n) {
-        /* Only when a concurrent push changed a shard between the check and the update. */
+        /* A single item checked at its update, or (rarely) one that a concurrent push changed
+         * between the check of all items and its update. */
         rc = err != NULL ? err->msg.status : STATUS_INVALID_ARGUMENT;
         if (err != NULL) {
             size_t used = strlen(err->msg.text);
-            snprintf(err->msg.text + used, sizeof(err->msg.text) - used,
-                     " (after a concurrent push; %zu of the %zu items were applied)", applied, n);
+            if (applied == 0)
+                snprintf(err->msg.text + used, sizeof(err->msg.text) - used,
+                         "; nothing was applied");
+            else
+                snprintf(err->msg.text + used, sizeof(err->msg.text) - used,
+                         " (after a concurrent push; %zu of the %zu items were applied)", applied,
+                         n);
         }
         goto out;
     }
