@@ -308,7 +308,7 @@ void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *par
  */
 
 /* The most slot arrays any kernel keeps (AMSGrad; centered RMSprop with momentum). */
-#define MAX_SLOTS 3
+#define MAX_SLOTS OPTIMIZER_MAX_SLOTS
 /* Elements a dry run computes at a time, on copies that stay in L1. */
 #define TRIAL 256
 
@@ -364,6 +364,121 @@ size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const fl
         return n;
     plan_init(c, step, &k);
     return trial(&k, optimizer_slot_count(c), params, grad, slots, n, n);
+}
+
+/* ---- bounds: proving an update safe without a dry run ------------------------------------------
+ */
+
+/* Every bound, and every intermediate the kernels compute, must stay below this: a factor of 4
+ * under FLT_MAX covers the rounding of the few float operations between bound and result. */
+#define BOUND_LIMIT ((double)FLT_MAX / 4)
+
+double optimizer_max_abs(const float *v, size_t n)
+{
+    int32_t m = 0;
+    float f;
+
+    /* Without its sign bit a float's bits order as its magnitude does, as a non-negative int32
+     * (a max that vectorizes), and NaN and infinity order above every finite value. */
+    for (size_t i = 0; i < n; i++) {
+        int32_t b;
+        memcpy(&b, &v[i], sizeof(b));
+        b &= 0x7fffffff;
+        m = b > m ? b : m;
+    }
+    if (m >= 0x7f800000)
+        return INFINITY;
+    memcpy(&f, &m, sizeof(f));
+    return f;
+}
+
+void optimizer_bounds_measure(const optimizer_config_t *c, const float *params, const float *slots,
+                              size_t n, optimizer_bounds_t *ret)
+{
+    size_t n_slots = optimizer_slot_count(c);
+
+    *ret = (optimizer_bounds_t){.value = optimizer_max_abs(params, n)};
+    for (size_t k = 0; k < n_slots && k < OPTIMIZER_MAX_SLOTS; k++)
+        ret->slot[k] = optimizer_max_abs(slots + k * n, n);
+}
+
+/* The bounds after an Adam or AMSGrad step: m stays a convex mix of m and g, v of v and g^2, and
+ * the step is at most alpha * |m| / eps. */
+static bool adam_bounds(const plan_t *k, bool ams, double G, const optimizer_bounds_t *b,
+                        optimizer_bounds_t *next)
+{
+    double M = fmax(b->slot[0], G), V = fmax(b->slot[1], G * G);
+
+    if (!(k->epsilon > 0) || G + b->slot[0] > BOUND_LIMIT || G * G + b->slot[1] > BOUND_LIMIT)
+        return false;
+    next->slot[0] = M;
+    next->slot[1] = V;
+    if (ams)
+        next->slot[2] = fmax(b->slot[2], V);
+    next->value = b->value + M * fabs((double)k->alpha) / k->epsilon;
+    return M * fabs((double)k->alpha) <= BOUND_LIMIT;
+}
+
+/* Adagrad and RMSprop without centering: the accumulator grows by at most g^2 (RMSprop keeps a
+ * convex mix), the step is at most lr * |g| / sqrt(eps). */
+static bool square_bounds(const optimizer_config_t *c, const plan_t *k, double G,
+                          const optimizer_bounds_t *b, optimizer_bounds_t *next)
+{
+    double step = (double)k->lr * G / sqrt((double)k->epsilon);
+
+    if (!(k->epsilon > 0) || G * G > BOUND_LIMIT || (double)k->lr * G > BOUND_LIMIT)
+        return false;
+    next->slot[0] = c->kind == OPTIMIZER_ADAGRAD ? b->slot[0] + G * G : fmax(b->slot[0], G * G);
+    if (c->kind == OPTIMIZER_RMSPROP && c->momentum > 0) {
+        next->slot[1] = (double)k->momentum * b->slot[1] + step;
+        step = next->slot[1];
+    }
+    next->value = b->value + step;
+    return next->slot[0] <= BOUND_LIMIT;
+}
+
+bool optimizer_bounds_step(const optimizer_config_t *c, int64_t step, double gmax,
+                           const optimizer_bounds_t *b, optimizer_bounds_t *ret_next)
+{
+    optimizer_bounds_t next = *b;
+    double lr_g;
+    plan_t k;
+    bool ok;
+
+    if (!(gmax <= BOUND_LIMIT))
+        return false;
+    plan_init(c, step, &k);
+    if (!isfinite(k.lr) || !isfinite(k.alpha))
+        return false;
+    lr_g = (double)k.lr * gmax;
+    switch (c->kind) {
+    case OPTIMIZER_SGD:
+        /* velocity = mu * velocity - lr * g; w += velocity (Nesterov: + mu * velocity - lr * g) */
+        if (c->momentum != 0.0) {
+            next.slot[0] = (double)k.momentum * b->slot[0] + lr_g;
+            next.value = b->value + next.slot[0] + (c->nesterov ? lr_g : 0);
+        } else {
+            next.value = b->value + lr_g;
+        }
+        ok = lr_g <= BOUND_LIMIT && next.slot[0] <= BOUND_LIMIT;
+        break;
+    case OPTIMIZER_ADAM:
+        ok = adam_bounds(&k, c->amsgrad, gmax, b, &next);
+        break;
+    case OPTIMIZER_ADAGRAD:
+        ok = square_bounds(c, &k, gmax, b, &next);
+        break;
+    case OPTIMIZER_RMSPROP:
+    default:
+        /* Centered RMSprop takes the square root of velocity - average^2, which rounding can
+         * make negative: no bound proves it, the dry run decides. */
+        ok = !c->centered && square_bounds(c, &k, gmax, b, &next);
+        break;
+    }
+    if (!ok || !(next.value <= BOUND_LIMIT))
+        return false;
+    *ret_next = next;
+    return true;
 }
 
 /* ---- row updates -------------------------------------------------------------------------------

@@ -119,6 +119,31 @@ status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const f
                               const float *grads, size_t n_idx, const float *slots, void *scratch,
                               size_t *ret_bad, status_msg_t *err);
 
+/* The most slot arrays any optimizer keeps (AMSGrad; centered RMSprop with momentum). */
+#define OPTIMIZER_MAX_SLOTS 3
+
+/* Upper bounds on the magnitudes a tensor and its slot arrays hold, which a caller keeps across
+ * updates so that most updates are proven safe without a dry run. */
+typedef struct optimizer_bounds {
+    double value;
+    double slot[OPTIMIZER_MAX_SLOTS];
+} optimizer_bounds_t;
+
+/* The largest |v[i]| of v[0..n) (infinity when one is NaN or infinite): one pass that vectorizes.
+ */
+double optimizer_max_abs(const float *v, size_t n);
+
+/* The exact bounds of n parameters and their slots (laid out as for optimizer_apply_dense). */
+void optimizer_bounds_measure(const optimizer_config_t *c, const float *params, const float *slots,
+                              size_t n, optimizer_bounds_t *ret);
+
+/* Whether the update after `step` steps, with every gradient element (summed, for rows) of
+ * magnitude at most gmax, provably keeps every parameter and slot finite given bounds b; then
+ * *ret_next gets the bounds after the update. False means "not proven" (the bounds are too
+ * loose, or the kind has no bound: centered RMSprop), and the caller runs the dry run. */
+bool optimizer_bounds_step(const optimizer_config_t *c, int64_t step, double gmax,
+                           const optimizer_bounds_t *b, optimizer_bounds_t *ret_next);
+
 const char *optimizer_kind_name(optimizer_kind_t kind);
 
 #endif

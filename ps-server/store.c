@@ -37,8 +37,9 @@ typedef struct shard {
     float *values;
     float *slots; /* optimizer_slot_count arrays of n, slot-major; NULL when none */
     size_t n_slots;
-    pthread_rwlock_t lock; /* guards values, slots and version */
+    pthread_rwlock_t lock; /* guards values, slots, version and bounds */
     uint64_t version;
+    optimizer_bounds_t bounds; /* on |values| and |slots|: most pushes are proven safe by them */
     atomic_uint_fast64_t pulls, pushes, bytes_pulled, bytes_pushed;
 } shard_t;
 
@@ -570,6 +571,7 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     *ret_finite = initializer_values_finite(sh->values, n);
     if (sh->slots)
         optimizer_slots_init(opt, sh->slots, n);
+    optimizer_bounds_measure(opt, sh->values, sh->slots, n, &sh->bounds);
     rwlock_init(&sh->lock);
     return sh;
 }
@@ -1001,17 +1003,34 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
     return STATUS_OK;
 }
 
-/* Whether the update of it would keep every value and slot of sh finite in float32: a dry run of
- * the optimizer on copies (optimizer_check_*). A NaN or infinite gradient fails it too (every
- * kernel carries the gradient into the value), and only then is the gradient scanned to say so:
- * a good push reads its gradient once here and once to apply it. Caller holds sh's lock, either
+/* What a push item's check found: the version it was made at, the largest gradient magnitude,
+ * and whether the shard's bounds proved the update safe (then `next` are the bounds after it). */
+typedef struct check {
+    uint64_t version;
+    double gmax;
+    bool proven;
+    optimizer_bounds_t next;
+} check_t;
+
+/* Marks an update not checked yet: versions count pushes and never get there. */
+#define NOT_CHECKED UINT64_MAX
+
+/* Whether the update of it would keep every value and slot of sh finite in float32: proven from
+ * the shard's bounds and the gradient's largest magnitude (c->gmax) when they allow, else by a
+ * dry run of the optimizer on copies (optimizer_check_*). A NaN or infinite gradient fails it too
+ * (every kernel carries the gradient into the value), and only then is the gradient scanned to say
+ * so: a good push reads its gradient once here and once to apply it. Caller holds sh's lock, either
  * kind. */
 static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
-                             const store_push_item_t *it, store_err_t *err)
+                             const store_push_item_t *it, check_t *c, store_err_t *err)
 {
     size_t bad, nan_at, n = it->has_rows ? it->n_rows * sh->row_len : sh->n;
     status_msg_t m;
 
+    c->version = sh->version;
+    c->proven = optimizer_bounds_step(opt, (int64_t)sh->version, c->gmax, &sh->bounds, &c->next);
+    if (c->proven)
+        return STATUS_OK;
     if (it->has_rows) {
         status_t rc =
             optimizer_check_rows(opt, (int64_t)sh->version, sh->values, sh->n_rows, sh->row_len,
@@ -1036,21 +1055,19 @@ static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
     return STATUS_OK;
 }
 
-/* Marks an update not checked yet: versions count pushes and never get there. */
-#define NOT_CHECKED UINT64_MAX
-
 /* One update of one shard, and the read-back of push-pull, under the shard's write lock. The
- * update was checked at version `checked` (or NOT_CHECKED); if another push got there first, it
- * is checked now and, should it not be safe, not applied (false). */
+ * update was checked at version c->version (or NOT_CHECKED); if another push got there first, it
+ * is checked now and, should it not be safe, not applied (false). Afterwards the shard's bounds
+ * are the proven ones, or, after a dry run, measured anew. */
 static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
-                      const store_push_item_t *it, uint64_t checked, void *scratch, bool pull_after,
+                      const store_push_item_t *it, check_t *c, void *scratch, bool pull_after,
                       char *dst, store_value_t *val, uint64_t *ret_version, store_err_t *err)
 {
     uint64_t wire;
     double t0;
 
     pthread_rwlock_wrlock(&sh->lock);
-    if (sh->version != checked && check_update(opt, sh, it, err) != STATUS_OK) {
+    if (sh->version != c->version && check_update(opt, sh, it, c, err) != STATUS_OK) {
         pthread_rwlock_unlock(&sh->lock);
         return false;
     }
@@ -1061,6 +1078,10 @@ static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
     else
         optimizer_apply_dense(opt, (int64_t)sh->version, sh->values, it->grad, sh->slots, sh->n);
     sh->version++;
+    if (c->proven)
+        sh->bounds = c->next;
+    else
+        optimizer_bounds_measure(opt, sh->values, sh->slots, sh->n, &sh->bounds);
     metric_observe(s->apply_seconds, now_s() - t0);
     *ret_version = sh->version;
     if (pull_after)
@@ -1080,7 +1101,7 @@ static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
 
 /* Checks every item and sizes the scratch and reply (store lock held). */
 static status_t validate_push(const store_t *s, const sjob_t *j, const store_push_item_t *items,
-                              size_t n, bool pull_after, shard_t **shards, uint64_t *checked,
+                              size_t n, bool pull_after, shard_t **shards, check_t *checks,
                               store_value_t *ret_values, size_t *ret_total, size_t *ret_scratch,
                               store_err_t *err)
 {
@@ -1094,11 +1115,14 @@ static status_t validate_push(const store_t *s, const sjob_t *j, const store_pus
         /* One item is checked under its write lock, just before it is applied: checked once,
          * even while other pushes hold the shard. Several are all checked first, so that one
          * that would fail leaves the others unapplied. */
-        checked[i] = NOT_CHECKED;
+        checks[i].version = NOT_CHECKED;
+        /* Summed duplicate rows are at most as large as all of them together. */
+        checks[i].gmax = optimizer_max_abs(it->grad, it->has_rows ? it->n_rows * shards[i]->row_len
+                                                                  : shards[i]->n) *
+                         (it->has_rows ? (double)it->n_rows : 1.0);
         if (n > 1) {
             pthread_rwlock_rdlock(&shards[i]->lock);
-            checked[i] = shards[i]->version;
-            rc = check_update(&j->opt, shards[i], it, err);
+            rc = check_update(&j->opt, shards[i], it, &checks[i], err);
             pthread_rwlock_unlock(&shards[i]->lock);
             if (rc != STATUS_OK && err != NULL) {
                 size_t used = strlen(err->msg.text);
@@ -1131,21 +1155,21 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
                     void **ret_buf, size_t *ret_len, store_err_t *err)
 {
     shard_t **shards = malloc((n ? n : 1) * sizeof(*shards));
-    uint64_t *checked = malloc((n ? n : 1) * sizeof(*checked));
+    check_t *checks = malloc((n ? n : 1) * sizeof(*checks));
     size_t total = 0, scratch_len = 0, applied = 0;
     char *buf = NULL;
     void *scratch = NULL;
     sjob_t *j;
     status_t rc;
 
-    if (shards == NULL || checked == NULL) {
+    if (shards == NULL || checks == NULL) {
         free(shards);
-        free(checked);
+        free(checks);
         return fail(err, STATUS_NO_MEMORY, NULL, "out of memory for %zu push items", n);
     }
     pthread_rwlock_rdlock(&s->lock);
     STATUS_CHECK_GOTO(lookup_job(s, job, &j, err), rc, out);
-    STATUS_CHECK_GOTO(validate_push(s, j, items, n, pull_after, shards, checked, ret_values, &total,
+    STATUS_CHECK_GOTO(validate_push(s, j, items, n, pull_after, shards, checks, ret_values, &total,
                                     &scratch_len, err),
                       rc, out);
     if ((scratch_len > 0 && (scratch = malloc(scratch_len)) == NULL) ||
@@ -1154,7 +1178,7 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
         goto out;
     }
     for (size_t i = 0; i < n; i++)
-        applied += apply_one(s, &j->opt, shards[i], &items[i], checked[i], scratch, pull_after,
+        applied += apply_one(s, &j->opt, shards[i], &items[i], &checks[i], scratch, pull_after,
                              pull_after && buf != NULL ? buf + ret_values[i].offset : NULL,
                              pull_after ? &ret_values[i] : NULL, &ret_versions[i], err);
     if (applied < n) {
@@ -1184,7 +1208,7 @@ out:
     free(scratch);
     free(buf);
     free(shards);
-    free(checked);
+    free(checks);
     return rc;
 }
 

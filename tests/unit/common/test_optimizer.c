@@ -890,6 +890,74 @@ START_TEST(validate_names_bad_schedules)
 }
 END_TEST
 
+/* The bounds that spare most pushes a dry run are sound: whenever they call an update safe, the
+ * update keeps everything finite and within the bounds they predict, for every kind and option,
+ * over magnitudes from 1e-3 to 1e36; and they do prove ordinary updates safe. */
+START_TEST(bounds_that_prove_an_update_safe_are_never_wrong)
+{
+    enum { LEN = 64 };
+    static const struct {
+        optimizer_kind_t kind;
+        double momentum;
+        bool nesterov, amsgrad, centered;
+    } cases[] = {
+        {OPTIMIZER_SGD, 0, false, false, false},     {OPTIMIZER_SGD, 0.9, false, false, false},
+        {OPTIMIZER_SGD, 0.9, true, false, false},    {OPTIMIZER_ADAM, 0, false, false, false},
+        {OPTIMIZER_ADAM, 0, false, true, false},     {OPTIMIZER_ADAGRAD, 0, false, false, false},
+        {OPTIMIZER_RMSPROP, 0, false, false, false}, {OPTIMIZER_RMSPROP, 0.5, false, false, false},
+        {OPTIMIZER_RMSPROP, 0, false, false, true},
+    };
+    uint64_t rng = 12345;
+    int proven = 0, tried = 0;
+
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        for (int trial = 0; trial < 400; trial++) {
+            optimizer_config_t c;
+            optimizer_bounds_t b, next, after;
+            float p[LEN], g[LEN], slots[OPTIMIZER_MAX_SLOTS * LEN];
+            double scale_p, scale_g, lr;
+            size_t n_slots;
+            optimizer_config_default(cases[k].kind, &c);
+            c.momentum = cases[k].momentum;
+            c.nesterov = cases[k].nesterov;
+            c.amsgrad = cases[k].amsgrad;
+            c.centered = cases[k].centered;
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            scale_p = pow(10.0, (double)(rng >> 40) / (double)(1ull << 24) * 39 - 3);
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            scale_g = pow(10.0, (double)(rng >> 40) / (double)(1ull << 24) * 39 - 3);
+            lr = trial % 3 == 0 ? 1.0 : 0.001;
+            c.schedule.lr = lr;
+            n_slots = optimizer_slot_count(&c);
+            optimizer_slots_init(&c, slots, LEN);
+            for (int i = 0; i < LEN; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                p[i] = (float)(scale_p * ((double)(rng >> 40) / (double)(1ull << 23) - 1));
+                g[i] = (float)(scale_g * ((double)((rng >> 16) & 0xffffff) / (1 << 23) - 1));
+                for (size_t j = 0; j < n_slots; j++)
+                    slots[j * LEN + i] = (float)(fabs((double)g[i]) * 0.5 * (double)j);
+            }
+            optimizer_bounds_measure(&c, p, slots, LEN, &b);
+            tried++;
+            if (!optimizer_bounds_step(&c, trial, optimizer_max_abs(g, LEN), &b, &next))
+                continue;
+            proven++;
+            optimizer_apply_dense(&c, trial, p, g, slots, LEN);
+            optimizer_bounds_measure(&c, p, slots, LEN, &after);
+            ck_assert_msg(after.value <= next.value * (1 + 1e-6),
+                          "case %zu trial %d: value %g over the bound %g", k, trial, after.value,
+                          next.value);
+            for (size_t j = 0; j < n_slots; j++)
+                ck_assert_msg(after.slot[j] <= next.slot[j] * (1 + 1e-6) + 1e-30,
+                              "case %zu trial %d: slot %zu %g over the bound %g", k, trial, j,
+                              after.slot[j], next.slot[j]);
+        }
+    }
+    /* Ordinary magnitudes are proven (the dry run stays the exception); centered RMSprop never. */
+    ck_assert_msg(proven > tried / 2, "only %d of %d updates proven", proven, tried);
+}
+END_TEST
+
 /* The dry runs agree with the updates: safe updates pass, and the first element an update would
  * push out of float32 (or to NaN) is named, for every kernel family and for rows. */
 START_TEST(checks_find_the_first_element_an_update_would_break)
@@ -978,6 +1046,7 @@ int main(void)
     tcase_add_test(tc, validate_names_bad_rates_and_factors);
     tcase_add_test(tc, validate_names_bad_schedules);
     tcase_add_test(tc, checks_find_the_first_element_an_update_would_break);
+    tcase_add_test(tc, bounds_that_prove_an_update_safe_are_never_wrong);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
