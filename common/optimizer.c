@@ -312,16 +312,25 @@ void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *par
 /* Elements a dry run computes at a time, on copies that stay in L1. */
 #define TRIAL 256
 
-static bool all_finite(const float *v, size_t n)
+size_t optimizer_first_non_finite(const float *v, size_t n)
 {
     uint32_t bad = 0;
 
+    /* A branch-free pass that vectorizes; the search runs only when something is there. */
     for (size_t i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, &v[i], sizeof(b));
         bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
     }
-    return bad == 0;
+    for (size_t i = 0; bad && i < n; i++)
+        if (!isfinite(v[i]))
+            return i;
+    return n;
+}
+
+static bool all_finite(const float *v, size_t n)
+{
+    return optimizer_first_non_finite(v, n) == n;
 }
 
 /* Runs the kernel on copies of params[0..n) and their slots (slot k at slots[k * stride]) and
@@ -590,27 +599,11 @@ static size_t rows_walk(const plan_t *k, size_t n_slots, bool dry, float *params
     return n_idx * row_len;
 }
 
-status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *params,
-                              size_t n_rows, size_t row_len, const int64_t *indices,
-                              const float *grads, size_t n_idx, float *slots, void *scratch,
-                              status_msg_t *err)
-{
-    void *owned;
-    plan_t k;
-
-    STATUS_CHECK(rows_prepare(n_rows, row_len, indices, n_idx, &scratch, &owned, err));
-    if (n_idx == 0 || row_len == 0)
-        return STATUS_OK;
-    plan_init(c, step, &k);
-    rows_walk(&k, 0, false, params, n_rows, row_len, grads, n_idx, slots, scratch);
-    free(owned);
-    return STATUS_OK;
-}
-
-status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
-                              size_t n_rows, size_t row_len, const int64_t *indices,
-                              const float *grads, size_t n_idx, const float *slots, void *scratch,
-                              size_t *ret_bad, status_msg_t *err)
+/* Prepares the indices and walks the rows, for real or dry; *ret_bad as rows_walk's result. */
+static status_t rows_run(const optimizer_config_t *c, int64_t step, bool dry, float *params,
+                         size_t n_rows, size_t row_len, const int64_t *indices, const float *grads,
+                         size_t n_idx, float *slots, void *scratch, size_t *ret_bad,
+                         status_msg_t *err)
 {
     void *owned;
     plan_t k;
@@ -620,11 +613,31 @@ status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const f
     if (n_idx == 0 || row_len == 0)
         return STATUS_OK;
     plan_init(c, step, &k);
-    /* A dry walk only reads params and slots. */
-    *ret_bad = rows_walk(&k, optimizer_slot_count(c), true, (float *)params, n_rows, row_len, grads,
-                         n_idx, (float *)slots, scratch);
+    *ret_bad = rows_walk(&k, dry ? optimizer_slot_count(c) : 0, dry, params, n_rows, row_len, grads,
+                         n_idx, slots, scratch);
     free(owned);
     return STATUS_OK;
+}
+
+status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, float *slots, void *scratch,
+                              status_msg_t *err)
+{
+    size_t bad;
+
+    return rows_run(c, step, false, params, n_rows, row_len, indices, grads, n_idx, slots, scratch,
+                    &bad, err);
+}
+
+status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, const float *slots, void *scratch,
+                              size_t *ret_bad, status_msg_t *err)
+{
+    /* A dry walk only reads params and slots. */
+    return rows_run(c, step, true, (float *)params, n_rows, row_len, indices, grads, n_idx,
+                    (float *)slots, scratch, ret_bad, err);
 }
 
 /* ---- slots -------------------------------------------------------------------------------------

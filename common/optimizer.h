@@ -119,6 +119,9 @@ status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const f
                               const float *grads, size_t n_idx, const float *slots, void *scratch,
                               size_t *ret_bad, status_msg_t *err);
 
+/* The index of the first NaN or infinity in v[0..n), or n. */
+size_t optimizer_first_non_finite(const float *v, size_t n);
+
 /* The most slot arrays any optimizer keeps (AMSGrad; centered RMSprop with momentum). */
 #define OPTIMIZER_MAX_SLOTS 3
 

@@ -3,7 +3,6 @@
 
 #include "daemon.h"
 #include "service.h"
-#include "tessera/v1/common.pb-c.h"
 
 static status_t ps_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
                              status_msg_t *err)
@@ -34,19 +33,8 @@ static const config_table_t ps_table = {
     .tf_config_cb = ps_tf_config,
 };
 
-static const char *const ps_services[] = {RPC_SVC_PS, RPC_SVC_DIAG, NULL};
-
-static const daemon_spec_t ps_spec = {
-    .program = "tessera-ps",
-    .role = "ps",
-    .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_PS,
-    .services = ps_services,
-    .setup = ps_service_setup,
-    .teardown = ps_service_teardown,
-};
-
 int main(int argc, char **argv)
 {
     ps_opts_t opts = {0};
-    return daemon_main(&ps_spec, &ps_table, &opts, argc, argv);
+    return daemon_main(&ps_daemon_spec, &ps_table, &opts, argc, argv);
 }

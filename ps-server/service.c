@@ -765,3 +765,14 @@ void ps_service_teardown(void *state)
     store_free(st->store);
     free(st);
 }
+
+static const char *const ps_services[] = {RPC_SVC_PS, RPC_SVC_DIAG, NULL};
+
+const daemon_spec_t ps_daemon_spec = {
+    .program = "tessera-ps",
+    .role = "ps",
+    .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_PS,
+    .services = ps_services,
+    .setup = ps_service_setup,
+    .teardown = ps_service_teardown,
+};

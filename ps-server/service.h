@@ -19,4 +19,8 @@ typedef struct ps_opts {
 status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err);
 void ps_service_teardown(void *state);
 
+/* tessera-ps as daemon_main (and the fuzz targets' offline daemon) runs it: its services and
+ * the hooks above. */
+extern const daemon_spec_t ps_daemon_spec;
+
 #endif

@@ -963,26 +963,6 @@ out:
     return rc;
 }
 
-/* Index of the first NaN or infinity in g, or n when all are finite. The first pass has no
- * branch, so it vectorizes; the second runs only for a bad gradient. */
-static size_t first_non_finite(const float *g, size_t n)
-{
-    uint32_t bad = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &g[i], sizeof(b));
-        bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
-    }
-    for (size_t i = 0; bad && i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &g[i], sizeof(b));
-        if ((b & 0x7f800000u) == 0x7f800000u)
-            return i;
-    }
-    return n;
-}
-
 static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_push_item_t *it,
                                store_err_t *err)
 {
@@ -1042,7 +1022,7 @@ static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
         bad = optimizer_check_dense(opt, (int64_t)sh->version, sh->values, it->grad, sh->slots,
                                     sh->n);
     }
-    if (bad < n && (nan_at = first_non_finite(it->grad, n)) < n)
+    if (bad < n && (nan_at = optimizer_first_non_finite(it->grad, n)) < n)
         return fail(err, STATUS_INVALID_ARGUMENT, sh->var->name,
                     "variable '%s' shard %d: the gradient holds %g at element %zu", sh->var->name,
                     sh->index, (double)it->grad[nan_at], nan_at);

@@ -41,17 +41,6 @@
 #define MAX_MEMORY_BYTES (8 << 20)
 #define MAX_SLICE_SHIFT  10
 
-static const char *const ps_services[] = {RPC_SVC_PS, RPC_SVC_DIAG, NULL};
-
-static const daemon_spec_t ps_spec = {
-    .program = "tessera-ps",
-    .role = "ps",
-    .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_PS,
-    .services = ps_services,
-    .setup = ps_service_setup,
-    .teardown = ps_service_teardown,
-};
-
 static ps_opts_t ps_opts;
 static daemon_t *ps;
 static rpc_seed_t *seeds;
@@ -69,7 +58,7 @@ static void ps_start(void)
         .max_variables_per_job = 64,
         .max_shards_per_job = 1024,
     };
-    if (daemon_offline_new(&ps_spec, &ps_opts, &ps, &err) != STATUS_OK)
+    if (daemon_offline_new(&ps_daemon_spec, &ps_opts, &ps, &err) != STATUS_OK)
         fuzz_fail("rpc", "cannot start the offline parameter server: %s", err.text);
     /* The jobs of the seed corpus exist from the start. */
     for (size_t i = 0; i < n_seeds; i++) {
