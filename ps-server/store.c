@@ -999,8 +999,7 @@ typedef struct check {
  * the shard's bounds and the gradient's largest magnitude (c->gmax) when they allow, else by a
  * dry run of the optimizer on copies (optimizer_check_*). A NaN or infinite gradient fails it too
  * (every kernel carries the gradient into the value), and only then is the gradient scanned to say
- * so: a good push reads its gradient once here and once to apply it. Caller holds sh's lock, either
- * kind. */
+ * so. Caller holds sh's lock, either kind. */
 static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
                              const store_push_item_t *it, check_t *c, store_err_t *err)
 {
