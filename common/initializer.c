@@ -176,14 +176,6 @@ status_t initializer_check(const job_init_t *init, status_msg_t *err)
     }
 }
 
-bool initializer_values_finite(const float *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(v[i]))
-            return false;
-    return true;
-}
-
 status_t initializer_from_proto(const Tessera__V1__Initializer *p, job_init_t *ret_init,
                                 double *ret_fan_in, double *ret_fan_out, status_msg_t *err)
 {

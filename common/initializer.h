@@ -8,7 +8,6 @@
 #ifndef TESSERA_INITIALIZER_H
 #define TESSERA_INITIALIZER_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,9 +42,6 @@ void initializer_fans(const int64_t *shape, size_t rank, double *ret_fan_in, dou
  * the sentence names the parameter. The fans of the variance-scaling kinds come from shapes and
  * are always safe. */
 status_t initializer_check(const job_init_t *init, status_msg_t *err);
-
-/* Whether v[0..n) holds no NaN or infinity. */
-bool initializer_values_finite(const float *v, size_t n);
 
 /* Converts the wire form (proto/tessera/v1/ps.proto Initializer) into *ret_init; NULL or no
  * kind set gives JOB_INIT_DEFAULT, the caller's default. A non-zero Initializer.seed is the

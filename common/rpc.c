@@ -313,12 +313,13 @@ static void text_for_wire(char *buf, size_t size)
     size_t len = strlen(buf);
     char *copy;
 
-    if (utf8_valid_text(buf, len) || (copy = strdup(buf)) == NULL) {
-        if (!utf8_valid_text(buf, len))
-            buf[0] = '\0';
+    if (utf8_valid_text(buf, len))
         return;
-    }
-    utf8_escape(buf, size, copy, len);
+    copy = strdup(buf);
+    if (copy != NULL)
+        utf8_escape(buf, size, copy, len);
+    else
+        buf[0] = '\0'; /* no memory to escape it: send no text rather than text that is not UTF-8 */
     free(copy);
 }
 

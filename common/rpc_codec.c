@@ -369,12 +369,24 @@ static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv
     }
 }
 
-/* ---- string fields ------------------------------------------------------------------------- */
+/* ---- checks on the wire, before unpacking ---------------------------------------------------- */
 
-/* protobuf-c hands string fields over as C strings, so a NUL inside one would silently cut it
- * ("alpha-main\0evil" read as "alpha-main"), and proto3 requires strings to be UTF-8, which strict
- * parsers check. So every string field of a received message, nested ones included, must be
- * well-formed UTF-8 without NUL. The bytes have already parsed as the message when this runs. */
+/* One walk of a message's bytes against its descriptor, before protobuf-c unpacks anything:
+ * - protobuf-c hands string fields over as C strings, so a NUL inside one would silently cut it
+ *   ("alpha-main\0evil" read as "alpha-main"), and proto3 requires strings to be UTF-8, which
+ *   strict parsers check: every string field, at any depth, must be UTF-8 without NUL;
+ * - protobuf-c would build every entry of a repeated field (a million CreateVariables shards cost
+ *   half a gigabyte) only for the handler to refuse them: the entries of each repeated field at
+ *   the top level are counted against RPC_MAX_REPEATED.
+ * Bytes that do not parse end the walk quietly: unpacking then says so. */
+typedef struct wire_check {
+    const ProtobufCFieldDescriptor *fields[16]; /* top-level repeated fields seen, and */
+    uint32_t counts[16];                        /* their entries */
+    size_t n_fields;
+    char path[256]; /* of the field being walked: "items.key" */
+    status_msg_t *err;
+    const ProtobufCMessageDescriptor *top;
+} wire_check_t;
 
 static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret)
 {
@@ -391,128 +403,96 @@ static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret)
     return false;
 }
 
-/* Appends ".name" to the field path in path[0..*used). */
-static void path_push(char *path, size_t size, size_t *used, const char *name)
+/* Appends ".name" to the field path, which is `used` bytes long; returns the new length. */
+static size_t path_push(wire_check_t *w, size_t used, const char *name)
 {
-    int w = snprintf(path + *used, size - *used, "%s%s", *used > 0 ? "." : "", name);
+    int n = snprintf(w->path + used, sizeof(w->path) - used, "%s%s", used > 0 ? "." : "", name);
 
-    if (w > 0)
-        *used = *used + (size_t)w < size ? *used + (size_t)w : size - 1;
+    return n < 0                                ? used
+           : used + (size_t)n < sizeof(w->path) ? used + (size_t)n
+                                                : sizeof(w->path) - 1;
 }
 
-static bool strings_ok(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
-                       int depth, char *path, size_t size, size_t used)
+/* Counts one more entry of the top-level repeated field f. */
+static status_t count_entry(wire_check_t *w, const ProtobufCFieldDescriptor *f)
+{
+    size_t i;
+
+    for (i = 0; i < w->n_fields && w->fields[i] != f; i++)
+        ;
+    if (i == w->n_fields) {
+        if (i == sizeof(w->fields) / sizeof(w->fields[0]))
+            return STATUS_OK; /* no message of the contract has that many */
+        w->fields[w->n_fields++] = f;
+    }
+    if (++w->counts[i] > RPC_MAX_REPEATED)
+        return status_fail(w->err, STATUS_RESOURCE_EXHAUSTED,
+                           "%s.%s has more than %d entries; send them in several requests",
+                           w->top->short_name, f->name, RPC_MAX_REPEATED);
+    return STATUS_OK;
+}
+
+static status_t wire_walk(wire_check_t *w, const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+                          size_t len, int depth, size_t used)
 {
     const uint8_t *end = p + len;
 
     if (depth > 32)
-        return true; /* deeper than any message of the contract: unpack has judged it */
+        return STATUS_OK; /* no message of the contract nests this deep */
     while (p < end) {
         const ProtobufCFieldDescriptor *f;
         uint64_t key, n = 0;
 
         if (!wire_varint(&p, end, &key))
-            return true;
+            return STATUS_OK;
         switch (key & 7) {
         case 0:
             if (!wire_varint(&p, end, &n))
-                return true;
+                return STATUS_OK;
             continue;
         case 1:
         case 5:
             n = (key & 7) == 1 ? 8 : 4;
             if (n > (size_t)(end - p))
-                return true;
+                return STATUS_OK;
             p += n;
             continue;
         case 2:
             break;
         default:
-            return true;
+            return STATUS_OK;
         }
         if (!wire_varint(&p, end, &n) || n > (size_t)(end - p))
-            return true;
+            return STATUS_OK;
         f = key >> 3 <= UINT32_MAX
                 ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3))
                 : NULL;
         if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING &&
             !utf8_valid_text((const char *)p, (size_t)n)) {
-            path_push(path, size, &used, f->name);
-            return false;
+            path_push(w, used, f->name);
+            return status_fail(w->err, STATUS_INVALID_ARGUMENT,
+                               "%s.%s holds a NUL byte or is not UTF-8: strings must be UTF-8 "
+                               "text",
+                               w->top->short_name, w->path);
         }
+        if (f != NULL && depth == 0 && f->label == PROTOBUF_C_LABEL_REPEATED)
+            STATUS_CHECK(count_entry(w, f));
         if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-            size_t at = used;
-            path_push(path, size, &at, f->name);
-            if (!strings_ok(f->descriptor, p, (size_t)n, depth + 1, path, size, at))
-                return false;
-            path[used] = '\0';
+            STATUS_CHECK(
+                wire_walk(w, f->descriptor, p, (size_t)n, depth + 1, path_push(w, used, f->name)));
+            w->path[used] = '\0';
         }
         p += n;
-    }
-    return true;
-}
-
-/* Counts the entries of each repeated message field at the top level of buf, before anything is
- * unpacked: protobuf-c would otherwise build every entry first (a million CreateVariables shards
- * cost half a gigabyte) only for the handler to refuse them. */
-static status_t check_counts(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
-                             status_msg_t *err)
-{
-    const uint8_t *end = p + len;
-    uint32_t counts[16] = {0};
-    const ProtobufCFieldDescriptor *fields[16] = {0};
-    size_t n_fields = 0;
-
-    while (p < end) {
-        const ProtobufCFieldDescriptor *f;
-        uint64_t key, n = 0;
-        size_t i;
-
-        if (!wire_varint(&p, end, &key))
-            return STATUS_OK; /* unpack will say it does not parse */
-        if ((key & 7) == 0) {
-            if (!wire_varint(&p, end, &n))
-                return STATUS_OK;
-            continue;
-        }
-        if ((key & 7) == 1 || (key & 7) == 5) {
-            n = (key & 7) == 1 ? 8 : 4;
-        } else if ((key & 7) != 2 || !wire_varint(&p, end, &n)) {
-            return STATUS_OK;
-        }
-        if (n > (size_t)(end - p))
-            return STATUS_OK;
-        p += n;
-        if ((key & 7) != 2 || key >> 3 > UINT32_MAX)
-            continue;
-        f = protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
-        if (f == NULL || f->label != PROTOBUF_C_LABEL_REPEATED)
-            continue;
-        for (i = 0; i < n_fields && fields[i] != f; i++)
-            ;
-        if (i == n_fields) {
-            if (n_fields == 16)
-                continue;
-            fields[n_fields++] = f;
-        }
-        if (++counts[i] > RPC_MAX_REPEATED)
-            return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
-                               "%s.%s has more than %d entries; send them in several requests",
-                               desc->short_name, f->name, RPC_MAX_REPEATED);
     }
     return STATUS_OK;
 }
 
-status_t rpc_check_strings(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
-                           status_msg_t *err)
+status_t rpc_check_wire(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
+                        status_msg_t *err)
 {
-    char path[256] = "";
+    wire_check_t w = {.err = err, .top = desc};
 
-    if (strings_ok(desc, buf, len, 0, path, sizeof(path), 0))
-        return STATUS_OK;
-    return status_fail(err, STATUS_INVALID_ARGUMENT,
-                       "%s.%s holds a NUL byte or is not UTF-8: strings must be UTF-8 text",
-                       desc->short_name, path);
+    return wire_walk(&w, desc, buf, len, 0, 0);
 }
 
 status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, void *recv_buf,
@@ -537,15 +517,13 @@ status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb
         grpc_slice_unref(w.slice);
     grpc_byte_buffer_reader_destroy(&w.reader);
     if (rc == STATUS_OK)
-        rc = check_counts(desc, s.buf, s.len, err);
+        rc = rpc_check_wire(desc, s.buf, s.len, err);
     else
         status_fail(err, rc, "the body does not parse as %s", desc->name);
     if (rc == STATUS_OK) {
         msg = protobuf_c_message_unpack(desc, NULL, s.len, s.buf);
         if (msg == NULL)
             rc = status_fail(err, STATUS_BAD_MESSAGE, "the body does not parse as %s", desc->name);
-        else if ((rc = rpc_check_strings(desc, s.buf, s.len, err)) != STATUS_OK)
-            protobuf_c_message_free_unpacked(msg, NULL);
     }
     if (s.buf != s.inline_buf)
         free(s.buf);

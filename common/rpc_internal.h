@@ -40,15 +40,17 @@ status_t rpc_encode(const ProtobufCMessage *msg, const rpc_iov_t *iov, size_t n_
  * aligned buffer. Bytes that do not parse fail with STATUS_BAD_MESSAGE; a repeated field of more
  * than RPC_MAX_REPEATED entries with STATUS_RESOURCE_EXHAUSTED; a string field (at any
  * depth) holding a NUL byte or bytes that are not UTF-8 with STATUS_INVALID_ARGUMENT naming the
- * field (rpc_check_strings). err (may be NULL) gets the sentence. */
+ * field (rpc_check_wire). err (may be NULL) gets the sentence. */
 status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, void *recv_buf,
                     size_t recv_cap, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload,
                     status_msg_t *err);
 
-/* Checks that every string field in buf (the serialized bytes of a message of desc, already
- * known to parse) is UTF-8 without NUL; fails naming the field path ("PullRequest.job"). */
-status_t rpc_check_strings(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
-                           status_msg_t *err);
+/* Checks a message's bytes (buf, of a message of desc) before they are unpacked: every string
+ * field, at any depth, UTF-8 without NUL (else STATUS_INVALID_ARGUMENT naming the field path,
+ * "PullRequest.items.key.variable"); at most RPC_MAX_REPEATED entries in each top-level repeated
+ * field (else STATUS_RESOURCE_EXHAUSTED). Bytes that do not parse are left to unpacking. */
+status_t rpc_check_wire(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
+                        status_msg_t *err);
 
 /* Tunes glibc malloc for messages of many megabytes (see rpc_codec.c), once per process,
  * unless the environment already sets those knobs. Called by rpc_server_new and

@@ -568,7 +568,7 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     fan_out = fan_out > 0 ? fan_out : fo;
     initializer_fill_at(&sp->init, JOB_INIT_ZEROS, sh->values, n,
                         (uint64_t)sp->row_offset * sh->row_len, fan_in, fan_out, seed);
-    *ret_finite = initializer_values_finite(sh->values, n);
+    *ret_finite = optimizer_first_non_finite(sh->values, n) == n;
     if (sh->slots)
         optimizer_slots_init(opt, sh->slots, n);
     optimizer_bounds_measure(opt, sh->values, sh->slots, n, &sh->bounds);

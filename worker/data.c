@@ -169,6 +169,14 @@ static status_t gz_read_some(idx_file_t *f, void *buf, size_t len, size_t *ret_g
     return rc;
 }
 
+static status_t idx_truncated(const idx_file_t *f, uint64_t held, status_msg_t *err)
+{
+    return status_fail(err, STATUS_INVALID_ARGUMENT,
+                       "%s: truncated: the header promises %llu bytes of data but the file holds "
+                       "%llu",
+                       f->path, (unsigned long long)f->data_bytes, (unsigned long long)held);
+}
+
 /* Reads exactly len data bytes, or fails saying the file is truncated. */
 static status_t idx_read_data(idx_file_t *f, void *buf, size_t len, status_msg_t *err)
 {
@@ -176,13 +184,7 @@ static status_t idx_read_data(idx_file_t *f, void *buf, size_t len, status_msg_t
 
     STATUS_CHECK(gz_read_some(f, buf, len, &got, err));
     f->read_bytes += got;
-    if (got < len)
-        return status_fail(err, STATUS_INVALID_ARGUMENT,
-                           "%s: truncated: the header promises %llu bytes of data but the file "
-                           "holds %llu",
-                           f->path, (unsigned long long)f->data_bytes,
-                           (unsigned long long)f->read_bytes);
-    return STATUS_OK;
+    return got < len ? idx_truncated(f, f->read_bytes, err) : STATUS_OK;
 }
 
 /* After the data: no bytes may follow, and reading on makes zlib check the gzip trailer (CRC
@@ -214,13 +216,7 @@ static status_t idx_check_claim(idx_file_t *f, status_msg_t *err)
 
     if (gzdirect(f->gz)) {
         room = f->file_bytes > header ? f->file_bytes - header : 0;
-        if (f->data_bytes > room)
-            return status_fail(err, STATUS_INVALID_ARGUMENT,
-                               "%s: truncated: the header promises %llu bytes of data but the "
-                               "file holds %llu",
-                               f->path, (unsigned long long)f->data_bytes,
-                               (unsigned long long)room);
-        return STATUS_OK;
+        return f->data_bytes > room ? idx_truncated(f, room, err) : STATUS_OK;
     }
     if (f->data_bytes / GZIP_MAX_RATIO > f->file_bytes)
         return status_fail(err, STATUS_INVALID_ARGUMENT,
