@@ -458,6 +458,8 @@ void daemon_offline_free(daemon_t *d)
 {
     if (d == NULL)
         return;
+    if (d->spec->stop != NULL && d->role_state != NULL)
+        d->spec->stop(d->role_state);
     if (d->spec->teardown != NULL && d->role_state != NULL)
         d->spec->teardown(d->role_state);
     health_free(d->health);

@@ -135,7 +135,8 @@ status_t daemon_apply_tf_config(const config_table_t *t, void *opts, const clust
 status_t daemon_offline_new(const daemon_spec_t *spec, void *opts, daemon_t **ret_daemon,
                             status_msg_t *err);
 
-/* Tears the role down (spec->teardown) and frees the offline daemon. NULL-safe. */
+/* Stops the role (spec->stop), tears it down (spec->teardown) and frees the offline daemon.
+ * NULL-safe. */
 void daemon_offline_free(daemon_t *d);
 
 #endif

@@ -205,6 +205,20 @@ static bool layer_name_taken(const job_model_t *m, const job_layer_t *self)
 
 /* Names an unnamed layer the way Keras does: the kind, then kind_1, kind_2 ... skipping names
  * already used. */
+/* TensorFlow's rule for the names of operations and variables, without its scope separators
+ * ('/', '>'): the worker names a layer's variables "<layer>/kernel". Empty: named later. */
+static bool layer_name_valid(const char *name)
+{
+    for (size_t i = 0; name[i] != '\0'; i++) {
+        char ch = name[i];
+        bool alnum =
+            (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (!alnum && ch != '.' && (i == 0 || (ch != '_' && ch != '-')))
+            return false;
+    }
+    return true;
+}
+
 static void name_layer(job_model_t *m, job_layer_t *l)
 {
     const char *base = job_layer_kind_name(l->kind);
@@ -230,6 +244,16 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
                                "integer ids)",
                                where, i);
     m->input_is_int = m->layers[0].kind == JOB_LAYER_EMBEDDING;
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (!layer_name_valid(m->layers[i].name)) {
+            char shown[4 * sizeof(m->layers[i].name)];
+            utf8_escape(shown, sizeof(shown), m->layers[i].name, strlen(m->layers[i].name));
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: layer %zu: the name '%s' may hold only letters, digits, '_', "
+                               "'.' and '-', and begin with a letter, a digit or '.' (it names "
+                               "the layer's variables, as in TensorFlow)",
+                               where, i, shown);
+        }
     for (size_t i = 0; i < m->n_layers; i++) {
         for (size_t j = 0; j < i && m->layers[i].name[0] != '\0'; j++)
             if (strcmp(m->layers[i].name, m->layers[j].name) == 0)

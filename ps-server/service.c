@@ -15,6 +15,7 @@
 
 #include "initializer.h"
 #include "log.h"
+#include "memory.h"
 #include "optimizer_proto.h"
 #include "store.h"
 #include "tessera/v1/ps.pb-c.h"
@@ -678,12 +679,6 @@ static status_t on_checkpoint(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void 
 
 /* ---- setup -------------------------------------------------------------------------------- */
 
-static uint64_t physical_memory(void)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
-}
-
 static status_t make_metrics(ps_service_t *st, metrics_t *m, status_msg_t *err)
 {
     static const double bounds[] = {1e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3,
@@ -727,7 +722,8 @@ status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_
         return err->status;
     }
     st->max_message_bytes = mm;
-    lim.max_bytes = o->max_memory_bytes > 0 ? (uint64_t)o->max_memory_bytes : physical_memory();
+    lim.max_bytes =
+        o->max_memory_bytes > 0 ? (uint64_t)o->max_memory_bytes : memory_physical_bytes();
     /* A whole shard travels in one message: leave room for the fields around it. */
     lim.max_shard_bytes =
         (uint64_t)(mm > 2 * (int64_t)REPLY_HEADROOM ? mm - REPLY_HEADROOM : mm / 2);

@@ -106,6 +106,33 @@ static dataset_t *dataset_alloc(size_t n, size_t feature_len)
     return ds;
 }
 
+/* Bytes a dataset of n examples of feature_len values takes (features and labels), saturating. */
+static uint64_t dataset_size(uint64_t n, uint64_t feature_len)
+{
+    uint64_t values, bytes;
+    if (__builtin_add_overflow(feature_len, 1, &values) ||
+        __builtin_mul_overflow(n, values, &values) ||
+        __builtin_mul_overflow(values, sizeof(float), &bytes))
+        return UINT64_MAX;
+    return bytes;
+}
+
+/* Fails with RESOURCE_EXHAUSTED, naming `what`, when `bytes` pass max_bytes (0: no limit). */
+static status_t check_budget(const char *what, uint64_t bytes, uint64_t max_bytes,
+                             status_msg_t *err)
+{
+    if (max_bytes > 0 && bytes > max_bytes)
+        return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                           "%s: %llu bytes pass the memory limit of %llu bytes", what,
+                           (unsigned long long)bytes, (unsigned long long)max_bytes);
+    return STATUS_OK;
+}
+
+size_t dataset_bytes(const dataset_t *ds)
+{
+    return ds == NULL ? 0 : (size_t)dataset_size(ds->n, ds->feature_len);
+}
+
 void dataset_free(dataset_t *ds)
 {
     if (ds == NULL)
@@ -352,8 +379,8 @@ out:
     return rc;
 }
 
-status_t dataset_load_idx(const char *images, const char *labels, double scale, dataset_t **ret_ds,
-                          status_msg_t *err)
+status_t dataset_load_idx(const char *images, const char *labels, double scale, uint64_t max_bytes,
+                          dataset_t **ret_ds, status_msg_t *err)
 {
     idx_file_t fi, fl;
     dataset_t *ds = NULL;
@@ -383,6 +410,8 @@ status_t dataset_load_idx(const char *images, const char *labels, double scale, 
     }
     for (int i = 1; i < fi.rank; i++)
         feature_len *= fi.dims[i];
+    STATUS_CHECK_GOTO(check_budget(images, dataset_size(fi.dims[0], feature_len), max_bytes, err),
+                      rc, fail);
     ds = dataset_alloc(fi.dims[0], feature_len);
     if (ds == NULL) {
         rc = status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %lu examples of %zu floats",
@@ -537,8 +566,8 @@ static status_t synthetic_text(dataset_t *ds, int vocabulary, uint64_t seed, sta
     return STATUS_OK;
 }
 
-status_t dataset_synthetic(const job_synthetic_t *spec, double scale, dataset_t **ret_ds,
-                           status_msg_t *err)
+status_t dataset_synthetic(const job_synthetic_t *spec, double scale, uint64_t max_bytes,
+                           dataset_t **ret_ds, status_msg_t *err)
 {
     dataset_t *ds;
     size_t len = 0;
@@ -547,6 +576,11 @@ status_t dataset_synthetic(const job_synthetic_t *spec, double scale, dataset_t 
     if (spec == NULL || ret_ds == NULL)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "synthetic data: no spec given");
     STATUS_CHECK(synthetic_check(spec, scale, &len, err));
+    /* The data and, while it is generated, the teacher. */
+    STATUS_CHECK(check_budget("synthetic data",
+                              dataset_size((uint64_t)spec->examples, len) +
+                                  (uint64_t)len * (uint64_t)spec->classes * sizeof(float),
+                              max_bytes, err));
     ds = dataset_alloc((size_t)spec->examples, len);
     if (ds == NULL)
         return status_fail(err, STATUS_NO_MEMORY,
@@ -567,15 +601,16 @@ status_t dataset_synthetic(const job_synthetic_t *spec, double scale, dataset_t 
     return STATUS_OK;
 }
 
-status_t dataset_load(const job_source_t *src, double scale, dataset_t **ret_ds, status_msg_t *err)
+status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes, dataset_t **ret_ds,
+                      status_msg_t *err)
 {
     if (src == NULL || !src->present)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "no data source given");
     switch (src->format) {
     case JOB_DATA_IDX:
-        return dataset_load_idx(src->images, src->labels, scale, ret_ds, err);
+        return dataset_load_idx(src->images, src->labels, scale, max_bytes, ret_ds, err);
     case JOB_DATA_SYNTHETIC:
-        return dataset_synthetic(&src->synthetic, scale, ret_ds, err);
+        return dataset_synthetic(&src->synthetic, scale, max_bytes, ret_ds, err);
     }
     return status_fail(err, STATUS_INVALID_ARGUMENT, "unknown data format %d", (int)src->format);
 }
@@ -795,16 +830,20 @@ static status_t pipeline_alloc(data_pipeline_t *p, status_msg_t *err)
                            o->shard_index, o->num_shards, p->shard_n, p->ds->n, o->batch_size,
                            o->drop_remainder ? " (drop_remainder is set)" : "");
     p->buffer_n = (uint64_t)o->shuffle_buffer < p->shard_n ? (size_t)o->shuffle_buffer : p->shard_n;
+    rows = p->shard_n < (size_t)o->batch_size ? p->shard_n : (size_t)o->batch_size;
+    p->n_slots = o->prefetch > 0 ? o->prefetch + 1 : 1;
+    STATUS_CHECK(check_budget("the data pipeline's batches and indices",
+                              dataset_size(rows, p->ds->feature_len) * (uint64_t)p->n_slots +
+                                  ((uint64_t)p->shard_n * 2 + p->buffer_n) * sizeof(size_t),
+                              o->max_bytes, err));
     p->shard = malloc(p->shard_n * sizeof(size_t));
     p->order = malloc(p->shard_n * sizeof(size_t));
     p->buffer = malloc((p->buffer_n > 0 ? p->buffer_n : 1) * sizeof(size_t));
-    p->n_slots = o->prefetch > 0 ? o->prefetch + 1 : 1;
     p->slots = calloc((size_t)p->n_slots, sizeof(*p->slots));
     if (p->shard == NULL || p->order == NULL || p->buffer == NULL || p->slots == NULL)
         goto nomem;
     for (size_t i = 0; i < p->shard_n; i++)
         p->shard[i] = idx + i * n_shards;
-    rows = p->shard_n < (size_t)o->batch_size ? p->shard_n : (size_t)o->batch_size;
     for (int i = 0; i < p->n_slots; i++) {
         p->slots[i].features = alloc_aligned(rows * p->ds->feature_len * sizeof(float));
         p->slots[i].labels = alloc_aligned(rows * sizeof(float));

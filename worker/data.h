@@ -27,19 +27,26 @@ typedef struct dataset {
 /* Loads an IDX image file (magic 0x00000803, uint8 [n, rows, cols]; or any uint8 IDX of rank
  * >= 1) and an IDX label file (0x00000801, uint8 [n]), gzipped or not (detected by content),
  * scaling pixels by `scale`. A missing or truncated file, a wrong magic, or differing counts fail
- * with an error naming the file. */
-status_t dataset_load_idx(const char *images, const char *labels, double scale, dataset_t **ret_ds,
-                          status_msg_t *err);
+ * with an error naming the file.
+ *
+ * Every loader takes max_bytes, the most the dataset may take in memory (features and labels;
+ * 0: no limit), and fails with STATUS_RESOURCE_EXHAUSTED before allocating more. */
+status_t dataset_load_idx(const char *images, const char *labels, double scale, uint64_t max_bytes,
+                          dataset_t **ret_ds, status_msg_t *err);
 
 /* Generates a synthetic dataset, deterministic in spec->seed. Classification: features uniform
  * in [0, 1) times scale, labels argmax of a fixed random linear teacher (learnable). Text:
  * token ids uniform in [1, vocabulary), label 1 when the mean of fixed random per-token weights
  * is positive (learnable with Embedding + pooling). */
-status_t dataset_synthetic(const job_synthetic_t *spec, double scale, dataset_t **ret_ds,
-                           status_msg_t *err);
+status_t dataset_synthetic(const job_synthetic_t *spec, double scale, uint64_t max_bytes,
+                           dataset_t **ret_ds, status_msg_t *err);
 
 /* Loads the source as the job describes it. */
-status_t dataset_load(const job_source_t *src, double scale, dataset_t **ret_ds, status_msg_t *err);
+status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes, dataset_t **ret_ds,
+                      status_msg_t *err);
+
+/* Bytes the dataset holds in memory. NULL-safe. */
+size_t dataset_bytes(const dataset_t *ds);
 
 void dataset_free(dataset_t *ds);
 
@@ -51,6 +58,7 @@ typedef struct data_pipeline_opts {
     uint64_t seed;          /* shuffle seed; each epoch reshuffles differently */
     int64_t epochs;         /* epochs to produce; -1 = repeat forever */
     int prefetch;           /* batches produced ahead on the pipeline's thread; 0 = inline */
+    uint64_t max_bytes;     /* most bytes of batches and indices (RESOURCE_EXHAUSTED); 0 = any */
 } data_pipeline_opts_t;
 
 typedef struct data_batch {

@@ -5,6 +5,7 @@
 #include "model.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,11 +28,18 @@ uint64_t model_rng_next(uint64_t *s)
 
 /* ---- shapes ------------------------------------------------------------------------------- */
 
+/* Saturating product: a size past what any machine holds stays past every limit. */
+static size_t mul_sat(size_t a, size_t b)
+{
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
 static size_t shape_len(const int *shape, int rank)
 {
     size_t n = 1;
     for (int i = 0; i < rank; i++)
-        n *= (size_t)shape[i];
+        n = mul_sat(n, (size_t)(shape[i] > 0 ? shape[i] : 0));
     return n;
 }
 
@@ -49,24 +57,67 @@ static void shape_str(const int *shape, int rank, char *buf, size_t len)
 static int window_out(int in, int k, int stride, bool same, int *ret_pad)
 {
     if (same) {
-        int out = (in + stride - 1) / stride;
-        int total = (out - 1) * stride + k - in;
-        *ret_pad = total > 0 ? total / 2 : 0;
-        return out;
+        int64_t out = ((int64_t)in + stride - 1) / stride;
+        int64_t total = (out - 1) * stride + k - in;
+        *ret_pad = total > 0 && total / 2 <= INT_MAX ? (int)(total / 2) : 0;
+        return total / 2 <= INT_MAX ? (int)out : 0;
     }
     *ret_pad = 0;
     return in >= k ? (in - k) / stride + 1 : 0;
 }
 
-static float *alloc_floats(size_t n)
+/* ---- memory ------------------------------------------------------------------------------ */
+
+/* Every buffer of the model comes from here: `count` zeroed elements of `elem` bytes, 64-byte
+ * aligned, counted against m->max_bytes. NULL when the buffer would pass the limit, hold more
+ * than INT_MAX elements (the BLAS dimensions are ints), or the allocation fails; the first such
+ * failure is kept in m->alloc_rc and m->alloc_bytes for plan_failed. */
+static void *model_alloc(model_t *m, size_t count, size_t elem)
 {
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    float *p = aligned_alloc(64, bytes ? bytes : 64);
-    if (p != NULL)
-        memset(p, 0, bytes ? bytes : 64);
+    size_t bytes = mul_sat(count ? count : 1, elem), rounded;
+    void *p = NULL;
+
+    if (m->alloc_rc != STATUS_OK)
+        return NULL;
+    if (count > INT_MAX || bytes > m->max_bytes - m->bytes || bytes > SIZE_MAX - 63)
+        m->alloc_rc = STATUS_RESOURCE_EXHAUSTED;
+    else if ((p = aligned_alloc(64, rounded = (bytes + 63) / 64 * 64)) == NULL)
+        m->alloc_rc = STATUS_NO_MEMORY;
+    if (p == NULL) {
+        m->alloc_bytes = bytes;
+        m->alloc_count = count;
+        return NULL;
+    }
+    memset(p, 0, rounded);
+    m->bytes += rounded;
     return p;
 }
 
+static float *alloc_floats(model_t *m, size_t n)
+{
+    return model_alloc(m, n, sizeof(float));
+}
+
+/* The error for a layer whose buffers model_alloc refused. */
+static status_t plan_failed(const model_t *m, int index, const char *name, status_msg_t *err)
+{
+    if (m->alloc_rc == STATUS_NO_MEMORY)
+        return status_fail(err, STATUS_NO_MEMORY,
+                           "layer %d (%s): out of memory for a buffer of %zu bytes", index, name,
+                           m->alloc_bytes);
+    if (m->alloc_count > INT_MAX)
+        return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                           "layer %d (%s): a tensor of %zu values at batch size %d is over the "
+                           "%d values one tensor may hold",
+                           index, name, m->alloc_count, m->max_batch, INT_MAX);
+    return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                       "layer %d (%s): a buffer of %zu bytes at batch size %d passes the memory "
+                       "limit (%zu of %llu bytes already used)",
+                       index, name, m->alloc_bytes, m->max_batch, m->bytes,
+                       (unsigned long long)m->max_bytes);
+}
+
+/* A parameter with its value (and dense gradient) buffers; NULL when model_alloc refused one. */
 static model_param_t *add_param(model_t *m, const char *layer, const char *what, const int *shape,
                                 int rank, bool sparse)
 {
@@ -76,9 +127,9 @@ static model_param_t *add_param(model_t *m, const char *layer, const char *what,
     memcpy(p->shape, shape, (size_t)rank * sizeof(int));
     snprintf(p->name, sizeof(p->name), "%s/%s", layer, what);
     p->sparse = sparse;
-    p->value = alloc_floats(p->n);
-    p->grad = sparse ? NULL : alloc_floats(p->n);
-    return p;
+    p->value = alloc_floats(m, p->n);
+    p->grad = sparse ? NULL : alloc_floats(m, p->n);
+    return p->value != NULL && (sparse || p->grad != NULL) ? p : NULL;
 }
 
 /* Works out one layer's output shape and creates its parameters and buffers. */
@@ -90,6 +141,10 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
     int pad;
 
     shape_str(l->in_shape, l->in_rank, in_s, sizeof(in_s));
+    if (shape_len(l->in_shape, l->in_rank) > INT_MAX)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "layer %d (%s): input %s has more than %d values per example", index,
+                           name, in_s, INT_MAX);
     l->out_rank = l->in_rank;
     memcpy(l->out_shape, l->in_shape, sizeof(l->out_shape));
     switch (s->kind) {
@@ -100,11 +155,13 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
             return status_fail(err, STATUS_BAD_CONFIG, "layer %d (%s): units must be positive",
                                index, name);
         l->out_shape[l->out_rank - 1] = s->units;
-        l->w = add_param(m, name, "kernel", kshape, 2, false);
+        if ((l->w = add_param(m, name, "kernel", kshape, 2, false)) == NULL)
+            return plan_failed(m, index, name, err);
         initializer_fill(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n, in,
                          s->units, seed);
         if (s->use_bias) {
-            l->b = add_param(m, name, "bias", bshape, 1, false);
+            if ((l->b = add_param(m, name, "bias", bshape, 1, false)) == NULL)
+                return plan_failed(m, index, name, err);
             initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
         }
         break;
@@ -129,16 +186,19 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
         l->out_shape[2] = s->filters;
         kshape[0] = kh, kshape[1] = kw, kshape[2] = cin, kshape[3] = s->filters;
         bshape[0] = s->filters;
-        l->w = add_param(m, name, "kernel", kshape, 4, false);
+        if ((l->w = add_param(m, name, "kernel", kshape, 4, false)) == NULL)
+            return plan_failed(m, index, name, err);
         initializer_fill(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n,
                          (double)kh * kw * cin, (double)kh * kw * s->filters, seed);
         if (s->use_bias) {
-            l->b = add_param(m, name, "bias", bshape, 1, false);
+            if ((l->b = add_param(m, name, "bias", bshape, 1, false)) == NULL)
+                return plan_failed(m, index, name, err);
             initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
         }
-        l->cols = alloc_floats((size_t)m->max_batch * l->oh * l->ow * kh * kw * cin);
+        l->cols = alloc_floats(m, mul_sat(mul_sat((size_t)m->max_batch * l->oh, (size_t)l->ow),
+                                          (size_t)kh * kw * cin));
         if (l->cols == NULL)
-            return status_fail(err, STATUS_NO_MEMORY, "out of memory for layer %s", name);
+            return plan_failed(m, index, name, err);
         break;
     }
     case JOB_LAYER_MAX_POOLING2D:
@@ -162,9 +222,10 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
         l->out_shape[0] = l->oh;
         l->out_shape[1] = l->ow;
         if (s->kind == JOB_LAYER_MAX_POOLING2D) {
-            l->argmax = malloc((size_t)m->max_batch * shape_len(l->out_shape, 3) * sizeof(int32_t));
+            l->argmax = model_alloc(m, mul_sat((size_t)m->max_batch, shape_len(l->out_shape, 3)),
+                                    sizeof(int32_t));
             if (l->argmax == NULL)
-                return status_fail(err, STATUS_NO_MEMORY, "out of memory for layer %s", name);
+                return plan_failed(m, index, name, err);
         }
         break;
     }
@@ -182,7 +243,7 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
             if (s->target_shape[i] == -1)
                 infer = i;
             else
-                known *= (size_t)s->target_shape[i];
+                known = mul_sat(known, (size_t)(s->target_shape[i] > 0 ? s->target_shape[i] : 0));
         }
         if (infer >= 0 && known > 0 && total % known == 0)
             l->out_shape[infer] = (int)(total / known);
@@ -198,7 +259,10 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
             return status_fail(err, STATUS_BAD_CONFIG,
                                "layer %d (%s): rate must be in [0, 1), got %g", index, name,
                                s->rate);
-        l->mask = alloc_floats((size_t)m->max_batch * shape_len(l->in_shape, l->in_rank));
+        l->mask =
+            alloc_floats(m, mul_sat((size_t)m->max_batch, shape_len(l->in_shape, l->in_rank)));
+        if (l->mask == NULL)
+            return plan_failed(m, index, name, err);
         l->rng = s->dropout_seed ? s->dropout_seed : seed;
         break;
     case JOB_LAYER_EMBEDDING: {
@@ -212,7 +276,8 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
                                name);
         l->out_rank = l->in_rank + 1;
         l->out_shape[l->in_rank] = s->output_dim;
-        l->w = add_param(m, name, "embeddings", shape, 2, true);
+        if ((l->w = add_param(m, name, "embeddings", shape, 2, true)) == NULL)
+            return plan_failed(m, index, name, err);
         {
             job_init_t dflt = {.kind = JOB_INIT_RANDOM_UNIFORM, .a = -0.05, .b = 0.05};
             const job_init_t *init =
@@ -220,12 +285,12 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
             initializer_fill(init, JOB_INIT_RANDOM_UNIFORM, l->w->value, l->w->n, 1, 1, seed);
         }
         {
-            size_t max_rows = (size_t)m->max_batch * shape_len(l->in_shape, l->in_rank);
-            l->w->rows_index = malloc(max_rows * sizeof(int64_t));
-            l->w->rows_grad = alloc_floats(max_rows * (size_t)s->output_dim);
-            l->slot_of_row = malloc((size_t)s->input_dim * sizeof(int32_t));
+            size_t max_rows = mul_sat((size_t)m->max_batch, shape_len(l->in_shape, l->in_rank));
+            l->w->rows_index = model_alloc(m, max_rows, sizeof(int64_t));
+            l->w->rows_grad = alloc_floats(m, mul_sat(max_rows, (size_t)s->output_dim));
+            l->slot_of_row = model_alloc(m, (size_t)s->input_dim, sizeof(int32_t));
             if (!l->w->rows_index || !l->w->rows_grad || !l->slot_of_row)
-                return status_fail(err, STATUS_NO_MEMORY, "out of memory for layer %s", name);
+                return plan_failed(m, index, name, err);
             for (int i = 0; i < s->input_dim; i++)
                 l->slot_of_row[i] = -1;
         }
@@ -255,9 +320,9 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
     l->in_len = shape_len(l->in_shape, l->in_rank);
     l->out_len = shape_len(l->out_shape, l->out_rank);
     if (!l->alias) {
-        l->out = alloc_floats((size_t)m->max_batch * l->out_len);
+        l->out = alloc_floats(m, mul_sat((size_t)m->max_batch, l->out_len));
         if (l->out == NULL)
-            return status_fail(err, STATUS_NO_MEMORY, "out of memory for layer %s", name);
+            return plan_failed(m, index, name, err);
     }
     return STATUS_OK;
 }
@@ -276,7 +341,7 @@ static size_t count_params(const job_model_t *spec)
 }
 
 status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logits, int max_batch,
-                   uint64_t seed, model_t **ret_model, status_msg_t *err)
+                   uint64_t seed, uint64_t max_bytes, model_t **ret_model, status_msg_t *err)
 {
     model_t *m;
     size_t max_len;
@@ -290,6 +355,7 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     if (m == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     m->max_batch = max_batch;
+    m->max_bytes = max_bytes > 0 && max_bytes < SIZE_MAX ? (size_t)max_bytes : SIZE_MAX;
     m->loss = loss;
     m->from_logits = from_logits;
     m->n_layers = spec->n_layers;
@@ -330,12 +396,13 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
         model_free(m);
         return rc;
     }
-    m->grad_a = alloc_floats((size_t)max_batch * max_len);
-    m->grad_b = alloc_floats((size_t)max_batch * max_len);
-    m->probs = alloc_floats((size_t)max_batch * m->out_len);
+    m->grad_a = alloc_floats(m, mul_sat((size_t)max_batch, max_len));
+    m->grad_b = alloc_floats(m, mul_sat((size_t)max_batch, max_len));
+    m->probs = alloc_floats(m, mul_sat((size_t)max_batch, m->out_len));
     if (m->grad_a == NULL || m->grad_b == NULL || m->probs == NULL) {
+        rc = plan_failed(m, (int)spec->n_layers - 1, "gradients", err);
         model_free(m);
-        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        return rc;
     }
     *ret_model = m;
     return STATUS_OK;
@@ -376,6 +443,11 @@ size_t model_param_count(const model_t *m)
 model_param_t *model_param(model_t *m, size_t i)
 {
     return i < m->n_params ? &m->params[i] : NULL;
+}
+
+size_t model_bytes(const model_t *m)
+{
+    return m->bytes;
 }
 
 size_t model_input_len(const model_t *m)

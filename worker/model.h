@@ -38,9 +38,15 @@ typedef struct model_stats {
 } model_stats_t;
 
 /* Builds the model for inputs of spec's input shape, checking that the layer shapes chain;
- * err names the layer that does not fit. Weights are initialized from `seed`. */
+ * err names the layer that does not fit. Weights are initialized from `seed`. Its buffers
+ * (parameters, gradients, activations for max_batch examples) may take at most max_bytes
+ * (0: no limit); past it, or for a tensor of more than INT_MAX values, it fails with
+ * STATUS_RESOURCE_EXHAUSTED naming the layer, before allocating that buffer. */
 status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logits, int max_batch,
-                   uint64_t seed, model_t **ret_model, status_msg_t *err);
+                   uint64_t seed, uint64_t max_bytes, model_t **ret_model, status_msg_t *err);
+
+/* Bytes of the model's buffers (what model_new counted against max_bytes). */
+size_t model_bytes(const model_t *m);
 void model_free(model_t *m);
 
 size_t model_param_count(const model_t *m);

@@ -36,6 +36,10 @@ struct model {
     float *probs;           /* outputs after the folded activation */
     model_backward_fn on_backward;
     void *on_backward_arg;
+    /* memory: every buffer is counted against max_bytes (model_alloc in model.c) */
+    size_t max_bytes, bytes;
+    status_t alloc_rc;               /* the first refused buffer: RESOURCE_EXHAUSTED or NO_MEMORY */
+    size_t alloc_bytes, alloc_count; /* its size */
 };
 
 uint64_t model_rng_next(uint64_t *s);

@@ -18,6 +18,7 @@
 #include "data.h"
 #include "initializer.h"
 #include "log.h"
+#include "memory.h"
 #include "model_internal.h"
 #include "ps_client.h"
 
@@ -42,8 +43,9 @@ typedef struct wjob {
     _Atomic bool cancelled;
 } wjob_t;
 
-struct worker_service {
+typedef struct worker_service {
     daemon_t *daemon;
+    uint64_t max_bytes; /* of one job's model and data (--max-memory-bytes) */
     pthread_mutex_t mu; /* guards job, queue, stopping */
     pthread_cond_t cv;
     wjob_t *job;
@@ -54,7 +56,7 @@ struct worker_service {
     bool executor_started;
     /* Prometheus */
     metric_t *steps, *examples, *compute_seconds, *wait_seconds, *push_requests, *push_early;
-};
+} worker_service_t;
 
 /* ---- jobs --------------------------------------------------------------------------------- */
 
@@ -72,8 +74,14 @@ static void wjob_free(wjob_t *j)
 }
 
 /* Parses the job with the files that came with it and builds model and data. */
-static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, wjob_t **ret,
-                           status_msg_t *err)
+/* What is left of max_bytes once `used` bytes are taken (at least 1: 0 would mean no limit). */
+static uint64_t budget_left(uint64_t max_bytes, uint64_t used)
+{
+    return used < max_bytes ? max_bytes - used : 1;
+}
+
+static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t max_bytes,
+                           wjob_t **ret, status_msg_t *err)
 {
     wjob_t *j = calloc(1, sizeof(*j));
     job_file_t *files = calloc(req->n_files + 1, sizeof(*files));
@@ -96,13 +104,16 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, wjob_t *
                               err);
     free(files);
     if (rc == STATUS_OK)
-        rc = dataset_load(&j->job.data.train, j->job.data.scale, &j->train, err);
+        rc = dataset_load(&j->job.data.train, j->job.data.scale, max_bytes, &j->train, err);
     if (rc == STATUS_OK && j->job.data.test.present)
-        rc = dataset_load(&j->job.data.test, j->job.data.scale, &j->test, err);
+        rc = dataset_load(&j->job.data.test, j->job.data.scale,
+                          budget_left(max_bytes, dataset_bytes(j->train)), &j->test, err);
     j->seed = req->seed ? req->seed : j->job.seed;
     if (rc == STATUS_OK)
         rc = model_new(&j->job.model, j->job.loss, j->job.from_logits, j->job.data.batch_size,
-                       j->seed, &j->model, err);
+                       j->seed,
+                       budget_left(max_bytes, dataset_bytes(j->train) + dataset_bytes(j->test)),
+                       &j->model, err);
     if (rc == STATUS_OK && j->train->feature_len != model_input_len(j->model))
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "the training data has %zu values per example but the model takes %zu",
@@ -117,6 +128,8 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, wjob_t *
             .seed = j->job.data.seed + (uint64_t)j->worker_index * 7919,
             .epochs = -1,
             .prefetch = j->job.data.prefetch,
+            .max_bytes = budget_left(max_bytes, dataset_bytes(j->train) + dataset_bytes(j->test) +
+                                                    model_bytes(j->model)),
         };
         rc = data_pipeline_new(j->train, &po, &j->pipe, err);
     }
@@ -243,10 +256,13 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "worker_index",
                             "worker_index %d is not in [0, num_workers %d)", req->worker_index,
                             req->num_workers);
-    rc = wjob_build(req, &j, &err);
+    rc = wjob_build(req, w->max_bytes, &j, &err);
     if (rc != STATUS_OK)
-        return rpc_ctx_fail(ctx, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT, req->job,
-                            "job %s: %s", req->job, err.text);
+        return rpc_ctx_fail(ctx,
+                            rc == STATUS_NO_MEMORY || rc == STATUS_RESOURCE_EXHAUSTED
+                                ? rc
+                                : STATUS_INVALID_ARGUMENT,
+                            req->job, "job %s: %s", req->job, err.text);
     pthread_mutex_lock(&w->mu);
     if (w->job != NULL)
         atomic_store(&w->job->cancelled, true);
@@ -479,13 +495,13 @@ static status_t make_metrics(worker_service_t *w, metrics_t *m, status_msg_t *er
     return STATUS_OK;
 }
 
-status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err)
+static status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err)
 {
+    const worker_opts_t *o = opts;
     worker_service_t *w = calloc(1, sizeof(*w));
     rpc_server_t *s = daemon_rpc(d);
     status_t rc;
 
-    (void)opts;
     if (w == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     rc = make_metrics(w, daemon_metrics(d), err);
@@ -494,6 +510,8 @@ status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, status_
         return rc;
     }
     w->daemon = d;
+    w->max_bytes =
+        o->max_memory_bytes > 0 ? (uint64_t)o->max_memory_bytes : memory_physical_bytes();
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->executor, NULL, executor_main, w) != 0) {
@@ -508,7 +526,7 @@ status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, status_
     return STATUS_OK;
 }
 
-void worker_service_stop(void *state)
+static void worker_service_stop(void *state)
 {
     worker_service_t *w = state;
     pthread_mutex_lock(&w->mu);
@@ -522,7 +540,7 @@ void worker_service_stop(void *state)
     w->executor_started = false;
 }
 
-void worker_service_teardown(void *state)
+static void worker_service_teardown(void *state)
 {
     worker_service_t *w = state;
     wjob_free(w->job);
@@ -530,3 +548,15 @@ void worker_service_teardown(void *state)
     pthread_mutex_destroy(&w->mu);
     free(w);
 }
+
+static const char *const worker_services[] = {RPC_SVC_WORKER, RPC_SVC_DIAG, NULL};
+
+const daemon_spec_t worker_daemon_spec = {
+    .program = "tessera-worker",
+    .role = "worker",
+    .task_type = TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER,
+    .services = worker_services,
+    .setup = worker_service_setup,
+    .stop = worker_service_stop,
+    .teardown = worker_service_teardown,
+};

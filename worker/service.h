@@ -4,12 +4,15 @@
 
 #include "daemon.h"
 
-typedef struct worker_service worker_service_t;
+typedef struct worker_opts {
+    daemon_opts_t common;
+    /* Most bytes of one job's model and data (datasets, batches, parameters, gradients,
+     * activations); ConfigureJob fails with RESOURCE_EXHAUSTED past it. 0: physical memory. */
+    int64_t max_memory_bytes;
+} worker_opts_t;
 
-/* daemon_spec_t hooks: install the handlers and start the closure executor; stop it (pending
- * closures fail with UNAVAILABLE); free the state. */
-status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err);
-void worker_service_stop(void *state);
-void worker_service_teardown(void *state);
+/* tessera-worker: the handlers are installed and the closure executor started by setup; stop
+ * ends it (pending closures fail with UNAVAILABLE); teardown frees the state. */
+extern const daemon_spec_t worker_daemon_spec;
 
 #endif

@@ -10,6 +10,7 @@
 #include "blas.h"
 #include "data.h"
 #include "log.h"
+#include "memory.h"
 #include "model.h"
 #include "optimizer.h"
 
@@ -64,6 +65,7 @@ static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const c
 
 static status_t trainer_init(trainer_t *t, const job_t *job, status_msg_t *err)
 {
+    uint64_t left;
     size_t n_params;
 
     t->job = job;
@@ -73,11 +75,15 @@ static status_t trainer_init(trainer_t *t, const job_t *job, status_msg_t *err)
     if (!job->data.train.present)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: data.train is missing",
                            job->path ? job->path : "job");
-    STATUS_CHECK(dataset_load(&job->data.train, job->data.scale, &t->train, err));
+    /* Data and model past the machine's memory: a clear error, not the kernel's OOM killer. */
+    left = memory_physical_bytes();
+    STATUS_CHECK(dataset_load(&job->data.train, job->data.scale, left, &t->train, err));
+    left -= dataset_bytes(t->train);
     if (job->data.test.present)
-        STATUS_CHECK(dataset_load(&job->data.test, job->data.scale, &t->test, err));
+        STATUS_CHECK(dataset_load(&job->data.test, job->data.scale, left, &t->test, err));
+    left -= dataset_bytes(t->test);
     STATUS_CHECK(model_new(&job->model, job->loss, job->from_logits, job->data.batch_size,
-                           job->seed, &t->model, err));
+                           job->seed, left, &t->model, err));
     STATUS_CHECK(check_data_fits(t, t->train, "training", err));
     if (t->test != NULL)
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));

@@ -3,6 +3,7 @@
 #include "fuzz_common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,9 +98,9 @@ void fuzz_file_set(fuzz_file_t *f, const void *data, size_t len)
     }
 }
 
-/* ---- fopen, blocked on demand (linked with -Wl,--wrap=fopen,--wrap=fopen64) ---- */
+/* ---- fopen and open, blocked on demand (linked with -Wl,--wrap=fopen,...) ---- */
 
-static bool files_blocked;
+static _Atomic bool files_blocked;
 
 FILE *__real_fopen(const char *path, const char *mode);
 FILE *__real_fopen64(const char *path, const char *mode);
@@ -127,6 +128,45 @@ FILE *__wrap_fopen64(const char *path, const char *mode)
         return NULL;
     }
     return __real_fopen64(path, mode);
+}
+
+int __real_open(const char *path, int flags, ...);
+int __real_open64(const char *path, int flags, ...);
+
+/* The mode argument exists only when the flags create a file. */
+static mode_t open_mode(int flags, va_list ap)
+{
+    return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, mode_t) : 0;
+}
+
+int __wrap_open(const char *path, int flags, ...)
+{
+    va_list ap;
+    mode_t mode;
+
+    if (files_blocked && (flags & O_ACCMODE) == O_RDONLY) {
+        errno = ENOENT;
+        return -1;
+    }
+    va_start(ap, flags);
+    mode = open_mode(flags, ap);
+    va_end(ap);
+    return __real_open(path, flags, mode);
+}
+
+int __wrap_open64(const char *path, int flags, ...)
+{
+    va_list ap;
+    mode_t mode;
+
+    if (files_blocked && (flags & O_ACCMODE) == O_RDONLY) {
+        errno = ENOENT;
+        return -1;
+    }
+    va_start(ap, flags);
+    mode = open_mode(flags, ap);
+    va_end(ap);
+    return __real_open64(path, flags, mode);
 }
 
 /* ---- oracles ---- */

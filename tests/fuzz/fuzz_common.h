@@ -48,12 +48,15 @@ void fuzz_file_open(fuzz_file_t *f, const char *name);
 /* Replaces the file's whole content. Aborts on failure. */
 void fuzz_file_set(fuzz_file_t *f, const void *data, size_t len);
 
-/* While blocked, every fopen() for reading fails with ENOENT: the job parser reads files the job
- * names (keras_json) from the disk when they did not come with it, and an input must not make
- * the fuzzer read /dev/zero or a terminal. The targets link with --wrap=fopen,--wrap=fopen64. */
+/* While blocked, every fopen() and open() for reading fails with ENOENT: the job parser reads
+ * files the job names (keras_json) from the disk when they did not come with it, a worker
+ * loads the IDX data a job names, and an input must not make the fuzzer read /dev/zero or a
+ * terminal. The targets link with --wrap=fopen,--wrap=fopen64,--wrap=open,--wrap=open64. */
 void fuzz_block_files(bool blocked);
 FILE *__wrap_fopen(const char *path, const char *mode);
 FILE *__wrap_fopen64(const char *path, const char *mode);
+int __wrap_open(const char *path, int flags, ...);
+int __wrap_open64(const char *path, int flags, ...);
 
 /* Aborts, naming `what`, when a decoder's failure breaks the error contract: a failing status
  * comes with a sentence (err->text non-empty and NUL-terminated) and err->status equals it. */

@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     fuzz_file_set(&images, parts[0].data, parts[0].len);
     fuzz_file_set(&labels, n > 1 ? parts[1].data : NULL, n > 1 ? parts[1].len : 0);
-    rc = dataset_load_idx(images.path, labels.path, SCALE, &ds, &err);
+    rc = dataset_load_idx(images.path, labels.path, SCALE, 0, &ds, &err);
     fuzz_check_error("idx", rc, &err);
     if (rc == STATUS_OK)
         check_dataset(ds);

@@ -14,35 +14,51 @@
  *   fails loudly. The store lives across inputs, so that an input can use what an earlier one
  *   created; it starts afresh every RESET_EVERY inputs (TESSERA_FUZZ_RPC_RESET=N; 1 runs every
  *   input on a fresh store, to reproduce a crash from one input).
- * - Worker ConfigureJob and chief SubmitJob: the job spec with its files, through
- *   job_parse_with_files, as those handlers begin (nothing is read from the disk).
- * - Every other method: decoded only.
+ * - Worker ConfigureJob and Cancel: the real handlers (worker/service.c) on an offline worker
+ *   whose jobs may take 64 MiB (--max-memory-bytes): ConfigureJob parses the job with its
+ *   files, loads the data, builds the model and describes its variables, or (with a placement)
+ *   connects the job to its parameter servers (channels only: nothing is sent offline).
+ * - Chief SubmitJob, GetJob, ListJobs, CancelJob and GetCluster: the real handlers
+ *   (chief/coordinator.c, cluster_service.c) on an offline chief whose parameter server and
+ *   worker are unix sockets that do not exist, so that the jobs it accepts fail at once on its
+ *   runner thread.
+ * - Nothing reads the disk while a worker or chief handler runs (fuzz_block_files: the job
+ *   parser's files and the worker's IDX data fail with ENOENT); jobs use synthetic data.
+ * - RunClosure (its answer is deferred to the executor, which pulls from parameter servers),
+ *   the streams, Checkpoint and Export (not served yet): decoded only.
  *
  * Oracles: a reply must decode on the client (rpc_decode) and its values lie inside its payload
  * and be finite; a failure must carry an error detail that decodes, holds UTF-8 strings only and
- * gives the client the server's status (rpc_error_fill); no handler fails with INTERNAL. */
+ * gives the client the server's status (rpc_error_fill); no handler fails with INTERNAL.
+ * Every RESET_EVERY inputs all three daemons start afresh. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <grpc/grpc.h>
 
+#include "../../chief/chief.h"
+#include "../../ps-server/service.h"
+#include "../../worker/service.h"
 #include "daemon.h"
 #include "fuzz_common.h"
-#include "job.h"
 #include "rpc_internal.h"
 #include "rpc_offline.h"
 #include "rpc_seeds.h"
-#include "service.h"
 #include "tessera/v1/common.pb-c.h"
 
 #define RESET_EVERY      1000
 #define MAX_MESSAGE      (1 << 20)
 #define MAX_MEMORY_BYTES (8 << 20)
 #define MAX_SLICE_SHIFT  10
+#define WORKER_MEMORY    (64 << 20)
 
 static ps_opts_t ps_opts;
-static daemon_t *ps;
+static worker_opts_t worker_opts;
+static chief_opts_t chief_opts;
+static char *chief_ps[] = {"unix:/nonexistent/tessera-fuzz-ps"},
+            *chief_workers[] = {"unix:/nonexistent/tessera-fuzz-worker"};
+static daemon_t *ps, *worker, *chief;
 static rpc_seed_t *seeds;
 static size_t n_seeds;
 static long reset_every = RESET_EVERY, runs;
@@ -74,6 +90,26 @@ static void ps_start(void)
     }
 }
 
+static void others_start(void)
+{
+    status_msg_t err = {0};
+
+    worker_opts = (worker_opts_t){
+        .common = {.task_index = 0, .threads = 1, .max_message_bytes = MAX_MESSAGE},
+        .max_memory_bytes = WORKER_MEMORY,
+    };
+    if (daemon_offline_new(&worker_daemon_spec, &worker_opts, &worker, &err) != STATUS_OK)
+        fuzz_fail("rpc", "cannot start the offline worker: %s", err.text);
+    chief_opts = (chief_opts_t){
+        .common = {.task_index = 0, .threads = 1, .max_message_bytes = MAX_MESSAGE},
+        .ps = {.items = chief_ps, .n = 1},
+        .worker = {.items = chief_workers, .n = 1},
+        .health_timeout_ms = 100,
+    };
+    if (daemon_offline_new(&chief_daemon_spec, &chief_opts, &chief, &err) != STATUS_OK)
+        fuzz_fail("rpc", "cannot start the offline chief: %s", err.text);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     const char *reset = getenv("TESSERA_FUZZ_RPC_RESET");
@@ -86,6 +122,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         reset_every = atol(reset);
     n_seeds = rpc_seeds_build(&seeds);
     ps_start();
+    others_start();
     return 0;
 }
 
@@ -204,11 +241,13 @@ static void check_failure(const rpc_method_t *m, const rpc_offline_result_t *r)
 
 /* ---- methods ------------------------------------------------------------------------------ */
 
-static void call_served(const rpc_method_t *m, grpc_byte_buffer *bb)
+static void call_served(daemon_t *d, const rpc_method_t *m, grpc_byte_buffer *bb)
 {
     rpc_offline_result_t r;
 
-    rpc_offline_call(daemon_rpc(ps), m->id, bb, &r);
+    fuzz_block_files(d != ps);
+    rpc_offline_call(daemon_rpc(d), m->id, bb, &r);
+    fuzz_block_files(false);
     if (fuzz_verbose())
         fprintf(stderr, "fuzz: %s: %s%s%s\n", m->path, status_name(r.status),
                 r.status != STATUS_OK ? ": " : "", r.text);
@@ -219,59 +258,22 @@ static void call_served(const rpc_method_t *m, grpc_byte_buffer *bb)
     rpc_offline_result_done(&r);
 }
 
-/* ConfigureJob and SubmitJob begin by parsing the job with the files it brought (files[] is
- * filled by the caller from the request's map). */
-static void parse_job(const rpc_method_t *m, const char *spec, const char *path,
-                      const job_file_t *files, size_t n)
-{
-    status_msg_t err = {0};
-    job_t job;
-    status_t rc;
-
-    fuzz_block_files(true);
-    rc = job_parse_with_files(spec, strlen(spec), path[0] ? path : NULL, files, n, &job, &err);
-    fuzz_block_files(false);
-    fuzz_check_error(m->path, rc, &err);
-    job_done(&job);
-}
-
-#define FILES_FROM_MAP(files, r)                                                                   \
-    do {                                                                                           \
-        if (((files) = calloc((r)->n_files + 1, sizeof(*(files)))) == NULL)                        \
-            abort();                                                                               \
-        for (size_t i_ = 0; i_ < (r)->n_files; i_++)                                               \
-            (files)[i_] =                                                                          \
-                (job_file_t){(r)->files[i_]->key, (const char *)(r)->files[i_]->value.data,        \
-                             (r)->files[i_]->value.len};                                           \
-    } while (0)
-
 static void decode_only(const rpc_method_t *m, grpc_byte_buffer *bb)
 {
     ProtobufCMessage *msg = NULL;
     rpc_payload_t p = {0};
     status_msg_t why = {0};
-    job_file_t *files = NULL;
     status_t rc;
 
     rc = rpc_decode(m->request, bb, NULL, 0, &msg, &p, &why);
     fuzz_check_error(m->path, rc, &why);
-    if (rc != STATUS_OK)
-        return;
-    if (m->id == RPC_WORKER_CONFIGURE_JOB) {
-        const Tessera__V1__ConfigureJobRequest *r = (const void *)msg;
-        FILES_FROM_MAP(files, r);
-        parse_job(m, r->job_spec, r->job_path, files, r->n_files);
-    } else if (m->id == RPC_COORD_SUBMIT_JOB) {
-        const Tessera__V1__SubmitJobRequest *r = (const void *)msg;
-        FILES_FROM_MAP(files, r);
-        parse_job(m, r->job_spec, r->job_path, files, r->n_files);
-    }
-    free(files);
-    protobuf_c_message_free_unpacked(msg, NULL);
+    if (rc == STATUS_OK)
+        protobuf_c_message_free_unpacked(msg, NULL);
     rpc_payload_done(&p);
 }
 
-static bool served_offline(rpc_method_id_t id)
+/* The daemon whose real handler serves the method, or NULL. */
+static daemon_t *served_by(rpc_method_id_t id)
 {
     switch (id) {
     case RPC_HEALTH_CHECK:
@@ -285,9 +287,18 @@ static bool served_offline(rpc_method_id_t id)
     case RPC_PS_STATS:
     case RPC_DIAG_ECHO:
     case RPC_DIAG_SINK:
-        return true;
+        return ps;
+    case RPC_WORKER_CONFIGURE_JOB:
+    case RPC_WORKER_CANCEL:
+        return worker;
+    case RPC_COORD_SUBMIT_JOB:
+    case RPC_COORD_GET_JOB:
+    case RPC_COORD_LIST_JOBS:
+    case RPC_COORD_CANCEL_JOB:
+    case RPC_COORD_GET_CLUSTER:
+        return chief;
     default:
-        return false;
+        return NULL;
     }
 }
 
@@ -295,19 +306,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const rpc_method_t *m;
     grpc_byte_buffer *bb;
+    daemon_t *d;
     unsigned shift;
 
     if (size < 1)
         return 0;
     if (++runs % reset_every == 0) {
         daemon_offline_free(ps);
+        daemon_offline_free(worker);
+        daemon_offline_free(chief);
         ps_start();
+        others_start();
     }
     m = rpc_method_get((rpc_method_id_t)(data[0] % RPC_METHOD_COUNT_));
     shift = (unsigned)(data[0] / RPC_METHOD_COUNT_) % (MAX_SLICE_SHIFT + 1);
     bb = make_buffer(data + 1, size - 1, shift == 0 ? 0 : (size_t)1 << (shift - 1));
-    if (served_offline(m->id))
-        call_served(m, bb);
+    if ((d = served_by(m->id)) != NULL)
+        call_served(d, m, bb);
     else
         decode_only(m, bb);
     grpc_byte_buffer_destroy(bb);

@@ -280,6 +280,14 @@ static void add_jobs(seeds_t *s)
         TESSERA__V1__SUBMIT_JOB_REQUEST__FILES_ENTRY__INIT;
     Tessera__V1__SubmitJobRequest__FilesEntry *sfiles[] = {&sfile};
     char *ps[] = {"127.0.0.1:2223"};
+    Tessera__V1__ShardPlacement kernel = TESSERA__V1__SHARD_PLACEMENT__INIT,
+                                bias = TESSERA__V1__SHARD_PLACEMENT__INIT;
+    Tessera__V1__ShardPlacement *place[] = {&kernel, &bias};
+
+    kernel.variable = "dense/kernel";
+    kernel.rows = 4;
+    bias.variable = "dense/bias";
+    bias.rows = 3;
 
     cfile.key = "fuzz/m.json";
     cfile.value.data = (uint8_t *)keras_json;
@@ -294,6 +302,11 @@ static void add_jobs(seeds_t *s)
     conf.num_workers = 1;
     conf.seed = 1;
     add(s, "configure-job-keras", RPC_WORKER_CONFIGURE_JOB, &conf.base, NULL, 0);
+    /* The second call: where the variables of configure-job-keras live. */
+    conf.n_placement = 2;
+    conf.placement = place;
+    add(s, "configure-job-placement", RPC_WORKER_CONFIGURE_JOB, &conf.base, NULL, 0);
+    conf.n_placement = 0;
     conf.job_spec = (char *)job_yaml;
     conf.job_path = "fuzz/job.yaml";
     conf.n_files = 0;

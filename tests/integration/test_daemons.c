@@ -570,7 +570,8 @@ START_TEST(chief_and_worker_refuse_hostile_jobs_and_keep_serving)
     FILE *f;
 
     harness_start(&ps, "tessera-ps", "ps-hostile-jobs", NULL);
-    harness_start(&worker, "tessera-worker", "worker-hostile-jobs", NULL);
+    harness_start(&worker, "tessera-worker", "worker-hostile-jobs", "--max-memory-bytes=67108864",
+                  NULL);
     snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", ps.listen);
     snprintf(worker_flag, sizeof(worker_flag), "--worker=%s", worker.listen);
     harness_start(&chief, "tessera-chief", "chief-hostile-jobs", ps_flag, worker_flag, NULL);
@@ -613,6 +614,30 @@ START_TEST(chief_and_worker_refuse_hostile_jobs_and_keep_serving)
              harness_tmpdir(), harness_tmpdir());
     expect_refused(configure(wch, job, NULL, NULL, &err), &err, "promises 536870912 bytes",
                    "a lying IDX header");
+
+    /* A model or data past the worker's --max-memory-bytes (64 MiB), refused before allocating:
+     * a 2048 x 2^19 kernel (4 GiB), and 2^20 synthetic examples of 64 values (272 MiB). */
+    expect_refused(configure(wch,
+                             "model: [{dense: {units: 524288}, input_shape: [2048]}]\nloss: mse\n"
+                             "data: {batch_size: 8, train: {format: synthetic, examples: 100, "
+                             "shape: [2048], classes: 2}}\n",
+                             NULL, NULL, &err),
+                   &err, "layer 0 (dense): a buffer of 4294967296 bytes", "a 4 GiB kernel");
+    ck_assert_int_eq(err.status, STATUS_RESOURCE_EXHAUSTED);
+    expect_refused(configure(wch,
+                             "model: [{dense: {units: 2}, input_shape: [64]}]\nloss: mse\n"
+                             "data: {batch_size: 8, train: {format: synthetic, examples: 1048576, "
+                             "shape: [64], classes: 2}}\n",
+                             NULL, NULL, &err),
+                   &err, "memory limit of 67108864 bytes", "272 MiB of data");
+
+    /* A layer name that is not UTF-8 would name variables no peer can decode. */
+    expect_refused(configure(wch, keras_job, "/jobs/m.json",
+                             "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+                             "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\x8d\xa1\", "
+                             "\"units\": 1, \"batch_input_shape\": [null, 4]}}]}}",
+                             &err),
+                   &err, "the name 'd\\x8d\\xa1' may hold only", "a layer name not in UTF-8");
 
     ck_assert_int_eq(health_check(chief.listen, "", 5000, &err), HEALTH_SERVING);
     ck_assert_int_eq(health_check(worker.listen, "", 5000, &err), HEALTH_SERVING);

@@ -709,6 +709,20 @@ START_TEST(layer_structure_mistakes_are_explained)
     ASSERT_BAD("model: [{dense: {units: 1, name: x}, input_shape: [4]}, {dense: {units: 1, "
                "name: x}}]\n" TAIL,
                "two layers are named 'x'");
+    /* A layer's name names its variables ("<layer>/kernel"), on the wire as UTF-8 strings. */
+    ASSERT_BAD("model: [{dense: {units: 1, name: a/b}, input_shape: [4]}]\n" TAIL,
+               "layer 0: the name 'a/b' may hold only letters, digits");
+    ASSERT_BAD("model: [{dense: {units: 1, name: _a}, input_shape: [4]}]\n" TAIL,
+               "the name '_a' may hold only");
+    ASSERT_BAD("model: [{dense: {units: 1, name: \"d\\xe9\"}, input_shape: [4]}]\n" TAIL,
+               "the name 'd\u00e9' may hold only");
+    {
+        job_t job;
+        parse_ok("model: [{dense: {units: 1, name: .d_1-x}, input_shape: [4]}]\n" TAIL, "j.yaml",
+                 &job);
+        ck_assert_str_eq(job.model.layers[0].name, ".d_1-x");
+        job_done(&job);
+    }
     ASSERT_BAD("model: []\n" TAIL, "the model has no layers");
     ASSERT_BAD("model: {keras_json: m.json, layers: []}\n" TAIL, "keras_json stands alone");
     ASSERT_BAD("model: [{flatten: {name: f}}, {dense: {units: 1, use_bias: 1}}]\n" TAIL,

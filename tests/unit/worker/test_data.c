@@ -208,7 +208,7 @@ static void check_small_idx(bool gz)
     dataset_t *ds = NULL;
     status_msg_t err = {0};
 
-    ck_assert_msg(dataset_load_idx(im, lb, 0.5, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(dataset_load_idx(im, lb, 0.5, 0, &ds, &err) == STATUS_OK, "%s", err.text);
     ck_assert_uint_eq(ds->n, 3);
     ck_assert_uint_eq(ds->feature_len, 4);
     ck_assert_int_eq(ds->rank, 2);
@@ -244,7 +244,7 @@ START_TEST(idx_accepts_uint8_features_of_rank_1_and_4)
 
     const char *im = idx_write("r1", 0x801, d1, 1, NULL, false, 0);
     const char *lb = labels_write("lb5", labels, 5, false);
-    ck_assert_msg(dataset_load_idx(im, lb, 1.0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(dataset_load_idx(im, lb, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
     ck_assert_uint_eq(ds->feature_len, 1);
     ck_assert_int_eq(ds->rank, 1);
     ck_assert_int_eq(ds->shape[0], 1);
@@ -254,7 +254,7 @@ START_TEST(idx_accepts_uint8_features_of_rank_1_and_4)
 
     im = idx_write("r4", 0x804, d4, 4, NULL, true, 0);
     lb = labels_write("lb2", labels, 2, true);
-    ck_assert_msg(dataset_load_idx(im, lb, 1.0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(dataset_load_idx(im, lb, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
     ck_assert_uint_eq(ds->feature_len, 12);
     ck_assert_int_eq(ds->rank, 3);
     ck_assert_int_eq(ds->shape[0], 3);
@@ -268,7 +268,7 @@ static void expect_load_error(const char *im, const char *lb, status_t status, c
 {
     dataset_t *ds = NULL;
     status_msg_t err = {0};
-    status_t rc = dataset_load_idx(im, lb, 1.0, &ds, &err);
+    status_t rc = dataset_load_idx(im, lb, 1.0, 0, &ds, &err);
     ck_assert_msg(rc == status, "got %s (%s), expected %s", status_name(rc), err.text,
                   status_name(status));
     ck_assert_ptr_null(ds);
@@ -416,7 +416,7 @@ START_TEST(fashion_mnist_train_loads_60000_images_of_10_classes)
     if (!fashion_present())
         return;
     ck_assert_msg(dataset_load_idx(FASHION_DIR "/train-images-idx3-ubyte.gz",
-                                   FASHION_DIR "/train-labels-idx1-ubyte.gz", 1.0 / 255, &ds,
+                                   FASHION_DIR "/train-labels-idx1-ubyte.gz", 1.0 / 255, 0, &ds,
                                    &err) == STATUS_OK,
                   "%s", err.text);
     ck_assert_uint_eq(ds->n, 60000);
@@ -447,7 +447,7 @@ START_TEST(fashion_mnist_test_split_loads_10000_images)
     if (!fashion_present())
         return;
     ck_assert_msg(dataset_load_idx(FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                                   FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 1.0, &ds,
+                                   FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 1.0, 0, &ds,
                                    &err) == STATUS_OK,
                   "%s", err.text);
     ck_assert_uint_eq(ds->n, 10000);
@@ -478,7 +478,7 @@ static dataset_t *synthetic(const job_synthetic_t *spec, double scale)
 {
     dataset_t *ds = NULL;
     status_msg_t err = {0};
-    ck_assert_msg(dataset_synthetic(spec, scale, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(dataset_synthetic(spec, scale, 0, &ds, &err) == STATUS_OK, "%s", err.text);
     return ds;
 }
 
@@ -603,7 +603,7 @@ static void expect_spec_error(const job_synthetic_t *spec, status_t status, cons
 {
     dataset_t *ds = NULL;
     status_msg_t err = {0};
-    status_t rc = dataset_synthetic(spec, 1.0, &ds, &err);
+    status_t rc = dataset_synthetic(spec, 1.0, 0, &ds, &err);
     ck_assert_msg(rc == status, "got %s (%s)", status_name(rc), err.text);
     ck_assert_ptr_null(ds);
     ck_assert_msg(strstr(err.text, phrase) != NULL, "'%s' does not say '%s'", err.text, phrase);
@@ -635,6 +635,44 @@ START_TEST(synthetic_rejects_a_bad_spec)
 }
 END_TEST
 
+/* Data past the memory limit is refused before it is allocated, naming what is too large. */
+START_TEST(datasets_and_pipelines_respect_the_memory_limit)
+{
+    const uint32_t dims[3] = {2, 1, 3};
+    const uint8_t labels[2] = {4, 1};
+    job_synthetic_t s = classification_spec(1);
+    dataset_t *ds = NULL;
+    data_pipeline_t *p = NULL;
+    data_pipeline_opts_t o = {.num_shards = 1, .batch_size = 100, .epochs = 1, .prefetch = 3};
+    status_msg_t err = {0};
+    const char *im = idx_write("budget-im", 0x803, dims, 3, NULL, false, 0);
+
+    /* 2 examples of 3 values and their labels: 32 bytes */
+    ck_assert_int_eq(
+        dataset_load_idx(im, labels_write("budget-lb", labels, 2, false), 1.0, 31, &ds, &err),
+        STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(err.text, im));
+    ck_assert_ptr_null(ds);
+
+    s.examples = 1000; /* 1000 examples of 8 values and a label: 36,000 bytes, and the teacher */
+    ck_assert_int_eq(dataset_synthetic(&s, 1.0, 30000, &ds, &err), STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_null(ds);
+    ck_assert_ptr_nonnull(strstr(err.text, "synthetic data"));
+    ck_assert_ptr_nonnull(strstr(err.text, "memory limit of 30000 bytes"));
+    ck_assert_msg(dataset_synthetic(&s, 1.0, 40000, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(dataset_bytes(ds), 1000 * 9 * sizeof(float));
+
+    /* 4 slots of 100 x 9 floats and 3 x 1000 indices */
+    o.max_bytes = 20000;
+    ck_assert_int_eq(data_pipeline_new(ds, &o, &p, &err), STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(err.text, "data pipeline"));
+    o.max_bytes = 64000;
+    ck_assert_msg(data_pipeline_new(ds, &o, &p, &err) == STATUS_OK, "%s", err.text);
+    data_pipeline_free(p);
+    dataset_free(ds);
+}
+END_TEST
+
 START_TEST(dataset_load_dispatches_on_the_format)
 {
     const uint32_t dims[3] = {2, 1, 3};
@@ -645,20 +683,20 @@ START_TEST(dataset_load_dispatches_on_the_format)
 
     src.images = (char *)idx_write("im", 0x803, dims, 3, NULL, false, 0);
     src.labels = (char *)labels_write("lb", labels, 2, false);
-    ck_assert_msg(dataset_load(&src, 1.0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(dataset_load(&src, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
     ck_assert_uint_eq(ds->n, 2);
     ck_assert_int_eq(ds->classes, 5);
     dataset_free(ds);
 
     src.format = JOB_DATA_SYNTHETIC;
     src.synthetic = classification_spec(1);
-    ck_assert_msg(dataset_load(&src, 1.0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(dataset_load(&src, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
     ck_assert_uint_eq(ds->n, 3000);
     dataset_free(ds);
     ds = NULL;
 
     src.present = false;
-    ck_assert_int_eq(dataset_load(&src, 1.0, &ds, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_int_eq(dataset_load(&src, 1.0, 0, &ds, &err), STATUS_INVALID_ARGUMENT);
     ck_assert_ptr_null(ds);
 }
 END_TEST
@@ -1011,6 +1049,7 @@ int main(void)
     tcase_add_test(idx, fashion_mnist_train_loads_60000_images_of_10_classes);
     tcase_add_test(idx, fashion_mnist_test_split_loads_10000_images);
     tcase_add_test(idx, dataset_load_dispatches_on_the_format);
+    tcase_add_test(idx, datasets_and_pipelines_respect_the_memory_limit);
     suite_add_tcase(s, idx);
 
     tcase_set_timeout(syn, 60);

@@ -57,7 +57,7 @@ static void build(fixture_t *f, const int *shape, int rank, job_loss_kind_t loss
     f->spec.input_rank = rank;
     memcpy(f->spec.input_shape, shape, (size_t)rank * sizeof(int));
     f->batch = batch;
-    ck_assert_msg(model_new(&f->spec, loss, logits, batch, 42, &f->m, &err) == STATUS_OK, "%s",
+    ck_assert_msg(model_new(&f->spec, loss, logits, batch, 42, 0, &f->m, &err) == STATUS_OK, "%s",
                   err.text);
     f->x = calloc((size_t)batch * model_input_len(f->m), sizeof(float));
     f->y = calloc((size_t)batch, sizeof(float));
@@ -296,24 +296,72 @@ START_TEST(model_rejects_shapes_that_do_not_chain)
     spec.n_layers = 1;
     spec.input_rank = 1;
     spec.input_shape[0] = 784;
-    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, 0, &m, &err), STATUS_BAD_CONFIG);
     ck_assert_ptr_nonnull(strstr(err.text, "Conv2D needs input"));
 
     l[0] = conv(4, 5, 1, false, JOB_ACT_RELU);
     spec.input_rank = 3;
     spec.input_shape[0] = 3, spec.input_shape[1] = 3, spec.input_shape[2] = 1;
-    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, 0, &m, &err), STATUS_BAD_CONFIG);
     ck_assert_ptr_nonnull(strstr(err.text, "does not fit"));
 
     l[0] = (job_layer_t){.kind = JOB_LAYER_RESHAPE, .target_shape = {5, 5}, .target_rank = 2};
     spec.input_rank = 1, spec.input_shape[0] = 24;
-    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 8, 1, 0, &m, &err), STATUS_BAD_CONFIG);
     ck_assert_ptr_nonnull(strstr(err.text, "reshape"));
 
     l[0] = dense(10, JOB_ACT_SOFTMAX);
-    ck_assert_int_eq(model_new(&spec, JOB_LOSS_BINARY_CROSSENTROPY, false, 8, 1, &m, &err),
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_BINARY_CROSSENTROPY, false, 8, 1, 0, &m, &err),
                      STATUS_BAD_CONFIG);
     ck_assert_ptr_nonnull(strstr(err.text, "binary_crossentropy"));
+    ck_assert_ptr_null(m);
+}
+END_TEST
+
+/* A model past its memory limit, or with a tensor past INT_MAX values, is refused before the
+ * buffer is allocated, naming the layer; it never crashes on a failed allocation. */
+START_TEST(model_refuses_buffers_past_its_memory_limit)
+{
+    job_model_t spec = {.input_rank = 1, .input_shape = {784}};
+    job_layer_t l[2] = {dense(128, JOB_ACT_RELU), dense(10, JOB_ACT_SOFTMAX)};
+    model_t *m = NULL;
+    status_msg_t err = {0};
+
+    spec.layers = l;
+    spec.n_layers = 2;
+    /* 784 x 128 kernel values and their gradients alone take 800 KB */
+    ck_assert_int_eq(
+        model_new(&spec, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 32, 1, 500000, &m, &err),
+        STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(err.text, "layer 0 (dense_0)"));
+    ck_assert_ptr_nonnull(strstr(err.text, "memory limit"));
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(
+        model_new(&spec, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 32, 1, 2000000, &m, &err),
+        STATUS_OK);
+    ck_assert_uint_gt(model_bytes(m), 2 * 784 * 128 * sizeof(float));
+    ck_assert_uint_le(model_bytes(m), 2000000);
+    model_free(m);
+    m = NULL;
+
+    /* 2^17 x 2^17 kernel values: more than one tensor may hold, whatever the limit */
+    spec.input_shape[0] = 1 << 17;
+    l[0] = dense(1 << 17, JOB_ACT_RELU);
+    ck_assert_int_eq(
+        model_new(&spec, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 32, 1, 0, &m, &err),
+        STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(err.text, "one tensor may hold"));
+
+    /* Conv2D buffers whose element count overflows 64 bits saturate, and are refused */
+    spec.input_rank = 3;
+    spec.input_shape[0] = spec.input_shape[1] = 1 << 20, spec.input_shape[2] = 1;
+    l[0] = conv(4, 3, 1, false, JOB_ACT_RELU);
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 1 << 30, 1, 0, &m, &err),
+                     STATUS_BAD_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.text, "values per example"));
+    spec.input_shape[0] = spec.input_shape[1] = 1 << 14;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 1 << 30, 1, 0, &m, &err),
+                     STATUS_RESOURCE_EXHAUSTED);
     ck_assert_ptr_null(m);
 }
 END_TEST
@@ -479,6 +527,7 @@ int main(void)
     tcase_add_test(tc, model_reshape_activation_dropout_gradients_match);
     tcase_add_test(tc, model_dropout_drops_in_training_only_and_rescales);
     tcase_add_test(tc, model_rejects_shapes_that_do_not_chain);
+    tcase_add_test(tc, model_refuses_buffers_past_its_memory_limit);
     tcase_add_test(tc, model_rejects_labels_and_token_ids_out_of_range);
     tcase_add_test(tc, model_glorot_uniform_kernels_respect_their_limit_and_seed);
     tcase_add_test(tc, model_backward_reports_each_layers_gradients_final_then_its_values_free);
