@@ -1217,6 +1217,16 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     SECTION("partitioner", false, parse_partitioner, &job->partitioner);
     SECTION("checkpoint", false, parse_checkpoint, job);
     SECTION("tensorboard", false, parse_tensorboard, job);
+    /* Parsed, so that mistakes in them are named, but not acted on yet: refused, rather than
+     * train without the files the user asked for. */
+    if (job->checkpoint_dir != NULL)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "checkpoint")->line,
+                             "checkpoint: Tessera does not write checkpoints yet; remove the "
+                             "section to train without them");
+    if (job->tensorboard_logdir != NULL)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "tensorboard")->line,
+                             "tensorboard: Tessera does not write TensorBoard events yet; remove "
+                             "the section to train without them");
     STATUS_CHECK(job_tree_get_i64(c, root, "seed", false, 0, &seed));
     job->seed = seed >= 0 ? (uint64_t)seed : job->data.seed;
     return STATUS_OK;

@@ -70,6 +70,18 @@ static status_t trainer_init(trainer_t *t, const job_t *job, status_msg_t *err)
 
     t->job = job;
     t->opt = job->optimizer;
+    /* The synchronous strategies need replicas and all-reduce, which are not built yet: running
+     * such a job on one device would be a different job, without a word. */
+    if (job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE ||
+        job->strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: strategy %s is not available yet: tessera train runs one_device "
+                           "jobs (and parameter_server jobs, as one worker)",
+                           job->path ? job->path : "job",
+                           job->strategy == JOB_STRATEGY_MIRRORED ? "mirrored"
+                           : job->strategy == JOB_STRATEGY_CENTRAL_STORAGE
+                               ? "central_storage"
+                               : "multi_worker_mirrored");
     if (t->opt.lr_scale == 0) /* "scale by replicas": one replica here */
         t->opt.lr_scale = 1;
     if (!job->data.train.present)

@@ -130,6 +130,12 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
     expect_failure(write_job("loss.yaml", "model:\n" MLP "\nloss: hinge\ndata: {batch_size: 8}\n"),
                    "hinge", NULL);
     expect_failure("/nonexistent/job.yaml", "/nonexistent/job.yaml", NULL);
+    /* A strategy tessera train cannot honour is refused, not run on one device in silence. */
+    expect_failure(write_job("mirrored.yaml",
+                             "strategy: mirrored\nmodel:\n" MLP "\nloss: mse\ndata: {batch_size: "
+                             "8, train: {format: synthetic, examples: 16, shape: [784], classes: "
+                             "2}}\n"),
+                   "strategy mirrored is not available yet", NULL);
     expect_failure(job_with("flag.yaml", MLP, FM "train-images-idx3-ubyte.gz",
                             FM "train-labels-idx1-ubyte.gz", "adam"),
                    "--bogus", "--bogus");
