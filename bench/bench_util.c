@@ -20,7 +20,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "launch.h"
+#include "daemon/launch.h"
 
 #define PS_START_TIMEOUT_MS 15000
 #define PS_STOP_TIMEOUT_MS  10000

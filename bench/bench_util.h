@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "launch.h"
-#include "status.h"
+#include "daemon/launch.h"
+#include "base/status.h"
 
 #define MB 1e6 /* throughput unit: 10^6 bytes */
 

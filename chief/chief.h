@@ -2,7 +2,7 @@
 #ifndef TESSERA_CHIEF_H
 #define TESSERA_CHIEF_H
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 
 typedef struct chief_opts {
     daemon_opts_t common;

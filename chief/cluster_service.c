@@ -5,9 +5,10 @@
 
 #include "chief.h"
 #include "coordinator.h"
-#include "health.h"
-#include "log.h"
+#include "rpc/health.h"
+#include "base/log.h"
 #include "tessera/v1/common.pb-c.h"
+#include "rpc/server.h"
 
 typedef struct chief_state {
     daemon_t *daemon;

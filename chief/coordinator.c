@@ -10,11 +10,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "job.h"
-#include "log.h"
-#include "optimizer_proto.h"
-#include "partitioner.h"
+#include "job/job.h"
+#include "base/log.h"
+#include "rpc/optimizer_proto.h"
+#include "job/partitioner.h"
 #include "tessera/v1/common.pb-c.h"
+#include "rpc/server.h"
+#include "rpc/client.h"
 
 #define MAX_EVENTS        64
 #define CONFIGURE_TIMEOUT 600000

@@ -3,7 +3,7 @@
 #ifndef TESSERA_CLI_H
 #define TESSERA_CLI_H
 
-#include "health.h"
+#include "rpc/health.h"
 #include "tessera/v1/coordinator.pb-c.h"
 
 int cli_cluster(int argc, char **argv);

@@ -7,9 +7,10 @@
 #include <grpc/grpc.h>
 
 #include "cli.h"
-#include "cluster.h"
-#include "config.h"
-#include "log.h"
+#include "daemon/cluster.h"
+#include "daemon/config.h"
+#include "base/log.h"
+#include "rpc/client.h"
 
 typedef struct cluster_cmd_opts {
     char *chief;

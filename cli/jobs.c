@@ -11,8 +11,9 @@
 #include <grpc/grpc.h>
 
 #include "cli.h"
-#include "config.h"
-#include "job.h"
+#include "daemon/config.h"
+#include "job/job.h"
+#include "rpc/client.h"
 
 typedef struct jobs_opts {
     char *chief;

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "log.h"
+#include "base/log.h"
 
 static const struct {
     const char *name;

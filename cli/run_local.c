@@ -10,8 +10,8 @@
 #include <grpc/grpc.h>
 
 #include "cli.h"
-#include "config.h"
-#include "launch.h"
+#include "daemon/config.h"
+#include "daemon/launch.h"
 
 #define MAX_TASKS 64
 

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "config.h"
-#include "job.h"
+#include "daemon/config.h"
+#include "job/job.h"
 #include "train.h"
 
 typedef struct train_cmd_opts {

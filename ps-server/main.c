@@ -1,7 +1,7 @@
 /* tessera-ps: the parameter server. */
 #include <stddef.h>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "service.h"
 
 static status_t ps_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,

@@ -13,12 +13,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "initializer.h"
-#include "log.h"
-#include "memory.h"
-#include "optimizer_proto.h"
+#include "job/initializer.h"
+#include "rpc/initializer_proto.h"
+#include "base/log.h"
+#include "base/memory.h"
+#include "rpc/optimizer_proto.h"
 #include "store.h"
 #include "tessera/v1/ps.pb-c.h"
+#include "rpc/server.h"
 
 /* Room left in a message for the fields beside the payload. */
 #define REPLY_HEADROOM (64u << 10)

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 
 typedef struct ps_opts {
     daemon_opts_t common;

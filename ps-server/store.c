@@ -19,9 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "initializer.h"
-#include "partitioner.h"
-#include "rpc.h"
+#include "job/initializer.h"
+#include "job/partitioner.h"
+#include "rpc/types.h"
 
 typedef struct var var_t;
 

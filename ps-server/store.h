@@ -20,10 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
-#include "metrics.h"
-#include "optimizer.h"
-#include "status.h"
+#include "job/job.h"
+#include "daemon/metrics.h"
+#include "optim/optimizer.h"
+#include "base/status.h"
 #include "tessera/v1/common.pb-c.h"
 
 #define STORE_MAX_RANK               8
@@ -55,7 +55,7 @@ typedef struct store_shard_spec {
     size_t rank, full_rank;
     int64_t shape[STORE_MAX_RANK];      /* the shard's */
     int64_t full_shape[STORE_MAX_RANK]; /* the whole variable's */
-    int64_t row_offset;                 /* must be the div layout's (common/partitioner.h) */
+    int64_t row_offset;                 /* must be the div layout's (common/job/partitioner.h) */
     job_init_t init;        /* JOB_INIT_DEFAULT = zeros; without has_seed the stream seed is */
     double fan_in, fan_out; /* derived from (job, variable); fans 0 = Keras's from full_shape */
     bool sparse;            /* updated by rows (embeddings) */

@@ -15,7 +15,7 @@
 #include <immintrin.h>
 #endif
 
-#include "log.h"
+#include "base/log.h"
 
 /* CBLAS enum values (cblas.h): row-major 101, no-trans 111, trans 112. */
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };

@@ -12,7 +12,7 @@
 
 #include <stdbool.h>
 
-#include "status.h"
+#include "base/status.h"
 
 /* Row-major single-precision GEMM: C = alpha * op(A) op(B) + beta * C. */
 typedef void (*blas_sgemm_fn)(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

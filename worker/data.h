@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
-#include "status.h"
+#include "job/job.h"
+#include "base/status.h"
 
 typedef struct dataset {
     float *features; /* [n, feature_len], 64-byte aligned */

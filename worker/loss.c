@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "model_internal.h"
 
 #define PROB_EPSILON 1e-7f /* Keras's backend epsilon, used to clip probabilities */

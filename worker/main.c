@@ -1,7 +1,7 @@
 /* tessera-worker: trains the job's model on its share of the data, driven by the chief. */
 #include <stddef.h>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "service.h"
 
 static status_t worker_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,

@@ -1,5 +1,6 @@
-/* Sequential models on the CPU: shape inference, Keras initializers (common/initializer.c), forward
- * and backward passes of every layer, losses and accuracy. Matrix products go through blas_sgemm.
+/* Sequential models on the CPU: shape inference, Keras initializers (common/job/initializer.c),
+ * forward and backward passes of every layer, losses and accuracy. Matrix products go through
+ * blas_sgemm.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "model.h"
@@ -12,8 +13,8 @@
 #include <string.h>
 
 #include "blas.h"
-#include "initializer.h"
-#include "log.h"
+#include "job/initializer.h"
+#include "base/log.h"
 #include "model_internal.h"
 
 /* ---- random numbers (splitmix64) ---------------------------------------------------------- */

@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
-#include "status.h"
+#include "job/job.h"
+#include "base/status.h"
 
 /* One trainable variable: a Dense/Conv2D kernel or bias, or an Embedding table. */
 typedef struct model_param {

@@ -8,8 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "model_internal.h"
+#include "rpc/client.h"
 
 #define PS_CALL_TIMEOUT_MS 60000
 #define ALL_PACKS          SIZE_MAX

@@ -11,9 +11,9 @@
 #ifndef TESSERA_PS_CLIENT_H
 #define TESSERA_PS_CLIENT_H
 
-#include "job.h"
+#include "job/job.h"
 #include "model.h"
-#include "rpc.h"
+#include "rpc/types.h"
 
 typedef struct ps_client ps_client_t;
 

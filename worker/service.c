@@ -16,11 +16,13 @@
 #include <string.h>
 
 #include "data.h"
-#include "initializer.h"
-#include "log.h"
-#include "memory.h"
+#include "job/initializer.h"
+#include "rpc/initializer_proto.h"
+#include "base/log.h"
+#include "base/memory.h"
 #include "model_internal.h"
 #include "ps_client.h"
+#include "rpc/server.h"
 
 typedef struct closure_task {
     struct closure_task *next;

@@ -2,7 +2,7 @@
 #ifndef TESSERA_WORKER_SERVICE_H
 #define TESSERA_WORKER_SERVICE_H
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 
 typedef struct worker_opts {
     daemon_opts_t common;

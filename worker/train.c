@@ -9,10 +9,10 @@
 
 #include "blas.h"
 #include "data.h"
-#include "log.h"
-#include "memory.h"
+#include "base/log.h"
+#include "base/memory.h"
 #include "model.h"
-#include "optimizer.h"
+#include "optim/optimizer.h"
 
 typedef struct trainer {
     const job_t *job;

@@ -9,8 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "job.h"
-#include "status.h"
+#include "job/job.h"
+#include "base/status.h"
 
 typedef struct train_opts {
     int threads;    /* compute threads (large GEMMs are split over them) */

@@ -30,9 +30,9 @@
 #include <grpc/grpc.h>
 
 #include "bench_util.h"
-#include "log.h"
-#include "optimizer_proto.h"
-#include "rpc.h"
+#include "base/log.h"
+#include "rpc/optimizer_proto.h"
+#include "rpc/client.h"
 
 #define MIB             ((size_t)1 << 20)
 #define JOB             "bench-ps"

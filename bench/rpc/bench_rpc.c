@@ -29,10 +29,10 @@
 #include <grpc/grpc.h>
 
 #include "bench_util.h"
-#include "crc32c.h"
-#include "launch.h"
-#include "log.h"
-#include "rpc.h"
+#include "base/crc32c.h"
+#include "daemon/launch.h"
+#include "base/log.h"
+#include "rpc/client.h"
 
 #define MIB               ((size_t)1 << 20)
 #define MIN_PUSH_CALLS    5

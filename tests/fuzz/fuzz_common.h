@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "status.h"
+#include "base/status.h"
 
 /* The libFuzzer entry points every target defines. */
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -1,4 +1,5 @@
-/* Fuzz target: daemon config files (common/config.c), read as `--config FILE` by config_load.
+/* Fuzz target: daemon config files (common/daemon/config.c), read as `--config FILE` by
+ * config_load.
  *
  * The daemons' own tables live beside their main()s, out of reach here, so the table is a
  * representative one: the rows every daemon has (DAEMON_OPTION_ROWS: address, string, integer,
@@ -8,8 +9,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "config.h"
-#include "daemon.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
 #include "fuzz_common.h"
 
 typedef struct fuzz_opts {

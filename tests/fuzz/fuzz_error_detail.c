@@ -1,5 +1,5 @@
 /* Fuzz target: the error detail a client decodes from a failed call's trailing metadata
- * (common/rpc_client.c, rpc_error_fill; Tessera__V1__ErrorDetail under "tessera-error-bin").
+ * (common/rpc/client.c, rpc_error_fill; Tessera__V1__ErrorDetail under "tessera-error-bin").
  *
  * Input: [1 byte: gRPC status code][the metadata value]. The status message is fixed. */
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include <grpc/grpc.h>
 
 #include "fuzz_common.h"
-#include "rpc_internal.h"
+#include "rpc/internal.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -1,5 +1,5 @@
-/* Fuzz target: job files (common/job.h, job_parse_with_files), YAML or JSON, with the files a job
- * brings along.
+/* Fuzz target: job files (common/job/job.h, job_parse_with_files), YAML or JSON, with the files a
+ * job brings along.
  *
  * Input: the job text, then up to FILES_MAX files, each introduced by "\n#@file PATH\n" and
  * running to the next such line. The job is parsed as "fuzz/job.yaml", so `keras_json: m.json`
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "job.h"
+#include "job/job.h"
 
 #define FILE_SEP  "\n#@file "
 #define FILES_MAX 4

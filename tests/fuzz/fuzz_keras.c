@@ -1,9 +1,9 @@
-/* Fuzz target: Keras model.to_json() documents (common/keras.c, job_parse_keras_json). The input
- * is the document as is, not NUL-terminated. */
+/* Fuzz target: Keras model.to_json() documents (common/job/keras.c, job_parse_keras_json). The
+ * input is the document as is, not NUL-terminated. */
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "job.h"
+#include "job/job.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -2,7 +2,7 @@
  * (rpc_decode) and handed to what the server does with them.
  *
  * Input: [1 selector byte][request bytes]. The selector picks the method, selector %
- * RPC_METHOD_COUNT_ in the method table (common/rpc_methods.h), and how the bytes arrive:
+ * RPC_METHOD_COUNT_ in the method table (common/rpc/methods.h), and how the bytes arrive:
  * selector / RPC_METHOD_COUNT_ = 0 as one slice, k > 0 in slices of 2^(k-1) bytes (gRPC hands
  * a message over in slices; the codec walks across them).
  *
@@ -40,10 +40,10 @@
 #include "../../chief/chief.h"
 #include "../../ps-server/service.h"
 #include "../../worker/service.h"
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "fuzz_common.h"
-#include "rpc_internal.h"
-#include "rpc_offline.h"
+#include "rpc/internal.h"
+#include "rpc/offline.h"
 #include "rpc_seeds.h"
 #include "tessera/v1/common.pb-c.h"
 

@@ -1,9 +1,9 @@
-/* Fuzz target: TF_CONFIG (common/cluster.h, cluster_spec_parse_tf_config). The input is the
+/* Fuzz target: TF_CONFIG (common/daemon/cluster.h, cluster_spec_parse_tf_config). The input is the
  * variable's value; the parser takes a C string, so it is cut at the first NUL. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "daemon/cluster.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -154,11 +154,11 @@ def write_dict(name, words, extra=()):
 
 
 def dicts():
-    keras = identifiers("common/keras.c")
+    keras = identifiers("common/job/keras.c")
     write_dict("keras", keras)
-    write_dict("job", sorted(set(identifiers("common/job.c", "common/job_tree.c")) | set(keras)),
+    write_dict("job", sorted(set(identifiers("common/job/job.c", "common/job/tree.c")) | set(keras)),
                ['"\\x0a#@file fuzz/"', '"keras_json: m.json"'])
-    write_dict("config", identifiers("common/daemon.h", "tests/fuzz/fuzz_config.c"),
+    write_dict("config", identifiers("common/daemon/daemon.h", "tests/fuzz/fuzz_config.c"),
                ['"true"', '"false"', '"ms"', '"250ms"', '"2m"', '"[::1]:1"', '"127.0.0.1:0"'])
     write_dict("tf_config", ["cluster", "task", "type", "index", "chief", "master", "worker",
                              "ps", "evaluator", "environment", "rpc_layer", "cloud", "grpc"])

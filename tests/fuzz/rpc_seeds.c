@@ -6,9 +6,10 @@
 
 #include <grpc/byte_buffer_reader.h>
 
-#include "initializer.h"
-#include "optimizer_proto.h"
-#include "rpc_internal.h"
+#include "job/initializer.h"
+#include "rpc/initializer_proto.h"
+#include "rpc/optimizer_proto.h"
+#include "rpc/internal.h"
 
 /* A model file that jobs below refer to as keras_json: m.json (resolved: fuzz/m.json). */
 static const char keras_json[] =

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc_methods.h"
+#include "rpc/methods.h"
 
 typedef struct rpc_seed {
     const char *name; /* file name in corpus/rpc/ */

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "net.h"
+#include "base/net.h"
 
 extern char **environ;
 

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "launch.h"
+#include "daemon/launch.h"
 
 /* Path of a built program ("tessera-ps") under $TESSERA_BUILD_DIR. */
 const char *harness_program(const char *name);

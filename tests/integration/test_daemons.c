@@ -13,11 +13,11 @@
 
 #include <grpc/grpc.h>
 
-#include "crc32c.h"
+#include "base/crc32c.h"
 #include "harness.h"
-#include "health.h"
-#include "job.h"
-#include "rpc.h"
+#include "rpc/health.h"
+#include "job/job.h"
+#include "rpc/client.h"
 
 static double now_s(void)
 {

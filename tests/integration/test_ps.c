@@ -14,11 +14,11 @@
 #include <grpc/grpc.h>
 
 #include "harness.h"
-#include "health.h"
-#include "initializer.h"
-#include "optimizer.h"
-#include "partitioner.h"
-#include "rpc.h"
+#include "rpc/health.h"
+#include "job/initializer.h"
+#include "optim/optimizer.h"
+#include "job/partitioner.h"
+#include "rpc/client.h"
 
 /* ---- building requests -------------------------------------------------------------------- */
 

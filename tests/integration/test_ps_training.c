@@ -11,7 +11,7 @@
 #include <grpc/grpc.h>
 
 #include "harness.h"
-#include "rpc.h"
+#include "rpc/client.h"
 
 typedef struct cluster {
     launch_proc_t ps[2], worker[2], chief;

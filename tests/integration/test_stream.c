@@ -12,8 +12,8 @@
 #include <grpc/grpc.h>
 
 #include "harness.h"
-#include "health.h"
-#include "rpc.h"
+#include "rpc/health.h"
+#include "rpc/client.h"
 
 #define SERVING         GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define NOT_SERVING     GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING

@@ -1,4 +1,4 @@
-/* Unit tests for common/cluster.c: the TF_CONFIG parser. */
+/* Unit tests for common/daemon/cluster.c: the TF_CONFIG parser. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <stdarg.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "daemon/cluster.h"
 
 /* Parses json, which must succeed; the spec is the caller's to free. */
 static void parse_ok(const char *json, cluster_spec_t *spec)

@@ -1,4 +1,5 @@
-/* Unit tests for common/config.c: defaults, TF_CONFIG, YAML file and flags, in that order. */
+/* Unit tests for common/daemon/config.c: defaults, TF_CONFIG, YAML file and flags, in that order.
+ */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <stdarg.h>
@@ -8,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "daemon/config.h"
+#include "base/log.h"
 
 typedef struct test_opts {
     char *listen;

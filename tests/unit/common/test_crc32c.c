@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32c.h"
+#include "base/crc32c.h"
 
 START_TEST(crc32c_matches_the_published_vectors)
 {

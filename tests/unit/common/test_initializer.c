@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "initializer.h"
+#include "job/initializer.h"
+#include "rpc/initializer_proto.h"
 #include "tessera/v1/ps.pb-c.h"
 
 #define N 1000

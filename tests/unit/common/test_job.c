@@ -1,4 +1,4 @@
-/* Unit tests for common/job.c: job files in YAML and JSON, the examples in examples/, models
+/* Unit tests for common/job/job.c: job files in YAML and JSON, the examples in examples/, models
  * given by keras_json, defaults, and the messages a user gets for every kind of mistake. Files
  * of the source tree are found under $TESSERA_SOURCE_DIR (default: the current directory). */
 #define _POSIX_C_SOURCE 200809L
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "job.h"
+#include "job/job.h"
 
 /* A model, loss and data section that make a complete job when appended. */
 #define TAIL                                                                                       \

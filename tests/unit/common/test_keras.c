@@ -1,4 +1,4 @@
-/* Unit tests for common/keras.c: the Keras model files that real Keras 2 (TensorFlow 2.15) and
+/* Unit tests for common/job/keras.c: the Keras model files that real Keras 2 (TensorFlow 2.15) and
  * Keras 3 wrote (tests/fixtures/keras/, made by make_fixtures.py there) parse to the layers
  * they describe, and every option Tessera does not implement is rejected by name. Fixtures are
  * found under $TESSERA_SOURCE_DIR (default: the current directory). */
@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "job.h"
+#include "job/job.h"
 
 static const char *const generations[] = {"keras2", "keras3"};
 

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "metrics.h"
+#include "daemon/metrics.h"
 
 #define PROMTOOL "/usr/bin/promtool"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optimizer.h"
+#include "optim/optimizer.h"
 
 #define MAX_SLOTS 3
 

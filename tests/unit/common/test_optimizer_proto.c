@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optimizer_proto.h"
+#include "rpc/optimizer_proto.h"
 
 /* Packs o as the chief would, unpacks the bytes as the PS receives them, and reads them back. */
 static optimizer_config_t round_trip(const optimizer_config_t *o, double scale)

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "partitioner.h"
+#include "job/partitioner.h"
 
 static int shards_of(job_partitioner_t p, int64_t d0, int64_t d1)
 {

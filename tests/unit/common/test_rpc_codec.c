@@ -6,7 +6,7 @@
 
 #include <grpc/grpc.h>
 
-#include "rpc_internal.h"
+#include "rpc/internal.h"
 
 static uint8_t *pattern(size_t n, unsigned seed)
 {

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc.h"
+#include "rpc/types.h"
 
 START_TEST(rpc_method_paths_are_built_from_service_and_name)
 {

@@ -10,8 +10,9 @@
 
 #include <grpc/grpc.h>
 
-#include "health.h"
-#include "rpc.h"
+#include "rpc/health.h"
+#include "rpc/server.h"
+#include "rpc/client.h"
 
 #define N_ORDERED 300
 

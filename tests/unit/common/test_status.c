@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "status.h"
+#include "base/status.h"
 
 START_TEST(status_every_code_has_a_name_and_a_sentence)
 {

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "initializer.h"
-#include "optimizer.h"
-#include "partitioner.h"
+#include "job/initializer.h"
+#include "optim/optimizer.h"
+#include "job/partitioner.h"
 #include "store.h"
 
 #define MiB (1024 * 1024)

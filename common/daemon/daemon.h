@@ -1,0 +1,142 @@
+/* The skeleton every Tessera daemon runs: configuration, signals, the RPC server with health
+ * and diagnostics, the metrics endpoint, systemd notification, watchdog and graceful stop.
+ *
+ * A daemon's main() is one call to daemon_main() with its spec, config table and options
+ * struct, whose first member is a daemon_opts_t. */
+#ifndef TESSERA_DAEMON_H
+#define TESSERA_DAEMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/config.h"
+#include "daemon/metrics.h"
+#include "rpc/server.h"
+
+/* Options every daemon has; the first member of each daemon's options struct. */
+typedef struct daemon_opts {
+    char *listen;
+    char *metrics_listen;
+    int64_t task_index;
+    int64_t threads;
+    int64_t max_message_bytes;
+    int64_t shutdown_grace_ms;
+    int64_t drain_ms;
+    int log_level;
+    char *log_subsystems;
+} daemon_opts_t;
+
+/* Config rows for daemon_opts_t, for the start of each daemon's table. `role_port` is the
+ * default gRPC port of the role. */
+#define DAEMON_OPTION_ROWS(port, metrics_port)                                                     \
+    {"listen",                                                                                     \
+     CONFIG_ADDRESS,                                                                               \
+     offsetof(daemon_opts_t, listen),                                                              \
+     "0.0.0.0:" port,                                                                              \
+     0,                                                                                            \
+     0,                                                                                            \
+     "Address the gRPC server listens on, HOST:PORT. Port 0 picks a free port and logs it. "       \
+     "TF_CONFIG sets the port of this task's cluster entry."},                                     \
+        {"metrics-listen",                                                                         \
+         CONFIG_ADDRESS,                                                                           \
+         offsetof(daemon_opts_t, metrics_listen),                                                  \
+         "0.0.0.0:" metrics_port,                                                                  \
+         0,                                                                                        \
+         0,                                                                                        \
+         "Address of the Prometheus /metrics endpoint, HOST:PORT. Port 0 picks a free port."},     \
+        {"task-index",                                                                             \
+         CONFIG_INT,                                                                               \
+         offsetof(daemon_opts_t, task_index),                                                      \
+         "0",                                                                                      \
+         0,                                                                                        \
+         1000000,                                                                                  \
+         "Index of this task among the tasks of its role (TF_CONFIG task.index sets it)."},        \
+        {"threads",                                                                                \
+         CONFIG_INT,                                                                               \
+         offsetof(daemon_opts_t, threads),                                                         \
+         "2",                                                                                      \
+         1,                                                                                        \
+         256,                                                                                      \
+         "gRPC handler threads, each with its own completion queue."},                             \
+        {"max-message-bytes",                                                                      \
+         CONFIG_INT,                                                                               \
+         offsetof(daemon_opts_t, max_message_bytes),                                               \
+         "268435456",                                                                              \
+         1024,                                                                                     \
+         2147483647,                                                                               \
+         "Largest message accepted or sent; larger tensors travel in chunks."},                    \
+        {"shutdown-grace",                                                                         \
+         CONFIG_DURATION_MS,                                                                       \
+         offsetof(daemon_opts_t, shutdown_grace_ms),                                               \
+         "1s",                                                                                     \
+         0,                                                                                        \
+         600000,                                                                                   \
+         "On SIGTERM, how long running calls may finish before they are cancelled."},              \
+        {"drain-delay",                                                                            \
+         CONFIG_DURATION_MS,                                                                       \
+         offsetof(daemon_opts_t, drain_ms),                                                        \
+         "0ms",                                                                                    \
+         0,                                                                                        \
+         600000,                                                                                   \
+         "On SIGTERM, how long to keep serving as NOT_SERVING before closing, so readiness "       \
+         "probes notice first."},                                                                  \
+        {"log-level",                                                                              \
+         CONFIG_LOG_LEVEL,                                                                         \
+         offsetof(daemon_opts_t, log_level),                                                       \
+         "info",                                                                                   \
+         0,                                                                                        \
+         0,                                                                                        \
+         "Most verbose log level written: err, warning, notice, info or debug."},                  \
+    {                                                                                              \
+        "log-subsystems", CONFIG_STRING, offsetof(daemon_opts_t, log_subsystems), "all", 0, 0,     \
+            "Comma-separated subsystems to log (main, config, rpc, grpc, metrics, health, ps, "    \
+            "worker, chief, cli, train, data), 'all', or 'all,-grpc' style exclusions."            \
+    }
+
+typedef struct daemon daemon_t;
+
+typedef struct daemon_spec {
+    const char *program;         /* "tessera-ps" */
+    const char *role;            /* "ps", for logs and metric names */
+    int task_type;               /* Tessera__V1__TaskType */
+    const char *const *services; /* gRPC services the role serves, NULL-terminated */
+    /* Installs the role's handlers and metrics; opts is the whole options struct. */
+    status_t (*setup)(daemon_t *d, void *opts, void **ret_state, status_msg_t *err);
+    /* Stops the role's background work (before the RPC server shuts down). */
+    void (*stop)(void *state);
+    /* Frees the role's state (after the RPC server shut down). */
+    void (*teardown)(void *state);
+} daemon_spec_t;
+
+/* Runs the daemon until SIGTERM or SIGINT and returns the process exit code: 0 after a clean
+ * stop or --help, 2 for bad configuration, 1 when start-up fails. */
+int daemon_main(const daemon_spec_t *spec, const config_table_t *table, void *opts, int argc,
+                char **argv);
+
+rpc_server_t *daemon_rpc(daemon_t *d);
+metrics_t *daemon_metrics(daemon_t *d);
+const daemon_spec_t *daemon_spec(daemon_t *d);
+
+/* The address clients reach this daemon's gRPC server at (the bound port, 127.0.0.1 for a
+ * wildcard listen host). */
+const char *daemon_address(daemon_t *d);
+
+/* A TF_CONFIG hook for tables whose struct starts with daemon_opts_t: when TF_CONFIG names a
+ * task of the daemon's own type, sets listen to its port and task-index to its index; a task of
+ * another type is an error naming both. task_type is the cluster_task_type_t of the role. */
+status_t daemon_apply_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
+                                int task_type, status_msg_t *err);
+
+/* A daemon without network, signals or threads, for the fuzz targets (tests/fuzz/): what
+ * daemon_main would serve (health, diagnostics and spec->setup's handlers) on an offline RPC
+ * server (rpc_offline.h), to be called with rpc_offline_call(daemon_rpc(d), ...). opts is the
+ * role's options struct, filled by the caller, and must outlive the daemon. Fails as
+ * spec->setup does, or with STATUS_NO_MEMORY. */
+status_t daemon_offline_new(const daemon_spec_t *spec, void *opts, daemon_t **ret_daemon,
+                            status_msg_t *err);
+
+/* Stops the role (spec->stop), tears it down (spec->teardown) and frees the offline daemon.
+ * NULL-safe. */
+void daemon_offline_free(daemon_t *d);
+
+#endif

@@ -1,0 +1,187 @@
+/* Internals shared by job.c (job files), job_tree.c (the YAML tree job.c reads) and keras.c
+ * (Keras `model.to_json()` documents): the name tables, "did you mean" suggestions, the checks
+ * that finish a model whichever way it was written, and the tree readers. Not for use outside
+ * these files. */
+#ifndef TESSERA_JOB_INTERNAL_H
+#define TESSERA_JOB_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job/job.h"
+
+#define JOB_N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The most layers a model may have. */
+#define JOB_MAX_LAYERS 1024
+
+/* An initializer as both formats name it: snake_case in job files and Keras strings
+ * ("glorot_uniform"), the class name in Keras JSON ("GlorotUniform"). a_key and b_key name the
+ * parameters stored in job_init_t.a and .b (NULL when the kind has fewer), with Keras's
+ * defaults; `seeded` says whether a `seed` parameter is accepted. */
+typedef struct job_init_info {
+    const char *name;
+    const char *class_name;
+    job_init_kind_t kind;
+    const char *a_key, *b_key;
+    double a_default, b_default;
+    bool seeded;
+} job_init_info_t;
+
+/* The initializer called `name` (either spelling), or NULL. */
+const job_init_info_t *job_init_find(const char *name);
+
+/* The snake_case initializer names, for messages; *ret_n gets their count. */
+const char *const *job_init_names(size_t *ret_n);
+
+/* The index of s in names[0..n), or -1. */
+int job_name_index(const char *s, const char *const *names, size_t n);
+
+/* The name in names[0..n) closest to s when it is within edit distance 2 (a transposition
+ * counts as one edit), else NULL. */
+const char *job_suggest(const char *s, const char *const *names, size_t n);
+
+/* Writes "unknown WHAT 'S' (did you mean 'X'?); known WHATs: a, b, c" into buf. */
+void job_unknown_name(char *buf, size_t size, const char *what, const char *s,
+                      const char *const *names, size_t n);
+
+/* Parses an activation name ("relu"; "linear" also for Keras's None); false when unknown. */
+bool job_activation_parse(const char *s, job_activation_t *ret);
+
+/* The activation names, in job_activation_t order. */
+extern const char *const job_activation_names[5];
+
+/* Appends a layer of `kind` with Keras's defaults (bias on for dense and conv2d, stride 1 for
+ * conv2d, 2x2 pools with stride 2, linear, default initializers) to m and returns it in *ret_layer.
+ * Fails with STATUS_NO_MEMORY or STATUS_RESOURCE_EXHAUSTED past JOB_MAX_LAYERS; `where` prefixes
+ * the message. */
+status_t job_model_add_layer(job_model_t *m, job_layer_kind_t kind, const char *where,
+                             job_layer_t **ret_layer, status_msg_t *err);
+
+/* Finishes a parsed model: requires layers and an input shape, allows Embedding only first
+ * (and then marks the input as integer ids), names unnamed layers as Keras does ("dense",
+ * "dense_1") and rejects duplicate names. `where` prefixes messages ("job.yaml:4: model"). */
+status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err);
+
+/* Appends "a, b, c" to the string in buf, cutting at the buffer's end. */
+void job_join_names(char *buf, size_t size, const char *const *names, size_t n);
+
+/* ---- the document tree (job_tree.c) ---- */
+
+typedef enum {
+    JOB_NODE_NULL, /* "", "~", "null" unquoted, or nothing at all */
+    JOB_NODE_SCALAR,
+    JOB_NODE_SEQ,
+    JOB_NODE_MAP,
+} job_node_kind_t;
+
+typedef struct job_node job_node_t;
+
+typedef struct job_node_entry {
+    char *key;
+    int line;
+    job_node_t *value;
+} job_node_entry_t;
+
+struct job_node {
+    job_node_kind_t kind;
+    int line;                  /* 1-based, where the node starts */
+    bool quoted;               /* a quoted scalar is a string: never a number, boolean or null */
+    char *text;                /* JOB_NODE_SCALAR */
+    job_node_t **items;        /* JOB_NODE_SEQ */
+    job_node_entry_t *entries; /* JOB_NODE_MAP, in file order, keys unique */
+    size_t n;
+};
+
+/* Where the reader is: messages name the file, the line and the key path. */
+typedef struct job_ctx {
+    const char *file; /* names the job in messages */
+    char *dir;        /* anchors relative paths; "" for the current directory */
+    char path[256];   /* key path of what is being read: "model[1].dense" */
+    size_t path_len;
+    status_msg_t *err;
+    const job_file_t *files; /* files supplied with the job (job_parse_with_files) */
+    size_t n_files;
+} job_ctx_t;
+
+/* Parses one YAML (or JSON) document into *ret_root (NULL for an empty document), rejecting
+ * duplicate keys, aliases, non-scalar keys and a second document. Free with job_node_free. */
+status_t job_tree_parse(const char *text, size_t len, const char *file, job_node_t **ret_root,
+                        status_msg_t *err);
+void job_node_free(job_node_t *n);
+
+/* Key path: push a key or an index, then pop back to the length the push returned. */
+size_t job_tree_push_key(job_ctx_t *c, const char *key);
+size_t job_tree_push_index(job_ctx_t *c, size_t i);
+void job_tree_pop(job_ctx_t *c, size_t old);
+
+/* Fails with s and "file:line: " followed by the message (which includes the path itself). */
+status_t job_tree_fail(job_ctx_t *c, status_t s, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* "PATH must be EXPECTED, got 'VALUE'" at n's line. */
+status_t job_tree_type_error(job_ctx_t *c, const job_node_t *n, const char *expected);
+
+/* "PATH: missing required key 'KEY'" at the map's line. */
+status_t job_tree_missing(job_ctx_t *c, const job_node_t *map, const char *key);
+
+/* map[key] (null values included), or NULL. */
+const job_node_t *job_tree_child(const job_node_t *map, const char *key);
+
+/* Whether n holds a value (not absent, not null). */
+bool job_tree_given(const job_node_t *n);
+
+/* map[key] with the key pushed on the path (pop with job_tree_pop(c, *ret_old)), or NULL
+ * without a push when it is absent or null. */
+const job_node_t *job_tree_enter(job_ctx_t *c, const job_node_t *map, const char *key,
+                                 size_t *ret_old);
+
+/* Requires a mapping (or null, when null_ok) whose keys are all in keys[0..n): an unknown key
+ * is reported with the closest allowed one, or the list of them. */
+status_t job_tree_check_map(job_ctx_t *c, const job_node_t *map, const char *const *keys, size_t n,
+                            bool null_ok);
+
+/* Scalar readers: strict decimal integers in [lo, hi], finite numbers, true/false, non-empty
+ * strings; lists of 1..max integers >= lo (one -1 allowed when allow_minus_one); an integer or
+ * a pair; a name from a table (unknown names are listed with the known ones). */
+status_t job_tree_int(job_ctx_t *c, const job_node_t *n, int64_t lo, int64_t hi, int64_t *ret);
+status_t job_tree_double(job_ctx_t *c, const job_node_t *n, double *ret);
+status_t job_tree_bool(job_ctx_t *c, const job_node_t *n, bool *ret);
+status_t job_tree_string(job_ctx_t *c, const job_node_t *n, const char **ret);
+status_t job_tree_ints(job_ctx_t *c, const job_node_t *n, int max, int lo, bool allow_minus_one,
+                       int *ret, int *ret_count);
+status_t job_tree_pair(job_ctx_t *c, const job_node_t *n, int ret[2]);
+status_t job_tree_name(job_ctx_t *c, const job_node_t *n, const char *what,
+                       const char *const *names, size_t n_names, int *ret_index);
+
+/* A choice written as a bare name (when scalar_ok) or as {NAME: options}; *ret_opts gets the
+ * options node (NULL for a bare name) and, for the mapping form, the path gains NAME: the
+ * caller pops back to the length it had before the call. */
+status_t job_tree_variant(job_ctx_t *c, const job_node_t *n, const char *what,
+                          const char *const *names, size_t n_names, bool scalar_ok, int *ret_index,
+                          const job_node_t **ret_opts);
+
+/* Getters for map[key]: an absent or null value leaves *ret as it is (the default) unless the
+ * key is required. get_path resolves a relative path against c->dir and replaces *ret (freed
+ * first). */
+status_t job_tree_get_i64(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                          int64_t lo, int64_t *ret);
+status_t job_tree_get_int(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                          int lo, int *ret);
+status_t job_tree_get_double(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                             double *ret);
+status_t job_tree_get_bool(job_ctx_t *c, const job_node_t *map, const char *key, bool *ret);
+status_t job_tree_get_string(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                             const char **ret);
+status_t job_tree_get_pair(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                           int ret[2]);
+status_t job_tree_get_shape(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                            int *ret, int *ret_rank);
+status_t job_tree_get_path(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                           char **ret);
+
+/* A copy of s, or NULL with c->err set. */
+char *job_tree_strdup(job_ctx_t *c, const char *s);
+
+#endif

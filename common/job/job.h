@@ -1,0 +1,224 @@
+/* A training job as the user wrote it (../shared/DESIGN.md §2): YAML or JSON, with the model as
+ * Keras-style layers or a Keras `model.to_json()` file. Parsing is strict: a misspelt key, an
+ * unknown layer, activation, loss or optimizer, a Keras option Tessera does not implement, or a
+ * value of the wrong type is an error that names the file and the key path
+ * ("job.yaml: model[1].dense.unit: unknown key (did you mean 'units'?)"). Shapes are checked by
+ * the model builder, not here. */
+#ifndef TESSERA_JOB_H
+#define TESSERA_JOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim/optimizer.h"
+#include "base/status.h"
+
+#define JOB_MAX_RANK 4
+
+typedef enum {
+    JOB_LAYER_DENSE,
+    JOB_LAYER_CONV2D,
+    JOB_LAYER_MAX_POOLING2D,
+    JOB_LAYER_AVERAGE_POOLING2D,
+    JOB_LAYER_FLATTEN,
+    JOB_LAYER_RESHAPE,
+    JOB_LAYER_DROPOUT,
+    JOB_LAYER_EMBEDDING,
+    JOB_LAYER_GLOBAL_AVERAGE_POOLING1D,
+    JOB_LAYER_GLOBAL_AVERAGE_POOLING2D,
+    JOB_LAYER_ACTIVATION,
+} job_layer_kind_t;
+
+typedef enum {
+    JOB_ACT_LINEAR,
+    JOB_ACT_RELU,
+    JOB_ACT_SIGMOID,
+    JOB_ACT_TANH,
+    JOB_ACT_SOFTMAX,
+} job_activation_t;
+
+typedef enum {
+    JOB_INIT_DEFAULT, /* the layer's Keras default */
+    JOB_INIT_ZEROS,
+    JOB_INIT_ONES,
+    JOB_INIT_CONSTANT, /* value */
+    JOB_INIT_GLOROT_UNIFORM,
+    JOB_INIT_GLOROT_NORMAL,
+    JOB_INIT_HE_UNIFORM,
+    JOB_INIT_HE_NORMAL,
+    JOB_INIT_RANDOM_UNIFORM, /* minval, maxval */
+    JOB_INIT_RANDOM_NORMAL,  /* mean, stddev */
+} job_init_kind_t;
+
+typedef struct job_init {
+    job_init_kind_t kind;
+    double a, b; /* value | minval, maxval | mean, stddev */
+    bool has_seed;
+    uint64_t seed;
+} job_init_t;
+
+typedef struct job_layer {
+    job_layer_kind_t kind;
+    char name[64];
+    job_activation_t activation;    /* dense, conv2d, activation */
+    bool use_bias;                  /* dense, conv2d (default true) */
+    int units;                      /* dense */
+    int filters;                    /* conv2d */
+    int kernel_size[2];             /* conv2d */
+    int strides[2];                 /* conv2d, pooling (pooling default = pool_size) */
+    bool padding_same;              /* conv2d, pooling: "same" (true) or "valid" */
+    int pool_size[2];               /* pooling */
+    int target_shape[JOB_MAX_RANK]; /* reshape (without the batch dimension) */
+    int target_rank;
+    double rate;                       /* dropout */
+    uint64_t dropout_seed;             /* dropout: 0 = from the job seed */
+    int input_dim, output_dim;         /* embedding */
+    job_init_t kernel_init, bias_init; /* dense, conv2d; embedding uses kernel_init */
+} job_layer_t;
+
+typedef struct job_model {
+    int input_shape[JOB_MAX_RANK]; /* without the batch dimension */
+    int input_rank;
+    bool input_is_int; /* embedding input: integer ids */
+    job_layer_t *layers;
+    size_t n_layers;
+    char *keras_json;      /* the model file's text when given by keras_json */
+    char *keras_json_path; /* ... and its path, resolved against the job file */
+} job_model_t;
+
+typedef enum {
+    JOB_LOSS_MSE,
+    JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+    JOB_LOSS_BINARY_CROSSENTROPY,
+} job_loss_kind_t;
+
+typedef enum {
+    JOB_DATA_IDX,       /* images + labels IDX files, gzipped or not */
+    JOB_DATA_SYNTHETIC, /* generated: see job_synthetic_t */
+} job_data_format_t;
+
+typedef enum {
+    JOB_SYNTHETIC_CLASSIFICATION, /* dense features, labels from a fixed random teacher */
+    JOB_SYNTHETIC_TEXT,           /* integer token sequences, binary labels from token weights */
+} job_synthetic_kind_t;
+
+typedef struct job_synthetic {
+    job_synthetic_kind_t kind;
+    int64_t examples;
+    int shape[JOB_MAX_RANK]; /* feature shape (text: [sequence_length]) */
+    int rank;
+    int classes;    /* classification */
+    int vocabulary; /* text */
+    uint64_t seed;
+} job_synthetic_t;
+
+typedef struct job_source {
+    bool present;
+    job_data_format_t format;
+    char *images; /* IDX paths, resolved against the job file's directory */
+    char *labels;
+    job_synthetic_t synthetic;
+} job_source_t;
+
+typedef struct job_data {
+    job_source_t train, test;
+    double scale;           /* features are multiplied by this (e.g. 1/255); default 1 */
+    int batch_size;         /* per replica */
+    int64_t shuffle_buffer; /* 0 = no shuffle */
+    uint64_t seed;
+    bool drop_remainder; /* drop the last partial batch (default false) */
+    int prefetch;        /* batches read ahead on the pipeline's thread (default 2) */
+} job_data_t;
+
+typedef enum {
+    JOB_STRATEGY_ONE_DEVICE,
+    JOB_STRATEGY_PARAMETER_SERVER,
+    JOB_STRATEGY_MIRRORED,
+    JOB_STRATEGY_MULTI_WORKER_MIRRORED,
+    JOB_STRATEGY_CENTRAL_STORAGE,
+} job_strategy_t;
+
+typedef enum {
+    JOB_PARTITIONER_NONE,
+    JOB_PARTITIONER_MIN_SIZE, /* min_shard_bytes, max_shards */
+    JOB_PARTITIONER_MAX_SIZE, /* max_shard_bytes, max_shards */
+    JOB_PARTITIONER_FIXED,    /* num_shards */
+} job_partitioner_kind_t;
+
+typedef struct job_partitioner {
+    job_partitioner_kind_t kind;
+    int64_t min_shard_bytes, max_shard_bytes;
+    int max_shards, num_shards;
+} job_partitioner_t;
+
+typedef struct job {
+    char *name;
+    char *path; /* the job file, for messages */
+    job_strategy_t strategy;
+    job_model_t model;
+    job_loss_kind_t loss;
+    bool from_logits;
+    bool metric_accuracy;         /* metrics: [accuracy] ("loss" is always reported) */
+    optimizer_config_t optimizer; /* lr_scale 0 = scale_learning_rate: true, i.e. multiply by
+                                   * the number of replicas, which the runtime fills in */
+    job_data_t data;
+    int64_t epochs; /* train: {epochs: N} or {steps: N}; one of them is > 0 */
+    int64_t steps;
+    int steps_per_execution; /* default 1 */
+    int64_t max_staleness;   /* parameter_server: 0 = off */
+    int64_t bytes_per_pack;  /* parameter_server: gradients go to the PS in packs of at least
+                              * this many bytes, each as soon as backward has made it; 0 =
+                              * automatic */
+    bool evaluate; /* evaluate on the test split after each epoch (default: when a test split is
+                      given) */
+    job_partitioner_t partitioner;
+    char *checkpoint_dir;
+    int64_t checkpoint_every_steps;
+    int checkpoint_keep;
+    char *tensorboard_logdir;
+    uint64_t seed; /* model initialization; default: data.seed */
+} job_t;
+
+/* Reads and parses a job file (YAML, or JSON by content). Relative paths inside it (data files,
+ * keras_json) are resolved against the file's directory. On failure *job is left empty. */
+status_t job_load_file(const char *path, job_t *ret_job, status_msg_t *err);
+
+/* Parses job text; `path` names it in messages and anchors relative paths (may be NULL: the
+ * current directory). */
+status_t job_parse(const char *text, size_t len, const char *path, job_t *ret_job,
+                   status_msg_t *err);
+
+/* A file a job refers to, supplied with the job instead of read from disk: how a job submitted
+ * from a client machine reaches the chief and workers with its Keras JSON. `path` is the path as
+ * resolved against the job file (job_model_t.keras_json_path). */
+typedef struct job_file {
+    const char *path;
+    const char *data;
+    size_t len;
+} job_file_t;
+
+/* The most bytes a job file, or a file it references, may hold, and the most files a job may
+ * bring along (job_parse_with_files): anything bigger is refused before it is parsed. */
+#define JOB_MAX_FILE_BYTES (16u << 20)
+#define JOB_MAX_FILES      16
+
+/* job_parse, taking referenced files from `files` when their resolved path matches and from
+ * the disk otherwise. Text or files over the limits above fail with STATUS_RESOURCE_EXHAUSTED
+ * before any parsing. */
+status_t job_parse_with_files(const char *text, size_t len, const char *path,
+                              const job_file_t *files, size_t n_files, job_t *ret_job,
+                              status_msg_t *err);
+
+/* Parses a Keras `model.to_json()` document (Keras 2 / tf.keras or Keras 3, Sequential) into
+ * ret_model; `path` names it in messages. */
+status_t job_parse_keras_json(const char *text, size_t len, const char *path,
+                              job_model_t *ret_model, status_msg_t *err);
+
+void job_done(job_t *job);
+void job_model_done(job_model_t *m);
+
+const char *job_layer_kind_name(job_layer_kind_t k);
+const char *job_activation_name(job_activation_t a);
+
+#endif

@@ -1,0 +1,776 @@
+/* Keras `model.to_json()` documents for Sequential models, as Keras 2 (tf.keras up to TensorFlow
+ * 2.15) and Keras 3 write them. Every config key a supported layer may carry is listed in the
+ * tables below with what Tessera requires of it; a key outside the tables, a layer class
+ * Tessera does not build, or an option it does not implement (a regularizer, a constraint,
+ * channels_first, dilation, LoRA, quantization, masking, a frozen layer) is an error naming the
+ * layer, so a model never trains differently from what its file says. */
+#define _POSIX_C_SOURCE 200809L
+#include "job/job.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job/initializer.h"
+#include "job/internal.h"
+
+/* What a config key must hold. */
+typedef enum {
+    RULE_VALUE,         /* read by the layer's own code */
+    RULE_NULL,          /* an option Tessera does not implement: null (or absent) only */
+    RULE_TRUE,          /* true only (trainable) */
+    RULE_FALSE,         /* false only (mask_zero, sparse, keepdims ...) */
+    RULE_CHANNELS_LAST, /* "channels_last" or null */
+    RULE_ONES,          /* 1 or a list of 1s (dilation_rate, groups) */
+    RULE_DTYPE,         /* a float32 dtype policy */
+    RULE_IGNORED,       /* accepted whatever it holds (lora_alpha without lora_rank) */
+} rule_t;
+
+typedef struct key_rule {
+    const char *key;
+    rule_t rule;
+} key_rule_t;
+
+/* Keys every layer may carry. batch_input_shape is the Keras 2 way to give the input shape on
+ * the first layer. */
+static const key_rule_t common_rules[] = {
+    {"name", RULE_VALUE},
+    {"trainable", RULE_TRUE},
+    {"dtype", RULE_DTYPE},
+    {"batch_input_shape", RULE_VALUE},
+    {"activity_regularizer", RULE_NULL},
+};
+
+/* Options of Dense and Conv2D that must stay off. */
+#define WEIGHT_RULES                                                                               \
+    {"kernel_regularizer", RULE_NULL}, {"bias_regularizer", RULE_NULL},                            \
+        {"kernel_constraint", RULE_NULL}, {"bias_constraint", RULE_NULL},                          \
+        {"lora_rank", RULE_NULL}, {"lora_alpha", RULE_IGNORED},                                    \
+    {                                                                                              \
+        "quantization_config", RULE_NULL                                                           \
+    }
+
+static const key_rule_t dense_rules[] = {
+    {"units", RULE_VALUE},
+    {"activation", RULE_VALUE},
+    {"use_bias", RULE_VALUE},
+    {"kernel_initializer", RULE_VALUE},
+    {"bias_initializer", RULE_VALUE},
+    WEIGHT_RULES,
+};
+
+static const key_rule_t conv_rules[] = {
+    {"filters", RULE_VALUE},
+    {"kernel_size", RULE_VALUE},
+    {"strides", RULE_VALUE},
+    {"padding", RULE_VALUE},
+    {"data_format", RULE_CHANNELS_LAST},
+    {"dilation_rate", RULE_ONES},
+    {"groups", RULE_ONES},
+    {"activation", RULE_VALUE},
+    {"use_bias", RULE_VALUE},
+    {"kernel_initializer", RULE_VALUE},
+    {"bias_initializer", RULE_VALUE},
+    WEIGHT_RULES,
+};
+
+static const key_rule_t pool_rules[] = {
+    {"pool_size", RULE_VALUE},
+    {"strides", RULE_VALUE},
+    {"padding", RULE_VALUE},
+    {"data_format", RULE_CHANNELS_LAST},
+};
+
+static const key_rule_t flatten_rules[] = {
+    {"data_format", RULE_CHANNELS_LAST},
+};
+
+static const key_rule_t reshape_rules[] = {
+    {"target_shape", RULE_VALUE},
+};
+
+static const key_rule_t dropout_rules[] = {
+    {"rate", RULE_VALUE},
+    {"seed", RULE_VALUE},
+    {"noise_shape", RULE_NULL},
+};
+
+static const key_rule_t embedding_rules[] = {
+    {"input_dim", RULE_VALUE},
+    {"output_dim", RULE_VALUE},
+    {"embeddings_initializer", RULE_VALUE},
+    {"embeddings_regularizer", RULE_NULL},
+    {"embeddings_constraint", RULE_NULL},
+    {"mask_zero", RULE_FALSE},
+    {"input_length", RULE_VALUE},
+    {"sparse", RULE_FALSE},
+    {"lora_rank", RULE_NULL},
+    {"lora_alpha", RULE_IGNORED},
+    {"quantization_config", RULE_NULL},
+};
+
+static const key_rule_t global_pool_rules[] = {
+    {"data_format", RULE_CHANNELS_LAST},
+    {"keepdims", RULE_FALSE},
+};
+
+static const key_rule_t activation_rules[] = {
+    {"activation", RULE_VALUE},
+};
+
+static const struct keras_class {
+    const char *class_name;
+    job_layer_kind_t kind;
+    const key_rule_t *rules;
+    size_t n_rules;
+} classes[] = {
+    {"Dense", JOB_LAYER_DENSE, dense_rules, JOB_N_OF(dense_rules)},
+    {"Conv2D", JOB_LAYER_CONV2D, conv_rules, JOB_N_OF(conv_rules)},
+    {"MaxPooling2D", JOB_LAYER_MAX_POOLING2D, pool_rules, JOB_N_OF(pool_rules)},
+    {"AveragePooling2D", JOB_LAYER_AVERAGE_POOLING2D, pool_rules, JOB_N_OF(pool_rules)},
+    {"Flatten", JOB_LAYER_FLATTEN, flatten_rules, JOB_N_OF(flatten_rules)},
+    {"Reshape", JOB_LAYER_RESHAPE, reshape_rules, JOB_N_OF(reshape_rules)},
+    {"Dropout", JOB_LAYER_DROPOUT, dropout_rules, JOB_N_OF(dropout_rules)},
+    {"Embedding", JOB_LAYER_EMBEDDING, embedding_rules, JOB_N_OF(embedding_rules)},
+    {"GlobalAveragePooling1D", JOB_LAYER_GLOBAL_AVERAGE_POOLING1D, global_pool_rules,
+     JOB_N_OF(global_pool_rules)},
+    {"GlobalAveragePooling2D", JOB_LAYER_GLOBAL_AVERAGE_POOLING2D, global_pool_rules,
+     JOB_N_OF(global_pool_rules)},
+    {"Activation", JOB_LAYER_ACTIVATION, activation_rules, JOB_N_OF(activation_rules)},
+};
+
+static const char *const class_names[] = {
+    "InputLayer",
+    "Dense",
+    "Conv2D",
+    "MaxPooling2D",
+    "AveragePooling2D",
+    "Flatten",
+    "Reshape",
+    "Dropout",
+    "Embedding",
+    "GlobalAveragePooling1D",
+    "GlobalAveragePooling2D",
+    "Activation",
+};
+
+/* Parsing state: the file for messages and the layer being read. */
+typedef struct kctx {
+    const char *file;
+    char layer[96]; /* "layer 'dense_1'" or "layers[3]" */
+    status_msg_t *err;
+} kctx_t;
+
+/* obj[key] when obj is an object, else NULL: no caller ever looks a key up in a list. */
+static const cJSON *kget(const cJSON *obj, const char *key)
+{
+    return cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+}
+
+static status_t __attribute__((format(printf, 2, 3))) kfail(kctx_t *k, const char *fmt, ...)
+{
+    va_list ap;
+    int w;
+
+    if (k->err == NULL)
+        return STATUS_BAD_CONFIG;
+    k->err->status = STATUS_BAD_CONFIG;
+    w = snprintf(k->err->text, sizeof(k->err->text), "%s: %s%s", k->file, k->layer,
+                 k->layer[0] != '\0' ? ": " : "");
+    if (w < 0 || (size_t)w >= sizeof(k->err->text))
+        return STATUS_BAD_CONFIG;
+    va_start(ap, fmt);
+    vsnprintf(k->err->text + w, sizeof(k->err->text) - (size_t)w, fmt, ap);
+    va_end(ap);
+    return STATUS_BAD_CONFIG;
+}
+
+/* A JSON value as a message shows it (cut at 60 characters). */
+static const char *shown(const cJSON *v, char *buf, size_t size)
+{
+    char *printed = v != NULL ? cJSON_PrintUnformatted(v) : NULL;
+
+    if (printed == NULL)
+        return "nothing";
+    snprintf(buf, size, "%.60s%s", printed, strlen(printed) > 60 ? "..." : "");
+    cJSON_free(printed);
+    return buf;
+}
+
+static status_t type_error(kctx_t *k, const char *key, const cJSON *v, const char *expected)
+{
+    char buf[80];
+
+    return kfail(k, "%s must be %s, got %s", key, expected, shown(v, buf, sizeof(buf)));
+}
+
+static bool is_int(const cJSON *v, double lo, double hi)
+{
+    return cJSON_IsNumber(v) && floor(v->valuedouble) == v->valuedouble && v->valuedouble >= lo &&
+           v->valuedouble <= hi;
+}
+
+static status_t get_int(kctx_t *k, const cJSON *cfg, const char *key, bool required, int lo,
+                        int *ret)
+{
+    const cJSON *v = kget(cfg, key);
+
+    if (v == NULL || cJSON_IsNull(v))
+        return required ? kfail(k, "%s is missing", key) : STATUS_OK;
+    if (!is_int(v, lo, INT_MAX))
+        return type_error(k, key, v, lo > 0 ? "a positive integer" : "a non-negative integer");
+    *ret = (int)v->valuedouble;
+    return STATUS_OK;
+}
+
+/* An integer or a list of two, as Keras stores kernel_size, strides and pool_size. */
+static status_t get_pair(kctx_t *k, const cJSON *cfg, const char *key, bool required, int ret[2])
+{
+    const cJSON *v = kget(cfg, key);
+
+    if (v == NULL || cJSON_IsNull(v))
+        return required ? kfail(k, "%s is missing", key) : STATUS_OK;
+    if (is_int(v, 1, INT_MAX)) {
+        ret[0] = ret[1] = (int)v->valuedouble;
+        return STATUS_OK;
+    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 ||
+        !is_int(cJSON_GetArrayItem(v, 0), 1, INT_MAX) ||
+        !is_int(cJSON_GetArrayItem(v, 1), 1, INT_MAX))
+        return type_error(k, key, v, "a positive integer or a list of two");
+    ret[0] = (int)cJSON_GetArrayItem(v, 0)->valuedouble;
+    ret[1] = (int)cJSON_GetArrayItem(v, 1)->valuedouble;
+    return STATUS_OK;
+}
+
+static status_t get_bool(kctx_t *k, const cJSON *cfg, const char *key, bool *ret)
+{
+    const cJSON *v = kget(cfg, key);
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (!cJSON_IsBool(v))
+        return type_error(k, key, v, "true or false");
+    *ret = cJSON_IsTrue(v);
+    return STATUS_OK;
+}
+
+/* A shape: [batch, d1, ...] when with_batch (the batch may be null or a number), else [d1, ...];
+ * every dimension a positive integer, or -1 once when allow_minus_one (Reshape). */
+static status_t parse_shape(kctx_t *k, const char *key, const cJSON *v, bool with_batch,
+                            bool allow_minus_one, int *ret, int *ret_rank)
+{
+    int n = cJSON_GetArraySize(v), first = with_batch ? 1 : 0, minus_ones = 0;
+
+    if (!cJSON_IsArray(v) || n - first < 1 || n - first > JOB_MAX_RANK)
+        return type_error(k, key, v,
+                          with_batch ? "[null, d1, ...] with 1 to 4 dimensions"
+                                     : "a list of 1 to 4 dimensions");
+    if (with_batch) {
+        const cJSON *b = cJSON_GetArrayItem(v, 0);
+        if (!cJSON_IsNull(b) && !is_int(b, 1, INT_MAX))
+            return type_error(k, key, v, "a shape whose batch dimension is null or positive");
+    }
+    for (int i = first; i < n; i++) {
+        const cJSON *d = cJSON_GetArrayItem(v, i);
+        if (allow_minus_one && is_int(d, -1, -1) && ++minus_ones == 1) {
+            ret[i - first] = -1;
+            continue;
+        }
+        if (!is_int(d, 1, INT_MAX))
+            return type_error(k, key, v,
+                              cJSON_IsNull(d) ? "a shape with fixed dimensions (no null past the "
+                                                "batch)"
+                                              : "a shape of positive integers");
+        ret[i - first] = (int)d->valuedouble;
+    }
+    *ret_rank = n - first;
+    return STATUS_OK;
+}
+
+/* "float32", or a DTypePolicy / FloatDTypePolicy (Keras 3) or Policy (Keras 2 mixed precision)
+ * object whose name is float32. */
+static status_t check_dtype(kctx_t *k, const char *key, const cJSON *v)
+{
+    const cJSON *name = v;
+
+    if (cJSON_IsObject(v)) {
+        const char *cls = cJSON_GetStringValue(kget(v, "class_name"));
+        if (cls == NULL || (strcmp(cls, "DTypePolicy") != 0 &&
+                            strcmp(cls, "FloatDTypePolicy") != 0 && strcmp(cls, "Policy") != 0))
+            return type_error(k, key, v, "a float32 dtype policy");
+        name = kget(kget(v, "config"), "name");
+    }
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (!cJSON_IsString(name) || strcmp(name->valuestring, "float32") != 0) {
+        char buf[80];
+        return kfail(k, "%s %s is not supported (Tessera computes in float32)", key,
+                     shown(name, buf, sizeof(buf)));
+    }
+    return STATUS_OK;
+}
+
+static bool all_ones(const cJSON *v)
+{
+    const cJSON *item;
+
+    if (is_int(v, 1, 1))
+        return true;
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
+        return false;
+    cJSON_ArrayForEach(item, v) if (!is_int(item, 1, 1)) return false;
+    return true;
+}
+
+/* obj must be an object whose keys all name keys[0..n) (n <= 64), each at most once: Keras
+ * writes every key once, and a second one would be read differently by Python's json. */
+static status_t check_keys(kctx_t *k, const cJSON *obj, const char *what, const char *const *keys,
+                           size_t n)
+{
+    uint64_t seen = 0;
+    const cJSON *v;
+
+    if (!cJSON_IsObject(obj))
+        return type_error(k, what, obj, "an object");
+    cJSON_ArrayForEach(v, obj)
+    {
+        int i = job_name_index(v->string, keys, n);
+        if (i < 0)
+            return kfail(k, "unknown %s key '%s'", what, v->string);
+        if (seen & (UINT64_C(1) << i))
+            return kfail(k, "%s key '%s' is given twice", what, v->string);
+        seen |= UINT64_C(1) << i;
+    }
+    return STATUS_OK;
+}
+
+/* Checks one config key against its rule. */
+static status_t check_rule(kctx_t *k, const cJSON *v, rule_t rule)
+{
+    const char *key = v->string;
+
+    switch (rule) {
+    case RULE_NULL:
+        if (cJSON_IsNull(v) || (strcmp(key, "lora_rank") == 0 && is_int(v, 0, 0)))
+            return STATUS_OK;
+        return kfail(k, "%s is not supported", key);
+    case RULE_TRUE:
+        if (cJSON_IsTrue(v))
+            return STATUS_OK;
+        return cJSON_IsFalse(v) ? kfail(k, "%s false is not supported (every layer trains)", key)
+                                : type_error(k, key, v, "true");
+    case RULE_FALSE:
+        if (cJSON_IsFalse(v))
+            return STATUS_OK;
+        return cJSON_IsTrue(v) ? kfail(k, "%s true is not supported", key)
+                               : type_error(k, key, v, "false");
+    case RULE_CHANNELS_LAST:
+        if (cJSON_IsNull(v) || (cJSON_IsString(v) && strcmp(v->valuestring, "channels_last") == 0))
+            return STATUS_OK;
+        return kfail(k, "%s %s is not supported (Tessera is channels_last)", key,
+                     cJSON_IsString(v) ? v->valuestring : "of this kind");
+    case RULE_ONES:
+        return all_ones(v) ? STATUS_OK : kfail(k, "%s other than 1 is not supported", key);
+    case RULE_DTYPE:
+        return check_dtype(k, key, v);
+    default:
+        return STATUS_OK;
+    }
+}
+
+/* Every key of cfg must be a common key or one of the class's; each is checked by its rule. */
+static status_t check_config(kctx_t *k, const struct keras_class *cls, const cJSON *cfg)
+{
+    uint64_t seen = 0;
+    const cJSON *v;
+
+    cJSON_ArrayForEach(v, cfg)
+    {
+        const key_rule_t *rule = NULL;
+        size_t at = 0;
+        for (size_t i = 0; rule == NULL && i < JOB_N_OF(common_rules); i++, at++)
+            if (strcmp(v->string, common_rules[i].key) == 0)
+                rule = &common_rules[i];
+        for (size_t i = 0; rule == NULL && i < cls->n_rules; i++, at++)
+            if (strcmp(v->string, cls->rules[i].key) == 0)
+                rule = &cls->rules[i];
+        if (rule != NULL) {
+            if (seen & (UINT64_C(1) << (at - 1)))
+                return kfail(k, "option '%s' is given twice", v->string);
+            seen |= UINT64_C(1) << (at - 1);
+        }
+        if (rule == NULL) {
+            char allowed[300] = "";
+            size_t len = 0;
+            for (size_t i = 0; i < cls->n_rules && len < sizeof(allowed); i++)
+                len += (size_t)snprintf(allowed + len, sizeof(allowed) - len, "%s%s",
+                                        i > 0 ? ", " : "", cls->rules[i].key);
+            return kfail(k, "unknown %s option '%s' (Tessera reads: name, trainable, dtype, %s)",
+                         cls->class_name, v->string, allowed);
+        }
+        STATUS_CHECK(check_rule(k, v, rule->rule));
+    }
+    return STATUS_OK;
+}
+
+static status_t get_activation(kctx_t *k, const cJSON *cfg, bool required, job_activation_t *ret)
+{
+    const cJSON *v = kget(cfg, "activation");
+    char msg[300];
+
+    if (v == NULL || cJSON_IsNull(v)) {
+        if (required)
+            return kfail(k, "activation is missing");
+        *ret = JOB_ACT_LINEAR;
+        return STATUS_OK;
+    }
+    if (!cJSON_IsString(v))
+        return type_error(k, "activation", v, "an activation name");
+    if (job_activation_parse(v->valuestring, ret))
+        return STATUS_OK;
+    job_unknown_name(msg, sizeof(msg), "activation", v->valuestring, job_activation_names,
+                     JOB_N_OF(job_activation_names));
+    return kfail(k, "%s", msg);
+}
+
+static status_t get_padding(kctx_t *k, const cJSON *cfg, bool *ret_same)
+{
+    const cJSON *v = kget(cfg, "padding");
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "valid") == 0)
+        *ret_same = false;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "same") == 0)
+        *ret_same = true;
+    else
+        return type_error(k, "padding", v, "\"valid\" or \"same\"");
+    return STATUS_OK;
+}
+
+/* A number parameter of an initializer's config, keeping *ret (the default) when absent. */
+static status_t init_param(kctx_t *k, const char *key, const cJSON *cfg, const char *param,
+                           double *ret)
+{
+    const cJSON *v = kget(cfg, param);
+    char what[96];
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+        snprintf(what, sizeof(what), "%s.%s", key, param);
+        return type_error(k, what, v, "a number");
+    }
+    *ret = v->valuedouble;
+    return STATUS_OK;
+}
+
+/* An initializer: {"class_name": "GlorotUniform", "config": {"seed": null}} with or without
+ * module and registered_name, or a name string ("glorot_uniform"). */
+static status_t get_init(kctx_t *k, const cJSON *cfg, const char *key, job_init_t *ret)
+{
+    static const char *const wrapper_keys[] = {"class_name", "config", "module", "registered_name"};
+    const cJSON *v = kget(cfg, key), *icfg = NULL, *item;
+    const job_init_info_t *info;
+    const char *name;
+    job_init_t init = {0};
+    status_msg_t why;
+    char msg[400];
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (cJSON_IsObject(v)) {
+        STATUS_CHECK(check_keys(k, v, key, wrapper_keys, JOB_N_OF(wrapper_keys)));
+        name = cJSON_GetStringValue(kget(v, "class_name"));
+        icfg = kget(v, "config");
+        if (icfg != NULL && !cJSON_IsObject(icfg) && !cJSON_IsNull(icfg))
+            return type_error(k, key, v, "an initializer whose config is an object");
+    } else {
+        name = cJSON_GetStringValue(v);
+    }
+    info = name != NULL ? job_init_find(name) : NULL;
+    if (info == NULL) {
+        size_t n;
+        const char *const *names = job_init_names(&n);
+        if (name == NULL)
+            return type_error(k, key, v, "an initializer");
+        job_unknown_name(msg, sizeof(msg), "initializer", name, names, n);
+        return kfail(k, "%s: %s", key, msg);
+    }
+    init.kind = info->kind;
+    init.a = info->a_default;
+    init.b = info->b_default;
+    cJSON_ArrayForEach(item, icfg)
+    {
+        const char *p = item->string;
+        /* Five names are allowed, so a repeat shows up within the first six keys. */
+        for (const cJSON *e = icfg->child; e != item; e = e->next)
+            if (strcmp(e->string, p) == 0)
+                return kfail(k, "%s: parameter '%s' is given twice", key, p);
+        bool known = (info->a_key != NULL && strcmp(p, info->a_key) == 0) ||
+                     (info->b_key != NULL && strcmp(p, info->b_key) == 0) ||
+                     (info->seeded && strcmp(p, "seed") == 0);
+        /* Keras 3.12+ writes input_axes/output_axes on variance-scaling initializers; null means
+         * the usual fan computation. */
+        bool axes = info->seeded && info->a_key == NULL &&
+                    (strcmp(p, "input_axes") == 0 || strcmp(p, "output_axes") == 0);
+        if (axes && !cJSON_IsNull(item))
+            return kfail(k, "%s: %s is not supported", key, p);
+        if (!known && !axes)
+            return kfail(k, "%s: unknown %s parameter '%s'", key, info->class_name, p);
+    }
+    if (info->a_key != NULL)
+        STATUS_CHECK(init_param(k, key, icfg, info->a_key, &init.a));
+    if (info->b_key != NULL)
+        STATUS_CHECK(init_param(k, key, icfg, info->b_key, &init.b));
+    item = kget(icfg, "seed");
+    if (info->seeded && item != NULL && !cJSON_IsNull(item)) {
+        if (!is_int(item, 0, 9007199254740992.0))
+            return type_error(k, "seed", item, "a non-negative integer or null");
+        init.has_seed = true;
+        init.seed = (uint64_t)item->valuedouble;
+    }
+    if (initializer_check(&init, &why) != STATUS_OK)
+        return kfail(k, "%s: %s", key, why.text);
+    *ret = init;
+    return STATUS_OK;
+}
+
+/* Reads the class-specific options of one layer. */
+static status_t layer_options(kctx_t *k, const cJSON *cfg, job_layer_t *l, int *ret_input_length)
+{
+    const cJSON *v;
+
+    switch (l->kind) {
+    case JOB_LAYER_DENSE:
+    case JOB_LAYER_CONV2D:
+        if (l->kind == JOB_LAYER_DENSE) {
+            STATUS_CHECK(get_int(k, cfg, "units", true, 1, &l->units));
+        } else {
+            STATUS_CHECK(get_int(k, cfg, "filters", true, 1, &l->filters));
+            STATUS_CHECK(get_pair(k, cfg, "kernel_size", true, l->kernel_size));
+            STATUS_CHECK(get_pair(k, cfg, "strides", false, l->strides));
+            STATUS_CHECK(get_padding(k, cfg, &l->padding_same));
+        }
+        STATUS_CHECK(get_activation(k, cfg, false, &l->activation));
+        STATUS_CHECK(get_bool(k, cfg, "use_bias", &l->use_bias));
+        STATUS_CHECK(get_init(k, cfg, "kernel_initializer", &l->kernel_init));
+        return get_init(k, cfg, "bias_initializer", &l->bias_init);
+    case JOB_LAYER_MAX_POOLING2D:
+    case JOB_LAYER_AVERAGE_POOLING2D:
+        STATUS_CHECK(get_pair(k, cfg, "pool_size", false, l->pool_size));
+        l->strides[0] = l->pool_size[0];
+        l->strides[1] = l->pool_size[1];
+        STATUS_CHECK(get_pair(k, cfg, "strides", false, l->strides));
+        return get_padding(k, cfg, &l->padding_same);
+    case JOB_LAYER_RESHAPE:
+        v = kget(cfg, "target_shape");
+        if (v == NULL)
+            return kfail(k, "target_shape is missing");
+        return parse_shape(k, "target_shape", v, false, true, l->target_shape, &l->target_rank);
+    case JOB_LAYER_DROPOUT:
+        v = kget(cfg, "rate");
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1))
+            return type_error(k, "rate", v, "a number from 0 up to (not) 1");
+        l->rate = v->valuedouble;
+        v = kget(cfg, "seed");
+        if (v != NULL && !cJSON_IsNull(v) && !is_int(v, 0, 9007199254740992.0))
+            return type_error(k, "seed", v, "a non-negative integer or null");
+        l->dropout_seed = v != NULL && !cJSON_IsNull(v) ? (uint64_t)v->valuedouble : 0;
+        return STATUS_OK;
+    case JOB_LAYER_EMBEDDING:
+        STATUS_CHECK(get_int(k, cfg, "input_dim", true, 1, &l->input_dim));
+        STATUS_CHECK(get_int(k, cfg, "output_dim", true, 1, &l->output_dim));
+        STATUS_CHECK(get_init(k, cfg, "embeddings_initializer", &l->kernel_init));
+        return get_int(k, cfg, "input_length", false, 1, ret_input_length);
+    case JOB_LAYER_ACTIVATION:
+        return get_activation(k, cfg, true, &l->activation);
+    default:
+        return STATUS_OK;
+    }
+}
+
+/* Sets the model's input shape from a batch shape, or checks it against the one already set
+ * (TF 2.15 writes it both on the InputLayer and on the first layer). */
+static status_t set_input_shape(kctx_t *k, job_model_t *m, const char *key, const cJSON *v)
+{
+    int shape[JOB_MAX_RANK] = {0}, rank;
+
+    STATUS_CHECK(parse_shape(k, key, v, true, false, shape, &rank));
+    if (m->input_rank == 0) {
+        memcpy(m->input_shape, shape, sizeof(shape));
+        m->input_rank = rank;
+        return STATUS_OK;
+    }
+    if (rank != m->input_rank || memcmp(shape, m->input_shape, (size_t)rank * sizeof(int)) != 0)
+        return kfail(k, "%s disagrees with the model's input shape", key);
+    return STATUS_OK;
+}
+
+/* {"class_name": "InputLayer", "config": {"batch_input_shape" | "batch_shape": [null, ...],
+ * "dtype", "sparse", "ragged", "name", "optional"}}: the model's input, not a layer. */
+static status_t parse_input_layer(kctx_t *k, const cJSON *cfg, job_model_t *m)
+{
+    static const char *const keys[] = {
+        "batch_input_shape", "batch_shape", "dtype", "sparse", "ragged", "name",
+        "optional",          "input_shape"};
+    static const char *const dtypes[] = {"float32", "float64", "float16", "int32",
+                                         "int64",   "uint8",   "int8",    "int16"};
+    const cJSON *v, *shape = NULL;
+
+    STATUS_CHECK(check_keys(k, cfg, "InputLayer option", keys, JOB_N_OF(keys)));
+    cJSON_ArrayForEach(v, cfg)
+    {
+        if ((strcmp(v->string, "sparse") == 0 || strcmp(v->string, "ragged") == 0 ||
+             strcmp(v->string, "optional") == 0) &&
+            !cJSON_IsFalse(v))
+            return kfail(k, "%s inputs are not supported", v->string);
+        if (strcmp(v->string, "dtype") == 0 &&
+            (!cJSON_IsString(v) || job_name_index(v->valuestring, dtypes, JOB_N_OF(dtypes)) < 0))
+            return type_error(k, "dtype", v, "a float or integer dtype name");
+        if (strcmp(v->string, "batch_input_shape") == 0 || strcmp(v->string, "batch_shape") == 0)
+            shape = v;
+    }
+    if (shape == NULL)
+        return kfail(k, "the InputLayer has no batch_shape");
+    return set_input_shape(k, m, shape->string, shape);
+}
+
+/* One entry of config.layers. */
+static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, job_model_t *m)
+{
+    static const char *const entry_keys[] = {"class_name",      "config",       "module",
+                                             "registered_name", "build_config", "name"};
+    const char *cls_name = cJSON_GetStringValue(kget(entry, "class_name"));
+    const cJSON *cfg = kget(entry, "config"), *v;
+    const char *name = cJSON_GetStringValue(kget(cfg, "name"));
+    const struct keras_class *cls = NULL;
+    job_layer_t *l;
+    int input_length = 0;
+    char msg[400];
+
+    if (name != NULL)
+        snprintf(k->layer, sizeof(k->layer), "layer '%.60s'", name);
+    else
+        snprintf(k->layer, sizeof(k->layer), "layers[%zu]", index);
+    if (!cJSON_IsObject(entry) || cls_name == NULL || !cJSON_IsObject(cfg))
+        return kfail(k, "a layer is {\"class_name\": ..., \"config\": {...}}");
+    STATUS_CHECK(check_keys(k, entry, "layer", entry_keys, JOB_N_OF(entry_keys)));
+    if (strcmp(cls_name, "InputLayer") == 0) {
+        if (m->n_layers > 0 || m->input_rank > 0)
+            return kfail(k, "an InputLayer must come first");
+        return parse_input_layer(k, cfg, m);
+    }
+    for (size_t i = 0; cls == NULL && i < JOB_N_OF(classes); i++)
+        if (strcmp(cls_name, classes[i].class_name) == 0)
+            cls = &classes[i];
+    if (cls == NULL) {
+        job_unknown_name(msg, sizeof(msg), "layer class", cls_name, class_names,
+                         JOB_N_OF(class_names));
+        return kfail(k, "%s", msg);
+    }
+    if (name != NULL && strlen(name) >= sizeof(l->name))
+        return kfail(k, "the name is longer than 63 characters");
+    STATUS_CHECK(check_config(k, cls, cfg));
+    STATUS_CHECK(job_model_add_layer(m, cls->kind, k->file, &l, k->err));
+    snprintf(l->name, sizeof(l->name), "%s", name != NULL ? name : "");
+    STATUS_CHECK(layer_options(k, cfg, l, &input_length));
+    v = kget(cfg, "batch_input_shape");
+    if (v != NULL && !cJSON_IsNull(v)) {
+        if (m->n_layers > 1)
+            return kfail(k, "batch_input_shape belongs on the first layer only");
+        STATUS_CHECK(set_input_shape(k, m, "batch_input_shape", v));
+    }
+    if (input_length > 0 && m->n_layers == 1) {
+        if (m->input_rank == 0) {
+            m->input_rank = 1;
+            m->input_shape[0] = input_length;
+        } else if (m->input_rank != 1 || m->input_shape[0] != input_length) {
+            return kfail(k, "input_length %d disagrees with the model's input shape", input_length);
+        }
+    }
+    return STATUS_OK;
+}
+
+/* config of the Sequential: name, layers, and in Keras 3 trainable, dtype, build_input_shape. */
+static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t *m)
+{
+    static const char *const config_keys[] = {"name", "layers", "trainable", "dtype",
+                                              "build_input_shape"};
+    const cJSON *layers = kget(cfg, "layers"), *v;
+    size_t i = 0;
+
+    STATUS_CHECK(check_keys(k, cfg, "Sequential config", config_keys, JOB_N_OF(config_keys)));
+    v = kget(cfg, "trainable");
+    if (v != NULL && !cJSON_IsTrue(v))
+        return kfail(k, "trainable must be true (Tessera trains every layer)");
+    v = kget(cfg, "dtype");
+    if (v != NULL)
+        STATUS_CHECK(check_dtype(k, "dtype", v));
+    if (!cJSON_IsArray(layers))
+        return kfail(k, "config.layers must be a list");
+    cJSON_ArrayForEach(v, layers) STATUS_CHECK(parse_layer(k, v, i++, m));
+    k->layer[0] = '\0';
+    /* A model built from an input shape but saved without an InputLayer (some Keras 3
+     * versions): the shape is in build_input_shape. */
+    v = kget(cfg, "build_input_shape");
+    if (m->input_rank == 0 && v != NULL && !cJSON_IsNull(v))
+        STATUS_CHECK(set_input_shape(k, m, "build_input_shape", v));
+    return STATUS_OK;
+}
+
+status_t job_parse_keras_json(const char *text, size_t len, const char *path,
+                              job_model_t *ret_model, status_msg_t *err)
+{
+    static const char *const top_keys[] = {"class_name",   "config",        "keras_version",
+                                           "backend",      "module",        "registered_name",
+                                           "build_config", "compile_config"};
+    kctx_t k = {.file = path != NULL ? path : "model JSON", .err = err};
+    job_model_t m = {0};
+    cJSON *root;
+    const char *cls, *end = NULL;
+    status_t rc;
+
+    memset(ret_model, 0, sizeof(*ret_model));
+    if (text == NULL)
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: no text", k.file);
+    root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (root == NULL) {
+        size_t at = end != NULL && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        int line = 1;
+        for (size_t i = 0; i < at; i++)
+            line += text[i] == '\n';
+        char near[96];
+        utf8_escape(near, sizeof(near), text + at, len - at < 20 ? len - at : 20);
+        return status_fail(err, STATUS_BAD_CONFIG, "%s:%d: invalid JSON near '%s'", k.file, line,
+                           near);
+    }
+    cls = cJSON_GetStringValue(kget(root, "class_name"));
+    if (!cJSON_IsObject(root) || cls == NULL)
+        rc = kfail(&k, "not a Keras model: no class_name");
+    else if (strcmp(cls, "Sequential") != 0)
+        rc = kfail(&k, "only Sequential models are supported, not %.60s", cls);
+    else
+        rc = check_keys(&k, root, "model", top_keys, JOB_N_OF(top_keys));
+    if (rc == STATUS_OK)
+        rc = parse_sequential_config(&k, kget(root, "config"), &m);
+    if (rc == STATUS_OK)
+        rc = job_model_finish(&m, k.file, err);
+    if (rc == STATUS_OK) {
+        m.keras_json = strndup(text, len);
+        if (m.keras_json == NULL)
+            rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", k.file);
+    }
+    cJSON_Delete(root);
+    if (rc != STATUS_OK) {
+        job_model_done(&m);
+        return rc;
+    }
+    *ret_model = m;
+    return STATUS_OK;
+}

@@ -1,0 +1,892 @@
+/* Optimizer kernels and learning-rate schedules.
+ *
+ * The update rules are those of Keras 3, read from keras-team/keras:
+ *   keras/src/optimizers/sgd.py       SGD (momentum, nesterov)
+ *   keras/src/optimizers/adam.py      Adam (amsgrad)
+ *   keras/src/optimizers/adagrad.py   Adagrad
+ *   keras/src/optimizers/rmsprop.py   RMSprop (centered, momentum)
+ *   keras/src/optimizers/base_optimizer.py          the schedule sees `iterations` before the
+ *                                                   update; Adam's bias correction uses + 1
+ *   keras/src/optimizers/schedules/learning_rate_schedule.py   ExponentialDecay,
+ *                                                   PiecewiseConstantDecay, CosineDecay's warmup
+ * Each kernel below names the formula it follows. Element-wise work is done in float like a
+ * Keras float32 variable; the per-call scalar factors (the learning rate, Adam's bias
+ * correction) are computed in double and rounded once.
+ *
+ * Speed: the kind and its options are resolved once per call into a plan holding one kernel,
+ * and each kernel is a plain loop over restrict-qualified arrays that the compiler vectorizes.
+ * The loops that take square roots vectorize only under -fno-math-errno (otherwise GCC keeps a
+ * branch per element to set errno for negative inputs), about 5-10x faster for Adam, Adagrad and
+ * RMSprop; nothing here reads errno. */
+#include "optim/optimizer.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct plan plan_t;
+
+/* Updates n parameters; slot k of parameter i is at slots[k * stride + i]. */
+typedef void (*kernel_fn)(const plan_t *k, float *params, const float *grad, float *slots,
+                          size_t stride, size_t n);
+
+struct plan {
+    kernel_fn kernel;
+    float lr;
+    float momentum;
+    float one_minus_beta_1, one_minus_beta_2;
+    float alpha; /* Adam's bias-corrected step size */
+    float epsilon;
+    float rho, one_minus_rho;
+};
+
+/* ---- SGD (sgd.py) ------------------------------------------------------------------------------
+ */
+
+/* w -= lr * g */
+static inline void sgd_loop(float lr, float *restrict p, const float *restrict g, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] -= g[i] * lr;
+}
+
+/* velocity = momentum * velocity - lr * g; w += velocity */
+static inline void sgd_momentum_loop(float lr, float mu, float *restrict p, const float *restrict g,
+                                     float *restrict m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        m[i] = m[i] * mu - g[i] * lr;
+        p[i] += m[i];
+    }
+}
+
+/* velocity = momentum * velocity - lr * g; w += momentum * velocity - lr * g */
+static inline void sgd_nesterov_loop(float lr, float mu, float *restrict p, const float *restrict g,
+                                     float *restrict m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        m[i] = m[i] * mu - g[i] * lr;
+        p[i] += m[i] * mu - g[i] * lr;
+    }
+}
+
+static void sgd_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride, size_t n)
+{
+    (void)s;
+    (void)stride;
+    sgd_loop(k->lr, p, g, n);
+}
+
+static void sgd_momentum_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
+                                size_t n)
+{
+    (void)stride;
+    sgd_momentum_loop(k->lr, k->momentum, p, g, s, n);
+}
+
+static void sgd_nesterov_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
+                                size_t n)
+{
+    (void)stride;
+    sgd_nesterov_loop(k->lr, k->momentum, p, g, s, n);
+}
+
+/* ---- Adam (adam.py) ----------------------------------------------------------------------------
+ */
+
+/* m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2); w -= m * alpha / (sqrt(v) + eps),
+ * with alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) computed per call. */
+static inline void adam_loop(const plan_t *k, float *restrict p, const float *restrict g,
+                             float *restrict m, float *restrict v, size_t n)
+{
+    const float b1c = k->one_minus_beta_1, b2c = k->one_minus_beta_2;
+    const float alpha = k->alpha, eps = k->epsilon;
+
+    for (size_t i = 0; i < n; i++) {
+        m[i] += (g[i] - m[i]) * b1c;
+        v[i] += (g[i] * g[i] - v[i]) * b2c;
+        p[i] -= (m[i] * alpha) / (sqrtf(v[i]) + eps);
+    }
+}
+
+/* As Adam, with v_hat = max(v_hat, v) in the denominator instead of v (AMSGrad). */
+static inline void amsgrad_loop(const plan_t *k, float *restrict p, const float *restrict g,
+                                float *restrict m, float *restrict v, float *restrict vh, size_t n)
+{
+    const float b1c = k->one_minus_beta_1, b2c = k->one_minus_beta_2;
+    const float alpha = k->alpha, eps = k->epsilon;
+
+    for (size_t i = 0; i < n; i++) {
+        m[i] += (g[i] - m[i]) * b1c;
+        v[i] += (g[i] * g[i] - v[i]) * b2c;
+        vh[i] = v[i] > vh[i] ? v[i] : vh[i];
+        p[i] -= (m[i] * alpha) / (sqrtf(vh[i]) + eps);
+    }
+}
+
+static void adam_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
+                        size_t n)
+{
+    adam_loop(k, p, g, s, s + stride, n);
+}
+
+static void amsgrad_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
+                           size_t n)
+{
+    amsgrad_loop(k, p, g, s, s + stride, s + 2 * stride, n);
+}
+
+/* ---- Adagrad (adagrad.py) ----------------------------------------------------------------------
+ */
+
+/* acc += g^2; w -= lr * g / sqrt(acc + eps)   (epsilon inside the square root, as Keras 3) */
+static inline void adagrad_loop(const plan_t *k, float *restrict p, const float *restrict g,
+                                float *restrict acc, size_t n)
+{
+    const float lr = k->lr, eps = k->epsilon;
+
+    for (size_t i = 0; i < n; i++) {
+        acc[i] += g[i] * g[i];
+        p[i] -= (lr * g[i]) / sqrtf(acc[i] + eps);
+    }
+}
+
+static void adagrad_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
+                           size_t n)
+{
+    (void)stride;
+    adagrad_loop(k, p, g, s, n);
+}
+
+/* ---- RMSprop (rmsprop.py) ----------------------------------------------------------------------
+ */
+
+/* velocity = rho * velocity + (1 - rho) * g^2; w -= lr * g / sqrt(velocity + eps) */
+static inline void rmsprop_loop(const plan_t *k, float *restrict p, const float *restrict g,
+                                float *restrict vel, size_t n)
+{
+    const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
+
+    for (size_t i = 0; i < n; i++) {
+        vel[i] = rho * vel[i] + rho_c * (g[i] * g[i]);
+        p[i] -= (lr * g[i]) / sqrtf(vel[i] + eps);
+    }
+}
+
+/* As above, then momentum = mu * momentum + increment; w -= momentum. */
+static inline void rmsprop_momentum_loop(const plan_t *k, float *restrict p,
+                                         const float *restrict g, float *restrict vel,
+                                         float *restrict mom, size_t n)
+{
+    const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
+    const float mu = k->momentum;
+
+    for (size_t i = 0; i < n; i++) {
+        vel[i] = rho * vel[i] + rho_c * (g[i] * g[i]);
+        mom[i] = mu * mom[i] + (lr * g[i]) / sqrtf(vel[i] + eps);
+        p[i] -= mom[i];
+    }
+}
+
+/* Centered: average_grad = rho * average_grad + (1 - rho) * g; the denominator is
+ * sqrt(velocity - average_grad^2 + eps). */
+static inline void rmsprop_centered_loop(const plan_t *k, float *restrict p,
+                                         const float *restrict g, float *restrict vel,
+                                         float *restrict avg, size_t n)
+{
+    const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
+
+    for (size_t i = 0; i < n; i++) {
+        vel[i] = rho * vel[i] + rho_c * (g[i] * g[i]);
+        avg[i] = rho * avg[i] + rho_c * g[i];
+        p[i] -= (lr * g[i]) / sqrtf(vel[i] - avg[i] * avg[i] + eps);
+    }
+}
+
+static inline void rmsprop_centered_momentum_loop(const plan_t *k, float *restrict p,
+                                                  const float *restrict g, float *restrict vel,
+                                                  float *restrict mom, float *restrict avg,
+                                                  size_t n)
+{
+    const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
+    const float mu = k->momentum;
+
+    for (size_t i = 0; i < n; i++) {
+        vel[i] = rho * vel[i] + rho_c * (g[i] * g[i]);
+        avg[i] = rho * avg[i] + rho_c * g[i];
+        mom[i] = mu * mom[i] + (lr * g[i]) / sqrtf(vel[i] - avg[i] * avg[i] + eps);
+        p[i] -= mom[i];
+    }
+}
+
+/* Slot order follows Keras's build(): velocity, then momentum (if any), then average_gradient
+ * (if centered). */
+static void rmsprop_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
+                           size_t n)
+{
+    (void)stride;
+    rmsprop_loop(k, p, g, s, n);
+}
+
+static void rmsprop_momentum_kernel(const plan_t *k, float *p, const float *g, float *s,
+                                    size_t stride, size_t n)
+{
+    rmsprop_momentum_loop(k, p, g, s, s + stride, n);
+}
+
+static void rmsprop_centered_kernel(const plan_t *k, float *p, const float *g, float *s,
+                                    size_t stride, size_t n)
+{
+    rmsprop_centered_loop(k, p, g, s, s + stride, n);
+}
+
+static void rmsprop_centered_momentum_kernel(const plan_t *k, float *p, const float *g, float *s,
+                                             size_t stride, size_t n)
+{
+    rmsprop_centered_momentum_loop(k, p, g, s, s + stride, s + 2 * stride, n);
+}
+
+/* ---- plans -------------------------------------------------------------------------------------
+ */
+
+/* Resolves the kind, its options and the scalar factors for the update after `step` steps. */
+static void plan_init(const optimizer_config_t *c, int64_t step, plan_t *k)
+{
+    double lr = optimizer_learning_rate(c, step);
+
+    k->lr = (float)lr;
+    k->momentum = (float)c->momentum;
+    k->one_minus_beta_1 = (float)(1.0 - c->beta_1);
+    k->one_minus_beta_2 = (float)(1.0 - c->beta_2);
+    k->epsilon = (float)c->epsilon;
+    k->rho = (float)c->rho;
+    k->one_minus_rho = (float)(1.0 - c->rho);
+    k->alpha = 0.0f;
+    switch (c->kind) {
+    case OPTIMIZER_SGD:
+        /* Keras keeps no velocity, and ignores nesterov, when momentum is 0. */
+        if (c->momentum == 0.0)
+            k->kernel = sgd_kernel;
+        else
+            k->kernel = c->nesterov ? sgd_nesterov_kernel : sgd_momentum_kernel;
+        break;
+    case OPTIMIZER_ADAM: {
+        double t = (double)(step < 0 ? 0 : step) + 1.0;
+        k->alpha = (float)(lr * sqrt(1.0 - pow(c->beta_2, t)) / (1.0 - pow(c->beta_1, t)));
+        k->kernel = c->amsgrad ? amsgrad_kernel : adam_kernel;
+        break;
+    }
+    case OPTIMIZER_ADAGRAD:
+        k->kernel = adagrad_kernel;
+        break;
+    case OPTIMIZER_RMSPROP:
+    default:
+        if (c->centered)
+            k->kernel =
+                c->momentum > 0 ? rmsprop_centered_momentum_kernel : rmsprop_centered_kernel;
+        else
+            k->kernel = c->momentum > 0 ? rmsprop_momentum_kernel : rmsprop_kernel;
+        break;
+    }
+}
+
+void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *params,
+                           const float *grad, float *slots, size_t n)
+{
+    plan_t k;
+
+    if (n == 0)
+        return;
+    plan_init(c, step, &k);
+    k.kernel(&k, params, grad, slots, n, n);
+}
+
+/* ---- checks before an update -------------------------------------------------------------------
+ */
+
+/* The most slot arrays any kernel keeps (AMSGrad; centered RMSprop with momentum). */
+#define MAX_SLOTS OPTIMIZER_MAX_SLOTS
+/* Elements a dry run computes at a time, on copies that stay in L1. */
+#define TRIAL 256
+
+size_t optimizer_first_non_finite(const float *v, size_t n)
+{
+    uint32_t bad = 0;
+
+    /* A branch-free pass that vectorizes; the search runs only when something is there. */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &v[i], sizeof(b));
+        bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+    }
+    for (size_t i = 0; bad && i < n; i++)
+        if (!isfinite(v[i]))
+            return i;
+    return n;
+}
+
+static bool all_finite(const float *v, size_t n)
+{
+    return optimizer_first_non_finite(v, n) == n;
+}
+
+/* Runs the kernel on copies of params[0..n) and their slots (slot k at slots[k * stride]) and
+ * returns the index of the first element whose parameter or slot would stop being finite, or n.
+ * The copies go through the very kernel the update uses, so the verdict is the update's own. */
+static size_t trial(const plan_t *k, size_t n_slots, const float *params, const float *grad,
+                    const float *slots, size_t stride, size_t n)
+{
+    float p[TRIAL], sl[MAX_SLOTS * TRIAL];
+    bool ok;
+
+    for (size_t b = 0; b < n; b += TRIAL) {
+        size_t m = n - b < TRIAL ? n - b : TRIAL;
+        memcpy(p, params + b, m * sizeof(float));
+        for (size_t j = 0; j < n_slots; j++)
+            memcpy(sl + j * TRIAL, slots + j * stride + b, m * sizeof(float));
+        k->kernel(k, p, grad + b, sl, TRIAL, m);
+        ok = all_finite(p, m);
+        for (size_t j = 0; ok && j < n_slots; j++)
+            ok = all_finite(sl + j * TRIAL, m);
+        if (ok)
+            continue;
+        for (size_t i = 0; i < m; i++) {
+            ok = isfinite(p[i]);
+            for (size_t j = 0; ok && j < n_slots; j++)
+                ok = isfinite(sl[j * TRIAL + i]);
+            if (!ok)
+                return b + i;
+        }
+    }
+    return n;
+}
+
+size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const float *params,
+                             const float *grad, const float *slots, size_t n)
+{
+    plan_t k;
+
+    if (n == 0)
+        return n;
+    plan_init(c, step, &k);
+    return trial(&k, optimizer_slot_count(c), params, grad, slots, n, n);
+}
+
+/* ---- bounds: proving an update safe without a dry run ------------------------------------------
+ */
+
+/* Every bound, and every intermediate the kernels compute, must stay below this: a factor of 4
+ * under FLT_MAX covers the rounding of the few float operations between bound and result. */
+#define BOUND_LIMIT ((double)FLT_MAX / 4)
+
+double optimizer_max_abs(const float *v, size_t n)
+{
+    int32_t m = 0;
+    float f;
+
+    /* Without its sign bit a float's bits order as its magnitude does, as a non-negative int32
+     * (a max that vectorizes), and NaN and infinity order above every finite value. */
+    for (size_t i = 0; i < n; i++) {
+        int32_t b;
+        memcpy(&b, &v[i], sizeof(b));
+        b &= 0x7fffffff;
+        m = b > m ? b : m;
+    }
+    if (m >= 0x7f800000)
+        return INFINITY;
+    memcpy(&f, &m, sizeof(f));
+    return f;
+}
+
+void optimizer_bounds_measure(const optimizer_config_t *c, const float *params, const float *slots,
+                              size_t n, optimizer_bounds_t *ret)
+{
+    size_t n_slots = optimizer_slot_count(c);
+
+    *ret = (optimizer_bounds_t){.value = optimizer_max_abs(params, n)};
+    for (size_t k = 0; k < n_slots && k < OPTIMIZER_MAX_SLOTS; k++)
+        ret->slot[k] = optimizer_max_abs(slots + k * n, n);
+}
+
+/* The bounds after an Adam or AMSGrad step: m stays a convex mix of m and g, v of v and g^2, and
+ * the step is at most alpha * |m| / eps. */
+static bool adam_bounds(const plan_t *k, bool ams, double G, const optimizer_bounds_t *b,
+                        optimizer_bounds_t *next)
+{
+    double M = fmax(b->slot[0], G), V = fmax(b->slot[1], G * G);
+
+    if (!(k->epsilon > 0) || G + b->slot[0] > BOUND_LIMIT || G * G + b->slot[1] > BOUND_LIMIT)
+        return false;
+    next->slot[0] = M;
+    next->slot[1] = V;
+    if (ams)
+        next->slot[2] = fmax(b->slot[2], V);
+    next->value = b->value + M * fabs((double)k->alpha) / k->epsilon;
+    return M * fabs((double)k->alpha) <= BOUND_LIMIT;
+}
+
+/* Adagrad and RMSprop without centering: the accumulator grows by at most g^2 (RMSprop keeps a
+ * convex mix), the step is at most lr * |g| / sqrt(eps). */
+static bool square_bounds(const optimizer_config_t *c, const plan_t *k, double G,
+                          const optimizer_bounds_t *b, optimizer_bounds_t *next)
+{
+    double step = (double)k->lr * G / sqrt((double)k->epsilon);
+
+    if (!(k->epsilon > 0) || G * G > BOUND_LIMIT || (double)k->lr * G > BOUND_LIMIT)
+        return false;
+    next->slot[0] = c->kind == OPTIMIZER_ADAGRAD ? b->slot[0] + G * G : fmax(b->slot[0], G * G);
+    if (c->kind == OPTIMIZER_RMSPROP && c->momentum > 0) {
+        next->slot[1] = (double)k->momentum * b->slot[1] + step;
+        step = next->slot[1];
+    }
+    next->value = b->value + step;
+    return next->slot[0] <= BOUND_LIMIT;
+}
+
+bool optimizer_bounds_step(const optimizer_config_t *c, int64_t step, double gmax,
+                           const optimizer_bounds_t *b, optimizer_bounds_t *ret_next)
+{
+    optimizer_bounds_t next = *b;
+    double lr_g;
+    plan_t k;
+    bool ok;
+
+    if (!(gmax <= BOUND_LIMIT))
+        return false;
+    plan_init(c, step, &k);
+    if (!isfinite(k.lr) || !isfinite(k.alpha))
+        return false;
+    lr_g = (double)k.lr * gmax;
+    switch (c->kind) {
+    case OPTIMIZER_SGD:
+        /* velocity = mu * velocity - lr * g; w += velocity (Nesterov: + mu * velocity - lr * g) */
+        if (c->momentum != 0.0) {
+            next.slot[0] = (double)k.momentum * b->slot[0] + lr_g;
+            next.value = b->value + next.slot[0] + (c->nesterov ? lr_g : 0);
+        } else {
+            next.value = b->value + lr_g;
+        }
+        ok = lr_g <= BOUND_LIMIT && next.slot[0] <= BOUND_LIMIT;
+        break;
+    case OPTIMIZER_ADAM:
+        ok = adam_bounds(&k, c->amsgrad, gmax, b, &next);
+        break;
+    case OPTIMIZER_ADAGRAD:
+        ok = square_bounds(c, &k, gmax, b, &next);
+        break;
+    case OPTIMIZER_RMSPROP:
+    default:
+        /* Centered RMSprop takes the square root of velocity - average^2, which rounding can
+         * make negative: no bound proves it, the dry run decides. */
+        ok = !c->centered && square_bounds(c, &k, gmax, b, &next);
+        break;
+    }
+    if (!ok || !(next.value <= BOUND_LIMIT))
+        return false;
+    *ret_next = next;
+    return true;
+}
+
+/* ---- row updates -------------------------------------------------------------------------------
+ */
+
+typedef struct {
+    int64_t row;
+    size_t pos; /* which gradient row */
+} row_ref_t;
+
+static int row_ref_cmp(const void *a, const void *b)
+{
+    const row_ref_t *x = a, *y = b;
+
+    if (x->row != y->row)
+        return x->row < y->row ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+size_t optimizer_rows_scratch_size(size_t n_idx, size_t row_len)
+{
+    if (n_idx > SIZE_MAX / sizeof(row_ref_t) || row_len > SIZE_MAX / sizeof(float) ||
+        n_idx * sizeof(row_ref_t) > SIZE_MAX - row_len * sizeof(float))
+        return SIZE_MAX;
+    return n_idx * sizeof(row_ref_t) + row_len * sizeof(float);
+}
+
+/* sum = the gradient rows refs[0..n_refs) added in order. */
+static void sum_rows(float *restrict sum, const float *restrict grads, const row_ref_t *refs,
+                     size_t n_refs, size_t row_len)
+{
+    const float *first = grads + refs[0].pos * row_len;
+
+    for (size_t i = 0; i < row_len; i++)
+        sum[i] = first[i];
+    for (size_t r = 1; r < n_refs; r++) {
+        const float *g = grads + refs[r].pos * row_len;
+        for (size_t i = 0; i < row_len; i++)
+            sum[i] += g[i];
+    }
+}
+
+/* Checks the indices and sorts them into scratch (allocating it when NULL: *ret_owned then
+ * holds what to free). */
+static status_t rows_prepare(size_t n_rows, size_t row_len, const int64_t *indices, size_t n_idx,
+                             void **scratch, void **ret_owned, status_msg_t *err)
+{
+    size_t bytes;
+    row_ref_t *refs;
+
+    *ret_owned = NULL;
+    /* Every index is checked before anything is touched, so a bad push changes nothing. */
+    for (size_t j = 0; j < n_idx; j++)
+        if (indices[j] < 0 || (uint64_t)indices[j] >= (uint64_t)n_rows)
+            return status_fail(err, STATUS_OUT_OF_RANGE,
+                               "optimizer: row index %" PRId64 " (position %zu of %zu) is "
+                               "outside [0, %zu)",
+                               indices[j], j, n_idx, n_rows);
+    if (n_idx == 0 || row_len == 0)
+        return STATUS_OK;
+    if (n_rows > SIZE_MAX / row_len)
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "optimizer: %zu rows of %zu floats overflow size_t", n_rows, row_len);
+    bytes = optimizer_rows_scratch_size(n_idx, row_len);
+    if (*scratch == NULL) {
+        if (bytes == SIZE_MAX || (*ret_owned = malloc(bytes)) == NULL)
+            return status_fail(err, STATUS_NO_MEMORY,
+                               "optimizer: no memory for the scratch of %zu row indices", n_idx);
+        *scratch = *ret_owned;
+    }
+    /* Sorting groups the duplicates (summed in the order they came, since pos breaks ties) and
+     * walks the tensor in address order. */
+    refs = *scratch;
+    for (size_t j = 0; j < n_idx; j++)
+        refs[j] = (row_ref_t){indices[j], j};
+    qsort(refs, n_idx, sizeof(refs[0]), row_ref_cmp);
+    return STATUS_OK;
+}
+
+/* Updates each touched row once (dry: tries it on copies, and returns the first element, counted
+ * in gradient-row order, that would not stay finite; else n_idx * row_len). */
+static size_t rows_walk(const plan_t *k, size_t n_slots, bool dry, float *params, size_t n_rows,
+                        size_t row_len, const float *grads, size_t n_idx, float *slots,
+                        void *scratch)
+{
+    row_ref_t *refs = scratch;
+    float *sum = (float *)(refs + n_idx);
+    size_t stride = n_rows * row_len;
+
+    for (size_t j = 0, end; j < n_idx; j = end) {
+        const float *g = grads + refs[j].pos * row_len;
+        size_t off = (size_t)refs[j].row * row_len, bad;
+
+        for (end = j + 1; end < n_idx && refs[end].row == refs[j].row; end++)
+            ;
+        if (end - j > 1) {
+            sum_rows(sum, grads, refs + j, end - j, row_len);
+            g = sum;
+        }
+        if (!dry) {
+            k->kernel(k, params + off, g, slots == NULL ? NULL : slots + off, stride, row_len);
+            continue;
+        }
+        bad =
+            trial(k, n_slots, params + off, g, slots == NULL ? NULL : slots + off, stride, row_len);
+        if (bad < row_len)
+            return refs[j].pos * row_len + bad;
+    }
+    return n_idx * row_len;
+}
+
+/* Prepares the indices and walks the rows, for real or dry; *ret_bad as rows_walk's result. */
+static status_t rows_run(const optimizer_config_t *c, int64_t step, bool dry, float *params,
+                         size_t n_rows, size_t row_len, const int64_t *indices, const float *grads,
+                         size_t n_idx, float *slots, void *scratch, size_t *ret_bad,
+                         status_msg_t *err)
+{
+    void *owned;
+    plan_t k;
+
+    *ret_bad = n_idx * row_len;
+    STATUS_CHECK(rows_prepare(n_rows, row_len, indices, n_idx, &scratch, &owned, err));
+    if (n_idx == 0 || row_len == 0)
+        return STATUS_OK;
+    plan_init(c, step, &k);
+    *ret_bad = rows_walk(&k, dry ? optimizer_slot_count(c) : 0, dry, params, n_rows, row_len, grads,
+                         n_idx, slots, scratch);
+    free(owned);
+    return STATUS_OK;
+}
+
+status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, float *slots, void *scratch,
+                              status_msg_t *err)
+{
+    size_t bad;
+
+    return rows_run(c, step, false, params, n_rows, row_len, indices, grads, n_idx, slots, scratch,
+                    &bad, err);
+}
+
+status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, const float *slots, void *scratch,
+                              size_t *ret_bad, status_msg_t *err)
+{
+    /* A dry walk only reads params and slots. */
+    return rows_run(c, step, true, (float *)params, n_rows, row_len, indices, grads, n_idx,
+                    (float *)slots, scratch, ret_bad, err);
+}
+
+/* ---- slots -------------------------------------------------------------------------------------
+ */
+
+size_t optimizer_slot_count(const optimizer_config_t *c)
+{
+    switch (c->kind) {
+    case OPTIMIZER_SGD:
+        return c->momentum != 0.0 ? 1 : 0;
+    case OPTIMIZER_ADAM:
+        return c->amsgrad ? 3 : 2;
+    case OPTIMIZER_ADAGRAD:
+        return 1;
+    case OPTIMIZER_RMSPROP:
+        return 1 + (c->momentum > 0 ? 1 : 0) + (c->centered ? 1 : 0);
+    }
+    return 0;
+}
+
+void optimizer_slots_init(const optimizer_config_t *c, float *slots, size_t n)
+{
+    size_t total = optimizer_slot_count(c) * n;
+    /* Keras starts every slot at zero except Adagrad's accumulator. */
+    float v = c->kind == OPTIMIZER_ADAGRAD ? (float)c->initial_accumulator_value : 0.0f;
+
+    for (size_t i = 0; i < total; i++)
+        slots[i] = v;
+}
+
+/* ---- learning rate -----------------------------------------------------------------------------
+ */
+
+static double schedule_rate(const lr_schedule_t *s, int64_t step)
+{
+    switch (s->kind) {
+    case LR_CONSTANT:
+        return s->lr;
+    case LR_LINEAR_WARMUP:
+        /* CosineDecay's _warmup_function: (target - initial) * step / warmup_steps + initial
+         * while step < warmup_steps. */
+        if (step < s->warmup_steps)
+            return (s->lr - s->initial_lr) * ((double)step / (double)s->warmup_steps) +
+                   s->initial_lr;
+        return s->lr;
+    case LR_EXPONENTIAL_DECAY: {
+        /* ExponentialDecay: initial * rate ^ (step / decay_steps), the exponent floored when
+         * staircase. */
+        double p = (double)step / (double)s->decay_steps;
+        if (s->staircase)
+            p = floor(p);
+        return s->initial_lr * pow(s->decay_rate, p);
+    }
+    case LR_PIECEWISE_CONSTANT: {
+        /* PiecewiseConstantDecay: values[0] while step <= boundaries[0], values[i] while
+         * boundaries[i-1] < step <= boundaries[i], the last value after the last boundary. */
+        size_t i = 0;
+        while (i < s->n_boundaries && step > s->boundaries[i])
+            i++;
+        return s->values[i];
+    }
+    }
+    return s->lr;
+}
+
+double optimizer_learning_rate(const optimizer_config_t *c, int64_t step)
+{
+    return schedule_rate(&c->schedule, step < 0 ? 0 : step) * c->lr_scale;
+}
+
+/* ---- configuration -----------------------------------------------------------------------------
+ */
+
+void optimizer_config_default(optimizer_kind_t kind, optimizer_config_t *c)
+{
+    *c = (optimizer_config_t){
+        .kind = kind,
+        .schedule = {.kind = LR_CONSTANT, .lr = kind == OPTIMIZER_SGD ? 0.01 : 0.001},
+        .lr_scale = 1.0,
+        .momentum = 0.0,
+        .nesterov = false,
+        .beta_1 = 0.9,
+        .beta_2 = 0.999,
+        .amsgrad = false,
+        .epsilon = 1e-7,
+        .initial_accumulator_value = 0.1,
+        .rho = 0.9,
+        .centered = false,
+    };
+}
+
+/* The comparisons are written so that NaN fails them. The kernels compute in float32, so a
+ * value is checked in the type that uses it: finite means at most FLT_MAX, and a positive value
+ * that float32 would round to 0 or a subnormal is refused too. */
+static status_t need_positive(double v, const char *field, status_msg_t *err)
+{
+    if (!(v >= FLT_MIN) || !(v <= FLT_MAX))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.%s must be > 0, got %g (float32, which the kernels use, "
+                           "holds %g to %g)",
+                           field, v, (double)FLT_MIN, (double)FLT_MAX);
+    return STATUS_OK;
+}
+
+static status_t need_non_negative(double v, const char *field, status_msg_t *err)
+{
+    if (!(v >= 0.0) || !(v <= FLT_MAX))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.%s must be >= 0, got %g (float32, which the kernels use, "
+                           "holds at most %g)",
+                           field, v, (double)FLT_MAX);
+    return STATUS_OK;
+}
+
+/* Epsilon is added in float32: a positive value too small for it would silently become 0 (and
+ * 0/0 in Adam's first step), so it must be 0 or a normal float32. */
+static status_t need_epsilon(double v, status_msg_t *err)
+{
+    STATUS_CHECK(need_non_negative(v, "epsilon", err));
+    if (v > 0 && v < FLT_MIN)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.epsilon %g is below float32's smallest normal number %g, "
+                           "which the kernels use: give 0 or at least that",
+                           v, (double)FLT_MIN);
+    return STATUS_OK;
+}
+
+/* v in [0, 1], or [0, 1) when open. */
+static status_t need_fraction(double v, bool open, const char *field, status_msg_t *err)
+{
+    if (!(v >= 0.0) || (open ? !(v < 1.0) : !(v <= 1.0)))
+        return status_fail(err, STATUS_BAD_CONFIG, "optimizer.%s must be in [0, 1%s, got %g", field,
+                           open ? ")" : "]", v);
+    return STATUS_OK;
+}
+
+static status_t need_steps(int64_t v, const char *field, status_msg_t *err)
+{
+    if (v <= 0)
+        return status_fail(err, STATUS_BAD_CONFIG, "optimizer.%s must be > 0, got %" PRId64, field,
+                           v);
+    return STATUS_OK;
+}
+
+static status_t validate_piecewise(const lr_schedule_t *s, status_msg_t *err)
+{
+    char field[64];
+
+    if (s->n_boundaries < 1 || s->n_boundaries > LR_MAX_PIECES)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.schedule.n_boundaries must be in [1, %d], got %zu",
+                           LR_MAX_PIECES, s->n_boundaries);
+    for (size_t i = 0; i < s->n_boundaries; i++) {
+        if (i == 0 && s->boundaries[0] < 0)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "optimizer.schedule.boundaries[0] must be >= 0, got %" PRId64,
+                               s->boundaries[0]);
+        if (i > 0 && s->boundaries[i] <= s->boundaries[i - 1])
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "optimizer.schedule.boundaries must be strictly increasing, got "
+                               "boundaries[%zu] = %" PRId64 " after %" PRId64,
+                               i, s->boundaries[i], s->boundaries[i - 1]);
+    }
+    for (size_t i = 0; i <= s->n_boundaries; i++) {
+        snprintf(field, sizeof(field), "schedule.values[%zu]", i);
+        STATUS_CHECK(need_positive(s->values[i], field, err));
+    }
+    return STATUS_OK;
+}
+
+static status_t validate_schedule(const lr_schedule_t *s, status_msg_t *err)
+{
+    switch (s->kind) {
+    case LR_CONSTANT:
+        return need_positive(s->lr, "schedule.lr", err);
+    case LR_LINEAR_WARMUP:
+        STATUS_CHECK(need_positive(s->lr, "schedule.lr", err));
+        STATUS_CHECK(need_non_negative(s->initial_lr, "schedule.initial_lr", err));
+        return need_steps(s->warmup_steps, "schedule.warmup_steps", err);
+    case LR_EXPONENTIAL_DECAY:
+        STATUS_CHECK(need_positive(s->initial_lr, "schedule.initial_lr", err));
+        STATUS_CHECK(need_steps(s->decay_steps, "schedule.decay_steps", err));
+        STATUS_CHECK(need_positive(s->decay_rate, "schedule.decay_rate", err));
+        /* A rate above 1 grows the learning rate without bound, past float32 in time. */
+        if (s->decay_rate > 1.0)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "optimizer.schedule.decay_rate must be at most 1 (a decay), got %g",
+                               s->decay_rate);
+        return STATUS_OK;
+    case LR_PIECEWISE_CONSTANT:
+        return validate_piecewise(s, err);
+    }
+    return status_fail(err, STATUS_BAD_CONFIG, "optimizer.schedule.kind: unknown kind %d",
+                       (int)s->kind);
+}
+
+/* The largest rate the schedule reaches, with lr_scale, must be a float32 too. */
+static status_t check_peak_rate(const optimizer_config_t *c, status_msg_t *err)
+{
+    const lr_schedule_t *s = &c->schedule;
+    double peak = s->lr > s->initial_lr ? s->lr : s->initial_lr;
+
+    if (s->kind == LR_EXPONENTIAL_DECAY)
+        peak = s->initial_lr;
+    for (size_t i = 0; s->kind == LR_PIECEWISE_CONSTANT && i <= s->n_boundaries; i++)
+        peak = i == 0 || s->values[i] > peak ? s->values[i] : peak;
+    if (!(peak * c->lr_scale <= FLT_MAX))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer: the learning rate reaches %g, beyond float32's %g",
+                           peak * c->lr_scale, (double)FLT_MAX);
+    return STATUS_OK;
+}
+
+status_t optimizer_config_validate(const optimizer_config_t *c, status_msg_t *err)
+{
+    STATUS_CHECK(validate_schedule(&c->schedule, err));
+    STATUS_CHECK(need_positive(c->lr_scale, "lr_scale", err));
+    STATUS_CHECK(check_peak_rate(c, err));
+    switch (c->kind) {
+    case OPTIMIZER_SGD:
+        /* Keras's SGD accepts momentum in [0, 1]. */
+        return need_fraction(c->momentum, false, "momentum", err);
+    case OPTIMIZER_ADAM:
+        STATUS_CHECK(need_fraction(c->beta_1, true, "beta_1", err));
+        STATUS_CHECK(need_fraction(c->beta_2, true, "beta_2", err));
+        return need_epsilon(c->epsilon, err);
+    case OPTIMIZER_ADAGRAD:
+        STATUS_CHECK(
+            need_non_negative(c->initial_accumulator_value, "initial_accumulator_value", err));
+        return need_epsilon(c->epsilon, err);
+    case OPTIMIZER_RMSPROP:
+        STATUS_CHECK(need_fraction(c->rho, true, "rho", err));
+        STATUS_CHECK(need_fraction(c->momentum, false, "momentum", err));
+        return need_epsilon(c->epsilon, err);
+    }
+    return status_fail(err, STATUS_BAD_CONFIG, "optimizer.kind: unknown kind %d", (int)c->kind);
+}
+
+const char *optimizer_kind_name(optimizer_kind_t kind)
+{
+    switch (kind) {
+    case OPTIMIZER_SGD:
+        return "sgd";
+    case OPTIMIZER_ADAM:
+        return "adam";
+    case OPTIMIZER_ADAGRAD:
+        return "adagrad";
+    case OPTIMIZER_RMSPROP:
+        return "rmsprop";
+    }
+    return "unknown";
+}

@@ -1,0 +1,152 @@
+/* Optimizer kernels and learning-rate schedules, shared by one_device training (the worker) and
+ * the parameter servers, which apply pushed gradients with exactly these functions.
+ *
+ * Semantics follow Keras 3 (keras.optimizers.*) so a model trained here and in Keras take the
+ * same steps: SGD with momentum and Nesterov, Adam (optionally AMSGrad), Adagrad, RMSprop
+ * (optionally centered and with momentum). Row updates (sparse embedding gradients) are lazy:
+ * only the touched rows and their slots change, as in LazyAdam / PyTorch's SparseAdam;
+ * duplicate row indices are summed first. All kernels are single-threaded and lock-free, and
+ * allocate nothing unless optimizer_apply_rows() is given no scratch; callers serialize updates
+ * of one tensor. */
+#ifndef TESSERA_OPTIMIZER_H
+#define TESSERA_OPTIMIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef enum {
+    OPTIMIZER_SGD,
+    OPTIMIZER_ADAM,
+    OPTIMIZER_ADAGRAD,
+    OPTIMIZER_RMSPROP,
+} optimizer_kind_t;
+
+typedef enum {
+    LR_CONSTANT,          /* lr */
+    LR_LINEAR_WARMUP,     /* initial_lr -> lr linearly over warmup_steps, then lr */
+    LR_EXPONENTIAL_DECAY, /* initial_lr * decay_rate ^ (step / decay_steps), floored if staircase */
+    /* values[i] while step <= boundaries[i] (Keras PiecewiseConstantDecay) */
+    LR_PIECEWISE_CONSTANT,
+} lr_kind_t;
+
+#define LR_MAX_PIECES 16
+
+typedef struct lr_schedule {
+    lr_kind_t kind;
+    double lr;         /* constant; the target of warmup */
+    double initial_lr; /* warmup start; exponential decay start */
+    int64_t warmup_steps;
+    int64_t decay_steps;
+    double decay_rate;
+    bool staircase;
+    size_t n_boundaries; /* piecewise: n_boundaries + 1 values */
+    int64_t boundaries[LR_MAX_PIECES];
+    double values[LR_MAX_PIECES + 1];
+} lr_schedule_t;
+
+typedef struct optimizer_config {
+    optimizer_kind_t kind;
+    lr_schedule_t schedule;
+    double lr_scale; /* linear scaling rule: multiply the schedule's rate (1 = off) */
+    /* SGD */
+    double momentum; /* also RMSprop's momentum */
+    bool nesterov;
+    /* Adam */
+    double beta_1, beta_2;
+    bool amsgrad;
+    /* Adam, Adagrad, RMSprop */
+    double epsilon;
+    /* Adagrad */
+    double initial_accumulator_value;
+    /* RMSprop */
+    double rho;
+    bool centered;
+} optimizer_config_t;
+
+/* Fills c with Keras's defaults for kind (learning rate 0.01 for SGD and 0.001 for the others,
+ * Adam beta_1 0.9, beta_2 0.999, epsilon 1e-7, Adagrad initial accumulator 0.1, RMSprop rho
+ * 0.9), constant schedule, lr_scale 1. */
+void optimizer_config_default(optimizer_kind_t kind, optimizer_config_t *c);
+
+/* Checks ranges (rates > 0, betas in [0, 1), epsilon >= 0, increasing piecewise boundaries ...);
+ * err names the offending field. */
+status_t optimizer_config_validate(const optimizer_config_t *c, status_msg_t *err);
+
+/* The learning rate for the update that follows `step` completed steps (step 0 = first update),
+ * lr_scale applied. */
+double optimizer_learning_rate(const optimizer_config_t *c, int64_t step);
+
+/* Slot arrays the optimizer keeps per parameter (0 for plain SGD, 1 for momentum/Adagrad, 2 for
+ * Adam, 3 for AMSGrad; RMSprop 1 + momentum + centered). */
+size_t optimizer_slot_count(const optimizer_config_t *c);
+
+/* Initializes the slots of n parameters: slots is slot_count arrays of n floats laid end to end
+ * (slot k of parameter i at slots[k * n + i]). */
+void optimizer_slots_init(const optimizer_config_t *c, float *slots, size_t n);
+
+/* Applies one update to n parameters with gradient grad. `step` counts the updates already
+ * applied to this tensor (0 for the first): Adam's bias correction uses step + 1. */
+void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *params,
+                           const float *grad, float *slots, size_t n);
+
+/* Bytes of scratch optimizer_apply_rows() needs for n_idx indices of rows of row_len floats;
+ * SIZE_MAX if that does not fit in size_t. */
+size_t optimizer_rows_scratch_size(size_t n_idx, size_t row_len);
+
+/* Applies a sparse update: rows[indices[j]] of a [n_rows, row_len] tensor get gradient row j of
+ * grads [n_idx, row_len]. Slots are laid out as for dense, with n = n_rows * row_len. Indices out
+ * of [0, n_rows) fail with STATUS_OUT_OF_RANGE before anything changes; duplicates are summed
+ * (in the order they appear) and the sum is applied once. `scratch` holds
+ * optimizer_rows_scratch_size(n_idx, row_len) bytes aligned as malloc's; it may be NULL, and then
+ * the function allocates (STATUS_NO_MEMORY if it cannot, nothing changed). */
+status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, float *slots, void *scratch,
+                              status_msg_t *err);
+
+/* Dry runs of the two updates: they compute what optimizer_apply_dense / _rows would, on copies,
+ * and change nothing. check_dense returns the index of the first parameter whose value or slot
+ * would stop being finite (NaN or an overflow of float32), or n when the update is safe to
+ * apply; check_rows sets *ret_bad likewise, as an index into grads (n_idx * row_len when safe),
+ * and fails as apply_rows does on bad indices. */
+size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const float *params,
+                             const float *grad, const float *slots, size_t n);
+status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
+                              size_t n_rows, size_t row_len, const int64_t *indices,
+                              const float *grads, size_t n_idx, const float *slots, void *scratch,
+                              size_t *ret_bad, status_msg_t *err);
+
+/* The index of the first NaN or infinity in v[0..n), or n. */
+size_t optimizer_first_non_finite(const float *v, size_t n);
+
+/* The most slot arrays any optimizer keeps (AMSGrad; centered RMSprop with momentum). */
+#define OPTIMIZER_MAX_SLOTS 3
+
+/* Upper bounds on the magnitudes a tensor and its slot arrays hold, which a caller keeps across
+ * updates so that most updates are proven safe without a dry run. */
+typedef struct optimizer_bounds {
+    double value;
+    double slot[OPTIMIZER_MAX_SLOTS];
+} optimizer_bounds_t;
+
+/* The largest |v[i]| of v[0..n) (infinity when one is NaN or infinite): one pass that vectorizes.
+ */
+double optimizer_max_abs(const float *v, size_t n);
+
+/* The exact bounds of n parameters and their slots (laid out as for optimizer_apply_dense). */
+void optimizer_bounds_measure(const optimizer_config_t *c, const float *params, const float *slots,
+                              size_t n, optimizer_bounds_t *ret);
+
+/* Whether the update after `step` steps, with every gradient element (summed, for rows) of
+ * magnitude at most gmax, provably keeps every parameter and slot finite given bounds b; then
+ * *ret_next gets the bounds after the update. False means "not proven" (the bounds are too
+ * loose, or the kind has no bound: centered RMSprop), and the caller runs the dry run. */
+bool optimizer_bounds_step(const optimizer_config_t *c, int64_t step, double gmax,
+                           const optimizer_bounds_t *b, optimizer_bounds_t *ret_next);
+
+const char *optimizer_kind_name(optimizer_kind_t kind);
+
+#endif
