@@ -1,4 +1,4 @@
-/* Fuzz target: IDX data files (worker/data.h, dataset_load_idx), gzipped or not.
+/* Fuzz target: IDX data files (engine/data.h, dataset_load_idx), gzipped or not.
  *
  * Input: the images file, "@@LABELS@@", the labels file (without the separator the labels file
  * is empty). Both are written to memfds and loaded by path, as a worker loads a job's data. */
