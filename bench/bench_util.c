@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "daemon/launch.h"
+#include "base/clock.h"
 
 #define PS_START_TIMEOUT_MS 15000
 #define PS_STOP_TIMEOUT_MS  10000
@@ -112,13 +113,6 @@ const char *fmt_num(char *buf, size_t len, double v)
     return buf;
 }
 
-double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- iperf3 --------------------------------------------------------------------------------- */
 
 /* Spawns argv (searched on $PATH) with its stdout on a pipe whose read end is returned. */
@@ -146,11 +140,11 @@ status_t spawn_piped(char *const argv[], pid_t *ret_pid, int *ret_fd, status_msg
 static status_t read_until(int fd, const char *until, int64_t timeout_ms, char **buf, size_t *len,
                            size_t *cap)
 {
-    double deadline = now_s() + (double)timeout_ms / 1000;
+    double deadline = clock_now_s() + (double)timeout_ms / 1000;
 
     for (;;) {
         struct pollfd pfd = {fd, POLLIN, 0};
-        double left = deadline - now_s();
+        double left = deadline - clock_now_s();
         ssize_t n;
 
         if (until != NULL && *buf != NULL && strstr(*buf, until) != NULL)
@@ -188,12 +182,12 @@ static status_t read_until(int fd, const char *until, int64_t timeout_ms, char *
 /* Waits for pid, killing it when it has not exited within timeout_ms. */
 int reap_child(pid_t pid, int64_t timeout_ms)
 {
-    double deadline = now_s() + (double)timeout_ms / 1000;
+    double deadline = clock_now_s() + (double)timeout_ms / 1000;
     int st = 0;
 
     while (waitpid(pid, &st, WNOHANG) == 0) {
         struct timespec ts = {0, 10 * 1000000};
-        if (now_s() > deadline) {
+        if (clock_now_s() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             return -1;

@@ -29,9 +29,6 @@ double samples_quantile(samples_t *s, double q);
 const char *fmt_num(char *buf, size_t len, double v);
 #define NUM(v) fmt_num((char[40]){0}, 40, (v))
 
-/* Seconds on the monotonic clock. */
-double now_s(void);
-
 /* Fills buf with a pseudo-random pattern (xorshift64), so that a misplaced block shows. */
 void fill_pattern(uint8_t *buf, size_t len);
 

@@ -14,6 +14,7 @@
 #include "daemon/config.h"
 #include "job/job.h"
 #include "rpc/client.h"
+#include "base/clock.h"
 
 typedef struct jobs_opts {
     char *chief;
@@ -103,13 +104,11 @@ typedef struct watch_state {
 static void show_progress(const Tessera__V1__JobInfo *j, watch_state_t *ws)
 {
     const Tessera__V1__JobProgress *p = j->progress;
-    struct timespec now;
     double t;
 
     if (p == NULL)
         return;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    t = (double)now.tv_sec + now.tv_nsec * 1e-9;
+    t = clock_now_s();
     if (p->epoch != ws->last_epoch && ws->last_epoch >= 0 && p->test_accuracy > 0) {
         if (ws->tty)
             printf("\r\033[K");

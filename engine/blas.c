@@ -16,6 +16,7 @@
 #endif
 
 #include "base/log.h"
+#include "base/clock.h"
 
 /* CBLAS enum values (cblas.h): row-major 101, no-trans 111, trans 112. */
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
@@ -181,22 +182,15 @@ static void cpu_relax(unsigned turn)
         sched_yield();
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Spins for up to SPIN_NS until *v differs from `from`; returns whether it did. */
 static bool spin_while_equal(_Atomic uint64_t *v, uint64_t from)
 {
-    int64_t start = now_ns();
+    int64_t start = clock_now_ns();
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(v, memory_order_acquire) != from)
             return true;
         cpu_relax(i);
-        if (i % 64 == 0 && now_ns() - start > SPIN_NS)
+        if (i % 64 == 0 && clock_now_ns() - start > SPIN_NS)
             return false;
     }
 }
@@ -204,12 +198,12 @@ static bool spin_while_equal(_Atomic uint64_t *v, uint64_t from)
 /* Spins for up to SPIN_NS until *v is 0; returns whether it became 0. */
 static bool spin_until_zero(_Atomic int *v)
 {
-    int64_t start = now_ns();
+    int64_t start = clock_now_ns();
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(v, memory_order_acquire) == 0)
             return true;
         cpu_relax(i);
-        if (i % 64 == 0 && now_ns() - start > SPIN_NS)
+        if (i % 64 == 0 && clock_now_ns() - start > SPIN_NS)
             return false;
     }
 }

@@ -13,6 +13,7 @@
 #include "base/memory.h"
 #include "model.h"
 #include "optim/optimizer.h"
+#include "base/clock.h"
 
 typedef struct trainer {
     const job_t *job;
@@ -22,13 +23,6 @@ typedef struct trainer {
     float **slots;  /* per param */
     int64_t *steps; /* per param: updates applied */
 } trainer_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void trainer_done(trainer_t *t)
 {
@@ -168,7 +162,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     data_pipeline_opts_t po;
     train_progress_t pr = {0};
     data_batch_t b;
-    double t0 = now_s(), epoch_t0 = t0, loss = 0, correct = 0;
+    double t0 = clock_now_s(), epoch_t0 = t0, loss = 0, correct = 0;
     int64_t epoch_examples = 0, total_examples = 0, steps_limit;
     /* Denormals, which Adam's moments turn into, would slow training by a third; see blas.h. */
     blas_fp_mode_t fp_mode = blas_flush_denormals();
@@ -203,7 +197,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     pr.epoch_steps = data_pipeline_batches_per_epoch(pipe);
     pr.total_steps = steps_limit > 0 ? steps_limit : pr.epochs * pr.epoch_steps;
     pr.has_test = t.test != NULL && job->evaluate;
-    t0 = epoch_t0 = now_s(); /* rates count training, not loading the data */
+    t0 = epoch_t0 = clock_now_s(); /* rates count training, not loading the data */
     LOG_INFO(TRAIN, "training %s on %zu examples, batch %d, BLAS kernels for this CPU",
              job->name ? job->name : "job", t.train->n, job->data.batch_size);
 
@@ -232,8 +226,8 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
         pr.epoch_step++;
         pr.loss = loss / (double)epoch_examples;
         pr.accuracy = correct / (double)epoch_examples;
-        pr.seconds = now_s() - t0;
-        pr.examples_per_second = (double)epoch_examples / (now_s() - epoch_t0);
+        pr.seconds = clock_now_s() - t0;
+        pr.examples_per_second = (double)epoch_examples / (clock_now_s() - epoch_t0);
         pr.epoch_end = b.last_of_epoch || (steps_limit > 0 && pr.step == steps_limit);
         if (pr.epoch_end && pr.has_test) {
             rc = evaluate(&t, &pr.test_loss, &pr.test_accuracy, err);
@@ -251,11 +245,11 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
             loss = correct = 0;
             epoch_examples = 0;
             pr.epoch_step = 0;
-            epoch_t0 = now_s();
+            epoch_t0 = clock_now_s();
         }
     }
     ret->steps = pr.step;
-    ret->seconds = now_s() - t0;
+    ret->seconds = clock_now_s() - t0;
     ret->examples_per_second = (double)total_examples / ret->seconds;
 out:
     data_pipeline_free(pipe);

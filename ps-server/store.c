@@ -22,6 +22,7 @@
 #include "job/initializer.h"
 #include "job/partitioner.h"
 #include "rpc/types.h"
+#include "base/clock.h"
 
 typedef struct var var_t;
 
@@ -98,13 +99,6 @@ static status_t fail(store_err_t *err, status_t st, const char *culprit, const c
     va_end(ap);
     snprintf(err->culprit, sizeof(err->culprit), "%s", culprit ? culprit : "");
     return st;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static uint64_t fnv1a(uint64_t h, const char *s)
@@ -1050,7 +1044,7 @@ static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
         pthread_rwlock_unlock(&sh->lock);
         return false;
     }
-    t0 = now_s();
+    t0 = clock_now_s();
     if (it->has_rows) /* indices were checked: it cannot fail */
         optimizer_apply_rows(opt, (int64_t)sh->version, sh->values, sh->n_rows, sh->row_len,
                              it->rows, it->grad, it->n_rows, sh->slots, scratch, NULL);
@@ -1061,7 +1055,7 @@ static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
         sh->bounds = c->next;
     else
         optimizer_bounds_measure(opt, sh->values, sh->slots, sh->n, &sh->bounds);
-    metric_observe(s->apply_seconds, now_s() - t0);
+    metric_observe(s->apply_seconds, clock_now_s() - t0);
     *ret_version = sh->version;
     if (pull_after)
         read_value(sh, it->has_rows, it->rows, it->n_rows, dst, val);

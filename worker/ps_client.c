@@ -98,13 +98,6 @@ struct ps_client {
     int pending;
 };
 
-double ps_client_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- set-up ------------------------------------------------------------------------------- */
 
 static var_ref_t *find_var(ps_client_t *c, const char *name)

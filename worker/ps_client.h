@@ -53,7 +53,4 @@ size_t ps_client_packs(const ps_client_t *c);
  * other workers pushed in between is seen. */
 void ps_client_refresh(ps_client_t *c);
 
-/* Monotonic seconds. */
-double ps_client_now(void);
-
 #endif

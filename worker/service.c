@@ -23,6 +23,7 @@
 #include "model_internal.h"
 #include "ps_client.h"
 #include "rpc/server.h"
+#include "base/clock.h"
 
 typedef struct closure_task {
     struct closure_task *next;
@@ -349,19 +350,19 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
             return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
         if (!data_pipeline_next(j->pipe, &b))
             break;
-        double t0 = ps_client_now(), t1, t2;
+        double t0 = clock_now_s(), t1, t2;
         ps_push_info_t info;
         STATUS_CHECK(ps_client_pull(j->ps, b.features, b.size, err));
-        t1 = ps_client_now();
+        t1 = clock_now_s();
         /* Sends gradients while backward runs (ps_client packs); no gradient of a step whose
          * loss is not finite leaves the worker. */
         STATUS_CHECK(model_train_step(j->model, b.features, b.labels, b.size, &st, err));
-        t2 = ps_client_now();
+        t2 = clock_now_s();
         STATUS_CHECK(ps_client_push(j->ps, &info, err));
         metric_inc(w->steps);
         metric_add(w->examples, st.examples);
         metric_add(w->compute_seconds, t2 - t1);
-        metric_add(w->wait_seconds, (t1 - t0) + (ps_client_now() - t2));
+        metric_add(w->wait_seconds, (t1 - t0) + (clock_now_s() - t2));
         metric_add(w->push_requests, info.requests);
         metric_add(w->push_early, info.during_backward);
         loss += st.loss_sum;
@@ -412,7 +413,7 @@ static void run_task(worker_service_t *w, closure_task_t *t)
     Tessera__V1__RunClosureResponse resp = TESSERA__V1__RUN_CLOSURE_RESPONSE__INIT;
     status_msg_t err = {0};
     wjob_t *j = w->job;
-    double t0 = ps_client_now();
+    double t0 = clock_now_s();
     status_t rc;
 
     if (j == NULL || strcmp(j->id, t->job) != 0) {
@@ -428,7 +429,7 @@ static void run_task(worker_service_t *w, closure_task_t *t)
     rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
              ? train_closure(w, j, t->steps, &resp, &err)
              : eval_closure(j, &resp, &err);
-    resp.seconds = ps_client_now() - t0;
+    resp.seconds = clock_now_s() - t0;
     if (rc != STATUS_OK) {
         /* A PS that does not answer is the PS's fault, not this closure's: the detail says so. */
         rpc_ctx_fail_now(t->ctx, rc, NULL, "closure %llu of job %s: %s",

@@ -33,6 +33,7 @@
 #include "base/log.h"
 #include "rpc/optimizer_proto.h"
 #include "rpc/client.h"
+#include "base/clock.h"
 
 #define MIB             ((size_t)1 << 20)
 #define JOB             "bench-ps"
@@ -255,12 +256,12 @@ static status_t bench_push_pull(rpc_channel_t *ch, const var_t *v, const float *
                                 const bench_opts_t *o, uint64_t *updates, samples_t *per_call,
                                 status_msg_t *err)
 {
-    double t0 = now_s();
-    for (int calls = 0; calls < MIN_BIG_CALLS || now_s() - t0 < o->seconds; calls++) {
-        double t = now_s();
+    double t0 = clock_now_s();
+    for (int calls = 0; calls < MIN_BIG_CALLS || clock_now_s() - t0 < o->seconds; calls++) {
+        double t = clock_now_s();
         STATUS_CHECK(push(ch, v, grad, true, recv, err));
         (*updates)++;
-        if (!samples_add(per_call, 2.0 * (double)v->bytes / MB / (now_s() - t)))
+        if (!samples_add(per_call, 2.0 * (double)v->bytes / MB / (clock_now_s() - t)))
             return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
     return check_values(recv, v->bytes / sizeof(float), *updates, err);
@@ -296,10 +297,10 @@ static void *client_main(void *arg)
         pthread_cond_wait(&c->gate->cv, &c->gate->mu);
     until = c->gate->until;
     pthread_mutex_unlock(&c->gate->mu);
-    while (c->rc == STATUS_OK && now_s() < until) {
-        double t = now_s();
+    while (c->rc == STATUS_OK && clock_now_s() < until) {
+        double t = clock_now_s();
         c->rc = push(c->ch, c->v, c->grad, false, NULL, &c->err);
-        if (c->rc == STATUS_OK && !samples_add(&c->lat_us, (now_s() - t) * 1e6))
+        if (c->rc == STATUS_OK && !samples_add(&c->lat_us, (clock_now_s() - t) * 1e6))
             c->rc = status_fail(&c->err, STATUS_NO_MEMORY, "out of memory");
     }
     return NULL;
@@ -328,14 +329,14 @@ static status_t bench_clients(rpc_channel_t **chs, const var_t *v, const float *
         started++;
     }
     pthread_mutex_lock(&gate.mu);
-    t0 = now_s();
+    t0 = clock_now_s();
     gate.until = rc == STATUS_OK ? t0 + o->seconds : t0; /* on failure they stop at once */
     gate.open = true;
     pthread_cond_broadcast(&gate.cv);
     pthread_mutex_unlock(&gate.mu);
     for (size_t i = 0; i < started; i++)
         pthread_join(cs[i].tid, NULL);
-    wall = now_s() - t0;
+    wall = clock_now_s() - t0;
     for (size_t i = 0; i < started; i++) {
         if (cs[i].rc != STATUS_OK && rc == STATUS_OK)
             rc = status_fail(err, cs[i].rc, "client %zu: %s", i, cs[i].err.text);

@@ -33,6 +33,7 @@
 #include "daemon/launch.h"
 #include "base/log.h"
 #include "rpc/client.h"
+#include "base/clock.h"
 
 #define MIB               ((size_t)1 << 20)
 #define MIN_PUSH_CALLS    5
@@ -167,20 +168,20 @@ typedef struct unary_worker {
 static void *unary_thread(void *arg)
 {
     unary_worker_t *w = arg;
-    double t0 = now_s(), t;
+    double t0 = clock_now_s(), t;
 
-    while (w->rc == STATUS_OK && now_s() - t0 < w->warmup_s)
+    while (w->rc == STATUS_OK && clock_now_s() - t0 < w->warmup_s)
         w->rc = sink(w->ch, NULL, 0, false, NULL, &w->err);
     pthread_barrier_wait(w->barrier);
     if (w->rc != STATUS_OK)
         return NULL;
-    t0 = t = now_s();
+    t0 = t = clock_now_s();
     while (t - t0 < w->seconds) {
         double t1;
         w->rc = sink(w->ch, NULL, 0, false, NULL, &w->err);
         if (w->rc != STATUS_OK)
             break;
-        t1 = now_s();
+        t1 = clock_now_s();
         if (!samples_add(&w->lat_us, (t1 - t) * 1e6)) {
             w->rc = STATUS_NO_MEMORY;
             break;
@@ -253,18 +254,18 @@ static status_t bench_push(rpc_channel_t *ch, const void *buf, size_t len, const
     samples_t round = {0};
     rpc_error_t rerr;
     status_t rc = STATUS_OK;
-    double t0 = now_s();
+    double t0 = clock_now_s();
 
     /* A fresh connection needs about a second before gRPC's flow-control window (sized from its
      * bandwidth-delay probes) lets large messages through at full speed. */
-    for (int i = 0; rc == STATUS_OK && (i < WARMUP_PUSH_CALLS || now_s() - t0 < o->warmup_seconds);
-         i++)
+    for (int i = 0;
+         rc == STATUS_OK && (i < WARMUP_PUSH_CALLS || clock_now_s() - t0 < o->warmup_seconds); i++)
         rc = sink(ch, buf, len, false, NULL, &rerr);
-    t0 = now_s();
-    while (rc == STATUS_OK && (round.n < MIN_PUSH_CALLS || now_s() - t0 < o->seconds)) {
-        double t = now_s();
+    t0 = clock_now_s();
+    while (rc == STATUS_OK && (round.n < MIN_PUSH_CALLS || clock_now_s() - t0 < o->seconds)) {
+        double t = clock_now_s();
         rc = sink(ch, buf, len, false, NULL, &rerr);
-        if (rc == STATUS_OK && !samples_add(&round, (double)len / MB / (now_s() - t)))
+        if (rc == STATUS_OK && !samples_add(&round, (double)len / MB / (clock_now_s() - t)))
             rc = rerr.status = STATUS_NO_MEMORY;
     }
     if (rc != STATUS_OK) {

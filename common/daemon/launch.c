@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "daemon/launch.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,19 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 extern char **environ;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static bool executable(const char *path)
 {
@@ -111,22 +106,44 @@ static bool reap(launch_proc_t *p, bool block)
     return p->exited;
 }
 
+/* A descriptor that polls readable when the child exits. Linux 5.3 and later; without it
+ * (ENOSYS), -1, and the waits below fall back to waking every POLL_FALLBACK_MS. */
+#define POLL_FALLBACK_MS 20
+
+static int open_pidfd(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* poll() on the notify socket (when notify is true) and the child's pidfd, for at most
+ * deadline - now. Returns the poll result; fds[0] is the socket, fds[1] the pidfd. */
+static int wait_events(launch_proc_t *p, bool notify, int64_t deadline, struct pollfd fds[2])
+{
+    int64_t left = deadline - clock_now_ms();
+    int n = 0, timeout;
+
+    if (left <= 0)
+        return 0;
+    timeout = left > INT_MAX ? INT_MAX : (int)left;
+    fds[0] = (struct pollfd){notify ? p->notify_fd : -1, POLLIN, 0};
+    fds[1] = (struct pollfd){p->pid_fd, POLLIN, 0};
+    n = 2;
+    if (p->pid_fd < 0 && timeout > POLL_FALLBACK_MS)
+        timeout = POLL_FALLBACK_MS;
+    return poll(fds, (nfds_t)n, timeout);
+}
+
 /* Reads datagrams until one contains key, the child exits, or the deadline passes. */
 static status_t wait_key(launch_proc_t *p, const char *key, int64_t timeout_ms, char *ret_msg,
                          size_t msg_len)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_now_ms() + timeout_ms;
     char buf[4096];
 
     for (;;) {
-        int64_t left = deadline - now_ms();
-        struct pollfd pfd = {p->notify_fd, POLLIN, 0};
-        int r;
-        if (left <= 0)
-            return STATUS_TIMEOUT;
-        /* Wake at least every 50 ms to notice a child that died without a word. */
-        r = poll(&pfd, 1, left < 50 ? (int)left : 50);
-        if (r > 0) {
+        struct pollfd fds[2];
+        int r = wait_events(p, true, deadline, fds);
+        if (r > 0 && (fds[0].revents & POLLIN)) {
             ssize_t n = recv(p->notify_fd, buf, sizeof(buf) - 1, 0);
             if (n > 0) {
                 buf[n] = '\0';
@@ -136,9 +153,12 @@ static status_t wait_key(launch_proc_t *p, const char *key, int64_t timeout_ms, 
                     return STATUS_OK;
                 }
             }
-        } else if (reap(p, false)) {
-            return STATUS_REMOTE;
+            continue; /* a child that wrote and exited: its datagrams first */
         }
+        if (reap(p, false))
+            return STATUS_REMOTE;
+        if (r == 0 && clock_now_ms() >= deadline)
+            return STATUS_TIMEOUT;
     }
 }
 
@@ -154,7 +174,7 @@ status_t launch_start(const char *name, char *const argv[], const char *log_path
     int e;
 
     memset(p, 0, sizeof(*p));
-    p->notify_fd = -1;
+    p->notify_fd = p->pid_fd = -1;
     snprintf(p->name, sizeof(p->name), "%s", name);
     STATUS_CHECK(open_notify_socket(p, err));
     while (environ[n_env] != NULL)
@@ -187,6 +207,7 @@ status_t launch_start(const char *name, char *const argv[], const char *log_path
         return status_fail(err, STATUS_SYSTEM, "cannot start %s (%s): %s", name, argv[0],
                            strerror(e));
     }
+    p->pid_fd = open_pidfd(p->pid);
     rc = wait_key(p, "READY=1", timeout_ms, msg, sizeof(msg));
     if (rc == STATUS_OK) {
         copy_value(msg, "X_TESSERA_LISTEN=", p->listen, sizeof(p->listen));
@@ -215,12 +236,11 @@ status_t launch_wait_notify(launch_proc_t *p, const char *key, int64_t timeout_m
 
 status_t launch_wait_exit(launch_proc_t *p, int64_t timeout_ms, int *ret_status)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_now_ms() + timeout_ms;
     while (!reap(p, false)) {
-        struct timespec ts = {0, 5 * 1000000};
-        if (now_ms() >= deadline)
+        struct pollfd fds[2];
+        if (wait_events(p, false, deadline, fds) == 0 && clock_now_ms() >= deadline)
             return STATUS_TIMEOUT;
-        nanosleep(&ts, NULL);
     }
     if (ret_status != NULL)
         *ret_status = p->wait_status;
@@ -245,6 +265,10 @@ status_t launch_stop(launch_proc_t *p, int sig, int64_t timeout_ms, int *ret_sta
         close(p->notify_fd);
         unlink(p->notify_path);
         p->notify_fd = -1;
+    }
+    if (p->pid_fd >= 0 && p->exited) {
+        close(p->pid_fd);
+        p->pid_fd = -1;
     }
     return rc;
 }

@@ -12,6 +12,7 @@
 
 typedef struct launch_proc {
     pid_t pid;
+    int pid_fd; /* pidfd_open(pid): readable once the child exits; -1 before it started */
     int notify_fd;
     char notify_path[108];
     char listen[160];  /* X_TESSERA_LISTEN from READY=1 */
@@ -42,7 +43,7 @@ status_t launch_wait_notify(launch_proc_t *p, const char *key, int64_t timeout_m
  * STATUS_TIMEOUT when SIGKILL was needed. */
 status_t launch_stop(launch_proc_t *p, int sig, int64_t timeout_ms, int *ret_status);
 
-/* Waits up to timeout_ms for the process to exit by itself. */
+/* Waits up to timeout_ms for the process to exit by itself (woken by its pidfd, not polled). */
 status_t launch_wait_exit(launch_proc_t *p, int64_t timeout_ms, int *ret_status);
 
 #endif

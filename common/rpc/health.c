@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "rpc/server.h"
+#include "base/clock.h"
 
 /* Open Watch streams at most; more are refused with RESOURCE_EXHAUSTED. */
 #define HEALTH_MAX_WATCHERS 1024
@@ -221,12 +222,12 @@ health_state_t health_check(const char *target, const char *service, int64_t tim
     /* A refused or reset connection fails at once. Within the deadline it is retried: a task
      * that has just started (or a loaded host that dropped the first SYN) is not unreachable. */
     const int64_t retry_pause_ms = 100;
-    int64_t deadline = rpc_now_ms() + timeout_ms;
+    int64_t deadline = clock_now_ms() + timeout_ms;
     for (;;) {
-        int64_t left = deadline - rpc_now_ms();
+        int64_t left = deadline - clock_now_ms();
         health_state_t state = check_once(target, service, left > 1 ? left : 1, err);
         if (state != HEALTH_UNREACHABLE || err->status != STATUS_UNAVAILABLE ||
-            deadline - rpc_now_ms() < 2 * retry_pause_ms)
+            deadline - clock_now_ms() < 2 * retry_pause_ms)
             return state;
         nanosleep(&(struct timespec){.tv_nsec = retry_pause_ms * 1000000L}, NULL);
     }
@@ -259,11 +260,9 @@ typedef struct probe {
 static void *probe_main(void *arg)
 {
     probe_t *p = arg;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    double t0 = clock_now_s();
     p->state = health_check(p->target, "", p->timeout_ms, &p->err);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    p->seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    p->seconds = clock_now_s() - t0;
     return NULL;
 }
 

@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "rpc/offline.h"
 #include "tessera/v1/common.pb-c.h"
+#include "base/clock.h"
 
 #define ACCEPTS_PER_THREAD 8
 #define THREAD_WAKE_MS     500
@@ -57,23 +58,9 @@ int rpc_service_known(const char *service)
 
 /* ---- time helpers ------------------------------------------------------------------------- */
 
-int64_t rpc_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 gpr_timespec rpc_deadline_ms(int64_t ms)
 {
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- types -------------------------------------------------------------------------------- */
@@ -211,7 +198,7 @@ static void ctx_free(rpc_ctx_t *c)
     if (c->method != NULL) {
         count_call(c);
         atomic_fetch_add(&c->server->counters[c->method->id].micros,
-                         (uint64_t)((now_seconds() - c->started) * 1e6));
+                         (uint64_t)((clock_now_s() - c->started) * 1e6));
     }
     if (c->call != NULL)
         grpc_call_unref(c->call);
@@ -772,7 +759,7 @@ static void on_accept(rpc_ctx_t *c, bool ok)
         ctx_unref(c);
         return;
     }
-    c->started = now_seconds();
+    c->started = clock_now_s();
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->cancelled;
@@ -928,7 +915,7 @@ static void *thread_main(void *arg)
         post_accept(t);
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(t->cq, rpc_deadline_ms(THREAD_WAKE_MS), NULL);
-        atomic_store(&t->heartbeat_ms, rpc_now_ms());
+        atomic_store(&t->heartbeat_ms, clock_now_ms());
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type == GRPC_OP_COMPLETE)
@@ -1020,7 +1007,7 @@ status_t rpc_server_start(rpc_server_t *s, status_msg_t *err)
     grpc_server_start(s->server);
     for (int i = 0; i < s->n_threads; i++) {
         server_thread_t *t = &s->threads[i];
-        atomic_store(&t->heartbeat_ms, rpc_now_ms());
+        atomic_store(&t->heartbeat_ms, clock_now_ms());
         if (pthread_create(&t->tid, NULL, thread_main, t) != 0)
             return status_fail(err, STATUS_SYSTEM, "cannot start rpc handler thread %d", i);
         t->started = true;
@@ -1036,7 +1023,7 @@ int rpc_server_port(const rpc_server_t *s)
 
 bool rpc_server_alive(const rpc_server_t *s, int64_t max_age_ms)
 {
-    int64_t now = rpc_now_ms();
+    int64_t now = clock_now_ms();
     for (int i = 0; i < s->n_threads; i++)
         if (s->threads[i].started && now - atomic_load(&s->threads[i].heartbeat_ms) > max_age_ms)
             return false;
@@ -1222,7 +1209,7 @@ status_t rpc_offline_call(rpc_server_t *s, rpc_method_id_t id, grpc_byte_buffer 
     if (c == NULL)
         return ret->status = STATUS_NO_MEMORY;
     c->method = m;
-    c->started = now_seconds();
+    c->started = clock_now_s();
     c->details.deadline = gpr_inf_future(GPR_CLOCK_MONOTONIC);
     c->bytes_in = grpc_byte_buffer_length(bb);
     rc = rpc_decode(m->request, bb, NULL, 0, &req, &c->payload, &why);

@@ -54,9 +54,6 @@ void rpc_payload_done(rpc_payload_t *p);
  * with free(). */
 void *rpc_buffer_alloc(size_t len);
 
-/* Milliseconds on the monotonic clock. */
-int64_t rpc_now_ms(void);
-
 /* What failed in a call, for the caller to log or show. */
 typedef struct rpc_error {
     status_t status;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/net.h"
+#include "base/clock.h"
 
 extern char **environ;
 
@@ -146,13 +147,6 @@ out:
     return status;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int harness_run(char *const argv[], char *const env_extra[], const char *stdin_text, int timeout_ms,
                 char **ret_output)
 {
@@ -160,7 +154,7 @@ int harness_run(char *const argv[], char *const env_extra[], const char *stdin_t
     posix_spawn_file_actions_t fa;
     size_t n_env = 0, k = 0, len = 0, cap = 4096;
     char **envp, *buf = malloc(cap);
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_now_ms() + timeout_ms;
     bool exited = false;
     pid_t pid;
 
@@ -198,7 +192,7 @@ int harness_run(char *const argv[], char *const env_extra[], const char *stdin_t
     close(in_pipe[1]);
     for (;;) {
         struct pollfd pfd = {out_pipe[0], POLLIN, 0};
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - clock_now_ms();
         ssize_t n;
         if (left <= 0)
             break;
@@ -213,7 +207,7 @@ int harness_run(char *const argv[], char *const env_extra[], const char *stdin_t
     }
     close(out_pipe[0]);
     buf[len] = '\0';
-    while (now_ms() < deadline) {
+    while (clock_now_ms() < deadline) {
         struct timespec ts = {0, 5000000};
         if (waitpid(pid, &st, WNOHANG) == pid) {
             exited = true;

@@ -18,13 +18,7 @@
 #include "rpc/health.h"
 #include "job/job.h"
 #include "rpc/client.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "base/clock.h"
 
 START_TEST(daemons_report_serving_for_themselves_and_their_services)
 {
@@ -112,12 +106,12 @@ static void check_sigterm(const char *program, const char *name)
     int st = 0;
 
     harness_start(&p, program, name, NULL); /* returns once READY=1 arrived */
-    t0 = now_s();
+    t0 = clock_now_s();
     kill(p.pid, SIGTERM);
     ck_assert_msg(launch_wait_notify(&p, "STOPPING=1", 2000) == STATUS_OK, "%s sent no STOPPING=1",
                   name);
     ck_assert_int_eq(launch_wait_exit(&p, 2000, &st), STATUS_OK);
-    ck_assert_msg(now_s() - t0 < 2.0, "%s took %.2f s to stop", name, now_s() - t0);
+    ck_assert_msg(clock_now_s() - t0 < 2.0, "%s took %.2f s to stop", name, clock_now_s() - t0);
     ck_assert(WIFEXITED(st));
     ck_assert_int_eq(WEXITSTATUS(st), 0);
     launch_stop(&p, SIGKILL, 0, NULL);
@@ -140,10 +134,10 @@ START_TEST(daemons_sigterm_during_a_long_transfer_still_exits_in_time)
     double t0;
 
     ck_assert_int_eq(harness_try_start(&p, "tessera-ps", "ps-grace", args, NULL, 0), STATUS_OK);
-    t0 = now_s();
+    t0 = clock_now_s();
     kill(p.pid, SIGINT);
     ck_assert_int_eq(launch_wait_exit(&p, 2000, &st), STATUS_OK);
-    ck_assert(now_s() - t0 < 2.0);
+    ck_assert(clock_now_s() - t0 < 2.0);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     launch_stop(&p, SIGKILL, 0, NULL);
 }
@@ -474,12 +468,12 @@ START_TEST(rpc_unreachable_peer_fails_fast_with_unavailable)
     status_msg_t msg;
     rpc_error_t err;
     char target[64];
-    double t0 = now_s();
+    double t0 = clock_now_s();
 
     snprintf(target, sizeof(target), "127.0.0.1:%d", harness_free_port());
     ck_assert_int_eq(health_check(target, "", 3000, &err), HEALTH_UNREACHABLE);
     ck_assert_int_eq(err.status, STATUS_UNAVAILABLE);
-    ck_assert(now_s() - t0 < 3.0);
+    ck_assert(clock_now_s() - t0 < 3.0);
     ck_assert_int_eq(rpc_channel_new("not an address", NULL, &ch, &msg), STATUS_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(msg.text, "not an address"));
 }

@@ -12,6 +12,7 @@
 
 #include "harness.h"
 #include "rpc/client.h"
+#include "base/clock.h"
 
 typedef struct cluster {
     launch_proc_t ps[2], worker[2], chief;
@@ -74,13 +75,6 @@ static Tessera__V1__JobInfo *get_job(rpc_channel_t *ch, const char *id,
     ck_assert_msg(rpc_coord_get_job(ch, &req, NULL, keep, NULL, &err) == STATUS_OK, "%s",
                   err.message);
     return (*keep)->job;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 START_TEST(ps_training_fashion_mnist_mlp_reaches_85_percent)
@@ -209,9 +203,9 @@ static int64_t job_step(rpc_channel_t *ch, const char *id)
 /* Steps the job makes while worker 1 is stopped (SIGSTOP) for a while. */
 static int64_t steps_with_worker_1_stopped(cluster_t *c, rpc_channel_t *ch, const char *id)
 {
-    double t0 = now_s();
+    double t0 = clock_now_s();
     while (job_step(ch, id) < 100) {
-        ck_assert_msg(now_s() - t0 < 60, "%s did not start", id);
+        ck_assert_msg(clock_now_s() - t0 < 60, "%s did not start", id);
         sleep_ms(10);
     }
     kill(c->worker[1].pid, SIGSTOP);
@@ -221,8 +215,8 @@ static int64_t steps_with_worker_1_stopped(cluster_t *c, rpc_channel_t *ch, cons
     int64_t s2 = job_step(ch, id);
     kill(c->worker[1].pid, SIGCONT);
     /* Both go on once worker 1 is back. */
-    for (t0 = now_s(); job_step(ch, id) < s2 + 100;) {
-        ck_assert_msg(now_s() - t0 < 30, "%s did not go on after SIGCONT", id);
+    for (t0 = clock_now_s(); job_step(ch, id) < s2 + 100;) {
+        ck_assert_msg(clock_now_s() - t0 < 30, "%s did not go on after SIGCONT", id);
         sleep_ms(10);
     }
     return s2 - s1;
@@ -305,7 +299,7 @@ START_TEST(ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt)
     ck_assert_int_eq(rpc_channel_new(c.chief.listen, NULL, &ch, &msg), STATUS_OK);
 
     /* The second waits while the first runs. */
-    for (t0 = now_s(); now_s() - t0 < 60;) {
+    for (t0 = clock_now_s(); clock_now_s() - t0 < 60;) {
         Tessera__V1__JobInfo *j = get_job(ch, "fashion-mnist-mlp-1", &r1);
         bool going = j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING && j->progress &&
                      j->progress->step > 200;
@@ -320,7 +314,7 @@ START_TEST(ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt)
     protobuf_c_message_free_unpacked(&r2->base, NULL);
 
     /* Cancel the running one: it stops within 2 s and the queued one starts. */
-    t0 = now_s();
+    t0 = clock_now_s();
     ck_assert_int_eq(tessera((char *[]){"cancel", "fashion-mnist-mlp-1", c.chief_flag, NULL}, &out),
                      0);
     free(out);
@@ -330,7 +324,7 @@ START_TEST(ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt)
         protobuf_c_message_free_unpacked(&r1->base, NULL);
         if (done)
             break;
-        ck_assert_msg(now_s() - t0 < 2.0, "cancel took longer than 2 s");
+        ck_assert_msg(clock_now_s() - t0 < 2.0, "cancel took longer than 2 s");
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }

@@ -14,17 +14,11 @@
 #include "harness.h"
 #include "rpc/health.h"
 #include "rpc/client.h"
+#include "base/clock.h"
 
 #define SERVING         GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define NOT_SERVING     GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
 #define SERVICE_UNKNOWN GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static rpc_stream_t *watch(rpc_channel_t *ch, const char *service)
 {
@@ -76,7 +70,7 @@ START_TEST(health_watch_sees_not_serving_before_the_daemon_stops)
     ch = channel_to(&ps);
     s = watch(ch, "");
     ck_assert_int_eq(next_status(s, 5000), SERVING);
-    t0 = now_s();
+    t0 = clock_now_s();
     kill(ps.pid, SIGTERM);
     /* The daemon flips its health before it drains: watchers hear it while it still serves. */
     ck_assert_int_eq(next_status(s, 2000), NOT_SERVING);
@@ -87,7 +81,7 @@ START_TEST(health_watch_sees_not_serving_before_the_daemon_stops)
     ck_assert_ptr_null(resp);
     ck_assert(rpc_stream_done(s));
     ck_assert_int_eq(launch_wait_exit(&ps, 2000, &st), STATUS_OK);
-    ck_assert_msg(now_s() - t0 < 2.0, "the daemon took %.2f s to stop", now_s() - t0);
+    ck_assert_msg(clock_now_s() - t0 < 2.0, "the daemon took %.2f s to stop", clock_now_s() - t0);
     ck_assert(WIFEXITED(st));
     ck_assert_int_eq(WEXITSTATUS(st), 0);
     launch_stop(&ps, SIGKILL, 0, NULL);

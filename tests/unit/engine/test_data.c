@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include "data.h"
+#include "base/clock.h"
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -188,13 +189,6 @@ static void assert_permutation_of_shard(const size_t *order, size_t m, size_t n,
         seen[order[i]] = 1;
     }
     free(seen);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* ---- IDX --------------------------------------------------------------------------------- */
@@ -958,9 +952,9 @@ START_TEST(pipeline_free_stops_an_endless_prefetch_promptly)
         data_pipeline_t *p = pipeline(ds, &o);
         for (int i = 0; i < consumed; i++)
             ck_assert(data_pipeline_next(p, &b));
-        start = now_s();
+        start = clock_now_s();
         data_pipeline_free(p);
-        ck_assert_double_lt(now_s() - start, 1.0);
+        ck_assert_double_lt(clock_now_s() - start, 1.0);
     }
     /* Endless really is endless: several epochs go by. */
     o.shuffle_buffer = 0;

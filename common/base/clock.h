@@ -1,0 +1,12 @@
+/* The monotonic clock, the one every timeout, rate and duration in Tessera reads. */
+#ifndef TESSERA_CLOCK_H
+#define TESSERA_CLOCK_H
+
+#include <stdint.h>
+
+/* Nanoseconds, milliseconds and seconds since an arbitrary point (CLOCK_MONOTONIC). */
+int64_t clock_now_ns(void);
+int64_t clock_now_ms(void);
+double clock_now_s(void);
+
+#endif
