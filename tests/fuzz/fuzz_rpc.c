@@ -110,6 +110,16 @@ static void others_start(void)
         fuzz_fail("rpc", "cannot start the offline chief: %s", err.text);
 }
 
+/* At exit, before LeakSanitizer's check (registered earlier, so it runs later): the chief's runner
+ * and the worker's executor stop, with nothing of theirs half-done in another thread's hands. */
+static void daemons_free(void)
+{
+    daemon_offline_free(chief);
+    daemon_offline_free(worker);
+    daemon_offline_free(ps);
+    chief = worker = ps = NULL;
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     const char *reset = getenv("TESSERA_FUZZ_RPC_RESET");
@@ -123,6 +133,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     n_seeds = rpc_seeds_build(&seeds);
     ps_start();
     others_start();
+    atexit(daemons_free);
     return 0;
 }
 
