@@ -120,17 +120,17 @@ static int open_pidfd(pid_t pid)
 static int wait_events(launch_proc_t *p, bool notify, int64_t deadline, struct pollfd fds[2])
 {
     int64_t left = deadline - clock_now_ms();
-    int n = 0, timeout;
+    int timeout;
 
     if (left <= 0)
         return 0;
     timeout = left > INT_MAX ? INT_MAX : (int)left;
-    fds[0] = (struct pollfd){notify ? p->notify_fd : -1, POLLIN, 0};
-    fds[1] = (struct pollfd){p->pid_fd, POLLIN, 0};
-    n = 2;
     if (p->pid_fd < 0 && timeout > POLL_FALLBACK_MS)
         timeout = POLL_FALLBACK_MS;
-    return poll(fds, (nfds_t)n, timeout);
+    /* A negative fd is skipped by poll(). */
+    fds[0] = (struct pollfd){notify ? p->notify_fd : -1, POLLIN, 0};
+    fds[1] = (struct pollfd){p->pid_fd, POLLIN, 0};
+    return poll(fds, 2, timeout);
 }
 
 /* Reads datagrams until one contains key, the child exits, or the deadline passes. */
