@@ -59,7 +59,7 @@ static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const c
 
 static status_t trainer_init(trainer_t *t, const job_t *job, status_msg_t *err)
 {
-    uint64_t left;
+    uint64_t max_bytes = memory_physical_bytes();
     size_t n_params;
 
     t->job = job;
@@ -82,14 +82,13 @@ static status_t trainer_init(trainer_t *t, const job_t *job, status_msg_t *err)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: data.train is missing",
                            job->path ? job->path : "job");
     /* Data and model past the machine's memory: a clear error, not the kernel's OOM killer. */
-    left = memory_physical_bytes();
-    STATUS_CHECK(dataset_load(&job->data.train, job->data.scale, left, &t->train, err));
-    left -= dataset_bytes(t->train);
+    STATUS_CHECK(dataset_load(&job->data.train, job->data.scale, max_bytes, &t->train, err));
     if (job->data.test.present)
-        STATUS_CHECK(dataset_load(&job->data.test, job->data.scale, left, &t->test, err));
-    left -= dataset_bytes(t->test);
-    STATUS_CHECK(model_new(&job->model, job->loss, job->from_logits, job->data.batch_size,
-                           job->seed, left, &t->model, err));
+        STATUS_CHECK(dataset_load(&job->data.test, job->data.scale,
+                                  memory_left(max_bytes, dataset_bytes(t->train)), &t->test, err));
+    STATUS_CHECK(model_new(
+        &job->model, job->loss, job->from_logits, job->data.batch_size, job->seed,
+        memory_left(max_bytes, dataset_bytes(t->train) + dataset_bytes(t->test)), &t->model, err));
     STATUS_CHECK(check_data_fits(t, t->train, "training", err));
     if (t->test != NULL)
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));

@@ -77,12 +77,6 @@ static void wjob_free(wjob_t *j)
 }
 
 /* Parses the job with the files that came with it and builds model and data. */
-/* What is left of max_bytes once `used` bytes are taken (at least 1: 0 would mean no limit). */
-static uint64_t budget_left(uint64_t max_bytes, uint64_t used)
-{
-    return used < max_bytes ? max_bytes - used : 1;
-}
-
 static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t max_bytes,
                            wjob_t **ret, status_msg_t *err)
 {
@@ -110,12 +104,12 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
         rc = dataset_load(&j->job.data.train, j->job.data.scale, max_bytes, &j->train, err);
     if (rc == STATUS_OK && j->job.data.test.present)
         rc = dataset_load(&j->job.data.test, j->job.data.scale,
-                          budget_left(max_bytes, dataset_bytes(j->train)), &j->test, err);
+                          memory_left(max_bytes, dataset_bytes(j->train)), &j->test, err);
     j->seed = req->seed ? req->seed : j->job.seed;
     if (rc == STATUS_OK)
         rc = model_new(&j->job.model, j->job.loss, j->job.from_logits, j->job.data.batch_size,
                        j->seed,
-                       budget_left(max_bytes, dataset_bytes(j->train) + dataset_bytes(j->test)),
+                       memory_left(max_bytes, dataset_bytes(j->train) + dataset_bytes(j->test)),
                        &j->model, err);
     if (rc == STATUS_OK && j->train->feature_len != model_input_len(j->model))
         rc = status_fail(err, STATUS_BAD_CONFIG,
@@ -131,7 +125,7 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
             .seed = j->job.data.seed + (uint64_t)j->worker_index * 7919,
             .epochs = -1,
             .prefetch = j->job.data.prefetch,
-            .max_bytes = budget_left(max_bytes, dataset_bytes(j->train) + dataset_bytes(j->test) +
+            .max_bytes = memory_left(max_bytes, dataset_bytes(j->train) + dataset_bytes(j->test) +
                                                     model_bytes(j->model)),
         };
         rc = data_pipeline_new(j->train, &po, &j->pipe, err);

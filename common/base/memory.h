@@ -8,4 +8,8 @@
  * for the daemons' --max-memory-bytes and for `tessera train`. */
 uint64_t memory_physical_bytes(void);
 
+/* What is left of a limit once `used` bytes are taken; at least 1, because the loaders and
+ * model_new read a limit of 0 as none. */
+uint64_t memory_left(uint64_t limit, uint64_t used);
+
 #endif

@@ -112,22 +112,23 @@ void fuzz_block_files(bool blocked)
 
 /* Only reads are refused: libFuzzer writes a crash's input with fopen, maybe while blocked (a
  * crash inside the job parser), and the decoders under test never write. */
+static bool refused(bool reading)
+{
+    if (files_blocked && reading) {
+        errno = ENOENT;
+        return true;
+    }
+    return false;
+}
+
 FILE *__wrap_fopen(const char *path, const char *mode)
 {
-    if (files_blocked && mode[0] == 'r') {
-        errno = ENOENT;
-        return NULL;
-    }
-    return __real_fopen(path, mode);
+    return refused(mode[0] == 'r') ? NULL : __real_fopen(path, mode);
 }
 
 FILE *__wrap_fopen64(const char *path, const char *mode)
 {
-    if (files_blocked && mode[0] == 'r') {
-        errno = ENOENT;
-        return NULL;
-    }
-    return __real_fopen64(path, mode);
+    return refused(mode[0] == 'r') ? NULL : __real_fopen64(path, mode);
 }
 
 int __real_open(const char *path, int flags, ...);
@@ -144,10 +145,8 @@ int __wrap_open(const char *path, int flags, ...)
     va_list ap;
     mode_t mode;
 
-    if (files_blocked && (flags & O_ACCMODE) == O_RDONLY) {
-        errno = ENOENT;
+    if (refused((flags & O_ACCMODE) == O_RDONLY))
         return -1;
-    }
     va_start(ap, flags);
     mode = open_mode(flags, ap);
     va_end(ap);
@@ -159,10 +158,8 @@ int __wrap_open64(const char *path, int flags, ...)
     va_list ap;
     mode_t mode;
 
-    if (files_blocked && (flags & O_ACCMODE) == O_RDONLY) {
-        errno = ENOENT;
+    if (refused((flags & O_ACCMODE) == O_RDONLY))
         return -1;
-    }
     va_start(ap, flags);
     mode = open_mode(flags, ap);
     va_end(ap);
