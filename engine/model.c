@@ -120,9 +120,12 @@ static status_t plan_failed(const model_t *m, int index, const char *name, statu
 
 /* A parameter with its value (and dense gradient) buffers; NULL when model_alloc refused one. */
 static model_param_t *add_param(model_t *m, const char *layer, const char *what, const int *shape,
-                                int rank, bool sparse)
+                                int rank, bool sparse, const job_init_t *init,
+                                job_init_kind_t init_default)
 {
     model_param_t *p = &m->params[m->n_params++];
+    p->init = *init;
+    p->init_default = init_default;
     p->n = shape_len(shape, rank);
     p->rank = rank;
     memcpy(p->shape, shape, (size_t)rank * sizeof(int));
@@ -156,12 +159,14 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
             return status_fail(err, STATUS_BAD_CONFIG, "layer %d (%s): units must be positive",
                                index, name);
         l->out_shape[l->out_rank - 1] = s->units;
-        if ((l->w = add_param(m, name, "kernel", kshape, 2, false)) == NULL)
+        if ((l->w = add_param(m, name, "kernel", kshape, 2, false, &s->kernel_init,
+                              JOB_INIT_GLOROT_UNIFORM)) == NULL)
             return plan_failed(m, index, name, err);
         initializer_fill(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n, in,
                          s->units, seed);
         if (s->use_bias) {
-            if ((l->b = add_param(m, name, "bias", bshape, 1, false)) == NULL)
+            if ((l->b = add_param(m, name, "bias", bshape, 1, false, &s->bias_init,
+                                  JOB_INIT_ZEROS)) == NULL)
                 return plan_failed(m, index, name, err);
             initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
         }
@@ -187,12 +192,14 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
         l->out_shape[2] = s->filters;
         kshape[0] = kh, kshape[1] = kw, kshape[2] = cin, kshape[3] = s->filters;
         bshape[0] = s->filters;
-        if ((l->w = add_param(m, name, "kernel", kshape, 4, false)) == NULL)
+        if ((l->w = add_param(m, name, "kernel", kshape, 4, false, &s->kernel_init,
+                              JOB_INIT_GLOROT_UNIFORM)) == NULL)
             return plan_failed(m, index, name, err);
         initializer_fill(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n,
                          (double)kh * kw * cin, (double)kh * kw * s->filters, seed);
         if (s->use_bias) {
-            if ((l->b = add_param(m, name, "bias", bshape, 1, false)) == NULL)
+            if ((l->b = add_param(m, name, "bias", bshape, 1, false, &s->bias_init,
+                                  JOB_INIT_ZEROS)) == NULL)
                 return plan_failed(m, index, name, err);
             initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, seed + 1);
         }
@@ -277,7 +284,8 @@ static status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, sta
                                name);
         l->out_rank = l->in_rank + 1;
         l->out_shape[l->in_rank] = s->output_dim;
-        if ((l->w = add_param(m, name, "embeddings", shape, 2, true)) == NULL)
+        if ((l->w = add_param(m, name, "embeddings", shape, 2, true, &s->kernel_init,
+                              JOB_INIT_RANDOM_UNIFORM)) == NULL)
             return plan_failed(m, index, name, err);
         {
             job_init_t dflt = {.kind = JOB_INIT_RANDOM_UNIFORM, .a = -0.05, .b = 0.05};
@@ -449,6 +457,11 @@ model_param_t *model_param(model_t *m, size_t i)
 size_t model_bytes(const model_t *m)
 {
     return m->bytes;
+}
+
+int model_max_batch(const model_t *m)
+{
+    return m->max_batch;
 }
 
 size_t model_input_len(const model_t *m)

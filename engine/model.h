@@ -23,6 +23,9 @@ typedef struct model_param {
     int shape[4];
     int rank;
     bool sparse; /* Embedding: gradients come as rows, see rows_* */
+    /* How the values start: the layer's initializer, and the kind used when it says default */
+    job_init_t init;
+    job_init_kind_t init_default;
     /* Sparse gradient of the last step: rows_grad[j] belongs to row rows_index[j]. */
     int64_t *rows_index;
     float *rows_grad;
@@ -51,6 +54,9 @@ void model_free(model_t *m);
 
 size_t model_param_count(const model_t *m);
 model_param_t *model_param(model_t *m, size_t i);
+
+/* The most examples a batch may have (the model's buffers are sized for it). */
+int model_max_batch(const model_t *m);
 
 /* Input values per example and output values per example. */
 size_t model_input_len(const model_t *m);

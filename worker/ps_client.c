@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "base/log.h"
-#include "model_internal.h"
+#include "model.h"
 #include "rpc/client.h"
 
 #define PS_CALL_TIMEOUT_MS 60000
@@ -721,7 +721,7 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
     pthread_cond_init(&c->values_cv, NULL);
     snprintf(c->job, sizeof(c->job), "%s", req->job);
     c->model = model;
-    c->batch = model->max_batch;
+    c->batch = model_max_batch(model);
     c->feature_len = model_input_len(model);
     c->n_vars = model_param_count(model);
     c->vars = calloc(c->n_vars + 1, sizeof(*c->vars));

@@ -15,15 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
-#include "job/initializer.h"
-#include "rpc/initializer_proto.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/memory.h"
-#include "model_internal.h"
 #include "ps_client.h"
+#include "rpc/initializer_proto.h"
 #include "rpc/server.h"
-#include "base/clock.h"
+#include "trainer.h"
 
 typedef struct closure_task {
     struct closure_task *next;
@@ -37,10 +35,9 @@ typedef struct closure_task {
 typedef struct wjob {
     char id[128];
     job_t job;
-    model_t *model;
-    dataset_t *train, *test;
-    data_pipeline_t *pipe;
-    ps_client_t *ps; /* NULL until placement arrives */
+    trainer_t *trainer; /* model and data */
+    model_t *model;     /* the trainer's */
+    ps_client_t *ps;    /* NULL until placement arrives */
     int worker_index, num_workers;
     uint64_t seed; /* the model's: initializers without a seed of their own derive one from it */
     _Atomic bool cancelled;
@@ -68,10 +65,7 @@ static void wjob_free(wjob_t *j)
     if (j == NULL)
         return;
     ps_client_free(j->ps);
-    data_pipeline_free(j->pipe);
-    model_free(j->model);
-    dataset_free(j->train);
-    dataset_free(j->test);
+    trainer_free(j->trainer);
     job_done(&j->job);
     free(j);
 }
@@ -82,7 +76,6 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
 {
     wjob_t *j = calloc(1, sizeof(*j));
     job_file_t *files = calloc(req->n_files + 1, sizeof(*files));
-    data_pipeline_opts_t po;
     status_t rc;
 
     if (j == NULL || files == NULL) {
@@ -100,64 +93,22 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                               req->job_path[0] ? req->job_path : NULL, files, req->n_files, &j->job,
                               err);
     free(files);
-    if (rc == STATUS_OK)
-        rc = dataset_load(&j->job.data.train, j->job.data.scale, max_bytes, &j->train, err);
-    if (rc == STATUS_OK && j->job.data.test.present)
-        rc = dataset_load(&j->job.data.test, j->job.data.scale,
-                          memory_left(max_bytes, dataset_bytes(j->train)), &j->test, err);
     j->seed = req->seed ? req->seed : j->job.seed;
-    if (rc == STATUS_OK)
-        rc = model_new(&j->job.model, j->job.loss, j->job.from_logits, j->job.data.batch_size,
-                       j->seed,
-                       memory_left(max_bytes, dataset_bytes(j->train) + dataset_bytes(j->test)),
-                       &j->model, err);
-    if (rc == STATUS_OK && j->train->feature_len != model_input_len(j->model))
-        rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "the training data has %zu values per example but the model takes %zu",
-                         j->train->feature_len, model_input_len(j->model));
     if (rc == STATUS_OK) {
-        po = (data_pipeline_opts_t){
-            .shard_index = j->worker_index,
-            .num_shards = j->num_workers,
-            .batch_size = j->job.data.batch_size,
-            .drop_remainder = j->job.data.drop_remainder,
-            .shuffle_buffer = j->job.data.shuffle_buffer,
-            .seed = j->job.data.seed + (uint64_t)j->worker_index * 7919,
-            .epochs = -1,
-            .prefetch = j->job.data.prefetch,
-            .max_bytes = memory_left(max_bytes, dataset_bytes(j->train) + dataset_bytes(j->test) +
-                                                    model_bytes(j->model)),
-        };
-        rc = data_pipeline_new(j->train, &po, &j->pipe, err);
+        trainer_opts_t to = {.shard_index = j->worker_index,
+                             .num_shards = j->num_workers,
+                             .seed = j->seed,
+                             .epochs = -1, /* the chief counts the steps */
+                             .max_bytes = max_bytes};
+        rc = trainer_new(&j->job, &to, &j->trainer, err);
     }
     if (rc != STATUS_OK) {
         wjob_free(j);
         return rc;
     }
+    j->model = trainer_model(j->trainer);
     *ret = j;
     return STATUS_OK;
-}
-
-/* The initializer of a model variable, from its layer's spec, in wire form. The PS derives the
- * fans from the variable's full shape (initializer_fans), as Keras does. */
-static void fill_initializer(const model_t *m, const model_param_t *p, initializer_msg_t *ret)
-{
-    const layer_t *l = NULL;
-    bool is_bias;
-
-    for (size_t i = 0; i < m->n_layers && l == NULL; i++)
-        if (m->layers[i].w == p || m->layers[i].b == p)
-            l = &m->layers[i];
-    is_bias = l != NULL && l->b == p;
-    if (l == NULL)
-        initializer_to_proto(NULL, JOB_INIT_GLOROT_UNIFORM, ret);
-    else if (is_bias)
-        initializer_to_proto(&l->spec.bias_init, JOB_INIT_ZEROS, ret);
-    else
-        initializer_to_proto(&l->spec.kernel_init,
-                             l->spec.kind == JOB_LAYER_EMBEDDING ? JOB_INIT_RANDOM_UNIFORM
-                                                                 : JOB_INIT_GLOROT_UNIFORM,
-                             ret);
 }
 
 /* ---- handlers ----------------------------------------------------------------------------- */
@@ -188,7 +139,8 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
         vars[i].n_shape = vars[i].n_full_shape = (size_t)p->rank;
         vars[i].shape = vars[i].full_shape = &shapes[4 * i];
         vars[i].sparse = p->sparse;
-        fill_initializer(j->model, p, &inits[i]);
+        /* The PS derives the fans from the variable's full shape, as Keras does. */
+        initializer_to_proto(&p->init, p->init_default, &inits[i]);
         /* The PS draws the initial values from the job's seed, so that the same job file starts
          * from the same values each time it runs (Initializer.seed 0 means none). */
         if (inits[i].msg.seed == 0)
@@ -196,8 +148,8 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
         vars[i].initializer = &inits[i].msg;
         ptrs[i] = &vars[i];
     }
-    resp.train_examples = (int64_t)data_pipeline_examples(j->pipe);
-    resp.test_examples = j->test ? (int64_t)j->test->n : 0;
+    resp.train_examples = (int64_t)trainer_train_examples(j->trainer);
+    resp.test_examples = (int64_t)trainer_test_examples(j->trainer);
     resp.n_variables = n;
     resp.variables = ptrs;
     rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
@@ -269,7 +221,7 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
     pthread_mutex_unlock(&w->mu);
     wjob_free(old);
     LOG_INFO(WORKER, "job %s configured: %zu training examples in this shard, %zu variables", j->id,
-             data_pipeline_examples(j->pipe), model_param_count(j->model));
+             trainer_train_examples(j->trainer), model_param_count(j->model));
     return describe_variables(w, ctx, j);
 }
 
@@ -342,7 +294,7 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
         model_stats_t st;
         if (atomic_load(&j->cancelled))
             return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
-        if (!data_pipeline_next(j->pipe, &b))
+        if (!trainer_next(j->trainer, &b))
             break;
         double t0 = clock_now_s(), t1, t2;
         ps_push_info_t info;
@@ -350,7 +302,7 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
         t1 = clock_now_s();
         /* Sends gradients while backward runs (ps_client packs); no gradient of a step whose
          * loss is not finite leaves the worker. */
-        STATUS_CHECK(model_train_step(j->model, b.features, b.labels, b.size, &st, err));
+        STATUS_CHECK(trainer_step(j->trainer, &b, &st, err));
         t2 = clock_now_s();
         STATUS_CHECK(ps_client_push(j->ps, &info, err));
         metric_inc(w->steps);
@@ -370,36 +322,25 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
     return STATUS_OK;
 }
 
+/* Before each test batch: the variables it reads, unless the job was cancelled. */
+static status_t pull_for_eval(void *arg, const data_batch_t *b, status_msg_t *err)
+{
+    wjob_t *j = arg;
+    if (atomic_load(&j->cancelled))
+        return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
+    return ps_client_pull(j->ps, b->features, b->size, err);
+}
+
 static status_t eval_closure(wjob_t *j, Tessera__V1__RunClosureResponse *resp, status_msg_t *err)
 {
-    data_pipeline_opts_t po = {
-        .shard_index = 0, .num_shards = 1, .batch_size = j->job.data.batch_size, .epochs = 1};
-    data_pipeline_t *pipe;
-    data_batch_t b;
-    status_t rc = STATUS_OK;
+    model_stats_t sum;
 
-    if (j->test == NULL)
-        return status_fail(err, STATUS_INVALID_USAGE, "job %s has no test split to evaluate",
-                           j->id);
-    STATUS_CHECK(data_pipeline_new(j->test, &po, &pipe, err));
     ps_client_refresh(j->ps);
-    while (rc == STATUS_OK && data_pipeline_next(pipe, &b)) {
-        model_stats_t st;
-        if (atomic_load(&j->cancelled)) {
-            rc = status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
-            break;
-        }
-        rc = ps_client_pull(j->ps, b.features, b.size, err);
-        if (rc == STATUS_OK)
-            rc = model_evaluate(j->model, b.features, b.labels, b.size, &st, err);
-        if (rc == STATUS_OK) {
-            resp->loss_sum += st.loss_sum;
-            resp->correct += st.correct;
-            resp->examples += st.examples;
-        }
-    }
-    data_pipeline_free(pipe);
-    return rc;
+    STATUS_CHECK(trainer_evaluate(j->trainer, pull_for_eval, j, &sum, err));
+    resp->loss_sum = sum.loss_sum;
+    resp->correct = sum.correct;
+    resp->examples = sum.examples;
+    return STATUS_OK;
 }
 
 static void run_task(worker_service_t *w, closure_task_t *t)

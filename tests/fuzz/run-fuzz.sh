@@ -63,7 +63,12 @@ if [ "$rc" -ne 0 ] || [ -n "$found" ]; then
     fi
   done
   [ "$rc" -eq 0 ] && rc=1
-  rm -rf "$work/new"
+  # A long run keeps what it found: a failure at exit (a leak) names no input to replay.
+  if [ "$mode" = long ]; then
+    echo "  corpus:     $work/new"
+  else
+    rm -rf "$work/new"
+  fi
   exit "$rc"
 fi
 if [ "$mode" = long ]; then

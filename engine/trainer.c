@@ -1,0 +1,229 @@
+#define _POSIX_C_SOURCE 200809L
+#include "trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/memory.h"
+#include "optim/optimizer.h"
+
+struct trainer {
+    const job_t *job;
+    const char *where; /* the job file, for errors */
+    model_t *model;
+    dataset_t *train, *test;
+    data_pipeline_t *pipe;
+    int64_t steps; /* steps this trainer ran */
+    /* the job's optimizer, when applied here */
+    optimizer_config_t opt;
+    float **slots;    /* per param */
+    int64_t *applied; /* per param: updates applied */
+};
+
+void trainer_free(trainer_t *t)
+{
+    if (t == NULL)
+        return;
+    if (t->slots != NULL)
+        for (size_t i = 0; i < model_param_count(t->model); i++)
+            free(t->slots[i]);
+    free(t->slots);
+    free(t->applied);
+    data_pipeline_free(t->pipe);
+    model_free(t->model);
+    dataset_free(t->train);
+    dataset_free(t->test);
+    free(t);
+}
+
+/* The model's input and output must fit the data the job feeds it. */
+static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const char *split,
+                                status_msg_t *err)
+{
+    if (ds->feature_len != model_input_len(t->model))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: the %s data has %zu values per example but the model's input "
+                           "takes %zu",
+                           t->where, split, ds->feature_len, model_input_len(t->model));
+    if (t->job->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY &&
+        (size_t)ds->classes > model_output_len(t->model))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: the %s labels go up to %d but the model's output has only %zu "
+                           "classes",
+                           t->where, split, ds->classes - 1, model_output_len(t->model));
+    return STATUS_OK;
+}
+
+static status_t make_slots(trainer_t *t, status_msg_t *err)
+{
+    size_t n_params = model_param_count(t->model);
+
+    t->opt = t->job->optimizer;
+    if (t->opt.lr_scale == 0) /* "scale by replicas": one replica here */
+        t->opt.lr_scale = 1;
+    t->slots = calloc(n_params + 1, sizeof(*t->slots));
+    t->applied = calloc(n_params + 1, sizeof(*t->applied));
+    if (t->slots == NULL || t->applied == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < n_params; i++) {
+        model_param_t *p = model_param(t->model, i);
+        t->slots[i] = calloc(optimizer_slot_count(&t->opt) * p->n + 1, sizeof(float));
+        if (t->slots[i] == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory for optimizer slots");
+        optimizer_slots_init(&t->opt, t->slots[i], p->n);
+    }
+    return STATUS_OK;
+}
+
+static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_t *err)
+{
+    const job_t *job = t->job;
+    uint64_t max = o->max_bytes > 0 ? o->max_bytes : memory_physical_bytes();
+    data_pipeline_opts_t po;
+
+    if (!job->data.train.present)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: data.train is missing", t->where);
+    /* Data and model past the budget: a clear error, not the kernel's OOM killer. */
+    STATUS_CHECK(dataset_load(&job->data.train, job->data.scale, max, &t->train, err));
+    if (job->data.test.present)
+        STATUS_CHECK(dataset_load(&job->data.test, job->data.scale,
+                                  memory_left(max, dataset_bytes(t->train)), &t->test, err));
+    STATUS_CHECK(model_new(&job->model, job->loss, job->from_logits, job->data.batch_size,
+                           o->seed ? o->seed : job->seed,
+                           memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test)),
+                           &t->model, err));
+    STATUS_CHECK(check_data_fits(t, t->train, "training", err));
+    if (t->test != NULL)
+        STATUS_CHECK(check_data_fits(t, t->test, "test", err));
+    if (o->optimizer)
+        STATUS_CHECK(make_slots(t, err));
+    po = (data_pipeline_opts_t){
+        .shard_index = o->shard_index,
+        .num_shards = o->num_shards > 0 ? o->num_shards : 1,
+        .batch_size = job->data.batch_size,
+        .drop_remainder = job->data.drop_remainder,
+        .shuffle_buffer = job->data.shuffle_buffer,
+        .seed = job->data.seed + (uint64_t)o->shard_index * 7919,
+        .epochs = o->epochs,
+        .prefetch = job->data.prefetch,
+        .max_bytes = memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test) +
+                                          model_bytes(t->model)),
+    };
+    return data_pipeline_new(t->train, &po, &t->pipe, err);
+}
+
+status_t trainer_new(const job_t *job, const trainer_opts_t *opts, trainer_t **ret,
+                     status_msg_t *err)
+{
+    trainer_t *t = calloc(1, sizeof(*t));
+    status_t rc;
+
+    *ret = NULL;
+    if (t == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    t->job = job;
+    t->where = job->path ? job->path : "job";
+    rc = trainer_build(t, opts, err);
+    if (rc != STATUS_OK) {
+        trainer_free(t);
+        return rc;
+    }
+    *ret = t;
+    return STATUS_OK;
+}
+
+model_t *trainer_model(const trainer_t *t)
+{
+    return t->model;
+}
+
+const data_pipeline_t *trainer_pipeline(const trainer_t *t)
+{
+    return t->pipe;
+}
+
+size_t trainer_train_examples(const trainer_t *t)
+{
+    return data_pipeline_examples(t->pipe);
+}
+
+size_t trainer_test_examples(const trainer_t *t)
+{
+    return t->test != NULL ? t->test->n : 0;
+}
+
+bool trainer_next(trainer_t *t, data_batch_t *ret_batch)
+{
+    return data_pipeline_next(t->pipe, ret_batch);
+}
+
+status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
+                      status_msg_t *err)
+{
+    status_t rc;
+
+    *ret_stats = (model_stats_t){0};
+    rc = model_train_step(t->model, b->features, b->labels, b->size, ret_stats, err);
+    t->steps++;
+    if (rc == STATUS_INVALID_ARGUMENT && !isfinite(ret_stats->loss_sum)) /* say where */
+        rc = status_fail(err, STATUS_INVALID_ARGUMENT,
+                         "the loss became %s at step %lld (epoch %lld): lower the learning rate "
+                         "or check the data",
+                         isnan(ret_stats->loss_sum) ? "NaN" : "infinite", (long long)t->steps,
+                         (long long)b->epoch + 1);
+    return rc;
+}
+
+status_t trainer_apply(trainer_t *t, status_msg_t *err)
+{
+    if (t->slots == NULL)
+        return status_fail(err, STATUS_INVALID_USAGE,
+                           "this trainer sends its gradients away: it has no optimizer");
+    for (size_t i = 0; i < model_param_count(t->model); i++) {
+        model_param_t *p = model_param(t->model, i);
+        if (p->sparse)
+            STATUS_CHECK(optimizer_apply_rows(&t->opt, t->applied[i], p->value, (size_t)p->shape[0],
+                                              (size_t)p->shape[1], p->rows_index, p->rows_grad,
+                                              p->n_rows, t->slots[i], NULL, err));
+        else
+            optimizer_apply_dense(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n);
+        t->applied[i]++;
+    }
+    return STATUS_OK;
+}
+
+double trainer_learning_rate(const trainer_t *t, int64_t step)
+{
+    optimizer_config_t opt = t->job->optimizer;
+    if (opt.lr_scale == 0)
+        opt.lr_scale = 1;
+    return optimizer_learning_rate(&opt, step);
+}
+
+status_t trainer_evaluate(trainer_t *t, trainer_batch_fn before, void *arg, model_stats_t *ret_sum,
+                          status_msg_t *err)
+{
+    data_pipeline_opts_t po = {.num_shards = 1, .batch_size = t->job->data.batch_size, .epochs = 1};
+    data_pipeline_t *pipe;
+    data_batch_t b;
+    status_t rc = STATUS_OK;
+
+    *ret_sum = (model_stats_t){0};
+    if (t->test == NULL)
+        return status_fail(err, STATUS_INVALID_USAGE, "%s has no test split to evaluate", t->where);
+    STATUS_CHECK(data_pipeline_new(t->test, &po, &pipe, err));
+    while (rc == STATUS_OK && data_pipeline_next(pipe, &b)) {
+        model_stats_t st;
+        if (before != NULL)
+            rc = before(arg, &b, err);
+        if (rc == STATUS_OK)
+            rc = model_evaluate(t->model, b.features, b.labels, b.size, &st, err);
+        if (rc == STATUS_OK) {
+            ret_sum->loss_sum += st.loss_sum;
+            ret_sum->correct += st.correct;
+            ret_sum->examples += st.examples;
+        }
+    }
+    data_pipeline_free(pipe);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/* The trainer: what `tessera train` and tessera-worker share to train a job's model on its data.
+ *
+ * trainer_new loads the job's data (the training split, and the test split when there is one),
+ * builds the model, checks that both splits fit it (values per example, and the labels of a
+ * sparse categorical loss against the model's classes), and starts the pipeline over this
+ * trainer's shard of the training data, shuffled from the job's data seed (each shard its own
+ * way). Every buffer counts against one memory budget. Then
+ * the caller loops: trainer_next, trainer_step, and either trainer_apply (the job's optimizer,
+ * here) or sends the gradients elsewhere (a parameter server). trainer_evaluate runs the model
+ * over the test split. Not thread-safe: one thread drives a trainer. */
+#ifndef TESSERA_TRAINER_H
+#define TESSERA_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "data.h"
+#include "job/job.h"
+#include "model.h"
+
+typedef struct trainer_opts {
+    int shard_index, num_shards; /* which examples of the training split: i % num == index */
+    uint64_t seed;               /* of the model's initial values; 0: the job's seed */
+    int64_t epochs;              /* passes over the training data; -1: endless */
+    uint64_t max_bytes;          /* data, model and batches together; 0: physical memory */
+    bool optimizer;              /* keep optimizer slots here, for trainer_apply */
+} trainer_opts_t;
+
+typedef struct trainer trainer_t;
+
+/* Fails with an error naming the job file (or "job") and what does not fit. */
+status_t trainer_new(const job_t *job, const trainer_opts_t *opts, trainer_t **ret,
+                     status_msg_t *err);
+void trainer_free(trainer_t *t); /* NULL-safe */
+
+model_t *trainer_model(const trainer_t *t);
+const data_pipeline_t *trainer_pipeline(const trainer_t *t);
+size_t trainer_train_examples(const trainer_t *t); /* in this trainer's shard */
+size_t trainer_test_examples(const trainer_t *t);  /* 0 without a test split */
+
+/* The next training batch, valid until the following call; false when the epochs are done. */
+bool trainer_next(trainer_t *t, data_batch_t *ret_batch);
+
+/* Forward, loss and backward on b: afterwards the model's parameters hold the gradients. A loss
+ * that is not finite fails with STATUS_INVALID_ARGUMENT naming this trainer's step and the
+ * epoch, and no gradient is computed. */
+status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
+                      status_msg_t *err);
+
+/* Applies the last step's gradients with the job's optimizer (opts.optimizer must be set). */
+status_t trainer_apply(trainer_t *t, status_msg_t *err);
+
+/* The job optimizer's learning rate at step `step` (0-based). */
+double trainer_learning_rate(const trainer_t *t, int64_t step);
+
+/* Called before each test batch is evaluated: may fetch the variables it reads, or fail to
+ * stop the evaluation (a cancelled job). */
+typedef status_t (*trainer_batch_fn)(void *arg, const data_batch_t *b, status_msg_t *err);
+
+/* Runs the model over the whole test split, summing the batches' stats into ret_sum. Fails
+ * with STATUS_INVALID_USAGE when the job has no test split. */
+status_t trainer_evaluate(trainer_t *t, trainer_batch_fn before, void *arg, model_stats_t *ret_sum,
+                          status_msg_t *err);
+
+#endif

@@ -1,0 +1,256 @@
+/* The trainer shared by `tessera train` and tessera-worker: building model and data, the checks
+ * of data against the model, sharding, local optimizer steps, evaluation and its hook. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job/job.h"
+#include "trainer.h"
+
+#define DATA(classes, test)                                                                        \
+    "data: {batch_size: 10, train: {format: synthetic, examples: 200, shape: [8], "                \
+    "classes: " #classes "}" test "}\n"
+#define TEST_SPLIT ", test: {format: synthetic, examples: 50, shape: [8], classes: 4, seed: 2}"
+
+static void parse(job_t *job, const char *model, const char *data, const char *optimizer)
+{
+    char text[2048];
+    status_msg_t err = {0};
+
+    snprintf(text, sizeof(text),
+             "model: %s\nloss: {sparse_categorical_crossentropy: {from_logits: true}}\noptimizer: "
+             "%s\n%s",
+             model, optimizer, data);
+    ck_assert_msg(job_parse(text, strlen(text), "t.yaml", job, &err) == STATUS_OK, "%s", err.text);
+}
+
+#define MLP4 "[{dense: {units: 16, activation: relu}, input_shape: [8]}, {dense: {units: 4}}]"
+
+static trainer_t *make(const job_t *job, const trainer_opts_t *o)
+{
+    trainer_t *t = NULL;
+    status_msg_t err = {0};
+    ck_assert_msg(trainer_new(job, o, &t, &err) == STATUS_OK, "%s", err.text);
+    return t;
+}
+
+static void expect_refused(const job_t *job, const trainer_opts_t *o, status_t code,
+                           const char *text)
+{
+    trainer_t *t = NULL;
+    status_msg_t err = {0};
+    ck_assert_int_eq(trainer_new(job, o, &t, &err), code);
+    ck_assert_ptr_null(t);
+    ck_assert_msg(strstr(err.text, text) != NULL, "error: %s", err.text);
+}
+
+/* Labels past the model's classes are refused before any step, on every shard: tessera-worker
+ * once built its model and data without this check. */
+START_TEST(labels_past_the_models_classes_are_refused)
+{
+    job_t job = {0};
+    trainer_opts_t o = {.shard_index = 1, .num_shards = 3, .epochs = -1};
+
+    parse(&job, MLP4, DATA(6, ""), "sgd");
+    expect_refused(&job, &o, STATUS_BAD_CONFIG, "training labels go up to 5");
+    ck_assert_ptr_nonnull(strstr(job.path, "t.yaml"));
+    job_done(&job);
+
+    parse(&job, MLP4, DATA(4, ", test: {format: synthetic, examples: 50, shape: [8], classes: 9}"),
+          "sgd");
+    expect_refused(&job, &o, STATUS_BAD_CONFIG, "test labels go up to 8");
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(data_of_another_width_is_refused)
+{
+    job_t job = {0};
+    trainer_opts_t o = {.num_shards = 1, .epochs = 1};
+
+    parse(&job, "[{dense: {units: 4}, input_shape: [6]}]", DATA(4, ""), "sgd");
+    expect_refused(&job, &o, STATUS_BAD_CONFIG, "8 values per example but the model's input");
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(model_and_data_past_the_budget_are_refused)
+{
+    job_t job = {0};
+    trainer_opts_t o = {.num_shards = 1, .epochs = 1, .max_bytes = 4096};
+
+    parse(&job, MLP4, DATA(4, ""), "sgd");
+    expect_refused(&job, &o, STATUS_RESOURCE_EXHAUSTED, "");
+    job_done(&job);
+}
+END_TEST
+
+/* Shards split the training data: each example is in exactly one. */
+START_TEST(shards_split_the_examples)
+{
+    job_t job = {0};
+    size_t total = 0;
+
+    parse(&job, MLP4, DATA(4, TEST_SPLIT), "sgd");
+    for (int i = 0; i < 3; i++) {
+        trainer_opts_t o = {.shard_index = i, .num_shards = 3, .epochs = 1};
+        trainer_t *t = make(&job, &o);
+        data_batch_t b;
+        size_t seen = 0;
+        while (trainer_next(t, &b))
+            seen += (size_t)b.size;
+        ck_assert_uint_eq(seen, trainer_train_examples(t));
+        ck_assert_uint_eq(trainer_test_examples(t), 50);
+        total += seen;
+        trainer_free(t);
+    }
+    ck_assert_uint_eq(total, 200);
+    job_done(&job);
+}
+END_TEST
+
+static double mean_loss(trainer_t *t)
+{
+    model_stats_t st;
+    status_msg_t err = {0};
+    ck_assert_msg(trainer_evaluate(t, NULL, NULL, &st, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_int_eq(st.examples, 50);
+    return st.loss_sum / st.examples;
+}
+
+/* With its own optimizer the trainer learns: the test loss falls. Without one, trainer_apply is
+ * refused: the gradients are meant for a parameter server. */
+START_TEST(local_steps_lower_the_loss)
+{
+    job_t job = {0};
+    trainer_opts_t o = {.num_shards = 1, .epochs = 20, .optimizer = true};
+    trainer_t *t;
+    data_batch_t b;
+    status_msg_t err = {0};
+    double before, after;
+    int steps = 0;
+
+    parse(&job, MLP4, DATA(4, TEST_SPLIT), "{adam: {learning_rate: 0.01}}");
+    t = make(&job, &o);
+    before = mean_loss(t);
+    while (trainer_next(t, &b)) {
+        model_stats_t st;
+        ck_assert_msg(trainer_step(t, &b, &st, &err) == STATUS_OK, "%s", err.text);
+        ck_assert_int_eq(st.examples, b.size);
+        ck_assert_msg(trainer_apply(t, &err) == STATUS_OK, "%s", err.text);
+        steps++;
+    }
+    after = mean_loss(t);
+    ck_assert_int_eq(steps, 20 * 20);
+    ck_assert_msg(after < 0.8 * before, "test loss %g -> %g", before, after);
+    ck_assert_double_eq_tol(trainer_learning_rate(t, 5), 0.01, 1e-12);
+    trainer_free(t);
+
+    o.optimizer = false;
+    t = make(&job, &o);
+    ck_assert(trainer_next(t, &b));
+    ck_assert_int_eq(trainer_step(t, &b, &(model_stats_t){0}, &err), STATUS_OK);
+    ck_assert_int_eq(trainer_apply(t, &err), STATUS_INVALID_USAGE);
+    trainer_free(t);
+    job_done(&job);
+}
+END_TEST
+
+START_TEST(a_loss_that_is_not_finite_names_the_step)
+{
+    job_t job = {0};
+    trainer_opts_t o = {.num_shards = 1, .epochs = -1, .optimizer = true};
+    trainer_t *t;
+    data_batch_t b;
+    status_msg_t err = {0};
+    status_t rc = STATUS_OK;
+    int steps = 0;
+
+    parse(&job, MLP4, DATA(4, ""), "{sgd: {learning_rate: 1.0e+30}}");
+    t = make(&job, &o);
+    while (rc == STATUS_OK && steps < 100 && trainer_next(t, &b)) {
+        model_stats_t st;
+        rc = trainer_step(t, &b, &st, &err);
+        if (rc == STATUS_OK)
+            rc = trainer_apply(t, &err);
+        steps++;
+    }
+    ck_assert_int_eq(rc, STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.text, "the loss became") && strstr(err.text, "at step"), "%s",
+                  err.text);
+    trainer_free(t);
+    job_done(&job);
+}
+END_TEST
+
+typedef struct hook_state {
+    int calls, fail_at;
+} hook_state_t;
+
+static status_t count_batches(void *arg, const data_batch_t *b, status_msg_t *err)
+{
+    hook_state_t *h = arg;
+    ck_assert_int_gt(b->size, 0);
+    if (++h->calls == h->fail_at)
+        return status_fail(err, STATUS_CANCELLED, "stopped at batch %d", h->calls);
+    return STATUS_OK;
+}
+
+/* The hook runs before every test batch (a worker pulls the variables there) and its failure
+ * ends the evaluation with its error. A job without a test split cannot be evaluated. */
+START_TEST(evaluation_runs_the_hook_before_each_batch)
+{
+    job_t job = {0};
+    trainer_opts_t o = {.num_shards = 1, .epochs = 1};
+    trainer_t *t;
+    hook_state_t h = {0};
+    model_stats_t st;
+    status_msg_t err = {0};
+
+    parse(&job, MLP4, DATA(4, TEST_SPLIT), "sgd");
+    t = make(&job, &o);
+    ck_assert_int_eq(trainer_evaluate(t, count_batches, &h, &st, &err), STATUS_OK);
+    ck_assert_int_eq(h.calls, 5);
+    ck_assert_int_eq(st.examples, 50);
+    h = (hook_state_t){.fail_at = 3};
+    ck_assert_int_eq(trainer_evaluate(t, count_batches, &h, &st, &err), STATUS_CANCELLED);
+    ck_assert_str_eq(err.text, "stopped at batch 3");
+    ck_assert_int_eq(st.examples, 20);
+    trainer_free(t);
+    job_done(&job);
+
+    parse(&job, MLP4, DATA(4, ""), "sgd");
+    t = make(&job, &o);
+    ck_assert_int_eq(trainer_evaluate(t, NULL, NULL, &st, &err), STATUS_INVALID_USAGE);
+    ck_assert_msg(strstr(err.text, "no test split") != NULL, "%s", err.text);
+    trainer_free(t);
+    job_done(&job);
+}
+END_TEST
+
+static Suite *trainer_suite(void)
+{
+    Suite *s = suite_create("trainer");
+    TCase *tc = tcase_create("trainer");
+    tcase_add_test(tc, labels_past_the_models_classes_are_refused);
+    tcase_add_test(tc, data_of_another_width_is_refused);
+    tcase_add_test(tc, model_and_data_past_the_budget_are_refused);
+    tcase_add_test(tc, shards_split_the_examples);
+    tcase_add_test(tc, local_steps_lower_the_loss);
+    tcase_add_test(tc, a_loss_that_is_not_finite_names_the_step);
+    tcase_add_test(tc, evaluation_runs_the_hook_before_each_batch);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(trainer_suite());
+    int failed;
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
