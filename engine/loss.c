@@ -1,4 +1,4 @@
-/* Losses, accuracy and the training step that ties the layers together.
+/* Losses and accuracy.
  *
  * Losses are reduced like Keras's default (sum over the batch divided by the batch size).
  * A final softmax under sparse categorical cross-entropy, or a final sigmoid under binary
@@ -13,18 +13,9 @@
 
 #define PROB_EPSILON 1e-7f /* Keras's backend epsilon, used to clip probabilities */
 
-static job_activation_t last_activation(const model_t *m)
-{
-    const layer_t *l = &m->layers[m->n_layers - 1];
-    if (l->spec.kind == JOB_LAYER_DENSE || l->spec.kind == JOB_LAYER_CONV2D ||
-        l->spec.kind == JOB_LAYER_ACTIVATION)
-        return l->spec.activation;
-    return JOB_ACT_LINEAR;
-}
-
 status_t model_check_loss(model_t *m, status_msg_t *err)
 {
-    job_activation_t act = last_activation(m);
+    job_activation_t act = layer_activation_of(&m->layers[m->n_layers - 1]);
     const layer_t *last = &m->layers[m->n_layers - 1];
 
     if (m->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
@@ -179,69 +170,4 @@ status_t model_loss(model_t *m, const float *y, int batch, float *dy, model_stat
         return STATUS_OK;
     }
     return STATUS_INTERNAL;
-}
-
-static status_t forward(model_t *m, const float *x, int batch, bool training, status_msg_t *err)
-{
-    const float *in = x;
-    if (batch < 1 || batch > m->max_batch)
-        return status_fail(err, STATUS_INVALID_USAGE, "batch of %d examples (at most %d)", batch,
-                           m->max_batch);
-    for (size_t i = 0; i < m->n_layers; i++) {
-        layer_t *l = &m->layers[i];
-        l->in = in;
-        STATUS_CHECK(layer_forward(l, batch, training, m->fused && i == m->n_layers - 1, err));
-        in = l->out;
-    }
-    return STATUS_OK;
-}
-
-status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
-                          model_stats_t *ret_stats, status_msg_t *err)
-{
-    model_stats_t st = {0};
-    float *dy = m->grad_a, *spare = m->grad_b;
-
-    STATUS_CHECK(forward(m, x, batch, true, err));
-    STATUS_CHECK(model_loss(m, y, batch, dy, &st, err));
-    *ret_stats = st;
-    /* Before backward, so that a caller sending gradients as they come sends none of these. */
-    if (!isfinite(st.loss_sum))
-        return status_fail(err, STATUS_INVALID_ARGUMENT,
-                           "the loss became %s: lower the learning rate or check the data",
-                           isnan(st.loss_sum) ? "NaN" : "infinite");
-    for (size_t i = m->n_layers; i-- > 0;) {
-        layer_t *l = &m->layers[i];
-        bool has_params = l->w != NULL || l->b != NULL;
-        size_t first = has_params ? (size_t)((l->w ? l->w : l->b) - m->params) : 0;
-        float *dx;
-
-        layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
-        if (has_params && m->on_backward != NULL)
-            m->on_backward(m->on_backward_arg, MODEL_GRADS_READY, first);
-        dx = layer_backward_input(l, batch, dy, i > 0 ? spare : NULL);
-        if (has_params && m->on_backward != NULL)
-            m->on_backward(m->on_backward_arg, MODEL_VALUES_FREE, first);
-        if (dx == spare) { /* the input gradient landed in the spare buffer: swap */
-            spare = dy;
-            dy = dx;
-        }
-    }
-    return STATUS_OK;
-}
-
-void model_on_backward(model_t *m, model_backward_fn fn, void *arg)
-{
-    m->on_backward = fn;
-    m->on_backward_arg = arg;
-}
-
-status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
-                        model_stats_t *ret_stats, status_msg_t *err)
-{
-    model_stats_t st = {0};
-    STATUS_CHECK(forward(m, x, batch, false, err));
-    STATUS_CHECK(model_loss(m, y, batch, NULL, &st, err));
-    *ret_stats = st;
-    return STATUS_OK;
 }

@@ -6,6 +6,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "backend.h"
 #include "blas.h"
 #include "trainer.h"
 
@@ -112,9 +113,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
         run.epochs = opts->epochs;
     rc = check_strategy(job, err);
     if (rc == STATUS_OK)
-        rc = blas_init(err);
-    if (rc == STATUS_OK)
-        rc = blas_set_threads(opts->threads > 0 ? opts->threads : 1, err);
+        rc = backend_cpu()->set_threads(opts->threads, err);
     if (rc == STATUS_OK) {
         trainer_opts_t to = {
             .num_shards = 1, .epochs = steps_limit > 0 ? -1 : run.epochs, .optimizer = true};

@@ -28,6 +28,7 @@ typedef enum {
     JOB_LAYER_GLOBAL_AVERAGE_POOLING1D,
     JOB_LAYER_GLOBAL_AVERAGE_POOLING2D,
     JOB_LAYER_ACTIVATION,
+    JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
 typedef enum {

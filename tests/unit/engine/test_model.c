@@ -63,7 +63,7 @@ static void build(fixture_t *f, const int *shape, int rank, job_loss_kind_t loss
     f->y = calloc((size_t)batch, sizeof(float));
     uint64_t s = 7;
     for (size_t i = 0; i < (size_t)batch * model_input_len(f->m); i++)
-        f->x[i] = (float)((model_rng_next(&s) >> 40) % 2000) / 1000.0f - 1.0f;
+        f->x[i] = (float)((layer_rng_next(&s) >> 40) % 2000) / 1000.0f - 1.0f;
     for (int b = 0; b < batch; b++) {
         size_t k = model_output_len(f->m);
         f->y[b] = loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? (float)(b % (int)k)

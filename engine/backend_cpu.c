@@ -1,0 +1,411 @@
+/* The CPU backend: OpenBLAS for the matrix products (blas.c), C loops that vectorize for the
+ * rest. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "blas.h"
+
+static status_t cpu_set_threads(int threads, status_msg_t *err)
+{
+    STATUS_CHECK(blas_init(err));
+    return blas_set_threads(threads > 0 ? threads : 1, err);
+}
+
+static void *cpu_alloc(size_t bytes)
+{
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void *p;
+
+    if (bytes > SIZE_MAX - 63)
+        return NULL;
+    p = aligned_alloc(64, rounded ? rounded : 64);
+    if (p != NULL)
+        memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(void *p)
+{
+    free(p);
+}
+
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(void *dst, size_t bytes)
+{
+    memset(dst, 0, bytes);
+}
+
+/* ---- elementwise and reductions ------------------------------------------------------------ */
+
+static void cpu_fill_rows(float *out, size_t rows, const float *row, size_t width)
+{
+    if (row == NULL) {
+        memset(out, 0, rows * width * sizeof(float));
+        return;
+    }
+    for (size_t r = 0; r < rows; r++)
+        memcpy(out + r * width, row, width * sizeof(float));
+}
+
+static void cpu_column_sums(const float *restrict dy, size_t rows, size_t width,
+                            float *restrict ret)
+{
+    memset(ret, 0, width * sizeof(float));
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < width; i++)
+            ret[i] += dy[r * width + i];
+}
+
+static void cpu_mul(const float *restrict a, const float *restrict b, float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] * b[i];
+}
+
+/* ---- activations -------------------------------------------------------------------------- */
+
+static void softmax_rows(float *v, size_t rows, size_t width)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float *x = v + r * width, max = x[0], sum = 0;
+        for (size_t i = 1; i < width; i++)
+            max = x[i] > max ? x[i] : max;
+        for (size_t i = 0; i < width; i++) {
+            x[i] = expf(x[i] - max);
+            sum += x[i];
+        }
+        for (size_t i = 0; i < width; i++)
+            x[i] /= sum;
+    }
+}
+
+static void cpu_activate(job_activation_t act, float *v, size_t n, size_t width)
+{
+    switch (act) {
+    case JOB_ACT_LINEAR:
+        break;
+    case JOB_ACT_RELU:
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] > 0 ? v[i] : 0;
+        break;
+    case JOB_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            v[i] = 1.0f / (1.0f + expf(-v[i]));
+        break;
+    case JOB_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            v[i] = tanhf(v[i]);
+        break;
+    case JOB_ACT_SOFTMAX:
+        softmax_rows(v, n / width, width);
+        break;
+    }
+}
+
+/* dy *= act'(.) expressed through the activation's output y. */
+static void cpu_activate_backward(job_activation_t act, const float *y, float *dy, size_t n,
+                                  size_t width)
+{
+    switch (act) {
+    case JOB_ACT_LINEAR:
+        break;
+    case JOB_ACT_RELU:
+        for (size_t i = 0; i < n; i++)
+            dy[i] = y[i] > 0 ? dy[i] : 0;
+        break;
+    case JOB_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= y[i] * (1 - y[i]);
+        break;
+    case JOB_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= 1 - y[i] * y[i];
+        break;
+    case JOB_ACT_SOFTMAX:
+        for (size_t r = 0; r < n / width; r++) {
+            const float *p = y + r * width;
+            float *g = dy + r * width, dot = 0;
+            for (size_t i = 0; i < width; i++)
+                dot += g[i] * p[i];
+            for (size_t i = 0; i < width; i++)
+                g[i] = p[i] * (g[i] - dot);
+        }
+        break;
+    }
+}
+
+/* ---- convolution ------------------------------------------------------------------------- */
+
+static void cpu_im2col(const backend_window_t *g, const float *in, int batch, float *cols)
+{
+    int H = g->h, W = g->w, C = g->c, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw;
+    size_t row = (size_t)kh * kw * C;
+
+    for (int b = 0; b < batch; b++) {
+        const float *img = in + (size_t)b * H * W * C;
+        for (int oy = 0; oy < g->oh; oy++) {
+            for (int ox = 0; ox < g->ow; ox++) {
+                float *dst = cols + (((size_t)b * g->oh + oy) * g->ow + ox) * row;
+                int ix0 = ox * sw - g->pad_l;
+                bool inside_x = ix0 >= 0 && ix0 + kw <= W;
+                for (int ky = 0; ky < kh; ky++) {
+                    int iy = oy * sh - g->pad_t + ky;
+                    if (inside_x && iy >= 0 && iy < H) {
+                        /* Channels last: the kernel's row of kw pixels is one contiguous run. */
+                        memcpy(dst, img + ((size_t)iy * W + ix0) * C,
+                               (size_t)kw * C * sizeof(float));
+                        dst += (size_t)kw * C;
+                        continue;
+                    }
+                    for (int kx = 0; kx < kw; kx++, dst += C) {
+                        int ix = ix0 + kx;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                            memset(dst, 0, (size_t)C * sizeof(float));
+                        else
+                            memcpy(dst, img + ((size_t)iy * W + ix) * C, (size_t)C * sizeof(float));
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void cpu_col2im(const backend_window_t *g, const float *cols, int batch, float *dx)
+{
+    int H = g->h, W = g->w, C = g->c, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw;
+    size_t row = (size_t)kh * kw * C;
+
+    memset(dx, 0, (size_t)batch * H * W * C * sizeof(float));
+    for (int b = 0; b < batch; b++) {
+        float *img = dx + (size_t)b * H * W * C;
+        for (int oy = 0; oy < g->oh; oy++) {
+            for (int ox = 0; ox < g->ow; ox++) {
+                const float *src = cols + (((size_t)b * g->oh + oy) * g->ow + ox) * row;
+                for (int ky = 0; ky < kh; ky++) {
+                    int iy = oy * sh - g->pad_t + ky;
+                    for (int kx = 0; kx < kw; kx++, src += C) {
+                        int ix = ox * sw - g->pad_l + kx;
+                        float *d;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                            continue;
+                        d = img + ((size_t)iy * W + ix) * C;
+                        for (int c = 0; c < C; c++)
+                            d[c] += src[c];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- pooling ------------------------------------------------------------------------------ */
+
+/* One max-pooling window for all C channels, channels innermost so that the loop vectorizes:
+ * the largest value and its input offset; the first on ties, and the window's first element
+ * when nothing beats -inf (all NaN). */
+static void max_window(const float *img, int W, int C, int y0, int y1, int x0, int x1,
+                       float *restrict o, int32_t *restrict am)
+{
+    int32_t first = (int32_t)(((size_t)y0 * W + x0) * C);
+    for (int c = 0; c < C; c++) {
+        o[c] = -INFINITY;
+        am[c] = first + c;
+    }
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++) {
+            int32_t off = (int32_t)(((size_t)y * W + x) * C);
+            const float *restrict v = img + off;
+            for (int c = 0; c < C; c++) {
+                /* A mask, not a branch: GCC turns `gt ? a : b` on stores into jumps. */
+                float now = v[c], best = o[c];
+                int32_t gt = -(int32_t)(now > best);
+                o[c] = now > best ? now : best;
+                am[c] = (am[c] & ~gt) | ((off + c) & gt);
+            }
+        }
+}
+
+/* One average-pooling window: TensorFlow averages over the window's elements inside the input. */
+static void average_window(const float *img, int W, int C, int y0, int y1, int x0, int x1,
+                           float *restrict o)
+{
+    float scale = 1.0f / (float)((y1 - y0) * (x1 - x0));
+    memset(o, 0, (size_t)C * sizeof(float));
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++) {
+            const float *restrict v = img + ((size_t)y * W + x) * C;
+            for (int c = 0; c < C; c++)
+                o[c] += v[c];
+        }
+    for (int c = 0; c < C; c++)
+        o[c] *= scale;
+}
+
+static void cpu_max_pool(const backend_window_t *g, const float *in, int batch, float *out,
+                         int32_t *argmax)
+{
+    size_t in_len = (size_t)g->h * g->w * g->c, out_len = (size_t)g->oh * g->ow * g->c;
+
+    for (int b = 0; b < batch; b++) {
+        const float *img = in + (size_t)b * in_len;
+        for (int oy = 0; oy < g->oh; oy++) {
+            int y0 = oy * g->sh - g->pad_t, y1 = y0 + g->kh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > g->h ? g->h : y1;
+            for (int ox = 0; ox < g->ow; ox++) {
+                int x0 = ox * g->sw - g->pad_l, x1 = x0 + g->kw;
+                size_t at = (size_t)b * out_len + ((size_t)oy * g->ow + ox) * g->c;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > g->w ? g->w : x1;
+                max_window(img, g->w, g->c, y0, y1, x0, x1, out + at, argmax + at);
+            }
+        }
+    }
+}
+
+static void cpu_max_pool_backward(const backend_window_t *g, const int32_t *argmax, const float *dy,
+                                  int batch, float *dx)
+{
+    size_t in_len = (size_t)g->h * g->w * g->c, out_len = (size_t)g->oh * g->ow * g->c;
+
+    memset(dx, 0, (size_t)batch * in_len * sizeof(float));
+    for (int b = 0; b < batch; b++) {
+        const float *gy = dy + (size_t)b * out_len;
+        const int32_t *am = argmax + (size_t)b * out_len;
+        float *d = dx + (size_t)b * in_len;
+        for (size_t i = 0; i < out_len; i++)
+            d[am[i]] += gy[i];
+    }
+}
+
+static void cpu_average_pool(const backend_window_t *g, const float *in, int batch, float *out)
+{
+    size_t in_len = (size_t)g->h * g->w * g->c, out_len = (size_t)g->oh * g->ow * g->c;
+
+    for (int b = 0; b < batch; b++) {
+        const float *img = in + (size_t)b * in_len;
+        for (int oy = 0; oy < g->oh; oy++) {
+            int y0 = oy * g->sh - g->pad_t, y1 = y0 + g->kh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > g->h ? g->h : y1;
+            for (int ox = 0; ox < g->ow; ox++) {
+                int x0 = ox * g->sw - g->pad_l, x1 = x0 + g->kw;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > g->w ? g->w : x1;
+                average_window(img, g->w, g->c, y0, y1, x0, x1,
+                               out + (size_t)b * out_len + ((size_t)oy * g->ow + ox) * g->c);
+            }
+        }
+    }
+}
+
+static void cpu_average_pool_backward(const backend_window_t *g, const float *dy, int batch,
+                                      float *dx)
+{
+    int W = g->w, C = g->c;
+    size_t in_len = (size_t)g->h * W * C, out_len = (size_t)g->oh * g->ow * C;
+
+    memset(dx, 0, (size_t)batch * in_len * sizeof(float));
+    for (int b = 0; b < batch; b++) {
+        const float *gy = dy + (size_t)b * out_len;
+        float *d = dx + (size_t)b * in_len;
+        for (int oy = 0; oy < g->oh; oy++) {
+            int y0 = oy * g->sh - g->pad_t, y1 = y0 + g->kh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > g->h ? g->h : y1;
+            for (int ox = 0; ox < g->ow; ox++) {
+                int x0 = ox * g->sw - g->pad_l, x1 = x0 + g->kw;
+                const float *go = gy + ((size_t)oy * g->ow + ox) * C;
+                float scale;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > W ? W : x1;
+                scale = 1.0f / (float)((y1 - y0) * (x1 - x0));
+                for (int y = y0; y < y1; y++)
+                    for (int x = x0; x < x1; x++)
+                        for (int c = 0; c < C; c++)
+                            d[((size_t)y * W + x) * C + c] += go[c] * scale;
+            }
+        }
+    }
+}
+
+static void cpu_mean_steps(const float *x, int batch, size_t steps, size_t channels, float *out)
+{
+    for (int b = 0; b < batch; b++) {
+        const float *xb = x + (size_t)b * steps * channels;
+        float *o = out + (size_t)b * channels;
+        memset(o, 0, channels * sizeof(float));
+        for (size_t t = 0; t < steps; t++)
+            for (size_t c = 0; c < channels; c++)
+                o[c] += xb[t * channels + c];
+        for (size_t c = 0; c < channels; c++)
+            o[c] /= (float)steps;
+    }
+}
+
+static void cpu_mean_steps_backward(const float *dy, int batch, size_t steps, size_t channels,
+                                    float *dx)
+{
+    float scale = 1.0f / (float)steps;
+    for (int b = 0; b < batch; b++)
+        for (size_t t = 0; t < steps; t++)
+            for (size_t c = 0; c < channels; c++)
+                dx[((size_t)b * steps + t) * channels + c] = dy[(size_t)b * channels + c] * scale;
+}
+
+/* ---- embedding rows ----------------------------------------------------------------------- */
+
+static void cpu_gather_rows(const float *table, size_t dim, const int64_t *ids, size_t n,
+                            float *out)
+{
+    for (size_t i = 0; i < n; i++)
+        memcpy(out + i * dim, table + (size_t)ids[i] * dim, dim * sizeof(float));
+}
+
+static void cpu_scatter_add_rows(const float *dy, size_t dim, const int32_t *slot, size_t n,
+                                 float *rows)
+{
+    for (size_t i = 0; i < n; i++) {
+        float *row = rows + (size_t)slot[i] * dim;
+        for (size_t k = 0; k < dim; k++)
+            row[k] += dy[i * dim + k];
+    }
+}
+
+static const backend_t cpu_backend = {
+    .name = "cpu",
+    .init = blas_init,
+    .set_threads = cpu_set_threads,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .gemm = blas_sgemm,
+    .fill_rows = cpu_fill_rows,
+    .column_sums = cpu_column_sums,
+    .mul = cpu_mul,
+    .activate = cpu_activate,
+    .activate_backward = cpu_activate_backward,
+    .im2col = cpu_im2col,
+    .col2im = cpu_col2im,
+    .max_pool = cpu_max_pool,
+    .max_pool_backward = cpu_max_pool_backward,
+    .average_pool = cpu_average_pool,
+    .average_pool_backward = cpu_average_pool_backward,
+    .mean_steps = cpu_mean_steps,
+    .mean_steps_backward = cpu_mean_steps_backward,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
+};
+
+const backend_t *backend_cpu(void)
+{
+    return &cpu_backend;
+}

@@ -1,0 +1,93 @@
+/* Conv2D: im2col, then one matrix product with the kernel [kh, kw, in, filters]. */
+#include "job/initializer.h"
+#include "layers/layer.h"
+
+static size_t conv_params(const job_layer_t *s)
+{
+    return s->use_bias ? 2 : 1;
+}
+
+static status_t conv_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
+{
+    const job_layer_t *s = &l->spec;
+    backend_window_t *g = &l->win;
+    int kshape[4], bshape[1] = {s->filters};
+
+    if (l->in_rank != 3)
+        return layer_plan_error(
+            p, err, "Conv2D needs input (batch, height, width, channels), got %s", p->in_s);
+    *g = (backend_window_t){.h = l->in_shape[0],
+                            .w = l->in_shape[1],
+                            .c = l->in_shape[2],
+                            .kh = s->kernel_size[0],
+                            .kw = s->kernel_size[1],
+                            .sh = s->strides[0] > 0 ? s->strides[0] : 1,
+                            .sw = s->strides[1] > 0 ? s->strides[1] : 1};
+    g->oh = layer_window_out(g->h, g->kh, s->strides[0], s->padding_same, &g->pad_t);
+    g->ow = layer_window_out(g->w, g->kw, s->strides[1], s->padding_same, &g->pad_l);
+    if (g->oh <= 0 || g->ow <= 0 || s->filters <= 0)
+        return layer_plan_error(p, err, "a %dx%d kernel does not fit input %s", g->kh, g->kw,
+                                p->in_s);
+    l->out_shape[0] = g->oh;
+    l->out_shape[1] = g->ow;
+    l->out_shape[2] = s->filters;
+    kshape[0] = g->kh, kshape[1] = g->kw, kshape[2] = g->c, kshape[3] = s->filters;
+    l->w = layer_add_param(p, "kernel", kshape, 4, false, &s->kernel_init, JOB_INIT_GLOROT_UNIFORM);
+    if (l->w == NULL)
+        return layer_plan_failed(p, err);
+    initializer_fill(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n,
+                     (double)g->kh * g->kw * g->c, (double)g->kh * g->kw * s->filters, p->seed);
+    if (s->use_bias) {
+        l->b = layer_add_param(p, "bias", bshape, 1, false, &s->bias_init, JOB_INIT_ZEROS);
+        if (l->b == NULL)
+            return layer_plan_failed(p, err);
+        initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, p->seed + 1);
+    }
+    l->cols =
+        layer_floats(p->m, layer_mul_sat(layer_mul_sat((size_t)p->max_batch * g->oh, (size_t)g->ow),
+                                         (size_t)g->kh * g->kw * g->c));
+    return l->cols != NULL ? STATUS_OK : layer_plan_failed(p, err);
+}
+
+static status_t conv_forward(layer_t *l, int batch, bool training, status_msg_t *err)
+{
+    const backend_window_t *g = &l->win;
+    int k = g->kh * g->kw * g->c, rows = batch * g->oh * g->ow, filters = l->spec.filters;
+
+    l->be->im2col(g, l->in, batch, l->cols);
+    l->be->fill_rows(l->out, (size_t)rows, l->b ? l->b->value : NULL, (size_t)filters);
+    l->be->gemm(false, false, rows, filters, k, 1.0f, l->cols, k, l->w->value, filters, 1.0f,
+                l->out, filters);
+    return STATUS_OK;
+}
+
+static void conv_backward_params(layer_t *l, int batch, const float *dy)
+{
+    const backend_window_t *g = &l->win;
+    int k = g->kh * g->kw * g->c, rows = batch * g->oh * g->ow, filters = l->spec.filters;
+
+    l->be->gemm(true, false, k, filters, rows, 1.0f, l->cols, k, dy, filters, 0.0f, l->w->grad,
+                filters);
+    if (l->b != NULL)
+        l->be->column_sums(dy, (size_t)rows, (size_t)filters, l->b->grad);
+}
+
+static void conv_backward_input(layer_t *l, int batch, const float *dy, float *dx)
+{
+    const backend_window_t *g = &l->win;
+    int k = g->kh * g->kw * g->c, rows = batch * g->oh * g->ow, filters = l->spec.filters;
+
+    /* The columns are no longer needed: reuse them for their gradient. */
+    l->be->gemm(false, true, rows, k, filters, 1.0f, dy, filters, l->w->value, filters, 0.0f,
+                l->cols, k);
+    l->be->col2im(g, l->cols, batch, dx);
+}
+
+const layer_ops_t layer_conv2d = {
+    .param_count = conv_params,
+    .plan = conv_plan,
+    .forward = conv_forward,
+    .backward_params = conv_backward_params,
+    .backward_input = conv_backward_input,
+    .activation = true,
+};

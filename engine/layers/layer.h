@@ -1,0 +1,125 @@
+/* Layer kinds behind one table. Each kind lives in its own file (dense.c, conv2d.c, ...) and
+ * exports one layer_ops_t: how it plans its output shape, parameters and buffers, and its
+ * forward and backward passes, written against the model's backend (backend.h). layer.c holds
+ * the table, indexed by job_layer_kind_t, and the dispatch the model calls. Adding a kind is a
+ * file here and a row in that table (and its name and keys in the job parser's table). */
+#ifndef TESSERA_LAYER_H
+#define TESSERA_LAYER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model.h"
+
+typedef struct layer {
+    job_layer_t spec;
+    const backend_t *be;
+    int in_shape[JOB_MAX_RANK], in_rank;
+    int out_shape[JOB_MAX_RANK], out_rank;
+    size_t in_len, out_len; /* per example */
+    model_param_t *w, *b;
+    float *out;           /* [max_batch, out_len]; the input itself when the kind is an alias */
+    const float *in;      /* input of the last forward pass */
+    backend_window_t win; /* Conv2D and pooling geometry */
+    float *cols;          /* Conv2D: im2col buffer */
+    int32_t *argmax;      /* MaxPooling2D: input offset of each output's maximum */
+    float *mask;          /* Dropout: kept (scale) or dropped (0) */
+    uint64_t rng;         /* Dropout */
+    int32_t *slot_of_row; /* Embedding: row -> slot in rows_index during backward */
+    int64_t *ids;         /* Embedding: the batch's ids */
+    int32_t *slots;       /* Embedding: each id's slot in rows_index */
+} layer_t;
+
+/* Where a layer is being planned: for its buffers and its errors. */
+typedef struct layer_plan {
+    model_t *m;
+    int max_batch;    /* the model's buffers hold this many examples */
+    int index;        /* in the model */
+    const char *name; /* the layer's name */
+    char in_s[96];    /* its input shape, "(batch, 28, 28, 1)" */
+    uint64_t seed;    /* of its initial values */
+} layer_plan_t;
+
+typedef struct layer_ops {
+    /* The parameters a layer of this spec creates (NULL: none). */
+    size_t (*param_count)(const job_layer_t *s);
+    /* Sets out_shape and out_rank (preset to the input's), creates parameters and buffers other
+     * than the output. Errors name the layer (layer_plan_error). NULL: shape unchanged. */
+    status_t (*plan)(layer_plan_t *p, layer_t *l, status_msg_t *err);
+    status_t (*forward)(layer_t *l, int batch, bool training, status_msg_t *err);
+    /* dy: the gradient before the activation; computes the parameters' gradients (NULL: none). */
+    void (*backward_params)(layer_t *l, int batch, const float *dy);
+    /* Puts the gradient for the input in dx. NULL: the input gradient is dy itself. */
+    void (*backward_input)(layer_t *l, int batch, const float *dy, float *dx);
+    bool alias;         /* the output is the input (Flatten, Reshape) */
+    bool activation;    /* the spec's activation applies to the output */
+    bool no_input_grad; /* first layer only: nothing flows back (Embedding) */
+} layer_ops_t;
+
+extern const layer_ops_t layer_dense, layer_conv2d, layer_max_pooling2d, layer_average_pooling2d,
+    layer_flatten, layer_reshape, layer_dropout, layer_embedding, layer_global_average_pooling1d,
+    layer_global_average_pooling2d, layer_activation;
+
+/* The table's row for a kind. */
+const layer_ops_t *layer_ops(job_layer_kind_t kind);
+
+/* The activation the layer applies to its output (linear for kinds without one). */
+job_activation_t layer_activation_of(const layer_t *l);
+
+/* Plans layer `index` of m, its input shape set: the kind's plan, then its output buffer. */
+status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, status_msg_t *err);
+
+/* Forward pass on `batch` examples (l->in set by the caller). */
+status_t layer_forward(layer_t *l, int batch, bool training, bool skip_activation,
+                       status_msg_t *err);
+
+/* Backward pass, in two halves. layer_backward_params: dy holds the gradient of the loss for
+ * l's output; it becomes the gradient before the activation, and the gradients of l's params
+ * are computed from it. layer_backward_input then puts the gradient for l's input in dx unless
+ * dx is NULL, and returns the buffer that holds it (dy itself for layers that pass gradients
+ * through). Only the second half reads l's param values. */
+void layer_backward_params(layer_t *l, int batch, float *dy, bool skip_activation);
+float *layer_backward_input(layer_t *l, int batch, float *dy, float *dx);
+
+/* ---- for the kinds' plans (plan.c) ---------------------------------------------------------- */
+
+/* Saturating product: a size past what any machine holds stays past every limit. */
+size_t layer_mul_sat(size_t a, size_t b);
+size_t layer_shape_len(const int *shape, int rank);
+void layer_shape_str(const int *shape, int rank, char *buf, size_t len);
+
+/* Output size of a window sliding over `in`, TensorFlow's rule for valid and same padding;
+ * *ret_pad gets the padding before the first element (the extra one goes after). */
+int layer_window_out(int in, int k, int stride, bool same, int *ret_pad);
+
+/* A buffer of the model's: `count` zeroed elements of `elem` bytes from the backend, counted
+ * against the model's memory limit and freed with the model. NULL when refused (see
+ * layer_plan_failed). */
+void *layer_alloc(model_t *m, size_t count, size_t elem);
+float *layer_floats(model_t *m, size_t n);
+
+/* A parameter "NAME/what" with its value (and dense gradient) buffers; `init` and `dflt` are
+ * what it records as its initializer (the caller fills the values). NULL when a buffer was
+ * refused. */
+model_param_t *layer_add_param(layer_plan_t *p, const char *what, const int *shape, int rank,
+                               bool sparse, const job_init_t *init, job_init_kind_t dflt);
+
+/* STATUS_BAD_CONFIG, "layer INDEX (NAME): " and the message. */
+status_t layer_plan_error(const layer_plan_t *p, status_msg_t *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The error for a layer whose buffer layer_alloc refused. */
+status_t layer_plan_failed(const layer_plan_t *p, status_msg_t *err);
+
+/* splitmix64 */
+static inline uint64_t layer_rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+#endif

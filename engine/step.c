@@ -1,0 +1,71 @@
+/* The step: forward through the layers, the loss, and backward from the last layer, telling the
+ * caller as each layer's gradients are ready (model_on_backward). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+
+#include "model_internal.h"
+
+static status_t forward(model_t *m, const float *x, int batch, bool training, status_msg_t *err)
+{
+    const float *in = x;
+    if (batch < 1 || batch > m->max_batch)
+        return status_fail(err, STATUS_INVALID_USAGE, "batch of %d examples (at most %d)", batch,
+                           m->max_batch);
+    for (size_t i = 0; i < m->n_layers; i++) {
+        layer_t *l = &m->layers[i];
+        l->in = in;
+        STATUS_CHECK(layer_forward(l, batch, training, m->fused && i == m->n_layers - 1, err));
+        in = l->out;
+    }
+    return STATUS_OK;
+}
+
+status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
+                          model_stats_t *ret_stats, status_msg_t *err)
+{
+    model_stats_t st = {0};
+    float *dy = m->grad_a, *spare = m->grad_b;
+
+    STATUS_CHECK(forward(m, x, batch, true, err));
+    STATUS_CHECK(model_loss(m, y, batch, dy, &st, err));
+    *ret_stats = st;
+    /* Before backward, so that a caller sending gradients as they come sends none of these. */
+    if (!isfinite(st.loss_sum))
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "the loss became %s: lower the learning rate or check the data",
+                           isnan(st.loss_sum) ? "NaN" : "infinite");
+    for (size_t i = m->n_layers; i-- > 0;) {
+        layer_t *l = &m->layers[i];
+        bool has_params = l->w != NULL || l->b != NULL;
+        size_t first = has_params ? (size_t)((l->w ? l->w : l->b) - m->params) : 0;
+        float *dx;
+
+        layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
+        if (has_params && m->on_backward != NULL)
+            m->on_backward(m->on_backward_arg, MODEL_GRADS_READY, first);
+        dx = layer_backward_input(l, batch, dy, i > 0 ? spare : NULL);
+        if (has_params && m->on_backward != NULL)
+            m->on_backward(m->on_backward_arg, MODEL_VALUES_FREE, first);
+        if (dx == spare) { /* the input gradient landed in the spare buffer: swap */
+            spare = dy;
+            dy = dx;
+        }
+    }
+    return STATUS_OK;
+}
+
+void model_on_backward(model_t *m, model_backward_fn fn, void *arg)
+{
+    m->on_backward = fn;
+    m->on_backward_arg = arg;
+}
+
+status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
+                        model_stats_t *ret_stats, status_msg_t *err)
+{
+    model_stats_t st = {0};
+    STATUS_CHECK(forward(m, x, batch, false, err));
+    STATUS_CHECK(model_loss(m, y, batch, NULL, &st, err));
+    *ret_stats = st;
+    return STATUS_OK;
+}
