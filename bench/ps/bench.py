@@ -83,13 +83,14 @@ def hidden_layers(hidden):
     return "\n".join(lines)
 
 
-def run_tessera(args, spe, jobdir, pack=0):
-    """pack: train.bytes_per_pack (0: Tessera's default)."""
+def run_tessera(args, spe, jobdir, pack=0, tessera=None):
+    """pack: train.bytes_per_pack (0: Tessera's default); tessera: the binary (its daemons are
+    the ones built beside it), args.tessera by default."""
     path = os.path.join(jobdir, "bench-ps-%d-%d.yaml" % (spe, pack))
     with open(path, "w") as f:
         f.write(JOB % {"steps": args.steps, "spe": spe, "pack": pack,
                        "hidden": hidden_layers(args.hidden)})
-    cmd = [args.tessera, "run", "--local", "--ps", "1", "--workers", "1",
+    cmd = [tessera or args.tessera, "run", "--local", "--ps", "1", "--workers", "1",
            "--log-dir", os.path.join(jobdir, "logs"), path]
     rc, out, err, _ = train_bench.run_child(cmd, dict(os.environ), RUN_TIMEOUT_S)
     # The printed steps/s is rounded to a whole number: compute it from the steps and seconds.
@@ -144,6 +145,9 @@ def main(argv):
     ap.add_argument("--one-pack", action="store_true",
                     help="also run Tessera with every gradient in one pack, pushed after backward "
                     "(bytes_per_pack 1 GiB): what overlapping the pushes with backward buys")
+    ap.add_argument("--baseline", metavar="TESSERA",
+                    help="also run this tessera binary (another build directory, e.g. of the "
+                    "commit before a change) at the same steps_per_execution, and compare")
     ap.add_argument("--no-install", dest="install", action="store_false",
                     help="do not create virtual environments or apt-get install peers")
     ap.add_argument("--no-transfer", dest="transfer", action="store_false",
@@ -180,6 +184,10 @@ def main(argv):
     if args.one_pack:
         sides.insert(2, ("onepack", "Tessera, spe %d, one pack after backward" % args.spe, None,
                          lambda d: run_tessera(args, args.spe, d, 1 << 30)))
+    if args.baseline:
+        missing = None if os.access(args.baseline, os.X_OK) else "%s is not built" % args.baseline
+        sides.insert(1, ("baseline", "Tessera baseline (%s), spe %d" % (args.baseline, args.spe),
+                         missing, lambda d: run_tessera(args, args.spe, d, 0, args.baseline)))
     results = {key: [] for key, _, _, _ in sides}
     print("Tessera parameter-server benchmark (bench/ps)")
     print("  host     %s, %d CPUs online" % (os.uname().release, os.cpu_count()))
@@ -215,6 +223,10 @@ def main(argv):
             print("  %-58s %s" % (label, "n/a"))
         else:
             print("  %-58s %6.2fx  %s" % (label, a / b, "PASS" if a >= TARGET * b else "MISS"))
+    if args.baseline:
+        b = median(results["baseline"])
+        print("\nThis build / the baseline build, same job: %s" % (
+            "%.3fx" % (t / b) if t and b else "n/a"))
     if args.one_pack:
         one = median(results["onepack"])
         print("\nPushes overlapping backward (default packs) / one pack after backward: %s"

@@ -6,6 +6,7 @@
 # 64 MiB variable against iperf3, 16 clients pushing 1 MiB gradients).
 #
 #   bench/ps/run.sh [--rounds=N] [--steps=N] [--spe=K] [--no-install] [--no-transfer]
+#                   [--baseline=TESSERA]
 #
 # BUILD_DIR (default: build at the repository root) picks the meson build directory; it is
 # configured with `meson setup` when missing. Exit status: 0 unless something failed to run.

@@ -100,7 +100,7 @@ class Side:
 
     def command(self, case, threads, jobdir):
         name, model, batch, warmup, steps = case
-        if self.key == "tessera":
+        if self.key.startswith("tessera"):
             path = os.path.join(jobdir, "%s-b%d.yaml" % (model, batch))
             if not os.path.exists(path):
                 with open(path, "w") as f:
@@ -113,7 +113,7 @@ class Side:
 
     def parse(self, out):
         """examples/s from a run's standard output, or None."""
-        if self.key == "tessera":
+        if self.key.startswith("tessera"):
             m = re.search(r"^trained .*\(([0-9.]+) examples/s\)", out, re.M)
             return float(m.group(1)) if m else None
         for line in reversed(out.splitlines()):
@@ -201,7 +201,15 @@ def make_sides(args, log):
     keras = Side("keras", "Keras/TensorFlow", script="peer_keras.py")
     keras.program, keras.version, keras.missing = ensure_venv(
         os.path.join(venvs, "tf"), ["tensorflow-cpu"], "tensorflow", args.install, log)
-    return [tessera, torch_pypi, torch_deb, keras]
+    sides = [tessera, torch_pypi, torch_deb, keras]
+    if args.baseline:
+        # Another build of Tessera (the commit before a change), run like the first.
+        base = Side("tessera-base", "Tessera (baseline)", args.baseline)
+        base.version = args.baseline
+        if not os.access(args.baseline, os.X_OK):
+            base.missing = "%s is not built" % args.baseline
+        sides.insert(1, base)
+    return sides
 
 
 # ---- running -------------------------------------------------------------------------------
@@ -226,7 +234,7 @@ def run_child(cmd, env, timeout):
 
 def measure(side, case, threads, jobdir):
     env = dict(os.environ)
-    if side.key != "tessera":
+    if not side.key.startswith("tessera"):
         # The thread count holds for every pool a peer may use (OpenMP, MKL, and the OpenBLAS
         # behind Debian's torch); each peer also sets its framework's own thread counts.
         for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -262,6 +270,9 @@ def main(argv):
     ap.add_argument("--rounds", type=int, default=3, help="runs of each measurement (median)")
     ap.add_argument("--no-install", dest="install", action="store_false",
                     help="use the peers that are there; install nothing")
+    ap.add_argument("--baseline", metavar="TESSERA",
+                    help="also run this tessera binary (another build directory, e.g. of the "
+                         "commit before a change); the Tessera/x column compares the two")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke test: one round, few steps (figures not comparable)")
     args = ap.parse_args(argv)
@@ -338,6 +349,7 @@ def report(sides, cases, results, args, t_setup, t_total):
     print("\nsides:")
     for s in sides:
         what = {"tessera": "build/tessera train, job written by bench.py",
+                "tessera-base": "the same job, another build",
                 "torch": "newest torch from PyPI (CUDA build; run on the CPU), venv " +
                          os.path.join(args.venv, "torch"),
                 "torch-deb": "Debian python3-torch under /usr/bin/python3",

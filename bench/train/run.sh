@@ -5,7 +5,7 @@
 # training loop on every case at 1 and 2 threads, Tessera/peer ratios, peak RSS, and the
 # issue's targets. A first run downloads about 4 GB (PyTorch's PyPI wheel is the CUDA build).
 #
-#   bench/train/run.sh [--rounds=N] [--no-install] [--quick] [--venv=DIR]
+#   bench/train/run.sh [--rounds=N] [--no-install] [--quick] [--venv=DIR] [--baseline=TESSERA]
 #
 # BUILD_DIR (default: build at the repository root) picks the meson build directory; it is
 # configured with `meson setup` when missing. Exit status: 0 unless something failed to run.

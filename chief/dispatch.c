@@ -1,0 +1,190 @@
+#define _POSIX_C_SOURCE 200809L
+#include "dispatch.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include "base/clock.h"
+
+typedef struct dispatcher {
+    dispatch_t *d;
+    size_t worker;
+    pthread_t tid;
+    bool started;
+} dispatcher_t;
+
+status_t dispatch_init(dispatch_t *d, size_t n_workers, status_msg_t *err)
+{
+    d->n_workers = n_workers;
+    d->alive = calloc(n_workers + 1, sizeof(*d->alive));
+    d->worker_steps = calloc(n_workers + 1, sizeof(*d->worker_steps));
+    if (d->alive == NULL || d->worker_steps == NULL) {
+        dispatch_done(d);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    for (size_t w = 0; w < n_workers; w++)
+        d->alive[w] = true;
+    return STATUS_OK;
+}
+
+void dispatch_done(dispatch_t *d)
+{
+    free(d->alive);
+    free(d->worker_steps);
+    d->alive = NULL;
+    d->worker_steps = NULL;
+}
+
+size_t dispatch_first_alive(const dispatch_t *d)
+{
+    for (size_t w = 0; w < d->n_workers; w++)
+        if (d->alive[w])
+            return w;
+    return SIZE_MAX;
+}
+
+static int64_t slowest_alive(const dispatch_t *d)
+{
+    int64_t min = INT64_MAX;
+    for (size_t w = 0; w < d->n_workers; w++)
+        if (d->alive[w] && d->worker_steps[w] < min)
+            min = d->worker_steps[w];
+    return min;
+}
+
+static bool stopped(const dispatch_t *d)
+{
+    return d->failed || atomic_load(d->cancel) || *d->stopping;
+}
+
+/* The next closure's steps for worker w, waiting while the staleness bound holds it back; 0 when
+ * the epoch is handed out or the job stops. Mutex held. */
+static int take_closure(dispatch_t *d, size_t w)
+{
+    int steps;
+
+    for (;;) {
+        if (stopped(d) || d->steps_left <= 0)
+            return 0;
+        if (d->max_staleness <= 0 || d->worker_steps[w] - slowest_alive(d) <= d->max_staleness)
+            break;
+        pthread_cond_wait(d->cv, d->mu);
+    }
+    steps = (int)(d->steps_left < d->steps_per_closure ? d->steps_left : d->steps_per_closure);
+    d->steps_left -= steps;
+    d->in_flight++;
+    return steps;
+}
+
+static void count_result(dispatch_t *d, size_t w, int steps, const dispatch_result_t *res)
+{
+    Tessera__V1__JobProgress *p = d->progress;
+
+    p->step += res->steps;
+    d->worker_steps[w] += res->steps;
+    d->epoch_loss += res->loss_sum;
+    d->epoch_correct += res->correct;
+    d->epoch_examples += res->examples;
+    if (d->epoch_examples > 0) {
+        p->loss = d->epoch_loss / (double)d->epoch_examples;
+        p->accuracy = d->epoch_correct / (double)d->epoch_examples;
+        p->examples_per_second = (double)d->epoch_examples / (clock_now_s() - d->epoch_t0);
+    }
+    if (res->steps < steps) /* the worker ran out of data: hand the rest to the others */
+        d->steps_left += steps - res->steps;
+    if (d->changed != NULL)
+        d->changed(d->arg);
+}
+
+/* The closure failed: a worker that is gone gives its steps back; anything else fails the
+ * epoch. Mutex held. */
+static void count_failure(dispatch_t *d, size_t w, int steps, status_t rc, const char *why)
+{
+    if (rc == STATUS_CANCELLED || atomic_load(d->cancel))
+        return; /* the job is being cancelled: nothing to record */
+    if (rc == STATUS_UNAVAILABLE || rc == STATUS_TIMEOUT) {
+        d->steps_left += steps;
+        d->alive[w] = false;
+        d->lost(d->arg, w, why);
+        if (slowest_alive(d) == INT64_MAX && !d->failed) {
+            d->failed = true;
+            status_fail(&d->err, rc, "every worker failed; the last: %s", why);
+        }
+    } else if (!d->failed) {
+        d->failed = true;
+        status_fail(&d->err, rc, "worker %zu: %s", w, why);
+    }
+}
+
+static void *dispatcher_main(void *arg)
+{
+    dispatcher_t *me = arg;
+    dispatch_t *d = me->d;
+    size_t w = me->worker;
+
+    pthread_mutex_lock(d->mu);
+    for (;;) {
+        dispatch_closure_t cl;
+        dispatch_result_t res = {0};
+        status_msg_t err = {0};
+        status_t rc;
+        int steps = d->alive[w] ? take_closure(d, w) : 0;
+        if (steps == 0)
+            break;
+        cl = (dispatch_closure_t){.id = d->next_closure++,
+                                  .steps = steps,
+                                  .global_step = d->progress->step,
+                                  .epoch = d->progress->epoch};
+        pthread_mutex_unlock(d->mu);
+        rc = d->call(d->arg, w, &cl, &res, &err);
+        pthread_mutex_lock(d->mu);
+        d->in_flight--;
+        if (rc == STATUS_OK)
+            count_result(d, w, steps, &res);
+        else
+            count_failure(d, w, steps, rc, err.text);
+        pthread_cond_broadcast(d->cv);
+    }
+    pthread_cond_broadcast(d->cv);
+    pthread_mutex_unlock(d->mu);
+    return NULL;
+}
+
+status_t dispatch_epoch(dispatch_t *d, int64_t steps, status_msg_t *err)
+{
+    dispatcher_t *t = calloc(d->n_workers + 1, sizeof(*t));
+    sigset_t all, old;
+    bool failed, cancelled;
+
+    if (t == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    pthread_mutex_lock(d->mu);
+    d->steps_left = steps;
+    d->epoch_loss = d->epoch_correct = 0;
+    d->epoch_examples = 0;
+    d->epoch_t0 = clock_now_s();
+    pthread_mutex_unlock(d->mu);
+    /* The dispatchers inherit a full signal mask: signals belong to the main thread. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (size_t w = 0; w < d->n_workers; w++) {
+        t[w] = (dispatcher_t){.d = d, .worker = w};
+        t[w].started = pthread_create(&t[w].tid, NULL, dispatcher_main, &t[w]) == 0;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    for (size_t w = 0; w < d->n_workers; w++)
+        if (!t[w].started) /* no thread to spare: run this worker's closures here */
+            dispatcher_main(&t[w]);
+    for (size_t w = 0; w < d->n_workers; w++)
+        if (t[w].started)
+            pthread_join(t[w].tid, NULL);
+    free(t);
+    pthread_mutex_lock(d->mu);
+    d->progress->train_seconds += clock_now_s() - d->epoch_t0;
+    failed = d->failed;
+    cancelled = atomic_load(d->cancel) || *d->stopping;
+    pthread_mutex_unlock(d->mu);
+    if (failed)
+        return status_fail(err, d->err.status ? d->err.status : STATUS_REMOTE, "%s", d->err.text);
+    return cancelled ? STATUS_CANCELLED : STATUS_OK;
+}

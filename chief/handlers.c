@@ -1,0 +1,142 @@
+/* The Coordinator service's unary calls: SubmitJob, GetJob, ListJobs, CancelJob. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "internal.h"
+
+static status_t on_submit(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__SubmitJobRequest *req = (const void *)msg;
+    coordinator_t *c = user;
+    Tessera__V1__SubmitJobResponse resp = TESSERA__V1__SUBMIT_JOB_RESPONSE__INIT;
+    Tessera__V1__JobInfo info;
+    Tessera__V1__JobProgress pr;
+    chief_job_t *j = NULL;
+    status_msg_t err = {0};
+    status_t rc;
+
+    if (c->n_ps == 0 || c->n_workers == 0)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_USAGE, NULL,
+                            "this chief has no %s: start it with --ps and --worker (or TF_CONFIG)",
+                            c->n_ps == 0 ? "parameter servers" : "workers");
+    rc = chief_job_new(req, &j, &err);
+    if (rc != STATUS_OK)
+        return rpc_ctx_fail(ctx, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT,
+                            req->job_path, "%s", err.text);
+    pthread_mutex_lock(&c->mu);
+    rc = chief_jobs_add(c, j, &err);
+    if (rc != STATUS_OK) {
+        pthread_mutex_unlock(&c->mu);
+        chief_job_free(j);
+        return rpc_ctx_fail(ctx, rc, NULL, "%s", err.text);
+    }
+    chief_job_info(j, &info, &pr);
+    resp.job = &info;
+    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static status_t on_get(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__GetJobRequest *req = (const void *)msg;
+    coordinator_t *c = user;
+    Tessera__V1__GetJobResponse resp = TESSERA__V1__GET_JOB_RESPONSE__INIT;
+    Tessera__V1__JobInfo info;
+    Tessera__V1__JobProgress pr;
+    chief_job_t *j;
+    status_t rc;
+
+    pthread_mutex_lock(&c->mu);
+    j = chief_find_job(c, req->id);
+    if (j == NULL) {
+        pthread_mutex_unlock(&c->mu);
+        return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, req->id, "no job \"%s\"", req->id);
+    }
+    chief_job_info(j, &info, &pr);
+    resp.job = &info;
+    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static status_t on_list(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    coordinator_t *c = user;
+    Tessera__V1__ListJobsResponse resp = TESSERA__V1__LIST_JOBS_RESPONSE__INIT;
+    size_t n = 0, k = 0;
+    Tessera__V1__JobInfo *infos, **ptrs;
+    Tessera__V1__JobProgress *prs;
+    status_t rc;
+
+    (void)msg;
+    pthread_mutex_lock(&c->mu);
+    for (chief_job_t *j = c->jobs; j; j = j->next)
+        n++;
+    infos = calloc(n + 1, sizeof(*infos));
+    ptrs = calloc(n + 1, sizeof(*ptrs));
+    prs = calloc(n + 1, sizeof(*prs));
+    if (!infos || !ptrs || !prs) {
+        pthread_mutex_unlock(&c->mu);
+        free(infos);
+        free(ptrs);
+        free(prs);
+        return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+    }
+    for (chief_job_t *j = c->jobs; j; j = j->next, k++) {
+        chief_job_info(j, &infos[k], &prs[k]);
+        ptrs[k] = &infos[k];
+    }
+    resp.n_jobs = n;
+    resp.jobs = ptrs;
+    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+    pthread_mutex_unlock(&c->mu);
+    free(infos);
+    free(ptrs);
+    free(prs);
+    return rc;
+}
+
+static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__CancelJobRequest *req = (const void *)msg;
+    coordinator_t *c = user;
+    Tessera__V1__CancelJobResponse resp = TESSERA__V1__CANCEL_JOB_RESPONSE__INIT;
+    Tessera__V1__JobInfo info;
+    Tessera__V1__JobProgress pr;
+    chief_job_t *j;
+    status_t rc;
+
+    pthread_mutex_lock(&c->mu);
+    j = chief_find_job(c, req->id);
+    if (j == NULL) {
+        pthread_mutex_unlock(&c->mu);
+        return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, req->id, "no job \"%s\"", req->id);
+    }
+    if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED) {
+        chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED,
+                      "cancelled before it started");
+    } else if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {
+        atomic_store(&j->cancel, true);
+        chief_job_event(c, j, "cancelling");
+        j->holds++; /* not pruned while the lock is let go */
+        pthread_mutex_unlock(&c->mu);
+        /* Stop the closures now rather than after their last step. */
+        chief_cancel_workers(c, j);
+        pthread_mutex_lock(&c->mu);
+        j->holds--;
+    }
+    chief_job_info(j, &info, &pr);
+    resp.job = &info;
+    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void chief_handlers_register(coordinator_t *c, rpc_server_t *s)
+{
+    rpc_server_handle(s, RPC_COORD_SUBMIT_JOB, on_submit, c);
+    rpc_server_handle(s, RPC_COORD_GET_JOB, on_get, c);
+    rpc_server_handle(s, RPC_COORD_LIST_JOBS, on_list, c);
+    rpc_server_handle(s, RPC_COORD_CANCEL_JOB, on_cancel, c);
+}

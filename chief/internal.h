@@ -1,0 +1,163 @@
+/* The parts of the chief's coordinator, shared between its files:
+ *   jobs.c       the job table: jobs, their states and events, what a client may queue
+ *   fanout.c     one call to many tasks at once
+ *   placement.c  the variables' shards: planned, created on the PS tasks, dropped
+ *   dispatch.c   the closure queue of an epoch: per-worker dispatchers, retry, staleness bound
+ *   runner.c     running a job: configure the workers, place, train epochs, evaluate
+ *   handlers.c   the Coordinator service's unary calls
+ *   watch.c      WatchJob streams, woken by job changes
+ * One mutex (coordinator.mu) guards the table, the jobs and the watchers. */
+#ifndef TESSERA_CHIEF_INTERNAL_H
+#define TESSERA_CHIEF_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "coordinator.h"
+#include "job/job.h"
+#include "rpc/client.h"
+#include "rpc/server.h"
+#include "tessera/v1/coordinator.pb-c.h"
+
+#define CHIEF_MAX_EVENTS   64  /* kept per job */
+#define CHIEF_MAX_QUEUED   64  /* jobs waiting to run; SubmitJob refuses more */
+#define CHIEF_MAX_FINISHED 100 /* ended jobs kept for GetJob and ListJobs; older ones go */
+#define CONFIGURE_TIMEOUT  600000
+#define CLOSURE_TIMEOUT    600000
+#define CONTROL_TIMEOUT    30000
+
+typedef struct job_file_copy {
+    char *path;
+    uint8_t *data;
+    size_t len;
+} job_file_copy_t;
+
+typedef struct chief_job {
+    struct chief_job *next;
+    char id[160];
+    char name[128];
+    /* what the workers are configured with; released when the job ends */
+    char *spec, *path;
+    job_file_copy_t *files;
+    size_t n_files;
+    job_t job;
+    Tessera__V1__JobState state;
+    char reason[512];
+    Tessera__V1__JobProgress progress;
+    double submitted_at, started_at, finished_at;
+    _Atomic bool cancel;
+    char *events[CHIEF_MAX_EVENTS];
+    double event_times[CHIEF_MAX_EVENTS];
+    size_t n_events; /* total ever; the last CHIEF_MAX_EVENTS are kept */
+    int holds;       /* WatchJob streams and handlers using it unlocked: not pruned */
+} chief_job_t;
+
+typedef struct watcher watcher_t;
+
+struct coordinator {
+    daemon_t *daemon;
+    chief_opts_t *opts;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* the job queue changed, a closure came back, a job is cancelled */
+    chief_job_t *jobs, *last;
+    unsigned next_id;
+    bool stopping;
+    pthread_t runner;
+    bool runner_started;
+    rpc_channel_t **ps, **workers;
+    size_t n_ps, n_workers;
+    /* watch.c */
+    pthread_cond_t watch_cv; /* a job changed (changes counts them) or a watcher ended */
+    uint64_t changes;
+    watcher_t *watchers;
+    pthread_t watch_thread;
+    bool watch_started;
+};
+
+/* ---- jobs.c ------------------------------------------------------------------------------- */
+
+double chief_wall_now(void);
+
+/* Records an event of a job and wakes the watchers; call with c->mu held. */
+void chief_job_event(coordinator_t *c, chief_job_t *j, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Wakes the watchers: j's progress moved. Call with c->mu held. */
+void chief_job_changed(coordinator_t *c);
+
+bool chief_job_ended(const chief_job_t *j);
+
+/* Sets an ended state, records the event, releases the files, prunes the table. c->mu held. */
+void chief_job_end(coordinator_t *c, chief_job_t *j, Tessera__V1__JobState state, const char *fmt,
+                   ...) __attribute__((format(printf, 4, 5)));
+
+/* Builds a queued job from a SubmitJob request (parsed, files copied). */
+status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **ret,
+                       status_msg_t *err);
+void chief_job_free(chief_job_t *j);
+
+/* Appends j to the table with its id; RESOURCE_EXHAUSTED when CHIEF_MAX_QUEUED wait. c->mu
+ * held. */
+status_t chief_jobs_add(coordinator_t *c, chief_job_t *j, status_msg_t *err);
+
+/* A job by id, or by name (its most recent job); NULL if none. c->mu held. */
+chief_job_t *chief_find_job(coordinator_t *c, const char *id);
+chief_job_t *chief_next_queued(coordinator_t *c);
+
+/* Fills info from j; the strings point into j. c->mu held. */
+void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V1__JobProgress *pr);
+
+/* ---- fanout.c ----------------------------------------------------------------------------- */
+
+typedef struct fanout {
+    rpc_channel_t *ch;
+    rpc_method_id_t method;
+    const ProtobufCMessage *req;
+    ProtobufCMessage *resp;
+    int64_t timeout_ms;
+    status_t rc;
+    rpc_error_t err;
+    pthread_t tid;
+    bool started;
+} fanout_t;
+
+/* Sends every f[i].req at once and waits for all the answers. */
+void fanout_run(fanout_t *f, size_t n);
+void fanout_done(fanout_t *f, size_t n);
+
+/* ---- placement.c -------------------------------------------------------------------------- */
+
+typedef struct plan {
+    Tessera__V1__ShardPlacement *places;
+    Tessera__V1__ShardPlacement **place_ptrs;
+    size_t n_places;
+    Tessera__V1__VariableShard *shards; /* one per place, in the same order */
+    int64_t *shapes;                    /* 4 per place */
+} plan_t;
+
+/* Shards each variable the workers described with the job's partitioner, round robin over the
+ * PS tasks. */
+status_t placement_plan(coordinator_t *c, chief_job_t *j,
+                        const Tessera__V1__ConfigureJobResponse *vars, plan_t *plan,
+                        status_msg_t *err);
+void placement_done(plan_t *p);
+/* One CreateVariables call per PS, with the job's optimizer. */
+status_t placement_create(coordinator_t *c, chief_job_t *j, const plan_t *plan, status_msg_t *err);
+void placement_drop(coordinator_t *c, chief_job_t *j);
+
+/* ---- runner.c ----------------------------------------------------------------------------- */
+
+void *chief_runner_main(void *arg);
+/* Tells every worker to stop the job's closures now. */
+void chief_cancel_workers(coordinator_t *c, chief_job_t *j);
+
+/* ---- handlers.c, watch.c ------------------------------------------------------------------ */
+
+void chief_handlers_register(coordinator_t *c, rpc_server_t *s);
+status_t chief_watch_start(coordinator_t *c, rpc_server_t *s, status_msg_t *err);
+/* Ends the streams and joins the watch thread (c->stopping set). */
+void chief_watch_stop(coordinator_t *c);
+void chief_watch_free(coordinator_t *c);
+
+#endif

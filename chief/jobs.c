@@ -1,0 +1,234 @@
+/* The chief's job table: queued, running and ended jobs, their events, and the limits on what
+ * clients may leave in it. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "internal.h"
+
+double chief_wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void chief_job_changed(coordinator_t *c)
+{
+    c->changes++;
+    pthread_cond_broadcast(&c->watch_cv);
+}
+
+static void job_event_v(coordinator_t *c, chief_job_t *j, const char *fmt, va_list ap)
+{
+    char buf[600];
+    size_t slot = j->n_events % CHIEF_MAX_EVENTS;
+
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    free(j->events[slot]);
+    j->events[slot] = strdup(buf); /* NULL (out of memory) reads as an empty message */
+    j->event_times[slot] = chief_wall_now();
+    j->n_events++;
+    LOG_INFO(CHIEF, "job %s: %s", j->id, buf);
+    pthread_cond_broadcast(&c->cv);
+    chief_job_changed(c);
+}
+
+void chief_job_event(coordinator_t *c, chief_job_t *j, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    job_event_v(c, j, fmt, ap);
+    va_end(ap);
+}
+
+bool chief_job_ended(const chief_job_t *j)
+{
+    return j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+           j->state == TESSERA__V1__JOB_STATE__JOB_STATE_FAILED ||
+           j->state == TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED;
+}
+
+static void release_files(chief_job_t *j)
+{
+    for (size_t i = 0; i < j->n_files; i++) {
+        free(j->files[i].path);
+        free(j->files[i].data);
+    }
+    free(j->files);
+    free(j->spec);
+    free(j->path);
+    j->files = NULL;
+    j->n_files = 0;
+    j->spec = j->path = NULL;
+}
+
+void chief_job_free(chief_job_t *j)
+{
+    if (j == NULL)
+        return;
+    release_files(j);
+    for (size_t i = 0; i < CHIEF_MAX_EVENTS; i++)
+        free(j->events[i]);
+    job_done(&j->job);
+    free(j);
+}
+
+/* Drops the oldest ended jobs past CHIEF_MAX_FINISHED that no watcher holds. */
+static void prune(coordinator_t *c)
+{
+    size_t ended = 0;
+
+    for (chief_job_t *j = c->jobs; j != NULL; j = j->next)
+        ended += chief_job_ended(j);
+    for (chief_job_t **p = &c->jobs, *prev = NULL; *p != NULL && ended > CHIEF_MAX_FINISHED;) {
+        chief_job_t *j = *p;
+        if (!chief_job_ended(j) || j->holds > 0) {
+            prev = j;
+            p = &j->next;
+            continue;
+        }
+        *p = j->next;
+        if (c->last == j)
+            c->last = prev;
+        chief_job_free(j);
+        ended--;
+    }
+}
+
+void chief_job_end(coordinator_t *c, chief_job_t *j, Tessera__V1__JobState state, const char *fmt,
+                   ...)
+{
+    va_list ap;
+
+    j->state = state;
+    j->finished_at = chief_wall_now();
+    if (j->started_at > 0)
+        j->progress.elapsed_seconds = j->finished_at - j->started_at;
+    va_start(ap, fmt);
+    job_event_v(c, j, fmt, ap);
+    va_end(ap);
+    release_files(j); /* the job file and its files were for the workers */
+    prune(c);
+}
+
+/* Copies the job file and the files that came with it, for configuring the workers. */
+static status_t copy_files(const Tessera__V1__SubmitJobRequest *req, chief_job_t *j,
+                           status_msg_t *err)
+{
+    j->spec = strdup(req->job_spec);
+    j->path = strdup(req->job_path);
+    j->files = calloc(req->n_files + 1, sizeof(*j->files));
+    if (j->spec == NULL || j->path == NULL || j->files == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory for the job file");
+    for (size_t i = 0; i < req->n_files; i++) {
+        job_file_copy_t *f = &j->files[i];
+        j->n_files++;
+        f->path = strdup(req->files[i]->key);
+        f->len = req->files[i]->value.len;
+        f->data = malloc(f->len + 1);
+        if (f->path == NULL || f->data == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory for %s", req->files[i]->key);
+        memcpy(f->data, req->files[i]->value.data, f->len);
+    }
+    return STATUS_OK;
+}
+
+status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **ret,
+                       status_msg_t *err)
+{
+    job_file_t *files = calloc(req->n_files + 1, sizeof(*files));
+    chief_job_t *j = calloc(1, sizeof(*j));
+    status_t rc;
+
+    if (files == NULL || j == NULL) {
+        free(files);
+        free(j);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    for (size_t i = 0; i < req->n_files; i++)
+        files[i] = (job_file_t){req->files[i]->key, (const char *)req->files[i]->value.data,
+                                req->files[i]->value.len};
+    rc = job_parse_with_files(req->job_spec, strlen(req->job_spec),
+                              req->job_path[0] ? req->job_path : NULL, files, req->n_files, &j->job,
+                              err);
+    free(files);
+    if (rc == STATUS_OK && j->job.strategy != JOB_STRATEGY_PARAMETER_SERVER &&
+        j->job.strategy != JOB_STRATEGY_ONE_DEVICE)
+        rc = status_fail(err, STATUS_BAD_CONFIG,
+                         "%s: strategy %s is not available on a parameter-server cluster yet",
+                         req->job_path, "mirrored/central_storage/multi_worker_mirrored");
+    if (rc == STATUS_OK)
+        rc = copy_files(req, j, err);
+    if (rc != STATUS_OK) {
+        chief_job_free(j);
+        return rc;
+    }
+    snprintf(j->name, sizeof(j->name), "%s", j->job.name ? j->job.name : "job");
+    tessera__v1__job_progress__init(&j->progress);
+    j->state = TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED;
+    j->submitted_at = chief_wall_now();
+    *ret = j;
+    return STATUS_OK;
+}
+
+status_t chief_jobs_add(coordinator_t *c, chief_job_t *j, status_msg_t *err)
+{
+    size_t queued = 0;
+
+    for (chief_job_t *k = c->jobs; k != NULL; k = k->next)
+        queued += k->state == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED;
+    if (queued >= CHIEF_MAX_QUEUED)
+        return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                           "%zu jobs are already queued on this chief (at most %d): wait for "
+                           "them or cancel some",
+                           queued, CHIEF_MAX_QUEUED);
+    snprintf(j->id, sizeof(j->id), "%s-%u", j->name, ++c->next_id);
+    if (c->last)
+        c->last->next = j;
+    else
+        c->jobs = j;
+    c->last = j;
+    chief_job_event(c, j, "queued");
+    return STATUS_OK;
+}
+
+chief_job_t *chief_find_job(coordinator_t *c, const char *id)
+{
+    chief_job_t *by_name = NULL;
+    for (chief_job_t *j = c->jobs; j != NULL; j = j->next) {
+        if (strcmp(j->id, id) == 0)
+            return j;
+        if (strcmp(j->name, id) == 0)
+            by_name = j;
+    }
+    return by_name;
+}
+
+chief_job_t *chief_next_queued(coordinator_t *c)
+{
+    for (chief_job_t *j = c->jobs; j != NULL; j = j->next)
+        if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED)
+            return j;
+    return NULL;
+}
+
+void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V1__JobProgress *pr)
+{
+    tessera__v1__job_info__init(info);
+    *pr = j->progress;
+    info->id = (char *)j->id;
+    info->name = (char *)j->name;
+    info->state = j->state;
+    info->reason = (char *)j->reason;
+    info->progress = pr;
+    info->submitted_at = j->submitted_at;
+    info->started_at = j->started_at;
+    info->finished_at = j->finished_at;
+    if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING)
+        pr->elapsed_seconds = chief_wall_now() - j->started_at;
+}

@@ -1,0 +1,255 @@
+/* The chief's closure queue (chief/dispatch.c): every step of an epoch runs exactly once over the
+ * live workers, a worker that is gone gives its closure back, the staleness bound holds, and
+ * errors and cancellation end the epoch. The workers here are functions: the RPC path is covered
+ * by the integration tests with real daemons. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dispatch.h"
+
+#define WORKERS 3
+
+typedef struct fake {
+    dispatch_t d;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic bool cancel;
+    bool stopping;
+    Tessera__V1__JobProgress progress;
+    /* behaviour */
+    status_t fail_rc[WORKERS]; /* returned by the worker's calls from fail_from on */
+    int fail_from[WORKERS];    /* 1-based call number; 0: never fails */
+    int short_by[WORKERS];     /* steps the worker's first closure comes back short */
+    int sleep_us[WORKERS];
+    int cancel_after; /* cancel the job after this many calls (0: never) */
+    /* what happened */
+    int calls[WORKERS], ran[WORKERS], lost[WORKERS];
+    int64_t max_lead; /* largest lead over the slowest live worker at a call */
+    uint64_t ids_seen;
+} fake_t;
+
+static status_t fake_call(void *arg, size_t w, const dispatch_closure_t *cl, dispatch_result_t *ret,
+                          status_msg_t *err)
+{
+    fake_t *f = arg;
+    int n, steps = cl->steps;
+
+    pthread_mutex_lock(&f->mu);
+    n = ++f->calls[w];
+    {
+        int64_t min = INT64_MAX;
+        for (size_t k = 0; k < WORKERS; k++)
+            if (f->d.alive[k] && f->d.worker_steps[k] < min)
+                min = f->d.worker_steps[k];
+        if (f->d.worker_steps[w] - min > f->max_lead)
+            f->max_lead = f->d.worker_steps[w] - min;
+    }
+    f->ids_seen++;
+    if (f->cancel_after > 0 && (int)f->ids_seen >= f->cancel_after)
+        atomic_store(&f->cancel, true);
+    pthread_mutex_unlock(&f->mu);
+    if (f->sleep_us[w] > 0)
+        nanosleep(&(struct timespec){0, f->sleep_us[w] * 1000L}, NULL);
+    if (f->fail_from[w] > 0 && n >= f->fail_from[w])
+        return status_fail(err, f->fail_rc[w], "worker %zu says no", w);
+    if (n == 1 && f->short_by[w] > 0)
+        steps -= f->short_by[w];
+    pthread_mutex_lock(&f->mu);
+    f->ran[w] += steps;
+    pthread_mutex_unlock(&f->mu);
+    *ret = (dispatch_result_t){
+        .steps = steps, .examples = steps * 10, .loss_sum = steps * 10 * 0.5, .correct = steps};
+    return STATUS_OK;
+}
+
+static void fake_lost(void *arg, size_t w, const char *why)
+{
+    fake_t *f = arg;
+    f->lost[w]++;
+    ck_assert_ptr_nonnull(strstr(why, "says no"));
+}
+
+static fake_t *fake_new(int spc, int64_t staleness)
+{
+    fake_t *f = calloc(1, sizeof(*f));
+    status_msg_t err = {0};
+
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    tessera__v1__job_progress__init(&f->progress);
+    f->d = (dispatch_t){.mu = &f->mu,
+                        .cv = &f->cv,
+                        .steps_per_closure = spc,
+                        .max_staleness = staleness,
+                        .cancel = &f->cancel,
+                        .stopping = &f->stopping,
+                        .progress = &f->progress,
+                        .call = fake_call,
+                        .lost = fake_lost,
+                        .arg = f};
+    ck_assert_int_eq(dispatch_init(&f->d, WORKERS, &err), STATUS_OK);
+    return f;
+}
+
+static void fake_free(fake_t *f)
+{
+    dispatch_done(&f->d);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+static int total_ran(const fake_t *f)
+{
+    return f->ran[0] + f->ran[1] + f->ran[2];
+}
+
+START_TEST(every_step_runs_once)
+{
+    fake_t *f = fake_new(4, 0);
+    status_msg_t err = {0};
+
+    ck_assert_int_eq(dispatch_epoch(&f->d, 101, &err), STATUS_OK);
+    ck_assert_int_eq(total_ran(f), 101);
+    ck_assert_int_eq(f->progress.step, 101);
+    ck_assert_double_eq_tol(f->progress.loss, 0.5, 1e-12);
+    ck_assert_double_eq_tol(f->progress.accuracy, 0.1, 1e-12);
+    ck_assert_uint_eq(f->d.next_closure, 26); /* 25 closures of 4 and one of 1 */
+    ck_assert_int_eq(dispatch_epoch(&f->d, 7, &err), STATUS_OK);
+    ck_assert_int_eq(f->progress.step, 108);
+    fake_free(f);
+}
+END_TEST
+
+/* A worker that is gone gives its closure back to the others, once, and is not called again. */
+START_TEST(a_lost_workers_closure_goes_back_on_the_queue)
+{
+    fake_t *f = fake_new(5, 0);
+    status_msg_t err = {0};
+
+    f->fail_rc[1] = STATUS_UNAVAILABLE;
+    f->fail_from[1] = 2;
+    f->sleep_us[0] = f->sleep_us[1] = f->sleep_us[2] = 200;
+    ck_assert_int_eq(dispatch_epoch(&f->d, 200, &err), STATUS_OK);
+    ck_assert_int_eq(total_ran(f), 200);
+    ck_assert_int_eq(f->lost[1], 1);
+    ck_assert_int_eq(f->calls[1], 2);
+    ck_assert(!f->d.alive[1]);
+    ck_assert_uint_eq(dispatch_first_alive(&f->d), 0);
+    /* The next epoch runs on the two that are left. */
+    ck_assert_int_eq(dispatch_epoch(&f->d, 50, &err), STATUS_OK);
+    ck_assert_int_eq(total_ran(f), 250);
+    ck_assert_int_eq(f->calls[1], 2);
+    fake_free(f);
+}
+END_TEST
+
+/* A worker out of data comes back short: the steps it did not run go to the others. */
+START_TEST(a_short_closure_hands_the_rest_on)
+{
+    fake_t *f = fake_new(10, 0);
+    status_msg_t err = {0};
+
+    f->short_by[2] = 7;
+    ck_assert_int_eq(dispatch_epoch(&f->d, 60, &err), STATUS_OK);
+    ck_assert_int_eq(total_ran(f), 60);
+    ck_assert_int_eq(f->progress.step, 60);
+    fake_free(f);
+}
+END_TEST
+
+START_TEST(the_epoch_fails_when_every_worker_is_gone)
+{
+    fake_t *f = fake_new(2, 0);
+    status_msg_t err = {0};
+
+    for (int w = 0; w < WORKERS; w++) {
+        f->fail_rc[w] = w == 2 ? STATUS_TIMEOUT : STATUS_UNAVAILABLE;
+        f->fail_from[w] = 1;
+    }
+    ck_assert_int_ne(dispatch_epoch(&f->d, 40, &err), STATUS_OK);
+    ck_assert(err.status == STATUS_UNAVAILABLE || err.status == STATUS_TIMEOUT);
+    ck_assert_msg(strstr(err.text, "every worker failed") != NULL, "%s", err.text);
+    ck_assert_uint_eq(dispatch_first_alive(&f->d), SIZE_MAX);
+    fake_free(f);
+}
+END_TEST
+
+/* Any other error is the job's, not the worker's: the epoch fails naming the worker. */
+START_TEST(another_error_fails_the_epoch)
+{
+    fake_t *f = fake_new(2, 0);
+    status_msg_t err = {0};
+
+    f->fail_rc[2] = STATUS_INVALID_ARGUMENT;
+    f->fail_from[2] = 2;
+    f->sleep_us[0] = f->sleep_us[1] = f->sleep_us[2] = 200;
+    ck_assert_int_eq(dispatch_epoch(&f->d, 1000, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.text, "worker 2: worker 2 says no") != NULL, "%s", err.text);
+    ck_assert_int_lt(total_ran(f), 1000);
+    ck_assert_int_eq(f->lost[2], 0);
+    fake_free(f);
+}
+END_TEST
+
+/* With a bound of 3 steps, no worker starts a closure more than 3 steps ahead of the slowest,
+ * however slow it is; without one, the fast workers run ahead. */
+START_TEST(the_staleness_bound_holds_fast_workers_back)
+{
+    fake_t *f = fake_new(1, 3);
+    status_msg_t err = {0};
+
+    f->sleep_us[2] = 3000;
+    ck_assert_int_eq(dispatch_epoch(&f->d, 90, &err), STATUS_OK);
+    ck_assert_int_eq(total_ran(f), 90);
+    ck_assert_int_le(f->max_lead, 3);
+    ck_assert_int_ge(f->ran[2], 90 / 3 - 3);
+    fake_free(f);
+
+    f = fake_new(1, 0);
+    f->sleep_us[2] = 3000;
+    ck_assert_int_eq(dispatch_epoch(&f->d, 90, &err), STATUS_OK);
+    ck_assert_int_gt(f->max_lead, 3);
+    fake_free(f);
+}
+END_TEST
+
+START_TEST(cancelling_ends_the_epoch)
+{
+    fake_t *f = fake_new(1, 0);
+    status_msg_t err = {0};
+
+    f->cancel_after = 10;
+    ck_assert_int_eq(dispatch_epoch(&f->d, 100000, &err), STATUS_CANCELLED);
+    ck_assert_int_lt(total_ran(f), 20);
+    fake_free(f);
+}
+END_TEST
+
+static Suite *dispatch_suite(void)
+{
+    Suite *s = suite_create("dispatch");
+    TCase *tc = tcase_create("dispatch");
+    tcase_add_test(tc, every_step_runs_once);
+    tcase_add_test(tc, a_lost_workers_closure_goes_back_on_the_queue);
+    tcase_add_test(tc, a_short_closure_hands_the_rest_on);
+    tcase_add_test(tc, the_epoch_fails_when_every_worker_is_gone);
+    tcase_add_test(tc, another_error_fails_the_epoch);
+    tcase_add_test(tc, the_staleness_bound_holds_fast_workers_back);
+    tcase_add_test(tc, cancelling_ends_the_epoch);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(dispatch_suite());
+    int failed;
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
