@@ -113,19 +113,19 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
         pthread_mutex_unlock(&c->mu);
         return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, req->id, "no job \"%s\"", req->id);
     }
+    j->holds++; /* not pruned while this call uses it */
     if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED) {
         chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED,
                       "cancelled before it started");
     } else if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {
         atomic_store(&j->cancel, true);
         chief_job_event(c, j, "cancelling");
-        j->holds++; /* not pruned while the lock is let go */
         pthread_mutex_unlock(&c->mu);
         /* Stop the closures now rather than after their last step. */
         chief_cancel_workers(c, j);
         pthread_mutex_lock(&c->mu);
-        j->holds--;
     }
+    j->holds--;
     chief_job_info(j, &info, &pr);
     resp.job = &info;
     rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
