@@ -4,13 +4,38 @@
 
 #include "internal.h"
 
+/* The job `id`, returned with c->mu held; or STATUS_NOT_FOUND, given as the call's error, with
+ * the mutex let go. */
+static status_t find_locked(coordinator_t *c, rpc_ctx_t *ctx, const char *id, chief_job_t **ret)
+{
+    pthread_mutex_lock(&c->mu);
+    *ret = chief_find_job(c, id);
+    if (*ret != NULL)
+        return STATUS_OK;
+    pthread_mutex_unlock(&c->mu);
+    return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, id, "no job \"%s\"", id);
+}
+
+/* Answers with resp, its `job` field (*slot) set to j's info; then lets go of c->mu. */
+static status_t respond_job_unlock(coordinator_t *c, rpc_ctx_t *ctx, ProtobufCMessage *resp,
+                                   Tessera__V1__JobInfo **slot, const chief_job_t *j)
+{
+    Tessera__V1__JobInfo info;
+    Tessera__V1__JobProgress pr;
+    status_t rc;
+
+    chief_job_info(j, &info, &pr);
+    *slot = &info;
+    rc = rpc_ctx_respond(ctx, resp, NULL, 0);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 static status_t on_submit(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
 {
     const Tessera__V1__SubmitJobRequest *req = (const void *)msg;
     coordinator_t *c = user;
     Tessera__V1__SubmitJobResponse resp = TESSERA__V1__SUBMIT_JOB_RESPONSE__INIT;
-    Tessera__V1__JobInfo info;
-    Tessera__V1__JobProgress pr;
     chief_job_t *j = NULL;
     status_msg_t err = {0};
     status_t rc;
@@ -30,11 +55,7 @@ static status_t on_submit(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
         chief_job_free(j);
         return rpc_ctx_fail(ctx, rc, NULL, "%s", err.text);
     }
-    chief_job_info(j, &info, &pr);
-    resp.job = &info;
-    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    return respond_job_unlock(c, ctx, &resp.base, &resp.job, j);
 }
 
 static status_t on_get(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
@@ -42,22 +63,10 @@ static status_t on_get(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
     const Tessera__V1__GetJobRequest *req = (const void *)msg;
     coordinator_t *c = user;
     Tessera__V1__GetJobResponse resp = TESSERA__V1__GET_JOB_RESPONSE__INIT;
-    Tessera__V1__JobInfo info;
-    Tessera__V1__JobProgress pr;
     chief_job_t *j;
-    status_t rc;
 
-    pthread_mutex_lock(&c->mu);
-    j = chief_find_job(c, req->id);
-    if (j == NULL) {
-        pthread_mutex_unlock(&c->mu);
-        return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, req->id, "no job \"%s\"", req->id);
-    }
-    chief_job_info(j, &info, &pr);
-    resp.job = &info;
-    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    STATUS_CHECK(find_locked(c, ctx, req->id, &j));
+    return respond_job_unlock(c, ctx, &resp.base, &resp.job, j);
 }
 
 static status_t on_list(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
@@ -102,17 +111,9 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
     const Tessera__V1__CancelJobRequest *req = (const void *)msg;
     coordinator_t *c = user;
     Tessera__V1__CancelJobResponse resp = TESSERA__V1__CANCEL_JOB_RESPONSE__INIT;
-    Tessera__V1__JobInfo info;
-    Tessera__V1__JobProgress pr;
     chief_job_t *j;
-    status_t rc;
 
-    pthread_mutex_lock(&c->mu);
-    j = chief_find_job(c, req->id);
-    if (j == NULL) {
-        pthread_mutex_unlock(&c->mu);
-        return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, req->id, "no job \"%s\"", req->id);
-    }
+    STATUS_CHECK(find_locked(c, ctx, req->id, &j));
     j->holds++; /* not pruned while this call uses it */
     if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED) {
         chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED,
@@ -126,11 +127,7 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
         pthread_mutex_lock(&c->mu);
     }
     j->holds--;
-    chief_job_info(j, &info, &pr);
-    resp.job = &info;
-    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    return respond_job_unlock(c, ctx, &resp.base, &resp.job, j);
 }
 
 void chief_handlers_register(coordinator_t *c, rpc_server_t *s)

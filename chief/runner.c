@@ -80,12 +80,19 @@ out:
     return rc;
 }
 
+/* What the dispatch callbacks get: the job they run for. */
+typedef struct running {
+    coordinator_t *c;
+    chief_job_t *j;
+} running_t;
+
 /* dispatch_call_fn: a training closure on a worker, over RPC. */
 static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
                              dispatch_result_t *ret, status_msg_t *err)
 {
-    chief_job_t *j = ((void **)arg)[1];
-    coordinator_t *c = ((void **)arg)[0];
+    const running_t *r = arg;
+    coordinator_t *c = r->c;
+    chief_job_t *j = r->j;
     Tessera__V1__RunClosureRequest req = TESSERA__V1__RUN_CLOSURE_REQUEST__INIT;
     Tessera__V1__RunClosureResponse *resp = NULL;
     rpc_call_opts_t o = {.timeout_ms = CLOSURE_TIMEOUT};
@@ -109,15 +116,14 @@ static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
 
 static void worker_lost(void *arg, size_t w, const char *why)
 {
-    coordinator_t *c = ((void **)arg)[0];
-    chief_job_t *j = ((void **)arg)[1];
-    chief_job_event(c, j, "worker %zu (%s) failed: %s; its closure goes back on the queue", w,
-                    rpc_channel_target(c->workers[w]), why);
+    const running_t *r = arg;
+    chief_job_event(r->c, r->j, "worker %zu (%s) failed: %s; its closure goes back on the queue", w,
+                    rpc_channel_target(r->c->workers[w]), why);
 }
 
 static void progress_moved(void *arg)
 {
-    chief_job_changed(((void **)arg)[0]);
+    chief_job_changed(((const running_t *)arg)->c);
 }
 
 /* Evaluates on the first live worker that answers. */
@@ -183,7 +189,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     fanout_t *f1 = calloc(c->n_workers, sizeof(*f1)), *f2 = calloc(c->n_workers, sizeof(*f2));
     Tessera__V1__ConfigureJobRequest *reqs = calloc(c->n_workers, sizeof(*reqs));
-    void *arg[2] = {c, j};
+    running_t run = {c, j};
     dispatch_t d = {.mu = &c->mu,
                     .cv = &c->cv,
                     .steps_per_closure =
@@ -195,7 +201,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                     .call = call_closure,
                     .lost = worker_lost,
                     .changed = progress_moved,
-                    .arg = arg};
+                    .arg = &run};
     plan_t plan = {0};
     int64_t train_examples = 0, batches = 0, b = j->job.data.batch_size;
     bool has_test = false;

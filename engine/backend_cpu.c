@@ -248,6 +248,14 @@ static void average_window(const float *img, int W, int C, int y0, int y1, int x
         o[c] *= scale;
 }
 
+/* The part of a pooling window inside the input, along one axis: [*lo, *hi) for output o. */
+static void window_span(int o, int stride, int pad, int k, int limit, int *lo, int *hi)
+{
+    int a = o * stride - pad, b = a + k;
+    *lo = a < 0 ? 0 : a;
+    *hi = b > limit ? limit : b;
+}
+
 static void cpu_max_pool(const backend_window_t *g, const float *in, int batch, float *out,
                          int32_t *argmax)
 {
@@ -256,14 +264,12 @@ static void cpu_max_pool(const backend_window_t *g, const float *in, int batch, 
     for (int b = 0; b < batch; b++) {
         const float *img = in + (size_t)b * in_len;
         for (int oy = 0; oy < g->oh; oy++) {
-            int y0 = oy * g->sh - g->pad_t, y1 = y0 + g->kh;
-            y0 = y0 < 0 ? 0 : y0;
-            y1 = y1 > g->h ? g->h : y1;
+            int y0, y1;
+            window_span(oy, g->sh, g->pad_t, g->kh, g->h, &y0, &y1);
             for (int ox = 0; ox < g->ow; ox++) {
-                int x0 = ox * g->sw - g->pad_l, x1 = x0 + g->kw;
                 size_t at = (size_t)b * out_len + ((size_t)oy * g->ow + ox) * g->c;
-                x0 = x0 < 0 ? 0 : x0;
-                x1 = x1 > g->w ? g->w : x1;
+                int x0, x1;
+                window_span(ox, g->sw, g->pad_l, g->kw, g->w, &x0, &x1);
                 max_window(img, g->w, g->c, y0, y1, x0, x1, out + at, argmax + at);
             }
         }
@@ -292,13 +298,11 @@ static void cpu_average_pool(const backend_window_t *g, const float *in, int bat
     for (int b = 0; b < batch; b++) {
         const float *img = in + (size_t)b * in_len;
         for (int oy = 0; oy < g->oh; oy++) {
-            int y0 = oy * g->sh - g->pad_t, y1 = y0 + g->kh;
-            y0 = y0 < 0 ? 0 : y0;
-            y1 = y1 > g->h ? g->h : y1;
+            int y0, y1;
+            window_span(oy, g->sh, g->pad_t, g->kh, g->h, &y0, &y1);
             for (int ox = 0; ox < g->ow; ox++) {
-                int x0 = ox * g->sw - g->pad_l, x1 = x0 + g->kw;
-                x0 = x0 < 0 ? 0 : x0;
-                x1 = x1 > g->w ? g->w : x1;
+                int x0, x1;
+                window_span(ox, g->sw, g->pad_l, g->kw, g->w, &x0, &x1);
                 average_window(img, g->w, g->c, y0, y1, x0, x1,
                                out + (size_t)b * out_len + ((size_t)oy * g->ow + ox) * g->c);
             }
@@ -317,15 +321,13 @@ static void cpu_average_pool_backward(const backend_window_t *g, const float *dy
         const float *gy = dy + (size_t)b * out_len;
         float *d = dx + (size_t)b * in_len;
         for (int oy = 0; oy < g->oh; oy++) {
-            int y0 = oy * g->sh - g->pad_t, y1 = y0 + g->kh;
-            y0 = y0 < 0 ? 0 : y0;
-            y1 = y1 > g->h ? g->h : y1;
+            int y0, y1;
+            window_span(oy, g->sh, g->pad_t, g->kh, g->h, &y0, &y1);
             for (int ox = 0; ox < g->ow; ox++) {
-                int x0 = ox * g->sw - g->pad_l, x1 = x0 + g->kw;
                 const float *go = gy + ((size_t)oy * g->ow + ox) * C;
                 float scale;
-                x0 = x0 < 0 ? 0 : x0;
-                x1 = x1 > W ? W : x1;
+                int x0, x1;
+                window_span(ox, g->sw, g->pad_l, g->kw, W, &x0, &x1);
                 scale = 1.0f / (float)((y1 - y0) * (x1 - x0));
                 for (int y = y0; y < y1; y++)
                     for (int x = x0; x < x1; x++)

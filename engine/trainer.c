@@ -13,9 +13,9 @@ struct trainer {
     model_t *model;
     dataset_t *train, *test;
     data_pipeline_t *pipe;
-    int64_t steps; /* steps this trainer ran */
-    /* the job's optimizer, when applied here */
-    optimizer_config_t opt;
+    int64_t steps;          /* steps this trainer ran */
+    optimizer_config_t opt; /* the job's, for one replica */
+    /* when the optimizer is applied here */
     float **slots;    /* per param */
     int64_t *applied; /* per param: updates applied */
 };
@@ -58,9 +58,6 @@ static status_t make_slots(trainer_t *t, status_msg_t *err)
 {
     size_t n_params = model_param_count(t->model);
 
-    t->opt = t->job->optimizer;
-    if (t->opt.lr_scale == 0) /* "scale by replicas": one replica here */
-        t->opt.lr_scale = 1;
     t->slots = calloc(n_params + 1, sizeof(*t->slots));
     t->applied = calloc(n_params + 1, sizeof(*t->applied));
     if (t->slots == NULL || t->applied == NULL)
@@ -81,6 +78,9 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
     uint64_t max = o->max_bytes > 0 ? o->max_bytes : memory_physical_bytes();
     data_pipeline_opts_t po;
 
+    t->opt = job->optimizer;
+    if (t->opt.lr_scale == 0) /* "scale by replicas": one replica here */
+        t->opt.lr_scale = 1;
     if (!job->data.train.present)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: data.train is missing", t->where);
     /* Data and model past the budget: a clear error, not the kernel's OOM killer. */
@@ -194,10 +194,7 @@ status_t trainer_apply(trainer_t *t, status_msg_t *err)
 
 double trainer_learning_rate(const trainer_t *t, int64_t step)
 {
-    optimizer_config_t opt = t->job->optimizer;
-    if (opt.lr_scale == 0)
-        opt.lr_scale = 1;
-    return optimizer_learning_rate(&opt, step);
+    return optimizer_learning_rate(&t->opt, step);
 }
 
 status_t trainer_evaluate(trainer_t *t, trainer_batch_fn before, void *arg, model_stats_t *ret_sum,
