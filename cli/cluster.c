@@ -7,6 +7,7 @@
 #include <grpc/grpc.h>
 
 #include "cli.h"
+#include "base/file.h"
 #include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "base/log.h"
@@ -142,30 +143,8 @@ out:
     return bad ? 1 : 0;
 }
 
-static char *read_file(const char *path, status_msg_t *err)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long len;
-
-    if (f == NULL) {
-        status_fail(err, STATUS_IO, "cannot read cluster file %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (16 << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) != NULL) {
-        if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf[len] = '\0';
-        }
-    }
-    if (buf == NULL)
-        status_fail(err, STATUS_IO, "cannot read cluster file %s", path);
-    fclose(f);
-    return buf;
-}
+/* The largest --cluster-file read: a TF_CONFIG of thousands of tasks is well under it. */
+#define CLUSTER_FILE_MAX ((size_t)16 << 20)
 
 int cli_cluster(int argc, char **argv)
 {
@@ -189,11 +168,15 @@ int cli_cluster(int argc, char **argv)
     if (o.chief != NULL) {
         rc = cli_cluster_from_chief(o.chief, o.timeout_ms);
     } else if (o.cluster_file != NULL) {
-        char *json = read_file(o.cluster_file, &err);
-        if (json != NULL && cluster_spec_parse_tf_config(json, &spec, &err) == STATUS_OK)
-            rc = cluster_from_spec(&spec, o.timeout_ms);
-        else
+        char *json = NULL;
+        size_t len;
+        if (file_read_all(o.cluster_file, "cluster file", CLUSTER_FILE_MAX, &json, &len, &err) !=
+            STATUS_OK)
+            fprintf(stderr, "tessera cluster: %s\n", err.text);
+        else if (cluster_spec_parse_tf_config(json, &spec, &err) != STATUS_OK)
             fprintf(stderr, "tessera cluster: %s: %s\n", o.cluster_file, err.text);
+        else
+            rc = cluster_from_spec(&spec, o.timeout_ms);
         free(json);
     } else if (cluster_spec_from_env(&spec, &present, &err) != STATUS_OK) {
         fprintf(stderr, "tessera cluster: %s\n", err.text);

@@ -15,6 +15,7 @@
 #include "job/job.h"
 #include "rpc/client.h"
 #include "base/clock.h"
+#include "base/file.h"
 
 typedef struct jobs_opts {
     char *chief;
@@ -200,27 +201,6 @@ static int watch_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms)
     return rc;
 }
 
-static char *slurp(const char *path, size_t *ret_len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n;
-    if (f == NULL)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) != NULL) {
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf[n] = '\0';
-            *ret_len = (size_t)n;
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 int cli_submit_job(const char *chief, const char *path, bool watch, int64_t timeout_ms)
 {
     Tessera__V1__SubmitJobRequest req = TESSERA__V1__SUBMIT_JOB_REQUEST__INIT;
@@ -239,8 +219,12 @@ int cli_submit_job(const char *chief, const char *path, bool watch, int64_t time
     int rc = 1;
 
     memset(&job, 0, sizeof(job));
-    if (realpath(path, abs) == NULL || (text = slurp(abs, &len)) == NULL) {
-        fprintf(stderr, "tessera submit: cannot read %s: %s\n", path, strerror(errno));
+    if (realpath(path, abs) == NULL) {
+        fprintf(stderr, "tessera submit: cannot read job file '%s': %s\n", path, strerror(errno));
+        return 2;
+    }
+    if (file_read_all(abs, "job file", JOB_MAX_FILE_BYTES, &text, &len, &msg) != STATUS_OK) {
+        fprintf(stderr, "tessera submit: %s\n", msg.text);
         return 2;
     }
     /* Check the job here first, by the path the chief will resolve its files against. */

@@ -1,10 +1,10 @@
 #include "base/crc32c.h"
 
-#include <stdbool.h>
+#include <pthread.h>
 #include <string.h>
 
 static uint32_t table[8][256];
-static bool table_ready;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static void table_init(void)
 {
@@ -17,14 +17,12 @@ static void table_init(void)
     for (int t = 1; t < 8; t++)
         for (uint32_t i = 0; i < 256; i++)
             table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xff];
-    table_ready = true;
 }
 
 /* Slicing-by-8 in software. */
 static uint32_t crc_soft(uint32_t crc, const uint8_t *p, size_t len)
 {
-    if (!table_ready)
-        table_init();
+    pthread_once(&table_once, table_init);
     while (len >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);

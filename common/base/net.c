@@ -5,13 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
+
 status_t net_split_hostport(const char *addr, char *ret_host, size_t host_len, int *ret_port,
                             status_msg_t *err)
 {
     const char *colon, *host = addr;
     size_t hlen;
-    char *end;
-    long port;
+    int64_t port;
 
     if (addr == NULL || *addr == '\0')
         return status_fail(err, STATUS_INVALID_ARGUMENT, "empty address (expected HOST:PORT)");
@@ -35,9 +36,7 @@ status_t net_split_hostport(const char *addr, char *ret_host, size_t host_len, i
     }
     if (hlen >= host_len)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "address '%s': host name too long", addr);
-    errno = 0;
-    port = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
+    if (parse_int(colon + 1, 0, 65535, &port) != 0)
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "address '%s': port must be a number from 0 to 65535", addr);
     memcpy(ret_host, host, hlen);

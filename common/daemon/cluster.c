@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/net.h"
+#include "base/parse.h"
 
 /* A sparse map names its indices in text, so without a cap {"1000000000": ...} would make us
  * allocate gigabytes of empty slots. No parameter-server cluster comes near this many tasks. */
@@ -77,19 +78,12 @@ void cluster_spec_done(cluster_spec_t *spec)
  * minus the whitespace and sign it tolerates. Returns 0, or EINVAL / ERANGE. */
 static int index_from_text(const char *s, int *ret_index)
 {
-    long v;
-    char *end;
+    int64_t v;
+    int rc = s[0] == '-' ? EINVAL : parse_int(s, 0, MAX_TASKS_PER_JOB - 1, &v);
 
-    if (s[0] < '0' || s[0] > '9')
-        return EINVAL;
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (*end != '\0')
-        return EINVAL;
-    if (errno == ERANGE || v >= MAX_TASKS_PER_JOB)
-        return ERANGE;
-    *ret_index = (int)v;
-    return 0;
+    if (rc == 0)
+        *ret_index = (int)v;
+    return rc;
 }
 
 /* Finds the member `key` of a JSON object. cJSON keeps duplicate keys where Python's json keeps

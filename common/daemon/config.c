@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/net.h"
+#include "base/parse.h"
 
 /* Help text in --help and in the sample is wrapped to this many columns of text. */
 #define WRAP_WIDTH 76
@@ -63,63 +64,6 @@ static void option_bounds(const config_option_t *o, int64_t *ret_lo, int64_t *re
         *ret_lo = o->min;
         *ret_hi = o->max;
     }
-}
-
-/* Decimal integer with an optional minus sign and nothing else: no spaces, no "+", no hex.
- * On success *ret_end points after the digits. Returns 0, EINVAL or ERANGE. */
-static int parse_int_prefix(const char *s, int64_t *ret, const char **ret_end)
-{
-    const char *digits = s[0] == '-' ? s + 1 : s;
-    char *end;
-    long long v;
-
-    if (*digits < '0' || *digits > '9')
-        return EINVAL;
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (errno == ERANGE)
-        return ERANGE;
-    *ret = (int64_t)v;
-    *ret_end = end;
-    return 0;
-}
-
-static int parse_int_text(const char *s, int64_t *ret)
-{
-    const char *end;
-    int64_t v;
-    int rc = parse_int_prefix(s, &v, &end);
-
-    if (rc != 0)
-        return rc;
-    if (*end != '\0')
-        return EINVAL;
-    *ret = v;
-    return 0;
-}
-
-/* "250ms", "2s", "1m", "1h", or a bare number of milliseconds. */
-static int parse_duration_text(const char *s, int64_t *ret_ms)
-{
-    static const struct {
-        const char *suffix;
-        int64_t ms;
-    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60 * 1000}, {"h", 60 * 60 * 1000}};
-    const char *end;
-    int64_t v;
-    int rc = parse_int_prefix(s, &v, &end);
-
-    if (rc != 0)
-        return rc;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(end, units[i].suffix) != 0)
-            continue;
-        if (v > INT64_MAX / units[i].ms || v < INT64_MIN / units[i].ms)
-            return ERANGE;
-        *ret_ms = v * units[i].ms;
-        return 0;
-    }
-    return EINVAL;
 }
 
 static int parse_bool_text(const char *s, bool *ret)
@@ -248,10 +192,10 @@ static status_t set_number(const config_option_t *o, void *opts, const char *tex
                            const char *where, status_msg_t *err)
 {
     int64_t v, lo, hi;
-    int rc =
-        o->type == CONFIG_DURATION_MS ? parse_duration_text(text, &v) : parse_int_text(text, &v);
+    int rc;
 
     option_bounds(o, &lo, &hi);
+    rc = o->type == CONFIG_DURATION_MS ? parse_duration_ms(text, &v) : parse_int(text, lo, hi, &v);
     if (rc == 0 && (v < lo || v > hi))
         rc = ERANGE;
     if (rc != 0)

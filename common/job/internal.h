@@ -184,4 +184,7 @@ status_t job_tree_get_path(job_ctx_t *c, const job_node_t *map, const char *key,
 /* A copy of s, or NULL with c->err set. */
 char *job_tree_strdup(job_ctx_t *c, const char *s);
 
+/* Reads the job file's model section n into *m (model.c). */
+status_t job_parse_model(job_ctx_t *c, const job_node_t *n, job_model_t *m);
+
 #endif

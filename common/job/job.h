@@ -1,6 +1,6 @@
-/* A training job as the user wrote it (../shared/DESIGN.md §2): YAML or JSON, with the model as
- * Keras-style layers or a Keras `model.to_json()` file. Parsing is strict: a misspelt key, an
- * unknown layer, activation, loss or optimizer, a Keras option Tessera does not implement, or a
+/* A training job as the user wrote it (README: "Training on one machine"): YAML or JSON, with the
+ * model as Keras-style layers or a Keras `model.to_json()` file. Parsing is strict: a misspelt key,
+ * an unknown layer, activation, loss or optimizer, a Keras option Tessera does not implement, or a
  * value of the wrong type is an error that names the file and the key path
  * ("job.yaml: model[1].dense.unit: unknown key (did you mean 'units'?)"). Shapes are checked by
  * the model builder, not here. */

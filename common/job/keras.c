@@ -17,145 +17,16 @@
 
 #include "job/initializer.h"
 #include "job/internal.h"
-
-/* What a config key must hold. */
-typedef enum {
-    RULE_VALUE,         /* read by the layer's own code */
-    RULE_NULL,          /* an option Tessera does not implement: null (or absent) only */
-    RULE_TRUE,          /* true only (trainable) */
-    RULE_FALSE,         /* false only (mask_zero, sparse, keepdims ...) */
-    RULE_CHANNELS_LAST, /* "channels_last" or null */
-    RULE_ONES,          /* 1 or a list of 1s (dilation_rate, groups) */
-    RULE_DTYPE,         /* a float32 dtype policy */
-    RULE_IGNORED,       /* accepted whatever it holds (lora_alpha without lora_rank) */
-} rule_t;
-
-typedef struct key_rule {
-    const char *key;
-    rule_t rule;
-} key_rule_t;
+#include "job/layers.h"
 
 /* Keys every layer may carry. batch_input_shape is the Keras 2 way to give the input shape on
  * the first layer. */
-static const key_rule_t common_rules[] = {
-    {"name", RULE_VALUE},
-    {"trainable", RULE_TRUE},
-    {"dtype", RULE_DTYPE},
-    {"batch_input_shape", RULE_VALUE},
-    {"activity_regularizer", RULE_NULL},
-};
-
-/* Options of Dense and Conv2D that must stay off. */
-#define WEIGHT_RULES                                                                               \
-    {"kernel_regularizer", RULE_NULL}, {"bias_regularizer", RULE_NULL},                            \
-        {"kernel_constraint", RULE_NULL}, {"bias_constraint", RULE_NULL},                          \
-        {"lora_rank", RULE_NULL}, {"lora_alpha", RULE_IGNORED},                                    \
-    {                                                                                              \
-        "quantization_config", RULE_NULL                                                           \
-    }
-
-static const key_rule_t dense_rules[] = {
-    {"units", RULE_VALUE},
-    {"activation", RULE_VALUE},
-    {"use_bias", RULE_VALUE},
-    {"kernel_initializer", RULE_VALUE},
-    {"bias_initializer", RULE_VALUE},
-    WEIGHT_RULES,
-};
-
-static const key_rule_t conv_rules[] = {
-    {"filters", RULE_VALUE},
-    {"kernel_size", RULE_VALUE},
-    {"strides", RULE_VALUE},
-    {"padding", RULE_VALUE},
-    {"data_format", RULE_CHANNELS_LAST},
-    {"dilation_rate", RULE_ONES},
-    {"groups", RULE_ONES},
-    {"activation", RULE_VALUE},
-    {"use_bias", RULE_VALUE},
-    {"kernel_initializer", RULE_VALUE},
-    {"bias_initializer", RULE_VALUE},
-    WEIGHT_RULES,
-};
-
-static const key_rule_t pool_rules[] = {
-    {"pool_size", RULE_VALUE},
-    {"strides", RULE_VALUE},
-    {"padding", RULE_VALUE},
-    {"data_format", RULE_CHANNELS_LAST},
-};
-
-static const key_rule_t flatten_rules[] = {
-    {"data_format", RULE_CHANNELS_LAST},
-};
-
-static const key_rule_t reshape_rules[] = {
-    {"target_shape", RULE_VALUE},
-};
-
-static const key_rule_t dropout_rules[] = {
-    {"rate", RULE_VALUE},
-    {"seed", RULE_VALUE},
-    {"noise_shape", RULE_NULL},
-};
-
-static const key_rule_t embedding_rules[] = {
-    {"input_dim", RULE_VALUE},
-    {"output_dim", RULE_VALUE},
-    {"embeddings_initializer", RULE_VALUE},
-    {"embeddings_regularizer", RULE_NULL},
-    {"embeddings_constraint", RULE_NULL},
-    {"mask_zero", RULE_FALSE},
-    {"input_length", RULE_VALUE},
-    {"sparse", RULE_FALSE},
-    {"lora_rank", RULE_NULL},
-    {"lora_alpha", RULE_IGNORED},
-    {"quantization_config", RULE_NULL},
-};
-
-static const key_rule_t global_pool_rules[] = {
-    {"data_format", RULE_CHANNELS_LAST},
-    {"keepdims", RULE_FALSE},
-};
-
-static const key_rule_t activation_rules[] = {
-    {"activation", RULE_VALUE},
-};
-
-static const struct keras_class {
-    const char *class_name;
-    job_layer_kind_t kind;
-    const key_rule_t *rules;
-    size_t n_rules;
-} classes[] = {
-    {"Dense", JOB_LAYER_DENSE, dense_rules, JOB_N_OF(dense_rules)},
-    {"Conv2D", JOB_LAYER_CONV2D, conv_rules, JOB_N_OF(conv_rules)},
-    {"MaxPooling2D", JOB_LAYER_MAX_POOLING2D, pool_rules, JOB_N_OF(pool_rules)},
-    {"AveragePooling2D", JOB_LAYER_AVERAGE_POOLING2D, pool_rules, JOB_N_OF(pool_rules)},
-    {"Flatten", JOB_LAYER_FLATTEN, flatten_rules, JOB_N_OF(flatten_rules)},
-    {"Reshape", JOB_LAYER_RESHAPE, reshape_rules, JOB_N_OF(reshape_rules)},
-    {"Dropout", JOB_LAYER_DROPOUT, dropout_rules, JOB_N_OF(dropout_rules)},
-    {"Embedding", JOB_LAYER_EMBEDDING, embedding_rules, JOB_N_OF(embedding_rules)},
-    {"GlobalAveragePooling1D", JOB_LAYER_GLOBAL_AVERAGE_POOLING1D, global_pool_rules,
-     JOB_N_OF(global_pool_rules)},
-    {"GlobalAveragePooling2D", JOB_LAYER_GLOBAL_AVERAGE_POOLING2D, global_pool_rules,
-     JOB_N_OF(global_pool_rules)},
-    {"Activation", JOB_LAYER_ACTIVATION, activation_rules, JOB_N_OF(activation_rules)},
-};
-
-static const char *const class_names[] = {
-    "InputLayer",
-    "Dense",
-    "Conv2D",
-    "MaxPooling2D",
-    "AveragePooling2D",
-    "Flatten",
-    "Reshape",
-    "Dropout",
-    "Embedding",
-    "GlobalAveragePooling1D",
-    "GlobalAveragePooling2D",
-    "Activation",
+static const job_keras_key_t common_keys[] = {
+    {"name", JOB_KERAS_VALUE},
+    {"trainable", JOB_KERAS_TRUE},
+    {"dtype", JOB_KERAS_DTYPE},
+    {"batch_input_shape", JOB_KERAS_VALUE},
+    {"activity_regularizer", JOB_KERAS_NULL},
 };
 
 /* Parsing state: the file for messages and the layer being read. */
@@ -350,87 +221,103 @@ static status_t check_keys(kctx_t *k, const cJSON *obj, const char *what, const 
 }
 
 /* Checks one config key against its rule. */
-static status_t check_rule(kctx_t *k, const cJSON *v, rule_t rule)
+static status_t check_rule(kctx_t *k, const cJSON *v, job_keras_rule_t rule)
 {
     const char *key = v->string;
 
     switch (rule) {
-    case RULE_NULL:
+    case JOB_KERAS_NULL:
         if (cJSON_IsNull(v) || (strcmp(key, "lora_rank") == 0 && is_int(v, 0, 0)))
             return STATUS_OK;
         return kfail(k, "%s is not supported", key);
-    case RULE_TRUE:
+    case JOB_KERAS_TRUE:
         if (cJSON_IsTrue(v))
             return STATUS_OK;
         return cJSON_IsFalse(v) ? kfail(k, "%s false is not supported (every layer trains)", key)
                                 : type_error(k, key, v, "true");
-    case RULE_FALSE:
+    case JOB_KERAS_FALSE:
         if (cJSON_IsFalse(v))
             return STATUS_OK;
         return cJSON_IsTrue(v) ? kfail(k, "%s true is not supported", key)
                                : type_error(k, key, v, "false");
-    case RULE_CHANNELS_LAST:
+    case JOB_KERAS_CHANNELS_LAST:
         if (cJSON_IsNull(v) || (cJSON_IsString(v) && strcmp(v->valuestring, "channels_last") == 0))
             return STATUS_OK;
         return kfail(k, "%s %s is not supported (Tessera is channels_last)", key,
                      cJSON_IsString(v) ? v->valuestring : "of this kind");
-    case RULE_ONES:
+    case JOB_KERAS_ONES:
         return all_ones(v) ? STATUS_OK : kfail(k, "%s other than 1 is not supported", key);
-    case RULE_DTYPE:
+    case JOB_KERAS_DTYPE:
         return check_dtype(k, key, v);
     default:
         return STATUS_OK;
     }
 }
 
-/* Every key of cfg must be a common key or one of the class's; each is checked by its rule. */
-static status_t check_config(kctx_t *k, const struct keras_class *cls, const cJSON *cfg)
+/* The rule for config key `key` of a layer of `info`'s kind, or NULL when it has none; *ret_at
+ * gets a number unique to the key within the layer (for spotting repeats). */
+static const job_keras_key_t *find_rule(const job_layer_info_t *info, const char *key,
+                                        size_t *ret_at)
+{
+    static const job_keras_key_t read = {NULL, JOB_KERAS_VALUE};
+    size_t at = 0;
+
+    for (size_t i = 0; i < JOB_N_OF(common_keys); i++, at++)
+        if (strcmp(key, common_keys[i].key) == 0)
+            return *ret_at = at, &common_keys[i];
+    for (size_t i = 0; i < info->n_keys; i++, at++)
+        if (strcmp(key, info->keys[i]) == 0)
+            return *ret_at = at, &read;
+    for (size_t i = 0; i < info->n_keras_fixed; i++, at++)
+        if (strcmp(key, info->keras_fixed[i].key) == 0)
+            return *ret_at = at, &info->keras_fixed[i];
+    return NULL;
+}
+
+/* Every key of cfg must be a common key, one the kind reads or one it fixes; each is checked by
+ * its rule, and none may repeat. */
+static status_t check_config(kctx_t *k, const job_layer_info_t *info, const cJSON *cfg)
 {
     uint64_t seen = 0;
     const cJSON *v;
 
     cJSON_ArrayForEach(v, cfg)
     {
-        const key_rule_t *rule = NULL;
         size_t at = 0;
-        for (size_t i = 0; rule == NULL && i < JOB_N_OF(common_rules); i++, at++)
-            if (strcmp(v->string, common_rules[i].key) == 0)
-                rule = &common_rules[i];
-        for (size_t i = 0; rule == NULL && i < cls->n_rules; i++, at++)
-            if (strcmp(v->string, cls->rules[i].key) == 0)
-                rule = &cls->rules[i];
-        if (rule != NULL) {
-            if (seen & (UINT64_C(1) << (at - 1)))
-                return kfail(k, "option '%s' is given twice", v->string);
-            seen |= UINT64_C(1) << (at - 1);
-        }
+        const job_keras_key_t *rule = find_rule(info, v->string, &at);
         if (rule == NULL) {
             char allowed[300] = "";
-            size_t len = 0;
-            for (size_t i = 0; i < cls->n_rules && len < sizeof(allowed); i++)
-                len += (size_t)snprintf(allowed + len, sizeof(allowed) - len, "%s%s",
-                                        i > 0 ? ", " : "", cls->rules[i].key);
-            return kfail(k, "unknown %s option '%s' (Tessera reads: name, trainable, dtype, %s)",
-                         cls->class_name, v->string, allowed);
+            job_join_names(allowed, sizeof(allowed), info->keys, info->n_keys);
+            for (size_t i = 0; i < info->n_keras_fixed; i++) {
+                size_t len = strlen(allowed);
+                snprintf(allowed + len, sizeof(allowed) - len, "%s%s", len > 0 ? ", " : "",
+                         info->keras_fixed[i].key);
+            }
+            return kfail(k, "unknown %s option '%s' (Tessera reads: name, trainable, dtype%s%s)",
+                         info->keras_class, v->string, allowed[0] != '\0' ? ", " : "", allowed);
         }
+        if (seen & (UINT64_C(1) << at))
+            return kfail(k, "option '%s' is given twice", v->string);
+        seen |= UINT64_C(1) << at;
         STATUS_CHECK(check_rule(k, v, rule->rule));
     }
     return STATUS_OK;
 }
 
-static status_t get_activation(kctx_t *k, const cJSON *cfg, bool required, job_activation_t *ret)
+static status_t get_activation(kctx_t *k, const cJSON *cfg, const char *key, bool required,
+                               job_activation_t *ret)
 {
-    const cJSON *v = kget(cfg, "activation");
+    const cJSON *v = kget(cfg, key);
     char msg[300];
 
     if (v == NULL || cJSON_IsNull(v)) {
         if (required)
-            return kfail(k, "activation is missing");
+            return kfail(k, "%s is missing", key);
         *ret = JOB_ACT_LINEAR;
         return STATUS_OK;
     }
     if (!cJSON_IsString(v))
-        return type_error(k, "activation", v, "an activation name");
+        return type_error(k, key, v, "an activation name");
     if (job_activation_parse(v->valuestring, ret))
         return STATUS_OK;
     job_unknown_name(msg, sizeof(msg), "activation", v->valuestring, job_activation_names,
@@ -438,9 +325,9 @@ static status_t get_activation(kctx_t *k, const cJSON *cfg, bool required, job_a
     return kfail(k, "%s", msg);
 }
 
-static status_t get_padding(kctx_t *k, const cJSON *cfg, bool *ret_same)
+static status_t get_padding(kctx_t *k, const cJSON *cfg, const char *key, bool *ret_same)
 {
-    const cJSON *v = kget(cfg, "padding");
+    const cJSON *v = kget(cfg, key);
 
     if (v == NULL || cJSON_IsNull(v))
         return STATUS_OK;
@@ -449,7 +336,7 @@ static status_t get_padding(kctx_t *k, const cJSON *cfg, bool *ret_same)
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "same") == 0)
         *ret_same = true;
     else
-        return type_error(k, "padding", v, "\"valid\" or \"same\"");
+        return type_error(k, key, v, "\"valid\" or \"same\"");
     return STATUS_OK;
 }
 
@@ -541,59 +428,104 @@ static status_t get_init(kctx_t *k, const cJSON *cfg, const char *key, job_init_
     return STATUS_OK;
 }
 
-/* Reads the class-specific options of one layer. */
-static status_t layer_options(kctx_t *k, const cJSON *cfg, job_layer_t *l, int *ret_input_length)
-{
-    const cJSON *v;
+/* ---- a layer's options in a Keras config (job_layer_reader_t) ---- */
 
-    switch (l->kind) {
-    case JOB_LAYER_DENSE:
-    case JOB_LAYER_CONV2D:
-        if (l->kind == JOB_LAYER_DENSE) {
-            STATUS_CHECK(get_int(k, cfg, "units", true, 1, &l->units));
-        } else {
-            STATUS_CHECK(get_int(k, cfg, "filters", true, 1, &l->filters));
-            STATUS_CHECK(get_pair(k, cfg, "kernel_size", true, l->kernel_size));
-            STATUS_CHECK(get_pair(k, cfg, "strides", false, l->strides));
-            STATUS_CHECK(get_padding(k, cfg, &l->padding_same));
-        }
-        STATUS_CHECK(get_activation(k, cfg, false, &l->activation));
-        STATUS_CHECK(get_bool(k, cfg, "use_bias", &l->use_bias));
-        STATUS_CHECK(get_init(k, cfg, "kernel_initializer", &l->kernel_init));
-        return get_init(k, cfg, "bias_initializer", &l->bias_init);
-    case JOB_LAYER_MAX_POOLING2D:
-    case JOB_LAYER_AVERAGE_POOLING2D:
-        STATUS_CHECK(get_pair(k, cfg, "pool_size", false, l->pool_size));
-        l->strides[0] = l->pool_size[0];
-        l->strides[1] = l->pool_size[1];
-        STATUS_CHECK(get_pair(k, cfg, "strides", false, l->strides));
-        return get_padding(k, cfg, &l->padding_same);
-    case JOB_LAYER_RESHAPE:
-        v = kget(cfg, "target_shape");
-        if (v == NULL)
-            return kfail(k, "target_shape is missing");
-        return parse_shape(k, "target_shape", v, false, true, l->target_shape, &l->target_rank);
-    case JOB_LAYER_DROPOUT:
-        v = kget(cfg, "rate");
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1))
-            return type_error(k, "rate", v, "a number from 0 up to (not) 1");
-        l->rate = v->valuedouble;
-        v = kget(cfg, "seed");
-        if (v != NULL && !cJSON_IsNull(v) && !is_int(v, 0, 9007199254740992.0))
-            return type_error(k, "seed", v, "a non-negative integer or null");
-        l->dropout_seed = v != NULL && !cJSON_IsNull(v) ? (uint64_t)v->valuedouble : 0;
-        return STATUS_OK;
-    case JOB_LAYER_EMBEDDING:
-        STATUS_CHECK(get_int(k, cfg, "input_dim", true, 1, &l->input_dim));
-        STATUS_CHECK(get_int(k, cfg, "output_dim", true, 1, &l->output_dim));
-        STATUS_CHECK(get_init(k, cfg, "embeddings_initializer", &l->kernel_init));
-        return get_int(k, cfg, "input_length", false, 1, ret_input_length);
-    case JOB_LAYER_ACTIVATION:
-        return get_activation(k, cfg, true, &l->activation);
-    default:
-        return STATUS_OK;
-    }
+typedef struct json_reader {
+    job_layer_reader_t base;
+    kctx_t *k;
+    const cJSON *cfg;
+} json_reader_t;
+
+static json_reader_t *json_reader(job_layer_reader_t *r)
+{
+    return (json_reader_t *)r;
 }
+
+static status_t json_get_int(job_layer_reader_t *r, const char *key, bool required, int lo,
+                             int *ret)
+{
+    json_reader_t *j = json_reader(r);
+    return get_int(j->k, j->cfg, key, required, lo, ret);
+}
+
+/* A seed: null, or an integer a double holds exactly. */
+static status_t json_get_seed(job_layer_reader_t *r, const char *key, uint64_t *ret)
+{
+    json_reader_t *j = json_reader(r);
+    const cJSON *v = kget(j->cfg, key);
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (!is_int(v, 0, 9007199254740992.0))
+        return type_error(j->k, key, v, "a non-negative integer or null");
+    *ret = (uint64_t)v->valuedouble;
+    return STATUS_OK;
+}
+
+static status_t json_get_number(job_layer_reader_t *r, const char *key, bool required, double *ret)
+{
+    json_reader_t *j = json_reader(r);
+    const cJSON *v = kget(j->cfg, key);
+
+    if (v == NULL || cJSON_IsNull(v))
+        return required ? kfail(j->k, "%s is missing", key) : STATUS_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return type_error(j->k, key, v, "a number");
+    *ret = v->valuedouble;
+    return STATUS_OK;
+}
+
+static status_t json_get_bool(job_layer_reader_t *r, const char *key, bool *ret)
+{
+    json_reader_t *j = json_reader(r);
+    return get_bool(j->k, j->cfg, key, ret);
+}
+
+static status_t json_get_pair(job_layer_reader_t *r, const char *key, bool required, int ret[2])
+{
+    json_reader_t *j = json_reader(r);
+    return get_pair(j->k, j->cfg, key, required, ret);
+}
+
+static status_t json_get_shape(job_layer_reader_t *r, const char *key, int *ret, int *ret_rank)
+{
+    json_reader_t *j = json_reader(r);
+    const cJSON *v = kget(j->cfg, key);
+
+    if (v == NULL || cJSON_IsNull(v))
+        return kfail(j->k, "%s is missing", key);
+    return parse_shape(j->k, key, v, false, true, ret, ret_rank);
+}
+
+static status_t json_get_activation(job_layer_reader_t *r, const char *key, bool required,
+                                    job_activation_t *ret)
+{
+    json_reader_t *j = json_reader(r);
+    return get_activation(j->k, j->cfg, key, required, ret);
+}
+
+static status_t json_get_padding(job_layer_reader_t *r, const char *key, bool *ret_same)
+{
+    json_reader_t *j = json_reader(r);
+    return get_padding(j->k, j->cfg, key, ret_same);
+}
+
+static status_t json_get_init(job_layer_reader_t *r, const char *key, job_init_t *ret)
+{
+    json_reader_t *j = json_reader(r);
+    return get_init(j->k, j->cfg, key, ret);
+}
+
+static status_t json_invalid(job_layer_reader_t *r, const char *key, const char *expected)
+{
+    json_reader_t *j = json_reader(r);
+    return type_error(j->k, key, kget(j->cfg, key), expected);
+}
+
+static const job_layer_reader_ops_t json_reader_ops = {
+    json_get_int,   json_get_seed,       json_get_number,  json_get_bool, json_get_pair,
+    json_get_shape, json_get_activation, json_get_padding, json_get_init, json_invalid,
+};
 
 /* Sets the model's input shape from a batch shape, or checks it against the one already set
  * (TF 2.15 writes it both on the InputLayer and on the first layer). */
@@ -649,9 +581,11 @@ static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, job_mod
     const char *cls_name = cJSON_GetStringValue(kget(entry, "class_name"));
     const cJSON *cfg = kget(entry, "config"), *v;
     const char *name = cJSON_GetStringValue(kget(cfg, "name"));
-    const struct keras_class *cls = NULL;
+    const job_layer_info_t *info = NULL;
+    const char *classes[JOB_LAYER_KINDS + 1] = {"InputLayer"};
+    json_reader_t reader = {{&json_reader_ops}, k, cfg};
     job_layer_t *l;
-    int input_length = 0;
+    int kind, input_length = 0;
     char msg[400];
 
     if (name != NULL)
@@ -666,20 +600,20 @@ static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, job_mod
             return kfail(k, "an InputLayer must come first");
         return parse_input_layer(k, cfg, m);
     }
-    for (size_t i = 0; cls == NULL && i < JOB_N_OF(classes); i++)
-        if (strcmp(cls_name, classes[i].class_name) == 0)
-            cls = &classes[i];
-    if (cls == NULL) {
-        job_unknown_name(msg, sizeof(msg), "layer class", cls_name, class_names,
-                         JOB_N_OF(class_names));
+    job_layer_names(classes + 1, true);
+    kind = job_name_index(cls_name, classes + 1, JOB_LAYER_KINDS);
+    if (kind >= 0)
+        info = job_layer_info((job_layer_kind_t)kind);
+    if (info == NULL) {
+        job_unknown_name(msg, sizeof(msg), "layer class", cls_name, classes, JOB_N_OF(classes));
         return kfail(k, "%s", msg);
     }
     if (name != NULL && strlen(name) >= sizeof(l->name))
         return kfail(k, "the name is longer than 63 characters");
-    STATUS_CHECK(check_config(k, cls, cfg));
-    STATUS_CHECK(job_model_add_layer(m, cls->kind, k->file, &l, k->err));
+    STATUS_CHECK(check_config(k, info, cfg));
+    STATUS_CHECK(job_model_add_layer(m, (job_layer_kind_t)kind, k->file, &l, k->err));
     snprintf(l->name, sizeof(l->name), "%s", name != NULL ? name : "");
-    STATUS_CHECK(layer_options(k, cfg, l, &input_length));
+    STATUS_CHECK(info->read(&reader.base, l, &input_length));
     v = kget(cfg, "batch_input_shape");
     if (v != NULL && !cJSON_IsNull(v)) {
         if (m->n_layers > 1)

@@ -1,6 +1,6 @@
 /* TensorFlow's variable partitioners (tf.distribute.experimental.partitioners), the "div" shard
  * layout of ParameterServerStrategy, and its round-robin placement of shards on PS tasks
- * (../shared/DESIGN.md §4; ../shared/reference/tf-semantics.md §4).
+ * (README: "Parameter-server training").
  *
  * Variables are split along axis 0 only. A variable of d0 rows in n shards is laid out as
  * contiguous row ranges; with base = d0 / n and extra = d0 % n the first `extra` shards hold

@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "base/parse.h"
 #include "job/internal.h"
 
 /* Deeper nesting than any job needs; a bound keeps hostile input off the C stack. */
@@ -409,23 +410,9 @@ status_t job_tree_check_map(job_ctx_t *c, const job_node_t *map, const char *con
 status_t job_tree_int(job_ctx_t *c, const job_node_t *n, int64_t lo, int64_t hi, int64_t *ret)
 {
     char expected[80];
-    char *end;
-    long long v = 0;
-    bool ok = n->kind == JOB_NODE_SCALAR && !n->quoted;
 
-    if (ok) {
-        const char *s = n->text;
-        const char *digits = s[0] == '-' ? s + 1 : s;
-        ok = *digits >= '0' && *digits <= '9';
-        errno = 0;
-        if (ok)
-            v = strtoll(s, &end, 10);
-        ok = ok && errno == 0 && *end == '\0' && v >= lo && v <= hi;
-    }
-    if (ok) {
-        *ret = (int64_t)v;
+    if (n->kind == JOB_NODE_SCALAR && !n->quoted && parse_int(n->text, lo, hi, ret) == 0)
         return STATUS_OK;
-    }
     if (lo == 1 && (hi == INT_MAX || hi == INT64_MAX))
         snprintf(expected, sizeof(expected), "a positive integer");
     else if (lo == 0 && (hi == INT_MAX || hi == INT64_MAX))

@@ -20,7 +20,7 @@ typedef struct fuzz_opts {
     config_list_t ps, worker;
     int64_t health_timeout_ms;
     bool verbose, metrics;
-    /* and the keys of tests/unit/common/test_config.c, whose YAML seeds the corpus */
+    /* and the keys of tests/unit/common/daemon/test_config.c, whose YAML seeds the corpus */
     config_list_t seeds;
     char *name, *data_dir;
     int64_t offset, timeout_ms;

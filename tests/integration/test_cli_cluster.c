@@ -8,6 +8,7 @@
 
 #include <grpc/grpc.h>
 
+#include "check_run.h"
 #include "harness.h"
 
 static int count(const char *hay, const char *needle)
@@ -192,8 +193,6 @@ int main(void)
 {
     Suite *s = suite_create("cli_cluster");
     TCase *tc = tcase_create("cli_cluster");
-    SRunner *sr;
-    int failed;
 
     grpc_init();
     tcase_set_timeout(tc, 120);
@@ -203,11 +202,7 @@ int main(void)
     tcase_add_test(tc, cli_cluster_reports_bad_input_clearly);
     tcase_add_test(tc, cli_run_local_starts_a_healthy_cluster_and_stops_it);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

@@ -13,6 +13,7 @@
 
 #include <grpc/grpc.h>
 
+#include "check_run.h"
 #include "base/crc32c.h"
 #include "harness.h"
 #include "rpc/health.h"
@@ -648,8 +649,6 @@ int main(void)
 {
     Suite *s = suite_create("daemons");
     TCase *tc = tcase_create("daemons");
-    SRunner *sr;
-    int failed;
 
     grpc_init();
     tcase_set_timeout(tc, 120);
@@ -668,11 +667,7 @@ int main(void)
     tcase_add_test(tc, rpc_unreachable_peer_fails_fast_with_unavailable);
     tcase_add_test(tc, chief_and_worker_refuse_hostile_jobs_and_keep_serving);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* gRPC does not survive fork() */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

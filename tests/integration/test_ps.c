@@ -13,6 +13,7 @@
 
 #include <grpc/grpc.h>
 
+#include "check_run.h"
 #include "harness.h"
 #include "rpc/health.h"
 #include "job/initializer.h"
@@ -1088,8 +1089,6 @@ int main(void)
 {
     Suite *s = suite_create("ps");
     TCase *tc = tcase_create("ps");
-    SRunner *sr;
-    int failed;
 
     grpc_init();
     tcase_set_timeout(tc, 120);
@@ -1100,11 +1099,7 @@ int main(void)
     tcase_add_test(tc, ps_hostile_findings_get_clear_errors_and_change_nothing);
     tcase_add_test(tc, ps_many_tiny_shards_count_against_the_memory_limit);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* gRPC does not survive fork() */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

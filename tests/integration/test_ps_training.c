@@ -10,6 +10,7 @@
 
 #include <grpc/grpc.h>
 
+#include "check_run.h"
 #include "harness.h"
 #include "rpc/client.h"
 #include "base/clock.h"
@@ -453,8 +454,6 @@ int main(void)
 {
     Suite *s = suite_create("ps_training");
     TCase *tc = tcase_create("ps_training");
-    SRunner *sr;
-    int failed;
 
     grpc_init();
     tcase_set_timeout(tc, 300);
@@ -466,11 +465,7 @@ int main(void)
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);
     tcase_add_test(tc, ps_training_gradient_packs_overlap_backward_and_change_nothing);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

@@ -11,6 +11,7 @@
 
 #include <grpc/grpc.h>
 
+#include "check_run.h"
 #include "harness.h"
 #include "rpc/health.h"
 #include "rpc/client.h"
@@ -169,8 +170,6 @@ int main(void)
 {
     Suite *s = suite_create("stream");
     TCase *tc = tcase_create("stream");
-    SRunner *sr;
-    int failed;
 
     grpc_init();
     tcase_set_timeout(tc, 120);
@@ -178,11 +177,7 @@ int main(void)
     tcase_add_test(tc, health_watch_of_an_unknown_service_says_so_and_stays_open);
     tcase_add_test(tc, health_watch_cancelled_by_clients_leaves_the_daemon_healthy);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* gRPC does not survive fork() */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

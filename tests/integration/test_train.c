@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "harness.h"
 
 static double final_test_accuracy(const char *out)
@@ -180,8 +181,6 @@ int main(void)
 {
     Suite *s = suite_create("train");
     TCase *tc = tcase_create("train");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, train_fashion_mnist_mlp_reaches_86_percent_in_5_epochs);
@@ -191,10 +190,5 @@ int main(void)
     tcase_add_test(tc, train_rejects_truncated_data_and_out_of_range_labels);
     tcase_add_test(tc, train_stops_on_a_nan_loss_naming_the_step);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_NOFORK);
 }

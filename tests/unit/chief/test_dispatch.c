@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check_run.h"
 #include "dispatch.h"
 
 #define WORKERS 3
@@ -246,10 +247,5 @@ static Suite *dispatch_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(dispatch_suite());
-    int failed;
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(dispatch_suite(), CK_FORK);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check_run.h"
 #include "blas.h"
 
 typedef struct shape {
@@ -140,16 +141,10 @@ int main(void)
 {
     Suite *s = suite_create("blas");
     TCase *tc = tcase_create("blas");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, blas_sgemm_split_over_threads_matches_one_thread);
     tcase_add_test(tc, blas_flush_denormals_holds_on_the_helpers_and_restores);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

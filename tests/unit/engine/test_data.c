@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "check_run.h"
 #include "data.h"
 #include "base/clock.h"
 
@@ -1026,8 +1027,6 @@ int main(void)
     Suite *s = suite_create("data");
     TCase *idx = tcase_create("idx"), *syn = tcase_create("synthetic"),
           *pipe = tcase_create("pipeline");
-    SRunner *sr;
-    int failed;
 
     /* Unchecked: the directory is made once, in the parent, and removed even when a test fails. */
     tcase_add_unchecked_fixture(idx, tmpdir_setup, tmpdir_teardown);
@@ -1069,9 +1068,5 @@ int main(void)
     tcase_add_test(pipe, pipeline_rejects_bad_options_with_the_name);
     suite_add_tcase(s, pipe);
 
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

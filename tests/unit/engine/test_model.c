@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "model.h"
 #include "model_internal.h"
 
@@ -512,8 +513,6 @@ int main(void)
 {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("model");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, model_dense_relu_softmax_crossentropy_gradients_match);
@@ -532,9 +531,5 @@ int main(void)
     tcase_add_test(tc, model_glorot_uniform_kernels_respect_their_limit_and_seed);
     tcase_add_test(tc, model_backward_reports_each_layers_gradients_final_then_its_values_free);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "job/job.h"
 #include "trainer.h"
 
@@ -247,10 +248,5 @@ static Suite *trainer_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(trainer_suite());
-    int failed;
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(trainer_suite(), CK_FORK);
 }

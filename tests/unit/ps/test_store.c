@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "job/initializer.h"
 #include "optim/optimizer.h"
 #include "job/partitioner.h"
@@ -872,8 +873,6 @@ int main(void)
 {
     Suite *s = suite_create("store");
     TCase *tc = tcase_create("store");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, store_create_initializes_and_pull_returns_the_values);
@@ -896,9 +895,5 @@ int main(void)
     tcase_add_test(tc, store_create_refuses_initial_values_beyond_float32);
     tcase_add_test(tc, store_tiny_shards_pay_for_their_bookkeeping);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "job/job.h"
 
 static const char *const generations[] = {"keras2", "keras3"};
@@ -256,6 +257,79 @@ START_TEST(layers_fixture_reads_every_other_layer_and_initializer)
     assert_init(&l->kernel_init, JOB_INIT_RANDOM_UNIFORM, -0.1, 0.2, false, 0);
     assert_init(&l->bias_init, JOB_INIT_ONES, 0, 0, false, 0);
     job_model_done(&m);
+}
+END_TEST
+
+/* Both formats read a layer's options through one table: the same model written as a job file
+ * and as Keras JSON gives the same layers, field for field, for every kind. */
+static void assert_same_model(const char *yaml_layers, const char *keras_layers)
+{
+    char yaml[4096], json[4096];
+    job_t job;
+    job_model_t m;
+    status_msg_t err = {0};
+
+    snprintf(yaml, sizeof(yaml),
+             "loss: mse\ndata: {batch_size: 8, train: {format: synthetic, examples: 10, "
+             "shape: [4], classes: 2}}\nmodel:\n%s",
+             yaml_layers);
+    snprintf(json, sizeof(json), "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [%s]}}",
+             keras_layers);
+    ck_assert_msg(job_parse(yaml, strlen(yaml), "job.yaml", &job, &err) == STATUS_OK, "%s",
+                  err.text);
+    ck_assert_msg(job_parse_keras_json(json, strlen(json), "m.json", &m, &err) == STATUS_OK, "%s",
+                  err.text);
+    ck_assert_uint_eq(job.model.n_layers, m.n_layers);
+    ck_assert_int_eq(job.model.input_rank, m.input_rank);
+    ck_assert_int_eq(memcmp(job.model.input_shape, m.input_shape, sizeof(m.input_shape)), 0);
+    for (size_t i = 0; i < m.n_layers; i++)
+        ck_assert_msg(memcmp(&job.model.layers[i], &m.layers[i], sizeof(m.layers[i])) == 0,
+                      "layer %zu (%s) differs", i, m.layers[i].name);
+    job_done(&job);
+    job_model_done(&m);
+}
+
+START_TEST(job_files_and_keras_json_read_every_layer_kind_alike)
+{
+    assert_same_model(
+        "  - {conv2d: {filters: 2, kernel_size: [3, 2], strides: 2, padding: same, activation: "
+        "relu, use_bias: false, kernel_initializer: he_normal}, input_shape: [8, 8, 2]}\n"
+        "  - {max_pooling2d: {pool_size: 3}}\n"
+        "  - {average_pooling2d: {pool_size: [2, 1], strides: 1, padding: same}}\n"
+        "  - global_average_pooling2d\n"
+        "  - {reshape: {target_shape: [-1, 1]}}\n"
+        "  - global_average_pooling1d\n"
+        "  - {dropout: {rate: 0.25, seed: 7}}\n"
+        "  - flatten\n"
+        "  - {dense: {units: 3, bias_initializer: {constant: {value: 0.5}}, kernel_initializer: "
+        "{random_uniform: {minval: -1, maxval: 1, seed: 3}}}}\n"
+        "  - {activation: {activation: tanh, name: last}}\n",
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8, 8, 2]}},"
+        "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 2, \"kernel_size\": [3, 2], "
+        "\"strides\": [2, 2], \"padding\": \"same\", \"activation\": \"relu\", \"use_bias\": "
+        "false, \"kernel_initializer\": {\"class_name\": \"HeNormal\", \"config\": {\"seed\": "
+        "null}}}},"
+        "{\"class_name\": \"MaxPooling2D\", \"config\": {\"pool_size\": [3, 3]}},"
+        "{\"class_name\": \"AveragePooling2D\", \"config\": {\"pool_size\": [2, 1], \"strides\": "
+        "1, \"padding\": \"same\"}},"
+        "{\"class_name\": \"GlobalAveragePooling2D\", \"config\": {\"keepdims\": false}},"
+        "{\"class_name\": \"Reshape\", \"config\": {\"target_shape\": [-1, 1]}},"
+        "{\"class_name\": \"GlobalAveragePooling1D\", \"config\": {}},"
+        "{\"class_name\": \"Dropout\", \"config\": {\"rate\": 0.25, \"seed\": 7}},"
+        "{\"class_name\": \"Flatten\", \"config\": {\"data_format\": \"channels_last\"}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"units\": 3, \"bias_initializer\": "
+        "{\"class_name\": \"Constant\", \"config\": {\"value\": 0.5}}, \"kernel_initializer\": "
+        "{\"class_name\": \"RandomUniform\", \"config\": {\"minval\": -1, \"maxval\": 1, "
+        "\"seed\": 3}}}},"
+        "{\"class_name\": \"Activation\", \"config\": {\"activation\": \"tanh\", \"name\": "
+        "\"last\"}}");
+    assert_same_model("  - {embedding: {input_dim: 50, output_dim: 4, input_length: 6, "
+                      "embeddings_initializer: zeros}}\n"
+                      "  - global_average_pooling1d\n",
+                      "{\"class_name\": \"Embedding\", \"config\": {\"input_dim\": 50, "
+                      "\"output_dim\": 4, \"input_length\": 6, \"embeddings_initializer\": "
+                      "\"zeros\"}},"
+                      "{\"class_name\": \"GlobalAveragePooling1D\", \"config\": {}}");
 }
 END_TEST
 
@@ -525,6 +599,7 @@ static Suite *keras_suite(void)
     tcase_add_loop_test(tc, cnn_fixture_has_conv_pool_blocks_on_28x28x1, 0, 2);
     tcase_add_loop_test(tc, text_fixture_takes_integer_ids_into_an_embedding, 0, 2);
     tcase_add_loop_test(tc, layers_fixture_reads_every_other_layer_and_initializer, 0, 2);
+    tcase_add_test(tc, job_files_and_keras_json_read_every_layer_kind_alike);
     tcase_add_loop_test(tc, kernel_regularizer_is_rejected_by_name, 0, 2);
     tcase_add_loop_test(tc, options_tessera_does_not_implement_are_rejected_by_name, 0, 2);
     tcase_add_test(tc, unknown_config_key_is_rejected_with_the_keys_tessera_reads);
@@ -548,11 +623,5 @@ static Suite *keras_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(keras_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(keras_suite(), CK_FORK);
 }

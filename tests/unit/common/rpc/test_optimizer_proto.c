@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "rpc/optimizer_proto.h"
 
 /* Packs o as the chief would, unpacks the bytes as the PS receives them, and reads them back. */
@@ -103,16 +104,10 @@ int main(void)
 {
     Suite *s = suite_create("optimizer_proto");
     TCase *tc = tcase_create("optimizer_proto");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, optimizer_proto_round_trips_every_kind_and_option);
     tcase_add_test(tc, optimizer_proto_round_trips_every_schedule);
     tcase_add_test(tc, optimizer_proto_rejects_a_config_without_a_kind);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

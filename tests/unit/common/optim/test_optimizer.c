@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "optim/optimizer.h"
 
 #define MAX_SLOTS 3
@@ -1007,8 +1008,6 @@ int main(void)
 {
     Suite *s = suite_create("optimizer");
     TCase *tc = tcase_create("optimizer");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, defaults_match_keras_for_every_kind);
@@ -1048,9 +1047,5 @@ int main(void)
     tcase_add_test(tc, checks_find_the_first_element_an_update_would_break);
     tcase_add_test(tc, bounds_that_prove_an_update_safe_are_never_wrong);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

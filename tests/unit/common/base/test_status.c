@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "base/status.h"
 
 START_TEST(status_every_code_has_a_name_and_a_sentence)
@@ -122,8 +123,6 @@ int main(void)
 {
     Suite *s = suite_create("status");
     TCase *tc = tcase_create("status");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, status_every_code_has_a_name_and_a_sentence);
     tcase_add_test(tc, status_names_are_unique);
@@ -134,9 +133,5 @@ int main(void)
     tcase_add_test(tc, utf8_is_checked_and_escaped_without_cutting_characters);
     tcase_add_test(tc, status_fail_never_cuts_a_character);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "daemon/cluster.h"
 
 /* Parses json, which must succeed; the spec is the caller's to free. */
@@ -584,11 +585,5 @@ static Suite *cluster_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(cluster_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(cluster_suite(), CK_FORK);
 }

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "rpc/types.h"
 
 START_TEST(rpc_method_paths_are_built_from_service_and_name)
@@ -81,16 +82,10 @@ int main(void)
 {
     Suite *s = suite_create("rpc_methods");
     TCase *tc = tcase_create("rpc_methods");
-    SRunner *sr;
-    int failed;
     tcase_add_test(tc, rpc_method_paths_are_built_from_service_and_name);
     tcase_add_test(tc, rpc_method_table_agrees_with_the_proto_descriptors);
     tcase_add_test(tc, rpc_method_find_takes_unterminated_paths_and_rejects_unknown_ones);
     tcase_add_test(tc, rpc_services_are_known_by_full_name);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

@@ -10,6 +10,7 @@
 
 #include <grpc/grpc.h>
 
+#include "check_run.h"
 #include "rpc/health.h"
 #include "rpc/server.h"
 #include "rpc/client.h"
@@ -495,8 +496,6 @@ int main(void)
 {
     Suite *s = suite_create("rpc_stream");
     TCase *tc = tcase_create("rpc_stream");
-    SRunner *sr;
-    int failed;
 
     grpc_init();
     tcase_set_timeout(tc, 60);
@@ -510,11 +509,7 @@ int main(void)
     tcase_add_test(tc, stream_server_shutdown_ends_open_streams);
     tcase_add_test(tc, health_watch_reports_each_change_and_unknown_services);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* gRPC does not survive fork() */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "base/crc32c.h"
 
 START_TEST(crc32c_matches_the_published_vectors)
@@ -32,14 +33,8 @@ int main(void)
 {
     Suite *s = suite_create("crc32c");
     TCase *tc = tcase_create("crc32c");
-    SRunner *sr;
-    int failed;
     tcase_add_test(tc, crc32c_matches_the_published_vectors);
     tcase_add_test(tc, crc32c_extends_across_splits_and_unmasks);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

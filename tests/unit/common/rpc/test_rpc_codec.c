@@ -6,6 +6,7 @@
 
 #include <grpc/grpc.h>
 
+#include "check_run.h"
 #include "rpc/internal.h"
 
 static uint8_t *pattern(size_t n, unsigned seed)
@@ -283,8 +284,6 @@ int main(void)
 {
     Suite *s = suite_create("rpc_codec");
     TCase *tc = tcase_create("rpc_codec");
-    SRunner *sr;
-    int failed;
 
     grpc_init();
     tcase_add_test(tc, rpc_codec_payload_survives_any_slicing);
@@ -294,11 +293,7 @@ int main(void)
     tcase_add_test(tc, rpc_codec_refuses_strings_with_nul_or_bad_utf8_by_field);
     tcase_add_test(tc, rpc_codec_refuses_too_many_entries_before_unpacking);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

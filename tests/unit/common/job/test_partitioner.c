@@ -1,11 +1,12 @@
 /* TensorFlow's partitioners, div layout and round-robin placement, against the worked examples
- * of ../shared/reference/tf-semantics.md §4 and values printed by TensorFlow 2 itself
+ * of TensorFlow's partitioner documentation and values printed by TensorFlow 2 itself
  * (tf.distribute.experimental.partitioners.*(...)(tf.TensorShape(shape), tf.float32)). */
 #include <check.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "check_run.h"
 #include "job/partitioner.h"
 
 static int shards_of(job_partitioner_t p, int64_t d0, int64_t d1)
@@ -196,8 +197,6 @@ int main(void)
 {
     Suite *s = suite_create("partitioner");
     TCase *tc = tcase_create("partitioner");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, partitioner_min_size_matches_the_worked_examples);
@@ -212,9 +211,5 @@ int main(void)
     tcase_add_test(tc, partitioner_maps_rows_to_shards_like_sparse_ops);
     tcase_add_test(tc, partitioner_places_shards_round_robin_across_variables);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "job/initializer.h"
 #include "rpc/initializer_proto.h"
 #include "tessera/v1/ps.pb-c.h"
@@ -188,8 +189,6 @@ int main(void)
 {
     Suite *s = suite_create("initializer");
     TCase *tc = tcase_create("initializer");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, initializer_slices_equal_the_whole_variable);
@@ -200,9 +199,5 @@ int main(void)
     tcase_add_test(tc, initializer_from_proto_maps_every_kind);
     tcase_add_test(tc, initializer_from_proto_rejects_bad_values_and_names_the_field);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, CK_FORK);
 }

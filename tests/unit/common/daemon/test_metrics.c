@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "daemon/metrics.h"
 
 #define PROMTOOL "/usr/bin/promtool"
@@ -661,11 +662,5 @@ static Suite *metrics_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(metrics_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return check_run(metrics_suite(), CK_FORK);
 }

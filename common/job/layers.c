@@ -1,0 +1,288 @@
+/* The layer table (layers.h) and the model it assembles: adding layers with their defaults,
+ * and the checks that finish a model whichever format it was written in. */
+#define _POSIX_C_SOURCE 200809L
+#include "job/layers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job/internal.h"
+
+/* ---- what each kind reads ---- */
+
+/* activation, use_bias and the two initializers: Dense and Conv2D. */
+static status_t read_weights(job_layer_reader_t *r, job_layer_t *l)
+{
+    STATUS_CHECK(r->ops->get_activation(r, "activation", false, &l->activation));
+    STATUS_CHECK(r->ops->get_bool(r, "use_bias", &l->use_bias));
+    STATUS_CHECK(r->ops->get_init(r, "kernel_initializer", &l->kernel_init));
+    return r->ops->get_init(r, "bias_initializer", &l->bias_init);
+}
+
+static status_t read_dense(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->use_bias = true;
+    STATUS_CHECK(r->ops->get_int(r, "units", true, 1, &l->units));
+    return read_weights(r, l);
+}
+
+static status_t read_conv2d(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->use_bias = true;
+    l->strides[0] = l->strides[1] = 1;
+    STATUS_CHECK(r->ops->get_int(r, "filters", true, 1, &l->filters));
+    STATUS_CHECK(r->ops->get_pair(r, "kernel_size", true, l->kernel_size));
+    STATUS_CHECK(r->ops->get_pair(r, "strides", false, l->strides));
+    STATUS_CHECK(r->ops->get_padding(r, "padding", &l->padding_same));
+    return read_weights(r, l);
+}
+
+/* Keras's defaults: a 2x2 window, strides equal to the window. */
+static status_t read_pooling2d(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->pool_size[0] = l->pool_size[1] = 2;
+    STATUS_CHECK(r->ops->get_pair(r, "pool_size", false, l->pool_size));
+    l->strides[0] = l->pool_size[0];
+    l->strides[1] = l->pool_size[1];
+    STATUS_CHECK(r->ops->get_pair(r, "strides", false, l->strides));
+    return r->ops->get_padding(r, "padding", &l->padding_same);
+}
+
+static status_t read_reshape(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    return r->ops->get_shape(r, "target_shape", l->target_shape, &l->target_rank);
+}
+
+static status_t read_dropout(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    STATUS_CHECK(r->ops->get_number(r, "rate", true, &l->rate));
+    if (!(l->rate >= 0 && l->rate < 1))
+        return r->ops->invalid(r, "rate", "a number from 0 up to (not) 1");
+    return r->ops->get_seed(r, "seed", &l->dropout_seed);
+}
+
+static status_t read_embedding(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    STATUS_CHECK(r->ops->get_int(r, "input_dim", true, 1, &l->input_dim));
+    STATUS_CHECK(r->ops->get_int(r, "output_dim", true, 1, &l->output_dim));
+    STATUS_CHECK(r->ops->get_init(r, "embeddings_initializer", &l->kernel_init));
+    return r->ops->get_int(r, "input_length", false, 1, ret_input_length);
+}
+
+static status_t read_activation(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    return r->ops->get_activation(r, "activation", true, &l->activation);
+}
+
+static status_t read_nothing(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)r, (void)l, (void)ret_input_length;
+    return STATUS_OK;
+}
+
+/* ---- the table ---- */
+
+#define KEYS(a) a, sizeof(a) / sizeof((a)[0])
+
+static const char *const dense_keys[] = {"units", "activation", "use_bias", "kernel_initializer",
+                                         "bias_initializer"};
+static const char *const conv_keys[] = {
+    "filters",  "kernel_size",        "strides",         "padding", "activation",
+    "use_bias", "kernel_initializer", "bias_initializer"};
+static const char *const pool_keys[] = {"pool_size", "strides", "padding"};
+static const char *const reshape_keys[] = {"target_shape"};
+static const char *const dropout_keys[] = {"rate", "seed"};
+static const char *const embedding_keys[] = {"input_dim", "output_dim", "embeddings_initializer",
+                                             "input_length"};
+static const char *const activation_keys[] = {"activation"};
+
+/* Keras options of Dense and Conv2D that must stay off. */
+#define WEIGHTS_OFF                                                                                \
+    {"kernel_regularizer", JOB_KERAS_NULL}, {"bias_regularizer", JOB_KERAS_NULL},                  \
+        {"kernel_constraint", JOB_KERAS_NULL}, {"bias_constraint", JOB_KERAS_NULL},                \
+        {"lora_rank", JOB_KERAS_NULL}, {"lora_alpha", JOB_KERAS_IGNORED},                          \
+    {                                                                                              \
+        "quantization_config", JOB_KERAS_NULL                                                      \
+    }
+
+static const job_keras_key_t dense_fixed[] = {WEIGHTS_OFF};
+static const job_keras_key_t conv_fixed[] = {
+    {"data_format", JOB_KERAS_CHANNELS_LAST},
+    {"dilation_rate", JOB_KERAS_ONES},
+    {"groups", JOB_KERAS_ONES},
+    WEIGHTS_OFF,
+};
+static const job_keras_key_t channels_last[] = {{"data_format", JOB_KERAS_CHANNELS_LAST}};
+static const job_keras_key_t dropout_fixed[] = {{"noise_shape", JOB_KERAS_NULL}};
+static const job_keras_key_t embedding_fixed[] = {
+    {"embeddings_regularizer", JOB_KERAS_NULL},
+    {"embeddings_constraint", JOB_KERAS_NULL},
+    {"mask_zero", JOB_KERAS_FALSE},
+    {"sparse", JOB_KERAS_FALSE},
+    {"lora_rank", JOB_KERAS_NULL},
+    {"lora_alpha", JOB_KERAS_IGNORED},
+    {"quantization_config", JOB_KERAS_NULL},
+};
+static const job_keras_key_t global_pool_fixed[] = {
+    {"data_format", JOB_KERAS_CHANNELS_LAST},
+    {"keepdims", JOB_KERAS_FALSE},
+};
+
+static const job_layer_info_t table[] = {
+    [JOB_LAYER_DENSE] = {"dense", "Dense", KEYS(dense_keys), KEYS(dense_fixed), read_dense},
+    [JOB_LAYER_CONV2D] = {"conv2d", "Conv2D", KEYS(conv_keys), KEYS(conv_fixed), read_conv2d},
+    [JOB_LAYER_MAX_POOLING2D] = {"max_pooling2d", "MaxPooling2D", KEYS(pool_keys),
+                                 KEYS(channels_last), read_pooling2d},
+    [JOB_LAYER_AVERAGE_POOLING2D] = {"average_pooling2d", "AveragePooling2D", KEYS(pool_keys),
+                                     KEYS(channels_last), read_pooling2d},
+    [JOB_LAYER_FLATTEN] = {"flatten", "Flatten", NULL, 0, KEYS(channels_last), read_nothing},
+    [JOB_LAYER_RESHAPE] = {"reshape", "Reshape", KEYS(reshape_keys), NULL, 0, read_reshape},
+    [JOB_LAYER_DROPOUT] = {"dropout", "Dropout", KEYS(dropout_keys), KEYS(dropout_fixed),
+                           read_dropout},
+    [JOB_LAYER_EMBEDDING] = {"embedding", "Embedding", KEYS(embedding_keys), KEYS(embedding_fixed),
+                             read_embedding},
+    [JOB_LAYER_GLOBAL_AVERAGE_POOLING1D] = {"global_average_pooling1d", "GlobalAveragePooling1D",
+                                            NULL, 0, KEYS(global_pool_fixed), read_nothing},
+    [JOB_LAYER_GLOBAL_AVERAGE_POOLING2D] = {"global_average_pooling2d", "GlobalAveragePooling2D",
+                                            NULL, 0, KEYS(global_pool_fixed), read_nothing},
+    [JOB_LAYER_ACTIVATION] = {"activation", "Activation", KEYS(activation_keys), NULL, 0,
+                              read_activation},
+};
+
+_Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");
+
+const job_layer_info_t *job_layer_info(job_layer_kind_t kind)
+{
+    return (size_t)kind < JOB_LAYER_KINDS ? &table[kind] : NULL;
+}
+
+void job_layer_names(const char *names[JOB_LAYER_KINDS], bool keras)
+{
+    for (size_t i = 0; i < JOB_LAYER_KINDS; i++)
+        names[i] = keras ? table[i].keras_class : table[i].name;
+}
+
+const char *job_layer_kind_name(job_layer_kind_t k)
+{
+    return (size_t)k < JOB_LAYER_KINDS ? table[k].name : "unknown";
+}
+
+/* ---- the model ---- */
+
+status_t job_model_add_layer(job_model_t *m, job_layer_kind_t kind, const char *where,
+                             job_layer_t **ret_layer, status_msg_t *err)
+{
+    job_layer_t *layers, *l;
+
+    if (m->n_layers >= JOB_MAX_LAYERS)
+        return status_fail(err, STATUS_RESOURCE_EXHAUSTED, "%s: more than %d layers", where,
+                           JOB_MAX_LAYERS);
+    layers = realloc(m->layers, (m->n_layers + 1) * sizeof(*layers));
+    if (layers == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", where);
+    m->layers = layers;
+    l = &layers[m->n_layers++];
+    memset(l, 0, sizeof(*l));
+    l->kind = kind;
+    l->activation = JOB_ACT_LINEAR;
+    *ret_layer = l;
+    return STATUS_OK;
+}
+
+static bool layer_name_taken(const job_model_t *m, const job_layer_t *self)
+{
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (&m->layers[i] != self && strcmp(m->layers[i].name, self->name) == 0)
+            return true;
+    return false;
+}
+
+/* TensorFlow's rule for the names of operations and variables, without its scope separators
+ * ('/', '>'): the worker names a layer's variables "<layer>/kernel". Empty: named later. */
+static bool layer_name_valid(const char *name)
+{
+    for (size_t i = 0; name[i] != '\0'; i++) {
+        char ch = name[i];
+        bool alnum =
+            (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (!alnum && ch != '.' && (i == 0 || (ch != '_' && ch != '-')))
+            return false;
+    }
+    return true;
+}
+
+/* Names an unnamed layer the way Keras does: the kind, then kind_1, kind_2 ... skipping names
+ * already used. *next is the kind's next suffix to try (0: the bare kind): a name it passed over
+ * stays taken, so each kind's search goes on from where the last one stopped. */
+static void name_layer(job_model_t *m, job_layer_t *l, int *next)
+{
+    const char *base = job_layer_kind_name(l->kind);
+
+    for (;; (*next)++) {
+        if (*next == 0)
+            snprintf(l->name, sizeof(l->name), "%s", base);
+        else
+            snprintf(l->name, sizeof(l->name), "%s_%d", base, *next);
+        if (!layer_name_taken(m, l))
+            break;
+    }
+    (*next)++;
+}
+
+status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
+{
+    int next[JOB_LAYER_KINDS] = {0};
+
+    if (m->n_layers == 0)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: the model has no layers", where);
+    if (m->input_rank == 0)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: the model has no input shape: give input_shape on the first "
+                           "layer (for example input_shape: [784])",
+                           where);
+    for (size_t i = 1; i < m->n_layers; i++)
+        if (m->layers[i].kind == JOB_LAYER_EMBEDDING)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: layer %zu: embedding must be the first layer (its input is "
+                               "integer ids)",
+                               where, i);
+    m->input_is_int = m->layers[0].kind == JOB_LAYER_EMBEDDING;
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (!layer_name_valid(m->layers[i].name)) {
+            char shown[4 * sizeof(m->layers[i].name)];
+            utf8_escape(shown, sizeof(shown), m->layers[i].name, strlen(m->layers[i].name));
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: layer %zu: the name '%s' may hold only letters, digits, '_', "
+                               "'.' and '-', and begin with a letter, a digit or '.' (it names "
+                               "the layer's variables, as in TensorFlow)",
+                               where, i, shown);
+        }
+    for (size_t i = 0; i < m->n_layers; i++) {
+        for (size_t j = 0; j < i && m->layers[i].name[0] != '\0'; j++)
+            if (strcmp(m->layers[i].name, m->layers[j].name) == 0)
+                return status_fail(err, STATUS_BAD_CONFIG,
+                                   "%s: two layers are named '%s' (layers %zu and %zu)", where,
+                                   m->layers[i].name, j, i);
+    }
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (m->layers[i].name[0] == '\0')
+            name_layer(m, &m->layers[i], &next[m->layers[i].kind]);
+    return STATUS_OK;
+}
+
+void job_model_done(job_model_t *m)
+{
+    if (m == NULL)
+        return;
+    free(m->layers);
+    free(m->keras_json);
+    free(m->keras_json_path);
+    memset(m, 0, sizeof(*m));
+}

@@ -1,0 +1,405 @@
+/* The model section of a job file: a list of layers (with the first layer's input_shape), or
+ * {layers, input_shape}, or {keras_json: PATH} naming a Keras model.to_json() document (read from
+ * the files supplied with the job first, then from disk). Each layer's options are read through
+ * the layer table (layers.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "job/initializer.h"
+#include "job/internal.h"
+#include "job/layers.h"
+
+/* An initializer: a name ("he_normal") or {name: {parameters}}. */
+static status_t node_init(job_ctx_t *c, const job_node_t *n, job_init_t *ret)
+{
+    size_t n_names, old = c->path_len;
+    const char *const *names = job_init_names(&n_names);
+    const job_init_info_t *info;
+    const job_node_t *opts;
+    const char *keys[3];
+    size_t n_keys = 0;
+    job_init_t init = {0};
+    int64_t seed = -1;
+    int index;
+    status_msg_t why;
+    status_t rc;
+
+    STATUS_CHECK(job_tree_variant(c, n, "initializer", names, n_names, true, &index, &opts));
+    info = job_init_find(names[index]);
+    init.kind = info->kind;
+    init.a = info->a_default;
+    init.b = info->b_default;
+    if (info->seeded)
+        keys[n_keys++] = "seed";
+    if (info->a_key != NULL)
+        keys[n_keys++] = info->a_key;
+    if (info->b_key != NULL)
+        keys[n_keys++] = info->b_key;
+    rc = job_tree_check_map(c, opts, keys, n_keys, true);
+    if (rc == STATUS_OK && info->a_key != NULL)
+        rc = job_tree_get_double(c, opts, info->a_key, info->kind == JOB_INIT_CONSTANT, &init.a);
+    if (rc == STATUS_OK && info->b_key != NULL)
+        rc = job_tree_get_double(c, opts, info->b_key, false, &init.b);
+    if (rc == STATUS_OK && info->seeded)
+        rc = job_tree_get_i64(c, opts, "seed", false, 0, &seed);
+    job_tree_pop(c, old);
+    STATUS_CHECK(rc);
+    init.has_seed = seed >= 0;
+    init.seed = init.has_seed ? (uint64_t)seed : 0;
+    if (initializer_check(&init, &why) != STATUS_OK)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line, "%s: %s", c->path, why.text);
+    *ret = init;
+    return STATUS_OK;
+}
+
+static status_t get_init(job_ctx_t *c, const job_node_t *map, const char *key, job_init_t *ret)
+{
+    size_t old;
+    const job_node_t *n = job_tree_enter(c, map, key, &old);
+    status_t rc;
+
+    if (n == NULL)
+        return STATUS_OK;
+    rc = node_init(c, n, ret);
+    job_tree_pop(c, old);
+    return rc;
+}
+
+static status_t node_activation(job_ctx_t *c, const job_node_t *n, job_activation_t *ret)
+{
+    int i;
+
+    STATUS_CHECK(job_tree_name(c, n, "activation", job_activation_names,
+                               JOB_N_OF(job_activation_names), &i));
+    *ret = (job_activation_t)i;
+    return STATUS_OK;
+}
+
+static status_t get_activation(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                               job_activation_t *ret)
+{
+    size_t old;
+    const job_node_t *n = job_tree_enter(c, map, key, &old);
+    status_t rc;
+
+    if (n == NULL)
+        return required ? job_tree_missing(c, map, key) : STATUS_OK;
+    rc = node_activation(c, n, ret);
+    job_tree_pop(c, old);
+    return rc;
+}
+
+static status_t get_padding(job_ctx_t *c, const job_node_t *map, const char *key, bool *ret_same)
+{
+    static const char *const paddings[] = {"valid", "same"};
+    const job_node_t *n = job_tree_child(map, key);
+    size_t old;
+    int i;
+    status_t rc;
+
+    if (!job_tree_given(n))
+        return STATUS_OK;
+    old = job_tree_push_key(c, key);
+    rc = job_tree_name(c, n, "padding", paddings, JOB_N_OF(paddings), &i);
+    job_tree_pop(c, old);
+    if (rc == STATUS_OK)
+        *ret_same = i == 1;
+    return rc;
+}
+
+/* ---- a layer's options in the job tree (job_layer_reader_t) ---- */
+
+typedef struct tree_reader {
+    job_layer_reader_t base;
+    job_ctx_t *c;
+    const job_node_t *opts;
+} tree_reader_t;
+
+static tree_reader_t *tree_reader(job_layer_reader_t *r)
+{
+    return (tree_reader_t *)r;
+}
+
+static status_t tree_get_int(job_layer_reader_t *r, const char *key, bool required, int lo,
+                             int *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    return job_tree_get_int(t->c, t->opts, key, required, lo, ret);
+}
+
+static status_t tree_get_seed(job_layer_reader_t *r, const char *key, uint64_t *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    int64_t seed = -1;
+
+    STATUS_CHECK(job_tree_get_i64(t->c, t->opts, key, false, 0, &seed));
+    if (seed >= 0)
+        *ret = (uint64_t)seed;
+    return STATUS_OK;
+}
+
+static status_t tree_get_number(job_layer_reader_t *r, const char *key, bool required, double *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    return job_tree_get_double(t->c, t->opts, key, required, ret);
+}
+
+static status_t tree_get_bool(job_layer_reader_t *r, const char *key, bool *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    return job_tree_get_bool(t->c, t->opts, key, ret);
+}
+
+static status_t tree_get_pair(job_layer_reader_t *r, const char *key, bool required, int ret[2])
+{
+    tree_reader_t *t = tree_reader(r);
+    return job_tree_get_pair(t->c, t->opts, key, required, ret);
+}
+
+static status_t tree_get_shape(job_layer_reader_t *r, const char *key, int *ret, int *ret_rank)
+{
+    tree_reader_t *t = tree_reader(r);
+    size_t old;
+    const job_node_t *n = job_tree_enter(t->c, t->opts, key, &old);
+    status_t rc;
+
+    if (n == NULL)
+        return job_tree_missing(t->c, t->opts, key);
+    rc = job_tree_ints(t->c, n, JOB_MAX_RANK, 1, true, ret, ret_rank);
+    job_tree_pop(t->c, old);
+    return rc;
+}
+
+static status_t tree_get_activation(job_layer_reader_t *r, const char *key, bool required,
+                                    job_activation_t *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    return get_activation(t->c, t->opts, key, required, ret);
+}
+
+static status_t tree_get_padding(job_layer_reader_t *r, const char *key, bool *ret_same)
+{
+    tree_reader_t *t = tree_reader(r);
+    return get_padding(t->c, t->opts, key, ret_same);
+}
+
+static status_t tree_get_init(job_layer_reader_t *r, const char *key, job_init_t *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    return get_init(t->c, t->opts, key, ret);
+}
+
+static status_t tree_invalid(job_layer_reader_t *r, const char *key, const char *expected)
+{
+    tree_reader_t *t = tree_reader(r);
+    size_t old = job_tree_push_key(t->c, key);
+    status_t rc = job_tree_type_error(t->c, job_tree_child(t->opts, key), expected);
+
+    job_tree_pop(t->c, old);
+    return rc;
+}
+
+static const job_layer_reader_ops_t tree_reader_ops = {
+    tree_get_int,   tree_get_seed,       tree_get_number,  tree_get_bool, tree_get_pair,
+    tree_get_shape, tree_get_activation, tree_get_padding, tree_get_init, tree_invalid,
+};
+
+/* Reads a layer's options: its name, then what its kind reads. */
+static status_t layer_options(job_ctx_t *c, const job_node_t *opts, job_layer_t *l,
+                              int *ret_input_length)
+{
+    const job_layer_info_t *info = job_layer_info(l->kind);
+    const char *keys[JOB_LAYER_MAX_KEYS + 1], *name = NULL;
+    tree_reader_t reader = {{&tree_reader_ops}, c, opts};
+
+    memcpy(keys, info->keys, info->n_keys * sizeof(*keys));
+    keys[info->n_keys] = "name";
+    STATUS_CHECK(job_tree_check_map(c, opts, keys, info->n_keys + 1, true));
+    STATUS_CHECK(job_tree_get_string(c, opts, "name", false, &name));
+    if (name != NULL && strlen(name) >= sizeof(l->name))
+        return tree_invalid(&reader.base, "name", "a name of at most 63 characters");
+    if (name != NULL)
+        strcpy(l->name, name);
+    return info->read(&reader.base, l, ret_input_length);
+}
+
+/* Sets the model's input shape from `n` (a shape list), which must be the only source of it. */
+static status_t set_input_shape(job_ctx_t *c, job_model_t *m, const job_node_t *n)
+{
+    size_t old = job_tree_push_key(c, "input_shape");
+    status_t rc = STATUS_OK;
+
+    if (m->input_rank > 0)
+        rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line, "%s: the input shape is given twice",
+                           c->path);
+    if (rc == STATUS_OK)
+        rc = job_tree_ints(c, n, JOB_MAX_RANK, 1, false, m->input_shape, &m->input_rank);
+    job_tree_pop(c, old);
+    return rc;
+}
+
+/* One list item: `flatten`, or {LAYER: {options}} with input_shape beside it on the first. */
+static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, job_model_t *m)
+{
+    static const char *const item_keys[] = {"input_shape"};
+    const job_node_t *opts = NULL, *shape = NULL;
+    const job_node_entry_t *layer_entry = NULL;
+    job_node_t empty = {.kind = JOB_NODE_MAP, .line = item->line};
+    const char *names[JOB_LAYER_KINDS];
+    job_layer_t *l;
+    int kind = 0, input_length = 0;
+
+    job_layer_names(names, false);
+    if (item->kind == JOB_NODE_SCALAR) {
+        STATUS_CHECK(job_tree_name(c, item, "layer", names, JOB_LAYER_KINDS, &kind));
+    } else if (item->kind == JOB_NODE_MAP) {
+        for (size_t i = 0; i < item->n; i++) {
+            const job_node_entry_t *e = &item->entries[i];
+            job_node_t key = {.kind = JOB_NODE_SCALAR, .line = e->line, .text = e->key};
+            if (strcmp(e->key, item_keys[0]) == 0) {
+                shape = e->value;
+                continue;
+            }
+            if (job_suggest(e->key, item_keys, 1) != NULL)
+                return job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
+                                     "%s: unknown key '%s' (did you mean 'input_shape'?)", c->path,
+                                     e->key);
+            if (layer_entry != NULL)
+                return job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
+                                     "%s: one layer per list item, got '%s' and '%s'", c->path,
+                                     layer_entry->key, e->key);
+            STATUS_CHECK(job_tree_name(c, &key, "layer", names, JOB_LAYER_KINDS, &kind));
+            layer_entry = e;
+        }
+        if (layer_entry == NULL)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, item->line, "%s: no layer named", c->path);
+        opts = layer_entry->value;
+    } else {
+        return job_tree_type_error(c, item,
+                                   "a layer: {dense: {units: 10}} or a bare name like flatten");
+    }
+    if (job_tree_given(shape) && index > 0)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, item->line,
+                             "%s: input_shape belongs on the first layer only", c->path);
+    if (job_tree_given(shape))
+        STATUS_CHECK(set_input_shape(c, m, shape));
+    STATUS_CHECK(job_model_add_layer(m, (job_layer_kind_t)kind, c->file, &l, c->err));
+    {
+        size_t old = job_tree_push_key(c, names[kind]);
+        status_t rc = layer_options(c, job_tree_given(opts) ? opts : &empty, l, &input_length);
+        job_tree_pop(c, old);
+        STATUS_CHECK(rc);
+    }
+    if (input_length > 0 && index == 0) {
+        if (m->input_rank > 0 && (m->input_rank != 1 || m->input_shape[0] != input_length))
+            return job_tree_fail(c, STATUS_BAD_CONFIG, item->line,
+                                 "%s: embedding.input_length %d disagrees with input_shape",
+                                 c->path, input_length);
+        m->input_rank = 1;
+        m->input_shape[0] = input_length;
+    }
+    return STATUS_OK;
+}
+
+static status_t parse_layers(job_ctx_t *c, const job_node_t *list, job_model_t *m)
+{
+    if (list->kind != JOB_NODE_SEQ)
+        return job_tree_type_error(c, list, "a list of layers");
+    for (size_t i = 0; i < list->n; i++) {
+        size_t old = job_tree_push_index(c, i);
+        status_t rc = parse_layer(c, list->items[i], i, m);
+        job_tree_pop(c, old);
+        STATUS_CHECK(rc);
+    }
+    return STATUS_OK;
+}
+
+static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, job_model_t *m)
+{
+    char *path = NULL, *text = NULL;
+    size_t len = 0, old;
+    status_t rc;
+
+    STATUS_CHECK(job_tree_get_path(c, map, "keras_json", true, &path));
+    rc = STATUS_NOT_FOUND;
+    for (size_t i = 0; i < c->n_files && rc != STATUS_OK; i++) { /* the first of that path */
+        if (c->files[i].path == NULL || strcmp(c->files[i].path, path) != 0)
+            continue;
+        text = malloc(c->files[i].len + 1);
+        if (text == NULL) {
+            free(path);
+            return status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
+        }
+        if (c->files[i].len > 0)
+            memcpy(text, c->files[i].data, c->files[i].len);
+        text[c->files[i].len] = '\0';
+        len = c->files[i].len;
+        rc = STATUS_OK;
+    }
+    if (rc != STATUS_OK)
+        rc = file_read_all(path, "keras_json file", JOB_MAX_FILE_BYTES, &text, &len, c->err);
+    if (rc != STATUS_OK) {
+        char why[sizeof(c->err->text)];
+        old = job_tree_push_key(c, "keras_json");
+        snprintf(why, sizeof(why), "%s", c->err != NULL ? c->err->text : "");
+        job_tree_fail(c, rc, job_tree_child(map, "keras_json")->line, "%s: %s", c->path, why);
+        job_tree_pop(c, old);
+    }
+    if (rc == STATUS_OK) {
+        rc = job_parse_keras_json(text, len, path, m, c->err);
+        if (rc == STATUS_OK) {
+            m->keras_json_path = path;
+            path = NULL;
+        }
+        if (rc != STATUS_OK && c->err != NULL) {
+            char why[sizeof(c->err->text)];
+            old = job_tree_push_key(c, "keras_json");
+            snprintf(why, sizeof(why), "%s", c->err->text);
+            job_tree_fail(c, rc, job_tree_child(map, "keras_json")->line, "%s: %s", c->path, why);
+            job_tree_pop(c, old);
+        }
+    }
+    free(text);
+    free(path);
+    return rc;
+}
+
+status_t job_parse_model(job_ctx_t *c, const job_node_t *n, job_model_t *m)
+{
+    static const char *const model_keys[] = {"keras_json", "layers", "input_shape"};
+    char where[400];
+    const job_node_t *layers, *shape;
+
+    if (n->kind == JOB_NODE_MAP) {
+        STATUS_CHECK(job_tree_check_map(c, n, model_keys, JOB_N_OF(model_keys), false));
+        if (job_tree_child(n, "keras_json") != NULL) {
+            if (n->n > 1)
+                return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                     "%s: keras_json stands alone: the layers and input shape come "
+                                     "from the Keras file",
+                                     c->path);
+            return parse_keras_file(c, n, m);
+        }
+        layers = job_tree_child(n, "layers");
+        if (!job_tree_given(layers))
+            return job_tree_missing(c, n, "layers");
+        shape = job_tree_child(n, "input_shape");
+        if (job_tree_given(shape))
+            STATUS_CHECK(set_input_shape(c, m, shape));
+        {
+            size_t old = job_tree_push_key(c, "layers");
+            status_t rc = parse_layers(c, layers, m);
+            job_tree_pop(c, old);
+            STATUS_CHECK(rc);
+        }
+    } else if (n->kind == JOB_NODE_SEQ) {
+        STATUS_CHECK(parse_layers(c, n, m));
+    } else {
+        return job_tree_type_error(c, n, "a list of layers or {keras_json: PATH}");
+    }
+    snprintf(where, sizeof(where), "%s:%d: %s", c->file, n->line, c->path);
+    return job_model_finish(m, where, c->err);
+}
