@@ -18,6 +18,7 @@
 #include "base/memory.h"
 #include "rpc/optimizer_proto.h"
 #include "store.h"
+#include "store_stats.h"
 #include "tessera/v1/ps.pb-c.h"
 #include "rpc/server.h"
 

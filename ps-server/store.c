@@ -9,6 +9,7 @@
  * the first change, so a create either happens whole or not at all. */
 #define _GNU_SOURCE /* pthread_rwlockattr_setkind_np: writer-preferring locks */
 #include "store_internal.h"
+#include "store_stats.h"
 
 #include <inttypes.h>
 #include <pthread.h>

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job/job.h"
+#include "job/initializer.h"
 #include "daemon/metrics.h"
 #include "optim/optimizer.h"
 #include "base/status.h"
@@ -95,24 +95,6 @@ typedef struct store_value {
     uint64_t version;
 } store_value_t;
 
-/* What store_stats reports per shard; strings and shape are valid during the callback only.
- * bytes_pulled counts the value bytes sent, bytes_pushed the gradient bytes received (values
- * and row indices), so sparse traffic counts only the rows it moved. */
-typedef struct store_shard_stats {
-    const char *job, *variable;
-    int shard;
-    size_t rank;
-    const int64_t *shape;
-    uint64_t version, value_bytes, slot_bytes;
-    uint64_t pulls, pushes, bytes_pulled, bytes_pushed;
-} store_shard_stats_t;
-
-typedef struct store_totals {
-    uint64_t param_bytes, slot_bytes;
-    uint64_t overhead_bytes; /* bookkeeping per shard and variable, counted against max_bytes */
-    size_t jobs, variables, shards;
-} store_totals_t;
-
 /* Creates an empty store. apply_seconds (may be NULL) is a histogram that observes the time of
  * each shard update. Returns NULL when out of memory. */
 store_t *store_new(const store_limits_t *limits, metric_t *apply_seconds);
@@ -150,13 +132,5 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
 
 /* Frees every shard of job; *ret_shards (may be NULL) gets how many. NOT_FOUND if unknown. */
 status_t store_drop_job(store_t *s, const char *job, size_t *ret_shards, store_err_t *err);
-
-/* Calls cb for each shard of `job` (NULL or "" = every job) in creation order, under the store
- * read lock: cb must not call the store. NOT_FOUND for an unknown job. */
-typedef void (*store_stats_cb)(const store_shard_stats_t *st, void *arg);
-status_t store_stats(store_t *s, const char *job, store_stats_cb cb, void *arg, store_err_t *err);
-
-/* Sums over the whole store. */
-void store_totals(store_t *s, store_totals_t *ret);
 
 #endif

@@ -11,8 +11,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job/job.h"
 #include "base/status.h"
+
+typedef enum {
+    JOB_INIT_DEFAULT, /* the layer's Keras default */
+    JOB_INIT_ZEROS,
+    JOB_INIT_ONES,
+    JOB_INIT_CONSTANT, /* value */
+    JOB_INIT_GLOROT_UNIFORM,
+    JOB_INIT_GLOROT_NORMAL,
+    JOB_INIT_HE_UNIFORM,
+    JOB_INIT_HE_NORMAL,
+    JOB_INIT_RANDOM_UNIFORM, /* minval, maxval */
+    JOB_INIT_RANDOM_NORMAL,  /* mean, stddev */
+} job_init_kind_t;
+
+typedef struct job_init {
+    job_init_kind_t kind;
+    double a, b; /* value | minval, maxval | mean, stddev */
+    bool has_seed;
+    uint64_t seed;
+} job_init_t;
 
 /* Fills v[0..n) with init (its kind JOB_INIT_DEFAULT replaced by dflt) as Keras would:
  * zeros, ones, constant a, Glorot/He uniform (limit sqrt(6 / (fan_in + fan_out)) or

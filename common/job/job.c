@@ -16,6 +16,7 @@
 #include "base/file.h"
 #include "job/initializer.h"
 #include "job/internal.h"
+#include "job/tree.h"
 #include "job/layers.h"
 
 static void source_done(job_source_t *s)

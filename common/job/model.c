@@ -10,6 +10,7 @@
 #include "base/file.h"
 #include "job/initializer.h"
 #include "job/internal.h"
+#include "job/tree.h"
 #include "job/layers.h"
 
 /* An initializer: a name ("he_normal") or {name: {parameters}}. */

@@ -12,8 +12,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job/job.h"
 #include "base/status.h"
+
+typedef enum {
+    JOB_PARTITIONER_NONE,
+    JOB_PARTITIONER_MIN_SIZE, /* min_shard_bytes, max_shards */
+    JOB_PARTITIONER_MAX_SIZE, /* max_shard_bytes, max_shards */
+    JOB_PARTITIONER_FIXED,    /* num_shards */
+} job_partitioner_kind_t;
+
+typedef struct job_partitioner {
+    job_partitioner_kind_t kind;
+    int64_t min_shard_bytes, max_shard_bytes;
+    int max_shards, num_shards;
+} job_partitioner_t;
 
 /* How many shards TensorFlow's partitioner `p` makes of a variable of `shape` (rank dims) whose
  * elements take elem_bytes each:

@@ -15,6 +15,7 @@
 
 #include "base/parse.h"
 #include "job/internal.h"
+#include "job/tree.h"
 
 /* Deeper nesting than any job needs; a bound keeps hostile input off the C stack. */
 #define MAX_DEPTH 32

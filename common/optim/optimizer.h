@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "optim/schedule.h"
 
 typedef enum {
     OPTIMIZER_SGD,
@@ -23,29 +24,6 @@ typedef enum {
     OPTIMIZER_ADAGRAD,
     OPTIMIZER_RMSPROP,
 } optimizer_kind_t;
-
-typedef enum {
-    LR_CONSTANT,          /* lr */
-    LR_LINEAR_WARMUP,     /* initial_lr -> lr linearly over warmup_steps, then lr */
-    LR_EXPONENTIAL_DECAY, /* initial_lr * decay_rate ^ (step / decay_steps), floored if staircase */
-    /* values[i] while step <= boundaries[i] (Keras PiecewiseConstantDecay) */
-    LR_PIECEWISE_CONSTANT,
-} lr_kind_t;
-
-#define LR_MAX_PIECES 16
-
-typedef struct lr_schedule {
-    lr_kind_t kind;
-    double lr;         /* constant; the target of warmup */
-    double initial_lr; /* warmup start; exponential decay start */
-    int64_t warmup_steps;
-    int64_t decay_steps;
-    double decay_rate;
-    bool staircase;
-    size_t n_boundaries; /* piecewise: n_boundaries + 1 values */
-    int64_t boundaries[LR_MAX_PIECES];
-    double values[LR_MAX_PIECES + 1];
-} lr_schedule_t;
 
 typedef struct optimizer_config {
     optimizer_kind_t kind;

@@ -14,6 +14,7 @@
 #include "optim/optimizer.h"
 #include "job/partitioner.h"
 #include "store.h"
+#include "store_stats.h"
 
 #define MiB (1024 * 1024)
 

@@ -1,0 +1,79 @@
+/* A model as a job file or a Keras JSON document describes it: the input shape and a list of
+ * layers with their options (job/layers.c reads them from both formats). Shapes are checked by
+ * the engine's model builder, not here. */
+#ifndef TESSERA_JOB_MODEL_H
+#define TESSERA_JOB_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "job/initializer.h"
+
+#define JOB_MAX_RANK 4
+
+typedef enum {
+    JOB_LAYER_DENSE,
+    JOB_LAYER_CONV2D,
+    JOB_LAYER_MAX_POOLING2D,
+    JOB_LAYER_AVERAGE_POOLING2D,
+    JOB_LAYER_FLATTEN,
+    JOB_LAYER_RESHAPE,
+    JOB_LAYER_DROPOUT,
+    JOB_LAYER_EMBEDDING,
+    JOB_LAYER_GLOBAL_AVERAGE_POOLING1D,
+    JOB_LAYER_GLOBAL_AVERAGE_POOLING2D,
+    JOB_LAYER_ACTIVATION,
+    JOB_LAYER_KINDS /* how many there are */
+} job_layer_kind_t;
+
+typedef enum {
+    JOB_ACT_LINEAR,
+    JOB_ACT_RELU,
+    JOB_ACT_SIGMOID,
+    JOB_ACT_TANH,
+    JOB_ACT_SOFTMAX,
+} job_activation_t;
+
+typedef struct job_layer {
+    job_layer_kind_t kind;
+    char name[64];
+    job_activation_t activation;    /* dense, conv2d, activation */
+    bool use_bias;                  /* dense, conv2d (default true) */
+    int units;                      /* dense */
+    int filters;                    /* conv2d */
+    int kernel_size[2];             /* conv2d */
+    int strides[2];                 /* conv2d, pooling (pooling default = pool_size) */
+    bool padding_same;              /* conv2d, pooling: "same" (true) or "valid" */
+    int pool_size[2];               /* pooling */
+    int target_shape[JOB_MAX_RANK]; /* reshape (without the batch dimension) */
+    int target_rank;
+    double rate;                       /* dropout */
+    uint64_t dropout_seed;             /* dropout: 0 = from the job seed */
+    int input_dim, output_dim;         /* embedding */
+    job_init_t kernel_init, bias_init; /* dense, conv2d; embedding uses kernel_init */
+} job_layer_t;
+
+typedef struct job_model {
+    int input_shape[JOB_MAX_RANK]; /* without the batch dimension */
+    int input_rank;
+    bool input_is_int; /* embedding input: integer ids */
+    job_layer_t *layers;
+    size_t n_layers;
+    char *keras_json;      /* the model file's text when given by keras_json */
+    char *keras_json_path; /* ... and its path, resolved against the job file */
+} job_model_t;
+
+/* Parses a Keras `model.to_json()` document (Keras 2 / tf.keras or Keras 3, Sequential) into
+ * ret_model; `path` names it in messages. */
+status_t job_parse_keras_json(const char *text, size_t len, const char *path,
+                              job_model_t *ret_model, status_msg_t *err);
+
+void job_model_done(job_model_t *m);
+
+/* The job-file name of a kind ("dense") and of an activation ("relu"). */
+const char *job_layer_kind_name(job_layer_kind_t k);
+const char *job_activation_name(job_activation_t a);
+
+#endif
