@@ -216,7 +216,8 @@ static status_t layer_options(job_ctx_t *c, const job_node_t *opts, job_layer_t 
     const char *keys[JOB_LAYER_MAX_KEYS + 1], *name = NULL;
     tree_reader_t reader = {{&tree_reader_ops}, c, opts};
 
-    memcpy(keys, info->keys, info->n_keys * sizeof(*keys));
+    for (size_t i = 0; i < info->n_keys; i++)
+        keys[i] = info->keys[i];
     keys[info->n_keys] = "name";
     STATUS_CHECK(job_tree_check_map(c, opts, keys, info->n_keys + 1, true));
     STATUS_CHECK(job_tree_get_string(c, opts, "name", false, &name));

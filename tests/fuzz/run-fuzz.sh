@@ -37,8 +37,10 @@ args+=(${TESSERA_FUZZ_ARGS:-})
 dirs=("$work/new" "$seeds")
 [ -d "$regressions" ] && dirs+=("$regressions")
 
-# Undefined behaviour stops the run like a crash does (leaks are reported by libFuzzer itself).
+# Undefined behaviour stops the run like a crash does (leaks are reported by libFuzzer itself);
+# lsan.supp names the one leak at exit that is gRPC's, not ours.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$here/lsan.supp
 
 
 echo "fuzz $name ($mode): $bin ${args[*]} ${dirs[*]}"
