@@ -303,6 +303,31 @@ static status_t respond_with(rpc_ctx_t *ctx, ps_service_t *st, const ProtobufCMe
     return rc;
 }
 
+/* The tail of Pull and PushPull: resp's values list (*ret_n, *ret_values) describes the n values
+ * read into buf (none when vals is NULL: a Push without pull_after), then resp goes out with buf
+ * as its payload and the bytes count as pulled. buf is freed in every case; vr holds the list
+ * until the caller's values_done. */
+static status_t respond_values(rpc_ctx_t *ctx, ps_service_t *st, const ProtobufCMessage *resp,
+                               size_t *ret_n, Tessera__V1__PulledValue ***ret_values,
+                               values_reply_t *vr, const store_value_t *vals,
+                               const store_key_t *keys, size_t n, void *buf, size_t len)
+{
+    status_t rc;
+
+    if (vals != NULL) {
+        if (!values_init(vr, vals, keys, n)) {
+            free(buf);
+            return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+        }
+        *ret_n = n;
+        *ret_values = vr->ptrs;
+    }
+    rc = respond_with(ctx, st, resp, buf, len);
+    if (rc == STATUS_OK)
+        metric_add(st->pulled_bytes, (double)len);
+    return rc;
+}
+
 /* ---- CreateVariables ---------------------------------------------------------------------- */
 
 static status_t copy_shape(rpc_ctx_t *ctx, const char *v, const char *field, const int64_t *src,
@@ -426,16 +451,8 @@ static status_t on_pull(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
         rc = fail_store(ctx, &err);
         goto out;
     }
-    if (!values_init(&vr, vals, keys, n)) {
-        free(buf);
-        rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
-        goto out;
-    }
-    resp.n_values = n;
-    resp.values = vr.ptrs;
-    rc = respond_with(ctx, st, &resp.base, buf, out_len);
-    if (rc == STATUS_OK)
-        metric_add(st->pulled_bytes, (double)out_len);
+    rc = respond_values(ctx, st, &resp.base, &resp.n_values, &resp.values, &vr, vals, keys, n, buf,
+                        out_len);
 out:
     values_done(&vr);
     scratch_done(&sc);
@@ -526,18 +543,8 @@ static status_t do_push(rpc_ctx_t *ctx, const Tessera__V1__PushRequest *req, ps_
     metric_add(st->pushed_bytes, (double)len);
     resp.n_versions = n;
     resp.versions = versions;
-    if (pull_after) {
-        if (!values_init(&vr, vals, keys, n)) {
-            free(buf);
-            rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
-            goto out;
-        }
-        resp.n_values = n;
-        resp.values = vr.ptrs;
-    }
-    rc = respond_with(ctx, st, &resp.base, buf, out_len);
-    if (rc == STATUS_OK)
-        metric_add(st->pulled_bytes, (double)out_len);
+    rc = respond_values(ctx, st, &resp.base, &resp.n_values, &resp.values, &vr,
+                        pull_after ? vals : NULL, keys, n, buf, out_len);
 out:
     values_done(&vr);
     scratch_done(&sc);
