@@ -1,8 +1,6 @@
 /* tessera cluster: one line per task with its role, index, address and health. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <grpc/grpc.h>
 
@@ -10,7 +8,6 @@
 #include "base/file.h"
 #include "daemon/cluster.h"
 #include "daemon/config.h"
-#include "base/log.h"
 #include "rpc/client.h"
 
 typedef struct cluster_cmd_opts {

@@ -18,12 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include "job/initializer.h"
-#include "job/partitioner.h"
-#include "rpc/types.h"
-#include "base/clock.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 

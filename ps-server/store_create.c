@@ -4,14 +4,11 @@
  * the three steps). */
 #define _GNU_SOURCE
 #include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
 #include "job/initializer.h"
 #include "job/partitioner.h"
-#include "rpc/types.h"
 #include "store_internal.h"
 
 static const char *dtype_name(Tessera__V1__DType d)

@@ -7,8 +7,6 @@
 #include <string.h>
 
 #include "base/clock.h"
-#include "job/initializer.h"
-#include "job/partitioner.h"
 #include "rpc/types.h"
 #include "store_internal.h"
 

@@ -1,8 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "base/net.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/parse.h"

@@ -6,8 +6,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -15,12 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
-#include "base/net.h"
 
 /* Label pairs per metric; more is certainly a mistake (and unbounded label sets hurt the
  * Prometheus server far more than they cost here). */

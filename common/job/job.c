@@ -5,19 +5,15 @@
 #define _POSIX_C_SOURCE 200809L
 #include "job/job.h"
 
-#include <errno.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/file.h"
-#include "job/initializer.h"
 #include "job/internal.h"
 #include "job/tree.h"
-#include "job/layers.h"
 
 static void source_done(job_source_t *s)
 {

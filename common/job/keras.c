@@ -5,14 +5,12 @@
  * channels_first, dilation, LoRA, quantization, masking, a frozen layer) is an error naming the
  * layer, so a model never trains differently from what its file says. */
 #define _POSIX_C_SOURCE 200809L
-#include "job/job.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "job/initializer.h"

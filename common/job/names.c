@@ -1,7 +1,6 @@
 /* The name tables and helpers both formats share (internal.h): initializer names in both
  * spellings, activation names, lookups, "did you mean" suggestions and lists of known names. */
 #define _POSIX_C_SOURCE 200809L
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 

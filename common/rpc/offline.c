@@ -3,22 +3,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include "rpc/server_internal.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <grpc/grpc_security.h>
-#include <grpc/support/alloc.h>
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "base/log.h"
 #include "rpc/offline.h"
-#include "tessera/v1/common.pb-c.h"
 #include "base/clock.h"
 
 /* An offline server counts as shut down with its queues closed: nothing is ever accepted, and

@@ -4,7 +4,6 @@
 #include "rpc/server_internal.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +11,10 @@
 #include <time.h>
 
 #include <grpc/grpc_security.h>
-#include <grpc/support/alloc.h>
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "base/log.h"
-#include "rpc/offline.h"
 #include "tessera/v1/common.pb-c.h"
 #include "base/clock.h"
 
