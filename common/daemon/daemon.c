@@ -2,6 +2,9 @@
 #include "daemon/daemon.h"
 
 #include <errno.h>
+#include <malloc.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 
 #include <grpc/grpc.h>
 
+#include "base/clock.h"
 #include "base/crc32c.h"
 #include "rpc/health.h"
 #include "base/log.h"
@@ -245,11 +249,53 @@ static void daemon_stop(daemon_t *d)
     metrics_free(d->metrics);
 }
 
-/* Waits for SIGTERM/SIGINT, pinging the systemd watchdog while every handler thread is alive. */
+/* Calls answered so far, over every method. */
+static uint64_t calls_answered(const rpc_server_t *s)
+{
+    uint64_t n = 0;
+    for (int id = 0; id < RPC_METHOD_COUNT_; id++) {
+        rpc_method_stats_t st;
+        rpc_server_stats(s, (rpc_method_id_t)id, &st);
+        n += st.calls;
+    }
+    return n;
+}
+
+/* Once a second: after a full second without a call, gives the free heap back to the kernel.
+ * Handler threads keep up to RPC_MALLOC_TRIM_THRESHOLD of freed heap each so that busy traffic
+ * does not fault its buffers in again (rpc/codec.c); a daemon at rest holds only what it uses.
+ * Busy, it never trims: some call arrives every second. */
+#define IDLE_TRIM_MS 1000
+
+typedef struct idle_trim {
+    uint64_t calls;
+    bool trimmed;
+} idle_trim_t;
+
+static void idle_trim_tick(idle_trim_t *t, const rpc_server_t *s)
+{
+    uint64_t calls = calls_answered(s);
+    if (calls != t->calls) {
+        t->calls = calls;
+        t->trimmed = false;
+        return;
+    }
+    if (!t->trimmed) {
+#ifdef __GLIBC__
+        malloc_trim(0);
+#endif
+        t->trimmed = true;
+    }
+}
+
+/* Waits for SIGTERM/SIGINT, pinging the systemd watchdog while every handler thread is alive and
+ * trimming the heap when idle. */
 static int wait_for_stop(daemon_t *d, const sigset_t *set)
 {
     uint64_t wd_usec = notify_watchdog_usec();
-    int64_t period_ms = wd_usec ? (int64_t)(wd_usec / 2000) : 3600 * 1000;
+    int64_t ping_ms = wd_usec ? (int64_t)(wd_usec / 2000) : INT64_MAX, last_ping = clock_now_ms();
+    int64_t period_ms = ping_ms < IDLE_TRIM_MS ? ping_ms : IDLE_TRIM_MS;
+    idle_trim_t trim = {calls_answered(d->rpc), true};
 
     for (;;) {
         struct timespec ts = {period_ms / 1000, (period_ms % 1000) * 1000000};
@@ -260,7 +306,11 @@ static int wait_for_stop(daemon_t *d, const sigset_t *set)
             LOG_NOTICE(MAIN, "SIGHUP: configuration reload is not supported; restart to apply");
             continue;
         }
-        if (sig < 0 && errno == EAGAIN && wd_usec) {
+        if (sig >= 0 || errno != EAGAIN)
+            continue;
+        idle_trim_tick(&trim, d->rpc);
+        if (wd_usec && clock_now_ms() - last_ping >= ping_ms) {
+            last_ping = clock_now_ms();
             /* Ping only while the queues turn: a wedged handler thread should get us killed. */
             if (rpc_server_alive(d->rpc, (int64_t)(wd_usec / 1000)))
                 notify_watchdog();

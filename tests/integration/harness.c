@@ -3,6 +3,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -250,4 +251,45 @@ int harness_free_port(void)
     port = ntohs(sa.sin_port);
     close(fd);
     return port;
+}
+
+rpc_channel_t *harness_channel(const launch_proc_t *p)
+{
+    rpc_channel_t *ch;
+    status_msg_t msg;
+    ck_assert_msg(rpc_channel_new(p->listen, NULL, &ch, &msg) == STATUS_OK, "channel to %s: %s",
+                  p->name, msg.text);
+    return ch;
+}
+
+uint64_t harness_resident_bytes(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kib = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "VmRSS: %" SCNu64 " kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib * 1024;
+}
+
+bool harness_instrumented(pid_t pid)
+{
+    char path[64], line[512];
+    bool found = false;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, "libasan") != NULL || strstr(line, "libtsan") != NULL ||
+                strstr(line, "vgpreload") != NULL;
+    fclose(f);
+    return found;
 }

@@ -6,8 +6,11 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #include "daemon/launch.h"
+#include "rpc/client.h"
 
 /* Path of a built program ("tessera-ps") under $TESSERA_BUILD_DIR. */
 const char *harness_program(const char *name);
@@ -45,5 +48,15 @@ bool harness_file_contains(const char *path, const char *needle);
 
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int harness_free_port(void);
+
+/* A gRPC channel to p's listen address; fails the test if it cannot be made. */
+rpc_channel_t *harness_channel(const launch_proc_t *p);
+
+/* The resident memory of process pid (VmRSS), in bytes. */
+uint64_t harness_resident_bytes(pid_t pid);
+
+/* True when pid runs under ASan, TSan or valgrind, whose shadow memory and quarantine make its
+ * resident memory meaningless. */
+bool harness_instrumented(pid_t pid);
 
 #endif

@@ -48,14 +48,6 @@ static int next_status(rpc_stream_t *s, int64_t wait_ms)
     return st;
 }
 
-static rpc_channel_t *channel_to(const launch_proc_t *p)
-{
-    rpc_channel_t *ch;
-    status_msg_t msg;
-    ck_assert_int_eq(rpc_channel_new(p->listen, NULL, &ch, &msg), STATUS_OK);
-    return ch;
-}
-
 START_TEST(health_watch_sees_not_serving_before_the_daemon_stops)
 {
     launch_proc_t ps;
@@ -68,7 +60,7 @@ START_TEST(health_watch_sees_not_serving_before_the_daemon_stops)
     int st = 0;
 
     harness_start(&ps, "tessera-ps", "ps-watch-sigterm", "--drain-delay=300ms", NULL);
-    ch = channel_to(&ps);
+    ch = harness_channel(&ps);
     s = watch(ch, "");
     ck_assert_int_eq(next_status(s, 5000), SERVING);
     t0 = clock_now_s();
@@ -100,7 +92,7 @@ START_TEST(health_watch_of_an_unknown_service_says_so_and_stays_open)
     rpc_error_t err;
 
     harness_start(&ps, "tessera-ps", "ps-watch-unknown", NULL);
-    ch = channel_to(&ps);
+    ch = harness_channel(&ps);
     unknown = watch(ch, "no.such.Service");
     known = watch(ch, "tessera.v1.ParameterServer");
     ck_assert_int_eq(next_status(unknown, 5000), SERVICE_UNKNOWN);
@@ -128,7 +120,7 @@ START_TEST(health_watch_cancelled_by_clients_leaves_the_daemon_healthy)
     int st = 0;
 
     harness_start(&ps, "tessera-ps", "ps-watch-cancel", NULL);
-    ch = channel_to(&ps);
+    ch = harness_channel(&ps);
     for (int i = 0; i < N; i++)
         s[i] = watch(ch, i % 2 ? "" : "tessera.v1.ParameterServer");
     for (int i = 0; i < N; i++)

@@ -1,5 +1,5 @@
-/* Optimizer kernels and schedules against values worked out by hand from the Keras 3 formulas
- * (keras/src/optimizers/{sgd,adam,adagrad,rmsprop}.py and schedules/learning_rate_schedule.py).
+/* Optimizer kernels against values worked out by hand from the Keras 3 formulas
+ * (keras/src/optimizers/{sgd,adam,adagrad,rmsprop}.py).
  * Most cases use parameters p = [1, 2] and gradient g = [0.5, -1] so the steps can be followed in
  * the comments. */
 #include <check.h>
@@ -10,32 +10,15 @@
 
 #include "check_run.h"
 #include "optim/optimizer.h"
+#include "optim_check.h"
 
 #define MAX_SLOTS 3
-
-static int close_enough(double got, double want)
-{
-    return fabs(got - want) <= 1e-6 * fabs(want) + 1e-12;
-}
-
-#define ASSERT_CLOSE(got, want)                                                                    \
-    ck_assert_msg(close_enough((got), (want)), "%s = %.10g, want %.10g", #got, (double)(got),      \
-                  (double)(want))
 
 static void assert_params(const float *got, const double *want, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         ck_assert_msg(close_enough(got[i], want[i]), "params[%zu] = %.10g, want %.10g", i,
                       (double)got[i], want[i]);
-}
-
-/* A config of `kind` with Keras's defaults and learning rate lr. */
-static optimizer_config_t config_with_lr(optimizer_kind_t kind, double lr)
-{
-    optimizer_config_t c;
-    optimizer_config_default(kind, &c);
-    c.schedule.lr = lr;
-    return c;
 }
 
 /* Runs `steps` dense updates of p = [1, 2] with g = [0.5, -1]; slots start as slots_init makes
@@ -497,109 +480,6 @@ START_TEST(rmsprop_adds_epsilon_inside_the_square_root)
 }
 END_TEST
 
-/* ---- learning-rate schedules -------------------------------------------------------------------
- */
-
-START_TEST(constant_rate_is_multiplied_by_lr_scale)
-{
-    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.01);
-
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.01);
-    c.lr_scale = 4.0;
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.04);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 123456), 0.04);
-}
-END_TEST
-
-START_TEST(linear_warmup_ramps_to_lr_and_stays)
-{
-    /* initial 0.1 -> lr 0.5 over 4 steps: 0.1 + 0.4 * step / 4 for step < 4, then 0.5. */
-    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.5);
-
-    c.schedule.kind = LR_LINEAR_WARMUP;
-    c.schedule.initial_lr = 0.1;
-    c.schedule.warmup_steps = 4;
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.1);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 1), 0.2);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 2), 0.3);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 3), 0.4);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 4), 0.5);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 1000), 0.5);
-    c.lr_scale = 2.0;
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 2), 0.6);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 4), 1.0);
-}
-END_TEST
-
-START_TEST(exponential_decay_is_continuous_unless_staircase)
-{
-    /* 0.1 * 0.5 ^ (step / 10): step 5 -> 0.1 * 0.5^0.5 = 0.0707106781, step 10 -> 0.05,
-     * step 25 -> 0.1 * 0.5^2.5 = 0.0176776695. Staircase floors the exponent: 9 -> 0.1,
-     * 10 -> 0.05, 19 -> 0.05, 25 -> 0.025. */
-    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 1.0);
-
-    c.schedule.kind = LR_EXPONENTIAL_DECAY;
-    c.schedule.initial_lr = 0.1;
-    c.schedule.decay_rate = 0.5;
-    c.schedule.decay_steps = 10;
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.1);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 5), 0.07071067812);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 10), 0.05);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 25), 0.01767766953);
-    c.schedule.staircase = true;
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 0.1);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 9), 0.1);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 10), 0.05);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 19), 0.05);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 25), 0.025);
-    c.lr_scale = 3.0;
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 10), 0.15);
-}
-END_TEST
-
-START_TEST(piecewise_constant_includes_each_boundary_in_the_piece_before)
-{
-    /* Keras's docstring example: boundaries [100000, 110000], values [1.0, 0.5, 0.1] is 1.0 for
-     * the first 100001 steps (0..100000), 0.5 for the next 10000, 0.1 after. */
-    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 1.0);
-
-    c.schedule.kind = LR_PIECEWISE_CONSTANT;
-    c.schedule.n_boundaries = 2;
-    c.schedule.boundaries[0] = 100000;
-    c.schedule.boundaries[1] = 110000;
-    c.schedule.values[0] = 1.0;
-    c.schedule.values[1] = 0.5;
-    c.schedule.values[2] = 0.1;
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 0), 1.0);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 100000), 1.0);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 100001), 0.5);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 110000), 0.5);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 110001), 0.1);
-    ASSERT_CLOSE(optimizer_learning_rate(&c, INT64_MAX), 0.1);
-    c.lr_scale = 2.0;
-    ASSERT_CLOSE(optimizer_learning_rate(&c, 100001), 1.0);
-}
-END_TEST
-
-START_TEST(updates_use_the_rate_scheduled_for_their_step)
-{
-    /* SGD with values [0.1, 0.01] split at boundary 0: step 0 moves w = 1 by 0.1 * 1 to 0.9,
-     * step 1 by 0.01 to 0.89. */
-    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 1.0);
-    float p = 1.0f, g = 1.0f;
-
-    c.schedule.kind = LR_PIECEWISE_CONSTANT;
-    c.schedule.n_boundaries = 1;
-    c.schedule.boundaries[0] = 0;
-    c.schedule.values[0] = 0.1;
-    c.schedule.values[1] = 0.01;
-    optimizer_apply_dense(&c, 0, &p, &g, NULL, 1);
-    ASSERT_CLOSE(p, 0.9);
-    optimizer_apply_dense(&c, 1, &p, &g, NULL, 1);
-    ASSERT_CLOSE(p, 0.89);
-}
-END_TEST
-
 /* ---- row updates --------------------------------------------------------------------------------
  */
 
@@ -794,14 +674,6 @@ END_TEST
 /* ---- validation ---------------------------------------------------------------------------------
  */
 
-static void assert_rejected(const optimizer_config_t *c, const char *text)
-{
-    status_msg_t err;
-
-    ck_assert_int_eq(optimizer_config_validate(c, &err), STATUS_BAD_CONFIG);
-    ck_assert_msg(strstr(err.text, text) != NULL, "message \"%s\" lacks \"%s\"", err.text, text);
-}
-
 START_TEST(validate_names_bad_rates_and_factors)
 {
     optimizer_config_t c;
@@ -846,48 +718,6 @@ START_TEST(validate_names_bad_rates_and_factors)
     c = config_with_lr(OPTIMIZER_ADAM, 0.1);
     c.kind = (optimizer_kind_t)9;
     assert_rejected(&c, "optimizer.kind");
-}
-END_TEST
-
-START_TEST(validate_names_bad_schedules)
-{
-    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
-    status_msg_t err;
-
-    c.schedule.kind = LR_LINEAR_WARMUP;
-    c.schedule.initial_lr = 0.0; /* warming up from zero is the usual case */
-    c.schedule.warmup_steps = 0;
-    assert_rejected(&c, "optimizer.schedule.warmup_steps must be > 0, got 0");
-    c.schedule.warmup_steps = 100;
-    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
-
-    c.schedule.kind = LR_EXPONENTIAL_DECAY;
-    c.schedule.initial_lr = 0.1;
-    c.schedule.decay_rate = 0.9;
-    c.schedule.decay_steps = 0;
-    assert_rejected(&c, "optimizer.schedule.decay_steps must be > 0, got 0");
-    c.schedule.decay_steps = 1000;
-    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
-    c.schedule.decay_rate = 0.0;
-    assert_rejected(&c, "optimizer.schedule.decay_rate must be > 0, got 0");
-
-    c.schedule.kind = LR_PIECEWISE_CONSTANT;
-    c.schedule.n_boundaries = 2;
-    c.schedule.boundaries[0] = 10;
-    c.schedule.boundaries[1] = 10;
-    c.schedule.values[0] = 0.1;
-    c.schedule.values[1] = 0.01;
-    c.schedule.values[2] = 0.001;
-    assert_rejected(&c, "optimizer.schedule.boundaries must be strictly increasing");
-    c.schedule.boundaries[1] = 20;
-    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
-    c.schedule.values[1] = 0.0;
-    assert_rejected(&c, "optimizer.schedule.values[1] must be > 0, got 0");
-    c.schedule.values[1] = 0.01;
-    c.schedule.n_boundaries = LR_MAX_PIECES + 1;
-    assert_rejected(&c, "optimizer.schedule.n_boundaries must be in [1, 16], got 17");
-    c.schedule.n_boundaries = 0;
-    assert_rejected(&c, "optimizer.schedule.n_boundaries");
 }
 END_TEST
 
@@ -1031,11 +861,6 @@ int main(void)
     tcase_add_test(tc, rmsprop_centered_subtracts_the_squared_mean_gradient);
     tcase_add_test(tc, rmsprop_centered_with_momentum_keeps_three_slots);
     tcase_add_test(tc, rmsprop_adds_epsilon_inside_the_square_root);
-    tcase_add_test(tc, constant_rate_is_multiplied_by_lr_scale);
-    tcase_add_test(tc, linear_warmup_ramps_to_lr_and_stays);
-    tcase_add_test(tc, exponential_decay_is_continuous_unless_staircase);
-    tcase_add_test(tc, piecewise_constant_includes_each_boundary_in_the_piece_before);
-    tcase_add_test(tc, updates_use_the_rate_scheduled_for_their_step);
     tcase_add_loop_test(tc, rows_touching_every_row_once_equal_the_dense_update, 0, N_ROW_CONFIGS);
     tcase_add_test(tc, rows_leave_untouched_rows_and_their_slots_alone);
     tcase_add_test(tc, rows_sum_duplicate_indices_before_the_update);
@@ -1043,7 +868,6 @@ int main(void)
     tcase_add_test(tc, rows_reject_out_of_range_indices_before_changing_anything);
     tcase_add_test(tc, rows_with_no_indices_change_nothing);
     tcase_add_test(tc, validate_names_bad_rates_and_factors);
-    tcase_add_test(tc, validate_names_bad_schedules);
     tcase_add_test(tc, checks_find_the_first_element_an_update_would_break);
     tcase_add_test(tc, bounds_that_prove_an_update_safe_are_never_wrong);
     suite_add_tcase(s, tc);
