@@ -13,15 +13,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <grpc/grpc.h>
 
-#include "daemon/launch.h"
 #include "base/clock.h"
+#include "base/log.h"
+#include "daemon/launch.h"
+#include "rpc/types.h"
 
 #define PS_START_TIMEOUT_MS 15000
 #define PS_STOP_TIMEOUT_MS  10000
@@ -297,8 +302,8 @@ void fill_pattern(uint8_t *buf, size_t len)
     }
 }
 
-status_t bench_start_ps(const char *path, int threads, launch_proc_t *ps, char *ret_shown,
-                        size_t len, status_msg_t *err)
+static status_t start_ps(const char *path, int threads, launch_proc_t *ps, char *ret_shown,
+                         size_t len, status_msg_t *err)
 {
     char prog[4096], threads_flag[32];
     char *argv[] = {prog,         "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
@@ -315,7 +320,7 @@ status_t bench_start_ps(const char *path, int threads, launch_proc_t *ps, char *
     return STATUS_OK;
 }
 
-int bench_finish(const char *prog, launch_proc_t *ps, status_t rc, const status_msg_t *err)
+static int finish(const char *prog, launch_proc_t *ps, status_t rc, const status_msg_t *err)
 {
     int st = 0;
     if (launch_stop(ps, SIGTERM, PS_STOP_TIMEOUT_MS, &st) != STATUS_OK || !WIFEXITED(st) ||
@@ -328,4 +333,38 @@ int bench_finish(const char *prog, launch_proc_t *ps, status_t rc, const status_
         fprintf(stderr, "%s: %s\n", prog, err->text);
     fflush(stdout);
     return rc == STATUS_OK ? 0 : 1;
+}
+
+int bench_against_ps(const char *prog, const char *title, const char *client_line,
+                     const char *ps_path, int threads, bench_body_fn body, const void *opts)
+{
+    char shown[PATH_MAX];
+    status_msg_t err = {0};
+    launch_proc_t ps;
+    struct utsname un;
+    status_t rc;
+
+    signal(SIGPIPE, SIG_IGN);
+    log_set_identity(prog, -1);
+    log_set_level(LOG_LEVEL_WARNING);
+    if (uname(&un) != 0)
+        snprintf(un.release, sizeof(un.release), "?");
+    printf("%s\n", title);
+    printf("  host     Linux %s, %ld CPUs online, gRPC core %s\n", un.release,
+           sysconf(_SC_NPROCESSORS_ONLN), grpc_version_string());
+    printf("  client   %s\n", client_line);
+    printf("  units    MB/s = 10^6 bytes per second; MiB = 2^20 bytes\n");
+    /* The daemon is spawned before gRPC starts its threads here. */
+    rc = start_ps(ps_path, threads, &ps, shown, sizeof(shown), &err);
+    if (rc != STATUS_OK) {
+        fprintf(stderr, "%s: %s\n", prog, err.text);
+        return 1;
+    }
+    printf("  server   %s --threads=%d, pid %d, gRPC on %s\n", shown, threads, (int)ps.pid,
+           ps.listen);
+    rpc_log_init();
+    grpc_init();
+    rc = body(opts, ps.listen, &err);
+    grpc_shutdown();
+    return finish(prog, &ps, rc, &err);
 }

@@ -43,14 +43,15 @@ int free_port(void);
  * `seconds`; *ret_mbps is what the client reports received, in MB/s. */
 status_t run_iperf(long seconds, double *ret_mbps, status_msg_t *err);
 
-/* Starts the tessera-ps at path (NULL: the one beside this program) on 127.0.0.1 with `threads`
- * handler threads and waits for it to be ready; ret_shown gets its resolved path (len >=
- * PATH_MAX). */
-status_t bench_start_ps(const char *path, int threads, launch_proc_t *ps, char *ret_shown,
-                        size_t len, status_msg_t *err);
+/* What a benchmark measures once its tessera-ps is up, against target. */
+typedef status_t (*bench_body_fn)(const void *opts, const char *target, status_msg_t *err);
 
-/* Stops the server, reports an unclean stop or rc's error (err) on stderr, and returns the exit
- * status of a benchmark program: 0 when everything ran. */
-int bench_finish(const char *prog, launch_proc_t *ps, status_t rc, const status_msg_t *err);
+/* The main both PS benchmarks share, after their flags are parsed: prints the header (title,
+ * the host, client_line, units), starts the tessera-ps at ps_path (NULL: the one beside this
+ * program) on 127.0.0.1 with `threads` handler threads, runs body against it under gRPC, stops
+ * it, and reports an unclean stop or body's error on stderr as prog. Returns the exit status: 0
+ * when everything ran. */
+int bench_against_ps(const char *prog, const char *title, const char *client_line,
+                     const char *ps_path, int threads, bench_body_fn body, const void *opts);
 
 #endif

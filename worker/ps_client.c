@@ -332,6 +332,30 @@ static status_t apply_values(ps_client_t *c, lane_t *l, Tessera__V1__PulledValue
     return rc;
 }
 
+/* The ids of shard k's rows this step, as the next tensor of l's payload at *off. */
+static Tessera__V1__TensorRef *ids_ref(lane_t *l, size_t k, uint64_t *off, size_t *n_iov)
+{
+    const shard_ref_t *s = l->shard_of[k];
+    size_t bytes = s->n_local * sizeof(int64_t);
+
+    l->shapes[4 * k] = (int64_t)s->n_local;
+    tensor_ref(&l->refs_a[k], &l->shapes[4 * k], 1, *off, bytes, TESSERA__V1__DTYPE__DTYPE_INT64);
+    l->iov[(*n_iov)++] = (rpc_iov_t){s->local, bytes, NULL, NULL};
+    *off += bytes;
+    return &l->refs_a[k];
+}
+
+/* A call sending l's first n_iov payload pieces; values that come back land in l's buffer. */
+static rpc_call_opts_t lane_call_opts(const lane_t *l, size_t n_iov, bool receives)
+{
+    rpc_call_opts_t opts = {.payload = l->iov, .n_payload = n_iov};
+    if (receives) {
+        opts.recv_buf = l->recv_buf;
+        opts.recv_cap = l->recv_cap;
+    }
+    return opts;
+}
+
 static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
 {
     Tessera__V1__PullRequest req = TESSERA__V1__PULL_REQUEST__INIT;
@@ -351,12 +375,7 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
         if (l->var_of[k]->p->sparse) {
             if (s->n_local == 0)
                 continue;
-            l->shapes[4 * k] = (int64_t)s->n_local;
-            tensor_ref(&l->refs_a[k], &l->shapes[4 * k], 1, off, s->n_local * sizeof(int64_t),
-                       TESSERA__V1__DTYPE__DTYPE_INT64);
-            it->rows = &l->refs_a[k];
-            l->iov[n_iov++] = (rpc_iov_t){s->local, s->n_local * sizeof(int64_t), NULL, NULL};
-            off += s->n_local * sizeof(int64_t);
+            it->rows = ids_ref(l, k, &off, &n_iov);
         }
         l->pull_ptrs[n++] = it;
     }
@@ -365,10 +384,7 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
     req.job = c->job;
     req.n_items = n;
     req.items = l->pull_ptrs;
-    opts.payload = l->iov;
-    opts.n_payload = n_iov;
-    opts.recv_buf = l->recv_buf;
-    opts.recv_cap = l->recv_cap;
+    opts = lane_call_opts(l, n_iov, true);
     rc = rpc_ps_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
     if (rc != STATUS_OK)
         return status_fail(err, rc, "pull from ps %d (%s): %s", l->index, l->address, rerr.message);
@@ -413,27 +429,23 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
                 (rpc_iov_t){v->p->grad + (size_t)s->row_offset * v->row_len, bytes, NULL, NULL};
             off += bytes;
         } else {
-            size_t ib = s->n_local * sizeof(int64_t), vb = s->n_local * v->row_len * sizeof(float);
+            size_t vb = s->n_local * v->row_len * sizeof(float);
             if (s->n_local == 0)
                 continue;
             for (size_t r = 0; r < s->n_local; r++)
                 memcpy(s->values + r * v->row_len,
                        v->p->rows_grad + (size_t)s->slot[r] * v->row_len,
                        v->row_len * sizeof(float));
-            l->shapes[4 * k] = (int64_t)s->n_local;
-            l->shapes[4 * k + 1] = (int64_t)v->row_len;
             tessera__v1__row_slices__init(&l->slices[k]);
-            tensor_ref(&l->refs_a[k], &l->shapes[4 * k], 1, off, ib,
-                       TESSERA__V1__DTYPE__DTYPE_INT64);
-            tensor_ref(&l->refs_b[k], &l->shapes[4 * k], 2, off + ib, vb,
+            l->slices[k].indices = ids_ref(l, k, &off, &n_iov);
+            l->shapes[4 * k + 1] = (int64_t)v->row_len;
+            tensor_ref(&l->refs_b[k], &l->shapes[4 * k], 2, off, vb,
                        TESSERA__V1__DTYPE__DTYPE_FLOAT32);
-            l->slices[k].indices = &l->refs_a[k];
             l->slices[k].values = &l->refs_b[k];
             it->gradient_case = TESSERA__V1__PUSH_ITEM__GRADIENT_ROWS;
             it->rows = &l->slices[k];
-            l->iov[n_iov++] = (rpc_iov_t){s->local, ib, NULL, NULL};
             l->iov[n_iov++] = (rpc_iov_t){s->values, vb, NULL, NULL};
-            off += ib + vb;
+            off += vb;
         }
         l->push_ptrs[n++] = it;
     }
@@ -442,8 +454,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     req.job = c->job;
     req.n_items = n;
     req.items = l->push_ptrs;
-    opts.payload = l->iov;
-    opts.n_payload = n_iov;
+    opts = lane_call_opts(l, n_iov, c->push_pull);
     l->sent = true;
     if (!c->push_pull) {
         rc = rpc_ps_push(l->ch, &req, &opts, &resp, NULL, &rerr);
@@ -455,8 +466,6 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     }
     /* One round trip instead of two: the values come back updated, for the next step. */
     req.pull_after = true;
-    opts.recv_buf = l->recv_buf;
-    opts.recv_cap = l->recv_cap;
     rc = rpc_ps_push_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
     if (rc != STATUS_OK)
         return status_fail(err, rc, "push to ps %d (%s): %s", l->index, l->address, rerr.message);

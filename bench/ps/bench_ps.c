@@ -15,22 +15,15 @@
  * exit status is 0 unless something failed to run or a check found wrong values. Run it through
  * bench/ps/run.sh. */
 #define _GNU_SOURCE
-#include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <grpc/grpc.h>
-
 #include "bench_util.h"
-#include "base/log.h"
 #include "rpc/optimizer_proto.h"
 #include "rpc/client.h"
 #include "base/clock.h"
@@ -520,42 +513,24 @@ out:
     return rc;
 }
 
+static status_t body(const void *opts, const char *target, status_msg_t *err)
+{
+    return bench_all(opts, target, err);
+}
+
 int main(int argc, char **argv)
 {
     bench_opts_t o;
-    launch_proc_t ps;
-    status_msg_t err = {0};
-    status_t rc;
+    char client[128];
     int pr = parse_args(argc, argv, &o);
-    char shown[PATH_MAX];
-    struct utsname un;
 
     if (pr != 0) {
         if (pr == 1)
             usage(stdout);
         return pr == 1 ? 0 : 2;
     }
-    signal(SIGPIPE, SIG_IGN);
-    log_set_identity("bench-ps", -1);
-    log_set_level(LOG_LEVEL_WARNING);
-    if (uname(&un) != 0)
-        snprintf(un.release, sizeof(un.release), "?");
-    printf("Tessera parameter-server benchmark (bench/ps, bench-ps)\n");
-    printf("  host     Linux %s, %ld CPUs online, gRPC core %s\n", un.release,
-           sysconf(_SC_NPROCESSORS_ONLN), grpc_version_string());
-    printf("  client   this process; %ld rounds of %.0f s per measurement\n", o.rounds, o.seconds);
-    printf("  units    MB/s = 10^6 bytes per second; MiB = 2^20 bytes\n");
-    /* The daemon is spawned before gRPC starts its threads here. */
-    rc = bench_start_ps(o.ps_path, (int)o.ps_threads, &ps, shown, sizeof(shown), &err);
-    if (rc != STATUS_OK) {
-        fprintf(stderr, "bench-ps: %s\n", err.text);
-        return 1;
-    }
-    printf("  server   %s --threads=%ld, pid %d, gRPC on %s\n", shown, o.ps_threads, (int)ps.pid,
-           ps.listen);
-    rpc_log_init();
-    grpc_init();
-    rc = bench_all(&o, ps.listen, &err);
-    grpc_shutdown();
-    return bench_finish("bench-ps", &ps, rc, &err);
+    snprintf(client, sizeof(client), "this process; %ld rounds of %.0f s per measurement", o.rounds,
+             o.seconds);
+    return bench_against_ps("bench-ps", "Tessera parameter-server benchmark (bench/ps, bench-ps)",
+                            client, o.ps_path, (int)o.ps_threads, body, &o);
 }

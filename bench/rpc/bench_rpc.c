@@ -14,24 +14,16 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <grpc/grpc.h>
 
 #include "bench_util.h"
 #include "base/crc32c.h"
-#include "daemon/launch.h"
-#include "base/log.h"
 #include "rpc/client.h"
 #include "base/clock.h"
 
@@ -438,14 +430,6 @@ static void print_summary(const bench_opts_t *o, results_t *r)
            unary1 >= TARGET_UNARY_RATE ? "PASS" : "MISS");
 }
 
-static status_t start_ps(const bench_opts_t *o, launch_proc_t *ps, status_msg_t *err)
-{
-    char shown[PATH_MAX];
-    STATUS_CHECK(bench_start_ps(o->ps_path, 2, ps, shown, sizeof(shown), err));
-    printf("  server   %s --threads=2, pid %d, gRPC on %s\n", shown, (int)ps->pid, ps->listen);
-    return STATUS_OK;
-}
-
 /* Everything after the server is up: channels, integrity, the rounds, the summary. */
 static status_t bench_all(const bench_opts_t *o, const char *target, status_msg_t *err)
 {
@@ -485,42 +469,25 @@ out:
     return rc;
 }
 
+static status_t body(const void *opts, const char *target, status_msg_t *err)
+{
+    return bench_all(opts, target, err);
+}
+
 int main(int argc, char **argv)
 {
     bench_opts_t o;
-    launch_proc_t ps;
-    status_msg_t err = {0};
-    status_t rc;
+    char client[128];
     int pr = parse_args(argc, argv, &o);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    struct utsname un;
 
     if (pr != 0) {
         if (pr == 1)
             usage(stdout);
         return pr == 1 ? 0 : 2;
     }
-    signal(SIGPIPE, SIG_IGN);
-    log_set_identity("bench-rpc", -1);
-    log_set_level(LOG_LEVEL_WARNING);
-
-    if (uname(&un) != 0)
-        snprintf(un.release, sizeof(un.release), "?");
-    printf("Tessera RPC benchmark (bench/rpc)\n");
-    printf("  host     Linux %s, %ld CPUs online, gRPC core %s\n", un.release, cpus,
-           grpc_version_string());
-    printf("  client   this process; %ld rounds, %.1f s per measurement after %.1f s warm-up\n",
-           o.rounds, o.seconds, o.warmup_seconds);
-    printf("  units    MB/s = 10^6 bytes per second; MiB = 2^20 bytes\n");
-    /* The daemon is spawned before gRPC starts its threads here. */
-    rc = start_ps(&o, &ps, &err);
-    if (rc != STATUS_OK) {
-        fprintf(stderr, "bench-rpc: %s\n", err.text);
-        return 1;
-    }
-    rpc_log_init();
-    grpc_init();
-    rc = bench_all(&o, ps.listen, &err);
-    grpc_shutdown();
-    return bench_finish("bench-rpc", &ps, rc, &err);
+    snprintf(client, sizeof(client),
+             "this process; %ld rounds, %.1f s per measurement after %.1f s warm-up", o.rounds,
+             o.seconds, o.warmup_seconds);
+    return bench_against_ps("bench-rpc", "Tessera RPC benchmark (bench/rpc)", client, o.ps_path, 2,
+                            body, &o);
 }
