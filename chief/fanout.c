@@ -2,7 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 
-#include "internal.h"
+#include "fanout.h"
 
 static void *fanout_main(void *arg)
 {

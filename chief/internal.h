@@ -1,7 +1,7 @@
 /* The parts of the chief's coordinator, shared between its files:
  *   jobs.c       the job table: jobs, their states and events, what a client may queue
- *   fanout.c     one call to many tasks at once
- *   placement.c  the variables' shards: planned, created on the PS tasks, dropped
+ *   fanout.c     one call to many tasks at once (fanout.h)
+ *   placement.c  the variables' shards: planned, created on the PS tasks, dropped (placement.h)
  *   dispatch.c   the closure queue of an epoch: per-worker dispatchers, retry, staleness bound
  *   runner.c     running a job: configure the workers, place, train epochs, evaluate
  *   handlers.c   the Coordinator service's unary calls
@@ -107,44 +107,6 @@ chief_job_t *chief_next_queued(coordinator_t *c);
 
 /* Fills info from j; the strings point into j. c->mu held. */
 void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V1__JobProgress *pr);
-
-/* ---- fanout.c ----------------------------------------------------------------------------- */
-
-typedef struct fanout {
-    rpc_channel_t *ch;
-    rpc_method_id_t method;
-    const ProtobufCMessage *req;
-    ProtobufCMessage *resp;
-    int64_t timeout_ms;
-    status_t rc;
-    rpc_error_t err;
-    pthread_t tid;
-    bool started;
-} fanout_t;
-
-/* Sends every f[i].req at once and waits for all the answers. */
-void fanout_run(fanout_t *f, size_t n);
-void fanout_done(fanout_t *f, size_t n);
-
-/* ---- placement.c -------------------------------------------------------------------------- */
-
-typedef struct plan {
-    Tessera__V1__ShardPlacement *places;
-    Tessera__V1__ShardPlacement **place_ptrs;
-    size_t n_places;
-    Tessera__V1__VariableShard *shards; /* one per place, in the same order */
-    int64_t *shapes;                    /* 4 per place */
-} plan_t;
-
-/* Shards each variable the workers described with the job's partitioner, round robin over the
- * PS tasks. */
-status_t placement_plan(coordinator_t *c, chief_job_t *j,
-                        const Tessera__V1__ConfigureJobResponse *vars, plan_t *plan,
-                        status_msg_t *err);
-void placement_done(plan_t *p);
-/* One CreateVariables call per PS, with the job's optimizer. */
-status_t placement_create(coordinator_t *c, chief_job_t *j, const plan_t *plan, status_msg_t *err);
-void placement_drop(coordinator_t *c, chief_job_t *j);
 
 /* ---- runner.c ----------------------------------------------------------------------------- */
 

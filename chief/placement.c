@@ -4,7 +4,9 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "fanout.h"
 #include "internal.h"
+#include "placement.h"
 #include "job/partitioner.h"
 #include "rpc/optimizer_proto.h"
 

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 
 #include "dispatch.h"
+#include "fanout.h"
 #include "internal.h"
+#include "placement.h"
 
 void chief_cancel_workers(coordinator_t *c, chief_job_t *j)
 {
