@@ -162,6 +162,12 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "%s: strategy %s is not available on a parameter-server cluster yet",
                          req->job_path, "mirrored/central_storage/multi_worker_mirrored");
+    /* tessera train writes them; the chief's writer is not built yet. */
+    if (rc == STATUS_OK && j->job.tensorboard_logdir != NULL)
+        rc = status_fail(err, STATUS_BAD_CONFIG,
+                         "%s: tensorboard: the chief does not write TensorBoard events yet "
+                         "(tessera train does); remove the section to run on the cluster",
+                         req->job_path[0] ? req->job_path : "job");
     if (rc == STATUS_OK)
         rc = copy_files(req, j, err);
     if (rc != STATUS_OK) {

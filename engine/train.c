@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "backend.h"
 #include "blas.h"
+#include "files/tensorboard.h"
 #include "trainer.h"
 
 /* The synchronous strategies need replicas and all-reduce, which are not built yet: running such
@@ -53,6 +54,44 @@ static void count_step(train_progress_t *pr, const model_stats_t *st, const data
     pr->examples_per_second = sums[2] / (clock_now_s() - epoch_t0);
 }
 
+/* The job's TensorBoard run, or NULL without a tensorboard section. */
+static status_t open_tensorboard(const job_t *job, tb_run_t **ret, status_msg_t *err)
+{
+    tb_opts_t o = {.logdir = job->tensorboard_logdir,
+                   .job = job->name ? job->name : "job",
+                   .update_freq = job->tensorboard_update_freq,
+                   .histogram_freq = job->tensorboard_histogram_freq,
+                   .accuracy = job->loss != JOB_LOSS_MSE};
+
+    *ret = NULL;
+    return job->tensorboard_logdir != NULL ? tb_open(&o, ret, err) : STATUS_OK;
+}
+
+/* What Keras's TensorBoard callback writes at the end of an epoch. */
+static status_t tensorboard_epoch(tb_run_t *tb, trainer_t *t, const train_progress_t *pr,
+                                  double epoch_seconds, status_msg_t *err)
+{
+    model_t *m = trainer_model(t);
+    tb_epoch_t e = {.epoch = pr->epoch,
+                    .loss = pr->loss,
+                    .accuracy = pr->accuracy,
+                    .learning_rate = pr->learning_rate,
+                    .examples_per_second = pr->examples_per_second,
+                    .steps_per_second = (double)pr->epoch_step / epoch_seconds,
+                    .validated = pr->has_test,
+                    .val_loss = pr->test_loss,
+                    .val_accuracy = pr->test_accuracy};
+
+    STATUS_CHECK(tb_epoch(tb, &e, err));
+    if (!tb_histograms_due(tb, pr->epoch))
+        return STATUS_OK;
+    for (size_t i = 0; i < model_param_count(m); i++) {
+        const model_param_t *p = model_param(m, i);
+        STATUS_CHECK(tb_histogram(tb, pr->epoch, p->name, p->value, p->n, err));
+    }
+    return STATUS_OK;
+}
+
 static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
                            train_progress_cb cb, void *arg, train_result_t *ret, status_msg_t *err)
 {
@@ -60,6 +99,8 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
     data_batch_t b;
     double sums[3] = {0}, t0 = clock_now_s(), epoch_t0 = t0, total_examples = 0;
     int64_t epochs = job->epochs;
+    tb_run_t *tb = NULL;
+    status_t rc;
 
     pr.epoch_steps = data_pipeline_batches_per_epoch(trainer_pipeline(t));
     pr.epochs = steps_limit > 0 ? 0 : epochs;
@@ -67,19 +108,25 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
     pr.has_test = trainer_test_examples(t) > 0 && job->evaluate;
     LOG_INFO(TRAIN, "training %s on %zu examples, batch %d, BLAS kernels for this CPU",
              job->name ? job->name : "job", trainer_train_examples(t), job->data.batch_size);
+    STATUS_CHECK(open_tensorboard(job, &tb, err));
     while ((steps_limit == 0 || pr.step < steps_limit) && trainer_next(t, &b)) {
         model_stats_t st;
-        STATUS_CHECK(trainer_step(t, &b, &st, err));
+        STATUS_CHECK_GOTO(trainer_step(t, &b, &st, err), rc, out);
         pr.learning_rate = trainer_learning_rate(t, pr.step);
-        STATUS_CHECK(trainer_apply(t, err));
+        STATUS_CHECK_GOTO(trainer_apply(t, err), rc, out);
         total_examples += st.examples;
         count_step(&pr, &st, &b, sums, t0, epoch_t0);
         pr.epoch_end = b.last_of_epoch || (steps_limit > 0 && pr.step == steps_limit);
         if (pr.epoch_end && pr.has_test) {
-            STATUS_CHECK(evaluate(t, &pr.test_loss, &pr.test_accuracy, err));
+            STATUS_CHECK_GOTO(evaluate(t, &pr.test_loss, &pr.test_accuracy, err), rc, out);
             ret->test_loss = pr.test_loss;
             ret->test_accuracy = pr.test_accuracy;
         }
+        if (tb != NULL)
+            STATUS_CHECK_GOTO(tb_batch(tb, pr.step, pr.loss, pr.accuracy, err), rc, out);
+        if (tb != NULL && pr.epoch_end)
+            STATUS_CHECK_GOTO(tensorboard_epoch(tb, t, &pr, clock_now_s() - epoch_t0, err), rc,
+                              out);
         if (cb != NULL)
             cb(&pr, arg);
         if (pr.epoch_end) {
@@ -94,7 +141,10 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
     ret->steps = pr.step;
     ret->seconds = clock_now_s() - t0;
     ret->examples_per_second = total_examples / ret->seconds;
-    return STATUS_OK;
+    return tb_close(tb, err);
+out:
+    tb_close(tb, NULL);
+    return rc;
 }
 
 status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb cb, void *arg,

@@ -75,7 +75,7 @@ status_t status_from_grpc(int code)
     case 14:
         return STATUS_UNAVAILABLE;
     case 15:
-        return STATUS_RPC; /* DATA_LOSS */
+        return STATUS_DATA_LOSS;
     case 16:
         return STATUS_UNAUTHENTICATED;
     case 2:  /* UNKNOWN */

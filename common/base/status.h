@@ -30,6 +30,7 @@
     /* The operating system refused: look at the named file, port or limit. */                     \
     X(SYSTEM, SYSTEM, 13, "system call failed: see the message for the file or resource")          \
     X(IO, SYSTEM, 13, "I/O error: check the file, its permissions and the disk")                   \
+    X(DATA_LOSS, SYSTEM, 15, "data loss: the file is corrupt or cut short; write it again")        \
     X(ADDRESS_IN_USE, SYSTEM, 13, "address in use: stop the other process or pick another port")   \
     /* Memory or a configured limit ran out. */                                                    \
     X(NO_MEMORY, NO_MEMORY, 8, "out of memory: reduce the size or add memory")                     \

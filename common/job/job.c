@@ -425,12 +425,33 @@ static status_t parse_checkpoint(job_ctx_t *c, const job_node_t *n, job_t *job)
     return job_tree_get_int(c, n, "keep", false, 1, &job->checkpoint_keep);
 }
 
+/* update_freq: "epoch" (0), "batch" (1) or a number of steps, as Keras's callback takes. */
+static status_t parse_update_freq(job_ctx_t *c, const job_node_t *map, int64_t *ret)
+{
+    size_t old;
+    const job_node_t *n = job_tree_enter(c, map, "update_freq", &old);
+    status_t rc = STATUS_OK;
+
+    if (n == NULL)
+        return STATUS_OK;
+    if (n->kind == JOB_NODE_SCALAR && strcmp(n->text, "epoch") == 0)
+        *ret = 0;
+    else if (n->kind == JOB_NODE_SCALAR && strcmp(n->text, "batch") == 0)
+        *ret = 1;
+    else if (job_tree_given(n) && job_tree_int(c, n, 1, INT64_MAX, ret) != STATUS_OK)
+        rc = job_tree_type_error(c, n, "epoch, batch or a positive number of steps");
+    job_tree_pop(c, old);
+    return rc;
+}
+
 static status_t parse_tensorboard(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
-    static const char *const keys[] = {"logdir"};
+    static const char *const keys[] = {"logdir", "update_freq", "histogram_freq"};
 
     STATUS_CHECK(job_tree_check_map(c, n, keys, JOB_N_OF(keys), false));
-    return job_tree_get_path(c, n, "logdir", true, &job->tensorboard_logdir);
+    STATUS_CHECK(job_tree_get_path(c, n, "logdir", true, &job->tensorboard_logdir));
+    STATUS_CHECK(parse_update_freq(c, n, &job->tensorboard_update_freq));
+    return job_tree_get_i64(c, n, "histogram_freq", false, 0, &job->tensorboard_histogram_freq);
 }
 
 /* ---- the job ---- */
@@ -518,16 +539,12 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     SECTION("partitioner", false, parse_partitioner, &job->partitioner);
     SECTION("checkpoint", false, parse_checkpoint, job);
     SECTION("tensorboard", false, parse_tensorboard, job);
-    /* Parsed, so that mistakes in them are named, but not acted on yet: refused, rather than
+    /* Parsed, so that mistakes in it are named, but not acted on yet: refused, rather than
      * train without the files the user asked for. */
     if (job->checkpoint_dir != NULL)
         return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "checkpoint")->line,
                              "checkpoint: Tessera does not write checkpoints yet; remove the "
                              "section to train without them");
-    if (job->tensorboard_logdir != NULL)
-        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "tensorboard")->line,
-                             "tensorboard: Tessera does not write TensorBoard events yet; remove "
-                             "the section to train without them");
     STATUS_CHECK(job_tree_get_i64(c, root, "seed", false, 0, &seed));
     job->seed = seed >= 0 ? (uint64_t)seed : job->data.seed;
     return STATUS_OK;

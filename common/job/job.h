@@ -92,8 +92,10 @@ typedef struct job {
     char *checkpoint_dir;
     int64_t checkpoint_every_steps;
     int checkpoint_keep;
-    char *tensorboard_logdir;
-    uint64_t seed; /* model initialization; default: data.seed */
+    char *tensorboard_logdir;           /* NULL: no TensorBoard events */
+    int64_t tensorboard_update_freq;    /* steps between batch summaries; 0: per epoch */
+    int64_t tensorboard_histogram_freq; /* epochs between weight histograms; 0: none */
+    uint64_t seed;                      /* model initialization; default: data.seed */
 } job_t;
 
 /* Reads and parses a job file (YAML, or JSON by content). Relative paths inside it (data files,

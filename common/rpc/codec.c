@@ -1,5 +1,6 @@
 /* Encoding and decoding of messages with a zero-copy payload (field 15), shared by the server
  * and client halves of the RPC runtime. See rpc.h for the convention. */
+#include "files/pb.h"
 #include "rpc/internal.h"
 
 #include <stdlib.h>
@@ -388,21 +389,6 @@ typedef struct wire_check {
     const ProtobufCMessageDescriptor *top;
 } wire_check_t;
 
-static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret)
-{
-    uint64_t v = 0;
-
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if ((b & 0x80) == 0) {
-            *ret = v;
-            return true;
-        }
-    }
-    return false;
-}
-
 /* Appends ".name" to the field path, which is `used` bytes long; returns the new length. */
 static size_t path_push(wire_check_t *w, size_t used, const char *name)
 {
@@ -443,11 +429,11 @@ static status_t wire_walk(wire_check_t *w, const ProtobufCMessageDescriptor *des
         const ProtobufCFieldDescriptor *f;
         uint64_t key, n = 0;
 
-        if (!wire_varint(&p, end, &key))
+        if (!pb_read_varint(&p, end, &key))
             return STATUS_OK;
         switch (key & 7) {
         case 0:
-            if (!wire_varint(&p, end, &n))
+            if (!pb_read_varint(&p, end, &n))
                 return STATUS_OK;
             continue;
         case 1:
@@ -462,7 +448,7 @@ static status_t wire_walk(wire_check_t *w, const ProtobufCMessageDescriptor *des
         default:
             return STATUS_OK;
         }
-        if (!wire_varint(&p, end, &n) || n > (size_t)(end - p))
+        if (!pb_read_varint(&p, end, &n) || n > (size_t)(end - p))
             return STATUS_OK;
         f = key >> 3 <= UINT32_MAX
                 ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3))

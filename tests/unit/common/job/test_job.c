@@ -316,16 +316,41 @@ START_TEST(every_key_of_a_job_is_read)
 }
 END_TEST
 
-/* checkpoint: and tensorboard: are parsed (their mistakes are named) but refused until Tessera
- * writes those files: a job that asks for them must not train without them in silence. */
+/* checkpoint: is parsed (its mistakes are named) but refused until Tessera writes checkpoints:
+ * a job that asks for them must not train without them in silence. */
 START_TEST(sections_not_built_yet_are_refused_by_name)
 {
     ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, every_steps: 500, keep: 2}\n",
                "job.yaml:4: checkpoint: Tessera does not write checkpoints yet");
-    ASSERT_BAD(MODEL TAIL "tensorboard: {logdir: /var/tb}\n",
-               "job.yaml:4: tensorboard: Tessera does not write TensorBoard events yet");
     ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, every: 5}\n", "every");
+}
+END_TEST
+
+/* tensorboard: as Keras's callback takes it: update_freq epoch, batch or a step count. */
+START_TEST(tensorboard_section_reads_keras_options)
+{
+    job_t job;
+
+    parse_ok(MODEL TAIL "tensorboard: {logdir: tb}\n", "/jobs/job.yaml", &job);
+    ck_assert_str_eq(job.tensorboard_logdir, "/jobs/tb");
+    ck_assert_int_eq(job.tensorboard_update_freq, 0);
+    ck_assert_int_eq(job.tensorboard_histogram_freq, 0);
+    job_done(&job);
+    parse_ok(MODEL TAIL "tensorboard: {logdir: /tb, update_freq: batch, histogram_freq: 2}\n",
+             "/jobs/job.yaml", &job);
+    ck_assert_int_eq(job.tensorboard_update_freq, 1);
+    ck_assert_int_eq(job.tensorboard_histogram_freq, 2);
+    job_done(&job);
+    parse_ok(MODEL TAIL "tensorboard: {logdir: /tb, update_freq: 100}\n", "/jobs/job.yaml", &job);
+    ck_assert_int_eq(job.tensorboard_update_freq, 100);
+    job_done(&job);
     ASSERT_BAD(MODEL TAIL "tensorboard: {}\n", "logdir");
+    ASSERT_BAD(
+        MODEL TAIL "tensorboard: {logdir: /tb, update_freq: 0}\n",
+        "tensorboard.update_freq must be epoch, batch or a positive number of steps, got '0'");
+    ASSERT_BAD(MODEL TAIL "tensorboard: {logdir: /tb, update_freq: weekly}\n", "weekly");
+    ASSERT_BAD(MODEL TAIL "tensorboard: {logdir: /tb, histogram_freq: -1}\n", "histogram_freq");
+    ASSERT_BAD(MODEL TAIL "tensorboard: {logdir: /tb, profile_batch: 2}\n", "profile_batch");
 }
 END_TEST
 
@@ -861,6 +886,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, train_takes_epochs_or_steps_not_both);
     tcase_add_test(tc, missing_required_keys_are_named);
     tcase_add_test(tc, sections_not_built_yet_are_refused_by_name);
+    tcase_add_test(tc, tensorboard_section_reads_keras_options);
     tcase_add_test(tc, bad_numbers_are_rejected_with_the_value);
     tcase_add_test(tc, optimizer_values_are_validated);
     tcase_add_test(tc, duplicate_keys_are_rejected);

@@ -1,0 +1,133 @@
+"""tessera train's TensorBoard files, read by TensorBoard itself (PyPI tensorboard).
+
+Trains the Fashion-MNIST MLP for two epochs with a tensorboard section, then loads
+<logdir>/<job>/train and /validation with TensorBoard's plugin event accumulator (what the
+TensorBoard app reads with) and checks: the first record is file_version brain.Event:2; every
+record's length and payload CRC, with TensorBoard's own masked CRC32C; the scalars plugin sees
+epoch_loss, epoch_accuracy (both runs), learning_rate, batch_loss and batch_accuracy every
+update_freq steps; the values equal what tessera train printed for each epoch; the histograms
+plugin sees one [30, 3] histogram per weight per epoch whose counts add up to the weight's size."""
+import glob
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+from tensorboard.compat.proto import event_pb2
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+from tensorboard.util import tensor_util
+
+BUILD = os.environ["TESSERA_BUILD_DIR"]
+SOURCE = os.environ["TESSERA_SOURCE_DIR"]
+FASHION = "/usr/share/datasets/fashion-mnist"
+UPDATE_FREQ = 100
+WEIGHTS = {"dense/kernel": 784 * 32, "dense/bias": 32, "dense_1/kernel": 320, "dense_1/bias": 10}
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+
+
+def records(path):
+    """The payloads of a TFRecord file, checking both CRCs of every record."""
+    data = open(path, "rb").read()
+    off, out = 0, []
+    while off < len(data):
+        check(off + 12 <= len(data), "%s: record at %d: header cut" % (path, off))
+        (length,) = struct.unpack_from("<Q", data, off)
+        (len_crc,) = struct.unpack_from("<I", data, off + 8)
+        check(len_crc == masked_crc32c(data[off:off + 8]), "%s: record at %d: length CRC" % (path, off))
+        payload = data[off + 12:off + 12 + length]
+        (crc,) = struct.unpack_from("<I", data, off + 12 + length)
+        check(crc == masked_crc32c(payload), "%s: record at %d: payload CRC" % (path, off))
+        out.append(payload)
+        off += 16 + length
+    return out
+
+
+def main():
+    if not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")):
+        print("FAIL: %s is missing (Debian package dataset-fashion-mnist)" % FASHION)
+        return 1
+    tmp = tempfile.mkdtemp(prefix="tessera-compat-tb-")
+    logdir = os.path.join(tmp, "tb")
+    job = open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")).read()
+    job = job.replace("name: fashion-mnist-mlp", "name: tb-mlp")
+    job = job.replace("units: 128", "units: 32")
+    job = job.replace("train: {epochs: 5}", "train: {epochs: 2}\ntensorboard: {logdir: %s, "
+                      "update_freq: %d, histogram_freq: 1}" % (logdir, UPDATE_FREQ))
+    job_path = os.path.join(tmp, "job.yaml")
+    open(job_path, "w").write(job)
+    run = subprocess.run([os.path.join(BUILD, "tessera"), "train", job_path],
+                         capture_output=True, text=True, timeout=600)
+    print(run.stdout, run.stderr)
+    if run.returncode != 0:
+        print("FAIL: tessera train exited %d" % run.returncode)
+        return 1
+    printed = [tuple(float(x) for x in m) for m in re.findall(
+        r"epoch \d+/2: loss ([\d.]+) - accuracy ([\d.]+) - test_loss ([\d.]+) - "
+        r"test_accuracy ([\d.]+)", run.stdout)]
+    steps = int(re.search(r"trained tb-mlp: (\d+) steps", run.stdout).group(1))
+    check(len(printed) == 2, "two epochs printed")
+
+    runs = {}
+    for name in ("train", "validation"):
+        files = glob.glob(os.path.join(logdir, "tb-mlp", name, "events.out.tfevents.*"))
+        check(len(files) == 1, "%s: one event file, found %s" % (name, files))
+        first = event_pb2.Event.FromString(records(files[0])[0])
+        check(first.file_version == "brain.Event:2", "%s: first record is file_version" % name)
+        acc = pea.EventAccumulator(os.path.join(logdir, "tb-mlp", name),
+                                   size_guidance={pea.TENSORS: 0})
+        acc.Reload()
+        runs[name] = acc
+
+    def scalars(run, tag):
+        if tag not in runs[run].Tags()[pea.TENSORS]:
+            return []
+        return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+                for e in runs[run].Tensors(tag)]
+
+    train_tags = set(runs["train"].PluginTagToContent("scalars"))
+    for tag in ("epoch_loss", "epoch_accuracy", "learning_rate", "batch_loss", "batch_accuracy",
+                "epoch_examples_per_second", "epoch_steps_per_second"):
+        check(tag in train_tags, "train: scalars plugin has %s (has %s)" % (tag, sorted(train_tags)))
+    check(set(runs["validation"].PluginTagToContent("scalars")) == {"epoch_loss", "epoch_accuracy"},
+          "validation: scalars are epoch_loss and epoch_accuracy")
+    for e, (loss, acc, test_loss, test_acc) in enumerate(printed):
+        for run, tag, want in (("train", "epoch_loss", loss), ("train", "epoch_accuracy", acc),
+                               ("validation", "epoch_loss", test_loss),
+                               ("validation", "epoch_accuracy", test_acc)):
+            got = dict(scalars(run, tag)).get(e)
+            check(got is not None and abs(got - want) <= 6e-5,
+                  "%s %s at epoch %d: %s, printed %s" % (run, tag, e, got, want))
+    lr = scalars("train", "learning_rate")
+    check([s for s, _ in lr] == [0, 1] and all(abs(v - 0.001) < 1e-9 for _, v in lr),
+          "learning_rate 0.001 at epochs 0 and 1: %s" % lr)
+    batch_steps = [s for s, _ in scalars("train", "batch_loss")]
+    check(batch_steps == list(range(UPDATE_FREQ, steps + 1, UPDATE_FREQ)),
+          "batch_loss every %d steps up to %d: %s" % (UPDATE_FREQ, steps, batch_steps))
+
+    hist_tags = set(runs["train"].PluginTagToContent("histograms"))
+    check(hist_tags == {w + "/histogram" for w in WEIGHTS}, "histograms: %s" % sorted(hist_tags))
+    for w, size in WEIGHTS.items():
+        for e in runs["train"].Tensors(w + "/histogram"):
+            h = tensor_util.make_ndarray(e.tensor_proto)
+            check(h.shape == (30, 3) and int(h[:, 2].sum()) == size and
+                  all(h[i, 1] <= h[i + 1, 0] + 1e-12 for i in range(29)),
+                  "%s at epoch %d: shape %s, count %s of %d" % (w, e.step, h.shape,
+                                                                h[:, 2].sum(), size))
+    if failures:
+        print("%d checks failed" % len(failures))
+        return 1
+    print("ok: TensorBoard reads every scalar and histogram tessera train wrote")
+    return 0
+
+
+sys.exit(main())
