@@ -77,8 +77,6 @@ struct coordinator {
 
 /* ---- jobs.c ------------------------------------------------------------------------------- */
 
-double chief_wall_now(void);
-
 /* Records an event of a job and wakes the watchers; call with c->mu held. */
 void chief_job_event(coordinator_t *c, chief_job_t *j, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -5,17 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "internal.h"
-
-double chief_wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void chief_job_changed(coordinator_t *c)
 {
@@ -31,7 +24,7 @@ static void job_event_v(coordinator_t *c, chief_job_t *j, const char *fmt, va_li
     vsnprintf(buf, sizeof(buf), fmt, ap);
     free(j->events[slot]);
     j->events[slot] = strdup(buf); /* NULL (out of memory) reads as an empty message */
-    j->event_times[slot] = chief_wall_now();
+    j->event_times[slot] = clock_wall_s();
     j->n_events++;
     LOG_INFO(CHIEF, "job %s: %s", j->id, buf);
     pthread_cond_broadcast(&c->cv);
@@ -106,7 +99,7 @@ void chief_job_end(coordinator_t *c, chief_job_t *j, Tessera__V1__JobState state
     va_list ap;
 
     j->state = state;
-    j->finished_at = chief_wall_now();
+    j->finished_at = clock_wall_s();
     if (j->started_at > 0)
         j->progress.elapsed_seconds = j->finished_at - j->started_at;
     va_start(ap, fmt);
@@ -177,7 +170,7 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
     snprintf(j->name, sizeof(j->name), "%s", j->job.name ? j->job.name : "job");
     tessera__v1__job_progress__init(&j->progress);
     j->state = TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED;
-    j->submitted_at = chief_wall_now();
+    j->submitted_at = clock_wall_s();
     *ret = j;
     return STATUS_OK;
 }
@@ -236,5 +229,5 @@ void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V
     info->started_at = j->started_at;
     info->finished_at = j->finished_at;
     if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING)
-        pr->elapsed_seconds = chief_wall_now() - j->started_at;
+        pr->elapsed_seconds = clock_wall_s() - j->started_at;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/clock.h"
 #include "dispatch.h"
 #include "fanout.h"
 #include "internal.h"
@@ -274,14 +275,14 @@ void *chief_runner_main(void *arg)
         if (c->stopping)
             break;
         j->state = TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
-        j->started_at = chief_wall_now();
+        j->started_at = clock_wall_s();
         chief_job_event(c, j, "started");
         pthread_mutex_unlock(&c->mu);
         rc = run_job(c, j, &err);
         pthread_mutex_lock(&c->mu);
         if (rc == STATUS_OK) {
             chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "succeeded in %.1f s",
-                          chief_wall_now() - j->started_at);
+                          clock_wall_s() - j->started_at);
         } else if (rc == STATUS_CANCELLED) {
             chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED, "cancelled");
         } else {

@@ -18,3 +18,10 @@ double clock_now_s(void)
 {
     return (double)clock_now_ns() * 1e-9;
 }
+
+double clock_wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

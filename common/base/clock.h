@@ -9,4 +9,8 @@ int64_t clock_now_ns(void);
 int64_t clock_now_ms(void);
 double clock_now_s(void);
 
+/* Seconds since the Unix epoch (CLOCK_REALTIME): timestamps people and files read, never for
+ * measuring intervals. */
+double clock_wall_s(void);
+
 #endif

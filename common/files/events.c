@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "files/tfrecord.h"
 
 /* Field numbers of the messages written (tensorboard/compat/proto: event.proto, summary.proto,
@@ -142,7 +142,7 @@ status_t events_open(const char *dir, events_writer_t **ret, status_msg_t *err)
     static unsigned counter;
     events_writer_t *w = calloc(1, sizeof(*w));
     char host[256] = "localhost";
-    struct timespec now;
+    double now = clock_wall_s();
     status_t rc;
     int len;
 
@@ -154,10 +154,8 @@ status_t events_open(const char *dir, events_writer_t **ret, status_msg_t *err)
         return rc;
     }
     (void)gethostname(host, sizeof(host) - 1);
-    clock_gettime(CLOCK_REALTIME, &now);
-    len =
-        asprintf(&w->path, "%s/events.out.tfevents.%010lld.%s.%d.%u.v2", dir, (long long)now.tv_sec,
-                 host, (int)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    len = asprintf(&w->path, "%s/events.out.tfevents.%010lld.%s.%d.%u.v2", dir, (long long)now,
+                   host, (int)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
     if (len < 0) {
         free(w);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
@@ -169,7 +167,7 @@ status_t events_open(const char *dir, events_writer_t **ret, status_msg_t *err)
         free(w);
         return rc;
     }
-    events_encode_file_version(&w->event, (double)now.tv_sec + (double)now.tv_nsec * 1e-9);
+    events_encode_file_version(&w->event, now);
     rc = append(w, &w->event, err);
     if (rc == STATUS_OK)
         rc = events_flush(w, err);

@@ -3,8 +3,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "files/events.h"
 
 #define HISTOGRAM_BUCKETS 30 /* tf.summary.histogram's default */
@@ -13,13 +13,6 @@ struct tb_run {
     tb_opts_t opts;
     events_writer_t *train, *validation;
 };
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 status_t tb_open(const tb_opts_t *o, tb_run_t **ret, status_msg_t *err)
 {
@@ -52,7 +45,7 @@ status_t tb_batch(tb_run_t *t, int64_t step, double loss, double accuracy, statu
 
     if (t->opts.update_freq <= 0 || step % t->opts.update_freq != 0)
         return STATUS_OK;
-    now = wall_now();
+    now = clock_wall_s();
     STATUS_CHECK(events_scalar(t->train, "batch_loss", step, now, (float)loss, err));
     if (t->opts.accuracy)
         STATUS_CHECK(events_scalar(t->train, "batch_accuracy", step, now, (float)accuracy, err));
@@ -61,7 +54,7 @@ status_t tb_batch(tb_run_t *t, int64_t step, double loss, double accuracy, statu
 
 status_t tb_epoch(tb_run_t *t, const tb_epoch_t *e, status_msg_t *err)
 {
-    double now = wall_now();
+    double now = clock_wall_s();
     events_writer_t *w = t->train;
 
     STATUS_CHECK(events_scalar(w, "epoch_loss", e->epoch, now, (float)e->loss, err));
@@ -94,7 +87,8 @@ status_t tb_histogram(tb_run_t *t, int64_t epoch, const char *weight, const floa
     char tag[256];
 
     snprintf(tag, sizeof(tag), "%s/histogram", weight);
-    return events_histogram(t->train, tag, epoch, wall_now(), values, n, HISTOGRAM_BUCKETS, err);
+    return events_histogram(t->train, tag, epoch, clock_wall_s(), values, n, HISTOGRAM_BUCKETS,
+                            err);
 }
 
 status_t tb_close(tb_run_t *t, status_msg_t *err)
