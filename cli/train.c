@@ -14,6 +14,7 @@ typedef struct train_cmd_opts {
     int64_t threads;
     int64_t steps;
     int64_t epochs;
+    bool resume;
 } train_cmd_opts_t;
 
 static const config_option_t train_options[] = {
@@ -23,6 +24,9 @@ static const config_option_t train_options[] = {
      "Train this many steps instead of what the job says (0: the job's length)."},
     {"epochs", CONFIG_INT, offsetof(train_cmd_opts_t, epochs), "0", 0, 1000000,
      "Train this many epochs instead of what the job says (0: the job's length)."},
+    {"resume", CONFIG_BOOL, offsetof(train_cmd_opts_t, resume), "false", 0, 0,
+     "Continue from the newest checkpoint in the job's checkpoint.dir (as resume: true in the "
+     "job); with none there yet, start at step 0."},
 };
 
 static const config_table_t train_table = {
@@ -114,7 +118,8 @@ int cli_train(int argc, char **argv)
         goto out;
     }
     {
-        train_opts_t to = {.threads = (int)o.threads, .steps = o.steps, .epochs = o.epochs};
+        train_opts_t to = {
+            .threads = (int)o.threads, .steps = o.steps, .epochs = o.epochs, .resume = o.resume};
         rc = 1;
         if (train_run(&job, &to, on_progress, &ps, &res, &err) != STATUS_OK) {
             if (ps.tty)
@@ -123,6 +128,9 @@ int cli_train(int argc, char **argv)
             goto out;
         }
     }
+    if (res.resumed_step > 0)
+        printf("resumed %s at step %lld; ", job.name ? job.name : path,
+               (long long)res.resumed_step);
     printf("trained %s: %lld steps, %lld epochs in %.1f s (%.0f examples/s); loss %.4f, "
            "accuracy %.4f",
            job.name ? job.name : path, (long long)res.steps, (long long)res.epochs, res.seconds,

@@ -901,6 +901,19 @@ status_t data_pipeline_new(const dataset_t *ds, const data_pipeline_opts_t *opts
     p->ds = ds;
     p->opts = *opts;
     STATUS_CHECK_GOTO(pipeline_alloc(p, err), rc, fail);
+    if (opts->start_epoch < 0 || opts->start_batch < 0 ||
+        opts->start_batch >= p->batches_per_epoch) {
+        rc = status_fail(err, STATUS_INVALID_ARGUMENT,
+                         "cannot start at batch %lld of epoch %lld: an epoch has %lld batches "
+                         "(did the data or the batch size change?)",
+                         (long long)opts->start_batch, (long long)opts->start_epoch,
+                         (long long)p->batches_per_epoch);
+        goto fail;
+    }
+    p->epoch = opts->start_epoch;
+    p->batch = opts->start_batch;
+    if (p->batch > 0) /* produce() orders an epoch when it begins one */
+        epoch_order(p, p->epoch);
     if (opts->prefetch > 0)
         STATUS_CHECK_GOTO(pipeline_start_thread(p, err), rc, fail);
     *ret_pipe = p;

@@ -59,6 +59,9 @@ typedef struct data_pipeline_opts {
     int64_t epochs;         /* epochs to produce; -1 = repeat forever */
     int prefetch;           /* batches produced ahead on the pipeline's thread; 0 = inline */
     uint64_t max_bytes;     /* most bytes of batches and indices (RESOURCE_EXHAUSTED); 0 = any */
+    /* Where an earlier run stopped (a resumed job): the pipeline begins with batch start_batch
+     * of epoch start_epoch, in the order an uninterrupted run reads them. */
+    int64_t start_epoch, start_batch;
 } data_pipeline_opts_t;
 
 typedef struct data_batch {

@@ -158,3 +158,28 @@ void model_summary(const model_t *m, char *buf, size_t len)
     if (n < len)
         snprintf(buf + n, len - n, "  total parameters: %zu", total);
 }
+
+/* The i-th layer that draws random numbers in training (Dropout), or NULL. */
+static layer_t *random_layer(model_t *m, size_t i)
+{
+    for (size_t k = 0; k < m->n_layers; k++)
+        if (m->layers[k].spec.kind == JOB_LAYER_DROPOUT && i-- == 0)
+            return &m->layers[k];
+    return NULL;
+}
+
+size_t model_rng_count(model_t *m)
+{
+    size_t n = 0;
+
+    while (random_layer(m, n) != NULL)
+        n++;
+    return n;
+}
+
+uint64_t *model_rng_state(model_t *m, size_t i)
+{
+    layer_t *l = random_layer(m, i);
+
+    return l != NULL ? &l->rng : NULL;
+}

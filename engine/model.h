@@ -87,6 +87,12 @@ status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
 /* The output of the last forward pass, [batch, output_len], after the last activation. */
 const float *model_output(const model_t *m);
 
+/* The random streams training draws from (each Dropout layer's), in layer order: how many, and
+ * the state of stream i, which checkpoints save and restore so a resumed run drops the same
+ * values an uninterrupted one would. */
+size_t model_rng_count(model_t *m);
+uint64_t *model_rng_state(model_t *m, size_t i);
+
 /* Writes a one-line-per-layer summary (name, output shape, parameters) like Keras's. */
 void model_summary(const model_t *m, char *buf, size_t len);
 

@@ -2,12 +2,14 @@
 #include "train.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
 #include "base/log.h"
 #include "backend.h"
 #include "blas.h"
+#include "checkpoint.h"
 #include "files/tensorboard.h"
 #include "trainer.h"
 
@@ -92,59 +94,153 @@ static status_t tensorboard_epoch(tb_run_t *tb, trainer_t *t, const train_progre
     return STATUS_OK;
 }
 
-static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
-                           train_progress_cb cb, void *arg, train_result_t *ret, status_msg_t *err)
+/* Where a run stands between steps, for its checkpoints. */
+typedef struct run_state {
+    train_progress_t pr;
+    double sums[3]; /* the epoch's loss, correct, examples so far */
+    int64_t next_epoch, next_batch;
+    double last_save; /* clock_now_s() of the last checkpoint */
+    int64_t saved_step;
+    bool has_last_epoch; /* an epoch has ended: its means */
+    double last_loss, last_accuracy;
+} run_state_t;
+
+/* Writes a checkpoint when the job's checkpoint section says one is due: every_steps,
+ * every_seconds, or (with neither) each epoch's end; and always after the last step. */
+static status_t maybe_checkpoint(trainer_t *t, const job_t *job, run_state_t *s, bool last,
+                                 status_msg_t *err)
 {
-    train_progress_t pr = {0};
+    bool due;
+    train_position_t pos;
+
+    if (job->checkpoint_dir == NULL || s->saved_step == s->pr.step)
+        return STATUS_OK;
+    due =
+        last ||
+        (job->checkpoint_every_steps > 0 && s->pr.step % job->checkpoint_every_steps == 0) ||
+        (job->checkpoint_every_seconds > 0 &&
+         clock_now_s() - s->last_save >= (double)job->checkpoint_every_seconds) ||
+        (job->checkpoint_every_steps == 0 && job->checkpoint_every_seconds == 0 && s->pr.epoch_end);
+    if (!due)
+        return STATUS_OK;
+    pos = (train_position_t){.step = s->pr.step,
+                             .epoch = s->next_epoch,
+                             .batch = s->next_batch,
+                             .has_last_epoch = s->has_last_epoch,
+                             .last_loss = s->last_loss,
+                             .last_accuracy = s->last_accuracy};
+    memcpy(pos.epoch_sums, s->sums, sizeof(pos.epoch_sums));
+    STATUS_CHECK(train_ckpt_save(t, job, &pos, err));
+    LOG_INFO(TRAIN, "checkpoint at step %lld in %s", (long long)s->pr.step, job->checkpoint_dir);
+    s->last_save = clock_now_s();
+    s->saved_step = s->pr.step;
+    return STATUS_OK;
+}
+
+static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
+                           train_progress_cb cb, void *arg, run_state_t *s, train_result_t *ret,
+                           status_msg_t *err)
+{
+    train_progress_t *pr = &s->pr;
     data_batch_t b;
-    double sums[3] = {0}, t0 = clock_now_s(), epoch_t0 = t0, total_examples = 0;
-    int64_t epochs = job->epochs;
+    double t0 = clock_now_s(), epoch_t0 = t0, total_examples = 0;
+    int64_t epochs = job->epochs, first_step = pr->step;
     tb_run_t *tb = NULL;
     status_t rc;
 
-    pr.epoch_steps = data_pipeline_batches_per_epoch(trainer_pipeline(t));
-    pr.epochs = steps_limit > 0 ? 0 : epochs;
-    pr.total_steps = steps_limit > 0 ? steps_limit : pr.epochs * pr.epoch_steps;
-    pr.has_test = trainer_test_examples(t) > 0 && job->evaluate;
+    pr->epoch_steps = data_pipeline_batches_per_epoch(trainer_pipeline(t));
+    pr->epochs = steps_limit > 0 ? 0 : epochs;
+    pr->total_steps = steps_limit > 0 ? steps_limit : pr->epochs * pr->epoch_steps;
+    pr->has_test = trainer_test_examples(t) > 0 && job->evaluate;
+    s->last_save = t0;
     LOG_INFO(TRAIN, "training %s on %zu examples, batch %d, BLAS kernels for this CPU",
              job->name ? job->name : "job", trainer_train_examples(t), job->data.batch_size);
     STATUS_CHECK(open_tensorboard(job, &tb, err));
-    while ((steps_limit == 0 || pr.step < steps_limit) && trainer_next(t, &b)) {
+    while ((steps_limit == 0 || pr->step < steps_limit) && trainer_next(t, &b)) {
         model_stats_t st;
         STATUS_CHECK_GOTO(trainer_step(t, &b, &st, err), rc, out);
-        pr.learning_rate = trainer_learning_rate(t, pr.step);
+        pr->learning_rate = trainer_learning_rate(t, pr->step);
         STATUS_CHECK_GOTO(trainer_apply(t, err), rc, out);
         total_examples += st.examples;
-        count_step(&pr, &st, &b, sums, t0, epoch_t0);
-        pr.epoch_end = b.last_of_epoch || (steps_limit > 0 && pr.step == steps_limit);
-        if (pr.epoch_end && pr.has_test) {
-            STATUS_CHECK_GOTO(evaluate(t, &pr.test_loss, &pr.test_accuracy, err), rc, out);
-            ret->test_loss = pr.test_loss;
-            ret->test_accuracy = pr.test_accuracy;
+        count_step(pr, &st, &b, s->sums, t0, epoch_t0);
+        pr->epoch_end = b.last_of_epoch || (steps_limit > 0 && pr->step == steps_limit);
+        if (pr->epoch_end && pr->has_test) {
+            STATUS_CHECK_GOTO(evaluate(t, &pr->test_loss, &pr->test_accuracy, err), rc, out);
+            ret->test_loss = pr->test_loss;
+            ret->test_accuracy = pr->test_accuracy;
         }
         if (tb != NULL)
-            STATUS_CHECK_GOTO(tb_batch(tb, pr.step, pr.loss, pr.accuracy, err), rc, out);
-        if (tb != NULL && pr.epoch_end)
-            STATUS_CHECK_GOTO(tensorboard_epoch(tb, t, &pr, clock_now_s() - epoch_t0, err), rc,
-                              out);
+            STATUS_CHECK_GOTO(tb_batch(tb, pr->step, pr->loss, pr->accuracy, err), rc, out);
+        if (tb != NULL && pr->epoch_end)
+            STATUS_CHECK_GOTO(tensorboard_epoch(tb, t, pr, clock_now_s() - epoch_t0, err), rc, out);
         if (cb != NULL)
-            cb(&pr, arg);
-        if (pr.epoch_end) {
-            ret->loss = pr.loss;
-            ret->accuracy = pr.accuracy;
+            cb(pr, arg);
+        s->next_epoch = b.last_of_epoch ? b.epoch + 1 : b.epoch;
+        s->next_batch = b.last_of_epoch ? 0 : pr->epoch_step;
+        if (pr->epoch_end) {
+            ret->loss = s->last_loss = pr->loss;
+            ret->accuracy = s->last_accuracy = pr->accuracy;
             ret->epochs = b.epoch + 1;
-            sums[0] = sums[1] = sums[2] = 0;
-            pr.epoch_step = 0;
+            s->has_last_epoch = true;
+        }
+        /* The sums run on past a --steps end, which is not an epoch's: a run resumed from its
+         * checkpoint goes on with the epoch. */
+        if (b.last_of_epoch) {
+            s->sums[0] = s->sums[1] = s->sums[2] = 0;
+            pr->epoch_step = 0;
             epoch_t0 = clock_now_s();
         }
+        STATUS_CHECK_GOTO(maybe_checkpoint(t, job, s, false, err), rc, out);
     }
-    ret->steps = pr.step;
+    STATUS_CHECK_GOTO(maybe_checkpoint(t, job, s, true, err), rc, out);
+    /* A resumed run with nothing left to train still reports the model's results. */
+    if (pr->step == first_step && s->has_last_epoch) {
+        ret->loss = s->last_loss;
+        ret->accuracy = s->last_accuracy;
+        ret->epochs = s->next_epoch;
+    }
+    if (pr->has_test && isnan(ret->test_accuracy))
+        STATUS_CHECK_GOTO(evaluate(t, &ret->test_loss, &ret->test_accuracy, err), rc, out);
+    ret->steps = pr->step;
+    ret->steps_run = pr->step - first_step;
     ret->seconds = clock_now_s() - t0;
-    ret->examples_per_second = total_examples / ret->seconds;
+    ret->examples_per_second = ret->seconds > 0 ? total_examples / ret->seconds : 0;
     return tb_close(tb, err);
 out:
     tb_close(tb, NULL);
     return rc;
+}
+
+/* With resume asked for, the newest checkpoint's position (and its manifest, to restore after
+ * the trainer is built); none is not an error: the run starts at step 0, as Keras's
+ * BackupAndRestore does. */
+static status_t find_resume(const job_t *job, bool resume, char **ret_path, ckpt_manifest_t *m,
+                            run_state_t *s, status_msg_t *err)
+{
+    status_t rc;
+
+    *ret_path = NULL;
+    memset(m, 0, sizeof(*m));
+    if (!resume)
+        return STATUS_OK;
+    if (job->checkpoint_dir == NULL)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: resuming needs checkpoint.dir in the job, where checkpoints are",
+                           job->path ? job->path : "job");
+    rc = train_ckpt_find(job, ret_path, m, err);
+    if (rc == STATUS_NOT_FOUND) {
+        LOG_INFO(TRAIN, "no checkpoint in %s yet: starting at step 0", job->checkpoint_dir);
+        return STATUS_OK;
+    }
+    STATUS_CHECK(rc);
+    s->pr.step = s->saved_step = m->step;
+    s->pr.epoch = s->next_epoch = m->data[0].epoch;
+    s->pr.epoch_step = s->next_batch = m->data[0].batch;
+    memcpy(s->sums, m->epoch_sums, sizeof(s->sums));
+    s->has_last_epoch = m->has_last_epoch;
+    s->last_loss = m->last_loss;
+    s->last_accuracy = m->last_accuracy;
+    return STATUS_OK;
 }
 
 status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb cb, void *arg,
@@ -155,6 +251,9 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     job_t run = *job; /* with the epochs asked for */
     /* Denormals, which Adam's moments turn into, would slow training by a third; see blas.h. */
     blas_fp_mode_t fp_mode = blas_flush_denormals();
+    run_state_t s = {.saved_step = -1};
+    ckpt_manifest_t m = {0};
+    char *ckpt = NULL;
     status_t rc;
 
     memset(ret, 0, sizeof(*ret));
@@ -164,13 +263,26 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     rc = check_strategy(job, err);
     if (rc == STATUS_OK)
         rc = backend_cpu()->set_threads(opts->threads, err);
+    if (rc == STATUS_OK)
+        rc = find_resume(job, job->resume || opts->resume, &ckpt, &m, &s, err);
     if (rc == STATUS_OK) {
-        trainer_opts_t to = {
-            .num_shards = 1, .epochs = steps_limit > 0 ? -1 : run.epochs, .optimizer = true};
+        trainer_opts_t to = {.num_shards = 1,
+                             .epochs = steps_limit > 0 ? -1 : run.epochs,
+                             .optimizer = true,
+                             .start_epoch = s.next_epoch,
+                             .start_batch = s.next_batch};
         rc = trainer_new(job, &to, &t, err);
     }
+    if (rc == STATUS_OK && ckpt != NULL) {
+        rc = train_ckpt_restore(t, ckpt, &m, err);
+        if (rc == STATUS_OK)
+            LOG_INFO(TRAIN, "resumed from %s at step %lld", ckpt, (long long)s.pr.step);
+        ret->resumed_step = s.pr.step;
+    }
+    ckpt_manifest_free(&m);
+    free(ckpt);
     if (rc == STATUS_OK)
-        rc = train_loop(t, &run, steps_limit, cb, arg, ret, err);
+        rc = train_loop(t, &run, steps_limit, cb, arg, &s, ret, err);
     trainer_free(t);
     blas_fp_mode_restore(fp_mode);
     return rc;

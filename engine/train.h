@@ -16,6 +16,7 @@ typedef struct train_opts {
     int threads;    /* compute threads (large GEMMs are split over them) */
     int64_t steps;  /* > 0 overrides the job's train length in steps */
     int64_t epochs; /* > 0 overrides the job's epochs */
+    bool resume;    /* as the job's resume: true */
 } train_opts_t;
 
 typedef struct train_progress {
@@ -34,7 +35,9 @@ typedef struct train_progress {
 typedef void (*train_progress_cb)(const train_progress_t *p, void *arg);
 
 typedef struct train_result {
-    int64_t steps;
+    int64_t steps;        /* the step training ended at */
+    int64_t steps_run;    /* by this run (fewer when resumed) */
+    int64_t resumed_step; /* the checkpoint's step this run resumed from; 0: none */
     int64_t epochs;
     double loss, accuracy;           /* last epoch's training means */
     double test_loss, test_accuracy; /* last evaluation; NaN without a test split */
@@ -42,7 +45,12 @@ typedef struct train_result {
     double examples_per_second; /* over the whole run */
 } train_result_t;
 
-/* Trains the job in this process. cb (may be NULL) sees every step and every epoch's end. */
+/* Trains the job in this process. cb (may be NULL) sees every step and every epoch's end.
+ *
+ * With a checkpoint section, writes checkpoints (every_steps, every_seconds, or each epoch's end,
+ * and after the last step); with resume (the job's or opts'), starts from the newest complete
+ * checkpoint there, if any, at its step, optimizer state, learning-rate position, data position
+ * and dropout streams: the run then takes exactly the steps an uninterrupted one would. */
 status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb cb, void *arg,
                    train_result_t *ret_result, status_msg_t *err);
 

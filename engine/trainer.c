@@ -108,6 +108,8 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
         .prefetch = job->data.prefetch,
         .max_bytes = memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test) +
                                           model_bytes(t->model)),
+        .start_epoch = o->start_epoch,
+        .start_batch = o->start_batch,
     };
     return data_pipeline_new(t->train, &po, &t->pipe, err);
 }
@@ -190,6 +192,28 @@ status_t trainer_apply(trainer_t *t, status_msg_t *err)
         t->applied[i]++;
     }
     return STATUS_OK;
+}
+
+const optimizer_config_t *trainer_optimizer(const trainer_t *t)
+{
+    return &t->opt;
+}
+
+float *trainer_slots(trainer_t *t, size_t param)
+{
+    return t->slots != NULL && param < model_param_count(t->model) ? t->slots[param] : NULL;
+}
+
+int64_t trainer_iterations(const trainer_t *t)
+{
+    return t->applied != NULL ? t->applied[0] : 0;
+}
+
+void trainer_set_iterations(trainer_t *t, int64_t n)
+{
+    t->steps = n;
+    for (size_t i = 0; t->applied != NULL && i < model_param_count(t->model); i++)
+        t->applied[i] = n;
 }
 
 double trainer_learning_rate(const trainer_t *t, int64_t step)

@@ -18,13 +18,15 @@
 #include "data.h"
 #include "job/job.h"
 #include "model.h"
+#include "optim/optimizer.h"
 
 typedef struct trainer_opts {
-    int shard_index, num_shards; /* which examples of the training split: i % num == index */
-    uint64_t seed;               /* of the model's initial values; 0: the job's seed */
-    int64_t epochs;              /* passes over the training data; -1: endless */
-    uint64_t max_bytes;          /* data, model and batches together; 0: physical memory */
-    bool optimizer;              /* keep optimizer slots here, for trainer_apply */
+    int shard_index, num_shards;      /* which examples of the training split: i % num == index */
+    uint64_t seed;                    /* of the model's initial values; 0: the job's seed */
+    int64_t epochs;                   /* passes over the training data; -1: endless */
+    uint64_t max_bytes;               /* data, model and batches together; 0: physical memory */
+    bool optimizer;                   /* keep optimizer slots here, for trainer_apply */
+    int64_t start_epoch, start_batch; /* where the pipeline begins (a resumed run) */
 } trainer_opts_t;
 
 typedef struct trainer trainer_t;
@@ -50,6 +52,15 @@ status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_st
 
 /* Applies the last step's gradients with the job's optimizer (opts.optimizer must be set). */
 status_t trainer_apply(trainer_t *t, status_msg_t *err);
+
+/* The optimizer as this trainer applies it, and param i's slot arrays (optimizer_slot_count of
+ * them, laid end to end; NULL without opts.optimizer). */
+const optimizer_config_t *trainer_optimizer(const trainer_t *t);
+float *trainer_slots(trainer_t *t, size_t param);
+
+/* Updates applied so far (Adam's bias correction counts them); a restored checkpoint sets it. */
+int64_t trainer_iterations(const trainer_t *t);
+void trainer_set_iterations(trainer_t *t, int64_t n);
 
 /* The job optimizer's learning rate at step `step` (0-based). */
 double trainer_learning_rate(const trainer_t *t, int64_t step);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "files/atomic.h"
 #include "files/tfrecord.h"
 
 /* Field numbers of the messages written (tensorboard/compat/proto: event.proto, summary.proto,
@@ -41,32 +42,6 @@ struct events_writer {
     char *path;
     pb_buf_t event, summary, value, sub, sub2;
 };
-
-/* mkdir -p. */
-static status_t make_dirs(const char *dir, status_msg_t *err)
-{
-    char *p = strdup(dir);
-    status_t rc = STATUS_OK;
-
-    if (p == NULL)
-        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    for (char *s = p + 1;; s++) {
-        char c = *s;
-        if (c != '/' && c != '\0')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            rc = status_fail(err, STATUS_IO, "cannot create the directory %s: %s", p,
-                             strerror(errno));
-            break;
-        }
-        *s = c;
-        if (c == '\0')
-            break;
-    }
-    free(p);
-    return rc;
-}
 
 /* Event{wall_time, step, summary{value{tag, metadata{plugin_data{plugin_name}, data_class},
  * tensor}}} into out, with value, summary and meta as scratch. */
@@ -149,7 +124,7 @@ status_t events_open(const char *dir, events_writer_t **ret, status_msg_t *err)
     *ret = NULL;
     if (w == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    if ((rc = make_dirs(dir, err)) != STATUS_OK) {
+    if ((rc = files_mkdirs(dir, err)) != STATUS_OK) {
         free(w);
         return rc;
     }

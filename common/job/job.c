@@ -417,11 +417,12 @@ static status_t parse_partitioner(job_ctx_t *c, const job_node_t *n, job_partiti
 
 static status_t parse_checkpoint(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
-    static const char *const keys[] = {"dir", "every_steps", "keep"};
+    static const char *const keys[] = {"dir", "every_steps", "every_seconds", "keep"};
 
     STATUS_CHECK(job_tree_check_map(c, n, keys, JOB_N_OF(keys), false));
     STATUS_CHECK(job_tree_get_path(c, n, "dir", true, &job->checkpoint_dir));
-    STATUS_CHECK(job_tree_get_i64(c, n, "every_steps", false, 0, &job->checkpoint_every_steps));
+    STATUS_CHECK(job_tree_get_i64(c, n, "every_steps", false, 1, &job->checkpoint_every_steps));
+    STATUS_CHECK(job_tree_get_i64(c, n, "every_seconds", false, 1, &job->checkpoint_every_seconds));
     return job_tree_get_int(c, n, "keep", false, 1, &job->checkpoint_keep);
 }
 
@@ -501,7 +502,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
 {
     static const char *const top_keys[] = {
         "name",  "strategy", "model",       "loss",       "metrics",     "optimizer", "data",
-        "train", "evaluate", "partitioner", "checkpoint", "tensorboard", "seed"};
+        "train", "evaluate", "partitioner", "checkpoint", "tensorboard", "seed",      "resume"};
     static const char *const strategies[] = {"one_device", "parameter_server", "mirrored",
                                              "multi_worker_mirrored", "central_storage"};
     const char *name = NULL;
@@ -539,12 +540,10 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     SECTION("partitioner", false, parse_partitioner, &job->partitioner);
     SECTION("checkpoint", false, parse_checkpoint, job);
     SECTION("tensorboard", false, parse_tensorboard, job);
-    /* Parsed, so that mistakes in it are named, but not acted on yet: refused, rather than
-     * train without the files the user asked for. */
-    if (job->checkpoint_dir != NULL)
-        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "checkpoint")->line,
-                             "checkpoint: Tessera does not write checkpoints yet; remove the "
-                             "section to train without them");
+    STATUS_CHECK(job_tree_get_bool(c, root, "resume", &job->resume));
+    if (job->resume && job->checkpoint_dir == NULL)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "resume")->line,
+                             "resume: true needs checkpoint.dir, where the checkpoints are");
     STATUS_CHECK(job_tree_get_i64(c, root, "seed", false, 0, &seed));
     job->seed = seed >= 0 ? (uint64_t)seed : job->data.seed;
     return STATUS_OK;
@@ -599,6 +598,9 @@ status_t job_parse_with_files(const char *text, size_t len, const char *path,
         return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: no job text", c.file);
     STATUS_CHECK(check_sizes(c.file, len, files, n_files, err));
     job_defaults(&job);
+    job.source_hash = UINT64_C(0xcbf29ce484222325); /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        job.source_hash = (job.source_hash ^ (uint8_t)text[i]) * UINT64_C(0x100000001b3);
     c.dir = slash == NULL ? strdup("") : strndup(path, slash == path ? 1 : (size_t)(slash - path));
     job.name = file_stem(path);
     job.path = path != NULL ? strdup(path) : NULL;

@@ -890,3 +890,25 @@ const char *optimizer_kind_name(optimizer_kind_t kind)
     }
     return "unknown";
 }
+
+const char *optimizer_slot_name(const optimizer_config_t *c, size_t k)
+{
+    static const char *const adam[] = {"momentum", "velocity", "velocity_hat"};
+
+    if (k >= optimizer_slot_count(c))
+        return NULL;
+    switch (c->kind) {
+    case OPTIMIZER_SGD:
+        return "momentum";
+    case OPTIMIZER_ADAM:
+        return adam[k];
+    case OPTIMIZER_ADAGRAD:
+        return "accumulator";
+    case OPTIMIZER_RMSPROP:
+        /* velocity, then momentum when there is some, then average_gradient when centered */
+        if (k == 0)
+            return "velocity";
+        return k == 1 && c->momentum > 0 ? "momentum" : "average_gradient";
+    }
+    return NULL;
+}

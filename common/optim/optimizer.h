@@ -127,4 +127,8 @@ bool optimizer_bounds_step(const optimizer_config_t *c, int64_t step, double gma
 
 const char *optimizer_kind_name(optimizer_kind_t kind);
 
+/* Keras's name of slot k (momentum, velocity, velocity_hat, accumulator, average_gradient), as
+ * checkpoints store it; NULL past optimizer_slot_count(). */
+const char *optimizer_slot_name(const optimizer_config_t *c, size_t k);
+
 #endif

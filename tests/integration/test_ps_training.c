@@ -366,6 +366,14 @@ START_TEST(ps_training_rejected_job_reports_the_error_to_the_cli)
     ck_assert_msg(rc != 0 && strstr(out, "tensorboard: the chief does not write") != NULL,
                   "exit %d: %s", rc, out);
     free(out);
+    /* Nor checkpoints. */
+    write_file(path, "model:\n  - {dense: {units: 4}, input_shape: [784]}\nloss: mse\n"
+                     "data: {batch_size: 8, train: {format: synthetic, kind: classification, "
+                     "examples: 64, shape: [784], classes: 2}}\ncheckpoint: {dir: /tmp/ck}\n");
+    rc = tessera((char *[]){"submit", path, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc != 0 && strstr(out, "checkpoint: the cluster does not write") != NULL,
+                  "exit %d: %s", rc, out);
+    free(out);
     rc = tessera((char *[]){"status", "no-such-job", c.chief_flag, NULL}, &out);
     ck_assert_int_ne(rc, 0);
     ck_assert_ptr_nonnull(strstr(out, "no-such-job"));

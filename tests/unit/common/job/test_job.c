@@ -316,13 +316,29 @@ START_TEST(every_key_of_a_job_is_read)
 }
 END_TEST
 
-/* checkpoint: is parsed (its mistakes are named) but refused until Tessera writes checkpoints:
- * a job that asks for them must not train without them in silence. */
-START_TEST(sections_not_built_yet_are_refused_by_name)
+/* checkpoint: {dir, every_steps, every_seconds, keep}, and resume: true, which needs a dir. */
+START_TEST(checkpoint_section_and_resume)
 {
-    ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, every_steps: 500, keep: 2}\n",
-               "job.yaml:4: checkpoint: Tessera does not write checkpoints yet");
+    job_t job, again;
+
+    parse_ok(MODEL TAIL "checkpoint: {dir: ckpt, every_steps: 500, every_seconds: 60, keep: 2}\n"
+                        "resume: true\n",
+             "/jobs/job.yaml", &job);
+    ck_assert_str_eq(job.checkpoint_dir, "/jobs/ckpt");
+    ck_assert_int_eq(job.checkpoint_every_steps, 500);
+    ck_assert_int_eq(job.checkpoint_every_seconds, 60);
+    ck_assert_int_eq(job.checkpoint_keep, 2);
+    ck_assert(job.resume);
+    parse_ok(MODEL TAIL "checkpoint: {dir: ckpt}\n", "/jobs/job.yaml", &again);
+    ck_assert_int_eq(again.checkpoint_every_steps, 0);
+    ck_assert_int_eq(again.checkpoint_keep, 3);
+    ck_assert(!again.resume);
+    ck_assert_uint_ne(job.source_hash, again.source_hash);
+    job_done(&job);
+    job_done(&again);
     ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, every: 5}\n", "every");
+    ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, keep: 0}\n", "keep");
+    ASSERT_BAD(MODEL TAIL "resume: true\n", "resume: true needs checkpoint.dir");
 }
 END_TEST
 
@@ -885,7 +901,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, unknown_names_are_listed_with_the_known_ones);
     tcase_add_test(tc, train_takes_epochs_or_steps_not_both);
     tcase_add_test(tc, missing_required_keys_are_named);
-    tcase_add_test(tc, sections_not_built_yet_are_refused_by_name);
+    tcase_add_test(tc, checkpoint_section_and_resume);
     tcase_add_test(tc, tensorboard_section_reads_keras_options);
     tcase_add_test(tc, bad_numbers_are_rejected_with_the_value);
     tcase_add_test(tc, optimizer_values_are_validated);

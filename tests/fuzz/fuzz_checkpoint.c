@@ -1,0 +1,68 @@
+/* Fuzz target: checkpoint manifests (common/files/checkpoint.h), which a resumed job reads from
+ * a directory anyone may have written to.
+ *
+ * Input: the manifest's bytes. A manifest that decodes is encoded again and must decode to the
+ * same checkpoint: what Tessera writes, it reads back. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "files/checkpoint.h"
+#include "fuzz_common.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fuzz_quiet_logs();
+    return 0;
+}
+
+static void check_same(const ckpt_manifest_t *a, const ckpt_manifest_t *b)
+{
+    if (a->step != b->step || a->iterations != b->iterations || a->n_vars != b->n_vars ||
+        a->n_files != b->n_files || a->n_data != b->n_data || a->n_rng != b->n_rng ||
+        a->n_slots != b->n_slots || a->job_hash != b->job_hash ||
+        strcmp(a->optimizer, b->optimizer) != 0 || strcmp(a->job, b->job) != 0)
+        fuzz_fail("checkpoint", "a manifest read back differs from the one written");
+    for (size_t i = 0; i < a->n_vars; i++) {
+        if (strcmp(a->vars[i].name, b->vars[i].name) != 0 || a->vars[i].rank != b->vars[i].rank ||
+            a->vars[i].n_parts != b->vars[i].n_parts)
+            fuzz_fail("checkpoint", "variable %zu read back differs", i);
+        for (size_t k = 0; k < a->vars[i].n_parts; k++)
+            if (strcmp(a->vars[i].parts[k].file, b->vars[i].parts[k].file) != 0 ||
+                a->vars[i].parts[k].row != b->vars[i].parts[k].row)
+                fuzz_fail("checkpoint", "a part of variable %zu read back differs", i);
+    }
+    for (size_t i = 0; i < a->n_rng; i++)
+        if (a->rng[i] != b->rng[i])
+            fuzz_fail("checkpoint", "random state %zu read back differs", i);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *copy = fuzz_copy(data, size);
+    ckpt_manifest_t m, again;
+    status_msg_t err = {0};
+    status_t rc = ckpt_manifest_decode(copy, size, "manifest.json", &m, &err);
+
+    fuzz_check_error("checkpoint", rc, &err);
+    if (rc == STATUS_OK) {
+        for (size_t i = 0; i < m.n_files; i++)
+            if (strchr(m.files[i], '/') != NULL)
+                fuzz_fail("checkpoint", "a file name with a '/' accepted: %s", m.files[i]);
+        pb_buf_t out = {0};
+        ckpt_manifest_encode(&m, &out);
+        if (!out.failed) {
+            status_t again_rc =
+                ckpt_manifest_decode((const char *)out.data, out.len, "again", &again, &err);
+            if (again_rc != STATUS_OK)
+                fuzz_fail("checkpoint", "a manifest written does not read back: %s", err.text);
+            check_same(&m, &again);
+            ckpt_manifest_free(&again);
+        }
+        pb_buf_free(&out);
+        ckpt_manifest_free(&m);
+    }
+    free(copy);
+    return 0;
+}

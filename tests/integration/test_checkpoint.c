@@ -1,0 +1,250 @@
+/* Checkpoints of tessera train, end to end: killed with SIGKILL at random moments many times, the
+ * writer always leaves a complete checkpoint that loads (never an older one than before); the
+ * resumed run ends at exactly the numbers of an uninterrupted one; the files are what the
+ * manifest says; and damaged or foreign checkpoints are refused naming the file, with nothing
+ * overwritten. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "files/checkpoint.h"
+#include "files/safetensors.h"
+#include "harness.h"
+
+extern char **environ;
+
+#define STEPS_PER_EPOCH 250 /* 8000 examples in batches of 32 */
+
+static const char *write_job(const char *name, const char *dir, const char *model_extra)
+{
+    static char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", harness_tmpdir(), name);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "name: ck\n"
+            "model:\n"
+            "  - {dense: {units: %s, activation: relu}, input_shape: [200]}\n"
+            "  - {dropout: {rate: 0.2}}\n"
+            "  - {dense: {units: 10, activation: softmax}}\n"
+            "loss: sparse_categorical_crossentropy\nmetrics: [accuracy]\n"
+            "optimizer: {adam: {learning_rate: 0.002}}\n"
+            "data:\n  batch_size: 32\n  shuffle_buffer: 2000\n"
+            "  train: {format: synthetic, kind: classification, examples: 8000, shape: [200], "
+            "classes: 10, seed: 1}\n"
+            "  test: {format: synthetic, kind: classification, examples: 1000, shape: [200], "
+            "classes: 10, seed: 2}\n"
+            "train: {epochs: 10}\n"
+            "checkpoint: {dir: %s, every_steps: 10, keep: 2}\n",
+            model_extra, dir);
+    fclose(f);
+    return path;
+}
+
+static int train(const char *job, const char *flag, char **out)
+{
+    char *argv[] = {(char *)harness_program("tessera"), "train", (char *)job, (char *)flag, NULL};
+    return harness_run(argv, NULL, NULL, 240000, out);
+}
+
+/* "trained ck: 750 steps, 3 epochs in 1.2 s (...); loss L, accuracy A; test loss TL, test
+ * accuracy TA": the part from "; loss" on, which timing does not change. */
+static char *result_of(const char *out)
+{
+    const char *p = strstr(out, "examples/s); loss ");
+
+    ck_assert_msg(p != NULL, "no result line in: %s", out);
+    return strndup(p + strlen("examples/s)"), strcspn(p, "\n") - strlen("examples/s)"));
+}
+
+/* The newest complete checkpoint loads: its manifest parses, every file it names opens and
+ * every tensor reads. Returns its step. */
+static int64_t check_loadable(const char *dir)
+{
+    int64_t step = -1;
+    char *path = NULL, file[1024];
+    ckpt_manifest_t m;
+    status_msg_t err = {0};
+
+    ck_assert_msg(ckpt_latest(dir, &step, &path, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(ckpt_read_manifest(path, &m, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_int_eq(m.step, step);
+    ck_assert_uint_eq(m.n_vars, 4);
+    for (size_t i = 0; i < m.n_files; i++) {
+        st_file_t *f;
+        snprintf(file, sizeof(file), "%s/%s", path, m.files[i]);
+        ck_assert_msg(st_open(file, &f, &err) == STATUS_OK, "%s", err.text);
+        ck_assert_uint_eq(st_count(f), 4 * 3); /* values, Adam's momentum and velocity */
+        for (size_t k = 0; k < st_count(f); k++) {
+            const st_info_t *t = st_info(f, k);
+            void *buf = malloc(t->end - t->begin + 1);
+            ck_assert_msg(st_read(f, t, buf, &err) == STATUS_OK, "%s", err.text);
+            free(buf);
+        }
+        st_close(f);
+    }
+    ckpt_manifest_free(&m);
+    free(path);
+    return step;
+}
+
+/* Starts `tessera train JOB --resume`, lets it run ms milliseconds, and kills it with SIGKILL;
+ * returns whether it had already finished. */
+static bool run_and_kill(const char *job, int ms)
+{
+    char *argv[] = {(char *)harness_program("tessera"), "train", (char *)job, "--resume", NULL};
+    posix_spawn_file_actions_t fa;
+    pid_t pid;
+    int status;
+
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    usleep((useconds_t)ms * 1000);
+    kill(pid, SIGKILL);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status);
+}
+
+START_TEST(killed_at_random_moments_resumes_to_identical_numbers)
+{
+    char whole_dir[512], cut_dir[512], *out = NULL, *expected, *got;
+    const char *whole, *cut;
+    int64_t last = -1;
+    int kills = 0;
+
+    snprintf(whole_dir, sizeof(whole_dir), "%s/whole", harness_tmpdir());
+    snprintf(cut_dir, sizeof(cut_dir), "%s/cut", harness_tmpdir());
+    whole = write_job("whole.yaml", whole_dir, "1024");
+    ck_assert_int_eq(train(whole, NULL, &out), 0);
+    expected = result_of(out);
+    free(out);
+    ck_assert_int_eq(check_loadable(whole_dir), 10 * STEPS_PER_EPOCH);
+
+    cut = strdup(write_job("cut.yaml", cut_dir, "1024"));
+    srand((unsigned)time(NULL));
+    for (int i = 0; i < 25; i++) {
+        if (run_and_kill(cut, 50 + rand() % 300))
+            break; /* it finished before the kill */
+        kills++;
+        if (last < 0 && ckpt_latest(cut_dir, &(int64_t){0}, &(char *){NULL}, NULL) != STATUS_OK)
+            continue; /* killed before its first checkpoint */
+        int64_t step = check_loadable(cut_dir);
+        ck_assert_msg(step >= last, "the newest checkpoint went back from %lld to %lld",
+                      (long long)last, (long long)step);
+        last = step;
+    }
+    ck_assert_msg(kills >= 5, "only %d runs were killed mid-training", kills);
+    ck_assert_int_eq(train(cut, "--resume", &out), 0);
+    got = result_of(out);
+    ck_assert_msg(strcmp(got, expected) == 0, "resumed: %s\nuninterrupted: %s\n%s", got, expected,
+                  out);
+    free(out);
+    free(got);
+    free(expected);
+    free((char *)cut);
+}
+END_TEST
+
+/* A resumed run with nothing left to train reports the checkpoint's model and writes nothing. */
+START_TEST(resuming_a_finished_run_trains_nothing)
+{
+    char dir[512], *out = NULL, *first, *again;
+    const char *job;
+
+    snprintf(dir, sizeof(dir), "%s/done", harness_tmpdir());
+    job = write_job("done.yaml", dir, "1024");
+    ck_assert_int_eq(train(job, NULL, &out), 0);
+    first = result_of(out);
+    free(out);
+    ck_assert_int_eq(train(job, "--resume", &out), 0);
+    ck_assert_msg(strstr(out, "resumed ck at step 2500") != NULL, "%s", out);
+    again = result_of(out);
+    ck_assert_msg(strstr(again, "test accuracy") != NULL, "%s", again);
+    ck_assert_str_eq(strstr(first, "test"), strstr(again, "test"));
+    free(out);
+    free(first);
+    free(again);
+}
+END_TEST
+
+static void expect_refused(const char *job, const char *needle)
+{
+    char *out = NULL;
+    int rc = train(job, "--resume", &out);
+
+    ck_assert_msg(rc != 0 && rc != -1, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, needle) != NULL, "expected \"%s\" in: %s", needle, out);
+    free(out);
+}
+
+static void corrupt_file(const char *path, long offset, const char *bytes)
+{
+    FILE *f = fopen(path, "r+b");
+
+    ck_assert_ptr_nonnull(f);
+    if (offset < 0)
+        ck_assert_int_eq(ftruncate(fileno(f), -offset), 0);
+    else {
+        fseek(f, offset, SEEK_SET);
+        fputs(bytes, f);
+    }
+    fclose(f);
+}
+
+START_TEST(damaged_or_foreign_checkpoints_are_refused_by_name)
+{
+    char dir[512], shard[1024], manifest[1024], *out = NULL;
+    const char *job;
+
+    snprintf(dir, sizeof(dir), "%s/bad", harness_tmpdir());
+    job = strdup(write_job("bad.yaml", dir, "1024"));
+    char *argv[] = {
+        (char *)harness_program("tessera"), "train", (char *)job, "--steps", "30", NULL};
+    ck_assert_int_eq(harness_run(argv, NULL, NULL, 120000, &out), 0);
+    free(out);
+    snprintf(shard, sizeof(shard), "%s/ckpt-30/train-0.safetensors", dir);
+    snprintf(manifest, sizeof(manifest), "%s/ckpt-30/manifest.json", dir);
+
+    /* A model with another output layer: a checkpoint of a different model. */
+    expect_refused(write_job("other.yaml", dir, "512"), "a checkpoint of a different model");
+    /* A cut shard. */
+    corrupt_file(shard, -1000, NULL);
+    expect_refused(job, shard);
+    /* A shard that is gone. */
+    ck_assert_int_eq(unlink(shard), 0);
+    expect_refused(job, "which is missing");
+    /* A manifest that is not one. */
+    corrupt_file(manifest, 0, "[");
+    expect_refused(job, manifest);
+    /* Nothing was overwritten: the damaged checkpoint is still the newest, still damaged. */
+    ck_assert(harness_file_contains(manifest, "tessera-checkpoint-1"));
+    free((char *)job);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("checkpoint");
+    TCase *tc = tcase_create("checkpoint");
+
+    tcase_set_timeout(tc, 280);
+    tcase_add_test(tc, killed_at_random_moments_resumes_to_identical_numbers);
+    tcase_add_test(tc, resuming_a_finished_run_trains_nothing);
+    tcase_add_test(tc, damaged_or_foreign_checkpoints_are_refused_by_name);
+    suite_add_tcase(s, tc);
+    return check_run(s, CK_FORK);
+}
