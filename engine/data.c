@@ -6,6 +6,7 @@
  * next call. Filling a slot happens outside the lock, so the consumer never waits on a memcpy of
  * a batch it is not going to read. */
 #include "data.h"
+#include "data_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +27,6 @@
 #define DATA_MAX_VOCABULARY (1 << 24)
 #define DATA_MAX_CLASSES    (1 << 20)
 #define DATA_MAX_PREFETCH   64
-#define DATA_ALIGN          64
 #define IDX_TYPE_UINT8      0x08
 #define IDX_READ_CHUNK      (1u << 20)
 
@@ -83,7 +83,7 @@ static uint64_t rng_below(rng_t *r, uint64_t n)
 
 /* ---- datasets ---------------------------------------------------------------------------- */
 
-static void *alloc_aligned(size_t bytes)
+void *data_alloc_aligned(size_t bytes)
 {
     size_t rounded = (bytes + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
     return aligned_alloc(DATA_ALIGN, rounded == 0 ? DATA_ALIGN : rounded);
@@ -97,8 +97,8 @@ static dataset_t *dataset_alloc(size_t n, size_t feature_len)
         return NULL;
     ds->n = n;
     ds->feature_len = feature_len;
-    ds->features = alloc_aligned(n * feature_len * sizeof(float));
-    ds->labels = alloc_aligned(n * sizeof(float));
+    ds->features = data_alloc_aligned(n * feature_len * sizeof(float));
+    ds->labels = data_alloc_aligned(n * sizeof(float));
     if (ds->features == NULL || ds->labels == NULL) {
         dataset_free(ds);
         return NULL;
@@ -107,7 +107,7 @@ static dataset_t *dataset_alloc(size_t n, size_t feature_len)
 }
 
 /* Bytes a dataset of n examples of feature_len values takes (features and labels), saturating. */
-static uint64_t dataset_size(uint64_t n, uint64_t feature_len)
+uint64_t data_bytes_of(uint64_t n, uint64_t feature_len)
 {
     uint64_t values, bytes;
     if (__builtin_add_overflow(feature_len, 1, &values) ||
@@ -118,8 +118,7 @@ static uint64_t dataset_size(uint64_t n, uint64_t feature_len)
 }
 
 /* Fails with RESOURCE_EXHAUSTED, naming `what`, when `bytes` pass max_bytes (0: no limit). */
-static status_t check_budget(const char *what, uint64_t bytes, uint64_t max_bytes,
-                             status_msg_t *err)
+status_t data_check_budget(const char *what, uint64_t bytes, uint64_t max_bytes, status_msg_t *err)
 {
     if (max_bytes > 0 && bytes > max_bytes)
         return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
@@ -130,7 +129,7 @@ static status_t check_budget(const char *what, uint64_t bytes, uint64_t max_byte
 
 size_t dataset_bytes(const dataset_t *ds)
 {
-    return ds == NULL ? 0 : (size_t)dataset_size(ds->n, ds->feature_len);
+    return ds == NULL ? 0 : (size_t)data_bytes_of(ds->n, ds->feature_len);
 }
 
 void dataset_free(dataset_t *ds)
@@ -410,8 +409,9 @@ status_t dataset_load_idx(const char *images, const char *labels, double scale, 
     }
     for (int i = 1; i < fi.rank; i++)
         feature_len *= fi.dims[i];
-    STATUS_CHECK_GOTO(check_budget(images, dataset_size(fi.dims[0], feature_len), max_bytes, err),
-                      rc, fail);
+    STATUS_CHECK_GOTO(
+        data_check_budget(images, data_bytes_of(fi.dims[0], feature_len), max_bytes, err), rc,
+        fail);
     ds = dataset_alloc(fi.dims[0], feature_len);
     if (ds == NULL) {
         rc = status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %lu examples of %zu floats",
@@ -577,10 +577,10 @@ status_t dataset_synthetic(const job_synthetic_t *spec, double scale, uint64_t m
         return status_fail(err, STATUS_INVALID_ARGUMENT, "synthetic data: no spec given");
     STATUS_CHECK(synthetic_check(spec, scale, &len, err));
     /* The data and, while it is generated, the teacher. */
-    STATUS_CHECK(check_budget("synthetic data",
-                              dataset_size((uint64_t)spec->examples, len) +
-                                  (uint64_t)len * (uint64_t)spec->classes * sizeof(float),
-                              max_bytes, err));
+    STATUS_CHECK(data_check_budget("synthetic data",
+                                   data_bytes_of((uint64_t)spec->examples, len) +
+                                       (uint64_t)len * (uint64_t)spec->classes * sizeof(float),
+                                   max_bytes, err));
     ds = dataset_alloc((size_t)spec->examples, len);
     if (ds == NULL)
         return status_fail(err, STATUS_NO_MEMORY,
@@ -611,6 +611,8 @@ status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes,
         return dataset_load_idx(src->images, src->labels, scale, max_bytes, ret_ds, err);
     case JOB_DATA_SYNTHETIC:
         return dataset_synthetic(&src->synthetic, scale, max_bytes, ret_ds, err);
+    case JOB_DATA_TFRECORD:
+        return dataset_load_tfrecord(src, scale, max_bytes, ret_ds, err);
     }
     return status_fail(err, STATUS_INVALID_ARGUMENT, "unknown data format %d", (int)src->format);
 }
@@ -832,10 +834,10 @@ static status_t pipeline_alloc(data_pipeline_t *p, status_msg_t *err)
     p->buffer_n = (uint64_t)o->shuffle_buffer < p->shard_n ? (size_t)o->shuffle_buffer : p->shard_n;
     rows = p->shard_n < (size_t)o->batch_size ? p->shard_n : (size_t)o->batch_size;
     p->n_slots = o->prefetch > 0 ? o->prefetch + 1 : 1;
-    STATUS_CHECK(check_budget("the data pipeline's batches and indices",
-                              dataset_size(rows, p->ds->feature_len) * (uint64_t)p->n_slots +
-                                  ((uint64_t)p->shard_n * 2 + p->buffer_n) * sizeof(size_t),
-                              o->max_bytes, err));
+    STATUS_CHECK(data_check_budget("the data pipeline's batches and indices",
+                                   data_bytes_of(rows, p->ds->feature_len) * (uint64_t)p->n_slots +
+                                       ((uint64_t)p->shard_n * 2 + p->buffer_n) * sizeof(size_t),
+                                   o->max_bytes, err));
     p->shard = malloc(p->shard_n * sizeof(size_t));
     p->order = malloc(p->shard_n * sizeof(size_t));
     p->buffer = malloc((p->buffer_n > 0 ? p->buffer_n : 1) * sizeof(size_t));
@@ -845,8 +847,8 @@ static status_t pipeline_alloc(data_pipeline_t *p, status_msg_t *err)
     for (size_t i = 0; i < p->shard_n; i++)
         p->shard[i] = idx + i * n_shards;
     for (int i = 0; i < p->n_slots; i++) {
-        p->slots[i].features = alloc_aligned(rows * p->ds->feature_len * sizeof(float));
-        p->slots[i].labels = alloc_aligned(rows * sizeof(float));
+        p->slots[i].features = data_alloc_aligned(rows * p->ds->feature_len * sizeof(float));
+        p->slots[i].labels = data_alloc_aligned(rows * sizeof(float));
         if (p->slots[i].features == NULL || p->slots[i].labels == NULL)
             goto nomem;
     }

@@ -41,6 +41,15 @@ status_t dataset_load_idx(const char *images, const char *labels, double scale, 
 status_t dataset_synthetic(const job_synthetic_t *spec, double scale, uint64_t max_bytes,
                            dataset_t **ret_ds, status_msg_t *err);
 
+/* Loads TFRecord files of tf.train.Example (plain or GZIP, detected by content): the files the
+ * source names, globs expanded, in sorted order; from each Example the input feature (its
+ * values, or a bytes_list's raw uint8 values, times `scale`) and the label. A file that does
+ * not exist, a glob that matches nothing, a record with a bad CRC or cut short (DATA_LOSS), an
+ * Example without the feature or with another number of values fail with an error naming the
+ * file and the record's byte offset. */
+status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t max_bytes,
+                               dataset_t **ret_ds, status_msg_t *err);
+
 /* Loads the source as the job describes it. */
 status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes, dataset_t **ret_ds,
                       status_msg_t *err);

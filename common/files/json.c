@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -492,7 +493,7 @@ bool json_double(const json_doc_t *doc, const json_node_t *node, double *ret)
     if (node == NULL || node->kind != JSON_NUMBER)
         return false;
     *ret = strtod(doc->pool + node->text, NULL);
-    return true;
+    return isfinite(*ret); /* 1e999 is valid JSON, but no double */
 }
 
 /* ---- writing ---------------------------------------------------------------------------------

@@ -66,7 +66,8 @@ const char *json_key(const json_doc_t *doc, const json_node_t *member);
  * string. */
 const char *json_string(const json_doc_t *doc, const json_node_t *node, size_t *ret_len);
 
-/* Whether node is a number that is an integer in range, written without fraction or exponent. */
+/* Whether node is a number that is an integer in range, written without fraction or exponent;
+ * json_double, whether it is a number that fits a double (1e999 does not). */
 bool json_u64(const json_doc_t *doc, const json_node_t *node, uint64_t *ret);
 bool json_i64(const json_doc_t *doc, const json_node_t *node, int64_t *ret);
 bool json_double(const json_doc_t *doc, const json_node_t *node, double *ret);

@@ -19,6 +19,11 @@ static void source_done(job_source_t *s)
 {
     free(s->images);
     free(s->labels);
+    for (size_t i = 0; i < s->n_files; i++)
+        free(s->files[i]);
+    free(s->files);
+    free(s->input.name);
+    free(s->label.name);
 }
 
 void job_done(job_t *job)
@@ -290,9 +295,89 @@ static status_t parse_synthetic(job_ctx_t *c, const job_node_t *n, job_synthetic
     return job_tree_get_int(c, n, "classes", true, 2, &s->classes);
 }
 
+/* files: a path or glob, or a list of them. */
+static status_t parse_files(job_ctx_t *c, const job_node_t *map, job_source_t *s)
+{
+    size_t old;
+    const job_node_t *n = job_tree_enter(c, map, "files", &old);
+    const job_node_t *const *items =
+        n != NULL && n->kind == JOB_NODE_SEQ ? (const job_node_t *const *)n->items : &n;
+    size_t count = n == NULL ? 0 : n->kind == JOB_NODE_SEQ ? n->n : 1;
+    status_t rc = STATUS_OK;
+
+    if (n == NULL)
+        return job_tree_missing(c, map, "files");
+    if (count == 0 || (s->files = calloc(count, sizeof(*s->files))) == NULL)
+        rc = count == 0 ? job_tree_type_error(c, n, "a path, a glob or a list of them")
+                        : status_fail(c->err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < count && rc == STATUS_OK; i++) {
+        if (items[i]->kind != JOB_NODE_SCALAR || items[i]->text[0] == '\0')
+            rc = job_tree_type_error(c, items[i], "a path, a glob or a list of them");
+        else if ((s->files[i] = job_tree_resolve(c, items[i]->text)) == NULL)
+            rc = STATUS_NO_MEMORY;
+        else
+            s->n_files = i + 1;
+    }
+    job_tree_pop(c, old);
+    return rc;
+}
+
+/* One feature: {float_list: SHAPE}, {int64_list: SHAPE} or {bytes_list: SHAPE}. */
+static status_t parse_feature(job_ctx_t *c, const job_node_t *entry_value, const char *name,
+                              job_feature_t *f)
+{
+    static const char *const kinds[] = {"float_list", "int64_list", "bytes_list"};
+
+    if (entry_value->kind != JOB_NODE_MAP || entry_value->n != 1)
+        return job_tree_type_error(c, entry_value,
+                                   "{float_list: SHAPE}, {int64_list: SHAPE} or {bytes_list: "
+                                   "SHAPE} (raw uint8 bytes)");
+    STATUS_CHECK(job_tree_check_map(c, entry_value, kinds, JOB_N_OF(kinds), false));
+    for (int k = 0; k < (int)JOB_N_OF(kinds); k++)
+        if (strcmp(entry_value->entries[0].key, kinds[k]) == 0)
+            f->kind = (job_feature_kind_t)k;
+    STATUS_CHECK(
+        job_tree_get_shape(c, entry_value, entry_value->entries[0].key, true, f->shape, &f->rank));
+    return (f->name = job_tree_strdup(c, name)) != NULL ? STATUS_OK : STATUS_NO_MEMORY;
+}
+
+/* features: {NAME: FEATURE, ...}: the label (named by label:, default "label") and one input. */
+static status_t parse_features(job_ctx_t *c, const job_node_t *map, job_source_t *s)
+{
+    const char *label = "label";
+    size_t old;
+    const job_node_t *n;
+    status_t rc = STATUS_OK;
+
+    STATUS_CHECK(job_tree_get_string(c, map, "label", false, &label));
+    if ((n = job_tree_enter(c, map, "features", &old)) == NULL)
+        return job_tree_missing(c, map, "features");
+    if (n->kind != JOB_NODE_MAP || n->n != 2 || job_tree_child(n, label) == NULL)
+        rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                           "%s must map two features: the label '%s' and the model's input "
+                           "(name the label feature with label: NAME)",
+                           c->path, label);
+    for (size_t i = 0; rc == STATUS_OK && i < n->n; i++) {
+        const job_node_entry_t *e = &n->entries[i];
+        bool is_label = strcmp(e->key, label) == 0;
+        size_t at = job_tree_push_key(c, e->key);
+        rc = parse_feature(c, e->value, e->key, is_label ? &s->label : &s->input);
+        if (rc == STATUS_OK && is_label &&
+            (s->label.kind == JOB_FEATURE_BYTES_LIST || s->label.shape[0] != 1 ||
+             s->label.rank != 1))
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
+                               "%s: a label is one number: {int64_list: [1]} or {float_list: [1]}",
+                               c->path);
+        job_tree_pop(c, at);
+    }
+    job_tree_pop(c, old);
+    return rc;
+}
+
 static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
 {
-    static const char *const formats[] = {"idx", "synthetic"};
+    static const char *const formats[] = {"idx", "synthetic", "tfrecord"};
+    static const char *const tfrecord_keys[] = {"format", "files", "features", "label"};
     static const char *const idx_keys[] = {"format", "images", "labels"};
     static const char *const synthetic_keys[] = {"format",  "kind", "examples",  "shape",
                                                  "classes", "seed", "vocabulary"};
@@ -300,7 +385,7 @@ static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
     int f;
 
     if (n->kind != JOB_NODE_MAP)
-        return job_tree_type_error(c, n, "a mapping with format: idx or synthetic");
+        return job_tree_type_error(c, n, "a mapping with format: idx, synthetic or tfrecord");
     if (!job_tree_given(format))
         return job_tree_missing(c, n, "format");
     {
@@ -315,6 +400,11 @@ static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
         STATUS_CHECK(job_tree_check_map(c, n, idx_keys, JOB_N_OF(idx_keys), false));
         STATUS_CHECK(job_tree_get_path(c, n, "images", true, &s->images));
         return job_tree_get_path(c, n, "labels", true, &s->labels);
+    }
+    if (s->format == JOB_DATA_TFRECORD) {
+        STATUS_CHECK(job_tree_check_map(c, n, tfrecord_keys, JOB_N_OF(tfrecord_keys), false));
+        STATUS_CHECK(parse_files(c, n, s));
+        return parse_features(c, n, s);
     }
     STATUS_CHECK(job_tree_check_map(c, n, synthetic_keys, JOB_N_OF(synthetic_keys), false));
     return parse_synthetic(c, n, &s->synthetic);

@@ -25,7 +25,22 @@ typedef enum {
 typedef enum {
     JOB_DATA_IDX,       /* images + labels IDX files, gzipped or not */
     JOB_DATA_SYNTHETIC, /* generated: see job_synthetic_t */
+    JOB_DATA_TFRECORD,  /* TFRecord files of tf.train.Example, plain or GZIP */
 } job_data_format_t;
+
+/* One feature of a tf.train.Example as the job maps it. */
+typedef enum {
+    JOB_FEATURE_FLOAT_LIST,
+    JOB_FEATURE_INT64_LIST,
+    JOB_FEATURE_BYTES_LIST, /* one string of raw uint8 values */
+} job_feature_kind_t;
+
+typedef struct job_feature {
+    char *name;
+    job_feature_kind_t kind;
+    int shape[JOB_MAX_RANK]; /* of one example's values, row-major */
+    int rank;
+} job_feature_t;
 
 typedef enum {
     JOB_SYNTHETIC_CLASSIFICATION, /* dense features, labels from a fixed random teacher */
@@ -48,6 +63,11 @@ typedef struct job_source {
     char *images; /* IDX paths, resolved against the job file's directory */
     char *labels;
     job_synthetic_t synthetic;
+    /* tfrecord: paths or glob patterns (resolved), read in sorted order; the model's input and
+     * the label (exactly one value) */
+    char **files;
+    size_t n_files;
+    job_feature_t input, label;
 } job_source_t;
 
 typedef struct job_data {

@@ -643,29 +643,34 @@ char *job_tree_strdup(job_ctx_t *c, const char *s)
     return d;
 }
 
+char *job_tree_resolve(job_ctx_t *c, const char *rel)
+{
+    size_t len;
+    char *p;
+
+    if (rel[0] == '/' || c->dir[0] == '\0')
+        return job_tree_strdup(c, rel);
+    bool slash = c->dir[strlen(c->dir) - 1] == '/';
+    len = strlen(c->dir) + 1 + strlen(rel) + 1;
+    p = malloc(len);
+    if (p != NULL)
+        snprintf(p, len, "%s%s%s", c->dir, slash ? "" : "/", rel);
+    else
+        status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
+    return p;
+}
+
 /* map[key] as a path resolved against the job file's directory, in *ret (freed first). */
 status_t job_tree_get_path(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
                            char **ret)
 {
     const char *rel = NULL;
-    size_t len;
     char *p;
 
     STATUS_CHECK(job_tree_get_string(c, map, key, required, &rel));
     if (rel == NULL)
         return STATUS_OK;
-    if (rel[0] == '/' || c->dir[0] == '\0') {
-        p = job_tree_strdup(c, rel);
-    } else {
-        bool slash = c->dir[strlen(c->dir) - 1] == '/';
-        len = strlen(c->dir) + 1 + strlen(rel) + 1;
-        p = malloc(len);
-        if (p != NULL)
-            snprintf(p, len, "%s%s%s", c->dir, slash ? "" : "/", rel);
-        else
-            status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
-    }
-    if (p == NULL)
+    if ((p = job_tree_resolve(c, rel)) == NULL)
         return STATUS_NO_MEMORY;
     free(*ret);
     *ret = p;

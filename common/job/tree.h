@@ -122,6 +122,10 @@ status_t job_tree_get_shape(job_ctx_t *c, const job_node_t *map, const char *key
 status_t job_tree_get_path(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
                            char **ret);
 
+/* rel resolved against the job file's directory (absolute paths as they are), or NULL with
+ * c->err set. */
+char *job_tree_resolve(job_ctx_t *c, const char *rel);
+
 /* A copy of s, or NULL with c->err set. */
 char *job_tree_strdup(job_ctx_t *c, const char *s);
 

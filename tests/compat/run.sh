@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs one compat check (tests/compat/check_NAME.py) under the project-local virtual environment
 # .venv-compat, made on first use with the packages PyPI serves: the real readers and writers of
-# the formats Tessera writes (TensorBoard, safetensors; later Keras, TensorFlow).
+# the formats Tessera writes (TensorBoard, safetensors, TensorFlow; later Keras).
 #
 #   tests/compat/run.sh NAME
 #
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 venv=${TESSERA_COMPAT_VENV:-$root/.venv-compat}
 # Pinned: the versions these checks were written against.
-packages="tensorboard==2.21.0 safetensors==0.8.0"
+packages="tensorboard==2.21.0 safetensors==0.8.0 tensorflow-cpu==2.21.0"
 
 # One installer at a time: meson runs the compat checks in parallel.
 exec 9>"$root/.venv-compat.lock"

@@ -277,6 +277,7 @@ START_TEST(json_reads_values_exactly)
     ck_assert(!json_i64(&doc, json_get(&doc, root, "f"), &i));
     ck_assert(json_double(&doc, json_get(&doc, root, "f"), &d));
     ck_assert_double_eq(d, 2.5e-3);
+
     const char *s = json_string(&doc, json_get(&doc, root, "s"), &len);
     ck_assert_uint_eq(len, 1 + 2 + 4 + 1 + 1 + 1);
     ck_assert_int_eq(memcmp(s, "a\xc3\xa9\xf0\x9f\x98\x80\n\0b", len), 0);
@@ -285,6 +286,13 @@ START_TEST(json_reads_values_exactly)
     v = json_next(&doc, json_next(&doc, json_next(&doc, v)));
     ck_assert_int_eq(v->kind, JSON_ARRAY);
     ck_assert_ptr_null(json_next(&doc, v));
+    json_free(&doc);
+    /* Valid JSON, but no double holds the first two. */
+    ck_assert_int_eq(parse("[1e999, -1e999, 1e-999]", &doc, NULL), STATUS_OK);
+    v = json_first(&doc, json_root(&doc));
+    ck_assert(!json_double(&doc, v, &d));
+    ck_assert(!json_double(&doc, json_next(&doc, v), &d));
+    ck_assert(json_double(&doc, json_next(&doc, json_next(&doc, v)), &d));
     json_free(&doc);
 }
 END_TEST

@@ -143,6 +143,24 @@ START_TEST(mlp_example_is_the_keras_tutorial_model)
 }
 END_TEST
 
+/* The same model on TFRecord shards that `tessera convert` writes (the file says how). */
+START_TEST(tfrecord_example_is_the_mlp_on_tfrecord_shards)
+{
+    job_t job;
+
+    load_example("examples/fashion-mnist-mlp-tfrecord.yaml", &job);
+    ck_assert_uint_eq(job.model.n_layers, 2);
+    ck_assert_int_eq(job.data.train.format, JOB_DATA_TFRECORD);
+    ck_assert_ptr_nonnull(strstr(job.data.train.files[0], "examples/data/fm-train-*-of-00004"));
+    ck_assert_int_eq(job.data.train.input.kind, JOB_FEATURE_BYTES_LIST);
+    ck_assert_int_eq(job.data.train.input.shape[0], 784);
+    ck_assert_str_eq(job.data.train.label.name, "label");
+    ck_assert_int_eq(job.data.test.format, JOB_DATA_TFRECORD);
+    ck_assert_ptr_nonnull(strstr(job.checkpoint_dir, "examples/ckpt/"));
+    job_done(&job);
+}
+END_TEST
+
 START_TEST(cnn_example_is_two_conv_blocks_and_a_dense_head)
 {
     static const job_layer_kind_t kinds[] = {
@@ -339,6 +357,51 @@ START_TEST(checkpoint_section_and_resume)
     ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, every: 5}\n", "every");
     ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, keep: 0}\n", "keep");
     ASSERT_BAD(MODEL TAIL "resume: true\n", "resume: true needs checkpoint.dir");
+}
+END_TEST
+
+/* format: tfrecord: files (a path, a glob or a list), the label and one input feature. */
+START_TEST(tfrecord_source_maps_features)
+{
+    job_t job;
+
+    parse_ok(MODEL "loss: mse\ndata:\n  batch_size: 8\n  train:\n    format: tfrecord\n"
+                   "    files: [a/*.tfrecord.gz, /abs/b.tfrecord]\n"
+                   "    features: {img: {bytes_list: [2, 2]}, y: {int64_list: [1]}}\n"
+                   "    label: y\n"
+                   "  test: {format: tfrecord, files: t.tfrecord, features: {x: {float_list: [4]}, "
+                   "label: {float_list: [1]}}}\n",
+             "/jobs/job.yaml", &job);
+    ck_assert_int_eq(job.data.train.format, JOB_DATA_TFRECORD);
+    ck_assert_uint_eq(job.data.train.n_files, 2);
+    ck_assert_str_eq(job.data.train.files[0], "/jobs/a/*.tfrecord.gz");
+    ck_assert_str_eq(job.data.train.files[1], "/abs/b.tfrecord");
+    ck_assert_str_eq(job.data.train.input.name, "img");
+    ck_assert_int_eq(job.data.train.input.kind, JOB_FEATURE_BYTES_LIST);
+    ck_assert_int_eq(job.data.train.input.rank, 2);
+    ck_assert_str_eq(job.data.train.label.name, "y");
+    ck_assert_int_eq(job.data.train.label.kind, JOB_FEATURE_INT64_LIST);
+    ck_assert_uint_eq(job.data.test.n_files, 1);
+    ck_assert_str_eq(job.data.test.files[0], "/jobs/t.tfrecord");
+    ck_assert_str_eq(job.data.test.input.name, "x");
+    ck_assert_int_eq(job.data.test.input.kind, JOB_FEATURE_FLOAT_LIST);
+    job_done(&job);
+#define TF(rest) MODEL "loss: mse\ndata: {batch_size: 8, train: {format: tfrecord, " rest "}}\n"
+    ASSERT_BAD(TF("features: {x: {float_list: [4]}, label: {int64_list: [1]}}"), "files");
+    ASSERT_BAD(TF("files: [], features: {x: {float_list: [4]}, label: {int64_list: [1]}}"),
+               "files");
+    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}}"), "two features", "label: NAME");
+    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, y: {int64_list: [1]}}"),
+               "the label 'label'");
+    ASSERT_BAD(TF("files: a, features: {x: {floats: [4]}, label: {int64_list: [1]}}"), "floats");
+    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {bytes_list: [1]}}"),
+               "a label is one number");
+    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {int64_list: [2]}}"),
+               "a label is one number");
+    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {int64_list: [1]}}, "
+                  "images: b"),
+               "images");
+#undef TF
 }
 END_TEST
 
@@ -888,6 +951,7 @@ static Suite *job_suite(void)
     tcase_add_checked_fixture(tc, NULL, remove_tmp_dir);
     tcase_add_test(tc, mlp_example_is_the_keras_tutorial_model);
     tcase_add_test(tc, cnn_example_is_two_conv_blocks_and_a_dense_head);
+    tcase_add_test(tc, tfrecord_example_is_the_mlp_on_tfrecord_shards);
     tcase_add_test(tc, text_example_trains_an_embedding_on_synthetic_text);
     tcase_add_test(tc, every_key_of_a_job_is_read);
     tcase_add_test(tc, json_job_reads_like_yaml);
@@ -902,6 +966,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, train_takes_epochs_or_steps_not_both);
     tcase_add_test(tc, missing_required_keys_are_named);
     tcase_add_test(tc, checkpoint_section_and_resume);
+    tcase_add_test(tc, tfrecord_source_maps_features);
     tcase_add_test(tc, tensorboard_section_reads_keras_options);
     tcase_add_test(tc, bad_numbers_are_rejected_with_the_value);
     tcase_add_test(tc, optimizer_values_are_validated);

@@ -1,0 +1,205 @@
+/* TFRecord files of tf.train.Example as a dataset (data.h): the files read one after another
+ * through files/tfrecord.h (both CRCs checked, plain or GZIP), each Example's input and label
+ * features decoded by files/example.h into rows that grow with what is read, never with what a
+ * header claims. */
+#define _POSIX_C_SOURCE 200809L
+#include <glob.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "data_internal.h"
+#include "files/example.h"
+#include "files/tfrecord.h"
+
+/* A record may hold the input as float32 or int64 values (10 bytes each at most) plus framing. */
+#define RECORD_SLACK (1u << 16)
+
+typedef struct loader {
+    const job_source_t *src;
+    double scale;
+    uint64_t max_bytes;
+    size_t len;      /* input values per example */
+    float *features; /* [cap, len], DATA_ALIGN-aligned */
+    float *labels;
+    size_t n, cap;
+    double max_label;
+    bool integral; /* every label a whole number >= 0 */
+    status_msg_t *err;
+} loader_t;
+
+/* Room for cap examples (the n read so far copied over). */
+static status_t resize(loader_t *l, const char *path, size_t cap)
+{
+    float *f = data_alloc_aligned(cap * l->len * sizeof(float));
+    float *y = data_alloc_aligned(cap * sizeof(float));
+
+    if (f == NULL || y == NULL) {
+        free(f);
+        free(y);
+        return status_fail(l->err, STATUS_NO_MEMORY, "%s: no memory for %zu examples of %zu floats",
+                           path, cap, l->len);
+    }
+    if (l->n > 0) {
+        memcpy(f, l->features, l->n * l->len * sizeof(float));
+        memcpy(y, l->labels, l->n * sizeof(float));
+    }
+    free(l->features);
+    free(l->labels);
+    l->features = f;
+    l->labels = y;
+    l->cap = cap;
+    return STATUS_OK;
+}
+
+/* Doubles the room, or grows it as far as the memory budget allows. */
+static status_t grow(loader_t *l, const char *path)
+{
+    size_t cap = l->cap ? l->cap * 2 : 1024;
+
+    if (l->max_bytes > 0 && data_bytes_of(cap, l->len) > l->max_bytes) {
+        STATUS_CHECK(
+            data_check_budget(path, data_bytes_of(l->n + 1, l->len), l->max_bytes, l->err));
+        cap = (size_t)(l->max_bytes / ((l->len + 1) * sizeof(float)));
+    }
+    return resize(l, path, cap);
+}
+
+static status_t bad_record(loader_t *l, const char *path, uint64_t offset, const char *what,
+                           const job_feature_t *feature)
+{
+    return status_fail(l->err, STATUS_DATA_LOSS, "%s: the record at byte %llu: feature '%s' %s",
+                       path, (unsigned long long)offset, feature->name, what);
+}
+
+/* The feature's values into out[0..n) as floats. */
+static status_t decode(loader_t *l, const char *path, uint64_t offset, const uint8_t *rec,
+                       size_t rec_len, const job_feature_t *feature, float *out, size_t n)
+{
+    static const example_kind_t kinds[] = {EXAMPLE_FLOAT_LIST, EXAMPLE_INT64_LIST,
+                                           EXAMPLE_BYTES_LIST};
+    example_feature_t f;
+    int found = example_find(rec, rec_len, feature->name, &f);
+    char what[128];
+
+    if (found < 0)
+        return status_fail(l->err, STATUS_DATA_LOSS,
+                           "%s: the record at byte %llu is not a tf.train.Example", path,
+                           (unsigned long long)offset);
+    if (found == 0)
+        return bad_record(l, path, offset, "is missing", feature);
+    if (f.kind != kinds[feature->kind])
+        return bad_record(l, path, offset, "is of another kind than the job says", feature);
+    if (feature->kind != JOB_FEATURE_BYTES_LIST) {
+        if (example_floats(&f, out, n) == 0)
+            return STATUS_OK;
+        snprintf(what, sizeof(what), "holds %lld values, the job says %zu",
+                 (long long)example_count(&f), n);
+        return bad_record(l, path, offset, what, feature);
+    }
+    const uint8_t *bytes;
+    size_t len;
+    if (example_bytes(&f, &bytes, &len) != 1 || len != n) {
+        snprintf(what, sizeof(what), "is not one string of %zu bytes (raw uint8 values)", n);
+        return bad_record(l, path, offset, what, feature);
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = bytes[i];
+    return STATUS_OK;
+}
+
+static status_t add_record(loader_t *l, const char *path, uint64_t offset, const uint8_t *rec,
+                           size_t len)
+{
+    float *row;
+
+    if (l->n == l->cap)
+        STATUS_CHECK(grow(l, path));
+    row = l->features + l->n * l->len;
+    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->input, row, l->len));
+    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, &l->labels[l->n], 1));
+    if (l->scale != 1)
+        for (size_t i = 0; i < l->len; i++)
+            row[i] = (float)(row[i] * l->scale);
+    float y = l->labels[l->n];
+    if (!isfinite(y))
+        return bad_record(l, path, offset, "is not a finite number", &l->src->label);
+    l->integral = l->integral && y >= 0 && y == floorf(y) && y < 1e7f;
+    l->max_label = y > l->max_label ? y : l->max_label;
+    l->n++;
+    return STATUS_OK;
+}
+
+static status_t load_file(loader_t *l, const char *path)
+{
+    tfrecord_reader_t *r;
+    const uint8_t *rec;
+    size_t len;
+    size_t max_record = l->len * 10 + RECORD_SLACK;
+    status_t rc;
+
+    STATUS_CHECK(tfrecord_open(path, max_record, &r, l->err));
+    while ((rc = tfrecord_next(r, &rec, &len, l->err)) == STATUS_OK && rec != NULL) {
+        rc = add_record(l, path, tfrecord_offset(r) - 16 - len, rec, len);
+        if (rc != STATUS_OK)
+            break;
+    }
+    tfrecord_close(r);
+    return rc;
+}
+
+/* Expands the source's files and globs, in order, each pattern's matches sorted. */
+static status_t expand(const job_source_t *src, glob_t *g, status_msg_t *err)
+{
+    memset(g, 0, sizeof(*g));
+    for (size_t i = 0; i < src->n_files; i++) {
+        size_t before = g->gl_pathc;
+        int rc = glob(src->files[i], GLOB_ERR | (i > 0 ? GLOB_APPEND : 0), NULL, g);
+        if (rc == GLOB_NOSPACE)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory expanding %s", src->files[i]);
+        if (rc != 0 || g->gl_pathc == before)
+            return status_fail(err, STATUS_NOT_FOUND, "%s: no such file (or no file matches)",
+                               src->files[i]);
+    }
+    return STATUS_OK;
+}
+
+status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t max_bytes,
+                               dataset_t **ret_ds, status_msg_t *err)
+{
+    loader_t l = {
+        .src = src, .scale = scale, .max_bytes = max_bytes, .len = 1, .integral = true, .err = err};
+    glob_t g;
+    dataset_t *ds;
+    status_t rc;
+
+    *ret_ds = NULL;
+    for (int i = 0; i < src->input.rank; i++)
+        l.len *= (size_t)src->input.shape[i];
+    rc = expand(src, &g, err);
+    for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
+        rc = load_file(&l, g.gl_pathv[i]);
+    if (rc == STATUS_OK && l.n == 0)
+        rc = status_fail(err, STATUS_INVALID_ARGUMENT, "%s: no examples in %zu file(s)",
+                         src->files[0], g.gl_pathc);
+    globfree(&g);
+    if (rc == STATUS_OK && l.cap > l.n + l.n / 4) /* give back what doubling left unused */
+        rc = resize(&l, src->files[0], l.n);
+    if (rc == STATUS_OK && (ds = calloc(1, sizeof(*ds))) == NULL)
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    if (rc != STATUS_OK) {
+        free(l.features);
+        free(l.labels);
+        return rc;
+    }
+    ds->features = l.features;
+    ds->labels = l.labels;
+    ds->n = l.n;
+    ds->feature_len = l.len;
+    ds->rank = src->input.rank;
+    memcpy(ds->shape, src->input.shape, sizeof(ds->shape));
+    ds->classes = l.integral ? (int)l.max_label + 1 : 0;
+    *ret_ds = ds;
+    return STATUS_OK;
+}
