@@ -13,10 +13,11 @@
 #include "data.h"
 #include "files/atomic.h"
 #include "files/example.h"
+#include "job/job.h"
 #include "files/tfrecord.h"
 
 typedef struct convert_opts {
-    char *images, *labels, *out;
+    char *images, *labels, *out, *job, *split;
     char *image_feature, *label_feature;
     int64_t shards;
     bool floats; /* float_list instead of raw uint8 bytes */
@@ -30,6 +31,12 @@ static const config_option_t convert_options[] = {
     {"out", CONFIG_STRING, offsetof(convert_opts_t, out), NULL, 0, 0,
      "The TFRecord file to write; a name ending in .gz is GZIP-compressed (TFRecordDataset's "
      "compression_type=\"GZIP\"). With --shards N: NAME-00000-of-0000N.tfrecord[.gz]."},
+    {"job", CONFIG_STRING, offsetof(convert_opts_t, job), NULL, 0, 0,
+     "Instead of --images and --labels: the data a job file's data section names (any format, "
+     "synthetic included), the split --split says; inputs as float_list (int64_list for "
+     "integer ids), labels as int64_list (float_list for regression)."},
+    {"split", CONFIG_STRING, offsetof(convert_opts_t, split), "train", 0, 0,
+     "With --job: train or test."},
     {"shards", CONFIG_INT, offsetof(convert_opts_t, shards), "1", 1, 10000,
      "Split the examples over this many files, round robin (for sharding by file)."},
     {"image-feature", CONFIG_STRING, offsetof(convert_opts_t, image_feature), "image", 0, 0,
@@ -41,7 +48,8 @@ static const config_option_t convert_options[] = {
 };
 
 static const config_table_t convert_table = {
-    .program = "tessera convert --images IDX --labels IDX --out FILE.tfrecord[.gz]",
+    .program = "tessera convert --images IDX --labels IDX | --job JOB.yaml [--split test] "
+               "--out FILE.tfrecord[.gz]",
     .summary = "Writes TFRecord files of tf.train.Example {image, label} from IDX files: the "
                "input as raw uint8 bytes (bytes_list, or float_list with --floats), the label "
                "as int64_list. NumPy and CSV inputs are not supported yet.",
@@ -112,30 +120,52 @@ static int out_close(out_file_t *o, bool ok)
     return -1;
 }
 
-static int convert(const convert_opts_t *o, const dataset_t *ds)
+/* How the examples are written: from IDX files, raw bytes or floats; from a job, as the job's
+ * data holds them. */
+typedef struct convert_form {
+    bool bytes;      /* input as one string of uint8 values */
+    bool int_input;  /* input as int64_list */
+    bool int_labels; /* labels as int64_list */
+} convert_form_t;
+
+static void add_example(const convert_opts_t *o, const convert_form_t *form, example_writer_t *w,
+                        const float *x, size_t len, float y, uint8_t *raw, int64_t *ids)
+{
+    if (form->bytes) {
+        for (size_t k = 0; k < len; k++)
+            raw[k] = (uint8_t)x[k];
+        example_add_bytes(w, o->image_feature, raw, len);
+    } else if (form->int_input) {
+        for (size_t k = 0; k < len; k++)
+            ids[k] = (int64_t)x[k];
+        example_add_int64s(w, o->image_feature, ids, len);
+    } else {
+        example_add_floats(w, o->image_feature, x, len);
+    }
+    if (form->int_labels) {
+        int64_t label = (int64_t)y;
+        example_add_int64s(w, o->label_feature, &label, 1);
+    } else {
+        example_add_floats(w, o->label_feature, &y, 1);
+    }
+}
+
+static int convert(const convert_opts_t *o, const convert_form_t *form, const dataset_t *ds)
 {
     out_file_t *outs = calloc((size_t)o->shards, sizeof(*outs));
     example_writer_t w = {0};
     uint8_t *raw = malloc(ds->feature_len + 1);
-    int64_t opened = 0;
-    int rc = outs != NULL && raw != NULL ? 0 : -1;
+    int64_t *ids = malloc((ds->feature_len + 1) * sizeof(int64_t)), opened = 0;
+    int rc = outs != NULL && raw != NULL && ids != NULL ? 0 : -1;
 
     for (; rc == 0 && opened < o->shards; opened++)
         rc = out_open(&outs[opened], o->out, opened, o->shards);
     for (size_t i = 0; rc == 0 && i < ds->n; i++) {
-        const float *x = ds->features + i * ds->feature_len;
-        int64_t label = (int64_t)ds->labels[i];
         const uint8_t *ex;
         size_t len = 0;
         example_writer_reset(&w);
-        if (o->floats) {
-            example_add_floats(&w, o->image_feature, x, ds->feature_len);
-        } else {
-            for (size_t k = 0; k < ds->feature_len; k++)
-                raw[k] = (uint8_t)x[k];
-            example_add_bytes(&w, o->image_feature, raw, ds->feature_len);
-        }
-        example_add_int64s(&w, o->label_feature, &label, 1);
+        add_example(o, form, &w, ds->features + i * ds->feature_len, ds->feature_len, ds->labels[i],
+                    raw, ids);
         if ((ex = example_finish(&w, &len)) == NULL ||
             out_write(&outs[i % (size_t)o->shards], ex, len) != 0) {
             fprintf(stderr, "tessera convert: cannot write example %zu to %s\n", i,
@@ -151,7 +181,52 @@ static int convert(const convert_opts_t *o, const dataset_t *ds)
                (long long)o->shards, outs[0].path);
     example_writer_free(&w);
     free(raw);
+    free(ids);
     free(outs);
+    return rc;
+}
+
+/* The output's directory, made when missing. */
+static status_t make_parent(const char *out, status_msg_t *err)
+{
+    char *dir = strdup(out), *slash = dir ? strrchr(dir, '/') : NULL;
+    status_t rc = STATUS_OK;
+
+    if (slash != NULL && slash != dir) {
+        *slash = '\0';
+        rc = files_mkdirs(dir, err);
+    }
+    free(dir);
+    return rc;
+}
+
+/* The examples to write: the IDX files (values as bytes, unscaled), or a job's split. */
+static status_t load_data(const convert_opts_t *o, convert_form_t *form, dataset_t **ret,
+                          status_msg_t *err)
+{
+    job_t job;
+    const job_source_t *src;
+    status_t rc;
+
+    if (o->job == NULL) {
+        form->bytes = !o->floats;
+        form->int_labels = true;
+        return dataset_load_idx(o->images, o->labels, 1.0, 0, ret, err);
+    }
+    STATUS_CHECK(job_load_file(o->job, &job, err));
+    src = strcmp(o->split, "test") == 0 ? &job.data.test : &job.data.train;
+    if (strcmp(o->split, "test") != 0 && strcmp(o->split, "train") != 0)
+        rc =
+            status_fail(err, STATUS_INVALID_ARGUMENT, "--split is train or test, not %s", o->split);
+    else if (!src->present)
+        rc = status_fail(err, STATUS_INVALID_ARGUMENT, "%s has no data.%s", o->job, o->split);
+    else
+        rc = dataset_load(src, job.data.scale, 0, ret, err);
+    if (rc == STATUS_OK) {
+        form->int_input = job.model.input_is_int;
+        form->int_labels = (*ret)->classes > 0;
+    }
+    job_done(&job);
     return rc;
 }
 
@@ -161,6 +236,7 @@ int cli_convert(int argc, char **argv)
     config_action_t action;
     status_msg_t err = {0};
     dataset_t *ds = NULL;
+    convert_form_t form = {0};
     int rc = 2;
 
     if (config_load(&convert_table, &o, argc, argv, &action, &err) != STATUS_OK) {
@@ -171,30 +247,16 @@ int cli_convert(int argc, char **argv)
         rc = 0;
         goto out;
     }
-    if (o.images == NULL || o.labels == NULL || o.out == NULL) {
-        fprintf(stderr, "tessera convert: --images, --labels and --out are required\n");
+    if (o.out == NULL || (o.job == NULL) == (o.images == NULL || o.labels == NULL)) {
+        fprintf(stderr, "tessera convert: give --out and either --images and --labels, or --job\n");
         goto out;
     }
     rc = 1;
-    {
-        /* the output's directory, made when missing */
-        char *dir = strdup(o.out), *slash = dir ? strrchr(dir, '/') : NULL;
-        status_t made = STATUS_OK;
-        if (slash != NULL && slash != dir) {
-            *slash = '\0';
-            made = files_mkdirs(dir, &err);
-        }
-        free(dir);
-        if (made != STATUS_OK) {
-            fprintf(stderr, "tessera convert: %s\n", err.text);
-            goto out;
-        }
-    }
-    if (dataset_load_idx(o.images, o.labels, 1.0, 0, &ds, &err) != STATUS_OK) {
+    if (make_parent(o.out, &err) != STATUS_OK || load_data(&o, &form, &ds, &err) != STATUS_OK) {
         fprintf(stderr, "tessera convert: %s\n", err.text);
         goto out;
     }
-    rc = convert(&o, ds) == 0 ? 0 : 1;
+    rc = convert(&o, &form, ds) == 0 ? 0 : 1;
 out:
     dataset_free(ds);
     config_done(&convert_table, &o);

@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
     {"train", cli_train, "train a job in this process (one device, no cluster)"},
     {"convert", cli_convert, "write TFRecord files of tf.train.Example from IDX files"},
+    {"export", cli_export, "write a trained job as model.keras (Keras 3) and model.safetensors"},
     {"cluster", cli_cluster, "show every task of a cluster and its health"},
     {"run", cli_run, "start a whole cluster on this machine, optionally run a job (run --local)"},
     {"submit", cli_jobs, "submit a job file to the chief (--watch to follow it)"},

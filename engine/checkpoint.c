@@ -293,7 +293,7 @@ static status_t load_var(shard_files_t *s, const ckpt_var_t *v, model_param_t *p
             else if (t->elements != elements)
                 return status_fail(err, STATUS_DATA_LOSS, "%s: slot %s is not the size of %s",
                                    st_path(f), tensor, part->tensor);
-            if (!read)
+            if (!read || (j > 0 && slots == NULL))
                 continue;
             float *dst = (j == 0 ? p->value : slots + (j - 1) * p->n) + part->row * row_len;
             STATUS_CHECK(st_read(f, t, dst, err));
@@ -330,11 +330,9 @@ static status_t match_var(const char *path, const ckpt_manifest_t *m, const mode
                        "%s has no variable %s: a checkpoint of a different model", path, p->name);
 }
 
-static status_t load_all(trainer_t *t, shard_files_t *s, const char *path, const ckpt_manifest_t *m,
-                         bool read, status_msg_t *err)
+static status_t load_all(model_t *model, float *const *slots, shard_files_t *s, const char *path,
+                         const ckpt_manifest_t *m, bool read, status_msg_t *err)
 {
-    model_t *model = trainer_model(t);
-
     if (m->n_vars != model_param_count(model))
         return status_fail(err, STATUS_BAD_CONFIG,
                            "%s holds %zu variables, the model %zu: a checkpoint of a different "
@@ -348,26 +346,66 @@ static status_t load_all(trainer_t *t, shard_files_t *s, const char *path, const
         model_param_t *p = model_param(model, i);
         const ckpt_var_t *v = NULL;
         STATUS_CHECK(match_var(path, m, p, &v, err));
-        STATUS_CHECK(load_var(s, v, p, trainer_slots(t, i), m, read, err));
+        STATUS_CHECK(load_var(s, v, p, slots != NULL ? slots[i] : NULL, m, read, err));
     }
+    return STATUS_OK;
+}
+
+status_t ckpt_load_model(model_t *model, float *const *slots, const char *path,
+                         const ckpt_manifest_t *m, status_msg_t *err)
+{
+    shard_files_t s = {.dir = path};
+    status_t rc;
+
+    rc = load_all(model, slots, &s, path, m, false, err);
+    if (rc == STATUS_OK)
+        rc = load_all(model, slots, &s, path, m, true, err);
+    shard_close(&s);
+    if (rc != STATUS_OK)
+        return rc;
+    for (size_t i = 0; i < m->n_rng; i++)
+        *model_rng_state(model, i) = m->rng[i];
     return STATUS_OK;
 }
 
 status_t train_ckpt_restore(trainer_t *t, const char *path, const ckpt_manifest_t *m,
                             status_msg_t *err)
 {
-    shard_files_t s = {.dir = path};
     model_t *model = trainer_model(t);
+    size_t n = model_param_count(model);
+    float **slots = calloc(n + 1, sizeof(*slots));
     status_t rc;
 
-    rc = load_all(t, &s, path, m, false, err);
+    if (slots == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        slots[i] = trainer_slots(t, i);
+    rc = ckpt_load_model(model, slots, path, m, err);
+    free(slots);
     if (rc == STATUS_OK)
-        rc = load_all(t, &s, path, m, true, err);
-    shard_close(&s);
-    if (rc != STATUS_OK)
+        trainer_set_iterations(t, m->iterations);
+    return rc;
+}
+
+status_t ckpt_open_any(const char *path, char **ret_path, ckpt_manifest_t *ret, status_msg_t *err)
+{
+    int64_t step;
+    status_t rc;
+
+    memset(ret, 0, sizeof(*ret));
+    *ret_path = NULL;
+    rc = ckpt_read_manifest(path, ret, err);
+    if (rc == STATUS_OK) {
+        *ret_path = strdup(path);
+        return *ret_path != NULL ? STATUS_OK : status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    if (rc != STATUS_NOT_FOUND)
         return rc;
-    trainer_set_iterations(t, m->iterations);
-    for (size_t i = 0; i < m->n_rng; i++)
-        *model_rng_state(model, i) = m->rng[i];
-    return STATUS_OK;
+    STATUS_CHECK(ckpt_latest(path, &step, ret_path, err));
+    rc = ckpt_read_manifest(*ret_path, ret, err);
+    if (rc != STATUS_OK) {
+        free(*ret_path);
+        *ret_path = NULL;
+    }
+    return rc;
 }

@@ -42,4 +42,13 @@ status_t train_ckpt_find(const job_t *job, char **ret_path, ckpt_manifest_t *ret
 status_t train_ckpt_restore(trainer_t *t, const char *path, const ckpt_manifest_t *m,
                             status_msg_t *err);
 
+/* The same into a model and its optimizer slots outside a trainer (slots[i]: param i's
+ * slot arrays, laid out as optimizer_slots_init does; slots NULL: values only). */
+status_t ckpt_load_model(model_t *model, float *const *slots, const char *path,
+                         const ckpt_manifest_t *m, status_msg_t *err);
+
+/* The checkpoint directory to read: `path` itself when it holds a manifest, else the newest
+ * complete checkpoint under it. Free *ret_path and ckpt_manifest_free(ret). */
+status_t ckpt_open_any(const char *path, char **ret_path, ckpt_manifest_t *ret, status_msg_t *err);
+
 #endif

@@ -7,7 +7,7 @@ packages=(
   build-essential meson ninja-build pkg-config clang-format
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
   libsystemd-dev check libopenblas-dev zlib1g-dev
-  libyaml-dev libcjson-dev libmicrohttpd-dev
+  libyaml-dev libcjson-dev libmicrohttpd-dev libhdf5-dev libzip-dev
   prometheus iperf3 python3 python3-venv dataset-fashion-mnist systemd
   clang libclang-rt-14-dev
 )

@@ -236,6 +236,58 @@ START_TEST(damaged_or_foreign_checkpoints_are_refused_by_name)
 }
 END_TEST
 
+static int export_job(const char *job, const char *out_dir, const char *extra, char **out)
+{
+    char *argv[] = {(char *)harness_program("tessera"),
+                    "export",
+                    (char *)job,
+                    "--out",
+                    (char *)out_dir,
+                    (char *)extra,
+                    NULL};
+    return harness_run(argv, NULL, NULL, 60000, out);
+}
+
+/* tessera export writes model.keras and model.safetensors from the newest checkpoint (Keras
+ * loading them is the compat suite's check_keras.py), and refuses what it cannot export. */
+START_TEST(export_writes_both_files_or_says_why_not)
+{
+    char dir[512], out_dir[512], path[1024], flag[600], *out = NULL;
+    const char *job;
+    FILE *f;
+
+    snprintf(dir, sizeof(dir), "%s/exp", harness_tmpdir());
+    snprintf(out_dir, sizeof(out_dir), "%s/exported", harness_tmpdir());
+    job = strdup(write_job("exp.yaml", dir, "64"));
+    char *argv[] = {
+        (char *)harness_program("tessera"), "train", (char *)job, "--steps", "20", NULL};
+    ck_assert_int_eq(harness_run(argv, NULL, NULL, 120000, &out), 0);
+    free(out);
+    ck_assert_msg(export_job(job, out_dir, NULL, &out) == 0, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "step 20"));
+    free(out);
+    snprintf(path, sizeof(path), "%s/model.keras", out_dir);
+    ck_assert_ptr_nonnull(f = fopen(path, "rb"));
+    ck_assert_int_eq(fgetc(f), 'P'); /* a zip archive */
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/model.safetensors", out_dir);
+    ck_assert_ptr_nonnull(f = fopen(path, "rb"));
+    char head[512] = {0};
+    ck_assert_uint_gt(fread(head, 1, sizeof(head) - 1, f), 8);
+    fclose(f);
+    ck_assert_ptr_nonnull(memmem(head + 8, sizeof(head) - 9, "\"dense/kernel\"", 14));
+    /* A checkpoint of another model; a directory without checkpoints. */
+    ck_assert_int_ne(export_job(write_job("exp2.yaml", dir, "32"), out_dir, NULL, &out), 0);
+    ck_assert_msg(strstr(out, "a checkpoint of a different model") != NULL, "%s", out);
+    free(out);
+    snprintf(flag, sizeof(flag), "--checkpoint=%s", harness_tmpdir());
+    ck_assert_int_ne(export_job(job, out_dir, flag, &out), 0);
+    ck_assert_msg(strstr(out, "no complete checkpoint") != NULL, "%s", out);
+    free(out);
+    free((char *)job);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("checkpoint");
@@ -245,6 +297,7 @@ int main(void)
     tcase_add_test(tc, killed_at_random_moments_resumes_to_identical_numbers);
     tcase_add_test(tc, resuming_a_finished_run_trains_nothing);
     tcase_add_test(tc, damaged_or_foreign_checkpoints_are_refused_by_name);
+    tcase_add_test(tc, export_writes_both_files_or_says_why_not);
     suite_add_tcase(s, tc);
     return check_run(s, CK_FORK);
 }

@@ -1,0 +1,52 @@
+/* Keras 3's native model file, `.keras`: a zip archive of stored (not deflated) entries, in this
+ * order: metadata.json ({"keras_version", "date_saved"}), config.json (the model's config with
+ * its build and compile configs: the caller's text), and model.weights.h5, HDF5 laid out as
+ * keras.saving writes it:
+ *
+ *   layers/<layer>/vars/      group with attribute name="<layer>", datasets 0, 1, ... (the
+ *                             layer's variables in the order it creates them), for every layer
+ *   optimizer/vars/           attribute name="<optimizer>": 0 iterations (int64 scalar),
+ *                             1 learning_rate (float32 scalar), then the slot variables
+ *   vars/                     attribute name="<model>", empty
+ *
+ * Written through libzip and libhdf5; the archive appears whole or not at all (libzip writes a
+ * temporary file and renames it). */
+#ifndef TESSERA_FILES_KERAS_ARCHIVE_H
+#define TESSERA_FILES_KERAS_ARCHIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+#define KERAS_ARCHIVE_VERSION "3.15.1" /* the Keras version whose layout this follows */
+#define KERAS_MAX_RANK        8
+
+typedef struct keras_tensor {
+    int rank;
+    uint64_t shape[KERAS_MAX_RANK];
+    const float *data;
+} keras_tensor_t;
+
+typedef struct keras_layer_vars {
+    const char *name;
+    const keras_tensor_t *vars;
+    size_t n;
+} keras_layer_vars_t;
+
+typedef struct keras_archive {
+    const char *config_json;          /* config.json's text */
+    const char *model_name;           /* the model's own vars group: "sequential" */
+    const keras_layer_vars_t *layers; /* every layer of the config, in its order */
+    size_t n_layers;
+    const char *optimizer; /* NULL: no optimizer group (an uncompiled model) */
+    int64_t iterations;
+    float learning_rate;
+    const keras_tensor_t *optimizer_vars; /* in the optimizer's order */
+    size_t n_optimizer_vars;
+} keras_archive_t;
+
+/* Writes the archive to path. Errors name the file (STATUS_IO). */
+status_t keras_archive_write(const char *path, const keras_archive_t *a, status_msg_t *err);
+
+#endif

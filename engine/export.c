@@ -1,0 +1,350 @@
+#define _POSIX_C_SOURCE 200809L
+#include "export.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "files/atomic.h"
+#include "files/keras_archive.h"
+#include "files/safetensors.h"
+#include "optim/optimizer.h"
+
+/* ---- config.json ------------------------------------------------------------------------------
+ */
+
+static const char *const keras_activation[] = {
+    [JOB_ACT_LINEAR] = "linear", [JOB_ACT_RELU] = "relu",       [JOB_ACT_SIGMOID] = "sigmoid",
+    [JOB_ACT_TANH] = "tanh",     [JOB_ACT_SOFTMAX] = "softmax",
+};
+
+static const char *const keras_class[] = {
+    [JOB_LAYER_DENSE] = "Dense",
+    [JOB_LAYER_CONV2D] = "Conv2D",
+    [JOB_LAYER_MAX_POOLING2D] = "MaxPooling2D",
+    [JOB_LAYER_AVERAGE_POOLING2D] = "AveragePooling2D",
+    [JOB_LAYER_FLATTEN] = "Flatten",
+    [JOB_LAYER_RESHAPE] = "Reshape",
+    [JOB_LAYER_DROPOUT] = "Dropout",
+    [JOB_LAYER_EMBEDDING] = "Embedding",
+    [JOB_LAYER_GLOBAL_AVERAGE_POOLING1D] = "GlobalAveragePooling1D",
+    [JOB_LAYER_GLOBAL_AVERAGE_POOLING2D] = "GlobalAveragePooling2D",
+    [JOB_LAYER_ACTIVATION] = "Activation",
+};
+
+_Static_assert(sizeof(keras_class) / sizeof(keras_class[0]) == JOB_LAYER_KINDS,
+               "a Keras class per layer kind");
+
+static cJSON *ints(const int *v, int n, bool batch)
+{
+    cJSON *a = cJSON_CreateArray();
+
+    if (batch)
+        cJSON_AddItemToArray(a, cJSON_CreateNull());
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+/* {"module": MODULE, "class_name": CLASS, "config": config, "registered_name": null} */
+static cJSON *object(const char *module, const char *class_name, cJSON *config)
+{
+    cJSON *o = cJSON_CreateObject();
+
+    cJSON_AddStringToObject(o, "module", module);
+    cJSON_AddStringToObject(o, "class_name", class_name);
+    cJSON_AddItemToObject(o, "config", config);
+    cJSON_AddNullToObject(o, "registered_name");
+    return o;
+}
+
+static void add_window(cJSON *c, const job_layer_t *l)
+{
+    cJSON_AddItemToObject(c, "strides", ints(l->strides, 2, false));
+    cJSON_AddStringToObject(c, "padding", l->padding_same ? "same" : "valid");
+    cJSON_AddStringToObject(c, "data_format", "channels_last");
+}
+
+/* One layer's config: the options Tessera trained it with (initializers are left to Keras's
+ * defaults: they do not matter once the weights are loaded). */
+static cJSON *layer_config(const job_layer_t *l)
+{
+    cJSON *c = cJSON_CreateObject();
+
+    cJSON_AddStringToObject(c, "name", l->name);
+    cJSON_AddBoolToObject(c, "trainable", true);
+    switch (l->kind) {
+    case JOB_LAYER_DENSE:
+        cJSON_AddNumberToObject(c, "units", l->units);
+        cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
+        cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
+        break;
+    case JOB_LAYER_CONV2D:
+        cJSON_AddNumberToObject(c, "filters", l->filters);
+        cJSON_AddItemToObject(c, "kernel_size", ints(l->kernel_size, 2, false));
+        add_window(c, l);
+        cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
+        cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
+        break;
+    case JOB_LAYER_MAX_POOLING2D:
+    case JOB_LAYER_AVERAGE_POOLING2D:
+        cJSON_AddItemToObject(c, "pool_size", ints(l->pool_size, 2, false));
+        add_window(c, l);
+        break;
+    case JOB_LAYER_RESHAPE:
+        cJSON_AddItemToObject(c, "target_shape", ints(l->target_shape, l->target_rank, false));
+        break;
+    case JOB_LAYER_DROPOUT:
+        cJSON_AddNumberToObject(c, "rate", l->rate);
+        if (l->dropout_seed != 0)
+            cJSON_AddNumberToObject(c, "seed", (double)l->dropout_seed);
+        break;
+    case JOB_LAYER_EMBEDDING:
+        cJSON_AddNumberToObject(c, "input_dim", l->input_dim);
+        cJSON_AddNumberToObject(c, "output_dim", l->output_dim);
+        break;
+    case JOB_LAYER_ACTIVATION:
+        cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
+        break;
+    case JOB_LAYER_FLATTEN:
+    case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:
+    case JOB_LAYER_GLOBAL_AVERAGE_POOLING2D:
+    case JOB_LAYER_KINDS:
+        break;
+    }
+    return object("keras.layers", keras_class[l->kind], c);
+}
+
+static cJSON *optimizer_config(const optimizer_config_t *o, int64_t iterations)
+{
+    static const char *const classes[] = {
+        [OPTIMIZER_SGD] = "SGD",
+        [OPTIMIZER_ADAM] = "Adam",
+        [OPTIMIZER_ADAGRAD] = "Adagrad",
+        [OPTIMIZER_RMSPROP] = "RMSprop",
+    };
+    cJSON *c = cJSON_CreateObject();
+
+    cJSON_AddStringToObject(c, "name", optimizer_kind_name(o->kind));
+    /* The rate the next step would take: a schedule is not carried over. */
+    cJSON_AddNumberToObject(c, "learning_rate", optimizer_learning_rate(o, iterations));
+    switch (o->kind) {
+    case OPTIMIZER_SGD:
+        cJSON_AddNumberToObject(c, "momentum", o->momentum);
+        cJSON_AddBoolToObject(c, "nesterov", o->nesterov);
+        break;
+    case OPTIMIZER_ADAM:
+        cJSON_AddNumberToObject(c, "beta_1", o->beta_1);
+        cJSON_AddNumberToObject(c, "beta_2", o->beta_2);
+        cJSON_AddNumberToObject(c, "epsilon", o->epsilon);
+        cJSON_AddBoolToObject(c, "amsgrad", o->amsgrad);
+        break;
+    case OPTIMIZER_ADAGRAD:
+        cJSON_AddNumberToObject(c, "initial_accumulator_value", o->initial_accumulator_value);
+        cJSON_AddNumberToObject(c, "epsilon", o->epsilon);
+        break;
+    case OPTIMIZER_RMSPROP:
+        cJSON_AddNumberToObject(c, "rho", o->rho);
+        cJSON_AddNumberToObject(c, "momentum", o->momentum);
+        cJSON_AddNumberToObject(c, "epsilon", o->epsilon);
+        cJSON_AddBoolToObject(c, "centered", o->centered);
+        break;
+    }
+    return object("keras.optimizers", classes[o->kind], c);
+}
+
+static cJSON *loss_config(const job_t *job)
+{
+    static const char *const classes[] = {
+        [JOB_LOSS_MSE] = "MeanSquaredError",
+        [JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = "SparseCategoricalCrossentropy",
+        [JOB_LOSS_BINARY_CROSSENTROPY] = "BinaryCrossentropy",
+    };
+    static const char *const names[] = {
+        [JOB_LOSS_MSE] = "mean_squared_error",
+        [JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = "sparse_categorical_crossentropy",
+        [JOB_LOSS_BINARY_CROSSENTROPY] = "binary_crossentropy",
+    };
+    cJSON *c = cJSON_CreateObject();
+
+    cJSON_AddStringToObject(c, "name", names[job->loss]);
+    cJSON_AddStringToObject(c, "reduction", "sum_over_batch_size");
+    if (job->loss != JOB_LOSS_MSE)
+        cJSON_AddBoolToObject(c, "from_logits", job->from_logits);
+    return object("keras.losses", classes[job->loss], c);
+}
+
+static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int64_t iterations)
+{
+    cJSON *c = cJSON_CreateObject(), *metrics = cJSON_CreateArray();
+
+    cJSON_AddItemToObject(c, "optimizer", optimizer_config(o, iterations));
+    cJSON_AddItemToObject(c, "loss", loss_config(job));
+    cJSON_AddNullToObject(c, "loss_weights");
+    if (job->metric_accuracy && job->loss == JOB_LOSS_BINARY_CROSSENTROPY && job->from_logits) {
+        /* Keras's "accuracy" would threshold the logits at 0.5; Tessera's, like the loss, reads
+         * them as logits: a logit above 0 is class 1. */
+        cJSON *acc = cJSON_CreateObject();
+        cJSON_AddStringToObject(acc, "name", "accuracy");
+        cJSON_AddNumberToObject(acc, "threshold", 0.0);
+        cJSON_AddItemToArray(metrics, object("keras.metrics", "BinaryAccuracy", acc));
+    } else if (job->metric_accuracy) {
+        cJSON_AddItemToArray(metrics, cJSON_CreateString("accuracy"));
+    }
+    cJSON_AddItemToObject(c, "metrics", metrics);
+    cJSON_AddNullToObject(c, "weighted_metrics");
+    cJSON_AddBoolToObject(c, "run_eagerly", false);
+    cJSON_AddNumberToObject(c, "steps_per_execution", 1);
+    cJSON_AddBoolToObject(c, "jit_compile", false);
+    return c;
+}
+
+/* The job's optimizer as one replica applies it. */
+static optimizer_config_t job_optimizer(const job_t *job)
+{
+    optimizer_config_t o = job->optimizer;
+
+    if (o.lr_scale == 0)
+        o.lr_scale = 1;
+    return o;
+}
+
+char *export_keras_config(const job_t *job, int64_t iterations)
+{
+    const job_model_t *m = &job->model;
+    cJSON *config = cJSON_CreateObject(), *layers = cJSON_CreateArray(), *input, *build, *model;
+    char *text;
+
+    input = cJSON_CreateObject();
+    cJSON_AddItemToObject(input, "batch_shape", ints(m->input_shape, m->input_rank, true));
+    cJSON_AddStringToObject(input, "dtype", m->input_is_int ? "int32" : "float32");
+    cJSON_AddBoolToObject(input, "sparse", false);
+    cJSON_AddStringToObject(input, "name", "input_layer");
+    cJSON_AddItemToArray(layers, object("keras.layers", "InputLayer", input));
+    for (size_t i = 0; i < m->n_layers; i++)
+        cJSON_AddItemToArray(layers, layer_config(&m->layers[i]));
+    cJSON_AddStringToObject(config, "name", "sequential");
+    cJSON_AddBoolToObject(config, "trainable", true);
+    cJSON_AddItemToObject(config, "layers", layers);
+    model = object("keras", "Sequential", config);
+    build = cJSON_CreateObject();
+    cJSON_AddItemToObject(build, "input_shape", ints(m->input_shape, m->input_rank, true));
+    cJSON_AddItemToObject(model, "build_config", build);
+    optimizer_config_t o = job_optimizer(job);
+    cJSON_AddItemToObject(model, "compile_config", compile_config(job, &o, iterations));
+    text = cJSON_PrintUnformatted(model);
+    cJSON_Delete(model);
+    return text;
+}
+
+/* ---- the files --------------------------------------------------------------------------------
+ */
+
+static keras_tensor_t tensor_of(const model_param_t *p, const float *data)
+{
+    keras_tensor_t t = {.rank = p->rank, .data = data};
+
+    for (int d = 0; d < p->rank; d++)
+        t.shape[d] = (uint64_t)p->shape[d];
+    return t;
+}
+
+/* The optimizer's slot variables in Keras's order: Adam's momentum and velocity per variable,
+ * then (AMSGrad) every velocity_hat; RMSprop's velocities, then momentums, then average
+ * gradients; SGD's and Adagrad's one slot per variable. */
+static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *const *slots,
+                             keras_tensor_t *out)
+{
+    size_t n = model_param_count(m), k = optimizer_slot_count(o), count = 0;
+    bool interleave = o->kind == OPTIMIZER_ADAM;
+
+    if (interleave)
+        for (size_t i = 0; i < n; i++)
+            for (size_t s = 0; s < 2; s++)
+                out[count++] = tensor_of(model_param(m, i), slots[i] + s * model_param(m, i)->n);
+    for (size_t s = interleave ? 2 : 0; s < k; s++)
+        for (size_t i = 0; i < n; i++)
+            out[count++] = tensor_of(model_param(m, i), slots[i] + s * model_param(m, i)->n);
+    return count;
+}
+
+/* Each layer's variables: the params named "<layer>/..." in model order. */
+static void layer_vars(const job_t *job, model_t *m, keras_layer_vars_t *layers,
+                       keras_tensor_t *vars)
+{
+    size_t next = 0;
+
+    for (size_t l = 0; l < job->model.n_layers; l++) {
+        const char *name = job->model.layers[l].name;
+        size_t len = strlen(name);
+        layers[l] = (keras_layer_vars_t){.name = name, .vars = &vars[next]};
+        for (size_t i = 0; i < model_param_count(m); i++) {
+            const model_param_t *p = model_param(m, i);
+            if (strncmp(p->name, name, len) == 0 && p->name[len] == '/') {
+                vars[next++] = tensor_of(p, p->value);
+                layers[l].n++;
+            }
+        }
+    }
+}
+
+static status_t write_safetensors(model_t *m, const char *path, status_msg_t *err)
+{
+    size_t n = model_param_count(m);
+    st_tensor_t *t = calloc(n + 1, sizeof(*t));
+    status_t rc;
+
+    if (t == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const model_param_t *p = model_param(m, i);
+        t[i] = (st_tensor_t){.name = p->name, .dtype = ST_F32, .rank = p->rank, .data = p->value};
+        for (int d = 0; d < p->rank; d++)
+            t[i].shape[d] = (uint64_t)p->shape[d];
+    }
+    rc = st_write_file(path, t, n, NULL, 0, NULL, err);
+    free(t);
+    return rc;
+}
+
+status_t export_model(const job_t *job, const export_state_t *st, const char *dir,
+                      status_msg_t *err)
+{
+    size_t n = model_param_count(st->model);
+    keras_layer_vars_t *layers = calloc(job->model.n_layers + 1, sizeof(*layers));
+    keras_tensor_t *vars = calloc(n + 1, sizeof(*vars));
+    keras_tensor_t *opt = calloc(n * OPTIMIZER_MAX_SLOTS + 1, sizeof(*opt));
+    char *config = export_keras_config(job, st->iterations), path[4096];
+    optimizer_config_t o = job_optimizer(job);
+    status_t rc = STATUS_OK;
+
+    if (layers == NULL || vars == NULL || opt == NULL || config == NULL)
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    if (rc == STATUS_OK)
+        rc = files_mkdirs(dir, err);
+    if (rc == STATUS_OK) {
+        keras_archive_t a = {.config_json = config,
+                             .model_name = "sequential",
+                             .layers = layers,
+                             .n_layers = job->model.n_layers,
+                             .optimizer = optimizer_kind_name(job->optimizer.kind),
+                             .iterations = st->iterations,
+                             .learning_rate = (float)optimizer_learning_rate(&o, st->iterations)};
+        layer_vars(job, st->model, layers, vars);
+        if (st->slots != NULL)
+            a.n_optimizer_vars = optimizer_vars(&o, st->model, st->slots, opt);
+        a.optimizer_vars = opt;
+        snprintf(path, sizeof(path), "%s/model.keras", dir);
+        rc = keras_archive_write(path, &a, err);
+    }
+    if (rc == STATUS_OK) {
+        snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        rc = write_safetensors(st->model, path, err);
+    }
+    free(layers);
+    free(vars);
+    free(opt);
+    free(config);
+    return rc;
+}

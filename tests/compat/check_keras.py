@@ -1,0 +1,98 @@
+"""tessera export, loaded by Keras itself (PyPI keras 3 on the TensorFlow backend).
+
+For the three shipped example models (the Fashion-MNIST MLP and CNN, and the text model with an
+Embedding): `tessera train` with a checkpoint section, `tessera export`, then
+keras.saving.load_model("model.keras") evaluates the job's test split (written by
+`tessera convert --job ... --split test`, read with tf.data) and must reach Tessera's own test
+accuracy within 0.1 percentage point. The loaded model is compiled with the job's loss, metrics
+and optimizer (its iterations carried over), and model.safetensors holds exactly the weights
+Keras loaded."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
+import tensorflow as tf
+import keras
+from safetensors.numpy import load_file
+
+BUILD = os.environ["TESSERA_BUILD_DIR"]
+SOURCE = os.environ["TESSERA_SOURCE_DIR"]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+
+
+def tessera(*args, cwd):
+    out = subprocess.run([os.path.join(BUILD, "tessera"), *args], capture_output=True, text=True,
+                         cwd=cwd)
+    check(out.returncode == 0, "tessera %s: %s%s" % (args[0], out.stdout, out.stderr))
+    return out.stdout
+
+
+def test_split(path, shape, int_input):
+    spec = {"image": tf.io.FixedLenFeature(shape, tf.int64 if int_input else tf.float32),
+            "label": tf.io.FixedLenFeature([1], tf.int64)}
+    xs, ys = [], []
+    for rec in tf.data.TFRecordDataset([path]):
+        ex = tf.io.parse_single_example(rec, spec)
+        xs.append(ex["image"].numpy())
+        ys.append(ex["label"].numpy())
+    return np.stack(xs), np.concatenate(ys)
+
+
+CASES = [
+    # example, train flags, input shape, integer input, variables
+    ("fashion-mnist-mlp.yaml", ["--epochs", "1"], [28 * 28], False, 4),
+    ("fashion-mnist-cnn.yaml", ["--steps", "300"], [28, 28, 1], False, 8),
+    ("text-synthetic.yaml", ["--epochs", "1"], [100], True, 5),
+]
+
+with tempfile.TemporaryDirectory() as tmp:
+    for example, flags, shape, int_input, n_vars in CASES:
+        job = os.path.join(tmp, example)
+        with open(os.path.join(SOURCE, "examples", example)) as f:
+            text = f.read()
+        with open(job, "w") as f:
+            f.write(text + "\ncheckpoint: {dir: ckpt-%s}\n" % example)
+        out = tessera("train", job, *flags, cwd=tmp)
+        m = re.search(r"test accuracy ([0-9.]+)", out)
+        check(m is not None, example + ": no test accuracy in " + out)
+        ours = float(m.group(1))
+        export = os.path.join(tmp, "export-" + example)
+        tessera("export", job, "--out", export, cwd=tmp)
+        data = os.path.join(tmp, example + ".tfrecord")
+        tessera("convert", "--job", job, "--split", "test", "--out", data, cwd=tmp)
+        x, y = test_split(data, shape, int_input)
+        if len(shape) == 3:
+            x = x.reshape(-1, *shape)
+        if example.startswith("text"):
+            y = y.astype("float32")
+        model = keras.saving.load_model(os.path.join(export, "model.keras"))
+        result = model.evaluate(x, y, verbose=0, return_dict=True, batch_size=256)
+        theirs = result["accuracy"]
+        print("%s: tessera %.4f, keras %.4f (loss %.4f), optimizer %s at iteration %d" % (
+            example, ours, theirs, result["loss"], model.optimizer.name,
+            int(model.optimizer.iterations.numpy())))
+        check(abs(theirs - ours) <= 0.001 + 1e-9,
+              "%s: Keras evaluates %.4f, Tessera %.4f" % (example, theirs, ours))
+        check(int(model.optimizer.iterations.numpy()) > 0, example + ": optimizer iterations")
+        weights = load_file(os.path.join(export, "model.safetensors"))
+        check(len(weights) == n_vars, "%s: %d tensors in model.safetensors" % (example, len(weights)))
+        for layer in model.layers:
+            for var, value in zip(layer.weights, layer.get_weights()):
+                name = "%s/%s" % (layer.name, var.name)
+                check(name in weights and np.array_equal(weights[name], value),
+                      "%s: %s differs between model.keras and model.safetensors" % (example, name))
+
+if failures:
+    print("%d checks failed" % len(failures))
+    sys.exit(1)
+print("Keras loads tessera's exports and evaluates them to tessera's accuracy")
