@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -85,8 +86,15 @@ static uint64_t rng_below(rng_t *r, uint64_t n)
 
 void *data_alloc_aligned(size_t bytes)
 {
-    size_t rounded = (bytes + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
-    return aligned_alloc(DATA_ALIGN, rounded == 0 ? DATA_ALIGN : rounded);
+    size_t align = bytes >= DATA_HUGE_BYTES ? DATA_HUGE_PAGE : DATA_ALIGN;
+    size_t rounded = (bytes + align - 1) / align * align;
+    void *p = aligned_alloc(align, rounded == 0 ? align : rounded);
+
+    /* Huge pages: a 200 MB dataset filled in takes 50,000 page faults otherwise, which cost
+     * the TFRecord reader half its time. Only advice: without THP nothing changes. */
+    if (p != NULL && align == DATA_HUGE_PAGE)
+        madvise(p, rounded, MADV_HUGEPAGE);
+    return p;
 }
 
 /* A dataset_t with room for n examples of feature_len values, or NULL when out of memory. */

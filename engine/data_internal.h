@@ -6,9 +6,12 @@
 
 #include "data.h"
 
-#define DATA_ALIGN 64
+#define DATA_ALIGN      64
+#define DATA_HUGE_PAGE  (2u << 20)
+#define DATA_HUGE_BYTES (8u << 20) /* from this size, buffers are advised into huge pages */
 
-/* bytes rounded up to DATA_ALIGN, aligned to it; free() it. NULL when out of memory. */
+/* bytes rounded up to DATA_ALIGN (to a huge page from DATA_HUGE_BYTES, with madvise's
+ * MADV_HUGEPAGE), aligned to it; free() it. NULL when out of memory. */
 void *data_alloc_aligned(size_t bytes);
 
 /* Bytes a dataset of n examples of feature_len values takes (features and labels), saturating. */

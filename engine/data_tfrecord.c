@@ -25,7 +25,9 @@ typedef struct loader {
     float *labels;
     size_t n, cap;
     double max_label;
-    bool integral; /* every label a whole number >= 0 */
+    bool integral;         /* every label a whole number >= 0 */
+    uint64_t total_bytes;  /* of every file's records (uncompressed), for the first allocation */
+    float byte_value[256]; /* a raw uint8 value, scaled: the IDX loader's exact floats */
     status_msg_t *err;
 } loader_t;
 
@@ -53,10 +55,15 @@ static status_t resize(loader_t *l, const char *path, size_t cap)
     return STATUS_OK;
 }
 
-/* Doubles the room, or grows it as far as the memory budget allows. */
-static status_t grow(loader_t *l, const char *path)
+/* Doubles the room, or grows it as far as the memory budget allows. The first allocation is
+ * for as many examples as the files hold if all are the size of the first (rec_bytes, framing
+ * included), so that the usual file of equal records is read without a copy. */
+static status_t grow(loader_t *l, const char *path, size_t rec_bytes)
 {
     size_t cap = l->cap ? l->cap * 2 : 1024;
+
+    if (l->cap == 0 && l->total_bytes / rec_bytes + 1 > cap)
+        cap = (size_t)(l->total_bytes / rec_bytes) + 1;
 
     if (l->max_bytes > 0 && data_bytes_of(cap, l->len) > l->max_bytes) {
         STATUS_CHECK(
@@ -105,7 +112,7 @@ static status_t decode(loader_t *l, const char *path, uint64_t offset, const uin
         return bad_record(l, path, offset, what, feature);
     }
     for (size_t i = 0; i < n; i++)
-        out[i] = bytes[i];
+        out[i] = l->byte_value[bytes[i]];
     return STATUS_OK;
 }
 
@@ -115,11 +122,11 @@ static status_t add_record(loader_t *l, const char *path, uint64_t offset, const
     float *row;
 
     if (l->n == l->cap)
-        STATUS_CHECK(grow(l, path));
+        STATUS_CHECK(grow(l, path, len + 16));
     row = l->features + l->n * l->len;
     STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->input, row, l->len));
     STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, &l->labels[l->n], 1));
-    if (l->scale != 1)
+    if (l->scale != 1 && l->src->input.kind != JOB_FEATURE_BYTES_LIST) /* bytes: scaled */
         for (size_t i = 0; i < l->len; i++)
             row[i] = (float)(row[i] * l->scale);
     float y = l->labels[l->n];
@@ -147,6 +154,32 @@ static status_t load_file(loader_t *l, const char *path)
     }
     tfrecord_close(r);
     return rc;
+}
+
+/* The bytes of records a file holds: its size, or for a gzip file the uncompressed size its
+ * trailer states (modulo 2^32, and only a hint: a file may lie, so no more than 64 times the
+ * compressed size is believed; reading grows past a hint that was too small). */
+static uint64_t record_bytes(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t magic[2], isize[4];
+    uint64_t n = 0;
+    long size;
+
+    if (f == NULL)
+        return 0;
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0) {
+        n = (uint64_t)size;
+        rewind(f);
+        if (size > 18 && fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b &&
+            fseek(f, -4, SEEK_END) == 0 && fread(isize, 1, 4, f) == 4)
+            n = (uint64_t)isize[0] | (uint64_t)isize[1] << 8 | (uint64_t)isize[2] << 16 |
+                (uint64_t)isize[3] << 24;
+        if (n > (uint64_t)size * 64)
+            n = (uint64_t)size * 64;
+    }
+    fclose(f);
+    return n;
 }
 
 /* Expands the source's files and globs, in order, each pattern's matches sorted. */
@@ -177,7 +210,11 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
     *ret_ds = NULL;
     for (int i = 0; i < src->input.rank; i++)
         l.len *= (size_t)src->input.shape[i];
+    for (int v = 0; v < 256; v++)
+        l.byte_value[v] = (float)(v * scale);
     rc = expand(src, &g, err);
+    for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
+        l.total_bytes += record_bytes(g.gl_pathv[i]);
     for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
         rc = load_file(&l, g.gl_pathv[i]);
     if (rc == STATUS_OK && l.n == 0)

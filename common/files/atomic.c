@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sync_file_range */
 #include "files/atomic.h"
 
 #include <errno.h>
@@ -45,7 +45,28 @@ status_t atomic_file_open(const char *path, atomic_file_t *f, status_msg_t *err)
     return STATUS_OK;
 }
 
-status_t atomic_file_write(atomic_file_t *f, const void *data, size_t len, status_msg_t *err)
+/* ---- writing: direct I/O through a staging buffer, or the page cache ---------------------- */
+
+/* Big files skip the page cache: copied into an aligned buffer and written with O_DIRECT, a
+ * checkpoint goes out at the disk's own speed (buffered writes and fsync reach a third of it
+ * on the machines measured, bench/files). Filesystems without O_DIRECT (tmpfs) take the
+ * buffered path. */
+#define STAGE_BYTES  (8u << 20)
+#define DIRECT_ALIGN 4096u
+
+void atomic_file_stream(atomic_file_t *f)
+{
+    int flags = fcntl(f->fd, F_GETFL);
+
+    if (f->written > 0 || f->stage != NULL || flags < 0 ||
+        fcntl(f->fd, F_SETFL, flags | O_DIRECT) != 0)
+        return; /* buffered, then */
+    f->stage = aligned_alloc(DIRECT_ALIGN, STAGE_BYTES);
+    if (f->stage == NULL)
+        fcntl(f->fd, F_SETFL, flags);
+}
+
+static status_t write_all(atomic_file_t *f, const void *data, size_t len, status_msg_t *err)
 {
     const char *p = data;
 
@@ -55,20 +76,101 @@ status_t atomic_file_write(atomic_file_t *f, const void *data, size_t len, statu
             continue;
         if (n <= 0)
             return status_fail(err, STATUS_IO, "cannot write %s after %llu bytes: %s", f->path,
-                               (unsigned long long)f->written,
+                               (unsigned long long)(f->written - len),
                                n == 0 ? "no progress" : strerror(errno));
         p += n;
         len -= (size_t)n;
-        f->written += (uint64_t)n;
+    }
+    return STATUS_OK;
+}
+
+/* Leaves direct I/O for the rest of the file (a filesystem that refused it, or the tail). */
+static void end_direct(atomic_file_t *f)
+{
+    int flags = fcntl(f->fd, F_GETFL);
+
+    if (flags >= 0)
+        fcntl(f->fd, F_SETFL, flags & ~O_DIRECT);
+}
+
+/* Writes the staged bytes: the whole blocks directly; with `last`, the rest through the cache. */
+static status_t flush_stage(atomic_file_t *f, bool last, status_msg_t *err)
+{
+    size_t whole = f->staged / DIRECT_ALIGN * DIRECT_ALIGN;
+    ssize_t n;
+
+    if (whole > 0) {
+        while ((n = write(f->fd, f->stage, whole)) < 0 && errno == EINTR)
+            ;
+        if (n < 0 && errno == EINVAL) { /* no O_DIRECT here after all */
+            end_direct(f);
+            n = -2;
+        }
+        if (n == -2)
+            STATUS_CHECK(write_all(f, f->stage, whole, err));
+        else if (n != (ssize_t)whole)
+            return status_fail(err, STATUS_IO, "cannot write %s: %s", f->path,
+                               n < 0 ? strerror(errno) : "a short write");
+    }
+    memmove(f->stage, f->stage + whole, f->staged - whole);
+    f->staged -= whole;
+    if (last && f->staged > 0) {
+        end_direct(f);
+        STATUS_CHECK(write_all(f, f->stage, f->staged, err));
+        f->staged = 0;
+    }
+    return STATUS_OK;
+}
+
+/* On the buffered path, writeback starts every WRITEBACK_CHUNK bytes and the chunk before the
+ * last is waited for, so that fsync does not find the whole file dirty at the end. */
+#define WRITEBACK_CHUNK (8u << 20)
+
+static void stream_out(atomic_file_t *f)
+{
+    uint64_t end = f->written / WRITEBACK_CHUNK * WRITEBACK_CHUNK;
+
+    if (end <= f->flushed)
+        return;
+    sync_file_range(f->fd, (off_t)f->flushed, (off_t)(end - f->flushed), SYNC_FILE_RANGE_WRITE);
+    if (f->flushed >= WRITEBACK_CHUNK)
+        sync_file_range(f->fd, (off_t)(f->flushed - WRITEBACK_CHUNK), WRITEBACK_CHUNK,
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                            SYNC_FILE_RANGE_WAIT_AFTER);
+    f->flushed = end;
+}
+
+status_t atomic_file_write(atomic_file_t *f, const void *data, size_t len, status_msg_t *err)
+{
+    const char *p = data;
+
+    if (f->stage == NULL) {
+        for (size_t done = 0; done < len; done += WRITEBACK_CHUNK) {
+            size_t chunk = len - done < WRITEBACK_CHUNK ? len - done : WRITEBACK_CHUNK;
+            f->written += chunk;
+            STATUS_CHECK(write_all(f, p + done, chunk, err));
+            stream_out(f);
+        }
+        return STATUS_OK;
+    }
+    while (len > 0) {
+        size_t room = STAGE_BYTES - f->staged, n = len < room ? len : room;
+        memcpy(f->stage + f->staged, p, n);
+        f->staged += n;
+        f->written += n;
+        p += n;
+        len -= n;
+        if (f->staged == STAGE_BYTES)
+            STATUS_CHECK(flush_stage(f, false, err));
     }
     return STATUS_OK;
 }
 
 status_t atomic_file_commit(atomic_file_t *f, status_msg_t *err)
 {
-    status_t rc = STATUS_OK;
+    status_t rc = f->stage != NULL ? flush_stage(f, true, err) : STATUS_OK;
 
-    if (fsync(f->fd) != 0)
+    if (rc == STATUS_OK && fsync(f->fd) != 0)
         rc =
             status_fail(err, STATUS_IO, "cannot sync %s to the disk: %s", f->path, strerror(errno));
     if (close(f->fd) != 0 && rc == STATUS_OK)
@@ -95,8 +197,10 @@ void atomic_file_abort(atomic_file_t *f)
         unlink(f->tmp);
     free(f->tmp);
     free(f->path);
+    free(f->stage);
     f->fd = -1;
     f->tmp = f->path = NULL;
+    f->stage = NULL;
 }
 
 /* The directory part of path ("." when there is none); free it. */

@@ -18,10 +18,17 @@ typedef struct atomic_file {
     char *path; /* the final name */
     char *tmp;  /* the name written */
     uint64_t written;
+    uint64_t flushed; /* buffered: writeback started up to here */
+    char *stage;      /* direct I/O: the staging buffer (NULL: buffered) */
+    size_t staged;
 } atomic_file_t;
 
 /* Creates the temporary file for path. Errors name path (STATUS_IO). */
 status_t atomic_file_open(const char *path, atomic_file_t *f, status_msg_t *err);
+
+/* For a big file, before the first write: writes bypass the page cache (O_DIRECT through a
+ * staging buffer) where the filesystem allows it, buffered otherwise. */
+void atomic_file_stream(atomic_file_t *f);
 
 /* Appends len bytes; a short write (a full disk) fails naming path and errno's reason. */
 status_t atomic_file_write(atomic_file_t *f, const void *data, size_t len, status_msg_t *err);

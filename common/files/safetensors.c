@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_DIRECT */
 #include "files/safetensors.h"
 
 #include <errno.h>
@@ -130,8 +130,10 @@ status_t st_write_file(const char *path, const st_tensor_t *t, size_t n, const s
         return status_fail(err, STATUS_NO_MEMORY, "out of memory for the header of %s", path);
     }
     rc = atomic_file_open(path, &f, err);
-    if (rc == STATUS_OK)
+    if (rc == STATUS_OK) {
+        atomic_file_stream(&f);
         rc = atomic_file_write(&f, header.data, header.len, err);
+    }
     for (size_t i = 0; i < n && rc == STATUS_OK; i++) {
         uint64_t elements = 0, bytes = 0;
         tensor_size(t[i].dtype, t[i].rank, t[i].shape, &elements, &bytes);
@@ -153,6 +155,7 @@ status_t st_write_file(const char *path, const st_tensor_t *t, size_t n, const s
 struct st_file {
     char *path;
     int fd;
+    int direct_fd;       /* the file opened with O_DIRECT, for big tensors; -1: none (yet) */
     uint64_t data_start; /* 8 + header length */
     st_info_t *tensors;
     size_t n;
@@ -369,7 +372,7 @@ status_t st_open(const char *path, st_file_t **ret, status_msg_t *err)
         free(f);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
-    f->fd = -1;
+    f->fd = f->direct_fd = -1;
     rc = st_load(f, err);
     if (rc != STATUS_OK) {
         st_close(f);
@@ -385,6 +388,8 @@ void st_close(st_file_t *f)
         return;
     if (f->fd >= 0)
         close(f->fd);
+    if (f->direct_fd >= 0)
+        close(f->direct_fd);
     for (size_t i = 0; i < f->n; i++)
         free(f->tensors[i].name);
     free(f->tensors);
@@ -421,8 +426,68 @@ const char *st_metadata(const st_file_t *f, const char *key)
     return json_string(&f->doc, json_get(&f->doc, f->metadata, key), NULL);
 }
 
+/* Big tensors are read with O_DIRECT through an aligned buffer: on the machines measured
+ * (bench/files) cold buffered reads reach a quarter of the disk's speed. */
+#define DIRECT_MIN   (1u << 20)
+#define DIRECT_ALIGN 4096u
+#define DIRECT_CHUNK (8u << 20)
+
+/* Reads [offset, offset + len) directly; false when direct I/O is not to be had (the caller
+ * reads through the cache instead), or on an error, set in *rc. */
+static bool read_direct(st_file_t *f, char *dst, size_t len, uint64_t offset, status_t *rc,
+                        status_msg_t *err)
+{
+    char *buf;
+    bool first = true;
+
+    if (f->direct_fd == -1)
+        f->direct_fd = open(f->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (f->direct_fd < 0) {
+        f->direct_fd = -2; /* do not try again */
+        return false;
+    }
+    if ((buf = aligned_alloc(DIRECT_ALIGN, DIRECT_CHUNK)) == NULL)
+        return false;
+    *rc = STATUS_OK;
+    while (len > 0) {
+        uint64_t start = offset / DIRECT_ALIGN * DIRECT_ALIGN, skip = offset - start;
+        size_t want = skip + len > DIRECT_CHUNK ? DIRECT_CHUNK : (size_t)(skip + len);
+        size_t aligned = (want + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+        ssize_t n = pread(f->direct_fd, buf, aligned, (off_t)start);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EINVAL && first) { /* the filesystem refuses it */
+            free(buf);
+            f->direct_fd = -2;
+            return false;
+        }
+        if (n < 0 || (uint64_t)n <= skip) {
+            *rc = n < 0
+                      ? status_fail(err, STATUS_IO, "cannot read %s: %s", f->path, strerror(errno))
+                      : status_fail(err, STATUS_DATA_LOSS, "%s: cut short at byte %" PRIu64,
+                                    f->path, offset);
+            break;
+        }
+        size_t got =
+            (size_t)n - (size_t)skip < want - skip ? (size_t)n - (size_t)skip : want - (size_t)skip;
+        memcpy(dst, buf + skip, got);
+        first = false;
+        dst += got;
+        len -= got;
+        offset += got;
+    }
+    free(buf);
+    return true;
+}
+
 status_t st_read(const st_file_t *f, const st_info_t *t, void *dst, status_msg_t *err)
 {
-    return read_exact((st_file_t *)f, dst, (size_t)(t->end - t->begin), f->data_start + t->begin,
-                      err);
+    st_file_t *w = (st_file_t *)f; /* the lazily opened direct descriptor */
+    size_t len = (size_t)(t->end - t->begin);
+    status_t rc;
+
+    if (len >= DIRECT_MIN && w->direct_fd != -2 &&
+        read_direct(w, dst, len, f->data_start + t->begin, &rc, err))
+        return rc;
+    return read_exact(w, dst, len, f->data_start + t->begin, err);
 }
