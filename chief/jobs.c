@@ -161,6 +161,11 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
                          "%s: tensorboard: the chief does not write TensorBoard events yet "
                          "(tessera train does); remove the section to run on the cluster",
                          req->job_path[0] ? req->job_path : "job");
+    if (rc == STATUS_OK && j->job.init_from != NULL)
+        rc = status_fail(err, STATUS_BAD_CONFIG,
+                         "%s: init_from: the cluster does not load starting weights yet "
+                         "(tessera train does); remove the key to run on the cluster",
+                         req->job_path[0] ? req->job_path : "job");
     /* Likewise checkpoints: the PS side (Save/Restore of shards) is not built yet. */
     if (rc == STATUS_OK && j->job.checkpoint_dir != NULL)
         rc = status_fail(err, STATUS_BAD_CONFIG,

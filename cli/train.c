@@ -15,6 +15,8 @@ typedef struct train_cmd_opts {
     int64_t steps;
     int64_t epochs;
     bool resume;
+    char *init_from;
+    bool evaluate;
 } train_cmd_opts_t;
 
 static const config_option_t train_options[] = {
@@ -27,6 +29,12 @@ static const config_option_t train_options[] = {
     {"resume", CONFIG_BOOL, offsetof(train_cmd_opts_t, resume), "false", 0, 0,
      "Continue from the newest checkpoint in the job's checkpoint.dir (as resume: true in the "
      "job); with none there yet, start at step 0."},
+    {"init-from", CONFIG_STRING, offsetof(train_cmd_opts_t, init_from), NULL, 0, 0,
+     "Start from these weights (as init_from: in the job): a Keras 3 .keras file, or a "
+     "safetensors file with Tessera's variable names (tessera export's model.safetensors)."},
+    {"evaluate", CONFIG_BOOL, offsetof(train_cmd_opts_t, evaluate), "false", 0, 0,
+     "Do not train: evaluate the starting model (--init-from's, --resume's checkpoint's) on the "
+     "test split, as Keras's model.evaluate."},
 };
 
 static const config_table_t train_table = {
@@ -119,7 +127,13 @@ int cli_train(int argc, char **argv)
     }
     {
         train_opts_t to = {
-            .threads = (int)o.threads, .steps = o.steps, .epochs = o.epochs, .resume = o.resume};
+            .threads = (int)o.threads,
+            .steps = o.steps,
+            .epochs = o.epochs,
+            .resume = o.resume,
+            .init_from = o.init_from,
+            .evaluate_only = o.evaluate,
+        };
         rc = 1;
         if (train_run(&job, &to, on_progress, &ps, &res, &err) != STATUS_OK) {
             if (ps.tty)
@@ -127,6 +141,12 @@ int cli_train(int argc, char **argv)
             fprintf(stderr, "tessera train: %s\n", err.text);
             goto out;
         }
+    }
+    if (o.evaluate) {
+        printf("evaluated %s at step %lld: test loss %.4f, test accuracy %.4f\n",
+               job.name ? job.name : path, (long long)res.steps, res.test_loss, res.test_accuracy);
+        rc = 0;
+        goto out;
     }
     if (res.resumed_step > 0)
         printf("resumed %s at step %lld; ", job.name ? job.name : path,

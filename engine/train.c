@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "blas.h"
 #include "checkpoint.h"
+#include "init_from.h"
 #include "files/tensorboard.h"
 #include "trainer.h"
 
@@ -254,6 +255,8 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     run_state_t s = {.saved_step = -1};
     ckpt_manifest_t m = {0};
     char *ckpt = NULL;
+    const char *init = opts->init_from ? opts->init_from : job->init_from;
+    init_weights_t w = {0};
     status_t rc;
 
     memset(ret, 0, sizeof(*ret));
@@ -265,6 +268,9 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
         rc = backend_cpu()->set_threads(opts->threads, err);
     if (rc == STATUS_OK)
         rc = find_resume(job, job->resume || opts->resume, &ckpt, &m, &s, err);
+    /* Starting weights only for a run that starts: a resumed one has its checkpoint's. */
+    if (rc == STATUS_OK && init != NULL && ckpt == NULL)
+        rc = init_weights_open(init, &w, err);
     if (rc == STATUS_OK) {
         trainer_opts_t to = {.num_shards = 1,
                              .epochs = steps_limit > 0 ? -1 : run.epochs,
@@ -279,10 +285,23 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
             LOG_INFO(TRAIN, "resumed from %s at step %lld", ckpt, (long long)s.pr.step);
         ret->resumed_step = s.pr.step;
     }
+    if (rc == STATUS_OK && w.file != NULL) {
+        rc = init_weights_apply(&w, job, trainer_model(t), err);
+        if (rc == STATUS_OK)
+            LOG_INFO(TRAIN, "starting from the weights in %s", init);
+    }
+    init_weights_close(&w);
     ckpt_manifest_free(&m);
     free(ckpt);
-    if (rc == STATUS_OK)
+    if (rc == STATUS_OK && opts->evaluate_only) {
+        rc = trainer_test_examples(t) > 0
+                 ? evaluate(t, &ret->test_loss, &ret->test_accuracy, err)
+                 : status_fail(err, STATUS_BAD_CONFIG, "%s has no data.test to evaluate on",
+                               job->path ? job->path : "job");
+        ret->steps = s.pr.step;
+    } else if (rc == STATUS_OK) {
         rc = train_loop(t, &run, steps_limit, cb, arg, &s, ret, err);
+    }
     trainer_free(t);
     blas_fp_mode_restore(fp_mode);
     return rc;

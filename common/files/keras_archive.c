@@ -3,12 +3,17 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <zip.h>
+
+#include "files/safetensors.h"
 
 /* ---- model.weights.h5 ------------------------------------------------------------------------
  */
@@ -180,4 +185,260 @@ status_t keras_archive_write(const char *path, const keras_archive_t *a, status_
     unlink(h5);
     free(h5);
     return rc;
+}
+
+/* ---- reading weights ---------------------------------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+#define CHILD_SECONDS 120
+#define CHILD_MEMORY  (16ull << 30)
+
+/* Extracts model.weights.h5 from the archive into h5_path. Runs in the child. */
+static int extract_weights(const char *path, const char *h5_path, char *why, size_t why_len)
+{
+    int zerr = 0;
+    zip_t *z = zip_open(path, ZIP_RDONLY, &zerr);
+    zip_stat_t st;
+    zip_file_t *zf;
+    FILE *out;
+    char buf[1 << 16];
+    zip_int64_t n;
+    uint64_t total = 0;
+
+    if (z == NULL)
+        return snprintf(why, why_len, "not a zip archive (a .keras file is one)"), -1;
+    if (zip_stat(z, "model.weights.h5", 0, &st) != 0 ||
+        (zf = zip_fopen(z, "model.weights.h5", 0)) == NULL) {
+        zip_discard(z);
+        return snprintf(why, why_len, "no model.weights.h5 in the archive"), -1;
+    }
+    if ((out = fopen(h5_path, "wb")) == NULL) {
+        zip_fclose(zf);
+        zip_discard(z);
+        return snprintf(why, why_len, "cannot create a temporary file"), -1;
+    }
+    while ((n = zip_fread(zf, buf, sizeof(buf))) > 0 && total <= KERAS_MAX_WEIGHTS) {
+        total += (uint64_t)n;
+        if (fwrite(buf, 1, (size_t)n, out) != (size_t)n)
+            n = -2;
+    }
+    zip_fclose(zf);
+    zip_discard(z);
+    if (fclose(out) != 0 || n < 0 || total > KERAS_MAX_WEIGHTS)
+        return snprintf(why, why_len, "model.weights.h5 %s",
+                        total > KERAS_MAX_WEIGHTS ? "is over 8 GiB"
+                                                  : "cannot be extracted (corrupt)"),
+               -1;
+    return 0;
+}
+
+/* Reads one dataset as float32 into a malloc'd buffer, with its shape. */
+static float *read_dataset(hid_t group, const char *name, st_tensor_t *t, char *why, size_t why_len)
+{
+    hid_t d = H5Dopen2(group, name, H5P_DEFAULT), space = -1, type = -1;
+    hsize_t dims[ST_MAX_RANK];
+    float *data = NULL;
+    int rank;
+    uint64_t n = 1;
+
+    if (d < 0)
+        return snprintf(why, why_len, "cannot open dataset %s", name), NULL;
+    space = H5Dget_space(d);
+    type = H5Dget_type(d);
+    rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    if (rank < 0 || rank > ST_MAX_RANK || type < 0 || H5Tget_class(type) != H5T_FLOAT) {
+        snprintf(why, why_len, "dataset %s is not a floating-point array of at most %d dimensions",
+                 name, ST_MAX_RANK);
+        goto out;
+    }
+    H5Sget_simple_extent_dims(space, dims, NULL);
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) {
+        t->shape[i] = dims[i];
+        if (dims[i] != 0 && n > (KERAS_MAX_WEIGHTS / 4) / dims[i]) {
+            snprintf(why, why_len, "dataset %s is too big", name);
+            goto out;
+        }
+        n *= dims[i];
+    }
+    if ((data = malloc(n * sizeof(float) + 1)) == NULL ||
+        H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+        free(data);
+        data = NULL;
+        snprintf(why, why_len, "cannot read dataset %s", name);
+    }
+out:
+    if (type >= 0)
+        H5Tclose(type);
+    if (space >= 0)
+        H5Sclose(space);
+    H5Dclose(d);
+    return data;
+}
+
+typedef struct gathered {
+    st_tensor_t *t;
+    char **names;
+    float **data;
+    size_t n, cap;
+    char *why;
+    size_t why_len;
+} gathered_t;
+
+/* One layer's group: its vars/0, vars/1, ... */
+static herr_t gather_layer(hid_t layers, const char *layer, const H5L_info_t *info, void *arg)
+{
+    gathered_t *g = arg;
+    char path[600];
+    hid_t vars;
+
+    (void)info;
+    snprintf(path, sizeof(path), "%s/vars", layer);
+    if ((vars = H5Gopen2(layers, path, H5P_DEFAULT)) < 0)
+        return 0; /* a layer without variables may have no vars group */
+    for (int i = 0;; i++) {
+        char name[32], full[700];
+        snprintf(name, sizeof(name), "%d", i);
+        if (H5Lexists(vars, name, H5P_DEFAULT) <= 0)
+            break;
+        if (g->n == g->cap) {
+            size_t cap = g->cap ? 2 * g->cap : 64;
+            st_tensor_t *t = realloc(g->t, cap * sizeof(*t));
+            char **names = realloc(g->names, cap * sizeof(*names));
+            float **data = realloc(g->data, cap * sizeof(*data));
+            if (t != NULL)
+                g->t = t;
+            if (names != NULL)
+                g->names = names;
+            if (data != NULL)
+                g->data = data;
+            if (t == NULL || names == NULL || data == NULL) {
+                H5Gclose(vars);
+                return snprintf(g->why, g->why_len, "out of memory"), -1;
+            }
+            g->cap = cap;
+        }
+        memset(&g->t[g->n], 0, sizeof(g->t[g->n]));
+        g->data[g->n] = read_dataset(vars, name, &g->t[g->n], g->why, g->why_len);
+        snprintf(full, sizeof(full), "%s/%d", layer, i);
+        g->names[g->n] = strdup(full);
+        if (g->data[g->n] == NULL || g->names[g->n] == NULL) {
+            free(g->data[g->n]);
+            free(g->names[g->n]);
+            H5Gclose(vars);
+            return -1;
+        }
+        g->t[g->n].name = g->names[g->n];
+        g->t[g->n].dtype = ST_F32;
+        g->t[g->n].data = g->data[g->n];
+        g->n++;
+    }
+    H5Gclose(vars);
+    return 0;
+}
+
+/* The child's work: archive -> HDF5 -> safetensors at out_path. */
+static int child_read(const char *path, const char *out_path, char *why, size_t why_len)
+{
+    char h5[4200];
+    gathered_t g = {.why = why, .why_len = why_len};
+    hid_t file, layers;
+    status_msg_t err = {0};
+    int rc = -1;
+
+    snprintf(h5, sizeof(h5), "%s.h5", out_path);
+    if (extract_weights(path, h5, why, why_len) != 0)
+        return -1;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    file = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) {
+        snprintf(why, why_len, "model.weights.h5 is not an HDF5 file");
+    } else {
+        if ((layers = H5Gopen2(file, "layers", H5P_DEFAULT)) < 0) {
+            snprintf(why, why_len, "model.weights.h5 has no layers group");
+        } else {
+            /* by name: Keras's own order is the config's, which the caller matches by name */
+            if (H5Literate(layers, H5_INDEX_NAME, H5_ITER_INC, NULL, gather_layer, &g) >= 0) {
+                if (st_write_file(out_path, g.t, g.n, NULL, 0, NULL, &err) == STATUS_OK)
+                    rc = 0;
+                else
+                    snprintf(why, why_len, "%s", err.text);
+            } else if (why[0] == '\0') {
+                snprintf(why, why_len, "cannot walk the layers of model.weights.h5");
+            }
+            H5Gclose(layers);
+        }
+        H5Fclose(file);
+    }
+    unlink(h5);
+    for (size_t i = 0; i < g.n; i++) {
+        free(g.data[i]);
+        free(g.names[i]);
+    }
+    free(g.t);
+    free(g.names);
+    free(g.data);
+    return rc;
+}
+
+static void limit_memory(void) __attribute__((unused));
+
+static void limit_memory(void)
+{
+    struct rlimit as = {CHILD_MEMORY, CHILD_MEMORY};
+
+    setrlimit(RLIMIT_AS, &as);
+}
+
+status_t keras_archive_read_weights(const char *path, const char *out_path, status_msg_t *err)
+{
+    int pipefd[2], status;
+    char why[512] = {0};
+    pid_t pid;
+    ssize_t n;
+
+    if (access(path, R_OK) != 0)
+        return status_fail(err, errno == ENOENT ? STATUS_NOT_FOUND : STATUS_IO,
+                           "cannot read %s: %s", path, strerror(errno));
+    if (pipe(pipefd) != 0)
+        return status_fail(err, STATUS_SYSTEM, "pipe: %s", strerror(errno));
+    fflush(NULL);
+    if ((pid = fork()) < 0) {
+        close(pipefd[0]);
+        close(pipefd[1]);
+        return status_fail(err, STATUS_SYSTEM, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(pipefd[0]);
+#ifndef UNDER_ASAN /* ASan's shadow memory needs more address space than any limit */
+        limit_memory();
+#endif
+        alarm(CHILD_SECONDS);
+        int rc = child_read(path, out_path, why, sizeof(why));
+        if (rc != 0 && write(pipefd[1], why, strlen(why)) < 0)
+            rc = 2;
+        _exit(rc == 0 ? 0 : 1);
+    }
+    close(pipefd[1]);
+    n = read(pipefd[0], why, sizeof(why) - 1);
+    close(pipefd[0]);
+    why[n > 0 ? n : 0] = '\0';
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return STATUS_OK;
+    unlink(out_path);
+    if (WIFSIGNALED(status))
+        return status_fail(err, STATUS_DATA_LOSS,
+                           "%s: reading its weights %s (signal %d): the file is corrupt", path,
+                           WTERMSIG(status) == SIGALRM ? "took too long" : "crashed libhdf5",
+                           WTERMSIG(status));
+    return status_fail(err, STATUS_DATA_LOSS, "%s: %s", path, why[0] ? why : "unreadable");
 }

@@ -49,4 +49,17 @@ typedef struct keras_archive {
 /* Writes the archive to path. Errors name the file (STATUS_IO). */
 status_t keras_archive_write(const char *path, const keras_archive_t *a, status_msg_t *err);
 
+/* The most bytes of model.weights.h5 read from an archive. */
+#define KERAS_MAX_WEIGHTS (8ull << 30)
+
+/* Reads every layer variable of a .keras archive (layers/<layer>/vars/<i>, float32 or float64
+ * datasets) into a safetensors file at out_path, named "<layer>/<i>" in layer and index order.
+ *
+ * The reading happens in a child process under a memory and time limit, and only the
+ * safetensors file it leaves is trusted (after files/safetensors.h's checks): libhdf5 is not
+ * made for hostile files, and a file that crashes or hangs it becomes an error naming it
+ * (STATUS_DATA_LOSS), not a crash of the trainer. A missing or non-zip file, an archive
+ * without model.weights.h5, or weights of another type are errors naming the file. */
+status_t keras_archive_read_weights(const char *path, const char *out_path, status_msg_t *err);
+
 #endif

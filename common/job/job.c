@@ -37,6 +37,7 @@ void job_done(job_t *job)
     source_done(&job->data.test);
     free(job->checkpoint_dir);
     free(job->tensorboard_logdir);
+    free(job->init_from);
     memset(job, 0, sizeof(*job));
 }
 
@@ -590,9 +591,10 @@ static void job_defaults(job_t *job)
 
 static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
 {
-    static const char *const top_keys[] = {
-        "name",  "strategy", "model",       "loss",       "metrics",     "optimizer", "data",
-        "train", "evaluate", "partitioner", "checkpoint", "tensorboard", "seed",      "resume"};
+    static const char *const top_keys[] = {"name",     "strategy",    "model",      "loss",
+                                           "metrics",  "optimizer",   "data",       "train",
+                                           "evaluate", "partitioner", "checkpoint", "tensorboard",
+                                           "seed",     "resume",      "init_from"};
     static const char *const strategies[] = {"one_device", "parameter_server", "mirrored",
                                              "multi_worker_mirrored", "central_storage"};
     const char *name = NULL;
@@ -631,6 +633,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     SECTION("checkpoint", false, parse_checkpoint, job);
     SECTION("tensorboard", false, parse_tensorboard, job);
     STATUS_CHECK(job_tree_get_bool(c, root, "resume", &job->resume));
+    STATUS_CHECK(job_tree_get_path(c, root, "init_from", false, &job->init_from));
     if (job->resume && job->checkpoint_dir == NULL)
         return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "resume")->line,
                              "resume: true needs checkpoint.dir, where the checkpoints are");

@@ -109,12 +109,13 @@ typedef struct job {
     bool evaluate; /* evaluate on the test split after each epoch (default: when a test split is
                       given) */
     job_partitioner_t partitioner;
-    char *checkpoint_dir;               /* NULL: no checkpoints */
-    int64_t checkpoint_every_steps;     /* 0: not by steps */
-    int64_t checkpoint_every_seconds;   /* 0: not by time */
-    int checkpoint_keep;                /* the newest this many are kept (default 3) */
-    bool resume;                        /* start from the newest checkpoint in checkpoint_dir */
-    uint64_t source_hash;               /* FNV-1a of the job file's bytes, for checkpoints */
+    char *checkpoint_dir;             /* NULL: no checkpoints */
+    int64_t checkpoint_every_steps;   /* 0: not by steps */
+    int64_t checkpoint_every_seconds; /* 0: not by time */
+    int checkpoint_keep;              /* the newest this many are kept (default 3) */
+    bool resume;                      /* start from the newest checkpoint in checkpoint_dir */
+    char *init_from;      /* starting weights (.keras or .safetensors); NULL: the initializers */
+    uint64_t source_hash; /* FNV-1a of the job file's bytes, for checkpoints */
     char *tensorboard_logdir;           /* NULL: no TensorBoard events */
     int64_t tensorboard_update_freq;    /* steps between batch summaries; 0: per epoch */
     int64_t tensorboard_histogram_freq; /* epochs between weight histograms; 0: none */

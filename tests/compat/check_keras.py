@@ -6,7 +6,11 @@ keras.saving.load_model("model.keras") evaluates the job's test split (written b
 `tessera convert --job ... --split test`, read with tf.data) and must reach Tessera's own test
 accuracy within 0.1 percentage point. The loaded model is compiled with the job's loss, metrics
 and optimizer (its iterations carried over), and model.safetensors holds exactly the weights
-Keras loaded."""
+Keras loaded.
+
+The other way: Keras trains the MLP for an epoch on Fashion-MNIST and saves it with
+model.save("m.keras"); `tessera train --init-from m.keras --evaluate` evaluates it to Keras's
+own test accuracy within 0.1 percentage point."""
 import os
 import re
 import subprocess
@@ -91,6 +95,31 @@ with tempfile.TemporaryDirectory() as tmp:
                 name = "%s/%s" % (layer.name, var.name)
                 check(name in weights and np.array_equal(weights[name], value),
                       "%s: %s differs between model.keras and model.safetensors" % (example, name))
+
+    # Keras to Tessera.
+    import gzip
+    FM = "/usr/share/datasets/fashion-mnist/"
+    idx = lambda p, off: np.frombuffer(gzip.open(FM + p).read(), np.uint8, offset=off)
+    x_train = idx("train-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
+    y_train = idx("train-labels-idx1-ubyte.gz", 8)
+    x_test = idx("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
+    y_test = idx("t10k-labels-idx1-ubyte.gz", 8)
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(128, activation="relu"),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer="adam", metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x_train, y_train, epochs=1, batch_size=64, verbose=0)
+    theirs = model.evaluate(x_test, y_test, verbose=0, return_dict=True)["accuracy"]
+    saved = os.path.join(tmp, "from-keras.keras")
+    model.save(saved)
+    job = os.path.join(tmp, "fashion-mnist-mlp.yaml")
+    out = tessera("train", job, "--init-from", saved, "--evaluate", cwd=tmp)
+    m = re.search(r"test accuracy ([0-9.]+)", out)
+    ours = float(m.group(1)) if m else -1
+    print("Keras's MLP: keras %.4f, tessera %.4f" % (theirs, ours))
+    check(abs(theirs - ours) <= 0.001 + 1e-9,
+          "Keras's model: Tessera evaluates %.4f, Keras %.4f" % (ours, theirs))
 
 if failures:
     print("%d checks failed" % len(failures))

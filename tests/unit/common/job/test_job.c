@@ -347,7 +347,9 @@ START_TEST(checkpoint_section_and_resume)
     ck_assert_int_eq(job.checkpoint_every_seconds, 60);
     ck_assert_int_eq(job.checkpoint_keep, 2);
     ck_assert(job.resume);
-    parse_ok(MODEL TAIL "checkpoint: {dir: ckpt}\n", "/jobs/job.yaml", &again);
+    ck_assert_ptr_null(job.init_from);
+    parse_ok(MODEL TAIL "checkpoint: {dir: ckpt}\ninit_from: m.keras\n", "/jobs/job.yaml", &again);
+    ck_assert_str_eq(again.init_from, "/jobs/m.keras");
     ck_assert_int_eq(again.checkpoint_every_steps, 0);
     ck_assert_int_eq(again.checkpoint_keep, 3);
     ck_assert(!again.resume);
