@@ -86,7 +86,7 @@ def mb(v):
 
 def row(name, ours, peer, target=None):
     ratio = "%.2fx" % (ours / peer) if ours and peer else "-"
-    print("%-34s %12s %14s %8s %s" % (name, mb(ours), mb(peer), ratio, target or ""))
+    print("%-42s %10s %10s %7s %s" % (name, mb(ours), mb(peer), ratio, target or ""))
 
 
 def main(argv):
@@ -135,7 +135,7 @@ def main(argv):
     print("files benchmark: median of %d rounds; checkpoint of %.0f MB (Tessera) / %.0f MB "
           "(TensorFlow %s)" % (args.rounds, ours["ckpt_bytes"] / 1e6,
                                peer.get("ckpt_bytes", 0) / 1e6, tf_version or missing))
-    print("%-34s %12s %14s %8s %s" % ("", "Tessera", "peer", "ratio", "target"))
+    print("%-42s %10s %10s %7s %s" % ("", "Tessera", "peer", "ratio", "target"))
     row("checkpoint write vs dd (O_DIRECT)", ours["ckpt_write_bytes_per_s"], disk_w,
         ">= %.2fx" % TARGET_DISK)
     row("checkpoint restore vs dd (O_DIRECT)", ours["ckpt_restore_bytes_per_s"], disk_r)
