@@ -621,6 +621,9 @@ status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes,
         return dataset_synthetic(&src->synthetic, scale, max_bytes, ret_ds, err);
     case JOB_DATA_TFRECORD:
         return dataset_load_tfrecord(src, scale, max_bytes, ret_ds, err);
+    case JOB_DATA_NPY:
+    case JOB_DATA_NPZ:
+        return dataset_load_numpy(src, scale, max_bytes, ret_ds, err);
     }
     return status_fail(err, STATUS_INVALID_ARGUMENT, "unknown data format %d", (int)src->format);
 }

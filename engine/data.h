@@ -50,6 +50,12 @@ status_t dataset_synthetic(const job_synthetic_t *spec, double scale, uint64_t m
 status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t max_bytes,
                                dataset_t **ret_ds, status_msg_t *err);
 
+/* Loads NumPy arrays: inputs [n, ...] (float32, float64, uint8, int32 or int64; times `scale`)
+ * and labels [n] or [n, 1], from two .npy files (memory-mapped) or two members of an .npz
+ * archive. Errors name the file and what does not fit. */
+status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_bytes,
+                            dataset_t **ret_ds, status_msg_t *err);
+
 /* Loads the source as the job describes it. */
 status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes, dataset_t **ret_ds,
                       status_msg_t *err);

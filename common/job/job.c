@@ -24,6 +24,9 @@ static void source_done(job_source_t *s)
     free(s->files);
     free(s->input.name);
     free(s->label.name);
+    free(s->x);
+    free(s->y);
+    free(s->archive);
 }
 
 void job_done(job_t *job)
@@ -377,8 +380,10 @@ static status_t parse_features(job_ctx_t *c, const job_node_t *map, job_source_t
 
 static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
 {
-    static const char *const formats[] = {"idx", "synthetic", "tfrecord"};
+    static const char *const formats[] = {"idx", "synthetic", "tfrecord", "npy", "npz"};
     static const char *const tfrecord_keys[] = {"format", "files", "features", "label"};
+    static const char *const npy_keys[] = {"format", "x", "y"};
+    static const char *const npz_keys[] = {"format", "file", "x", "y"};
     static const char *const idx_keys[] = {"format", "images", "labels"};
     static const char *const synthetic_keys[] = {"format",  "kind", "examples",  "shape",
                                                  "classes", "seed", "vocabulary"};
@@ -386,7 +391,8 @@ static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
     int f;
 
     if (n->kind != JOB_NODE_MAP)
-        return job_tree_type_error(c, n, "a mapping with format: idx, synthetic or tfrecord");
+        return job_tree_type_error(c, n,
+                                   "a mapping with format: idx, synthetic, tfrecord, npy or npz");
     if (!job_tree_given(format))
         return job_tree_missing(c, n, "format");
     {
@@ -401,6 +407,21 @@ static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
         STATUS_CHECK(job_tree_check_map(c, n, idx_keys, JOB_N_OF(idx_keys), false));
         STATUS_CHECK(job_tree_get_path(c, n, "images", true, &s->images));
         return job_tree_get_path(c, n, "labels", true, &s->labels);
+    }
+    if (s->format == JOB_DATA_NPY) {
+        STATUS_CHECK(job_tree_check_map(c, n, npy_keys, JOB_N_OF(npy_keys), false));
+        STATUS_CHECK(job_tree_get_path(c, n, "x", true, &s->x));
+        return job_tree_get_path(c, n, "y", true, &s->y);
+    }
+    if (s->format == JOB_DATA_NPZ) {
+        const char *x = NULL, *y = NULL;
+        STATUS_CHECK(job_tree_check_map(c, n, npz_keys, JOB_N_OF(npz_keys), false));
+        STATUS_CHECK(job_tree_get_path(c, n, "file", true, &s->archive));
+        STATUS_CHECK(job_tree_get_string(c, n, "x", true, &x));
+        STATUS_CHECK(job_tree_get_string(c, n, "y", true, &y));
+        s->x = job_tree_strdup(c, x);
+        s->y = job_tree_strdup(c, y);
+        return s->x != NULL && s->y != NULL ? STATUS_OK : STATUS_NO_MEMORY;
     }
     if (s->format == JOB_DATA_TFRECORD) {
         STATUS_CHECK(job_tree_check_map(c, n, tfrecord_keys, JOB_N_OF(tfrecord_keys), false));

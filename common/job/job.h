@@ -26,6 +26,8 @@ typedef enum {
     JOB_DATA_IDX,       /* images + labels IDX files, gzipped or not */
     JOB_DATA_SYNTHETIC, /* generated: see job_synthetic_t */
     JOB_DATA_TFRECORD,  /* TFRecord files of tf.train.Example, plain or GZIP */
+    JOB_DATA_NPY,       /* two NumPy .npy files: inputs and labels */
+    JOB_DATA_NPZ,       /* two arrays of a NumPy .npz archive */
 } job_data_format_t;
 
 /* One feature of a tf.train.Example as the job maps it. */
@@ -68,6 +70,9 @@ typedef struct job_source {
     char **files;
     size_t n_files;
     job_feature_t input, label;
+    /* npy: the inputs' and labels' files (resolved); npz: the archive (resolved) and the two
+     * arrays' names in it */
+    char *x, *y, *archive;
 } job_source_t;
 
 typedef struct job_data {

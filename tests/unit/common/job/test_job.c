@@ -12,12 +12,7 @@
 
 #include "check_run.h"
 #include "job/job.h"
-
-/* A model, loss and data section that make a complete job when appended. */
-#define TAIL                                                                                       \
-    "loss: mse\n"                                                                                  \
-    "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [4], classes: 2}}\n"
-#define MODEL "model: [{dense: {units: 1}, input_shape: [4]}]\n"
+#include "job_check.h"
 
 static void source_path(char *buf, size_t size, const char *rel)
 {
@@ -25,37 +20,6 @@ static void source_path(char *buf, size_t size, const char *rel)
 
     snprintf(buf, size, "%s/%s", root != NULL ? root : ".", rel);
 }
-
-static void parse_ok(const char *text, const char *path, job_t *job)
-{
-    status_msg_t err = {0};
-    status_t rc = job_parse(text, strlen(text), path, job, &err);
-
-    ck_assert_msg(rc == STATUS_OK, "%s", err.text);
-}
-
-/* Requires job_parse to fail with `status` and a message containing every NULL-terminated
- * fragment, leaving the job empty. */
-static void assert_fails(const char *text, status_t status, ...)
-{
-    job_t job;
-    status_msg_t err = {0};
-    va_list ap;
-    const char *want;
-
-    memset(&job, 0x5a, sizeof(job));
-    ck_assert_int_eq(job_parse(text, strlen(text), "job.yaml", &job, &err), status);
-    ck_assert_int_eq(err.status, status);
-    ck_assert_ptr_null(job.name);
-    ck_assert_ptr_null(job.model.layers);
-    ck_assert_ptr_null(job.data.train.images);
-    va_start(ap, status);
-    while ((want = va_arg(ap, const char *)) != NULL)
-        ck_assert_msg(strstr(err.text, want) != NULL, "message '%s' lacks '%s'", err.text, want);
-    va_end(ap);
-}
-
-#define ASSERT_BAD(text, ...) assert_fails(text, STATUS_BAD_CONFIG, __VA_ARGS__, NULL)
 
 /* ---- temporary files ---- */
 
@@ -331,107 +295,6 @@ START_TEST(every_key_of_a_job_is_read)
     ck_assert_int_eq(job.partitioner.max_shard_bytes, 1048576);
     ck_assert_int_eq(job.partitioner.max_shards, 4);
     job_done(&job);
-}
-END_TEST
-
-/* checkpoint: {dir, every_steps, every_seconds, keep}, and resume: true, which needs a dir. */
-START_TEST(checkpoint_section_and_resume)
-{
-    job_t job, again;
-
-    parse_ok(MODEL TAIL "checkpoint: {dir: ckpt, every_steps: 500, every_seconds: 60, keep: 2}\n"
-                        "resume: true\n",
-             "/jobs/job.yaml", &job);
-    ck_assert_str_eq(job.checkpoint_dir, "/jobs/ckpt");
-    ck_assert_int_eq(job.checkpoint_every_steps, 500);
-    ck_assert_int_eq(job.checkpoint_every_seconds, 60);
-    ck_assert_int_eq(job.checkpoint_keep, 2);
-    ck_assert(job.resume);
-    ck_assert_ptr_null(job.init_from);
-    parse_ok(MODEL TAIL "checkpoint: {dir: ckpt}\ninit_from: m.keras\n", "/jobs/job.yaml", &again);
-    ck_assert_str_eq(again.init_from, "/jobs/m.keras");
-    ck_assert_int_eq(again.checkpoint_every_steps, 0);
-    ck_assert_int_eq(again.checkpoint_keep, 3);
-    ck_assert(!again.resume);
-    ck_assert_uint_ne(job.source_hash, again.source_hash);
-    job_done(&job);
-    job_done(&again);
-    ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, every: 5}\n", "every");
-    ASSERT_BAD(MODEL TAIL "checkpoint: {dir: ckpt, keep: 0}\n", "keep");
-    ASSERT_BAD(MODEL TAIL "resume: true\n", "resume: true needs checkpoint.dir");
-}
-END_TEST
-
-/* format: tfrecord: files (a path, a glob or a list), the label and one input feature. */
-START_TEST(tfrecord_source_maps_features)
-{
-    job_t job;
-
-    parse_ok(MODEL "loss: mse\ndata:\n  batch_size: 8\n  train:\n    format: tfrecord\n"
-                   "    files: [a/*.tfrecord.gz, /abs/b.tfrecord]\n"
-                   "    features: {img: {bytes_list: [2, 2]}, y: {int64_list: [1]}}\n"
-                   "    label: y\n"
-                   "  test: {format: tfrecord, files: t.tfrecord, features: {x: {float_list: [4]}, "
-                   "label: {float_list: [1]}}}\n",
-             "/jobs/job.yaml", &job);
-    ck_assert_int_eq(job.data.train.format, JOB_DATA_TFRECORD);
-    ck_assert_uint_eq(job.data.train.n_files, 2);
-    ck_assert_str_eq(job.data.train.files[0], "/jobs/a/*.tfrecord.gz");
-    ck_assert_str_eq(job.data.train.files[1], "/abs/b.tfrecord");
-    ck_assert_str_eq(job.data.train.input.name, "img");
-    ck_assert_int_eq(job.data.train.input.kind, JOB_FEATURE_BYTES_LIST);
-    ck_assert_int_eq(job.data.train.input.rank, 2);
-    ck_assert_str_eq(job.data.train.label.name, "y");
-    ck_assert_int_eq(job.data.train.label.kind, JOB_FEATURE_INT64_LIST);
-    ck_assert_uint_eq(job.data.test.n_files, 1);
-    ck_assert_str_eq(job.data.test.files[0], "/jobs/t.tfrecord");
-    ck_assert_str_eq(job.data.test.input.name, "x");
-    ck_assert_int_eq(job.data.test.input.kind, JOB_FEATURE_FLOAT_LIST);
-    job_done(&job);
-#define TF(rest) MODEL "loss: mse\ndata: {batch_size: 8, train: {format: tfrecord, " rest "}}\n"
-    ASSERT_BAD(TF("features: {x: {float_list: [4]}, label: {int64_list: [1]}}"), "files");
-    ASSERT_BAD(TF("files: [], features: {x: {float_list: [4]}, label: {int64_list: [1]}}"),
-               "files");
-    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}}"), "two features", "label: NAME");
-    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, y: {int64_list: [1]}}"),
-               "the label 'label'");
-    ASSERT_BAD(TF("files: a, features: {x: {floats: [4]}, label: {int64_list: [1]}}"), "floats");
-    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {bytes_list: [1]}}"),
-               "a label is one number");
-    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {int64_list: [2]}}"),
-               "a label is one number");
-    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {int64_list: [1]}}, "
-                  "images: b"),
-               "images");
-#undef TF
-}
-END_TEST
-
-/* tensorboard: as Keras's callback takes it: update_freq epoch, batch or a step count. */
-START_TEST(tensorboard_section_reads_keras_options)
-{
-    job_t job;
-
-    parse_ok(MODEL TAIL "tensorboard: {logdir: tb}\n", "/jobs/job.yaml", &job);
-    ck_assert_str_eq(job.tensorboard_logdir, "/jobs/tb");
-    ck_assert_int_eq(job.tensorboard_update_freq, 0);
-    ck_assert_int_eq(job.tensorboard_histogram_freq, 0);
-    job_done(&job);
-    parse_ok(MODEL TAIL "tensorboard: {logdir: /tb, update_freq: batch, histogram_freq: 2}\n",
-             "/jobs/job.yaml", &job);
-    ck_assert_int_eq(job.tensorboard_update_freq, 1);
-    ck_assert_int_eq(job.tensorboard_histogram_freq, 2);
-    job_done(&job);
-    parse_ok(MODEL TAIL "tensorboard: {logdir: /tb, update_freq: 100}\n", "/jobs/job.yaml", &job);
-    ck_assert_int_eq(job.tensorboard_update_freq, 100);
-    job_done(&job);
-    ASSERT_BAD(MODEL TAIL "tensorboard: {}\n", "logdir");
-    ASSERT_BAD(
-        MODEL TAIL "tensorboard: {logdir: /tb, update_freq: 0}\n",
-        "tensorboard.update_freq must be epoch, batch or a positive number of steps, got '0'");
-    ASSERT_BAD(MODEL TAIL "tensorboard: {logdir: /tb, update_freq: weekly}\n", "weekly");
-    ASSERT_BAD(MODEL TAIL "tensorboard: {logdir: /tb, histogram_freq: -1}\n", "histogram_freq");
-    ASSERT_BAD(MODEL TAIL "tensorboard: {logdir: /tb, profile_batch: 2}\n", "profile_batch");
 }
 END_TEST
 
@@ -967,9 +830,6 @@ static Suite *job_suite(void)
     tcase_add_test(tc, unknown_names_are_listed_with_the_known_ones);
     tcase_add_test(tc, train_takes_epochs_or_steps_not_both);
     tcase_add_test(tc, missing_required_keys_are_named);
-    tcase_add_test(tc, checkpoint_section_and_resume);
-    tcase_add_test(tc, tfrecord_source_maps_features);
-    tcase_add_test(tc, tensorboard_section_reads_keras_options);
     tcase_add_test(tc, bad_numbers_are_rejected_with_the_value);
     tcase_add_test(tc, optimizer_values_are_validated);
     tcase_add_test(tc, duplicate_keys_are_rejected);

@@ -1,0 +1,81 @@
+"""NumPy arrays in, as NumPy itself writes them (PyPI numpy).
+
+np.save writes the Fashion-MNIST training images ([60000, 28, 28] uint8) and labels, and
+np.savez_compressed the same arrays with Keras's key names (x_train, y_train); `tessera train`
+on either ends at exactly the numbers it reaches on the IDX files (same examples, same order,
+same seed). Float64 images and int64 labels from np.save train too (a different dtype is not
+a different dataset)."""
+import gzip
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+BUILD = os.environ["TESSERA_BUILD_DIR"]
+FM = "/usr/share/datasets/fashion-mnist/"
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+
+
+def idx(name, offset):
+    return np.frombuffer(gzip.open(FM + name).read(), np.uint8, offset=offset)
+
+
+JOB = """name: np
+model:
+  - {dense: {units: 32, activation: relu}, input_shape: [28, 28]}
+  - flatten
+  - {dense: {units: 10}}
+loss: {sparse_categorical_crossentropy: {from_logits: true}}
+metrics: [accuracy]
+optimizer: {adam: {learning_rate: 0.001}}
+data:
+  scale: %s
+  batch_size: 64
+  shuffle_buffer: 10000
+  train: %s
+train: {steps: 600}
+"""
+
+
+def train(tmp, name, source, scale="0.00392156862745098"):
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(JOB % (scale, source))
+    out = subprocess.run([os.path.join(BUILD, "tessera"), "train", path], capture_output=True,
+                         text=True)
+    check(out.returncode == 0, name + ": " + out.stdout + out.stderr)
+    m = re.search(r"examples/s\); (loss .*)", out.stdout)
+    return m.group(1) if m else out.stdout + out.stderr
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    x = idx("train-images-idx3-ubyte.gz", 16).reshape(60000, 28, 28)
+    y = idx("train-labels-idx1-ubyte.gz", 8)
+    np.save(os.path.join(tmp, "x.npy"), x)
+    np.save(os.path.join(tmp, "y.npy"), y)
+    np.savez_compressed(os.path.join(tmp, "fm.npz"), x_train=x, y_train=y)
+    np.save(os.path.join(tmp, "x64.npy"), x.astype(np.float64))
+    np.save(os.path.join(tmp, "y64.npy"), y.astype(np.int64))
+    on_idx = train(tmp, "idx", "{format: idx, images: %strain-images-idx3-ubyte.gz, labels: "
+                               "%strain-labels-idx1-ubyte.gz}" % (FM, FM))
+    on_npy = train(tmp, "npy", "{format: npy, x: x.npy, y: y.npy}")
+    on_npz = train(tmp, "npz", "{format: npz, file: fm.npz, x: x_train, y: y_train}")
+    on_f64 = train(tmp, "f64", "{format: npy, x: x64.npy, y: y64.npy}")
+    print("IDX: %s\nnpy: %s\nnpz: %s\nfloat64/int64 npy: %s" % (on_idx, on_npy, on_npz, on_f64))
+    check(on_npy == on_idx, "npy differs from IDX")
+    check(on_npz == on_idx, "npz differs from IDX")
+    check(on_f64 == on_idx, "float64/int64 npy differs from IDX")
+
+if failures:
+    print("%d checks failed" % len(failures))
+    sys.exit(1)
+print("tessera trains on NumPy's .npy and .npz files as on the IDX files")
