@@ -624,6 +624,8 @@ status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes,
     case JOB_DATA_NPY:
     case JOB_DATA_NPZ:
         return dataset_load_numpy(src, scale, max_bytes, ret_ds, err);
+    case JOB_DATA_CSV:
+        return dataset_load_csv(src, scale, max_bytes, ret_ds, err);
     }
     return status_fail(err, STATUS_INVALID_ARGUMENT, "unknown data format %d", (int)src->format);
 }

@@ -56,6 +56,12 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
 status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_bytes,
                             dataset_t **ret_ds, status_msg_t *err);
 
+/* Loads CSV files with a header row: the column the source's label names is the label, every
+ * other column an input value (times `scale`); every field must be a number. Errors name the
+ * file, the line and the column. */
+status_t dataset_load_csv(const job_source_t *src, double scale, uint64_t max_bytes,
+                          dataset_t **ret_ds, status_msg_t *err);
+
 /* Loads the source as the job describes it. */
 status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes, dataset_t **ret_ds,
                       status_msg_t *err);

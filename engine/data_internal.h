@@ -2,6 +2,7 @@
 #ifndef TESSERA_DATA_INTERNAL_H
 #define TESSERA_DATA_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "data.h"
@@ -19,5 +20,30 @@ uint64_t data_bytes_of(uint64_t n, uint64_t feature_len);
 
 /* Fails with RESOURCE_EXHAUSTED, naming `what`, when `bytes` pass max_bytes (0: no limit). */
 status_t data_check_budget(const char *what, uint64_t bytes, uint64_t max_bytes, status_msg_t *err);
+
+/* Example rows that grow as a loader reads them (data_rows.c). */
+typedef struct data_rows {
+    size_t len;         /* values per example */
+    uint64_t max_bytes; /* the memory budget (0: none) */
+    float *features;    /* [cap, len], aligned as data_alloc_aligned */
+    float *labels;
+    size_t n, cap;
+    float max_label;
+    bool integral; /* every label a whole number >= 0 */
+} data_rows_t;
+
+/* Room for the next example: *ret_row is its len values; data_rows_add then adds it with its
+ * label. The first allocation is for `hint` examples when that is more than 1024 (the loader's
+ * estimate of what the files hold, so that they are read without a copy); after it the room
+ * doubles, within the budget (RESOURCE_EXHAUSTED naming `what` past it). */
+status_t data_rows_next(data_rows_t *r, const char *what, size_t hint, float **ret_row,
+                        status_msg_t *err);
+void data_rows_add(data_rows_t *r, float label);
+
+/* The rows as a dataset of the given example shape (the rows are handed over); classes from
+ * the labels (max + 1 when all are whole numbers >= 0, else 0). No examples is an error. */
+status_t data_rows_finish(data_rows_t *r, const char *what, const int *shape, int rank,
+                          dataset_t **ret, status_msg_t *err);
+void data_rows_free(data_rows_t *r);
 
 #endif

@@ -19,59 +19,11 @@
 typedef struct loader {
     const job_source_t *src;
     double scale;
-    uint64_t max_bytes;
-    size_t len;      /* input values per example */
-    float *features; /* [cap, len], DATA_ALIGN-aligned */
-    float *labels;
-    size_t n, cap;
-    double max_label;
-    bool integral;         /* every label a whole number >= 0 */
+    data_rows_t rows;
     uint64_t total_bytes;  /* of every file's records (uncompressed), for the first allocation */
     float byte_value[256]; /* a raw uint8 value, scaled: the IDX loader's exact floats */
     status_msg_t *err;
 } loader_t;
-
-/* Room for cap examples (the n read so far copied over). */
-static status_t resize(loader_t *l, const char *path, size_t cap)
-{
-    float *f = data_alloc_aligned(cap * l->len * sizeof(float));
-    float *y = data_alloc_aligned(cap * sizeof(float));
-
-    if (f == NULL || y == NULL) {
-        free(f);
-        free(y);
-        return status_fail(l->err, STATUS_NO_MEMORY, "%s: no memory for %zu examples of %zu floats",
-                           path, cap, l->len);
-    }
-    if (l->n > 0) {
-        memcpy(f, l->features, l->n * l->len * sizeof(float));
-        memcpy(y, l->labels, l->n * sizeof(float));
-    }
-    free(l->features);
-    free(l->labels);
-    l->features = f;
-    l->labels = y;
-    l->cap = cap;
-    return STATUS_OK;
-}
-
-/* Doubles the room, or grows it as far as the memory budget allows. The first allocation is
- * for as many examples as the files hold if all are the size of the first (rec_bytes, framing
- * included), so that the usual file of equal records is read without a copy. */
-static status_t grow(loader_t *l, const char *path, size_t rec_bytes)
-{
-    size_t cap = l->cap ? l->cap * 2 : 1024;
-
-    if (l->cap == 0 && l->total_bytes / rec_bytes + 1 > cap)
-        cap = (size_t)(l->total_bytes / rec_bytes) + 1;
-
-    if (l->max_bytes > 0 && data_bytes_of(cap, l->len) > l->max_bytes) {
-        STATUS_CHECK(
-            data_check_budget(path, data_bytes_of(l->n + 1, l->len), l->max_bytes, l->err));
-        cap = (size_t)(l->max_bytes / ((l->len + 1) * sizeof(float)));
-    }
-    return resize(l, path, cap);
-}
 
 static status_t bad_record(loader_t *l, const char *path, uint64_t offset, const char *what,
                            const job_feature_t *feature)
@@ -119,22 +71,19 @@ static status_t decode(loader_t *l, const char *path, uint64_t offset, const uin
 static status_t add_record(loader_t *l, const char *path, uint64_t offset, const uint8_t *rec,
                            size_t len)
 {
-    float *row;
+    size_t n = l->rows.len;
+    float *row, y;
 
-    if (l->n == l->cap)
-        STATUS_CHECK(grow(l, path, len + 16));
-    row = l->features + l->n * l->len;
-    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->input, row, l->len));
-    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, &l->labels[l->n], 1));
+    STATUS_CHECK(
+        data_rows_next(&l->rows, path, (size_t)(l->total_bytes / (len + 16)), &row, l->err));
+    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->input, row, n));
+    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, &y, 1));
     if (l->scale != 1 && l->src->input.kind != JOB_FEATURE_BYTES_LIST) /* bytes: scaled */
-        for (size_t i = 0; i < l->len; i++)
+        for (size_t i = 0; i < n; i++)
             row[i] = (float)(row[i] * l->scale);
-    float y = l->labels[l->n];
     if (!isfinite(y))
         return bad_record(l, path, offset, "is not a finite number", &l->src->label);
-    l->integral = l->integral && y >= 0 && y == floorf(y) && y < 1e7f;
-    l->max_label = y > l->max_label ? y : l->max_label;
-    l->n++;
+    data_rows_add(&l->rows, y);
     return STATUS_OK;
 }
 
@@ -143,7 +92,7 @@ static status_t load_file(loader_t *l, const char *path)
     tfrecord_reader_t *r;
     const uint8_t *rec;
     size_t len;
-    size_t max_record = l->len * 10 + RECORD_SLACK;
+    size_t max_record = l->rows.len * 10 + RECORD_SLACK;
     status_t rc;
 
     STATUS_CHECK(tfrecord_open(path, max_record, &r, l->err));
@@ -202,14 +151,13 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
                                dataset_t **ret_ds, status_msg_t *err)
 {
     loader_t l = {
-        .src = src, .scale = scale, .max_bytes = max_bytes, .len = 1, .integral = true, .err = err};
+        .src = src, .scale = scale, .rows = {.len = 1, .max_bytes = max_bytes}, .err = err};
     glob_t g;
-    dataset_t *ds;
     status_t rc;
 
     *ret_ds = NULL;
     for (int i = 0; i < src->input.rank; i++)
-        l.len *= (size_t)src->input.shape[i];
+        l.rows.len *= (size_t)src->input.shape[i];
     for (int v = 0; v < 256; v++)
         l.byte_value[v] = (float)(v * scale);
     rc = expand(src, &g, err);
@@ -217,26 +165,10 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
         l.total_bytes += record_bytes(g.gl_pathv[i]);
     for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
         rc = load_file(&l, g.gl_pathv[i]);
-    if (rc == STATUS_OK && l.n == 0)
-        rc = status_fail(err, STATUS_INVALID_ARGUMENT, "%s: no examples in %zu file(s)",
-                         src->files[0], g.gl_pathc);
     globfree(&g);
-    if (rc == STATUS_OK && l.cap > l.n + l.n / 4) /* give back what doubling left unused */
-        rc = resize(&l, src->files[0], l.n);
-    if (rc == STATUS_OK && (ds = calloc(1, sizeof(*ds))) == NULL)
-        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    if (rc != STATUS_OK) {
-        free(l.features);
-        free(l.labels);
-        return rc;
-    }
-    ds->features = l.features;
-    ds->labels = l.labels;
-    ds->n = l.n;
-    ds->feature_len = l.len;
-    ds->rank = src->input.rank;
-    memcpy(ds->shape, src->input.shape, sizeof(ds->shape));
-    ds->classes = l.integral ? (int)l.max_label + 1 : 0;
-    *ret_ds = ds;
-    return STATUS_OK;
+    if (rc == STATUS_OK)
+        rc = data_rows_finish(&l.rows, src->files[0], src->input.shape, src->input.rank, ret_ds,
+                              err);
+    data_rows_free(&l.rows);
+    return rc;
 }

@@ -380,7 +380,8 @@ static status_t parse_features(job_ctx_t *c, const job_node_t *map, job_source_t
 
 static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
 {
-    static const char *const formats[] = {"idx", "synthetic", "tfrecord", "npy", "npz"};
+    static const char *const formats[] = {"idx", "synthetic", "tfrecord", "npy", "npz", "csv"};
+    static const char *const csv_keys[] = {"format", "files", "label", "delimiter"};
     static const char *const tfrecord_keys[] = {"format", "files", "features", "label"};
     static const char *const npy_keys[] = {"format", "x", "y"};
     static const char *const npz_keys[] = {"format", "file", "x", "y"};
@@ -422,6 +423,19 @@ static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
         s->x = job_tree_strdup(c, x);
         s->y = job_tree_strdup(c, y);
         return s->x != NULL && s->y != NULL ? STATUS_OK : STATUS_NO_MEMORY;
+    }
+    if (s->format == JOB_DATA_CSV) {
+        const char *label = NULL, *delim = ",";
+        STATUS_CHECK(job_tree_check_map(c, n, csv_keys, JOB_N_OF(csv_keys), false));
+        STATUS_CHECK(parse_files(c, n, s));
+        STATUS_CHECK(job_tree_get_string(c, n, "label", true, &label));
+        STATUS_CHECK(job_tree_get_string(c, n, "delimiter", false, &delim));
+        if (strlen(delim) != 1 || delim[0] == '"' || delim[0] == '\n' || delim[0] == '\r')
+            return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(n, "delimiter")->line,
+                                 "%s.delimiter must be one character (not a quote or newline)",
+                                 c->path);
+        s->delimiter = delim[0];
+        return (s->label.name = job_tree_strdup(c, label)) != NULL ? STATUS_OK : STATUS_NO_MEMORY;
     }
     if (s->format == JOB_DATA_TFRECORD) {
         STATUS_CHECK(job_tree_check_map(c, n, tfrecord_keys, JOB_N_OF(tfrecord_keys), false));

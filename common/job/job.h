@@ -28,6 +28,7 @@ typedef enum {
     JOB_DATA_TFRECORD,  /* TFRecord files of tf.train.Example, plain or GZIP */
     JOB_DATA_NPY,       /* two NumPy .npy files: inputs and labels */
     JOB_DATA_NPZ,       /* two arrays of a NumPy .npz archive */
+    JOB_DATA_CSV,       /* CSV files with a header row, the label column named */
 } job_data_format_t;
 
 /* One feature of a tf.train.Example as the job maps it. */
@@ -73,6 +74,7 @@ typedef struct job_source {
     /* npy: the inputs' and labels' files (resolved); npz: the archive (resolved) and the two
      * arrays' names in it */
     char *x, *y, *archive;
+    char delimiter; /* csv: ',' unless the job says otherwise (files and label.name as above) */
 } job_source_t;
 
 typedef struct job_data {

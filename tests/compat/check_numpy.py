@@ -4,7 +4,12 @@ np.save writes the Fashion-MNIST training images ([60000, 28, 28] uint8) and lab
 np.savez_compressed the same arrays with Keras's key names (x_train, y_train); `tessera train`
 on either ends at exactly the numbers it reaches on the IDX files (same examples, same order,
 same seed). Float64 images and int64 labels from np.save train too (a different dtype is not
-a different dataset)."""
+a different dataset).
+
+CSV the same way: Python's csv module writes the training set in the layout of Kaggle's
+fashion-mnist_train.csv (a header "label,pixel1..pixel784", one image a row), split over two
+files; `tessera train` on {format: csv, files: [...], label: label} ends at the same numbers."""
+import csv
 import gzip
 import os
 import re
@@ -47,9 +52,13 @@ train: {steps: 600}
 
 
 def train(tmp, name, source, scale="0.00392156862745098"):
+    return train_text(tmp, name, JOB % (scale, source))
+
+
+def train_text(tmp, name, text):
     path = os.path.join(tmp, name + ".yaml")
     with open(path, "w") as f:
-        f.write(JOB % (scale, source))
+        f.write(text)
     out = subprocess.run([os.path.join(BUILD, "tessera"), "train", path], capture_output=True,
                          text=True)
     check(out.returncode == 0, name + ": " + out.stdout + out.stderr)
@@ -70,10 +79,25 @@ with tempfile.TemporaryDirectory() as tmp:
     on_npy = train(tmp, "npy", "{format: npy, x: x.npy, y: y.npy}")
     on_npz = train(tmp, "npz", "{format: npz, file: fm.npz, x: x_train, y: y_train}")
     on_f64 = train(tmp, "f64", "{format: npy, x: x64.npy, y: y64.npy}")
-    print("IDX: %s\nnpy: %s\nnpz: %s\nfloat64/int64 npy: %s" % (on_idx, on_npy, on_npz, on_f64))
+    flat = x.reshape(60000, 784)
+    for part, rows in (("a", range(0, 25000)), ("b", range(25000, 60000))):
+        with open(os.path.join(tmp, "fm-%s.csv" % part), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["label"] + ["pixel%d" % i for i in range(1, 785)])
+            for i in rows:
+                w.writerow([int(y[i])] + flat[i].tolist())
+    flat = lambda source: (JOB % ("0.00392156862745098", source)).replace(
+        "input_shape: [28, 28]", "input_shape: [784]").replace("  - flatten\n", "")
+    on_csv = train_text(tmp, "csv", flat("{format: csv, files: ['fm-*.csv'], label: label}"))
+    on_flat = train_text(tmp, "flat-idx", flat(
+        "{format: idx, images: %strain-images-idx3-ubyte.gz, labels: "
+        "%strain-labels-idx1-ubyte.gz}" % (FM, FM)))
+    print("IDX: %s\nnpy: %s\nnpz: %s\nfloat64/int64 npy: %s\ncsv: %s" % (
+        on_idx, on_npy, on_npz, on_f64, on_csv))
     check(on_npy == on_idx, "npy differs from IDX")
     check(on_npz == on_idx, "npz differs from IDX")
     check(on_f64 == on_idx, "float64/int64 npy differs from IDX")
+    check(on_csv == on_flat, "csv (%s) differs from IDX (%s)" % (on_csv, on_flat))
 
 if failures:
     print("%d checks failed" % len(failures))

@@ -524,8 +524,9 @@ START_TEST(unknown_names_are_listed_with_the_known_ones)
     ASSERT_BAD(
         "model: [{dense: {units: 1, kernel_initializer: orthogonal}, input_shape: [4]}]\n" TAIL,
         "unknown initializer 'orthogonal'");
-    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 1, train: {format: csv}}\n",
-               "data.train.format: unknown data format 'csv'");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 1, train: {format: parquet}}\n",
+               "data.train.format: unknown data format 'parquet'",
+               "idx, synthetic, tfrecord, npy, npz, csv");
 }
 END_TEST
 

@@ -93,6 +93,20 @@ START_TEST(tfrecord_source_maps_features)
     ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: npz, x: a, y: b}}\n",
                "file");
     ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: npy, x: a}}\n", "'y'");
+    parse_ok(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: csv, files: [a.csv, "
+                   "'b-*.csv'], label: y, delimiter: ';'}}\n",
+             "/jobs/job.yaml", &job);
+    ck_assert_int_eq(job.data.train.format, JOB_DATA_CSV);
+    ck_assert_uint_eq(job.data.train.n_files, 2);
+    ck_assert_str_eq(job.data.train.files[1], "/jobs/b-*.csv");
+    ck_assert_str_eq(job.data.train.label.name, "y");
+    ck_assert_int_eq(job.data.train.delimiter, ';');
+    job_done(&job);
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: csv, files: a.csv}}\n",
+               "'label'");
+    ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: csv, files: a.csv, "
+                     "label: y, delimiter: '::'}}\n",
+               "one character");
 }
 END_TEST
 

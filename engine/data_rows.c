@@ -1,0 +1,90 @@
+/* Example rows that grow as a loader reads them (data_internal.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_internal.h"
+
+/* Room for cap examples (the n read so far copied over). */
+static status_t resize(data_rows_t *r, const char *what, size_t cap, status_msg_t *err)
+{
+    float *f = data_alloc_aligned(cap * r->len * sizeof(float));
+    float *y = data_alloc_aligned(cap * sizeof(float));
+
+    if (f == NULL || y == NULL) {
+        free(f);
+        free(y);
+        return status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %zu examples of %zu floats",
+                           what, cap, r->len);
+    }
+    if (r->n > 0) {
+        memcpy(f, r->features, r->n * r->len * sizeof(float));
+        memcpy(y, r->labels, r->n * sizeof(float));
+    }
+    free(r->features);
+    free(r->labels);
+    r->features = f;
+    r->labels = y;
+    r->cap = cap;
+    return STATUS_OK;
+}
+
+status_t data_rows_next(data_rows_t *r, const char *what, size_t hint, float **ret_row,
+                        status_msg_t *err)
+{
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 1024;
+        if (r->cap == 0 && hint + 1 > cap)
+            cap = hint + 1;
+        /* Past the budget, grow only as far as it allows. */
+        if (r->max_bytes > 0 && data_bytes_of(cap, r->len) > r->max_bytes) {
+            STATUS_CHECK(
+                data_check_budget(what, data_bytes_of(r->n + 1, r->len), r->max_bytes, err));
+            cap = (size_t)(r->max_bytes / ((r->len + 1) * sizeof(float)));
+        }
+        STATUS_CHECK(resize(r, what, cap, err));
+    }
+    *ret_row = r->features + r->n * r->len;
+    return STATUS_OK;
+}
+
+void data_rows_add(data_rows_t *r, float label)
+{
+    r->labels[r->n++] = label;
+    r->integral =
+        (r->n == 1 || r->integral) && label >= 0 && label == floorf(label) && label < 1e7f;
+    if (r->n == 1 || label > r->max_label)
+        r->max_label = label;
+}
+
+status_t data_rows_finish(data_rows_t *r, const char *what, const int *shape, int rank,
+                          dataset_t **ret, status_msg_t *err)
+{
+    dataset_t *ds;
+
+    *ret = NULL;
+    if (r->n == 0)
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: no examples", what);
+    if (r->cap > r->n + r->n / 4) /* give back what doubling left unused */
+        STATUS_CHECK(resize(r, what, r->n, err));
+    if ((ds = calloc(1, sizeof(*ds))) == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    ds->features = r->features;
+    ds->labels = r->labels;
+    ds->n = r->n;
+    ds->feature_len = r->len;
+    ds->rank = rank;
+    memcpy(ds->shape, shape, (size_t)rank * sizeof(int));
+    ds->classes = r->integral ? (int)r->max_label + 1 : 0;
+    r->features = r->labels = NULL;
+    *ret = ds;
+    return STATUS_OK;
+}
+
+void data_rows_free(data_rows_t *r)
+{
+    free(r->features);
+    free(r->labels);
+    r->features = r->labels = NULL;
+}
