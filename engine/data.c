@@ -609,9 +609,14 @@ status_t dataset_synthetic(const job_synthetic_t *spec, double scale, uint64_t m
     return STATUS_OK;
 }
 
-status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes, dataset_t **ret_ds,
-                      status_msg_t *err)
+status_t dataset_load_part(const job_source_t *src, double scale, uint64_t max_bytes,
+                           const data_part_t *part, dataset_t **ret_ds, bool *ret_by_file,
+                           status_msg_t *err)
 {
+    bool by_file = false;
+
+    if (ret_by_file != NULL)
+        *ret_by_file = false;
     if (src == NULL || !src->present)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "no data source given");
     switch (src->format) {
@@ -620,14 +625,22 @@ status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes,
     case JOB_DATA_SYNTHETIC:
         return dataset_synthetic(&src->synthetic, scale, max_bytes, ret_ds, err);
     case JOB_DATA_TFRECORD:
-        return dataset_load_tfrecord(src, scale, max_bytes, ret_ds, err);
+        return dataset_load_tfrecord(src, scale, max_bytes, part, ret_ds,
+                                     ret_by_file ? ret_by_file : &by_file, err);
     case JOB_DATA_NPY:
     case JOB_DATA_NPZ:
         return dataset_load_numpy(src, scale, max_bytes, ret_ds, err);
     case JOB_DATA_CSV:
-        return dataset_load_csv(src, scale, max_bytes, ret_ds, err);
+        return dataset_load_csv(src, scale, max_bytes, part, ret_ds,
+                                ret_by_file ? ret_by_file : &by_file, err);
     }
     return status_fail(err, STATUS_INVALID_ARGUMENT, "unknown data format %d", (int)src->format);
+}
+
+status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes, dataset_t **ret_ds,
+                      status_msg_t *err)
+{
+    return dataset_load_part(src, scale, max_bytes, NULL, ret_ds, NULL, err);
 }
 
 /* ---- the pipeline ------------------------------------------------------------------------ */

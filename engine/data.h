@@ -24,6 +24,11 @@ typedef struct dataset {
     int classes; /* number of label classes (max label + 1), 0 for regression */
 } dataset_t;
 
+/* One worker's share of a job's data: part `index` of `count`. */
+typedef struct data_part {
+    int index, count;
+} data_part_t;
+
 /* Loads an IDX image file (magic 0x00000803, uint8 [n, rows, cols]; or any uint8 IDX of rank
  * >= 1) and an IDX label file (0x00000801, uint8 [n]), gzipped or not (detected by content),
  * scaling pixels by `scale`. A missing or truncated file, a wrong magic, or differing counts fail
@@ -48,7 +53,8 @@ status_t dataset_synthetic(const job_synthetic_t *spec, double scale, uint64_t m
  * Example without the feature or with another number of values fail with an error naming the
  * file and the record's byte offset. */
 status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t max_bytes,
-                               dataset_t **ret_ds, status_msg_t *err);
+                               const data_part_t *part, dataset_t **ret_ds, bool *ret_by_file,
+                               status_msg_t *err);
 
 /* Loads NumPy arrays: inputs [n, ...] (float32, float64, uint8, int32 or int64; times `scale`)
  * and labels [n] or [n, 1], from two .npy files (memory-mapped) or two members of an .npz
@@ -60,11 +66,20 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
  * other column an input value (times `scale`); every field must be a number. Errors name the
  * file, the line and the column. */
 status_t dataset_load_csv(const job_source_t *src, double scale, uint64_t max_bytes,
-                          dataset_t **ret_ds, status_msg_t *err);
+                          const data_part_t *part, dataset_t **ret_ds, bool *ret_by_file,
+                          status_msg_t *err);
 
 /* Loads the source as the job describes it. */
 status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes, dataset_t **ret_ds,
                       status_msg_t *err);
+
+/* Loads this part's share of the source: for a source of files (tfrecord, csv) that names at
+ * least `count` files, only files index, index + count, ... (in sorted order), and
+ * *ret_by_file is set (the caller does not shard the examples again); for any other source,
+ * all of it (*ret_by_file false: the pipeline shards by example). part may be NULL: all. */
+status_t dataset_load_part(const job_source_t *src, double scale, uint64_t max_bytes,
+                           const data_part_t *part, dataset_t **ret_ds, bool *ret_by_file,
+                           status_msg_t *err);
 
 /* Bytes the dataset holds in memory. NULL-safe. */
 size_t dataset_bytes(const dataset_t *ds);

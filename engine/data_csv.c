@@ -3,7 +3,6 @@
  * each must have the same header. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
-#include <glob.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +132,8 @@ static status_t load_file(csv_loader_t *l, const char *path)
 }
 
 status_t dataset_load_csv(const job_source_t *src, double scale, uint64_t max_bytes,
-                          dataset_t **ret_ds, status_msg_t *err)
+                          const data_part_t *part, dataset_t **ret_ds, bool *ret_by_file,
+                          status_msg_t *err)
 {
     csv_loader_t l = {.src = src, .scale = scale, .rows = {.max_bytes = max_bytes}, .err = err};
     glob_t g;
@@ -141,21 +141,15 @@ status_t dataset_load_csv(const job_source_t *src, double scale, uint64_t max_by
     int shape[1];
 
     *ret_ds = NULL;
-    memset(&g, 0, sizeof(g));
-    for (size_t i = 0; rc == STATUS_OK && i < src->n_files; i++) {
-        size_t before = g.gl_pathc;
-        if (glob(src->files[i], GLOB_ERR | (i ? GLOB_APPEND : 0), NULL, &g) != 0 ||
-            g.gl_pathc == before)
-            rc = status_fail(err, STATUS_NOT_FOUND, "%s: no such file (or no file matches)",
-                             src->files[i]);
-    }
+    rc = data_expand_files(src, &g, err);
     for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++) {
         struct stat sb;
-        if (stat(g.gl_pathv[i], &sb) == 0)
+        if (data_file_mine(i, g.gl_pathc, part, ret_by_file) && stat(g.gl_pathv[i], &sb) == 0)
             l.total_bytes += (uint64_t)sb.st_size;
     }
     for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
-        rc = load_file(&l, g.gl_pathv[i]);
+        if (data_file_mine(i, g.gl_pathc, part, NULL))
+            rc = load_file(&l, g.gl_pathv[i]);
     globfree(&g);
     shape[0] = (int)l.rows.len;
     if (rc == STATUS_OK)

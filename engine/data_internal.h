@@ -3,6 +3,7 @@
 #define TESSERA_DATA_INTERNAL_H
 
 #include <stdbool.h>
+#include <glob.h>
 #include <stdint.h>
 
 #include "data.h"
@@ -20,6 +21,14 @@ uint64_t data_bytes_of(uint64_t n, uint64_t feature_len);
 
 /* Fails with RESOURCE_EXHAUSTED, naming `what`, when `bytes` pass max_bytes (0: no limit). */
 status_t data_check_budget(const char *what, uint64_t bytes, uint64_t max_bytes, status_msg_t *err);
+
+/* The files a source names (paths and globs, each glob's matches sorted), in *g (globfree it):
+ * STATUS_NOT_FOUND naming a path or glob that matches nothing. */
+status_t data_expand_files(const job_source_t *src, glob_t *g, status_msg_t *err);
+
+/* Whether file i of n is this part's: with at least as many files as parts, files are dealt
+ * round robin (*ret_by_file set); with fewer, every file is every part's. */
+bool data_file_mine(size_t i, size_t n, const data_part_t *part, bool *ret_by_file);
 
 /* Example rows that grow as a loader reads them (data_rows.c). */
 typedef struct data_rows {

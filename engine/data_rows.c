@@ -6,6 +6,30 @@
 
 #include "data_internal.h"
 
+status_t data_expand_files(const job_source_t *src, glob_t *g, status_msg_t *err)
+{
+    memset(g, 0, sizeof(*g));
+    for (size_t i = 0; i < src->n_files; i++) {
+        size_t before = g->gl_pathc;
+        int rc = glob(src->files[i], GLOB_ERR | (i > 0 ? GLOB_APPEND : 0), NULL, g);
+        if (rc == GLOB_NOSPACE)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory expanding %s", src->files[i]);
+        if (rc != 0 || g->gl_pathc == before)
+            return status_fail(err, STATUS_NOT_FOUND, "%s: no such file (or no file matches)",
+                               src->files[i]);
+    }
+    return STATUS_OK;
+}
+
+bool data_file_mine(size_t i, size_t n, const data_part_t *part, bool *ret_by_file)
+{
+    bool by_file = part != NULL && part->count > 1 && n >= (size_t)part->count;
+
+    if (ret_by_file != NULL)
+        *ret_by_file = by_file;
+    return !by_file || i % (size_t)part->count == (size_t)part->index;
+}
+
 /* Room for cap examples (the n read so far copied over). */
 static status_t resize(data_rows_t *r, const char *what, size_t cap, status_msg_t *err)
 {

@@ -3,7 +3,6 @@
  * features decoded by files/example.h into rows that grow with what is read, never with what a
  * header claims. */
 #define _POSIX_C_SOURCE 200809L
-#include <glob.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,24 +130,9 @@ static uint64_t record_bytes(const char *path)
     return n;
 }
 
-/* Expands the source's files and globs, in order, each pattern's matches sorted. */
-static status_t expand(const job_source_t *src, glob_t *g, status_msg_t *err)
-{
-    memset(g, 0, sizeof(*g));
-    for (size_t i = 0; i < src->n_files; i++) {
-        size_t before = g->gl_pathc;
-        int rc = glob(src->files[i], GLOB_ERR | (i > 0 ? GLOB_APPEND : 0), NULL, g);
-        if (rc == GLOB_NOSPACE)
-            return status_fail(err, STATUS_NO_MEMORY, "out of memory expanding %s", src->files[i]);
-        if (rc != 0 || g->gl_pathc == before)
-            return status_fail(err, STATUS_NOT_FOUND, "%s: no such file (or no file matches)",
-                               src->files[i]);
-    }
-    return STATUS_OK;
-}
-
 status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t max_bytes,
-                               dataset_t **ret_ds, status_msg_t *err)
+                               const data_part_t *part, dataset_t **ret_ds, bool *ret_by_file,
+                               status_msg_t *err)
 {
     loader_t l = {
         .src = src, .scale = scale, .rows = {.len = 1, .max_bytes = max_bytes}, .err = err};
@@ -160,11 +144,13 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
         l.rows.len *= (size_t)src->input.shape[i];
     for (int v = 0; v < 256; v++)
         l.byte_value[v] = (float)(v * scale);
-    rc = expand(src, &g, err);
+    rc = data_expand_files(src, &g, err);
     for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
-        l.total_bytes += record_bytes(g.gl_pathv[i]);
+        if (data_file_mine(i, g.gl_pathc, part, ret_by_file))
+            l.total_bytes += record_bytes(g.gl_pathv[i]);
     for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
-        rc = load_file(&l, g.gl_pathv[i]);
+        if (data_file_mine(i, g.gl_pathc, part, NULL))
+            rc = load_file(&l, g.gl_pathv[i]);
     globfree(&g);
     if (rc == STATUS_OK)
         rc = data_rows_finish(&l.rows, src->files[0], src->input.shape, src->input.rank, ret_ds,

@@ -84,7 +84,11 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
     if (!job->data.train.present)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: data.train is missing", t->where);
     /* Data and model past the budget: a clear error, not the kernel's OOM killer. */
-    STATUS_CHECK(dataset_load(&job->data.train, job->data.scale, max, &t->train, err));
+    /* This trainer's files when the job has enough of them; else all, sharded by example. */
+    data_part_t part = {.index = o->shard_index, .count = o->num_shards > 0 ? o->num_shards : 1};
+    bool by_file = false;
+    STATUS_CHECK(
+        dataset_load_part(&job->data.train, job->data.scale, max, &part, &t->train, &by_file, err));
     if (job->data.test.present)
         STATUS_CHECK(dataset_load(&job->data.test, job->data.scale,
                                   memory_left(max, dataset_bytes(t->train)), &t->test, err));
@@ -98,8 +102,8 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
     if (o->optimizer)
         STATUS_CHECK(make_slots(t, err));
     po = (data_pipeline_opts_t){
-        .shard_index = o->shard_index,
-        .num_shards = o->num_shards > 0 ? o->num_shards : 1,
+        .shard_index = by_file ? 0 : o->shard_index,
+        .num_shards = by_file || o->num_shards < 1 ? 1 : o->num_shards,
         .batch_size = job->data.batch_size,
         .drop_remainder = job->data.drop_remainder,
         .shuffle_buffer = job->data.shuffle_buffer,

@@ -11,6 +11,8 @@
 #include "check_run.h"
 #include "data.h"
 #include "base/clock.h"
+#include "files/example.h"
+#include "files/tfrecord.h"
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -616,6 +618,88 @@ START_TEST(dataset_load_dispatches_on_the_format)
 }
 END_TEST
 
+/* ---- sharding by file ---------------------------------------------------------------------- */
+
+/* tfrecord file i of the test holds 3 Examples {x: [i, i], label: i}; csv file i 2 rows. */
+static void write_shard_files(int n)
+{
+    char path[512];
+
+    for (int i = 0; i < n; i++) {
+        example_writer_t w = {0};
+        const float x[2] = {(float)i, (float)i};
+        const int64_t y = i;
+        const uint8_t *ex;
+        size_t len;
+        FILE *f;
+        snprintf(path, sizeof(path), "%s/part-%d.tfrecord", tmpdir, i);
+        ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+        for (int k = 0; k < 3; k++) {
+            example_writer_reset(&w);
+            example_add_floats(&w, "x", x, 2);
+            example_add_int64s(&w, "label", &y, 1);
+            ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
+            ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
+        }
+        fclose(f);
+        example_writer_free(&w);
+        snprintf(path, sizeof(path), "%s/part-%d.csv", tmpdir, i);
+        ck_assert_ptr_nonnull(f = fopen(path, "w"));
+        fprintf(f, "a,label,b\n%d,%d,%d\n%d,%d,%d\n", i, i, i, i, i, i);
+        fclose(f);
+    }
+}
+
+/* Loads part index of count of the source and checks which files' examples it holds. */
+static void expect_part(job_source_t *src, int index, int count, bool by_file, size_t examples,
+                        int first_label, int label_step)
+{
+    data_part_t part = {index, count};
+    dataset_t *ds = NULL;
+    bool got_by_file = !by_file;
+    status_msg_t err = {0};
+
+    ck_assert_msg(dataset_load_part(src, 1.0, 0, &part, &ds, &got_by_file, &err) == STATUS_OK, "%s",
+                  err.text);
+    ck_assert_int_eq(got_by_file, by_file);
+    ck_assert_uint_eq(ds->n, examples);
+    for (size_t i = 0; i < ds->n; i++) {
+        int per_file = src->format == JOB_DATA_CSV ? 2 : 3;
+        ck_assert_int_eq((int)ds->labels[i], first_label + label_step * (int)(i / per_file));
+        ck_assert(ds->features[i * ds->feature_len] == ds->labels[i]);
+    }
+    dataset_free(ds);
+}
+
+START_TEST(files_are_dealt_to_workers_when_there_are_enough)
+{
+    char pattern[512], *files[1] = {pattern};
+    job_source_t tf = {
+        .present = true,
+        .format = JOB_DATA_TFRECORD,
+        .files = files,
+        .n_files = 1,
+        .input = {.name = "x", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1},
+        .label = {.name = "label", .kind = JOB_FEATURE_INT64_LIST, .shape = {1}, .rank = 1}};
+    job_source_t csv = {.present = true,
+                        .format = JOB_DATA_CSV,
+                        .files = files,
+                        .n_files = 1,
+                        .label = {.name = "label"},
+                        .delimiter = ','};
+
+    write_shard_files(4);
+    snprintf(pattern, sizeof(pattern), "%s/part-*.tfrecord", tmpdir);
+    expect_part(&tf, 1, 2, true, 6, 1, 2);   /* files 1 and 3 */
+    expect_part(&tf, 0, 4, true, 3, 0, 1);   /* file 0 */
+    expect_part(&tf, 2, 5, false, 12, 0, 1); /* 4 files for 5 workers: all, by example */
+    expect_part(&tf, 0, 1, false, 12, 0, 1);
+    snprintf(pattern, sizeof(pattern), "%s/part-*.csv", tmpdir);
+    expect_part(&csv, 1, 2, true, 4, 1, 2);
+    expect_part(&csv, 0, 8, false, 8, 0, 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("data");
@@ -638,6 +722,7 @@ int main(void)
     tcase_add_test(idx, fashion_mnist_test_split_loads_10000_images);
     tcase_add_test(idx, dataset_load_dispatches_on_the_format);
     tcase_add_test(idx, datasets_and_pipelines_respect_the_memory_limit);
+    tcase_add_test(idx, files_are_dealt_to_workers_when_there_are_enough);
     suite_add_tcase(s, idx);
 
     tcase_set_timeout(syn, 60);
