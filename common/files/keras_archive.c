@@ -226,8 +226,10 @@ static int extract_weights(const char *path, const char *h5_path, char *why, siz
     }
     while ((n = zip_fread(zf, buf, sizeof(buf))) > 0 && total <= KERAS_MAX_WEIGHTS) {
         total += (uint64_t)n;
-        if (fwrite(buf, 1, (size_t)n, out) != (size_t)n)
-            n = -2;
+        if (fwrite(buf, 1, (size_t)n, out) != (size_t)n) {
+            n = -2; /* a full disk: stop, and say the weights cannot be extracted */
+            break;
+        }
     }
     zip_fclose(zf);
     zip_discard(z);
