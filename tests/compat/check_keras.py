@@ -13,8 +13,6 @@ model.save("m.keras"); `tessera train --init-from m.keras --evaluate` evaluates 
 own test accuracy within 0.1 percentage point."""
 import os
 import re
-import subprocess
-import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -23,24 +21,7 @@ import tensorflow as tf
 import keras
 from safetensors.numpy import load_file
 
-BUILD = os.environ["TESSERA_BUILD_DIR"]
-SOURCE = os.environ["TESSERA_SOURCE_DIR"]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what)
-
-
-def tessera(*args, cwd):
-    out = subprocess.run([os.path.join(BUILD, "tessera"), *args], capture_output=True, text=True,
-                         cwd=cwd)
-    check(out.returncode == 0, "tessera %s: %s%s" % (args[0], out.stdout, out.stderr))
-    return out.stdout
-
-
+from compat import SOURCE, check, fashion, finish, tessera
 def test_split(path, shape, int_input):
     spec = {"image": tf.io.FixedLenFeature(shape, tf.int64 if int_input else tf.float32),
             "label": tf.io.FixedLenFeature([1], tf.int64)}
@@ -97,9 +78,7 @@ with tempfile.TemporaryDirectory() as tmp:
                       "%s: %s differs between model.keras and model.safetensors" % (example, name))
 
     # Keras to Tessera.
-    import gzip
-    FM = "/usr/share/datasets/fashion-mnist/"
-    idx = lambda p, off: np.frombuffer(gzip.open(FM + p).read(), np.uint8, offset=off)
+    idx = fashion
     x_train = idx("train-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
     y_train = idx("train-labels-idx1-ubyte.gz", 8)
     x_test = idx("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
@@ -121,7 +100,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check(abs(theirs - ours) <= 0.001 + 1e-9,
           "Keras's model: Tessera evaluates %.4f, Keras %.4f" % (ours, theirs))
 
-if failures:
-    print("%d checks failed" % len(failures))
-    sys.exit(1)
-print("Keras loads tessera's exports and evaluates them to tessera's accuracy")
+finish("Keras loads tessera's exports and evaluates them to tessera's accuracy")

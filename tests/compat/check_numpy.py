@@ -10,30 +10,12 @@ CSV the same way: Python's csv module writes the training set in the layout of K
 fashion-mnist_train.csv (a header "label,pixel1..pixel784", one image a row), split over two
 files; `tessera train` on {format: csv, files: [...], label: label} ends at the same numbers."""
 import csv
-import gzip
 import os
-import re
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
-BUILD = os.environ["TESSERA_BUILD_DIR"]
-FM = "/usr/share/datasets/fashion-mnist/"
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what)
-
-
-def idx(name, offset):
-    return np.frombuffer(gzip.open(FM + name).read(), np.uint8, offset=offset)
-
-
+from compat import FM, finish, check, fashion, result, tessera
 JOB = """name: np
 model:
   - {dense: {units: 32, activation: relu}, input_shape: [28, 28]}
@@ -59,16 +41,12 @@ def train_text(tmp, name, text):
     path = os.path.join(tmp, name + ".yaml")
     with open(path, "w") as f:
         f.write(text)
-    out = subprocess.run([os.path.join(BUILD, "tessera"), "train", path], capture_output=True,
-                         text=True)
-    check(out.returncode == 0, name + ": " + out.stdout + out.stderr)
-    m = re.search(r"examples/s\); (loss .*)", out.stdout)
-    return m.group(1) if m else out.stdout + out.stderr
+    return result(tessera("train", path))
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    x = idx("train-images-idx3-ubyte.gz", 16).reshape(60000, 28, 28)
-    y = idx("train-labels-idx1-ubyte.gz", 8)
+    x = fashion("train-images-idx3-ubyte.gz", 16).reshape(60000, 28, 28)
+    y = fashion("train-labels-idx1-ubyte.gz", 8)
     np.save(os.path.join(tmp, "x.npy"), x)
     np.save(os.path.join(tmp, "y.npy"), y)
     np.savez_compressed(os.path.join(tmp, "fm.npz"), x_train=x, y_train=y)
@@ -99,7 +77,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check(on_f64 == on_idx, "float64/int64 npy differs from IDX")
     check(on_csv == on_flat, "csv (%s) differs from IDX (%s)" % (on_csv, on_flat))
 
-if failures:
-    print("%d checks failed" % len(failures))
-    sys.exit(1)
-print("tessera trains on NumPy's .npy and .npz files as on the IDX files")
+finish("tessera trains on NumPy's .npy and .npz files as on the IDX files")

@@ -12,24 +12,13 @@ predicts one class only)."""
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-BUILD = os.environ["TESSERA_BUILD_DIR"]
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what)
-
+from compat import check, finish, tessera
 
 JOB = """name: st
 model:
@@ -51,10 +40,7 @@ SHAPES = {"dense/kernel": [30, 64], "dense/bias": [64], "dense_1/kernel": [64, 5
 
 
 def train(cwd, *flags):
-    out = subprocess.run([os.path.join(BUILD, "tessera"), "train", "job.yaml", *flags], cwd=cwd,
-                         capture_output=True, text=True)
-    check(out.returncode == 0, "tessera train failed: " + out.stdout + out.stderr)
-    return out.stdout
+    return tessera("train", "job.yaml", *flags, cwd=cwd)
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -108,7 +94,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check(acc(zero_run) != acc(true_run),
           "the zeroed weights made no difference: %s vs %s" % (zero_run, true_run))
 
-if failures:
-    print("%d checks failed" % len(failures))
-    sys.exit(1)
-print("safetensors reads tessera's checkpoints, and tessera reads safetensors' files")
+finish("safetensors reads tessera's checkpoints, and tessera reads safetensors' files")

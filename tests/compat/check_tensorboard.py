@@ -20,20 +20,10 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.util import tensor_util
 
-BUILD = os.environ["TESSERA_BUILD_DIR"]
-SOURCE = os.environ["TESSERA_SOURCE_DIR"]
+from compat import BUILD, SOURCE, check, failures
 FASHION = "/usr/share/datasets/fashion-mnist"
 UPDATE_FREQ = 100
 WEIGHTS = {"dense/kernel": 784 * 32, "dense/bias": 32, "dense_1/kernel": 320, "dense_1/bias": 10}
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what)
-
 
 def records(path):
     """The payloads of a TFRecord file, checking both CRCs of every record."""

@@ -8,42 +8,16 @@ exactly the IDX file's pixels and labels.
 TensorFlow to Tessera: tf.io.TFRecordWriter writes the same 10000 examples as tf.train.Example
 (the image as a float_list of 0..255 values, the label as an int64_list), GZIP-compressed;
 `tessera train` on those files ends at exactly the numbers it reaches on the IDX files."""
-import gzip
 import os
-import re
-import subprocess
-import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-BUILD = os.environ["TESSERA_BUILD_DIR"]
-FM = "/usr/share/datasets/fashion-mnist/"
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what)
-
-
-def idx(path, offset):
-    with gzip.open(path, "rb") as f:
-        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
-
-
-images = idx(FM + "t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784)
-labels = idx(FM + "t10k-labels-idx1-ubyte.gz", 8)
-
-
-def tessera(*args, cwd=None):
-    out = subprocess.run([os.path.join(BUILD, "tessera"), *args], capture_output=True, text=True,
-                         cwd=cwd)
-    check(out.returncode == 0, "tessera %s: %s%s" % (args[0], out.stdout, out.stderr))
-    return out.stdout
+from compat import FM, check, fashion, finish, result, tessera
+images = fashion("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784)
+labels = fashion("t10k-labels-idx1-ubyte.gz", 8)
 
 
 def read_with_tf(path, compression, image_spec, decode):
@@ -102,12 +76,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(tmp, "tf.yaml"), "w") as f:
         f.write(JOB % ("{format: tfrecord, files: by-tf.tfrecord.gz, features: "
                        "{image: {float_list: [784]}, label: {int64_list: [1]}}}"))
-    result = lambda out: re.search(r"examples/s\); (loss .*)", out).group(1)
     on_idx = result(tessera("train", "idx.yaml", cwd=tmp))
     on_tf = result(tessera("train", "tf.yaml", cwd=tmp))
     check(on_idx == on_tf, "trained on TensorFlow's files: %s, on IDX: %s" % (on_tf, on_idx))
 
-if failures:
-    print("%d checks failed" % len(failures))
-    sys.exit(1)
-print("TensorFlow reads tessera's TFRecords, and tessera trains on TensorFlow's")
+finish("TensorFlow reads tessera's TFRecords, and tessera trains on TensorFlow's")
