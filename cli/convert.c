@@ -186,20 +186,6 @@ static int convert(const convert_opts_t *o, const convert_form_t *form, const da
     return rc;
 }
 
-/* The output's directory, made when missing. */
-static status_t make_parent(const char *out, status_msg_t *err)
-{
-    char *dir = strdup(out), *slash = dir ? strrchr(dir, '/') : NULL;
-    status_t rc = STATUS_OK;
-
-    if (slash != NULL && slash != dir) {
-        *slash = '\0';
-        rc = files_mkdirs(dir, err);
-    }
-    free(dir);
-    return rc;
-}
-
 /* The examples to write: the IDX files (values as bytes, unscaled), or a job's split. */
 static status_t load_data(const convert_opts_t *o, convert_form_t *form, dataset_t **ret,
                           status_msg_t *err)
@@ -252,7 +238,8 @@ int cli_convert(int argc, char **argv)
         goto out;
     }
     rc = 1;
-    if (make_parent(o.out, &err) != STATUS_OK || load_data(&o, &form, &ds, &err) != STATUS_OK) {
+    if (files_mkdirs_for(o.out, &err) != STATUS_OK ||
+        load_data(&o, &form, &ds, &err) != STATUS_OK) {
         fprintf(stderr, "tessera convert: %s\n", err.text);
         goto out;
     }

@@ -40,12 +40,7 @@ static status_t load(const job_t *job, const char *path, const ckpt_manifest_t *
     size_t n_slots = optimizer_slot_count(&job->optimizer);
     float **slots;
 
-    if (strcmp(m->optimizer, optimizer_kind_name(job->optimizer.kind)) != 0 ||
-        m->n_slots != n_slots)
-        return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s was trained with optimizer %s (%zu slots), the job says %s (%zu)",
-                           path, m->optimizer, m->n_slots, optimizer_kind_name(job->optimizer.kind),
-                           n_slots);
+    STATUS_CHECK(ckpt_check_optimizer(path, m, &job->optimizer, err));
     STATUS_CHECK(
         model_new(&job->model, job->loss, job->from_logits, 1, job->seed, 0, ret_model, err));
     *ret_slots = slots = calloc(model_param_count(*ret_model) + 1, sizeof(*slots));

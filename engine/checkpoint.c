@@ -153,24 +153,31 @@ status_t train_ckpt_save(trainer_t *t, const job_t *job, const train_position_t 
 
 /* ---- finding and restoring ---------------------------------------------------------------- */
 
+status_t ckpt_check_optimizer(const char *path, const ckpt_manifest_t *m,
+                              const optimizer_config_t *opt, status_msg_t *err)
+{
+    if (strcmp(m->optimizer, optimizer_kind_name(opt->kind)) != 0)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s was trained with optimizer %s, but the job uses %s", path,
+                           m->optimizer, optimizer_kind_name(opt->kind));
+    if (m->n_slots != optimizer_slot_count(opt))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s keeps %zu optimizer slots per variable, the job's optimizer %zu "
+                           "(momentum, amsgrad or centered changed?)",
+                           path, m->n_slots, optimizer_slot_count(opt));
+    return STATUS_OK;
+}
+
 status_t train_ckpt_find(const job_t *job, char **ret_path, ckpt_manifest_t *ret, status_msg_t *err)
 {
     int64_t step;
-    optimizer_config_t opt = job->optimizer;
     status_t rc;
 
     memset(ret, 0, sizeof(*ret));
     STATUS_CHECK(ckpt_latest(job->checkpoint_dir, &step, ret_path, err));
     rc = ckpt_read_manifest(*ret_path, ret, err);
-    if (rc == STATUS_OK && strcmp(ret->optimizer, optimizer_kind_name(opt.kind)) != 0)
-        rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s was trained with optimizer %s, but the job uses %s", *ret_path,
-                         ret->optimizer, optimizer_kind_name(opt.kind));
-    if (rc == STATUS_OK && ret->n_slots != optimizer_slot_count(&opt))
-        rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s keeps %zu optimizer slots per variable, the job's optimizer %zu "
-                         "(momentum, amsgrad or centered changed?)",
-                         *ret_path, ret->n_slots, optimizer_slot_count(&opt));
+    if (rc == STATUS_OK)
+        rc = ckpt_check_optimizer(*ret_path, ret, &job->optimizer, err);
     if (rc == STATUS_OK && (ret->n_data != 1 || ret->step != step))
         rc = status_fail(err, STATUS_DATA_LOSS,
                          "%s: the manifest does not describe one-device training at step %lld",

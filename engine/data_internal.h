@@ -37,8 +37,6 @@ typedef struct data_rows {
     float *features;    /* [cap, len], aligned as data_alloc_aligned */
     float *labels;
     size_t n, cap;
-    float max_label;
-    bool integral; /* every label a whole number >= 0 */
 } data_rows_t;
 
 /* Room for the next example: *ret_row is its len values; data_rows_add then adds it with its
@@ -49,8 +47,12 @@ status_t data_rows_next(data_rows_t *r, const char *what, size_t hint, float **r
                         status_msg_t *err);
 void data_rows_add(data_rows_t *r, float label);
 
-/* The rows as a dataset of the given example shape (the rows are handed over); classes from
- * the labels (max + 1 when all are whole numbers >= 0, else 0). No examples is an error. */
+/* The number of classes n labels name: the largest + 1 when every one is a whole number >= 0
+ * (a class index), else 0 (regression targets). */
+int data_classes(const float *labels, size_t n);
+
+/* The rows as a dataset of the given example shape (the rows are handed over), its classes
+ * from data_classes. No examples is an error. */
 status_t data_rows_finish(data_rows_t *r, const char *what, const int *shape, int rank,
                           dataset_t **ret, status_msg_t *err);
 void data_rows_free(data_rows_t *r);

@@ -55,8 +55,6 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
     dataset_t *ds = NULL;
     size_t n, len = 1;
     status_t rc;
-    bool integral = true;
-    float max_label = 0;
 
     *ret_ds = NULL;
     memset(&y, 0, sizeof(y));
@@ -87,15 +85,11 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
         ds->shape[i - 1] = (int)x.h.shape[i];
     npy_to_float(&x.h, x.data, ds->features, n * len, scale);
     npy_to_float(&y.h, y.data, ds->labels, n, 1.0);
-    for (size_t i = 0; i < n && rc == STATUS_OK; i++) {
-        float v = ds->labels[i];
-        if (!isfinite(v))
+    for (size_t i = 0; i < n && rc == STATUS_OK; i++)
+        if (!isfinite(ds->labels[i]))
             rc = status_fail(err, STATUS_DATA_LOSS, "%s: label %zu is not a finite number",
                              name_of(src, true), i);
-        integral = integral && v >= 0 && v == floorf(v) && v < 1e7f;
-        max_label = v > max_label ? v : max_label;
-    }
-    ds->classes = integral ? (int)max_label + 1 : 0;
+    ds->classes = data_classes(ds->labels, n);
 out:
     npy_release(&x);
     npy_release(&y);

@@ -76,10 +76,19 @@ status_t data_rows_next(data_rows_t *r, const char *what, size_t hint, float **r
 void data_rows_add(data_rows_t *r, float label)
 {
     r->labels[r->n++] = label;
-    r->integral =
-        (r->n == 1 || r->integral) && label >= 0 && label == floorf(label) && label < 1e7f;
-    if (r->n == 1 || label > r->max_label)
-        r->max_label = label;
+}
+
+int data_classes(const float *labels, size_t n)
+{
+    float max = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        float y = labels[i];
+        if (!(y >= 0 && y == floorf(y) && y < 1e7f))
+            return 0; /* not class indices: regression targets */
+        max = y > max ? y : max;
+    }
+    return (int)max + 1;
 }
 
 status_t data_rows_finish(data_rows_t *r, const char *what, const int *shape, int rank,
@@ -100,7 +109,7 @@ status_t data_rows_finish(data_rows_t *r, const char *what, const int *shape, in
     ds->feature_len = r->len;
     ds->rank = rank;
     memcpy(ds->shape, shape, (size_t)rank * sizeof(int));
-    ds->classes = r->integral ? (int)r->max_label + 1 : 0;
+    ds->classes = data_classes(ds->labels, ds->n);
     r->features = r->labels = NULL;
     *ret = ds;
     return STATUS_OK;

@@ -67,8 +67,7 @@ void init_weights_close(init_weights_t *w)
 }
 
 /* The name param i of the model has in the file. */
-static void file_name(const init_weights_t *w, const job_t *job, model_t *m, size_t i, char *buf,
-                      size_t len)
+static void file_name(const init_weights_t *w, model_t *m, size_t i, char *buf, size_t len)
 {
     const model_param_t *p = model_param(m, i);
 
@@ -82,11 +81,10 @@ static void file_name(const init_weights_t *w, const job_t *job, model_t *m, siz
     for (size_t j = 0; j < i; j++)
         if (strncmp(model_param(m, j)->name, p->name, layer_len + 1) == 0)
             k++;
-    (void)job;
     snprintf(buf, len, "%.*s/%zu", (int)layer_len, p->name, k);
 }
 
-static status_t check(const init_weights_t *w, const job_t *job, model_t *m, status_msg_t *err)
+static status_t check(const init_weights_t *w, model_t *m, status_msg_t *err)
 {
     char name[160];
 
@@ -98,7 +96,7 @@ static status_t check(const init_weights_t *w, const job_t *job, model_t *m, sta
         const model_param_t *p = model_param(m, i);
         const st_info_t *t;
         bool same;
-        file_name(w, job, m, i, name, sizeof(name));
+        file_name(w, m, i, name, sizeof(name));
         if ((t = st_find(w->file, name)) == NULL)
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s has no %s (the model's %s): the weights of another model "
@@ -124,15 +122,14 @@ static status_t check(const init_weights_t *w, const job_t *job, model_t *m, sta
     return STATUS_OK;
 }
 
-status_t init_weights_apply(const init_weights_t *w, const job_t *job, model_t *m,
-                            status_msg_t *err)
+status_t init_weights_apply(const init_weights_t *w, model_t *m, status_msg_t *err)
 {
     char name[160];
 
-    STATUS_CHECK(check(w, job, m, err));
+    STATUS_CHECK(check(w, m, err));
     for (size_t i = 0; i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
-        file_name(w, job, m, i, name, sizeof(name));
+        file_name(w, m, i, name, sizeof(name));
         STATUS_CHECK(st_read(w->file, st_find(w->file, name), p->value, err));
         /* HDF5 keeps no checksums: damage inside the data reads back as numbers, which is
          * caught only when it makes them NaN or infinite. */

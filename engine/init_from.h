@@ -10,7 +10,6 @@
 
 #include "base/status.h"
 #include "files/safetensors.h"
-#include "job/job.h"
 #include "model.h"
 
 typedef struct init_weights {
@@ -25,8 +24,7 @@ typedef struct init_weights {
 status_t init_weights_open(const char *path, init_weights_t *ret, status_msg_t *err);
 
 /* Checks the file against the model, then copies every variable in. */
-status_t init_weights_apply(const init_weights_t *w, const job_t *job, model_t *m,
-                            status_msg_t *err);
+status_t init_weights_apply(const init_weights_t *w, model_t *m, status_msg_t *err);
 
 void init_weights_close(init_weights_t *w); /* NULL-safe, and safe on a zeroed one */
 

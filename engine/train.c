@@ -286,7 +286,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
         ret->resumed_step = s.pr.step;
     }
     if (rc == STATUS_OK && w.file != NULL) {
-        rc = init_weights_apply(&w, job, trainer_model(t), err);
+        rc = init_weights_apply(&w, trainer_model(t), err);
         if (rc == STATUS_OK)
             LOG_INFO(TRAIN, "starting from the weights in %s", init);
     }

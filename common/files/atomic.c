@@ -273,3 +273,15 @@ status_t files_mkdirs(const char *dir, status_msg_t *err)
     free(p);
     return rc;
 }
+
+status_t files_mkdirs_for(const char *path, status_msg_t *err)
+{
+    char *dir = dir_of(path);
+    status_t rc;
+
+    if (dir == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    rc = files_mkdirs(dir, err);
+    free(dir);
+    return rc;
+}

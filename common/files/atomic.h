@@ -49,4 +49,7 @@ status_t files_fsync_dir(const char *dir, status_msg_t *err);
 /* mkdir -p (mode 0755). Errors name the directory that could not be made. */
 status_t files_mkdirs(const char *dir, status_msg_t *err);
 
+/* mkdir -p of the directory path is in (nothing for a bare name). */
+status_t files_mkdirs_for(const char *path, status_msg_t *err);
+
 #endif
