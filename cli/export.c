@@ -40,7 +40,8 @@ static status_t load(const job_t *job, const char *path, const ckpt_manifest_t *
     size_t n_slots = optimizer_slot_count(&job->optimizer);
     float **slots;
 
-    STATUS_CHECK(ckpt_check_optimizer(path, m, &job->optimizer, err));
+    STATUS_CHECK(ckpt_check_optimizer(path, m, optimizer_kind_name(job->optimizer.kind),
+                                      optimizer_slot_count(&job->optimizer), err));
     STATUS_CHECK(
         model_new(&job->model, job->loss, job->from_logits, 1, job->seed, 0, ret_model, err));
     *ret_slots = slots = calloc(model_param_count(*ret_model) + 1, sizeof(*slots));

@@ -153,21 +153,6 @@ status_t train_ckpt_save(trainer_t *t, const job_t *job, const train_position_t 
 
 /* ---- finding and restoring ---------------------------------------------------------------- */
 
-status_t ckpt_check_optimizer(const char *path, const ckpt_manifest_t *m,
-                              const optimizer_config_t *opt, status_msg_t *err)
-{
-    if (strcmp(m->optimizer, optimizer_kind_name(opt->kind)) != 0)
-        return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s was trained with optimizer %s, but the job uses %s", path,
-                           m->optimizer, optimizer_kind_name(opt->kind));
-    if (m->n_slots != optimizer_slot_count(opt))
-        return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s keeps %zu optimizer slots per variable, the job's optimizer %zu "
-                           "(momentum, amsgrad or centered changed?)",
-                           path, m->n_slots, optimizer_slot_count(opt));
-    return STATUS_OK;
-}
-
 status_t train_ckpt_find(const job_t *job, char **ret_path, ckpt_manifest_t *ret, status_msg_t *err)
 {
     int64_t step;
@@ -177,8 +162,9 @@ status_t train_ckpt_find(const job_t *job, char **ret_path, ckpt_manifest_t *ret
     STATUS_CHECK(ckpt_latest(job->checkpoint_dir, &step, ret_path, err));
     rc = ckpt_read_manifest(*ret_path, ret, err);
     if (rc == STATUS_OK)
-        rc = ckpt_check_optimizer(*ret_path, ret, &job->optimizer, err);
-    if (rc == STATUS_OK && (ret->n_data != 1 || ret->step != step))
+        rc = ckpt_check_optimizer(*ret_path, ret, optimizer_kind_name(job->optimizer.kind),
+                                  optimizer_slot_count(&job->optimizer), err);
+    if (rc == STATUS_OK && (ret->n_data != 1 || ret->step != step || ret->n_files != 1))
         rc = status_fail(err, STATUS_DATA_LOSS,
                          "%s: the manifest does not describe one-device training at step %lld",
                          *ret_path, (long long)step);
@@ -304,6 +290,8 @@ static status_t load_var(shard_files_t *s, const ckpt_var_t *v, model_param_t *p
                 continue;
             float *dst = (j == 0 ? p->value : slots + (j - 1) * p->n) + part->row * row_len;
             STATUS_CHECK(st_read(f, t, dst, err));
+            STATUS_CHECK(ckpt_check_floats(st_path(f), tensor, dst, (size_t)elements,
+                                           j > 0 && ckpt_slot_nonnegative(m->slots[j - 1]), err));
         }
         next += row_len ? elements / row_len : 1;
     }
@@ -345,7 +333,8 @@ static status_t load_all(model_t *model, float *const *slots, shard_files_t *s, 
                            "%s holds %zu variables, the model %zu: a checkpoint of a different "
                            "model",
                            path, m->n_vars, model_param_count(model));
-    if (m->n_rng != model_rng_count(model))
+    /* none: a parameter-server job's, whose streams are each worker's (data[].rng) */
+    if (m->n_rng != 0 && m->n_rng != model_rng_count(model))
         return status_fail(err, STATUS_BAD_CONFIG,
                            "%s has %zu dropout streams, the model %zu dropout layers", path,
                            m->n_rng, model_rng_count(model));
@@ -372,6 +361,10 @@ status_t ckpt_load_model(model_t *model, float *const *slots, const char *path,
         return rc;
     for (size_t i = 0; i < m->n_rng; i++)
         *model_rng_state(model, i) = m->rng[i];
+    /* one worker's parameter-server checkpoint: that worker's streams */
+    if (m->n_rng == 0 && m->n_data == 1 && m->data[0].n_rng == model_rng_count(model))
+        for (size_t i = 0; i < m->data[0].n_rng; i++)
+            *model_rng_state(model, i) = m->data[0].rng[i];
     return STATUS_OK;
 }
 

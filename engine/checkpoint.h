@@ -35,11 +35,6 @@ status_t train_ckpt_save(trainer_t *t, const job_t *job, const train_position_t 
 status_t train_ckpt_find(const job_t *job, char **ret_path, ckpt_manifest_t *ret,
                          status_msg_t *err);
 
-/* Whether the checkpoint at path was written by the job's optimizer (kind and slot count):
- * STATUS_BAD_CONFIG naming what differs. */
-status_t ckpt_check_optimizer(const char *path, const ckpt_manifest_t *m,
-                              const optimizer_config_t *opt, status_msg_t *err);
-
 /* Loads the checkpoint's variables, slots, iterations and dropout streams into t. Every
  * variable of the model must be there with its shape, and no other (STATUS_BAD_CONFIG naming
  * the first that differs); a damaged file is STATUS_DATA_LOSS naming it. t is unchanged when

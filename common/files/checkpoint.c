@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,15 @@ static void put_var(pb_buf_t *b, const ckpt_var_t *v)
     json_printf(b, "]}");
 }
 
+/* Random states as strings: JSON readers other than ours round integers past 2^53. */
+static void put_u64_strings(pb_buf_t *b, const uint64_t *v, size_t n)
+{
+    pb_put_raw(b, "[", 1);
+    for (size_t i = 0; i < n; i++)
+        json_printf(b, "%s\"%" PRIu64 "\"", i ? ", " : "", v[i]);
+    pb_put_raw(b, "]", 1);
+}
+
 void ckpt_manifest_encode(const ckpt_manifest_t *m, pb_buf_t *b)
 {
     json_printf(b, "{\n  \"format\": \"%s\",\n  \"step\": %" PRId64 ",\n  \"job\": ", CKPT_FORMAT,
@@ -66,16 +76,32 @@ void ckpt_manifest_encode(const ckpt_manifest_t *m, pb_buf_t *b)
         put_var(b, &m->vars[i]);
     }
     json_printf(b, "\n  },\n  \"data\": [");
-    for (size_t i = 0; i < m->n_data; i++)
-        json_printf(b,
-                    "%s{\"worker\": %" PRId64 ", \"epoch\": %" PRId64 ", \"batch\": %" PRId64 "}",
+    for (size_t i = 0; i < m->n_data; i++) {
+        json_printf(b, "%s{\"worker\": %" PRId64 ", \"epoch\": %" PRId64 ", \"batch\": %" PRId64,
                     i ? ", " : "", m->data[i].worker, m->data[i].epoch, m->data[i].batch);
-    /* Random states as strings: JSON readers other than ours round integers past 2^53. */
-    json_printf(b, "],\n  \"rng\": [");
-    for (size_t i = 0; i < m->n_rng; i++)
-        json_printf(b, "%s\"%" PRIu64 "\"", i ? ", " : "", m->rng[i]);
-    json_printf(b, "],\n  \"epoch_sums\": [%.17g, %.17g, %.17g]", m->epoch_sums[0],
-                m->epoch_sums[1], m->epoch_sums[2]);
+        if (m->data[i].n_rng > 0) {
+            json_printf(b, ", \"rng\": ");
+            put_u64_strings(b, m->data[i].rng, m->data[i].n_rng);
+        }
+        pb_put_raw(b, "}", 1);
+    }
+    json_printf(b, "],\n  \"rng\": ");
+    put_u64_strings(b, m->rng, m->n_rng);
+    if (m->n_writers > 0) {
+        json_printf(b, ",\n  \"writers\": [");
+        for (size_t i = 0; i < m->n_writers; i++) {
+            json_printf(b, "%s{\"file\": ", i ? ", " : "");
+            json_put_string(b, m->writers[i].file);
+            json_printf(b, ", \"task\": ");
+            json_put_string(b, m->writers[i].task);
+            json_printf(b, ", \"address\": ");
+            json_put_string(b, m->writers[i].address);
+            pb_put_raw(b, "}", 1);
+        }
+        pb_put_raw(b, "]", 1);
+    }
+    json_printf(b, ",\n  \"epoch_sums\": [%.17g, %.17g, %.17g]", m->epoch_sums[0], m->epoch_sums[1],
+                m->epoch_sums[2]);
     if (m->has_last_epoch)
         json_printf(b, ",\n  \"last_epoch\": {\"loss\": %.17g, \"accuracy\": %.17g}", m->last_loss,
                     m->last_accuracy);
@@ -194,6 +220,47 @@ static status_t read_optimizer(reader_t *r, const json_node_t *root, ckpt_manife
                        &m->n_slots);
 }
 
+/* A list of decimal strings (random states). */
+static status_t get_u64_strings(reader_t *r, const json_node_t *n, const char *key, uint64_t **ret,
+                                size_t *ret_n)
+{
+    if (n == NULL || n->kind != JSON_ARRAY)
+        return bad(r, key, "is missing or not a list");
+    if ((*ret = calloc(n->n + 1, sizeof(**ret))) == NULL)
+        return status_fail(r->err, STATUS_NO_MEMORY, "out of memory");
+    for (const json_node_t *v = json_first(r->doc, n); v != NULL; v = json_next(r->doc, v)) {
+        const char *s = json_string(r->doc, v, NULL);
+        char *end;
+        errno = 0;
+        if (s == NULL || s[0] < '0' || s[0] > '9' ||
+            ((*ret)[(*ret_n)++] = strtoull(s, &end, 10), errno != 0 || *end != '\0'))
+            return bad(r, key, "holds something other than a decimal string");
+    }
+    return STATUS_OK;
+}
+
+static status_t read_writers(reader_t *r, const json_node_t *root, ckpt_manifest_t *m)
+{
+    const json_node_t *w = json_get(r->doc, root, "writers");
+
+    if (w == NULL)
+        return STATUS_OK;
+    if (w->kind != JSON_ARRAY)
+        return bad(r, "writers", "is not a list");
+    if ((m->writers = calloc(w->n + 1, sizeof(*m->writers))) == NULL)
+        return status_fail(r->err, STATUS_NO_MEMORY, "out of memory");
+    for (const json_node_t *e = json_first(r->doc, w); e != NULL; e = json_next(r->doc, e)) {
+        ckpt_writer_t *x = &m->writers[m->n_writers++];
+        if (e->kind != JSON_OBJECT)
+            return bad(r, "writers", "holds something other than objects");
+        STATUS_CHECK(get_string(r, json_get(r->doc, e, "file"), "writers.file", true, &x->file));
+        STATUS_CHECK(get_string(r, json_get(r->doc, e, "task"), "writers.task", false, &x->task));
+        STATUS_CHECK(
+            get_string(r, json_get(r->doc, e, "address"), "writers.address", false, &x->address));
+    }
+    return STATUS_OK;
+}
+
 static status_t read_data(reader_t *r, const json_node_t *root, ckpt_manifest_t *m)
 {
     const json_node_t *data = need(r, root, "data", JSON_ARRAY);
@@ -209,6 +276,9 @@ static status_t read_data(reader_t *r, const json_node_t *root, ckpt_manifest_t 
         STATUS_CHECK(get_i64(r, d, "batch", &p->batch));
         if (p->epoch < 0 || p->batch < 0)
             return bad(r, "data", "holds a negative position");
+        if (json_get(r->doc, d, "rng") != NULL)
+            STATUS_CHECK(
+                get_u64_strings(r, json_get(r->doc, d, "rng"), "data.rng", &p->rng, &p->n_rng));
     }
     return STATUS_OK;
 }
@@ -221,16 +291,7 @@ static status_t read_rng(reader_t *r, const json_node_t *root, ckpt_manifest_t *
 
     if (rng == NULL || sums == NULL || sums->n != 3)
         return bad(r, "rng and epoch_sums", "are missing or not lists of 3 sums");
-    if ((m->rng = calloc(rng->n + 1, sizeof(*m->rng))) == NULL)
-        return status_fail(r->err, STATUS_NO_MEMORY, "out of memory");
-    for (const json_node_t *v = json_first(r->doc, rng); v != NULL; v = json_next(r->doc, v)) {
-        const char *s = json_string(r->doc, v, NULL);
-        char *end;
-        errno = 0;
-        if (s == NULL || s[0] < '0' || s[0] > '9' ||
-            (m->rng[m->n_rng++] = strtoull(s, &end, 10), errno != 0 || *end != '\0'))
-            return bad(r, "rng", "holds something other than a decimal string");
-    }
+    STATUS_CHECK(get_u64_strings(r, rng, "rng", &m->rng, &m->n_rng));
     for (const json_node_t *v = json_first(r->doc, sums); v != NULL; v = json_next(r->doc, v))
         if (!json_double(r->doc, v, &m->epoch_sums[k++]))
             return bad(r, "epoch_sums", "holds something other than a number");
@@ -272,6 +333,7 @@ static status_t read_manifest(reader_t *r, ckpt_manifest_t *m)
         STATUS_CHECK(read_var(r, v, &m->vars[m->n_vars++]));
     }
     STATUS_CHECK(read_data(r, root, m));
+    STATUS_CHECK(read_writers(r, root, m));
     return read_rng(r, root, m);
 }
 
@@ -314,14 +376,70 @@ void ckpt_manifest_free(ckpt_manifest_t *m)
         free(m->vars[i].name);
     }
     free(m->vars);
+    for (size_t i = 0; i < m->n_data; i++)
+        free(m->data[i].rng);
     free(m->data);
     free(m->rng);
+    for (size_t i = 0; i < m->n_writers; i++) {
+        free(m->writers[i].file);
+        free(m->writers[i].task);
+        free(m->writers[i].address);
+    }
+    free(m->writers);
     memset(m, 0, sizeof(*m));
 }
 
 const char *ckpt_slot_tensor(char *buf, size_t len, const char *tensor, const char *slot)
 {
     snprintf(buf, len, "optimizer/%s/%s", tensor, slot);
+    return buf;
+}
+
+status_t ckpt_check_optimizer(const char *path, const ckpt_manifest_t *m, const char *optimizer,
+                              size_t n_slots, status_msg_t *err)
+{
+    if (strcmp(m->optimizer, optimizer) != 0)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s was trained with optimizer %s, but the job uses %s", path,
+                           m->optimizer, optimizer);
+    if (m->n_slots != n_slots)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s keeps %zu optimizer slots per variable, the job's optimizer %zu "
+                           "(momentum, amsgrad or centered changed?)",
+                           path, m->n_slots, n_slots);
+    return STATUS_OK;
+}
+
+bool ckpt_slot_nonnegative(const char *slot)
+{
+    /* running averages and sums of squared gradients */
+    return strcmp(slot, "velocity") == 0 || strcmp(slot, "velocity_hat") == 0 ||
+           strcmp(slot, "accumulator") == 0;
+}
+
+status_t ckpt_check_floats(const char *file, const char *tensor, const float *v, size_t n,
+                           bool nonnegative, status_msg_t *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i]))
+            return status_fail(err, STATUS_DATA_LOSS,
+                               "%s: tensor %s holds %s at element %zu: the checkpoint is damaged",
+                               file, tensor, isnan(v[i]) ? "NaN" : "an infinity", i);
+        if (nonnegative && v[i] < 0)
+            return status_fail(err, STATUS_DATA_LOSS,
+                               "%s: tensor %s holds %g at element %zu, but it is a sum of squares: "
+                               "the checkpoint is damaged",
+                               file, tensor, (double)v[i], i);
+    }
+    return STATUS_OK;
+}
+
+const char *ckpt_part_tensor(char *buf, size_t len, const char *variable, int part, int n_parts)
+{
+    if (n_parts <= 1)
+        snprintf(buf, len, "%s", variable);
+    else
+        snprintf(buf, len, "%s/part_%d", variable, part);
     return buf;
 }
 
@@ -536,6 +654,52 @@ status_t ckpt_commit(const char *dir, int64_t step, const void *manifest, size_t
     free(mpath);
     free(path);
     return rc;
+}
+
+status_t ckpt_complete_steps(const char *dir, int64_t **ret, size_t *ret_n, status_msg_t *err)
+{
+    found_t *all;
+    size_t n, k = 0;
+    int64_t *steps;
+
+    *ret = NULL;
+    *ret_n = 0;
+    STATUS_CHECK(scan(dir, &all, &n, err));
+    if ((steps = calloc(n + 1, sizeof(*steps))) == NULL) {
+        free(all);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (all[i].complete)
+            steps[k++] = all[i].step;
+    free(all);
+    *ret = steps;
+    *ret_n = k;
+    return STATUS_OK;
+}
+
+void ckpt_prune_file(const char *dir, const char *file, int64_t step, const int64_t *keep,
+                     size_t n_keep)
+{
+    found_t *all;
+    size_t n;
+    status_msg_t err;
+
+    if (scan(dir, &all, &n, &err) != STATUS_OK)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        bool stays = all[i].step >= step || all[i].complete;
+        for (size_t k = 0; k < n_keep && !stays; k++)
+            stays = keep[k] == all[i].step;
+        if (stays)
+            continue;
+        char *path = ckpt_dir(dir, all[i].step), *f = path ? join(path, file) : NULL;
+        if (f != NULL && unlink(f) == 0)
+            rmdir(path); /* fails, as it should, while other files are in it */
+        free(f);
+        free(path);
+    }
+    free(all);
 }
 
 status_t ckpt_latest(const char *dir, int64_t *ret_step, char **ret_path, status_msg_t *err)

@@ -40,10 +40,19 @@ typedef struct ckpt_var {
     size_t n_parts;
 } ckpt_var_t;
 
-/* Where one worker's data pipeline stands: the next batch to read. */
+/* Where one worker's data pipeline stands: the next batch to read; and, in a parameter-server
+ * job, the worker's dropout streams (one-device training keeps them in ckpt_manifest_t.rng). */
 typedef struct ckpt_data_pos {
     int64_t worker, epoch, batch;
+    uint64_t *rng;
+    size_t n_rng;
 } ckpt_data_pos_t;
+
+/* Who wrote a shard file (a parameter-server job): where to find it when each PS wrote to its
+ * own disk. */
+typedef struct ckpt_writer {
+    char *file, *task, *address;
+} ckpt_writer_t;
 
 typedef struct ckpt_manifest {
     int64_t step;
@@ -66,6 +75,8 @@ typedef struct ckpt_manifest {
     double epoch_sums[3]; /* loss, correct, examples of the epoch so far */
     bool has_last_epoch;  /* an epoch has ended: its mean loss and accuracy */
     double last_loss, last_accuracy;
+    ckpt_writer_t *writers; /* optional */
+    size_t n_writers;
 } ckpt_manifest_t;
 
 /* The manifest as JSON. */
@@ -92,10 +103,43 @@ status_t ckpt_commit(const char *dir, int64_t step, const void *manifest, size_t
  * when there is none (or no dir). */
 status_t ckpt_latest(const char *dir, int64_t *ret_step, char **ret_path, status_msg_t *err);
 
+/* The steps of every complete checkpoint under dir, newest first (free *ret). */
+status_t ckpt_complete_steps(const char *dir, int64_t **ret, size_t *ret_n, status_msg_t *err);
+
+/* A parameter server's pruning of its own files: removes DIR/ckpt-<n>/FILE for every n < step
+ * not in keep[] whose directory holds no manifest (one with a manifest is complete, and the
+ * chief's to prune), and the directory when that empties it. Errors are ignored: what stays is
+ * removed at the next call. */
+void ckpt_prune_file(const char *dir, const char *file, int64_t step, const int64_t *keep,
+                     size_t n_keep);
+
 /* Reads DIR/manifest.json of a checkpoint directory. */
 status_t ckpt_read_manifest(const char *ckpt_path, ckpt_manifest_t *ret, status_msg_t *err);
 
 /* "optimizer/TENSOR/SLOT" into buf: the name of a slot's tensor in a shard file. */
 const char *ckpt_slot_tensor(char *buf, size_t len, const char *tensor, const char *slot);
+
+/* The name of part `part` of a variable stored in n_parts pieces: the variable's own name when
+ * whole, "NAME/part_K" otherwise (TensorFlow's name for a partitioned variable's pieces). */
+const char *ckpt_part_tensor(char *buf, size_t len, const char *variable, int part, int n_parts);
+
+/* Whether the checkpoint at path was written by the job's optimizer (optimizer_kind_name() and
+ * slot count): STATUS_BAD_CONFIG naming what differs. */
+status_t ckpt_check_optimizer(const char *path, const ckpt_manifest_t *m, const char *optimizer,
+                              size_t n_slots, status_msg_t *err);
+
+/* Whether the slot named so (Keras's names) holds only values >= 0: a sum or average of squares,
+ * of which the update takes a square root. */
+bool ckpt_slot_nonnegative(const char *slot);
+
+/* STATUS_DATA_LOSS naming file and tensor when v[0..n) holds a NaN or an infinity, or (with
+ * nonnegative: ckpt_slot_nonnegative) a negative value. */
+status_t ckpt_check_floats(const char *file, const char *tensor, const float *v, size_t n,
+                           bool nonnegative, status_msg_t *err);
+
+/* A parameter server's shard file also holds, for each part, the updates applied to it so far
+ * (its optimizer step: Adam's bias correction, the learning-rate schedule) as an int64 scalar
+ * "optimizer/TENSOR/iterations". */
+#define CKPT_ITERATIONS "iterations"
 
 #endif

@@ -116,37 +116,100 @@ static void encode_header(const st_tensor_t *t, size_t n, const st_meta_t *meta,
         memcpy(out->data, le, 8);
 }
 
-status_t st_write_file(const char *path, const st_tensor_t *t, size_t n, const st_meta_t *meta,
-                       size_t n_meta, uint64_t *ret_bytes, status_msg_t *err)
+struct st_writer {
+    atomic_file_t f;
+    uint64_t expected; /* header + every tensor's bytes */
+};
+
+status_t st_write_begin(const char *path, const st_tensor_t *t, size_t n, const st_meta_t *meta,
+                        size_t n_meta, st_writer_t **ret, status_msg_t *err)
 {
     pb_buf_t header = {0};
-    atomic_file_t f;
+    st_writer_t *w;
     status_t rc;
 
     STATUS_CHECK(check_names(t, n, path, err));
+    w = calloc(1, sizeof(*w));
     encode_header(t, n, meta, n_meta, &header);
-    if (header.failed) {
+    if (header.failed || w == NULL) {
         pb_buf_free(&header);
+        free(w);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory for the header of %s", path);
     }
-    rc = atomic_file_open(path, &f, err);
-    if (rc == STATUS_OK) {
-        atomic_file_stream(&f);
-        rc = atomic_file_write(&f, header.data, header.len, err);
-    }
-    for (size_t i = 0; i < n && rc == STATUS_OK; i++) {
+    w->expected = header.len;
+    for (size_t i = 0; i < n; i++) {
         uint64_t elements = 0, bytes = 0;
         tensor_size(t[i].dtype, t[i].rank, t[i].shape, &elements, &bytes);
-        rc = atomic_file_write(&f, t[i].data, (size_t)bytes, err);
+        w->expected += bytes;
+    }
+    rc = atomic_file_open(path, &w->f, err);
+    if (rc == STATUS_OK) {
+        atomic_file_stream(&w->f);
+        rc = atomic_file_write(&w->f, header.data, header.len, err);
+        if (rc != STATUS_OK)
+            atomic_file_abort(&w->f);
     }
     pb_buf_free(&header);
     if (rc != STATUS_OK) {
-        atomic_file_abort(&f);
+        free(w);
+        return rc;
+    }
+    *ret = w;
+    return STATUS_OK;
+}
+
+status_t st_write_data(st_writer_t *w, const void *data, size_t len, status_msg_t *err)
+{
+    if (len > w->expected - w->f.written)
+        return status_fail(err, STATUS_INVALID_USAGE,
+                           "%s: %zu bytes more than its header describes", w->f.path,
+                           len - (size_t)(w->expected - w->f.written));
+    return atomic_file_write(&w->f, data, len, err);
+}
+
+status_t st_write_commit(st_writer_t *w, uint64_t *ret_bytes, status_msg_t *err)
+{
+    status_t rc;
+
+    if (w->f.written != w->expected) {
+        rc = status_fail(err, STATUS_INVALID_USAGE,
+                         "%s: %" PRIu64 " bytes of tensors missing from what its header describes",
+                         w->f.path, w->expected - w->f.written);
+        st_write_abort(w);
         return rc;
     }
     if (ret_bytes != NULL)
-        *ret_bytes = f.written;
-    return atomic_file_commit(&f, err);
+        *ret_bytes = w->f.written;
+    rc = atomic_file_commit(&w->f, err);
+    free(w);
+    return rc;
+}
+
+void st_write_abort(st_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    atomic_file_abort(&w->f);
+    free(w);
+}
+
+status_t st_write_file(const char *path, const st_tensor_t *t, size_t n, const st_meta_t *meta,
+                       size_t n_meta, uint64_t *ret_bytes, status_msg_t *err)
+{
+    st_writer_t *w;
+    status_t rc;
+
+    STATUS_CHECK(st_write_begin(path, t, n, meta, n_meta, &w, err));
+    for (size_t i = 0; i < n; i++) {
+        uint64_t elements = 0, bytes = 0;
+        tensor_size(t[i].dtype, t[i].rank, t[i].shape, &elements, &bytes);
+        rc = st_write_data(w, t[i].data, (size_t)bytes, err);
+        if (rc != STATUS_OK) {
+            st_write_abort(w);
+            return rc;
+        }
+    }
+    return st_write_commit(w, ret_bytes, err);
 }
 
 /* ---- reading ---------------------------------------------------------------------------------

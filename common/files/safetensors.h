@@ -65,6 +65,17 @@ status_t st_write_file(const char *path, const st_tensor_t *tensors, size_t n,
                        const st_meta_t *meta, size_t n_meta, uint64_t *ret_bytes,
                        status_msg_t *err);
 
+/* The same, streamed: st_write_begin writes the header of the tensors described (their data
+ * pointers unused); st_write_data appends their bytes, in order, in pieces of any size;
+ * st_write_commit checks that every byte came and commits the file (atomically, as above), or
+ * st_write_abort removes it. Commit and abort free the writer. */
+typedef struct st_writer st_writer_t;
+status_t st_write_begin(const char *path, const st_tensor_t *tensors, size_t n,
+                        const st_meta_t *meta, size_t n_meta, st_writer_t **ret, status_msg_t *err);
+status_t st_write_data(st_writer_t *w, const void *data, size_t len, status_msg_t *err);
+status_t st_write_commit(st_writer_t *w, uint64_t *ret_bytes, status_msg_t *err);
+void st_write_abort(st_writer_t *w); /* NULL-safe */
+
 /* What the reader found about one tensor. */
 typedef struct st_info {
     char *name;

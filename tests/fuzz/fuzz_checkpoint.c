@@ -21,7 +21,7 @@ static void check_same(const ckpt_manifest_t *a, const ckpt_manifest_t *b)
 {
     if (a->step != b->step || a->iterations != b->iterations || a->n_vars != b->n_vars ||
         a->n_files != b->n_files || a->n_data != b->n_data || a->n_rng != b->n_rng ||
-        a->n_slots != b->n_slots || a->job_hash != b->job_hash ||
+        a->n_slots != b->n_slots || a->job_hash != b->job_hash || a->n_writers != b->n_writers ||
         strcmp(a->optimizer, b->optimizer) != 0 || strcmp(a->job, b->job) != 0)
         fuzz_fail("checkpoint", "a manifest read back differs from the one written");
     for (size_t i = 0; i < a->n_vars; i++) {
@@ -36,6 +36,18 @@ static void check_same(const ckpt_manifest_t *a, const ckpt_manifest_t *b)
     for (size_t i = 0; i < a->n_rng; i++)
         if (a->rng[i] != b->rng[i])
             fuzz_fail("checkpoint", "random state %zu read back differs", i);
+    for (size_t i = 0; i < a->n_data; i++) {
+        if (a->data[i].n_rng != b->data[i].n_rng || a->data[i].batch != b->data[i].batch)
+            fuzz_fail("checkpoint", "worker %zu's position read back differs", i);
+        for (size_t k = 0; k < a->data[i].n_rng; k++)
+            if (a->data[i].rng[k] != b->data[i].rng[k])
+                fuzz_fail("checkpoint", "worker %zu's random state %zu read back differs", i, k);
+    }
+    for (size_t i = 0; i < a->n_writers; i++)
+        if (strcmp(a->writers[i].file, b->writers[i].file) != 0 ||
+            strcmp(a->writers[i].task, b->writers[i].task) != 0 ||
+            strcmp(a->writers[i].address, b->writers[i].address) != 0)
+            fuzz_fail("checkpoint", "writer %zu read back differs", i);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -50,6 +62,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < m.n_files; i++)
             if (strchr(m.files[i], '/') != NULL)
                 fuzz_fail("checkpoint", "a file name with a '/' accepted: %s", m.files[i]);
+        for (size_t i = 0; i < m.n_writers; i++)
+            if (strchr(m.writers[i].file, '/') != NULL)
+                fuzz_fail("checkpoint", "a writer's file with a '/' accepted: %s",
+                          m.writers[i].file);
         pb_buf_t out = {0};
         ckpt_manifest_encode(&m, &out);
         if (!out.failed) {
