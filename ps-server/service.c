@@ -15,7 +15,10 @@
 #include "job/initializer.h"
 #include "rpc/initializer_proto.h"
 #include "base/log.h"
+#include "base/clock.h"
 #include "base/memory.h"
+#include "files/atomic.h"
+#include "files/checkpoint.h"
 #include "rpc/optimizer_proto.h"
 #include "store.h"
 #include "store_stats.h"
@@ -676,14 +679,117 @@ static status_t on_stats(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user
     return rc;
 }
 
-static status_t on_checkpoint(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+/* A path the chief may name for a checkpoint: absolute, without "." or ".." components or
+ * control characters, short enough to build on. */
+static status_t check_ckpt_path(rpc_ctx_t *ctx, const char *field, const char *path)
 {
-    (void)msg;
-    (void)user;
-    return rpc_ctx_fail(ctx, STATUS_UNIMPLEMENTED, NULL,
-                        "%s: checkpoints are not implemented on the parameter server yet (a "
-                        "later release writes and restores shards as safetensors)",
-                        rpc_ctx_method(ctx)->path);
+    size_t len = strlen(path);
+
+    if (path[0] != '/' || len > 3000 || strstr(path, "/../") || strstr(path, "/./") ||
+        (len >= 3 && strcmp(path + len - 3, "/..") == 0) ||
+        (len >= 2 && strcmp(path + len - 2, "/.") == 0))
+        return rpc_ctx_fail(
+            ctx, STATUS_INVALID_ARGUMENT, field,
+            "%s must be an absolute path without . or .. components, got \"%.200s\"", field, path);
+    for (const char *p = path; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, field, "%s holds a control character",
+                                field);
+    return STATUS_OK;
+}
+
+/* A shard file's own name: letters, digits, '.', '_' and '-', not starting with '.', ending in
+ * .safetensors. */
+static bool shard_file_name(const char *name)
+{
+    size_t len = strlen(name);
+
+    if (len <= strlen(".safetensors") || len > 200 || name[0] == '.' ||
+        strcmp(name + len - strlen(".safetensors"), ".safetensors") != 0)
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-'))
+            return false;
+    return true;
+}
+
+static status_t on_save(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__SaveRequest *req = (const void *)msg;
+    Tessera__V1__SaveResponse resp = TESSERA__V1__SAVE_RESPONSE__INIT;
+    ps_service_t *st = user;
+    store_err_t err;
+    status_msg_t ferr = {0};
+    uint64_t bytes = 0;
+    size_t shards = 0;
+    char *path = NULL, *parent = NULL, *slash;
+    double t0 = clock_now_s();
+    status_t rc;
+
+    STATUS_CHECK(check_job(ctx, req->job));
+    STATUS_CHECK(check_ckpt_path(ctx, "directory", req->directory));
+    if (!shard_file_name(req->file))
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "file",
+                            "file must be a plain name ending in .safetensors, got \"%.200s\"",
+                            req->file);
+    path = malloc(strlen(req->directory) + strlen(req->file) + 2);
+    parent = strdup(req->directory);
+    if (path != NULL)
+        sprintf(path, "%s/%s", req->directory, req->file);
+    if (path == NULL || parent == NULL) {
+        free(path);
+        free(parent);
+        return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
+    }
+    rc = files_mkdirs(req->directory, &ferr);
+    if (rc != STATUS_OK) {
+        rc = rpc_ctx_fail(ctx, rc, "directory", "%s", ferr.text);
+        goto out;
+    }
+    if (store_save(st->store, req->job, path, &bytes, &shards, &err) != STATUS_OK) {
+        rc = fail_store(ctx, &err);
+        goto out;
+    }
+    if (files_fsync_dir(req->directory, &ferr) != STATUS_OK) {
+        rc = rpc_ctx_fail(ctx, ferr.status, "directory", "%s", ferr.text);
+        goto out;
+    }
+    LOG_INFO(PS, "job '%s': saved %zu shards (%" PRIu64 " bytes) to %s in %.2f s", req->job, shards,
+             bytes, path, clock_now_s() - t0);
+    if ((slash = strrchr(parent, '/')) != NULL && slash != parent) {
+        *slash = '\0';
+        ckpt_prune_file(parent, req->file, req->step, req->keep_steps, req->n_keep_steps);
+    }
+    resp.file = path;
+    resp.bytes = bytes;
+    rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+out:
+    free(path);
+    free(parent);
+    return rc;
+}
+
+static status_t on_restore(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__RestoreRequest *req = (const void *)msg;
+    Tessera__V1__RestoreResponse resp = TESSERA__V1__RESTORE_RESPONSE__INIT;
+    ps_service_t *st = user;
+    store_err_t err;
+    size_t shards = 0;
+    const char *base;
+
+    STATUS_CHECK(check_job(ctx, req->job));
+    STATUS_CHECK(check_ckpt_path(ctx, "file", req->file));
+    base = strrchr(req->file, '/') + 1;
+    if (!shard_file_name(base))
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "file",
+                            "file must name a .safetensors file, got \"%.200s\"", req->file);
+    if (store_restore(st->store, req->job, req->file, &shards, &err) != STATUS_OK)
+        return fail_store(ctx, &err);
+    LOG_INFO(PS, "job '%s': restored %zu shards from %s", req->job, shards, req->file);
+    resp.shards = (int32_t)shards;
+    return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
 }
 
 /* ---- setup -------------------------------------------------------------------------------- */
@@ -751,8 +857,8 @@ status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_
     rpc_server_handle(srv, RPC_PS_PUSH_PULL, on_push_pull, st);
     rpc_server_handle(srv, RPC_PS_DROP_JOB, on_drop_job, st);
     rpc_server_handle(srv, RPC_PS_STATS, on_stats, st);
-    rpc_server_handle(srv, RPC_PS_SAVE, on_checkpoint, st);
-    rpc_server_handle(srv, RPC_PS_RESTORE, on_checkpoint, st);
+    rpc_server_handle(srv, RPC_PS_SAVE, on_save, st);
+    rpc_server_handle(srv, RPC_PS_RESTORE, on_restore, st);
     LOG_INFO(PS,
              "store limits: %" PRIu64 " bytes of variables and slots, %" PRIu64
              " bytes per shard, %zu jobs, %zu variables and %zu shards per job",

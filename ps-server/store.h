@@ -130,6 +130,23 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
                     bool pull_after, uint64_t *ret_versions, store_value_t *ret_values,
                     void **ret_buf, size_t *ret_len, store_err_t *err);
 
+/* Writes every shard of `job` held here, with its optimizer slots and version, to the
+ * safetensors file `path` (atomically: files/atomic.h; the caller fsyncs the directory), names as
+ * files/checkpoint.h gives them. Each shard is copied under its read lock and written after,
+ * so pushes wait at most one copy. *ret_bytes and *ret_shards (may be NULL) get the file's size
+ * and the shards written. NOT_FOUND for an unknown job; the file's errors (IO, NO_MEMORY) name
+ * path. */
+status_t store_save(store_t *s, const char *job, const char *path, uint64_t *ret_bytes,
+                    size_t *ret_shards, store_err_t *err);
+
+/* Loads what store_save wrote into the job's shards here, which must be exactly the file's
+ * (BAD_CONFIG naming the first tensor that is missing or differs in shape). Values and
+ * slots are checked (finite; sums of squares not negative) and a damaged file is DATA_LOSS naming
+ * the file and tensor. The file is checked whole before any shard changes, but a tensor found
+ * damaged while reading leaves the shards before it restored: the caller fails the job then. */
+status_t store_restore(store_t *s, const char *job, const char *path, size_t *ret_shards,
+                       store_err_t *err);
+
 /* Frees every shard of job; *ret_shards (may be NULL) gets how many. NOT_FOUND if unknown. */
 status_t store_drop_job(store_t *s, const char *job, size_t *ret_shards, store_err_t *err);
 

@@ -201,13 +201,13 @@ START_TEST(ps_rejects_hostile_requests_and_keeps_serving_the_same_values)
         expect(&f, ps_create(f.ch, "h", &opt, &bad, 1, NULL, &err), STATUS_ALREADY_EXISTS, &err,
                "w", NULL, "another shape");
     }
-    /* Checkpoints come later. */
+    /* A checkpoint needs a directory to write to (test_ps_checkpoint.c tries the others). */
     {
         Tessera__V1__SaveRequest sreq = TESSERA__V1__SAVE_REQUEST__INIT;
         Tessera__V1__SaveResponse *sresp = NULL;
         sreq.job = "h";
-        expect(&f, rpc_ps_save(f.ch, &sreq, NULL, &sresp, NULL, &err), STATUS_UNIMPLEMENTED, &err,
-               NULL, "not implemented", "Save");
+        expect(&f, rpc_ps_save(f.ch, &sreq, NULL, &sresp, NULL, &err), STATUS_INVALID_ARGUMENT,
+               &err, "directory", "absolute path", "Save without a directory");
     }
     {
         health_state_t h = health_check(f.ps.listen, "tessera.v1.ParameterServer", 2000, &err);
