@@ -18,7 +18,8 @@ status_t dispatch_init(dispatch_t *d, size_t n_workers, status_msg_t *err)
     d->n_workers = n_workers;
     d->alive = calloc(n_workers + 1, sizeof(*d->alive));
     d->worker_steps = calloc(n_workers + 1, sizeof(*d->worker_steps));
-    if (d->alive == NULL || d->worker_steps == NULL) {
+    d->pos = calloc(n_workers + 1, sizeof(*d->pos));
+    if (d->alive == NULL || d->worker_steps == NULL || d->pos == NULL) {
         dispatch_done(d);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
@@ -29,10 +30,14 @@ status_t dispatch_init(dispatch_t *d, size_t n_workers, status_msg_t *err)
 
 void dispatch_done(dispatch_t *d)
 {
+    for (size_t w = 0; d->pos != NULL && w < d->n_workers; w++)
+        free(d->pos[w].rng);
+    free(d->pos);
     free(d->alive);
     free(d->worker_steps);
     d->alive = NULL;
     d->worker_steps = NULL;
+    d->pos = NULL;
 }
 
 size_t dispatch_first_alive(const dispatch_t *d)
@@ -57,29 +62,45 @@ static bool stopped(const dispatch_t *d)
     return d->failed || atomic_load(d->cancel) || *d->stopping;
 }
 
+bool dispatch_paused(const dispatch_t *d)
+{
+    return (d->pause != NULL && atomic_load(d->pause)) ||
+           (d->stop_step > 0 && d->progress->step + d->steps_in_flight >= d->stop_step) ||
+           (d->stop_time > 0 && clock_now_s() >= d->stop_time);
+}
+
 /* The next closure's steps for worker w, waiting while the staleness bound holds it back; 0 when
- * the epoch is handed out or the job stops. Mutex held. */
+ * the epoch is handed out, a pause is due or the job stops. Mutex held. */
 static int take_closure(dispatch_t *d, size_t w)
 {
     int steps;
 
     for (;;) {
-        if (stopped(d) || d->steps_left <= 0)
+        if (stopped(d) || d->steps_left <= 0 || dispatch_paused(d))
             return 0;
         if (d->max_staleness <= 0 || d->worker_steps[w] - slowest_alive(d) <= d->max_staleness)
             break;
         pthread_cond_wait(d->cv, d->mu);
     }
     steps = (int)(d->steps_left < d->steps_per_closure ? d->steps_left : d->steps_per_closure);
+    if (d->stop_step > 0 && d->stop_step - (d->progress->step + d->steps_in_flight) < steps)
+        steps = (int)(d->stop_step - (d->progress->step + d->steps_in_flight));
     d->steps_left -= steps;
+    d->steps_in_flight += steps;
     d->in_flight++;
     return steps;
 }
 
-static void count_result(dispatch_t *d, size_t w, int steps, const dispatch_result_t *res)
+static void count_result(dispatch_t *d, size_t w, int steps, dispatch_result_t *res)
 {
     Tessera__V1__JobProgress *p = d->progress;
 
+    d->pos[w].epoch = res->data_epoch;
+    d->pos[w].batch = res->data_batch;
+    free(d->pos[w].rng);
+    d->pos[w].rng = res->rng;
+    d->pos[w].n_rng = res->n_rng;
+    res->rng = NULL;
     p->step += res->steps;
     d->worker_steps[w] += res->steps;
     d->epoch_loss += res->loss_sum;
@@ -139,6 +160,7 @@ static void *dispatcher_main(void *arg)
         rc = d->call(d->arg, w, &cl, &res, &err);
         pthread_mutex_lock(d->mu);
         d->in_flight--;
+        d->steps_in_flight -= steps;
         if (rc == STATUS_OK)
             count_result(d, w, steps, &res);
         else
@@ -150,20 +172,25 @@ static void *dispatcher_main(void *arg)
     return NULL;
 }
 
-status_t dispatch_epoch(dispatch_t *d, int64_t steps, status_msg_t *err)
+void dispatch_begin(dispatch_t *d, int64_t steps)
 {
-    dispatcher_t *t = calloc(d->n_workers + 1, sizeof(*t));
-    sigset_t all, old;
-    bool failed, cancelled;
-
-    if (t == NULL)
-        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     pthread_mutex_lock(d->mu);
     d->steps_left = steps;
     d->epoch_loss = d->epoch_correct = 0;
     d->epoch_examples = 0;
     d->epoch_t0 = clock_now_s();
     pthread_mutex_unlock(d->mu);
+}
+
+status_t dispatch_run(dispatch_t *d, status_msg_t *err)
+{
+    dispatcher_t *t = calloc(d->n_workers + 1, sizeof(*t));
+    sigset_t all, old;
+    bool failed, cancelled;
+    double t0 = clock_now_s();
+
+    if (t == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     /* The dispatchers inherit a full signal mask: signals belong to the main thread. */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -180,11 +207,35 @@ status_t dispatch_epoch(dispatch_t *d, int64_t steps, status_msg_t *err)
             pthread_join(t[w].tid, NULL);
     free(t);
     pthread_mutex_lock(d->mu);
-    d->progress->train_seconds += clock_now_s() - d->epoch_t0;
+    d->progress->train_seconds += clock_now_s() - t0;
     failed = d->failed;
     cancelled = atomic_load(d->cancel) || *d->stopping;
     pthread_mutex_unlock(d->mu);
     if (failed)
         return status_fail(err, d->err.status ? d->err.status : STATUS_REMOTE, "%s", d->err.text);
     return cancelled ? STATUS_CANCELLED : STATUS_OK;
+}
+
+status_t dispatch_epoch(dispatch_t *d, int64_t steps, status_msg_t *err)
+{
+    dispatch_begin(d, steps);
+    for (;;) {
+        int64_t left, before, after;
+        bool paused;
+        pthread_mutex_lock(d->mu);
+        before = d->progress->step;
+        pthread_mutex_unlock(d->mu);
+        STATUS_CHECK(dispatch_run(d, err));
+        pthread_mutex_lock(d->mu);
+        left = d->steps_left;
+        after = d->progress->step;
+        paused = dispatch_paused(d);
+        pthread_mutex_unlock(d->mu);
+        if (left <= 0 || paused)
+            return STATUS_OK;
+        if (after == before) /* steps given back, none taken: every live worker is out of data */
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "no worker has training data left for the epoch's last %lld steps",
+                               (long long)left);
+    }
 }

@@ -27,7 +27,18 @@ typedef struct dispatch_result {
     int steps; /* fewer than asked: the worker ran out of data */
     int64_t examples;
     double loss_sum, correct;
+    int64_t data_epoch, data_batch; /* where the worker's data pipeline stands after it */
+    uint64_t *rng;                  /* its dropout streams (malloc'd; the dispatch takes them) */
+    size_t n_rng;
 } dispatch_result_t;
+
+/* Where a worker's data pipeline stands, for checkpoints: the next batch it reads, and its
+ * dropout streams (NULL before its first closure). */
+typedef struct dispatch_pos {
+    int64_t epoch, batch;
+    uint64_t *rng;
+    size_t n_rng;
+} dispatch_pos_t;
 
 /* Runs a training closure on `worker`, without the mutex held. */
 typedef status_t (*dispatch_call_fn)(void *arg, size_t worker, const dispatch_closure_t *cl,
@@ -48,6 +59,10 @@ typedef struct dispatch {
     dispatch_lost_fn lost;
     void (*changed)(void *arg); /* progress moved (mutex held); may be NULL */
     void *arg;
+    /* pauses (for checkpoints), set with the mutex held; dispatch_run returns at the first */
+    int64_t stop_step;   /* hand out no step past this global step; 0: none */
+    double stop_time;    /* clock_now_s() after which no closure starts; 0: none */
+    _Atomic bool *pause; /* set: no closure starts (may be NULL) */
     /* state */
     size_t n_workers;
     bool *alive;
@@ -55,6 +70,8 @@ typedef struct dispatch {
     uint64_t next_closure;
     int64_t steps_left; /* of this epoch, not yet handed out */
     int in_flight;
+    int64_t steps_in_flight;
+    dispatch_pos_t *pos; /* per worker */
     bool failed;
     status_msg_t err;
     double epoch_loss, epoch_correct, epoch_t0;
@@ -68,6 +85,16 @@ void dispatch_done(dispatch_t *d);
 /* Hands out `steps` steps over the live workers and waits for them. STATUS_CANCELLED when the
  * job is cancelled or the chief stops. */
 status_t dispatch_epoch(dispatch_t *d, int64_t steps, status_msg_t *err);
+
+/* The same in parts: dispatch_begin starts an epoch of `steps` steps (its sums at zero), and
+ * dispatch_run hands out what is left of it until it is done, or until a pause is due (stop_step,
+ * stop_time, *pause): then it returns STATUS_OK with steps_left > 0 and nothing in flight, every
+ * worker's position current, and a later dispatch_run goes on. */
+void dispatch_begin(dispatch_t *d, int64_t steps);
+status_t dispatch_run(dispatch_t *d, status_msg_t *err);
+
+/* Whether dispatch_run stopped for a pause (with the mutex held or after it returned). */
+bool dispatch_paused(const dispatch_t *d);
 
 /* Live workers, in index order: the first, or SIZE_MAX when none is left. */
 size_t dispatch_first_alive(const dispatch_t *d);

@@ -1,6 +1,8 @@
-/* The Coordinator service's unary calls: SubmitJob, GetJob, ListJobs, CancelJob. */
+/* The Coordinator service's unary calls: SubmitJob, GetJob, ListJobs, CancelJob, Checkpoint. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -130,10 +132,64 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
     return respond_job_unlock(c, ctx, &resp.base, &resp.job, j);
 }
 
+/* Asks the runner for a checkpoint at the next pause of the closures and waits for it (until the
+ * client's deadline): the reply names its directory and step. */
+static status_t on_checkpoint(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__CheckpointRequest *req = (const void *)msg;
+    coordinator_t *c = user;
+    Tessera__V1__CheckpointResponse resp = TESSERA__V1__CHECKPOINT_RESPONSE__INIT;
+    chief_job_t *j;
+    char path[4200];
+    uint64_t before;
+    status_t rc = STATUS_OK;
+
+    STATUS_CHECK(find_locked(c, ctx, req->id, &j));
+    if (j->job.checkpoint_dir == NULL) {
+        pthread_mutex_unlock(&c->mu);
+        return rpc_ctx_fail(ctx, STATUS_BAD_CONFIG, req->id,
+                            "job %s has no checkpoint section: add checkpoint: {dir: ...} to its "
+                            "file to checkpoint it",
+                            j->id);
+    }
+    if (j->state != TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {
+        pthread_mutex_unlock(&c->mu);
+        return rpc_ctx_fail(ctx, STATUS_INVALID_USAGE, req->id, "job %s is not running", j->id);
+    }
+    j->holds++;
+    before = j->ckpt_done;
+    atomic_store(&j->ckpt_wanted, true);
+    pthread_cond_broadcast(&c->cv);
+    while (j->ckpt_done == before && !chief_job_ended(j) && !c->stopping &&
+           !rpc_ctx_cancelled(ctx)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1; /* to notice a client that went away */
+        pthread_cond_timedwait(&c->cv, &c->mu, &until);
+    }
+    if (j->ckpt_done == before)
+        rc = rpc_ctx_fail(ctx, chief_job_ended(j) ? STATUS_ABORTED : STATUS_CANCELLED, req->id,
+                          "job %s ended before its checkpoint", j->id);
+    else if (j->ckpt_rc != STATUS_OK)
+        rc = rpc_ctx_fail(ctx, j->ckpt_rc, req->id, "checkpoint of job %s: %s", j->id,
+                          j->ckpt_error);
+    if (rc == STATUS_OK) {
+        snprintf(path, sizeof(path), "%s/ckpt-%lld", j->job.checkpoint_dir,
+                 (long long)j->ckpt_step);
+        resp.path = path;
+        resp.step = j->ckpt_step;
+        rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+    }
+    j->holds--;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 void chief_handlers_register(coordinator_t *c, rpc_server_t *s)
 {
     rpc_server_handle(s, RPC_COORD_SUBMIT_JOB, on_submit, c);
     rpc_server_handle(s, RPC_COORD_GET_JOB, on_get, c);
     rpc_server_handle(s, RPC_COORD_LIST_JOBS, on_list, c);
     rpc_server_handle(s, RPC_COORD_CANCEL_JOB, on_cancel, c);
+    rpc_server_handle(s, RPC_COORD_CHECKPOINT, on_checkpoint, c);
 }

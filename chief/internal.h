@@ -51,6 +51,12 @@ typedef struct chief_job {
     double event_times[CHIEF_MAX_EVENTS];
     size_t n_events; /* total ever; the last CHIEF_MAX_EVENTS are kept */
     int holds;       /* WatchJob streams and handlers using it unlocked: not pruned */
+    /* Checkpoint calls: set ckpt_wanted and wait for ckpt_done to move (runner.c) */
+    _Atomic bool ckpt_wanted;
+    uint64_t ckpt_done; /* checkpoints taken (or failed) so far */
+    status_t ckpt_rc;   /* of the last */
+    int64_t ckpt_step;
+    char ckpt_error[512];
 } chief_job_t;
 
 typedef struct watcher watcher_t;

@@ -155,23 +155,30 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "%s: strategy %s is not available on a parameter-server cluster yet",
                          req->job_path, "mirrored/central_storage/multi_worker_mirrored");
-    /* tessera train writes them; the chief's writer is not built yet. */
-    if (rc == STATUS_OK && j->job.tensorboard_logdir != NULL)
+    /* Weight histograms need the weights, which only the PS tasks hold. */
+    if (rc == STATUS_OK && j->job.tensorboard_histogram_freq > 0)
         rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s: tensorboard: the chief does not write TensorBoard events yet "
-                         "(tessera train does); remove the section to run on the cluster",
+                         "%s: tensorboard.histogram_freq: the chief does not write weight "
+                         "histograms yet (tessera train does); remove the key to run on the "
+                         "cluster",
                          req->job_path[0] ? req->job_path : "job");
     if (rc == STATUS_OK && j->job.init_from != NULL)
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "%s: init_from: the cluster does not load starting weights yet "
                          "(tessera train does); remove the key to run on the cluster",
                          req->job_path[0] ? req->job_path : "job");
-    /* Likewise checkpoints: the PS side (Save/Restore of shards) is not built yet. */
-    if (rc == STATUS_OK && j->job.checkpoint_dir != NULL)
+    /* The chief and the PS tasks write there: a relative path would mean their working
+     * directories, not the one the user had in mind. */
+    if (rc == STATUS_OK && j->job.checkpoint_dir != NULL && j->job.checkpoint_dir[0] != '/')
         rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s: checkpoint: the cluster does not write checkpoints yet (tessera "
-                         "train does); remove the section to run on the cluster",
-                         req->job_path[0] ? req->job_path : "job");
+                         "%s: checkpoint.dir \"%s\" must be an absolute path when the job is "
+                         "submitted without its file's path (tessera submit sends it)",
+                         req->job_path[0] ? req->job_path : "job", j->job.checkpoint_dir);
+    if (rc == STATUS_OK && j->job.tensorboard_logdir != NULL && j->job.tensorboard_logdir[0] != '/')
+        rc = status_fail(err, STATUS_BAD_CONFIG,
+                         "%s: tensorboard.logdir \"%s\" must be an absolute path when the job is "
+                         "submitted without its file's path (tessera submit sends it)",
+                         req->job_path[0] ? req->job_path : "job", j->job.tensorboard_logdir);
     if (rc == STATUS_OK)
         rc = copy_files(req, j, err);
     if (rc != STATUS_OK) {

@@ -6,10 +6,13 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/clock.h"
+#include "chief_ckpt.h"
 #include "dispatch.h"
 #include "fanout.h"
+#include "files/tensorboard.h"
 #include "internal.h"
 #include "placement.h"
 
@@ -28,7 +31,11 @@ void chief_cancel_workers(coordinator_t *c, chief_job_t *j)
     free(f);
 }
 
-static status_t configure_workers(coordinator_t *c, chief_job_t *j, const plan_t *plan, fanout_t *f,
+/* Configures every worker: a first call (plan NULL) builds model and data pipeline, starting
+ * where the checkpoint being resumed (resume, may be NULL) left each worker's data; a second
+ * gives the placement. */
+static status_t configure_workers(coordinator_t *c, chief_job_t *j, const plan_t *plan,
+                                  const ckpt_manifest_t *resume, fanout_t *f,
                                   Tessera__V1__ConfigureJobRequest *reqs, status_msg_t *err)
 {
     Tessera__V1__ConfigureJobRequest__FilesEntry *entries =
@@ -62,6 +69,12 @@ static status_t configure_workers(coordinator_t *c, chief_job_t *j, const plan_t
         q->worker_index = (int32_t)w;
         q->num_workers = (int32_t)c->n_workers;
         q->seed = j->job.seed;
+        if (resume != NULL && resume->n_data == c->n_workers) {
+            q->start_epoch = resume->data[w].epoch;
+            q->start_batch = resume->data[w].batch;
+            q->n_rng = resume->data[w].n_rng;
+            q->rng = resume->data[w].rng;
+        }
         if (plan != NULL) {
             q->n_placement = plan->n_places;
             q->placement = plan->place_ptrs;
@@ -83,10 +96,20 @@ out:
     return rc;
 }
 
-/* What the dispatch callbacks get: the job they run for. */
+/* A running job: what the dispatch callbacks get, and where its checkpoints stand. */
 typedef struct running {
     coordinator_t *c;
     chief_job_t *j;
+    dispatch_t *d;
+    const plan_t *plan;
+    int64_t saved_step; /* of the newest checkpoint written or resumed from; -1: none */
+    double last_save;   /* clock_now_s() of it */
+    bool has_last_epoch;
+    double last_loss, last_accuracy;
+    tb_run_t *tb;         /* the job's TensorBoard run, or NULL */
+    int64_t tb_last_step; /* of the last batch summary */
+    status_t tb_rc;       /* the first failed write of a batch summary */
+    status_msg_t tb_err;
 } running_t;
 
 /* dispatch_call_fn: a training closure on a worker, over RPC. */
@@ -112,7 +135,13 @@ static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
     *ret = (dispatch_result_t){.steps = resp->steps,
                                .examples = resp->examples,
                                .loss_sum = resp->loss_sum,
-                               .correct = resp->correct};
+                               .correct = resp->correct,
+                               .data_epoch = resp->data_epoch,
+                               .data_batch = resp->data_batch};
+    if (resp->n_rng > 0 && (ret->rng = malloc(resp->n_rng * sizeof(*ret->rng))) != NULL) {
+        memcpy(ret->rng, resp->rng, resp->n_rng * sizeof(*ret->rng));
+        ret->n_rng = resp->n_rng;
+    }
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     return STATUS_OK;
 }
@@ -124,9 +153,42 @@ static void worker_lost(void *arg, size_t w, const char *why)
                     rpc_channel_target(r->c->workers[w]), why);
 }
 
+/* Progress moved (the mutex held): the watchers wake, and a batch summary goes to TensorBoard
+ * each time the step passes a multiple of update_freq. */
 static void progress_moved(void *arg)
 {
-    chief_job_changed(((const running_t *)arg)->c);
+    running_t *r = (running_t *)arg;
+    int64_t freq = r->j->job.tensorboard_update_freq, step = r->j->progress.step;
+
+    chief_job_changed(r->c);
+    if (r->tb != NULL && freq > 0 && step / freq > r->tb_last_step / freq && r->tb_rc == STATUS_OK)
+        r->tb_rc = tb_batch(r->tb, step, r->j->progress.loss, r->j->progress.accuracy, &r->tb_err);
+    r->tb_last_step = step;
+}
+
+/* The epoch's scalars, as Keras's TensorBoard callback writes them. */
+static status_t tensorboard_epoch(running_t *r, int64_t epoch, int64_t steps, double seconds,
+                                  bool validated, status_msg_t *err)
+{
+    const job_t *job = &r->j->job;
+    tb_epoch_t e;
+
+    if (r->tb == NULL)
+        return STATUS_OK;
+    if (r->tb_rc != STATUS_OK)
+        return status_fail(err, r->tb_rc, "%s", r->tb_err.text);
+    pthread_mutex_lock(&r->c->mu);
+    e = (tb_epoch_t){.epoch = epoch,
+                     .loss = r->j->progress.loss,
+                     .accuracy = r->j->progress.accuracy,
+                     .learning_rate = optimizer_learning_rate(&job->optimizer, r->j->progress.step),
+                     .examples_per_second = r->j->progress.examples_per_second,
+                     .steps_per_second = seconds > 0 ? (double)steps / seconds : 0,
+                     .validated = validated,
+                     .val_loss = r->j->progress.test_loss,
+                     .val_accuracy = r->j->progress.test_accuracy};
+    pthread_mutex_unlock(&r->c->mu);
+    return tb_epoch(r->tb, &e, err);
 }
 
 /* Evaluates on the first live worker that answers. */
@@ -164,35 +226,204 @@ static status_t evaluate(coordinator_t *c, chief_job_t *j, dispatch_t *d, status
     return status_fail(err, STATUS_UNAVAILABLE, "no worker is left to evaluate on");
 }
 
-/* The epochs, each followed by its evaluation or its summary. */
-static status_t train(coordinator_t *c, chief_job_t *j, dispatch_t *d, int64_t batches,
-                      bool has_test, status_msg_t *err)
+/* Writes a checkpoint of where the job stands (the closures paused), unless that step is on disk
+ * already; answers the Checkpoint calls waiting either way. */
+static status_t checkpoint(running_t *r, status_msg_t *err)
 {
-    int64_t epochs = j->job.steps > 0 ? 1 : j->job.epochs;
+    coordinator_t *c = r->c;
+    chief_job_t *j = r->j;
+    chief_position_t pos;
     status_t rc = STATUS_OK;
 
-    for (int64_t e = 0; e < epochs && rc == STATUS_OK; e++) {
+    pthread_mutex_lock(&c->mu);
+    pos = (chief_position_t){
+        .step = j->progress.step,
+        .epoch_sums = {r->d->epoch_loss, r->d->epoch_correct, (double)r->d->epoch_examples},
+        .has_last_epoch = r->has_last_epoch,
+        .last_loss = r->last_loss,
+        .last_accuracy = r->last_accuracy,
+        .workers = r->d->pos,
+        .n_workers = r->d->n_workers};
+    pthread_mutex_unlock(&c->mu);
+    if (pos.step != r->saved_step)
+        rc = chief_ckpt_save(c, j, r->plan, &pos, err);
+    pthread_mutex_lock(&c->mu);
+    if (rc == STATUS_OK) {
+        if (pos.step != r->saved_step)
+            chief_job_event(c, j, "checkpoint at step %lld", (long long)pos.step);
+        r->saved_step = pos.step;
+        r->last_save = clock_now_s();
+    }
+    atomic_store(&j->ckpt_wanted, false);
+    j->ckpt_rc = rc;
+    j->ckpt_step = pos.step;
+    snprintf(j->ckpt_error, sizeof(j->ckpt_error), "%s", rc == STATUS_OK ? "" : err->text);
+    j->ckpt_done++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* One epoch's steps, `left` of them still to run, pausing for the checkpoints that fall due. */
+static status_t run_epoch(running_t *r, int64_t left, status_msg_t *err)
+{
+    coordinator_t *c = r->c;
+    const job_t *job = &r->j->job;
+    dispatch_t *d = r->d;
+
+    for (;;) {
+        int64_t before, after;
+        bool paused;
+        pthread_mutex_lock(&c->mu);
+        if (job->checkpoint_dir != NULL) {
+            int64_t every = job->checkpoint_every_steps;
+            d->stop_step = every > 0 ? (d->progress->step / every + 1) * every : 0;
+            d->stop_time = job->checkpoint_every_seconds > 0
+                               ? r->last_save + (double)job->checkpoint_every_seconds
+                               : 0;
+        }
+        before = d->progress->step;
+        pthread_mutex_unlock(&c->mu);
+        STATUS_CHECK(dispatch_run(d, err));
+        pthread_mutex_lock(&c->mu);
+        left = d->steps_left;
+        after = d->progress->step;
+        paused = dispatch_paused(d);
+        pthread_mutex_unlock(&c->mu);
+        if (left <= 0)
+            return STATUS_OK;
+        if (paused && job->checkpoint_dir != NULL)
+            STATUS_CHECK(checkpoint(r, err));
+        else if (after == before)
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "no worker has training data left for the epoch's last %lld steps",
+                               (long long)left);
+    }
+}
+
+/* The epochs from where the job stands (a resumed job: mid-epoch, with the epoch's sums so far),
+ * each followed by its evaluation or its summary, and by a checkpoint when they are per epoch;
+ * the last step is always checkpointed. */
+static status_t train(running_t *r, int64_t batches, bool has_test, const double *sums,
+                      status_msg_t *err)
+{
+    coordinator_t *c = r->c;
+    chief_job_t *j = r->j;
+    const job_t *job = &j->job;
+    int64_t epochs = job->steps > 0 ? 1 : job->epochs;
+    int64_t per_epoch = job->steps > 0 ? job->steps : batches, start;
+    bool per_epoch_ckpt = job->checkpoint_every_steps == 0 && job->checkpoint_every_seconds == 0;
+    status_t rc = STATUS_OK;
+
+    pthread_mutex_lock(&c->mu);
+    start = j->progress.step;
+    pthread_mutex_unlock(&c->mu);
+    if (start > 0 && start >= epochs * per_epoch && has_test && job->evaluate)
+        return evaluate(c, j, r->d, err); /* resumed after its last step: the model's numbers */
+    for (int64_t e = per_epoch > 0 ? start / per_epoch : epochs; e < epochs && rc == STATUS_OK;
+         e++) {
+        int64_t done = e == start / per_epoch ? start - e * per_epoch : 0;
+        double t0 = clock_now_s();
         pthread_mutex_lock(&c->mu);
         j->progress.epoch = e;
         pthread_mutex_unlock(&c->mu);
-        rc = dispatch_epoch(d, j->job.steps > 0 ? j->job.steps : batches, err);
-        if (rc == STATUS_OK && has_test && j->job.evaluate) {
-            rc = evaluate(c, j, d, err);
+        dispatch_begin(r->d, per_epoch - done);
+        if (done > 0 && sums != NULL) { /* the resumed epoch's sums so far */
+            pthread_mutex_lock(&c->mu);
+            r->d->epoch_loss = sums[0];
+            r->d->epoch_correct = sums[1];
+            r->d->epoch_examples = (int64_t)sums[2];
+            pthread_mutex_unlock(&c->mu);
+        }
+        rc = run_epoch(r, per_epoch - done, err);
+        if (rc == STATUS_OK && has_test && job->evaluate) {
+            rc = evaluate(c, j, r->d, err);
         } else if (rc == STATUS_OK) {
             pthread_mutex_lock(&c->mu);
             chief_job_event(c, j, "epoch %lld: loss %.4f, accuracy %.4f", (long long)e + 1,
                             j->progress.loss, j->progress.accuracy);
             pthread_mutex_unlock(&c->mu);
         }
+        if (rc == STATUS_OK)
+            rc = tensorboard_epoch(r, e, per_epoch - done, clock_now_s() - t0,
+                                   has_test && job->evaluate, err);
+        if (rc != STATUS_OK)
+            break;
+        pthread_mutex_lock(&c->mu);
+        r->has_last_epoch = true;
+        r->last_loss = j->progress.loss;
+        r->last_accuracy = j->progress.accuracy;
+        r->d->epoch_loss = r->d->epoch_correct = 0;
+        r->d->epoch_examples = 0;
+        pthread_mutex_unlock(&c->mu);
+        if (job->checkpoint_dir != NULL && (per_epoch_ckpt || e + 1 == epochs))
+            rc = checkpoint(r, err);
     }
     return rc;
+}
+
+/* A resumed job: the newest checkpoint, or none (NOT_FOUND, said as an event). */
+static status_t find_resume(coordinator_t *c, chief_job_t *j, char **ret_path, ckpt_manifest_t *m,
+                            bool *ret_found, status_msg_t *err)
+{
+    status_t rc;
+
+    *ret_found = false;
+    if (!j->job.resume)
+        return STATUS_OK;
+    rc = chief_ckpt_find(j, ret_path, m, err);
+    pthread_mutex_lock(&c->mu);
+    if (rc == STATUS_NOT_FOUND)
+        chief_job_event(c, j, "no checkpoint in %s yet: starting from the beginning",
+                        j->job.checkpoint_dir);
+    else if (rc == STATUS_OK && m->n_data != c->n_workers)
+        chief_job_event(c, j,
+                        "resuming from %s, written by %zu workers: with %zu now, the data "
+                        "pipelines start their epoch over",
+                        *ret_path, m->n_data, c->n_workers);
+    pthread_mutex_unlock(&c->mu);
+    if (rc == STATUS_NOT_FOUND)
+        return STATUS_OK;
+    *ret_found = rc == STATUS_OK;
+    return rc;
+}
+
+/* After the PS tasks restored the checkpoint: the job's step, and each worker's data position
+ * as the workers were configured with it. */
+static status_t resume_position(running_t *r, const char *path, const ckpt_manifest_t *m,
+                                status_msg_t *err)
+{
+    coordinator_t *c = r->c;
+    dispatch_t *d = r->d;
+
+    pthread_mutex_lock(&c->mu);
+    r->j->progress.step = m->step;
+    if (m->has_last_epoch) { /* what a job resumed after its last step reports */
+        r->j->progress.loss = m->last_loss;
+        r->j->progress.accuracy = m->last_accuracy;
+    }
+    r->saved_step = m->step;
+    r->has_last_epoch = m->has_last_epoch;
+    r->last_loss = m->last_loss;
+    r->last_accuracy = m->last_accuracy;
+    for (size_t w = 0; m->n_data == d->n_workers && w < d->n_workers; w++) {
+        d->pos[w] = (dispatch_pos_t){.epoch = m->data[w].epoch, .batch = m->data[w].batch};
+        if (m->data[w].n_rng > 0 &&
+            (d->pos[w].rng = malloc(m->data[w].n_rng * sizeof(uint64_t))) != NULL) {
+            memcpy(d->pos[w].rng, m->data[w].rng, m->data[w].n_rng * sizeof(uint64_t));
+            d->pos[w].n_rng = m->data[w].n_rng;
+        }
+    }
+    chief_job_event(c, r->j, "restored from step %lld (%s)", (long long)m->step, path);
+    pthread_mutex_unlock(&c->mu);
+    (void)err;
+    return STATUS_OK;
 }
 
 static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     fanout_t *f1 = calloc(c->n_workers, sizeof(*f1)), *f2 = calloc(c->n_workers, sizeof(*f2));
     Tessera__V1__ConfigureJobRequest *reqs = calloc(c->n_workers, sizeof(*reqs));
-    running_t run = {c, j};
     dispatch_t d = {.mu = &c->mu,
                     .cv = &c->cv,
                     .steps_per_closure =
@@ -204,19 +435,33 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                     .call = call_closure,
                     .lost = worker_lost,
                     .changed = progress_moved,
-                    .arg = &run};
+                    .pause = &j->ckpt_wanted};
     plan_t plan = {0};
+    running_t run = {
+        .c = c, .j = j, .d = &d, .plan = &plan, .saved_step = -1, .last_save = clock_now_s()};
+    ckpt_manifest_t m = {0};
+    char *resume_path = NULL;
     int64_t train_examples = 0, batches = 0, b = j->job.data.batch_size;
-    bool has_test = false;
+    bool has_test = false, resumed = false;
     status_t rc;
 
+    d.arg = &run;
     if (!f1 || !f2 || !reqs) {
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
     rc = dispatch_init(&d, c->n_workers, err);
+    if (rc == STATUS_OK && j->job.tensorboard_logdir != NULL) {
+        tb_opts_t o = {.logdir = j->job.tensorboard_logdir,
+                       .job = j->job.name ? j->job.name : j->name,
+                       .update_freq = j->job.tensorboard_update_freq,
+                       .accuracy = j->job.loss != JOB_LOSS_MSE};
+        rc = tb_open(&o, &run.tb, err);
+    }
     if (rc == STATUS_OK)
-        rc = configure_workers(c, j, NULL, f1, reqs, err);
+        rc = find_resume(c, j, &resume_path, &m, &resumed, err);
+    if (rc == STATUS_OK)
+        rc = configure_workers(c, j, NULL, resumed ? &m : NULL, f1, reqs, err);
     if (rc != STATUS_OK)
         goto out;
     for (size_t w = 0; w < c->n_workers; w++) {
@@ -229,8 +474,12 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     rc = placement_plan(c, j, (const void *)f1[0].resp, &plan, err);
     if (rc == STATUS_OK)
         rc = placement_create(c, j, &plan, err);
+    if (rc == STATUS_OK && resumed)
+        rc = chief_ckpt_restore(c, j, &plan, resume_path, &m, err);
+    if (rc == STATUS_OK && resumed)
+        rc = resume_position(&run, resume_path, &m, err);
     if (rc == STATUS_OK)
-        rc = configure_workers(c, j, &plan, f2, reqs, err);
+        rc = configure_workers(c, j, &plan, NULL, f2, reqs, err);
     if (rc != STATUS_OK)
         goto out;
     pthread_mutex_lock(&c->mu);
@@ -240,7 +489,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                     c->n_workers, c->n_ps, (long long)train_examples,
                     (long long)j->progress.total_steps, plan.n_places);
     pthread_mutex_unlock(&c->mu);
-    rc = train(c, j, &d, batches, has_test, err);
+    rc = train(&run, batches, has_test, resumed ? m.epoch_sums : NULL, err);
 out:
     if (rc == STATUS_CANCELLED)
         chief_cancel_workers(c, j);
@@ -252,6 +501,12 @@ out:
         fanout_done(f2, c->n_workers);
     placement_done(&plan);
     dispatch_done(&d);
+    if (rc == STATUS_OK)
+        rc = tb_close(run.tb, err);
+    else
+        tb_close(run.tb, NULL);
+    ckpt_manifest_free(&m);
+    free(resume_path);
     free(f1);
     free(f2);
     free(reqs);

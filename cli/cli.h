@@ -10,7 +10,7 @@ int cli_cluster(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_convert(int argc, char **argv);
 int cli_export(int argc, char **argv);
-int cli_jobs(int argc, char **argv); /* submit, status, watch, cancel, list */
+int cli_jobs(int argc, char **argv); /* submit, status, watch, cancel, checkpoint, list */
 
 /* Submits the job file to the chief; with watch, follows it to the end (exit code 0 when it
  * succeeded). */

@@ -1,4 +1,4 @@
-/* tessera submit / status / watch / cancel / list: jobs on a running chief. */
+/* tessera submit / status / watch / cancel / checkpoint / list: jobs on a running chief. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
@@ -28,13 +28,14 @@ static const config_option_t jobs_options[] = {
     {"watch", CONFIG_BOOL, offsetof(jobs_opts_t, watch), "false", 0, 0,
      "submit: follow the job's progress until it ends."},
     {"timeout", CONFIG_DURATION_MS, offsetof(jobs_opts_t, timeout_ms), "10s", 10, 600000,
-     "How long each call to the chief may take."},
+     "How long each call to the chief may take (checkpoint: at least 10 minutes, as a "
+     "checkpoint waits for the closures in flight and the PS tasks' writes)."},
 };
 
 static const config_table_t jobs_table = {
     .program = "tessera",
     .summary = "Talks to a running chief: submit JOB.yaml, status JOB, watch JOB, cancel JOB, "
-               "list.",
+               "checkpoint JOB, list.",
     .options = jobs_options,
     .n_options = sizeof(jobs_options) / sizeof(jobs_options[0]),
 };
@@ -296,6 +297,19 @@ static int run_simple(const char *cmd, const char *chief, const char *id, int64_
             rc = 1;
         } else {
             print_info(resp->job);
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+        }
+    } else if (strcmp(cmd, "checkpoint") == 0) {
+        Tessera__V1__CheckpointRequest req = TESSERA__V1__CHECKPOINT_REQUEST__INIT;
+        Tessera__V1__CheckpointResponse *resp;
+        req.id = (char *)id;
+        if (o.timeout_ms < 600000)
+            o.timeout_ms = 600000;
+        if (rpc_coord_checkpoint(ch, &req, &o, &resp, NULL, &err) != STATUS_OK) {
+            fprintf(stderr, "tessera checkpoint: %s\n", err.message);
+            rc = 1;
+        } else {
+            printf("checkpoint at step %lld: %s\n", (long long)resp->step, resp->path);
             protobuf_c_message_free_unpacked(&resp->base, NULL);
         }
     } else if (strcmp(cmd, "status") == 0) {

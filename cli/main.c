@@ -19,6 +19,8 @@ static const struct {
     {"status", cli_jobs, "show a job's state and progress"},
     {"watch", cli_jobs, "follow a job's progress until it ends"},
     {"cancel", cli_jobs, "cancel a queued or running job"},
+    {"checkpoint", cli_jobs,
+     "checkpoint a running job now (its job file has a checkpoint section)"},
     {"list", cli_jobs, "list the chief's jobs"},
 };
 
@@ -26,7 +28,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "Usage: tessera COMMAND [OPTIONS]\n\nCommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].help);
     fprintf(out, "\n'tessera COMMAND --help' describes a command's options.\n");
 }
 

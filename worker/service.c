@@ -40,6 +40,8 @@ typedef struct wjob {
     ps_client_t *ps;    /* NULL until placement arrives */
     int worker_index, num_workers;
     uint64_t seed; /* the model's: initializers without a seed of their own derive one from it */
+    int64_t data_epoch, data_batch; /* the next batch the pipeline gives, for checkpoints */
+    uint64_t *rng;                  /* the dropout streams, as a closure's reply carries them */
     _Atomic bool cancelled;
 } wjob_t;
 
@@ -67,6 +69,7 @@ static void wjob_free(wjob_t *j)
     ps_client_free(j->ps);
     trainer_free(j->trainer);
     job_done(&j->job);
+    free(j->rng);
     free(j);
 }
 
@@ -99,8 +102,29 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                              .num_shards = j->num_workers,
                              .seed = j->seed,
                              .epochs = -1, /* the chief counts the steps */
-                             .max_bytes = max_bytes};
-        rc = trainer_new(&j->job, &to, &j->trainer, err);
+                             .max_bytes = max_bytes,
+                             .start_epoch = req->start_epoch,
+                             .start_batch = req->start_batch};
+        j->data_epoch = req->start_epoch;
+        j->data_batch = req->start_batch;
+        if (req->start_epoch < 0 || req->start_batch < 0)
+            rc = status_fail(err, STATUS_INVALID_ARGUMENT,
+                             "start_epoch and start_batch must be >= 0, got %lld and %lld",
+                             (long long)req->start_epoch, (long long)req->start_batch);
+        else
+            rc = trainer_new(&j->job, &to, &j->trainer, err);
+    }
+    if (rc == STATUS_OK &&
+        (j->rng = calloc(model_rng_count(trainer_model(j->trainer)) + 1, sizeof(*j->rng))) == NULL)
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    if (rc == STATUS_OK && req->n_rng > 0) {
+        model_t *m = trainer_model(j->trainer);
+        if (req->n_rng != model_rng_count(m))
+            rc = status_fail(err, STATUS_INVALID_ARGUMENT,
+                             "%zu dropout streams to restore, but the model has %zu", req->n_rng,
+                             model_rng_count(m));
+        for (size_t i = 0; rc == STATUS_OK && i < req->n_rng; i++)
+            *model_rng_state(m, i) = req->rng[i];
     }
     if (rc != STATUS_OK) {
         wjob_free(j);
@@ -296,6 +320,12 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
             return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
         if (!trainer_next(j->trainer, &b))
             break;
+        if (b.epoch != j->data_epoch)
+            j->data_epoch = b.epoch, j->data_batch = 0;
+        if (b.last_of_epoch)
+            j->data_epoch++, j->data_batch = 0;
+        else
+            j->data_batch++;
         double t0 = clock_now_s(), t1, t2;
         ps_push_info_t info;
         STATUS_CHECK(ps_client_pull(j->ps, b.features, b.size, err));
@@ -319,6 +349,12 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
     resp->examples = examples;
     resp->loss_sum = loss;
     resp->correct = correct;
+    resp->data_epoch = j->data_epoch;
+    resp->data_batch = j->data_batch;
+    resp->n_rng = model_rng_count(j->model);
+    resp->rng = j->rng;
+    for (size_t i = 0; i < resp->n_rng; i++)
+        j->rng[i] = *model_rng_state(j->model, i);
     return STATUS_OK;
 }
 

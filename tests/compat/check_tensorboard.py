@@ -113,11 +113,60 @@ def main():
                   all(h[i, 1] <= h[i + 1, 0] + 1e-12 for i in range(29)),
                   "%s at epoch %d: shape %s, count %s of %d" % (w, e.step, h.shape,
                                                                 h[:, 2].sum(), size))
+    check_cluster(tmp, job)
     if failures:
         print("%d checks failed" % len(failures))
         return 1
-    print("ok: TensorBoard reads every scalar and histogram tessera train wrote")
+    print("ok: TensorBoard reads every scalar and histogram tessera train and the chief wrote")
     return 0
+
+
+def check_cluster(tmp, job):
+    """The chief of a parameter-server job writes the same scalars (no histograms: the weights
+    live on the PS tasks); its last epoch's match the job's result line."""
+    logdir = os.path.join(tmp, "tb-cluster")
+    job = job.replace("name: tb-mlp", "name: tb-ps").replace("strategy: one_device",
+                                                              "strategy: parameter_server")
+    job = re.sub(r"tensorboard: \{.*\}", "tensorboard: {logdir: %s, update_freq: %d}"
+                 % (logdir, UPDATE_FREQ), job)
+    job_path = os.path.join(tmp, "job-ps.yaml")
+    open(job_path, "w").write(job)
+    run = subprocess.run([os.path.join(BUILD, "tessera"), "run", "--local", "--ps", "1",
+                          "--workers", "1", job_path], capture_output=True, text=True, timeout=600)
+    print(run.stdout, run.stderr)
+    m = re.search(r"succeeded: (\d+) steps.*; loss ([\d.]+), accuracy ([\d.]+); test loss "
+                  r"([\d.]+), test accuracy ([\d.]+)", run.stdout)
+    check(run.returncode == 0 and m is not None, "tessera run --local exited %d" % run.returncode)
+    if m is None:
+        return
+    steps = int(m.group(1))
+    final = [float(x) for x in m.groups()[1:]]
+    runs = {}
+    for name in ("train", "validation"):
+        acc = pea.EventAccumulator(os.path.join(logdir, "tb-ps", name),
+                                   size_guidance={pea.TENSORS: 0})
+        acc.Reload()
+        runs[name] = acc
+
+    def scalars(run, tag):
+        if tag not in runs[run].Tags()[pea.TENSORS]:
+            return []
+        return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+                for e in runs[run].Tensors(tag)]
+
+    tags = set(runs["train"].PluginTagToContent("scalars"))
+    check(tags == {"epoch_loss", "epoch_accuracy", "learning_rate", "batch_loss", "batch_accuracy",
+                   "epoch_examples_per_second", "epoch_steps_per_second"},
+          "chief: train scalars %s" % sorted(tags))
+    for run, tag, want in (("train", "epoch_loss", final[0]), ("train", "epoch_accuracy", final[1]),
+                           ("validation", "epoch_loss", final[2]),
+                           ("validation", "epoch_accuracy", final[3])):
+        got = scalars(run, tag)
+        check([s for s, _ in got] == [0, 1] and abs(got[-1][1] - want) <= 6e-5,
+              "chief: %s %s at epochs 0 and 1, the last %s (printed %s)" % (run, tag, got, want))
+    batch_steps = [s for s, _ in scalars("train", "batch_loss")]
+    check(batch_steps == list(range(UPDATE_FREQ, steps + 1, UPDATE_FREQ)),
+          "chief: batch_loss every %d steps up to %d: %s" % (UPDATE_FREQ, steps, batch_steps))
 
 
 sys.exit(main())
