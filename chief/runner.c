@@ -318,8 +318,12 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const double
     pthread_mutex_lock(&c->mu);
     start = j->progress.step;
     pthread_mutex_unlock(&c->mu);
-    if (start > 0 && start >= epochs * per_epoch && has_test && job->evaluate)
+    if (start > 0 && start >= epochs * per_epoch && has_test && job->evaluate) {
+        pthread_mutex_lock(&c->mu);
+        j->progress.epoch = epochs - 1;
+        pthread_mutex_unlock(&c->mu);
         return evaluate(c, j, r->d, err); /* resumed after its last step: the model's numbers */
+    }
     for (int64_t e = per_epoch > 0 ? start / per_epoch : epochs; e < epochs && rc == STATUS_OK;
          e++) {
         int64_t done = e == start / per_epoch ? start - e * per_epoch : 0;

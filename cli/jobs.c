@@ -98,7 +98,7 @@ static int get_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms,
 
 typedef struct watch_state {
     bool tty;
-    int64_t last_epoch, last_step;
+    int64_t last_step;
     double last_line;
 } watch_state_t;
 
@@ -110,12 +110,6 @@ static void show_progress(const Tessera__V1__JobInfo *j, watch_state_t *ws)
     if (p == NULL)
         return;
     t = clock_now_s();
-    if (p->epoch != ws->last_epoch && ws->last_epoch >= 0 && p->test_accuracy > 0) {
-        if (ws->tty)
-            printf("\r\033[K");
-        printf("epoch %lld: loss %.4f - accuracy %.4f - test_loss %.4f - test_accuracy %.4f\n",
-               (long long)ws->last_epoch + 1, p->loss, p->accuracy, p->test_loss, p->test_accuracy);
-    }
     if (p->step != ws->last_step && p->total_steps > 0) {
         if (ws->tty) {
             int width = 30, filled = (int)(width * p->step / p->total_steps);
@@ -134,8 +128,27 @@ static void show_progress(const Tessera__V1__JobInfo *j, watch_state_t *ws)
             ws->last_line = t;
         }
     }
-    ws->last_epoch = p->epoch;
     ws->last_step = p->step;
+}
+
+/* The chief's events as they happen (epochs with their numbers, checkpoints, restores, lost
+ * workers), but for those the progress line and the result already say. */
+static void show_events(const Tessera__V1__WatchJobUpdate *up, watch_state_t *ws)
+{
+    static const char *const quiet[] = {"queued", "started", "succeeded in ", "cancelled",
+                                        "failed: "};
+
+    for (size_t i = 0; i < up->n_events; i++) {
+        const char *m = up->events[i]->message;
+        bool skip = false;
+        for (size_t k = 0; k < sizeof(quiet) / sizeof(quiet[0]) && !skip; k++)
+            skip = strncmp(m, quiet[k], strlen(quiet[k])) == 0;
+        if (skip)
+            continue;
+        if (ws->tty)
+            printf("\r\033[K");
+        printf("%s\n", m);
+    }
 }
 
 static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
@@ -165,7 +178,7 @@ static int watch_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms)
 {
     Tessera__V1__WatchJobRequest req = TESSERA__V1__WATCH_JOB_REQUEST__INIT;
     Tessera__V1__WatchJobUpdate *last = NULL;
-    watch_state_t ws = {.tty = isatty(STDOUT_FILENO) != 0, .last_epoch = -1, .last_step = -1};
+    watch_state_t ws = {.tty = isatty(STDOUT_FILENO) != 0, .last_step = -1};
     rpc_stream_t *stream = NULL;
     rpc_error_t err;
     int rc = 1;
@@ -189,6 +202,7 @@ static int watch_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms)
             rc = last != NULL && last->job != NULL ? show_result(last->job, &ws) : 1;
             break;
         }
+        show_events(up, &ws);
         if (up->job != NULL)
             show_progress(up->job, &ws);
         if (last != NULL)

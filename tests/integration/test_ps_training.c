@@ -63,7 +63,10 @@ static int tessera(char *const *args, char **out)
 
 static double test_accuracy(const char *out)
 {
-    const char *p = strstr(out, "test accuracy ");
+    const char *p = NULL; /* the result line's: the last */
+    for (const char *at = strstr(out, "test accuracy "); at != NULL;
+         at = strstr(at + 1, "test accuracy "))
+        p = at;
     return p ? strtod(p + strlen("test accuracy "), NULL) : -1;
 }
 
