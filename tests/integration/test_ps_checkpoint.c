@@ -426,10 +426,10 @@ static double test_accuracy(const char *out)
 
 /* Fashion-MNIST's MLP on two workers, stopped after a third of its steps and resumed: the
  * asynchronous order of pushes differs from run to run, but the resumed run lands near one never
- * stopped. Two uninterrupted runs of this job differ by up to half a point of test accuracy
- * themselves (0.853 to 0.858 in four runs), so the bound here is one point: what the test
- * catches is a resume that starts over or restores the wrong variables (the one-worker test
- * above checks the exact numbers). */
+ * stopped. Two uninterrupted runs of this job differ by half a point of test accuracy and more
+ * themselves (0.8475 to 0.8584 seen, more apart on a loaded machine), so the bound here is 1.5
+ * points; that the job went on from its step, not from the start, is checked exactly (and the
+ * one-worker test above checks the exact numbers). */
 START_TEST(ps_checkpoint_two_workers_resume_near_an_uninterrupted_run)
 {
     static const char job_text[] =
@@ -480,8 +480,12 @@ START_TEST(ps_checkpoint_two_workers_resume_near_an_uninterrupted_run)
     start_cluster_of(&c, 2, 2);
     rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
     ck_assert_msg(rc == 0 && strstr(out, "restored from step") != NULL, "exit %d: %s", rc, out);
+    /* it went on where it stood: past step 938 (one epoch), the first epoch is not run again */
+    long long from = strtoll(strstr(out, "restored from step ") + 19, NULL, 10);
+    ck_assert_msg(from >= 1000 && strstr(out, "epoch 1:") == NULL && strstr(out, "epoch 3:"), "%s",
+                  out);
     resumed = test_accuracy(out);
-    ck_assert_msg(resumed >= whole - 0.01 && resumed <= whole + 0.01,
+    ck_assert_msg(resumed >= whole - 0.015 && resumed <= whole + 0.015,
                   "resumed %.4f, uninterrupted %.4f: %s", resumed, whole, out);
     free(out);
     stop_cluster(&c);
