@@ -156,7 +156,8 @@ static int convert(const convert_opts_t *o, const convert_form_t *form, const da
     example_writer_t w = {0};
     uint8_t *raw = malloc(ds->feature_len + 1);
     int64_t *ids = malloc((ds->feature_len + 1) * sizeof(int64_t)), opened = 0;
-    int rc = outs != NULL && raw != NULL && ids != NULL ? 0 : -1;
+    float *row = malloc((ds->feature_len + 1) * sizeof(float));
+    int rc = outs != NULL && raw != NULL && ids != NULL && row != NULL ? 0 : -1;
 
     for (; rc == 0 && opened < o->shards; opened++)
         rc = out_open(&outs[opened], o->out, opened, o->shards);
@@ -164,8 +165,8 @@ static int convert(const convert_opts_t *o, const convert_form_t *form, const da
         const uint8_t *ex;
         size_t len = 0;
         example_writer_reset(&w);
-        add_example(o, form, &w, ds->features + i * ds->feature_len, ds->feature_len, ds->labels[i],
-                    raw, ids);
+        dataset_row(ds, i, row);
+        add_example(o, form, &w, row, ds->feature_len, ds->labels[i], raw, ids);
         if ((ex = example_finish(&w, &len)) == NULL ||
             out_write(&outs[i % (size_t)o->shards], ex, len) != 0) {
             fprintf(stderr, "tessera convert: cannot write example %zu to %s\n", i,
@@ -182,6 +183,7 @@ static int convert(const convert_opts_t *o, const convert_form_t *form, const da
     example_writer_free(&w);
     free(raw);
     free(ids);
+    free(row);
     free(outs);
     return rc;
 }

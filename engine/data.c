@@ -114,15 +114,18 @@ static dataset_t *dataset_alloc(size_t n, size_t feature_len)
     return ds;
 }
 
-/* Bytes a dataset of n examples of feature_len values takes (features and labels), saturating. */
-uint64_t data_bytes_of(uint64_t n, uint64_t feature_len)
+uint64_t data_bytes_elem(uint64_t n, uint64_t feature_len, uint64_t elem)
 {
-    uint64_t values, bytes;
-    if (__builtin_add_overflow(feature_len, 1, &values) ||
-        __builtin_mul_overflow(n, values, &values) ||
-        __builtin_mul_overflow(values, sizeof(float), &bytes))
+    uint64_t row, bytes;
+    if (__builtin_mul_overflow(feature_len, elem, &row) ||
+        __builtin_add_overflow(row, sizeof(float), &row) || __builtin_mul_overflow(n, row, &bytes))
         return UINT64_MAX;
     return bytes;
+}
+
+uint64_t data_bytes_of(uint64_t n, uint64_t feature_len)
+{
+    return data_bytes_elem(n, feature_len, sizeof(float));
 }
 
 /* Fails with RESOURCE_EXHAUSTED, naming `what`, when `bytes` pass max_bytes (0: no limit). */
@@ -137,7 +140,29 @@ status_t data_check_budget(const char *what, uint64_t bytes, uint64_t max_bytes,
 
 size_t dataset_bytes(const dataset_t *ds)
 {
-    return ds == NULL ? 0 : (size_t)data_bytes_of(ds->n, ds->feature_len);
+    return ds == NULL ? 0
+                      : (size_t)data_bytes_elem(ds->n, ds->feature_len,
+                                                ds->bytes != NULL ? 1 : sizeof(float));
+}
+
+void dataset_set_byte_scale(dataset_t *ds, double scale)
+{
+    for (int v = 0; v < 256; v++)
+        ds->byte_value[v] = (float)(v * scale);
+}
+
+void dataset_row(const dataset_t *ds, size_t e, float *out)
+{
+    size_t len = ds->feature_len;
+
+    if (ds->bytes == NULL) {
+        memcpy(out, ds->features + e * len, len * sizeof(float));
+        return;
+    }
+    /* a table lookup: faster than converting, and the same floats */
+    const uint8_t *row = ds->bytes + e * len;
+    for (size_t i = 0; i < len; i++)
+        out[i] = ds->byte_value[row[i]];
 }
 
 void dataset_free(dataset_t *ds)
@@ -145,6 +170,7 @@ void dataset_free(dataset_t *ds)
     if (ds == NULL)
         return;
     free(ds->features);
+    free(ds->bytes);
     free(ds->labels);
     free(ds);
 }
@@ -338,30 +364,11 @@ static void idx_close(idx_file_t *f)
     f->gz = NULL;
 }
 
-/* Reads the pixels straight into floats through a 256-entry table, one chunk at a time. */
-static status_t idx_read_features(idx_file_t *f, float *out, double scale, status_msg_t *err)
+/* Reads the pixels as they are (they become floats a batch at a time, dataset_row). */
+static status_t idx_read_features(idx_file_t *f, uint8_t *out, status_msg_t *err)
 {
-    float table[256];
-    uint8_t *chunk = malloc(IDX_READ_CHUNK);
-    uint64_t left = f->data_bytes;
-    status_t rc = STATUS_OK;
-
-    if (chunk == NULL)
-        return status_fail(err, STATUS_NO_MEMORY, "%s: no memory for a read buffer", f->path);
-    for (int v = 0; v < 256; v++)
-        table[v] = (float)(v * scale);
-    while (left > 0) {
-        size_t n = left > IDX_READ_CHUNK ? IDX_READ_CHUNK : (size_t)left;
-        STATUS_CHECK_GOTO(idx_read_data(f, chunk, n, err), rc, out);
-        for (size_t i = 0; i < n; i++)
-            out[i] = table[chunk[i]];
-        out += n;
-        left -= n;
-    }
-    rc = idx_check_end(f, err);
-out:
-    free(chunk);
-    return rc;
+    STATUS_CHECK(idx_read_data(f, out, (size_t)f->data_bytes, err));
+    return idx_check_end(f, err);
 }
 
 /* Reads the labels as floats and sets ds->classes to the largest label + 1. */
@@ -418,20 +425,27 @@ status_t dataset_load_idx(const char *images, const char *labels, double scale, 
     for (int i = 1; i < fi.rank; i++)
         feature_len *= fi.dims[i];
     STATUS_CHECK_GOTO(
-        data_check_budget(images, data_bytes_of(fi.dims[0], feature_len), max_bytes, err), rc,
+        data_check_budget(images, data_bytes_elem(fi.dims[0], feature_len, 1), max_bytes, err), rc,
         fail);
-    ds = dataset_alloc(fi.dims[0], feature_len);
-    if (ds == NULL) {
-        rc = status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %lu examples of %zu floats",
+    ds = calloc(1, sizeof(*ds));
+    if (ds != NULL) {
+        ds->n = fi.dims[0];
+        ds->feature_len = feature_len;
+        ds->bytes = data_alloc_aligned(ds->n * feature_len);
+        ds->labels = data_alloc_aligned(ds->n * sizeof(float));
+    }
+    if (ds == NULL || ds->bytes == NULL || ds->labels == NULL) {
+        rc = status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %lu examples of %zu bytes",
                          images, (unsigned long)fi.dims[0], feature_len);
         goto fail;
     }
+    dataset_set_byte_scale(ds, scale);
     /* A rank-1 file holds one value per example: shape [1]. */
     ds->rank = fi.rank > 1 ? fi.rank - 1 : 1;
     ds->shape[0] = 1;
     for (int i = 1; i < fi.rank; i++)
         ds->shape[i - 1] = (int)fi.dims[i];
-    STATUS_CHECK_GOTO(idx_read_features(&fi, ds->features, scale, err), rc, fail);
+    STATUS_CHECK_GOTO(idx_read_features(&fi, ds->bytes, err), rc, fail);
     STATUS_CHECK_GOTO(idx_read_labels(&fl, ds, err), rc, fail);
     idx_close(&fi);
     idx_close(&fl);
@@ -727,7 +741,7 @@ static bool produce(data_pipeline_t *p, batch_slot_t *slot)
         rows = (size_t)p->opts.batch_size;
     for (size_t i = 0; i < rows; i++) {
         size_t e = p->order[start + i];
-        memcpy(slot->features + i * len, ds->features + e * len, len * sizeof(float));
+        dataset_row(ds, e, slot->features + i * len);
         slot->labels[i] = ds->labels[e];
     }
     slot->size = (int)rows;
@@ -836,7 +850,7 @@ static status_t opts_check(const dataset_t *ds, const data_pipeline_opts_t *o, s
     if (o->prefetch < 0 || o->prefetch > DATA_MAX_PREFETCH)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "prefetch must be 0 to %d, not %d",
                            DATA_MAX_PREFETCH, o->prefetch);
-    if (ds->features == NULL || ds->labels == NULL || ds->feature_len == 0)
+    if ((ds->features == NULL && ds->bytes == NULL) || ds->labels == NULL || ds->feature_len == 0)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "the dataset is empty");
     return STATUS_OK;
 }

@@ -3,7 +3,10 @@
  * dropped), repeat, and prefetch on its own thread.
  *
  * Features are float32 rows of `feature_len` values (images scaled as the job says; token ids of
- * text stored as floats), labels are float32 (class index, or the 0/1 or regression target). */
+ * text stored as floats), labels are float32 (class index, or the 0/1 or regression target).
+ * Images read as raw bytes (IDX files, a TFRecord bytes_list) stay bytes in memory, a quarter
+ * of the floats, and become floats a batch at a time, computed as the loaders computed them
+ * before: the numbers are the same either way. */
 #ifndef TESSERA_DATA_H
 #define TESSERA_DATA_H
 
@@ -15,8 +18,10 @@
 #include "base/status.h"
 
 typedef struct dataset {
-    float *features; /* [n, feature_len], 64-byte aligned */
-    float *labels;   /* [n] */
+    float *features;       /* [n, feature_len], 64-byte aligned; NULL when held as bytes */
+    uint8_t *bytes;        /* [n, feature_len] raw uint8 values, or NULL */
+    float byte_value[256]; /* with bytes: byte v is byte_value[v] (dataset_set_byte_scale) */
+    float *labels;         /* [n] */
     size_t n;
     size_t feature_len;
     int shape[JOB_MAX_RANK]; /* feature shape without the batch dimension */
@@ -80,6 +85,13 @@ status_t dataset_load(const job_source_t *src, double scale, uint64_t max_bytes,
 status_t dataset_load_part(const job_source_t *src, double scale, uint64_t max_bytes,
                            const data_part_t *part, dataset_t **ret_ds, bool *ret_by_file,
                            status_msg_t *err);
+
+/* A dataset held as bytes: byte v stands for (float)(v * scale), as the loaders of floats
+ * computed it. */
+void dataset_set_byte_scale(dataset_t *ds, double scale);
+
+/* Example e's features as floats into out[feature_len]. */
+void dataset_row(const dataset_t *ds, size_t e, float *out);
 
 /* Bytes the dataset holds in memory. NULL-safe. */
 size_t dataset_bytes(const dataset_t *ds);

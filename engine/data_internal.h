@@ -16,8 +16,10 @@
  * MADV_HUGEPAGE), aligned to it; free() it. NULL when out of memory. */
 void *data_alloc_aligned(size_t bytes);
 
-/* Bytes a dataset of n examples of feature_len values takes (features and labels), saturating. */
+/* Bytes a dataset of n examples of feature_len values takes (features of elem bytes each, 4 or
+ * 1, and float labels), saturating. */
 uint64_t data_bytes_of(uint64_t n, uint64_t feature_len);
+uint64_t data_bytes_elem(uint64_t n, uint64_t feature_len, uint64_t elem);
 
 /* Fails with RESOURCE_EXHAUSTED, naming `what`, when `bytes` pass max_bytes (0: no limit). */
 status_t data_check_budget(const char *what, uint64_t bytes, uint64_t max_bytes, status_msg_t *err);
@@ -34,17 +36,22 @@ bool data_file_mine(size_t i, size_t n, const data_part_t *part, bool *ret_by_fi
 typedef struct data_rows {
     size_t len;         /* values per example */
     uint64_t max_bytes; /* the memory budget (0: none) */
-    float *features;    /* [cap, len], aligned as data_alloc_aligned */
+    bool bytes;         /* raw uint8 values (set before the first row) */
+    double byte_scale;  /* with bytes: what a byte is multiplied by (data.h) */
+    void *features;     /* [cap, len] floats or bytes, aligned as data_alloc_aligned */
     float *labels;
     size_t n, cap;
 } data_rows_t;
 
-/* Room for the next example: *ret_row is its len values; data_rows_add then adds it with its
- * label. The first allocation is for `hint` examples when that is more than 1024 (the loader's
- * estimate of what the files hold, so that they are read without a copy); after it the room
- * doubles, within the budget (RESOURCE_EXHAUSTED naming `what` past it). */
+/* Room for the next example: *ret_row is its len values (floats, or bytes for
+ * data_rows_next_bytes); data_rows_add then adds it with its label. The first allocation is for
+ * `hint` examples when that is more than 1024 (the loader's estimate of what the files hold, so
+ * that they are read without a copy); after it the room doubles, within the budget
+ * (RESOURCE_EXHAUSTED naming `what` past it). */
 status_t data_rows_next(data_rows_t *r, const char *what, size_t hint, float **ret_row,
                         status_msg_t *err);
+status_t data_rows_next_bytes(data_rows_t *r, const char *what, size_t hint, uint8_t **ret_row,
+                              status_msg_t *err);
 void data_rows_add(data_rows_t *r, float label);
 
 /* The number of classes n labels name: the largest + 1 when every one is a whole number >= 0

@@ -30,20 +30,25 @@ bool data_file_mine(size_t i, size_t n, const data_part_t *part, bool *ret_by_fi
     return !by_file || i % (size_t)part->count == (size_t)part->index;
 }
 
+static size_t elem(const data_rows_t *r)
+{
+    return r->bytes ? 1 : sizeof(float);
+}
+
 /* Room for cap examples (the n read so far copied over). */
 static status_t resize(data_rows_t *r, const char *what, size_t cap, status_msg_t *err)
 {
-    float *f = data_alloc_aligned(cap * r->len * sizeof(float));
+    void *f = data_alloc_aligned(cap * r->len * elem(r));
     float *y = data_alloc_aligned(cap * sizeof(float));
 
     if (f == NULL || y == NULL) {
         free(f);
         free(y);
-        return status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %zu examples of %zu floats",
+        return status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %zu examples of %zu values",
                            what, cap, r->len);
     }
     if (r->n > 0) {
-        memcpy(f, r->features, r->n * r->len * sizeof(float));
+        memcpy(f, r->features, r->n * r->len * elem(r));
         memcpy(y, r->labels, r->n * sizeof(float));
     }
     free(r->features);
@@ -54,22 +59,36 @@ static status_t resize(data_rows_t *r, const char *what, size_t cap, status_msg_
     return STATUS_OK;
 }
 
-status_t data_rows_next(data_rows_t *r, const char *what, size_t hint, float **ret_row,
-                        status_msg_t *err)
+static status_t make_room(data_rows_t *r, const char *what, size_t hint, status_msg_t *err)
 {
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 1024;
         if (r->cap == 0 && hint + 1 > cap)
             cap = hint + 1;
         /* Past the budget, grow only as far as it allows. */
-        if (r->max_bytes > 0 && data_bytes_of(cap, r->len) > r->max_bytes) {
-            STATUS_CHECK(
-                data_check_budget(what, data_bytes_of(r->n + 1, r->len), r->max_bytes, err));
-            cap = (size_t)(r->max_bytes / ((r->len + 1) * sizeof(float)));
+        if (r->max_bytes > 0 && data_bytes_elem(cap, r->len, elem(r)) > r->max_bytes) {
+            STATUS_CHECK(data_check_budget(what, data_bytes_elem(r->n + 1, r->len, elem(r)),
+                                           r->max_bytes, err));
+            cap = (size_t)(r->max_bytes / (r->len * elem(r) + sizeof(float)));
         }
         STATUS_CHECK(resize(r, what, cap, err));
     }
-    *ret_row = r->features + r->n * r->len;
+    return STATUS_OK;
+}
+
+status_t data_rows_next(data_rows_t *r, const char *what, size_t hint, float **ret_row,
+                        status_msg_t *err)
+{
+    STATUS_CHECK(make_room(r, what, hint, err));
+    *ret_row = (float *)r->features + r->n * r->len;
+    return STATUS_OK;
+}
+
+status_t data_rows_next_bytes(data_rows_t *r, const char *what, size_t hint, uint8_t **ret_row,
+                              status_msg_t *err)
+{
+    STATUS_CHECK(make_room(r, what, hint, err));
+    *ret_row = (uint8_t *)r->features + r->n * r->len;
     return STATUS_OK;
 }
 
@@ -103,14 +122,20 @@ status_t data_rows_finish(data_rows_t *r, const char *what, const int *shape, in
         STATUS_CHECK(resize(r, what, r->n, err));
     if ((ds = calloc(1, sizeof(*ds))) == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    ds->features = r->features;
+    if (r->bytes) {
+        ds->bytes = r->features;
+        dataset_set_byte_scale(ds, r->byte_scale);
+    } else {
+        ds->features = r->features;
+    }
     ds->labels = r->labels;
     ds->n = r->n;
     ds->feature_len = r->len;
     ds->rank = rank;
     memcpy(ds->shape, shape, (size_t)rank * sizeof(int));
     ds->classes = data_classes(ds->labels, ds->n);
-    r->features = r->labels = NULL;
+    r->features = NULL;
+    r->labels = NULL;
     *ret = ds;
     return STATUS_OK;
 }
@@ -119,5 +144,6 @@ void data_rows_free(data_rows_t *r)
 {
     free(r->features);
     free(r->labels);
-    r->features = r->labels = NULL;
+    r->features = NULL;
+    r->labels = NULL;
 }

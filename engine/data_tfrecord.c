@@ -18,9 +18,8 @@
 typedef struct loader {
     const job_source_t *src;
     double scale;
-    data_rows_t rows;
-    uint64_t total_bytes;  /* of every file's records (uncompressed), for the first allocation */
-    float byte_value[256]; /* a raw uint8 value, scaled: the IDX loader's exact floats */
+    data_rows_t rows;     /* bytes for a bytes_list input, scaled as IDX pixels are */
+    uint64_t total_bytes; /* of every file's records (uncompressed), for the first allocation */
     status_msg_t *err;
 } loader_t;
 
@@ -31,9 +30,9 @@ static status_t bad_record(loader_t *l, const char *path, uint64_t offset, const
                        path, (unsigned long long)offset, feature->name, what);
 }
 
-/* The feature's values into out[0..n) as floats. */
+/* The feature's values into out[0..n): floats, or for a bytes_list the raw bytes. */
 static status_t decode(loader_t *l, const char *path, uint64_t offset, const uint8_t *rec,
-                       size_t rec_len, const job_feature_t *feature, float *out, size_t n)
+                       size_t rec_len, const job_feature_t *feature, void *out, size_t n)
 {
     static const example_kind_t kinds[] = {EXAMPLE_FLOAT_LIST, EXAMPLE_INT64_LIST,
                                            EXAMPLE_BYTES_LIST};
@@ -62,22 +61,25 @@ static status_t decode(loader_t *l, const char *path, uint64_t offset, const uin
         snprintf(what, sizeof(what), "is not one string of %zu bytes (raw uint8 values)", n);
         return bad_record(l, path, offset, what, feature);
     }
-    for (size_t i = 0; i < n; i++)
-        out[i] = l->byte_value[bytes[i]];
+    memcpy(out, bytes, n);
     return STATUS_OK;
 }
 
 static status_t add_record(loader_t *l, const char *path, uint64_t offset, const uint8_t *rec,
                            size_t len)
 {
-    size_t n = l->rows.len;
-    float *row, y;
+    size_t n = l->rows.len, hint = (size_t)(l->total_bytes / (len + 16));
+    float *row = NULL, y;
+    uint8_t *bytes = NULL;
 
-    STATUS_CHECK(
-        data_rows_next(&l->rows, path, (size_t)(l->total_bytes / (len + 16)), &row, l->err));
-    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->input, row, n));
+    if (l->rows.bytes)
+        STATUS_CHECK(data_rows_next_bytes(&l->rows, path, hint, &bytes, l->err));
+    else
+        STATUS_CHECK(data_rows_next(&l->rows, path, hint, &row, l->err));
+    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->input,
+                        bytes != NULL ? (void *)bytes : (void *)row, n));
     STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, &y, 1));
-    if (l->scale != 1 && l->src->input.kind != JOB_FEATURE_BYTES_LIST) /* bytes: scaled */
+    if (l->scale != 1 && row != NULL) /* bytes: scaled as they become floats */
         for (size_t i = 0; i < n; i++)
             row[i] = (float)(row[i] * l->scale);
     if (!isfinite(y))
@@ -142,8 +144,8 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
     *ret_ds = NULL;
     for (int i = 0; i < src->input.rank; i++)
         l.rows.len *= (size_t)src->input.shape[i];
-    for (int v = 0; v < 256; v++)
-        l.byte_value[v] = (float)(v * scale);
+    l.rows.bytes = src->input.kind == JOB_FEATURE_BYTES_LIST;
+    l.rows.byte_scale = scale;
     rc = data_expand_files(src, &g, err);
     for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
         if (data_file_mine(i, g.gl_pathc, part, ret_by_file))
