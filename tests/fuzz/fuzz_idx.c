@@ -3,6 +3,7 @@
  * Input: the images file, "@@LABELS@@", the labels file (without the separator the labels file
  * is empty). Both are written to memfds and loaded by path, as a worker loads a job's data. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "data.h"
@@ -40,9 +41,17 @@ static void check_dataset(const dataset_t *ds)
     for (size_t i = 0; i < ds->n; i++)
         if (!(ds->labels[i] >= 0 && ds->labels[i] < (float)ds->classes))
             fuzz_fail("idx", "label %zu is %g with %d classes", i, ds->labels[i], ds->classes);
-    for (size_t i = 0; i < ds->n * ds->feature_len; i++)
-        if (!(ds->features[i] >= 0 && ds->features[i] <= 1.0f))
-            fuzz_fail("idx", "feature %zu is %g, outside [0, 255 * scale]", i, ds->features[i]);
+    float *row = malloc(ds->feature_len * sizeof(float));
+    if (row == NULL)
+        fuzz_fail("idx", "no memory for a row of %zu values", ds->feature_len);
+    for (size_t e = 0; e < ds->n; e++) {
+        dataset_row(ds, e, row); /* as the pipeline reads it */
+        for (size_t i = 0; i < ds->feature_len; i++)
+            if (!(row[i] >= 0 && row[i] <= 1.0f))
+                fuzz_fail("idx", "feature %zu of example %zu is %g, outside [0, 255 * scale]", i, e,
+                          row[i]);
+    }
+    free(row);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
