@@ -155,13 +155,6 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "%s: strategy %s is not available on a parameter-server cluster yet",
                          req->job_path, "mirrored/central_storage/multi_worker_mirrored");
-    /* Weight histograms need the weights, which only the PS tasks hold. */
-    if (rc == STATUS_OK && j->job.tensorboard_histogram_freq > 0)
-        rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s: tensorboard.histogram_freq: the chief does not write weight "
-                         "histograms yet (tessera train does); remove the key to run on the "
-                         "cluster",
-                         req->job_path[0] ? req->job_path : "job");
     if (rc == STATUS_OK && j->job.init_from != NULL)
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "%s: init_from: the cluster does not load starting weights yet "

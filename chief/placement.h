@@ -3,6 +3,7 @@
 #ifndef TESSERA_CHIEF_PLACEMENT_H
 #define TESSERA_CHIEF_PLACEMENT_H
 
+#include "files/tensorboard.h"
 #include "internal.h"
 
 typedef struct plan {
@@ -22,5 +23,11 @@ void placement_done(plan_t *p);
 /* One CreateVariables call per PS, with the job's optimizer. */
 status_t placement_create(coordinator_t *c, chief_job_t *j, const plan_t *plan, status_msg_t *err);
 void placement_drop(coordinator_t *c, chief_job_t *j);
+
+/* Weight histograms for TensorBoard (histograms.c): pulls every shard of each variable from its
+ * PS (between epochs, nothing in flight), checks the values against the plan and writes each
+ * whole variable's histogram for `epoch`. */
+status_t chief_histograms(coordinator_t *c, chief_job_t *j, const plan_t *plan, tb_run_t *tb,
+                          int64_t epoch, status_msg_t *err);
 
 #endif

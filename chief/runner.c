@@ -351,6 +351,8 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const double
         if (rc == STATUS_OK)
             rc = tensorboard_epoch(r, e, per_epoch - done, clock_now_s() - t0,
                                    has_test && job->evaluate, err);
+        if (rc == STATUS_OK && r->tb != NULL && tb_histograms_due(r->tb, e))
+            rc = chief_histograms(c, j, r->plan, r->tb, e, err);
         if (rc != STATUS_OK)
             break;
         pthread_mutex_lock(&c->mu);
@@ -459,6 +461,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         tb_opts_t o = {.logdir = j->job.tensorboard_logdir,
                        .job = j->job.name ? j->job.name : j->name,
                        .update_freq = j->job.tensorboard_update_freq,
+                       .histogram_freq = j->job.tensorboard_histogram_freq,
                        .accuracy = j->job.loss != JOB_LOSS_MSE};
         rc = tb_open(&o, &run.tb, err);
     }

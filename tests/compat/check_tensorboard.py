@@ -122,16 +122,17 @@ def main():
 
 
 def check_cluster(tmp, job):
-    """The chief of a parameter-server job writes the same scalars (no histograms: the weights
-    live on the PS tasks); its last epoch's match the job's result line."""
+    """The chief of a parameter-server job writes the same scalars and histograms (the weights
+    pulled from the PS tasks between epochs); its last epoch's match the job's result line."""
     logdir = os.path.join(tmp, "tb-cluster")
     job = job.replace("name: tb-mlp", "name: tb-ps").replace("strategy: one_device",
                                                               "strategy: parameter_server")
-    job = re.sub(r"tensorboard: \{.*\}", "tensorboard: {logdir: %s, update_freq: %d}"
-                 % (logdir, UPDATE_FREQ), job)
+    job = re.sub(r"tensorboard: \{.*\}", "tensorboard: {logdir: %s, update_freq: %d, "
+                 "histogram_freq: 1}" % (logdir, UPDATE_FREQ), job)
+    job += "partitioner: {fixed: {num_shards: 3}}\n"  # histograms put together from 3 shards
     job_path = os.path.join(tmp, "job-ps.yaml")
     open(job_path, "w").write(job)
-    run = subprocess.run([os.path.join(BUILD, "tessera"), "run", "--local", "--ps", "1",
+    run = subprocess.run([os.path.join(BUILD, "tessera"), "run", "--local", "--ps", "2",
                           "--workers", "1", job_path], capture_output=True, text=True, timeout=600)
     print(run.stdout, run.stderr)
     m = re.search(r"succeeded: (\d+) steps.*; loss ([\d.]+), accuracy ([\d.]+); test loss "
@@ -167,6 +168,16 @@ def check_cluster(tmp, job):
     batch_steps = [s for s, _ in scalars("train", "batch_loss")]
     check(batch_steps == list(range(UPDATE_FREQ, steps + 1, UPDATE_FREQ)),
           "chief: batch_loss every %d steps up to %d: %s" % (UPDATE_FREQ, steps, batch_steps))
+    hist_tags = set(runs["train"].PluginTagToContent("histograms"))
+    check(hist_tags == {w + "/histogram" for w in WEIGHTS}, "chief: histograms %s" % sorted(hist_tags))
+    for w, size in WEIGHTS.items():
+        events = runs["train"].Tensors(w + "/histogram")
+        check([e.step for e in events] == [0, 1], "chief: %s at epochs 0 and 1" % w)
+        for e in events:
+            h = tensor_util.make_ndarray(e.tensor_proto)
+            check(h.shape == (30, 3) and int(h[:, 2].sum()) == size,
+                  "chief: %s at epoch %d: shape %s, count %s of %d" % (w, e.step, h.shape,
+                                                                       h[:, 2].sum(), size))
 
 
 sys.exit(main())
