@@ -155,11 +155,11 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "%s: strategy %s is not available on a parameter-server cluster yet",
                          req->job_path, "mirrored/central_storage/multi_worker_mirrored");
-    if (rc == STATUS_OK && j->job.init_from != NULL)
+    if (rc == STATUS_OK && j->job.init_from != NULL && j->job.init_from[0] != '/')
         rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s: init_from: the cluster does not load starting weights yet "
-                         "(tessera train does); remove the key to run on the cluster",
-                         req->job_path[0] ? req->job_path : "job");
+                         "%s: init_from \"%s\" must be an absolute path when the job is "
+                         "submitted without its file's path (tessera submit sends it)",
+                         req->job_path[0] ? req->job_path : "job", j->job.init_from);
     /* The chief and the PS tasks write there: a relative path would mean their working
      * directories, not the one the user had in mind. */
     if (rc == STATUS_OK && j->job.checkpoint_dir != NULL && j->job.checkpoint_dir[0] != '/')

@@ -2,8 +2,10 @@
  * tasks, created there with the job's optimizer, and dropped when the job ends. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/log.h"
+#include "files/init_weights.h"
 #include "fanout.h"
 #include "internal.h"
 #include "placement.h"
@@ -16,6 +18,11 @@ void placement_done(plan_t *p)
     free(p->place_ptrs);
     free(p->shards);
     free(p->shapes);
+    for (size_t i = 0; i < p->n_values; i++)
+        free(p->values[i]);
+    free(p->values);
+    free(p->inits);
+    free(p->init_values);
 }
 
 status_t placement_plan(coordinator_t *c, chief_job_t *j,
@@ -76,52 +83,181 @@ status_t placement_plan(coordinator_t *c, chief_job_t *j,
     return STATUS_OK;
 }
 
+static uint64_t elements(const int64_t *shape, size_t rank)
+{
+    uint64_t n = 1;
+
+    for (size_t d = 0; d < rank; d++)
+        n *= (uint64_t)shape[d];
+    return n;
+}
+
+/* The variables as init_weights_check takes them. */
+static status_t describe(const Tessera__V1__ConfigureJobResponse *vars, init_var_t **ret,
+                         status_msg_t *err)
+{
+    init_var_t *v = calloc(vars->n_variables + 1, sizeof(*v));
+
+    if (v == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < vars->n_variables; i++) {
+        const Tessera__V1__VariableShard *s = vars->variables[i];
+        if (s->n_full_shape > ST_MAX_RANK) {
+            free(v);
+            return status_fail(err, STATUS_INVALID_ARGUMENT, "variable %s has rank %zu",
+                               s->variable, s->n_full_shape);
+        }
+        v[i].name = s->variable;
+        v[i].rank = (int)s->n_full_shape;
+        for (size_t d = 0; d < s->n_full_shape; d++)
+            v[i].shape[d] = (uint64_t)s->full_shape[d];
+    }
+    *ret = v;
+    return STATUS_OK;
+}
+
+status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResponse *vars,
+                             plan_t *plan, status_msg_t *err)
+{
+    init_weights_t w = {0};
+    init_var_t *v = NULL;
+    size_t n = vars->n_variables, k = 0;
+    status_t rc;
+
+    /* The archive is unpacked in a child process: only the safetensors file it leaves is read
+     * here, so a hostile file cannot crash the chief. */
+    rc = init_weights_open(j->job.init_from, &w, err);
+    if (rc == STATUS_OK)
+        rc = describe(vars, &v, err);
+    if (rc == STATUS_OK)
+        rc = init_weights_check(&w, v, n, err);
+    if (rc == STATUS_OK) {
+        plan->values = calloc(n + 1, sizeof(*plan->values));
+        plan->inits = calloc(plan->n_places + 1, sizeof(*plan->inits));
+        plan->init_values = calloc(plan->n_places + 1, sizeof(*plan->init_values));
+        if (!plan->values || !plan->inits || !plan->init_values)
+            rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    for (size_t i = 0; i < n && rc == STATUS_OK; i++) {
+        const Tessera__V1__VariableShard *var = vars->variables[i];
+        uint64_t total = elements(var->full_shape, var->n_full_shape);
+        uint64_t row_len = var->n_full_shape > 0 && var->full_shape[0] > 0
+                               ? total / (uint64_t)var->full_shape[0]
+                               : total;
+        if ((plan->values[i] = malloc(total ? total * sizeof(float) : 1)) == NULL) {
+            rc = status_fail(err, STATUS_NO_MEMORY, "out of memory for %s (%llu floats)",
+                             var->variable, (unsigned long long)total);
+            break;
+        }
+        plan->n_values++;
+        rc = init_weights_read(&w, v, n, i, plan->values[i], err);
+        /* the plan lists each variable's shards in order, right after the previous one's */
+        for (; rc == STATUS_OK && k < plan->n_places &&
+               strcmp(plan->shards[k].variable, var->variable) == 0;
+             k++) {
+            Tessera__V1__VariableShard *sh = &plan->shards[k];
+            Tessera__V1__Initializer *in = &plan->inits[k];
+            Tessera__V1__Initializer__Values *val = &plan->init_values[k];
+            tessera__v1__initializer__init(in);
+            tessera__v1__initializer__values__init(val);
+            val->data.data = (uint8_t *)(plan->values[i] + (uint64_t)sh->row_offset * row_len);
+            val->data.len = elements(sh->shape, sh->n_shape) * sizeof(float);
+            in->kind_case = TESSERA__V1__INITIALIZER__KIND_VALUES;
+            in->values = val;
+            sh->initializer = in;
+        }
+    }
+    if (rc == STATUS_OK && k != plan->n_places)
+        rc =
+            status_fail(err, STATUS_INTERNAL, "init_from: the plan's shard %zu is out of order", k);
+    free(v);
+    init_weights_close(&w);
+    return rc;
+}
+
+/* The bytes of starting values a shard's creation carries. */
+static size_t shard_bytes(const Tessera__V1__VariableShard *sh)
+{
+    const Tessera__V1__Initializer *in = sh->initializer;
+
+    return in != NULL && in->kind_case == TESSERA__V1__INITIALIZER__KIND_VALUES
+               ? in->values->data.len
+               : 0;
+}
+
 status_t placement_create(coordinator_t *c, chief_job_t *j, const plan_t *plan, status_msg_t *err)
 {
     optimizer_msg_t opt;
     Tessera__V1__CreateVariablesRequest *reqs = calloc(c->n_ps, sizeof(*reqs));
     Tessera__V1__VariableShard ***lists = calloc(c->n_ps, sizeof(*lists));
+    size_t *count = calloc(c->n_ps, sizeof(*count)), *sent = calloc(c->n_ps, sizeof(*sent));
     fanout_t *f = calloc(c->n_ps, sizeof(*f));
     double scale =
         j->job.optimizer.lr_scale == 0 ? (double)c->n_workers : j->job.optimizer.lr_scale;
     status_t rc = STATUS_OK;
+    bool more = true;
 
-    if (!reqs || !lists || !f) {
+    if (!reqs || !lists || !f || !count || !sent) {
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
     optimizer_to_proto(&j->job.optimizer, scale, &opt);
     for (size_t p = 0; p < c->n_ps; p++) {
-        tessera__v1__create_variables_request__init(&reqs[p]);
-        reqs[p].job = j->id;
-        reqs[p].optimizer = &opt.msg;
         lists[p] = calloc(plan->n_places + 1, sizeof(**lists));
         if (lists[p] == NULL) {
             rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
             goto out;
         }
-        reqs[p].shards = lists[p];
     }
     for (size_t k = 0; k < plan->n_places; k++) {
         size_t p = (size_t)plan->places[k].ps_task;
-        reqs[p].shards[reqs[p].n_shards++] = &plan->shards[k];
+        lists[p][count[p]++] = &plan->shards[k];
     }
-    for (size_t p = 0; p < c->n_ps; p++)
-        f[p] = (fanout_t){.ch = c->ps[p],
-                          .method = RPC_PS_CREATE_VARIABLES,
-                          .req = &reqs[p].base,
-                          .timeout_ms = CONTROL_TIMEOUT};
-    fanout_run(f, c->n_ps);
-    for (size_t p = 0; p < c->n_ps && rc == STATUS_OK; p++)
-        if (f[p].rc != STATUS_OK)
-            rc = status_fail(err, f[p].rc, "creating the variables on ps %zu (%s): %s", p,
-                             rpc_channel_target(c->ps[p]), f[p].err.message);
-    fanout_done(f, c->n_ps);
+    /* Rounds: every PS gets its next shards, up to PLACEMENT_BATCH_BYTES of values each. A PS
+     * without shards still gets one (empty) request: it learns the job and its optimizer. */
+    for (int round = 0; more && rc == STATUS_OK; round++) {
+        size_t n_calls = 0;
+        more = false;
+        for (size_t p = 0; p < c->n_ps; p++) {
+            size_t bytes = 0, first = sent[p];
+            if (round > 0 && sent[p] == count[p])
+                continue;
+            tessera__v1__create_variables_request__init(&reqs[p]);
+            reqs[p].job = j->id;
+            reqs[p].optimizer = &opt.msg;
+            reqs[p].shards = &lists[p][first];
+            while (sent[p] < count[p] &&
+                   (sent[p] == first ||
+                    bytes + shard_bytes(lists[p][sent[p]]) <= PLACEMENT_BATCH_BYTES))
+                bytes += shard_bytes(lists[p][sent[p]++]);
+            reqs[p].n_shards = sent[p] - first;
+            more |= sent[p] < count[p];
+            f[n_calls++] = (fanout_t){.ch = c->ps[p],
+                                      .method = RPC_PS_CREATE_VARIABLES,
+                                      .req = &reqs[p].base,
+                                      .timeout_ms = CONTROL_TIMEOUT};
+        }
+        fanout_run(f, n_calls);
+        for (size_t i = 0; i < n_calls && rc == STATUS_OK; i++)
+            if (f[i].rc != STATUS_OK) {
+                size_t p = (size_t)(((const Tessera__V1__CreateVariablesRequest *)f[i].req) - reqs);
+                rc = status_fail(err, f[i].rc, "creating the variables on ps %zu (%s): %s%s", p,
+                                 rpc_channel_target(c->ps[p]), f[i].err.message,
+                                 f[i].rc == STATUS_RESOURCE_EXHAUSTED && j->job.init_from
+                                     ? " (init_from sends each shard's values in one message: "
+                                       "partition the variable, or raise the PS's "
+                                       "max_message_bytes)"
+                                     : "");
+            }
+        fanout_done(f, n_calls);
+    }
 out:
     for (size_t p = 0; lists && p < c->n_ps; p++)
         free(lists[p]);
     free(lists);
     free(reqs);
+    free(count);
+    free(sent);
     free(f);
     return rc;
 }

@@ -12,6 +12,12 @@ typedef struct plan {
     size_t n_places;
     Tessera__V1__VariableShard *shards; /* one per place, in the same order */
     int64_t *shapes;                    /* 4 per place */
+    /* init_from (placement_init_from): each variable's starting values, and each shard's
+     * Initializer naming its slice of them */
+    float **values;
+    size_t n_values;
+    Tessera__V1__Initializer *inits;
+    Tessera__V1__Initializer__Values *init_values;
 } plan_t;
 
 /* Shards each variable the workers described with the job's partitioner, round robin over the
@@ -20,7 +26,14 @@ status_t placement_plan(coordinator_t *c, chief_job_t *j,
                         const Tessera__V1__ConfigureJobResponse *vars, plan_t *plan,
                         status_msg_t *err);
 void placement_done(plan_t *p);
-/* One CreateVariables call per PS, with the job's optimizer. */
+/* init_from: reads the job's starting weights (a .keras archive or a safetensors file), checks
+ * them against the variables the workers described, and gives every shard of the plan its
+ * slice as its initializer. */
+status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResponse *vars,
+                             plan_t *plan, status_msg_t *err);
+/* CreateVariables on every PS, with the job's optimizer: in rounds, each PS's request carrying
+ * at most PLACEMENT_BATCH_BYTES of starting values (one shard more may exceed it). */
+#define PLACEMENT_BATCH_BYTES (64u << 20)
 status_t placement_create(coordinator_t *c, chief_job_t *j, const plan_t *plan, status_msg_t *err);
 void placement_drop(coordinator_t *c, chief_job_t *j);
 

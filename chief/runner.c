@@ -479,6 +479,15 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         has_test |= resp->test_examples > 0;
     }
     rc = placement_plan(c, j, (const void *)f1[0].resp, &plan, err);
+    /* Starting weights only for a job that starts: a resumed one has its checkpoint's. */
+    if (rc == STATUS_OK && j->job.init_from != NULL && !resumed) {
+        rc = placement_init_from(j, (const void *)f1[0].resp, &plan, err);
+        if (rc == STATUS_OK) {
+            pthread_mutex_lock(&c->mu);
+            chief_job_event(c, j, "starting from the weights in %s", j->job.init_from);
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
     if (rc == STATUS_OK)
         rc = placement_create(c, j, &plan, err);
     if (rc == STATUS_OK && resumed)

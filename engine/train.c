@@ -10,7 +10,7 @@
 #include "backend.h"
 #include "blas.h"
 #include "checkpoint.h"
-#include "init_from.h"
+#include "files/init_weights.h"
 #include "files/tensorboard.h"
 #include "trainer.h"
 
@@ -244,6 +244,29 @@ static status_t find_resume(const job_t *job, bool resume, char **ret_path, ckpt
     return STATUS_OK;
 }
 
+/* Checks the starting weights against the model, then copies every variable in. */
+static status_t apply_init_weights(const init_weights_t *w, model_t *m, status_msg_t *err)
+{
+    size_t n = model_param_count(m);
+    init_var_t *vars = calloc(n + 1, sizeof(*vars));
+    status_t rc;
+
+    if (vars == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const model_param_t *p = model_param(m, i);
+        vars[i].name = p->name;
+        vars[i].rank = p->rank;
+        for (int d = 0; d < p->rank; d++)
+            vars[i].shape[d] = (uint64_t)p->shape[d];
+    }
+    rc = init_weights_check(w, vars, n, err);
+    for (size_t i = 0; i < n && rc == STATUS_OK; i++)
+        rc = init_weights_read(w, vars, n, i, model_param(m, i)->value, err);
+    free(vars);
+    return rc;
+}
+
 status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb cb, void *arg,
                    train_result_t *ret, status_msg_t *err)
 {
@@ -286,7 +309,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
         ret->resumed_step = s.pr.step;
     }
     if (rc == STATUS_OK && w.file != NULL) {
-        rc = init_weights_apply(&w, trainer_model(t), err);
+        rc = apply_init_weights(&w, trainer_model(t), err);
         if (rc == STATUS_OK)
             LOG_INFO(TRAIN, "starting from the weights in %s", init);
     }

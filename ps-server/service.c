@@ -364,6 +364,13 @@ static status_t spec_from_proto(rpc_ctx_t *ctx, const Tessera__V1__VariableShard
         copy_shape(ctx, p->variable, "full_shape", p->full_shape, p->n_full_shape, sp->full_shape));
     sp->row_offset = p->row_offset;
     sp->sparse = p->sparse;
+    if (p->initializer != NULL &&
+        p->initializer->kind_case == TESSERA__V1__INITIALIZER__KIND_VALUES) {
+        sp->has_values = true;
+        sp->values = p->initializer->values->data.data;
+        sp->values_len = p->initializer->values->data.len;
+        return STATUS_OK;
+    }
     if (initializer_from_proto(p->initializer, &sp->init, &sp->fan_in, &sp->fan_out, &m) !=
         STATUS_OK)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, p->variable, "variable '%s': %s",

@@ -59,6 +59,11 @@ typedef struct store_shard_spec {
     job_init_t init;        /* JOB_INIT_DEFAULT = zeros; without has_seed the stream seed is */
     double fan_in, fan_out; /* derived from (job, variable); fans 0 = Keras's from full_shape */
     bool sparse;            /* updated by rows (embeddings) */
+    /* The shard's own starting values instead of init (init_from): values_len bytes of float32
+     * little-endian, which must be the shard's size; any alignment. */
+    const uint8_t *values;
+    size_t values_len;
+    bool has_values;
 } store_shard_spec_t;
 
 typedef struct store_key {

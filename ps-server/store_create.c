@@ -91,7 +91,7 @@ static status_t check_size(const store_t *s, const store_shard_spec_t *sp, size_
 
 static status_t check_spec(const store_t *s, const store_shard_spec_t *sp, store_err_t *err)
 {
-    size_t n;
+    size_t n = 0;
 
     STATUS_CHECK(store_check_name(sp->variable, "variable", err));
     if (sp->dtype != TESSERA__V1__DTYPE__DTYPE_FLOAT32)
@@ -102,6 +102,11 @@ static status_t check_spec(const store_t *s, const store_shard_spec_t *sp, store
     STATUS_CHECK(check_dims(sp, err));
     STATUS_CHECK(check_layout(sp, err));
     STATUS_CHECK(check_size(s, sp, &n, err));
+    if (sp->has_values && sp->values_len != n * sizeof(float))
+        return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
+                          "variable '%s' shard %d: its values are %zu bytes, the shard's %zu "
+                          "float32 take %zu",
+                          sp->variable, sp->shard, sp->values_len, n, n * sizeof(float));
     if ((unsigned)sp->init.kind > (unsigned)JOB_INIT_RANDOM_NORMAL)
         return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
                           "variable '%s': unknown initializer kind %d", sp->variable,
@@ -292,8 +297,11 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     initializer_fans(sp->full_shape, sp->rank, &fi, &fo);
     fan_in = fan_in > 0 ? fan_in : fi;
     fan_out = fan_out > 0 ? fan_out : fo;
-    initializer_fill_at(&sp->init, JOB_INIT_ZEROS, sh->values, n,
-                        (uint64_t)sp->row_offset * sh->row_len, fan_in, fan_out, seed);
+    if (sp->has_values)
+        memcpy(sh->values, sp->values, n * sizeof(float)); /* float32 LE, as on the hosts */
+    else
+        initializer_fill_at(&sp->init, JOB_INIT_ZEROS, sh->values, n,
+                            (uint64_t)sp->row_offset * sh->row_len, fan_in, fan_out, seed);
     *ret_finite = optimizer_first_non_finite(sh->values, n) == n;
     if (sh->slots)
         optimizer_slots_init(opt, sh->slots, n);
@@ -514,9 +522,10 @@ static status_t make_planned(const char *job, const optimizer_config_t *opt, pla
         if (!finite)
             return store_fail(
                 err, STATUS_INVALID_ARGUMENT, p->spec->variable,
-                "variable '%s' shard %d: its initializer makes values that are not finite "
-                "in float32; nothing was created",
-                p->spec->variable, p->spec->shard);
+                "variable '%s' shard %d: %s values that are not finite in float32; nothing "
+                "was created",
+                p->spec->variable, p->spec->shard,
+                p->spec->has_values ? "its values hold" : "its initializer makes");
     }
     return STATUS_OK;
 }

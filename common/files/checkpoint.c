@@ -441,12 +441,12 @@ status_t ckpt_check_floats(const char *file, const char *tensor, const float *v,
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(v[i]))
             return status_fail(err, STATUS_DATA_LOSS,
-                               "%s: tensor %s holds %s at element %zu: the checkpoint is damaged",
-                               file, tensor, isnan(v[i]) ? "NaN" : "an infinity", i);
+                               "%s: tensor %s holds %s at element %zu: the file is damaged", file,
+                               tensor, isnan(v[i]) ? "NaN" : "an infinity", i);
         if (nonnegative && v[i] < 0)
             return status_fail(err, STATUS_DATA_LOSS,
                                "%s: tensor %s holds %g at element %zu, but it is a sum of squares: "
-                               "the checkpoint is damaged",
+                               "the file is damaged",
                                file, tensor, (double)v[i], i);
     }
     return STATUS_OK;

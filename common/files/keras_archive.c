@@ -201,7 +201,7 @@ status_t keras_archive_write(const char *path, const keras_archive_t *a, status_
 #define CHILD_MEMORY  (16ull << 30)
 
 /* Extracts model.weights.h5 from the archive into h5_path. Runs in the child. */
-static int extract_weights(const char *path, const char *h5_path, char *why, size_t why_len)
+int keras_archive_extract_h5(const char *path, const char *h5_path, char *why, size_t why_len)
 {
     int zerr = 0;
     zip_t *z = zip_open(path, ZIP_RDONLY, &zerr);
@@ -346,18 +346,14 @@ static herr_t gather_layer(hid_t layers, const char *layer, const H5L_info_t *in
     return 0;
 }
 
-/* The child's work: archive -> HDF5 -> safetensors at out_path. */
-static int child_read(const char *path, const char *out_path, char *why, size_t why_len)
+/* HDF5 -> safetensors at out_path. Runs in the child. */
+int keras_archive_h5_to_safetensors(const char *h5, const char *out_path, char *why, size_t why_len)
 {
-    char h5[4200];
     gathered_t g = {.why = why, .why_len = why_len};
     hid_t file, layers;
     status_msg_t err = {0};
     int rc = -1;
 
-    snprintf(h5, sizeof(h5), "%s.h5", out_path);
-    if (extract_weights(path, h5, why, why_len) != 0)
-        return -1;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     file = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (file < 0) {
@@ -379,7 +375,6 @@ static int child_read(const char *path, const char *out_path, char *why, size_t 
         }
         H5Fclose(file);
     }
-    unlink(h5);
     for (size_t i = 0; i < g.n; i++) {
         free(g.data[i]);
         free(g.names[i]);
@@ -387,6 +382,20 @@ static int child_read(const char *path, const char *out_path, char *why, size_t 
     free(g.t);
     free(g.names);
     free(g.data);
+    return rc;
+}
+
+/* The child's work: archive -> HDF5 -> safetensors at out_path. */
+static int child_read(const char *path, const char *out_path, char *why, size_t why_len)
+{
+    char h5[4200];
+    int rc;
+
+    snprintf(h5, sizeof(h5), "%s.h5", out_path);
+    rc = keras_archive_extract_h5(path, h5, why, why_len);
+    if (rc == 0)
+        rc = keras_archive_h5_to_safetensors(h5, out_path, why, why_len);
+    unlink(h5); /* also what a failed extraction left */
     return rc;
 }
 

@@ -62,4 +62,12 @@ status_t keras_archive_write(const char *path, const keras_archive_t *a, status_
  * without model.weights.h5, or weights of another type are errors naming the file. */
 status_t keras_archive_read_weights(const char *path, const char *out_path, status_msg_t *err);
 
+/* The two halves of the child's work, in the calling process, for the fuzz targets only (a
+ * crash inside libzip or libhdf5 here is the caller's): keras_archive_extract_h5 writes the
+ * archive's model.weights.h5 to h5_path; keras_archive_h5_to_safetensors reads an HDF5 file's
+ * layer variables into out_path. Both return 0, or -1 with the reason in why. */
+int keras_archive_extract_h5(const char *path, const char *h5_path, char *why, size_t why_len);
+int keras_archive_h5_to_safetensors(const char *h5_path, const char *out_path, char *why,
+                                    size_t why_len);
+
 #endif

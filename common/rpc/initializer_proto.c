@@ -91,6 +91,10 @@ status_t initializer_from_proto(const Tessera__V1__Initializer *p, job_init_t *r
             return status_fail(err, STATUS_INVALID_ARGUMENT,
                                "initializer.random_normal.stddev must be >= 0, got %g", in.b);
         break;
+    case TESSERA__V1__INITIALIZER__KIND_VALUES:
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "initializer.values: a shard's own values are taken only by a "
+                           "parameter server's CreateVariables");
     default:
         return status_fail(err, STATUS_INVALID_ARGUMENT, "initializer: unknown kind %d",
                            (int)p->kind_case);

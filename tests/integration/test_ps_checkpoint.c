@@ -4,7 +4,8 @@
  * and the job resumed with one worker ends at exactly the numbers of an uninterrupted run;
  * `tessera checkpoint` takes one on demand; a checkpoint of another layout or a damaged shard
  * file is refused naming it; the Save and Restore calls refuse paths that could leave the
- * checkpoint's directory. */
+ * checkpoint's directory; a job starts from weights a user brings (init_from), cut into shards
+ * over the PS tasks, and another model's weights are refused naming a variable. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <signal.h>
@@ -426,10 +427,12 @@ static double test_accuracy(const char *out)
 
 /* Fashion-MNIST's MLP on two workers, stopped after a third of its steps and resumed: the
  * asynchronous order of pushes differs from run to run, but the resumed run lands near one never
- * stopped. Two uninterrupted runs of this job differ by half a point of test accuracy and more
- * themselves (0.8475 to 0.8584 seen, more apart on a loaded machine), so the bound here is 1.5
- * points; that the job went on from its step, not from the start, is checked exactly (and the
- * one-worker test above checks the exact numbers). */
+ * stopped. The learning rate decays (which the resumed run must take up where it stood), so the
+ * runs settle: three pairs measured 0.8499/0.8520, 0.8512/0.8504, 0.8505/0.8532 (uninterrupted/
+ * resumed), at most 0.27 points apart; with a constant rate uninterrupted runs alone spread over
+ * 1.6 points. The bound here is 0.8 points, for a loaded machine; that the job went on from its
+ * step, not from the start, is checked exactly (and the one-worker test above checks the exact
+ * numbers). */
 START_TEST(ps_checkpoint_two_workers_resume_near_an_uninterrupted_run)
 {
     static const char job_text[] =
@@ -437,7 +440,8 @@ START_TEST(ps_checkpoint_two_workers_resume_near_an_uninterrupted_run)
         "model:\n  - {dense: {units: 64, activation: relu}, input_shape: [784]}\n"
         "  - {dense: {units: 10}}\n"
         "loss: {sparse_categorical_crossentropy: {from_logits: true}}\nmetrics: [accuracy]\n"
-        "optimizer: {adam: {learning_rate: 0.001}}\n"
+        "optimizer: {adam: {learning_rate: {exponential_decay: {initial_learning_rate: 0.002, "
+        "decay_steps: 938, decay_rate: 0.25}}}}\n"
         "data:\n"
         "  train: {format: idx, images: %s/train-images-idx3-ubyte.gz, labels: "
         "%s/train-labels-idx1-ubyte.gz}\n"
@@ -485,10 +489,99 @@ START_TEST(ps_checkpoint_two_workers_resume_near_an_uninterrupted_run)
     ck_assert_msg(from >= 1000 && strstr(out, "epoch 1:") == NULL && strstr(out, "epoch 3:"), "%s",
                   out);
     resumed = test_accuracy(out);
-    ck_assert_msg(resumed >= whole - 0.015 && resumed <= whole + 0.015,
+    printf("two workers: test accuracy %.4f uninterrupted, %.4f resumed\n", whole, resumed);
+    ck_assert_msg(resumed >= whole - 0.008 && resumed <= whole + 0.008,
                   "resumed %.4f, uninterrupted %.4f: %s", resumed, whole, out);
     free(out);
     stop_cluster(&c);
+}
+END_TEST
+
+/* A cluster job with init_from, its first dense kernel cut in 3 shards over the 2 PS: one step
+ * of SGD at a learning rate too small to move anything, so its test numbers are the file's. */
+static const char *write_init_job(const char *name, const char *from, int units)
+{
+    static char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", harness_tmpdir(), name);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fprintf(f,
+            "name: pinit\nstrategy: parameter_server\n"
+            "model:\n"
+            "  - {dense: {units: %d, activation: relu}, input_shape: [200]}\n"
+            "  - {dropout: {rate: 0.2}}\n"
+            "  - {dense: {units: 10, activation: softmax}}\n"
+            "loss: sparse_categorical_crossentropy\nmetrics: [accuracy]\n"
+            "optimizer: {sgd: {learning_rate: 1.0e-9}}\n"
+            "partitioner: {fixed: {num_shards: 3}}\n"
+            "data:\n  batch_size: 32\n"
+            "  train: {format: synthetic, kind: classification, examples: 8000, shape: [200], "
+            "classes: 10, seed: 1}\n"
+            "  test: {format: synthetic, kind: classification, examples: 1000, shape: [200], "
+            "classes: 10, seed: 2}\n"
+            "train: {steps: 1}\n"
+            "init_from: %s\n",
+            units, from);
+    fclose(f);
+    return path;
+}
+
+/* tessera train trains and exports a model; a cluster job started from its model.keras (and
+ * from its model.safetensors) evaluates as tessera train does from the same file. */
+START_TEST(ps_checkpoint_cluster_starts_from_exported_weights)
+{
+    char dir[512], out_dir[512], keras[1024], st[1024], flag[1100], *out = NULL;
+    const char *job;
+    double expected;
+    cluster_t c;
+    int rc;
+
+    snprintf(dir, sizeof(dir), "%s/init-ckpt", harness_tmpdir());
+    snprintf(out_dir, sizeof(out_dir), "%s/init-export", harness_tmpdir());
+    job = strdup(write_job("init-train.yaml", dir, "{steps: 300}"));
+    ck_assert_int_eq(tessera((char *[]){"train", (char *)job, NULL}, &out), 0);
+    free(out);
+    rc = tessera((char *[]){"export", (char *)job, "--out", out_dir, NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    snprintf(keras, sizeof(keras), "%s/model.keras", out_dir);
+    snprintf(st, sizeof(st), "%s/model.safetensors", out_dir);
+    snprintf(flag, sizeof(flag), "--init-from=%s", keras);
+    ck_assert_int_eq(tessera((char *[]){"train", (char *)job, flag, "--evaluate", NULL}, &out), 0);
+    expected = test_accuracy(out);
+    free(out);
+    ck_assert_msg(expected > 0.3, "trained to %.4f only: the test would prove nothing", expected);
+
+    start_cluster(&c, 2);
+    for (int i = 0; i < 2; i++) {
+        const char *path =
+            write_init_job(i ? "init-st.yaml" : "init-keras.yaml", i ? st : keras, 256);
+        rc = tessera((char *[]){"submit", (char *)path, c.chief_flag, "--watch", NULL}, &out);
+        ck_assert_msg(rc == 0 && strstr(out, "starting from the weights in") != NULL, "exit %d: %s",
+                      rc, out);
+        double got = test_accuracy(out);
+        ck_assert_msg(got >= expected - 0.001 && got <= expected + 0.001,
+                      "from %s: test accuracy %.4f, tessera train's %.4f: %s", i ? st : keras, got,
+                      expected, out);
+        free(out);
+    }
+    /* another model's weights, and no file at all: the job fails naming them */
+    rc = tessera((char *[]){"submit", (char *)write_init_job("init-128.yaml", keras, 128),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
+    ck_assert_msg(rc != 0 && strstr(out, "the weights of another model") != NULL &&
+                      strstr(out, "[200, 256]") != NULL,
+                  "exit %d: %s", rc, out);
+    free(out);
+    snprintf(flag, sizeof(flag), "%s/no-such.keras", harness_tmpdir());
+    rc = tessera((char *[]){"submit", (char *)write_init_job("init-none.yaml", flag, 256),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
+    ck_assert_msg(rc != 0 && strstr(out, "no-such.keras") != NULL, "exit %d: %s", rc, out);
+    free(out);
+    stop_cluster(&c);
+    free((char *)job);
 }
 END_TEST
 
@@ -503,6 +596,7 @@ int main(void)
     tcase_add_test(tc, ps_checkpoint_on_demand_and_refusals_name_the_culprit);
     tcase_add_test(tc, ps_checkpoint_killed_at_random_moments_resumes_to_identical_numbers);
     tcase_add_test(tc, ps_checkpoint_two_workers_resume_near_an_uninterrupted_run);
+    tcase_add_test(tc, ps_checkpoint_cluster_starts_from_exported_weights);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();

@@ -2,6 +2,7 @@
  * culprit, and the server keeps serving the same values. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,6 +343,27 @@ START_TEST(ps_hostile_findings_get_clear_errors_and_change_nothing)
     expect(&f, ps_push_raw(f.ch, &p, &err), STATUS_INVALID_ARGUMENT, &err, "w", "more than 2^64",
            "a [2^62] gradient");
     expect_text_is_utf8(&err, "a [2^62] gradient");
+
+    /* 8. A shard's own values (init_from): the wrong byte count, or a NaN, creates nothing;
+     * the right ones are served as sent. */
+    float own[12] = {1, -2, 3.5f, 0, 1e-30f, 7, 8, 9, 10, 11, 12, 13}, *got;
+    Tessera__V1__Initializer__Values vals = TESSERA__V1__INITIALIZER__VALUES__INIT;
+    ps_var_desc(&v, "own", 4, 3, 0, 1, 0.0, 0);
+    v.init.kind_case = TESSERA__V1__INITIALIZER__KIND_VALUES;
+    v.init.values = &vals;
+    vals.data.data = (uint8_t *)own;
+    vals.data.len = 11 * sizeof(float);
+    expect(&f, ps_create(f.ch, "f8", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err, "own",
+           "44 bytes", "values one float short");
+    vals.data.len = 12 * sizeof(float);
+    own[5] = NAN;
+    expect(&f, ps_create(f.ch, "f8", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err, "own",
+           "not finite", "values with a NaN");
+    own[5] = 7;
+    ck_assert_int_eq(ps_create(f.ch, "f8", &opt, &v, 1, NULL, &err), STATUS_OK);
+    got = ps_pull(f.ch, "f8", "own", 0, NULL, 0, NULL, NULL);
+    assert_floats_eq(got, own, 12);
+    free(got);
 
     ck_assert_int_eq(health_check(f.ps.listen, "", 5000, &err), HEALTH_SERVING);
     free(f.w);

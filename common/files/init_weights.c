@@ -1,13 +1,13 @@
 #define _POSIX_C_SOURCE 200809L
-#include "init_from.h"
+#include "files/init_weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "files/checkpoint.h"
 #include "files/keras_archive.h"
-#include "optim/optimizer.h"
 
 static bool is_zip(const char *path)
 {
@@ -66,77 +66,80 @@ void init_weights_close(init_weights_t *w)
     memset(w, 0, sizeof(*w));
 }
 
-/* The name param i of the model has in the file. */
-static void file_name(const init_weights_t *w, model_t *m, size_t i, char *buf, size_t len)
+/* The name variable i has in the file. */
+static void file_name(const init_weights_t *w, const init_var_t *vars, size_t i, char *buf,
+                      size_t len)
 {
-    const model_param_t *p = model_param(m, i);
+    const char *name = vars[i].name, *slash = strchr(name, '/');
+    size_t layer_len = slash ? (size_t)(slash - name) : strlen(name), k = 0;
 
     if (!w->keras) {
-        snprintf(buf, len, "%s", p->name);
+        snprintf(buf, len, "%s", name);
         return;
     }
     /* "<layer>/<k>": the k-th variable of its layer, as the layer creates them */
-    const char *slash = strchr(p->name, '/');
-    size_t layer_len = slash ? (size_t)(slash - p->name) : strlen(p->name), k = 0;
     for (size_t j = 0; j < i; j++)
-        if (strncmp(model_param(m, j)->name, p->name, layer_len + 1) == 0)
+        if (strncmp(vars[j].name, name, layer_len + 1) == 0)
             k++;
-    snprintf(buf, len, "%.*s/%zu", (int)layer_len, p->name, k);
+    snprintf(buf, len, "%.*s/%zu", (int)layer_len, name, k);
 }
 
-static status_t check(const init_weights_t *w, model_t *m, status_msg_t *err)
+static void shape_text(const uint64_t *shape, int rank, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (int d = 0; d < rank; d++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%llu", d ? ", " : "",
+                 (unsigned long long)shape[d]);
+}
+
+status_t init_weights_check(const init_weights_t *w, const init_var_t *vars, size_t n,
+                            status_msg_t *err)
 {
     char name[160];
 
-    if (st_count(w->file) != model_param_count(m))
+    if (st_count(w->file) != n)
         return status_fail(err, STATUS_BAD_CONFIG,
                            "%s holds %zu variables, the model %zu: the weights of another model",
-                           w->path, st_count(w->file), model_param_count(m));
-    for (size_t i = 0; i < model_param_count(m); i++) {
-        const model_param_t *p = model_param(m, i);
+                           w->path, st_count(w->file), n);
+    for (size_t i = 0; i < n; i++) {
+        const init_var_t *v = &vars[i];
         const st_info_t *t;
         bool same;
-        file_name(w, m, i, name, sizeof(name));
+        file_name(w, vars, i, name, sizeof(name));
         if ((t = st_find(w->file, name)) == NULL)
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s has no %s (the model's %s): the weights of another model "
                                "(or layers named otherwise)",
-                               w->path, name, p->name);
-        same = t->dtype == ST_F32 && t->rank == p->rank;
-        for (int d = 0; same && d < p->rank; d++)
-            same = t->shape[d] == (uint64_t)p->shape[d];
+                               w->path, name, v->name);
+        same = t->dtype == ST_F32 && t->rank == v->rank;
+        for (int d = 0; same && d < v->rank; d++)
+            same = t->shape[d] == v->shape[d];
         if (!same) {
-            char theirs[96] = "", ours[96] = "";
-            for (int d = 0; d < t->rank; d++)
-                snprintf(theirs + strlen(theirs), sizeof(theirs) - strlen(theirs), "%s%llu",
-                         d ? ", " : "", (unsigned long long)t->shape[d]);
-            for (int d = 0; d < p->rank; d++)
-                snprintf(ours + strlen(ours), sizeof(ours) - strlen(ours), "%s%d", d ? ", " : "",
-                         p->shape[d]);
+            char theirs[96], ours[96];
+            shape_text(t->shape, t->rank, theirs, sizeof(theirs));
+            shape_text(v->shape, v->rank, ours, sizeof(ours));
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s: %s is %s [%s], the model's %s float32 [%s]: the weights of "
                                "another model",
-                               w->path, name, st_dtype_name(t->dtype), theirs, p->name, ours);
+                               w->path, name, st_dtype_name(t->dtype), theirs, v->name, ours);
         }
     }
     return STATUS_OK;
 }
 
-status_t init_weights_apply(const init_weights_t *w, model_t *m, status_msg_t *err)
+status_t init_weights_read(const init_weights_t *w, const init_var_t *vars, size_t n, size_t i,
+                           float *out, status_msg_t *err)
 {
+    const st_info_t *t;
     char name[160];
 
-    STATUS_CHECK(check(w, m, err));
-    for (size_t i = 0; i < model_param_count(m); i++) {
-        model_param_t *p = model_param(m, i);
-        file_name(w, m, i, name, sizeof(name));
-        STATUS_CHECK(st_read(w->file, st_find(w->file, name), p->value, err));
-        /* HDF5 keeps no checksums: damage inside the data reads back as numbers, which is
-         * caught only when it makes them NaN or infinite. */
-        if (optimizer_first_non_finite(p->value, p->n) < p->n)
-            return status_fail(err, STATUS_DATA_LOSS,
-                               "%s: %s holds NaN or infinite values: a corrupt file", w->path,
-                               name);
-    }
-    return STATUS_OK;
+    if (i >= n)
+        return status_fail(err, STATUS_INTERNAL, "%s: no variable %zu of %zu", w->path, i, n);
+    file_name(w, vars, i, name, sizeof(name));
+    if ((t = st_find(w->file, name)) == NULL)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s has no %s", w->path, name);
+    STATUS_CHECK(st_read(w->file, t, out, err));
+    /* HDF5 keeps no checksums: damage inside the data reads back as numbers, which is caught
+     * only when it makes them NaN or infinite. */
+    return ckpt_check_floats(w->path, name, out, (size_t)t->elements, false, err);
 }

@@ -1,0 +1,49 @@
+/* init_from: a job's starting weights from a file, instead of its initializers: a Keras 3
+ * `.keras` archive (keras.Model.save's, or tessera export's), or a safetensors file whose
+ * tensors are named as Tessera names variables ("dense/kernel"; tessera export's
+ * model.safetensors). Every variable of the model must be there with its shape, and nothing
+ * else: a file of another model is refused naming the first variable that differs.
+ *
+ * The model is described by its variables in the model's order (a .keras archive numbers each
+ * layer's variables in the order the layer makes them): tessera train passes its model's,
+ * the chief the variables the workers described. */
+#ifndef TESSERA_FILES_INIT_WEIGHTS_H
+#define TESSERA_FILES_INIT_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "files/safetensors.h"
+
+typedef struct init_var {
+    const char *name; /* Tessera's: "dense/kernel" */
+    int rank;
+    uint64_t shape[ST_MAX_RANK];
+} init_var_t;
+
+typedef struct init_weights {
+    const char *path;
+    st_file_t *file;
+    bool keras;   /* tensors named "<layer>/<index>", as a .keras archive numbers them */
+    char *tmpdir; /* where a .keras archive's weights were unpacked; removed on close */
+} init_weights_t;
+
+/* Opens the file (a .keras archive is unpacked in a child process, see
+ * keras_archive_read_weights) before the caller starts threads. */
+status_t init_weights_open(const char *path, init_weights_t *ret, status_msg_t *err);
+
+/* Checks the file against the model's variables vars[0..n): the same count, each one there
+ * as float32 of its shape. */
+status_t init_weights_check(const init_weights_t *w, const init_var_t *vars, size_t n,
+                            status_msg_t *err);
+
+/* Reads variable i of a checked model into out (its elements), refusing NaN and infinities
+ * (DATA_LOSS naming the file and tensor: HDF5 keeps no checksums). */
+status_t init_weights_read(const init_weights_t *w, const init_var_t *vars, size_t n, size_t i,
+                           float *out, status_msg_t *err);
+
+void init_weights_close(init_weights_t *w); /* NULL-safe, and safe on a zeroed one */
+
+#endif
