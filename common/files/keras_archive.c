@@ -302,6 +302,11 @@ static herr_t gather_layer(hid_t layers, const char *layer, const H5L_info_t *in
     hid_t vars;
 
     (void)info;
+    if (!utf8_valid_text(layer, strlen(layer))) { /* it becomes a safetensors (JSON) name */
+        char shown[200];
+        utf8_escape(shown, sizeof(shown), layer, strlen(layer));
+        return snprintf(g->why, g->why_len, "layer name \"%s\" is not UTF-8 text", shown), -1;
+    }
     snprintf(path, sizeof(path), "%s/vars", layer);
     if ((vars = H5Gopen2(layers, path, H5P_DEFAULT)) < 0)
         return 0; /* a layer without variables may have no vars group */
@@ -431,6 +436,11 @@ status_t keras_archive_read_weights(const char *path, const char *out_path, stat
 #ifndef UNDER_ASAN /* ASan's shadow memory needs more address space than any limit */
         limit_memory();
 #endif
+        /* A fault in libhdf5 kills the child by its signal, whatever handlers the parent has
+         * (a daemon's, a sanitizer's): the parent reports it as a crash of libhdf5. */
+        static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+        for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+            signal(faults[i], SIG_DFL);
         alarm(CHILD_SECONDS);
         int rc = child_read(path, out_path, why, sizeof(why));
         if (rc != 0 && write(pipefd[1], why, strlen(why)) < 0)

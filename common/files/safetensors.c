@@ -63,6 +63,12 @@ static status_t check_names(const st_tensor_t *t, size_t n, const char *path, st
         if (t[i].name == NULL || t[i].name[0] == '\0' || strcmp(t[i].name, "__metadata__") == 0)
             return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: tensor %zu has no usable name",
                                path, i);
+        if (!utf8_valid_text(t[i].name, strlen(t[i].name))) { /* the header is UTF-8 JSON */
+            char shown[200];
+            utf8_escape(shown, sizeof(shown), t[i].name, strlen(t[i].name));
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "%s: tensor %zu's name \"%s\" is not UTF-8 text", path, i, shown);
+        }
         if ((unsigned)t[i].dtype >= ST_DTYPE_COUNT || t[i].rank < 0 || t[i].rank > ST_MAX_RANK)
             return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: tensor %s: bad dtype or rank",
                                path, t[i].name);

@@ -385,6 +385,11 @@ START_TEST(init_from_loads_exports_and_refuses_damaged_files)
         expect_init_refused(job, bad, "");
         free(h5);
     }
+    /* an HDF5 file that makes libhdf5 1.10.8 write through a NULL pointer (found by the keras_h5
+     * fuzz target): the child dies, the trainer says so */
+    expect_init_refused(job,
+                        harness_source("tests/fuzz/regressions/keras_archive/libhdf5-segv-1.keras"),
+                        "crashed libhdf5 (signal 11)");
     free(data);
     free(trained);
     free((char *)job);

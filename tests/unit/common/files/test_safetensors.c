@@ -207,7 +207,7 @@ START_TEST(big_tensors_round_trip_on_any_filesystem)
 }
 END_TEST
 
-START_TEST(duplicate_names_write_nothing)
+START_TEST(duplicate_and_non_utf8_names_write_nothing)
 {
     const float v[1] = {1};
     st_tensor_t t[2] = {{.name = "a", .dtype = ST_F32, .rank = 1, .shape = {1}, .data = v},
@@ -217,6 +217,12 @@ START_TEST(duplicate_names_write_nothing)
     ck_assert_int_eq(st_write_file(path_of("dup.safetensors"), t, 2, NULL, 0, NULL, &err),
                      STATUS_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(err.text, "named twice"));
+    ck_assert_int_eq(files_in_dir(), 0);
+    /* the header is UTF-8 JSON: a name that is not UTF-8 would make a file no reader takes */
+    t[1].name = "dens\xff";
+    ck_assert_int_eq(st_write_file(path_of("dup.safetensors"), t, 2, NULL, 0, NULL, &err),
+                     STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.text, "\"dens\\xff\" is not UTF-8") != NULL, "%s", err.text);
     ck_assert_int_eq(files_in_dir(), 0);
 }
 END_TEST
@@ -431,7 +437,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, writer_matches_the_golden_file);
     tcase_add_test(tc, every_dtype_round_trips_with_metadata);
-    tcase_add_test(tc, duplicate_names_write_nothing);
+    tcase_add_test(tc, duplicate_and_non_utf8_names_write_nothing);
     tcase_add_test(tc, big_tensors_round_trip_on_any_filesystem);
     tcase_add_test(tc, damaged_files_are_data_loss_naming_what);
     tcase_add_test(tc, missing_file_is_not_found);
