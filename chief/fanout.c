@@ -8,6 +8,11 @@ static void *fanout_main(void *arg)
 {
     fanout_t *f = arg;
     rpc_call_opts_t o = {.timeout_ms = f->timeout_ms};
+
+    if (f->skip) {
+        f->rc = f->err.status = STATUS_UNAVAILABLE;
+        return NULL;
+    }
     f->rc = rpc_unary(f->ch, f->method, f->req, &o, &f->resp, NULL, &f->err);
     return NULL;
 }

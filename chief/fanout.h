@@ -14,6 +14,7 @@ typedef struct fanout {
     const ProtobufCMessage *req;
     ProtobufCMessage *resp;
     int64_t timeout_ms;
+    bool skip; /* no call: rc is STATUS_UNAVAILABLE (a task known to be down) */
     status_t rc;
     rpc_error_t err;
     pthread_t tid;

@@ -17,6 +17,10 @@ static const config_option_t chief_options[] = {
      "Worker tasks, by index: HOST:PORT,HOST:PORT. TF_CONFIG's cluster.worker sets it."},
     {"health-timeout", CONFIG_DURATION_MS, offsetof(chief_opts_t, health_timeout_ms), "1s", 10,
      60000, "How long a health check of one task may take before it counts as unreachable."},
+    {"worker-timeout", CONFIG_DURATION_MS, offsetof(chief_opts_t, worker_timeout_ms), "10s", 500,
+     3600000,
+     "How long a worker of a running job may answer no health check (stopped, hung, cut off by "
+     "the network) before its closure goes back on the queue and the job goes on without it."},
 };
 
 static const config_table_t chief_table = {

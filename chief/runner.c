@@ -15,6 +15,7 @@
 #include "files/tensorboard.h"
 #include "internal.h"
 #include "placement.h"
+#include "watchdog.h"
 
 void chief_cancel_workers(coordinator_t *c, chief_job_t *j)
 {
@@ -31,13 +32,16 @@ void chief_cancel_workers(coordinator_t *c, chief_job_t *j)
     free(f);
 }
 
-/* Configures every worker: a first call (plan NULL) builds model and data pipeline, starting
- * where the checkpoint being resumed (resume, may be NULL) left each worker's data; a second
- * gives the placement. */
+/* Configures the live workers (alive[w]): a first call (plan NULL) builds model and data
+ * pipeline, starting where the checkpoint being resumed (resume, may be NULL) left each worker's
+ * data; a second gives the placement. A worker that cannot be reached is marked dead and the job
+ * goes on with the others (its share of the data is not read); none left fails the job. */
 static status_t configure_workers(coordinator_t *c, chief_job_t *j, const plan_t *plan,
                                   const ckpt_manifest_t *resume, fanout_t *f,
-                                  Tessera__V1__ConfigureJobRequest *reqs, status_msg_t *err)
+                                  Tessera__V1__ConfigureJobRequest *reqs, bool *alive,
+                                  status_msg_t *err)
 {
+    size_t n_alive = 0;
     Tessera__V1__ConfigureJobRequest__FilesEntry *entries =
         calloc(j->n_files + 1, sizeof(*entries));
     Tessera__V1__ConfigureJobRequest__FilesEntry **eptrs = calloc(j->n_files + 1, sizeof(*eptrs));
@@ -82,13 +86,31 @@ static status_t configure_workers(coordinator_t *c, chief_job_t *j, const plan_t
         f[w] = (fanout_t){.ch = c->workers[w],
                           .method = RPC_WORKER_CONFIGURE_JOB,
                           .req = &q->base,
-                          .timeout_ms = CONFIGURE_TIMEOUT};
+                          .timeout_ms = CONFIGURE_TIMEOUT,
+                          .skip = !alive[w]};
     }
     fanout_run(f, c->n_workers);
-    for (size_t w = 0; w < c->n_workers && rc == STATUS_OK; w++)
-        if (f[w].rc != STATUS_OK)
+    for (size_t w = 0; w < c->n_workers && rc == STATUS_OK; w++) {
+        if (f[w].skip)
+            continue;
+        if (f[w].rc == STATUS_UNAVAILABLE || f[w].rc == STATUS_TIMEOUT) {
+            alive[w] = false;
+            pthread_mutex_lock(&c->mu);
+            chief_job_event(c, j,
+                            "worker %zu (%s) is down: the job goes on without it (its share of "
+                            "the data is not read): %s",
+                            w, rpc_channel_target(c->workers[w]), f[w].err.message);
+            pthread_mutex_unlock(&c->mu);
+        } else if (f[w].rc != STATUS_OK) {
             rc = status_fail(err, f[w].rc, "configuring worker %zu (%s): %s", w,
                              rpc_channel_target(c->workers[w]), f[w].err.message);
+        } else {
+            n_alive++;
+        }
+    }
+    if (rc == STATUS_OK && n_alive == 0)
+        rc = status_fail(err, STATUS_UNAVAILABLE, "no worker could be configured; the first: %s",
+                         f[0].err.message);
 out:
     free(entries);
     free(eptrs);
@@ -106,11 +128,23 @@ typedef struct running {
     double last_save;   /* clock_now_s() of it */
     bool has_last_epoch;
     double last_loss, last_accuracy;
+    watchdog_t *wd;       /* hung[w]: the worker answered no health check for too long */
     tb_run_t *tb;         /* the job's TensorBoard run, or NULL */
     int64_t tb_last_step; /* of the last batch summary */
     status_t tb_rc;       /* the first failed write of a batch summary */
     status_msg_t tb_err;
 } running_t;
+
+/* A failed call to worker w: UNAVAILABLE when the watchdog cancelled it, else as it failed. */
+static status_t hung_or(const running_t *r, size_t w, const rpc_error_t *rerr, status_msg_t *err)
+{
+    if (rerr->status == STATUS_CANCELLED && atomic_load(&r->wd->hung[w]))
+        return status_fail(err, STATUS_UNAVAILABLE,
+                           "worker:%zu answered no health check for %.1f s (stopped, hung or cut "
+                           "off)",
+                           w, (double)r->wd->timeout_ms / 1000);
+    return status_fail(err, rerr->status, "%s", rerr->message);
+}
 
 /* dispatch_call_fn: a training closure on a worker, over RPC. */
 static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
@@ -121,7 +155,7 @@ static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
     chief_job_t *j = r->j;
     Tessera__V1__RunClosureRequest req = TESSERA__V1__RUN_CLOSURE_REQUEST__INIT;
     Tessera__V1__RunClosureResponse *resp = NULL;
-    rpc_call_opts_t o = {.timeout_ms = CLOSURE_TIMEOUT};
+    rpc_call_opts_t o = {.timeout_ms = CLOSURE_TIMEOUT, .cancel = &r->wd->hung[w]};
     rpc_error_t rerr;
 
     req.job = j->id;
@@ -131,7 +165,7 @@ static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
     req.global_step = cl->global_step;
     req.epoch = cl->epoch;
     if (rpc_worker_run_closure(c->workers[w], &req, &o, &resp, NULL, &rerr) != STATUS_OK)
-        return status_fail(err, rerr.status, "%s", rerr.message);
+        return hung_or(r, w, &rerr, err);
     *ret = (dispatch_result_t){.steps = resp->steps,
                                .examples = resp->examples,
                                .loss_sum = resp->loss_sum,
@@ -192,23 +226,36 @@ static status_t tensorboard_epoch(running_t *r, int64_t epoch, int64_t steps, do
 }
 
 /* Evaluates on the first live worker that answers. */
-static status_t evaluate(coordinator_t *c, chief_job_t *j, dispatch_t *d, status_msg_t *err)
+static status_t evaluate(running_t *r, status_msg_t *err)
 {
+    coordinator_t *c = r->c;
+    chief_job_t *j = r->j;
+    dispatch_t *d = r->d;
     Tessera__V1__RunClosureRequest req = TESSERA__V1__RUN_CLOSURE_REQUEST__INIT;
     Tessera__V1__RunClosureResponse *resp = NULL;
-    rpc_call_opts_t o = {.timeout_ms = CLOSURE_TIMEOUT};
     rpc_error_t rerr;
 
     for (size_t w = 0; w < c->n_workers; w++) {
-        if (!d->alive[w])
+        rpc_call_opts_t o = {.timeout_ms = CLOSURE_TIMEOUT, .cancel = &r->wd->hung[w]};
+        status_msg_t why;
+        pthread_mutex_lock(&c->mu);
+        bool alive = d->alive[w];
+        req.closure_id = d->next_closure++;
+        pthread_mutex_unlock(&c->mu);
+        if (!alive || atomic_load(&r->wd->hung[w]))
             continue;
         req.job = j->id;
-        req.closure_id = d->next_closure++;
         req.kind = TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE;
         if (rpc_worker_run_closure(c->workers[w], &req, &o, &resp, NULL, &rerr) != STATUS_OK) {
-            if (rerr.status == STATUS_UNAVAILABLE)
+            status_t rc = hung_or(r, w, &rerr, &why);
+            if (rc == STATUS_UNAVAILABLE || rc == STATUS_TIMEOUT) {
+                pthread_mutex_lock(&c->mu);
+                d->alive[w] = false;
+                worker_lost(r, w, why.text);
+                pthread_mutex_unlock(&c->mu);
                 continue;
-            return status_fail(err, rerr.status, "evaluation on worker %zu: %s", w, rerr.message);
+            }
+            return status_fail(err, rc, "evaluation on worker %zu: %s", w, why.text);
         }
         pthread_mutex_lock(&c->mu);
         if (resp->examples > 0) {
@@ -322,7 +369,7 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const double
         pthread_mutex_lock(&c->mu);
         j->progress.epoch = epochs - 1;
         pthread_mutex_unlock(&c->mu);
-        return evaluate(c, j, r->d, err); /* resumed after its last step: the model's numbers */
+        return evaluate(r, err); /* resumed after its last step: the model's numbers */
     }
     for (int64_t e = per_epoch > 0 ? start / per_epoch : epochs; e < epochs && rc == STATUS_OK;
          e++) {
@@ -341,7 +388,7 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const double
         }
         rc = run_epoch(r, per_epoch - done, err);
         if (rc == STATUS_OK && has_test && job->evaluate) {
-            rc = evaluate(c, j, r->d, err);
+            rc = evaluate(r, err);
         } else if (rc == STATUS_OK) {
             pthread_mutex_lock(&c->mu);
             chief_job_event(c, j, "epoch %lld: loss %.4f, accuracy %.4f", (long long)e + 1,
@@ -443,8 +490,16 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                     .changed = progress_moved,
                     .pause = &j->ckpt_wanted};
     plan_t plan = {0};
-    running_t run = {
-        .c = c, .j = j, .d = &d, .plan = &plan, .saved_step = -1, .last_save = clock_now_s()};
+    watchdog_t wd = {0};
+    running_t run = {.c = c,
+                     .j = j,
+                     .d = &d,
+                     .plan = &plan,
+                     .wd = &wd,
+                     .saved_step = -1,
+                     .last_save = clock_now_s()};
+    const Tessera__V1__ConfigureJobResponse *first = NULL;
+    size_t n_alive = 0;
     ckpt_manifest_t m = {0};
     char *resume_path = NULL;
     int64_t train_examples = 0, batches = 0, b = j->job.data.batch_size;
@@ -468,20 +523,25 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc == STATUS_OK)
         rc = find_resume(c, j, &resume_path, &m, &resumed, err);
     if (rc == STATUS_OK)
-        rc = configure_workers(c, j, NULL, resumed ? &m : NULL, f1, reqs, err);
+        rc = configure_workers(c, j, NULL, resumed ? &m : NULL, f1, reqs, d.alive, err);
     if (rc != STATUS_OK)
         goto out;
     for (size_t w = 0; w < c->n_workers; w++) {
         const Tessera__V1__ConfigureJobResponse *resp = (const void *)f1[w].resp;
+        if (!d.alive[w])
+            continue;
+        if (first == NULL)
+            first = resp;
+        n_alive++;
         train_examples += resp->train_examples;
         batches += j->job.data.drop_remainder ? resp->train_examples / b
                                               : (resp->train_examples + b - 1) / b;
         has_test |= resp->test_examples > 0;
     }
-    rc = placement_plan(c, j, (const void *)f1[0].resp, &plan, err);
+    rc = placement_plan(c, j, first, &plan, err);
     /* Starting weights only for a job that starts: a resumed one has its checkpoint's. */
     if (rc == STATUS_OK && j->job.init_from != NULL && !resumed) {
-        rc = placement_init_from(j, (const void *)f1[0].resp, &plan, err);
+        rc = placement_init_from(j, first, &plan, err);
         if (rc == STATUS_OK) {
             pthread_mutex_lock(&c->mu);
             chief_job_event(c, j, "starting from the weights in %s", j->job.init_from);
@@ -495,18 +555,20 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc == STATUS_OK && resumed)
         rc = resume_position(&run, resume_path, &m, err);
     if (rc == STATUS_OK)
-        rc = configure_workers(c, j, &plan, NULL, f2, reqs, err);
+        rc = configure_workers(c, j, &plan, NULL, f2, reqs, d.alive, err);
+    if (rc == STATUS_OK)
+        rc = watchdog_start(&wd, c, d.alive, c->n_workers, c->opts->worker_timeout_ms, err);
     if (rc != STATUS_OK)
         goto out;
     pthread_mutex_lock(&c->mu);
     j->progress.total_steps = j->job.steps > 0 ? j->job.steps : j->job.epochs * batches;
-    chief_job_event(c, j,
-                    "training on %zu workers and %zu ps: %lld examples, %lld steps, %zu shards",
-                    c->n_workers, c->n_ps, (long long)train_examples,
-                    (long long)j->progress.total_steps, plan.n_places);
+    chief_job_event(
+        c, j, "training on %zu workers and %zu ps: %lld examples, %lld steps, %zu shards", n_alive,
+        c->n_ps, (long long)train_examples, (long long)j->progress.total_steps, plan.n_places);
     pthread_mutex_unlock(&c->mu);
     rc = train(&run, batches, has_test, resumed ? m.epoch_sums : NULL, err);
 out:
+    watchdog_stop(&wd);
     if (rc == STATUS_CANCELLED)
         chief_cancel_workers(c, j);
     if (plan.n_places > 0)

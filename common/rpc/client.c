@@ -148,7 +148,8 @@ static void hold_trailing(call_state_t *st)
 
 /* Runs one unary call on its own completion queue and waits for it. */
 static status_t run_call(rpc_channel_t *ch, void *registered, const char *path,
-                         grpc_byte_buffer *req_bb, int64_t timeout_ms, call_state_t *st)
+                         grpc_byte_buffer *req_bb, int64_t timeout_ms, const _Atomic bool *cancel,
+                         call_state_t *st)
 {
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     gpr_timespec deadline = rpc_deadline_ms(timeout_ms);
@@ -183,7 +184,19 @@ static status_t run_call(rpc_channel_t *ch, void *registered, const char *path,
         grpc_completion_queue_destroy(cq);
         return STATUS_INTERNAL;
     }
-    ev = grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (cancel == NULL) {
+        ev = grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    } else {
+        bool cancelled = false;
+        /* in slices, looking at the flag between them; once cancelled, the status op completes */
+        while (
+            (ev = grpc_completion_queue_pluck(cq, &tag, rpc_deadline_ms(RPC_CANCEL_POLL_MS), NULL))
+                .type == GRPC_QUEUE_TIMEOUT)
+            if (!cancelled && atomic_load(cancel)) {
+                grpc_call_cancel(call, NULL);
+                cancelled = true;
+            }
+    }
     (void)ev; /* the status op always reports success: the status code says what happened */
     hold_trailing(st);
     grpc_call_unref(call);
@@ -253,7 +266,7 @@ status_t rpc_unary(rpc_channel_t *ch, rpc_method_id_t id, const ProtobufCMessage
     }
     call_state_init(&st);
     rc = run_call(ch, ch->registered[id], m->path, req_bb,
-                  o.timeout_ms > 0 ? o.timeout_ms : ch->timeout_ms, &st);
+                  o.timeout_ms > 0 ? o.timeout_ms : ch->timeout_ms, o.cancel, &st);
     grpc_byte_buffer_destroy(req_bb);
     rpc_tracker_wait_done(&tracker);
     if (rc == STATUS_OK && st.code != GRPC_STATUS_OK) {
@@ -288,7 +301,7 @@ status_t rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *body, si
 
     grpc_slice_unref(s);
     call_state_init(&st);
-    rc = run_call(ch, NULL, path, bb, timeout_ms > 0 ? timeout_ms : ch->timeout_ms, &st);
+    rc = run_call(ch, NULL, path, bb, timeout_ms > 0 ? timeout_ms : ch->timeout_ms, NULL, &st);
     grpc_byte_buffer_destroy(bb);
     memset(err, 0, sizeof(*err));
     if (rc == STATUS_OK && st.code != GRPC_STATUS_OK) {

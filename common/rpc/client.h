@@ -3,6 +3,9 @@
 #ifndef TESSERA_RPC_CLIENT_H
 #define TESSERA_RPC_CLIENT_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include "rpc/types.h"
 
 typedef struct rpc_channel rpc_channel_t;
@@ -28,7 +31,12 @@ typedef struct rpc_call_opts {
     size_t n_payload;
     void *recv_buf; /* optional buffer for the response payload, reused across calls */
     size_t recv_cap;
+    /* optional: set from another thread, it cancels the call within RPC_CANCEL_POLL_MS (the
+     * call fails with STATUS_CANCELLED) */
+    const _Atomic bool *cancel;
 } rpc_call_opts_t;
+
+#define RPC_CANCEL_POLL_MS 50
 
 /* Calls a unary method and waits. On success *ret_resp is the decoded response (free with
  * protobuf_c_message_free_unpacked(resp, NULL)) and *ret_payload, when not NULL, its payload

@@ -1,0 +1,102 @@
+/* The workers' watchdog (watchdog.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "watchdog.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "chief.h"
+#include "rpc/health.h"
+
+#define WATCHDOG_PERIOD_MS 1000
+
+static void sleep_unless_stopped(watchdog_t *w, int64_t ms)
+{
+    for (int64_t slept = 0; slept < ms && !atomic_load(&w->stop); slept += 50) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    watchdog_t *w = arg;
+    const char **targets = calloc(w->n + 1, sizeof(*targets));
+    health_state_t *states = calloc(w->n + 1, sizeof(*states));
+    /* a check may take as long as the chief's health timeout, and never longer than the limit */
+    int64_t check_ms = w->c->opts->health_timeout_ms > 0 ? w->c->opts->health_timeout_ms : 1000;
+
+    if (check_ms > w->timeout_ms)
+        check_ms = w->timeout_ms;
+    while (targets != NULL && states != NULL && !atomic_load(&w->stop)) {
+        double now;
+        pthread_mutex_lock(&w->c->mu);
+        for (size_t i = 0; i < w->n; i++)
+            targets[i] = w->alive[i] && !atomic_load(&w->hung[i])
+                             ? rpc_channel_target(w->c->workers[i])
+                             : NULL;
+        pthread_mutex_unlock(&w->c->mu);
+        health_check_many(targets, w->n, check_ms, states, NULL, NULL);
+        now = clock_now_s();
+        for (size_t i = 0; i < w->n; i++) {
+            if (targets[i] == NULL)
+                continue;
+            if (states[i] == HEALTH_SERVING) {
+                w->last_ok[i] = now;
+            } else if ((now - w->last_ok[i]) * 1000 >= (double)w->timeout_ms) {
+                LOG_WARNING(CHIEF, "worker %zu (%s) answered no health check for %.1f s", i,
+                            targets[i], now - w->last_ok[i]);
+                atomic_store(&w->hung[i], true);
+            }
+        }
+        sleep_unless_stopped(w, WATCHDOG_PERIOD_MS);
+    }
+    free(targets);
+    free(states);
+    return NULL;
+}
+
+status_t watchdog_start(watchdog_t *w, coordinator_t *c, const bool *alive, size_t n,
+                        int64_t timeout_ms, status_msg_t *err)
+{
+    sigset_t all, old;
+    double now = clock_now_s();
+
+    *w = (watchdog_t){.c = c, .alive = alive, .n = n, .timeout_ms = timeout_ms};
+    w->hung = calloc(n + 1, sizeof(*w->hung));
+    w->last_ok = calloc(n + 1, sizeof(*w->last_ok));
+    if (w->hung == NULL || w->last_ok == NULL) {
+        watchdog_stop(w);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        atomic_init(&w->hung[i], false);
+        w->last_ok[i] = now;
+    }
+    if (timeout_ms <= 0)
+        return STATUS_OK;
+    sigfillset(&all); /* signals belong to the main thread */
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    w->started = pthread_create(&w->tid, NULL, watchdog_main, w) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!w->started)
+        LOG_WARNING(CHIEF, "no thread for the workers' watchdog: a hung worker is noticed only "
+                           "when its closure's deadline passes");
+    return STATUS_OK;
+}
+
+void watchdog_stop(watchdog_t *w)
+{
+    if (w->started) {
+        atomic_store(&w->stop, true);
+        pthread_join(w->tid, NULL);
+        w->started = false;
+    }
+    free((void *)w->hung);
+    free(w->last_ok);
+    w->hung = NULL;
+    w->last_ok = NULL;
+}

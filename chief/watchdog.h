@@ -1,0 +1,34 @@
+/* The workers' watchdog of a running job: health checks of every live worker, every second; a
+ * worker that has answered none for the chief's --worker-timeout (stopped, hung, cut off by the
+ * network: its RPCs neither fail nor finish) is marked hung, which cancels its closure in flight
+ * (call_closure passes its flag as the call's cancel) and so hands its steps to the others.
+ * A killed worker needs no watchdog: its calls fail at once. */
+#ifndef TESSERA_CHIEF_WATCHDOG_H
+#define TESSERA_CHIEF_WATCHDOG_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "internal.h"
+
+typedef struct watchdog {
+    coordinator_t *c;
+    const bool *alive;  /* the dispatch's, read under c->mu */
+    _Atomic bool *hung; /* per worker */
+    double *last_ok;    /* clock_now_s() of its last answered check */
+    size_t n;
+    int64_t timeout_ms;
+    _Atomic bool stop;
+    pthread_t tid;
+    bool started;
+} watchdog_t;
+
+/* Allocates the flags (all clear) and, with a timeout above 0, starts the thread. */
+status_t watchdog_start(watchdog_t *w, coordinator_t *c, const bool *alive, size_t n,
+                        int64_t timeout_ms, status_msg_t *err);
+/* Stops the thread and frees the flags; safe on a zeroed watchdog. */
+void watchdog_stop(watchdog_t *w);
+
+#endif
