@@ -149,7 +149,12 @@ static void *dispatcher_main(void *arg)
         dispatch_result_t res = {0};
         status_msg_t err = {0};
         status_t rc;
-        int steps = d->alive[w] ? take_closure(d, w) : 0;
+        int steps;
+        /* A lost worker waits while the others work: it may be back (dispatch_t.alive) */
+        while (!d->alive[w] && !stopped(d) && !dispatch_paused(d) &&
+               (d->steps_left > 0 || d->in_flight > 0))
+            pthread_cond_wait(d->cv, d->mu);
+        steps = d->alive[w] ? take_closure(d, w) : 0;
         if (steps == 0)
             break;
         cl = (dispatch_closure_t){.id = d->next_closure++,

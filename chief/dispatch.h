@@ -2,9 +2,10 @@
  * worker takes closures of steps_per_execution steps from the epoch's remaining steps and runs
  * them on its worker. A worker that is gone (UNAVAILABLE or a timeout) is marked dead and its
  * closure goes back on the queue for the others; the epoch fails only when every worker is gone,
- * or on any other error. With a staleness bound, a worker more than max_staleness steps ahead of
- * the slowest live one waits. The caller's mutex guards the state; its condition variable is
- * broadcast at every hand-off. */
+ * or on any other error. A lost worker's dispatcher waits while the others work: set alive[w]
+ * again (with the mutex held, broadcasting the condition variable) and it takes closures. With
+ * a staleness bound, a worker more than max_staleness steps ahead of the slowest live one waits.
+ * The caller's mutex guards the state; its condition variable is broadcast at every hand-off. */
 #ifndef TESSERA_CHIEF_DISPATCH_H
 #define TESSERA_CHIEF_DISPATCH_H
 

@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "placement.h"
 #include "watchdog.h"
+#include "workers.h"
 
 void chief_cancel_workers(coordinator_t *c, chief_job_t *j)
 {
@@ -32,92 +33,6 @@ void chief_cancel_workers(coordinator_t *c, chief_job_t *j)
     free(f);
 }
 
-/* Configures the live workers (alive[w]): a first call (plan NULL) builds model and data
- * pipeline, starting where the checkpoint being resumed (resume, may be NULL) left each worker's
- * data; a second gives the placement. A worker that cannot be reached is marked dead and the job
- * goes on with the others (its share of the data is not read); none left fails the job. */
-static status_t configure_workers(coordinator_t *c, chief_job_t *j, const plan_t *plan,
-                                  const ckpt_manifest_t *resume, fanout_t *f,
-                                  Tessera__V1__ConfigureJobRequest *reqs, bool *alive,
-                                  status_msg_t *err)
-{
-    size_t n_alive = 0;
-    Tessera__V1__ConfigureJobRequest__FilesEntry *entries =
-        calloc(j->n_files + 1, sizeof(*entries));
-    Tessera__V1__ConfigureJobRequest__FilesEntry **eptrs = calloc(j->n_files + 1, sizeof(*eptrs));
-    char **ps = calloc(c->n_ps + 1, sizeof(*ps));
-    status_t rc = STATUS_OK;
-
-    if (!entries || !eptrs || !ps) {
-        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < j->n_files; i++) {
-        tessera__v1__configure_job_request__files_entry__init(&entries[i]);
-        entries[i].key = j->files[i].path;
-        entries[i].value = (ProtobufCBinaryData){j->files[i].len, j->files[i].data};
-        eptrs[i] = &entries[i];
-    }
-    for (size_t p = 0; p < c->n_ps; p++)
-        ps[p] = (char *)rpc_channel_target(c->ps[p]);
-    for (size_t w = 0; w < c->n_workers; w++) {
-        Tessera__V1__ConfigureJobRequest *q = &reqs[w];
-        tessera__v1__configure_job_request__init(q);
-        q->job = j->id;
-        q->job_spec = j->spec;
-        q->job_path = j->path ? j->path : "";
-        q->n_files = j->n_files;
-        q->files = eptrs;
-        q->n_ps = c->n_ps;
-        q->ps = ps;
-        q->worker_index = (int32_t)w;
-        q->num_workers = (int32_t)c->n_workers;
-        q->seed = j->job.seed;
-        if (resume != NULL && resume->n_data == c->n_workers) {
-            q->start_epoch = resume->data[w].epoch;
-            q->start_batch = resume->data[w].batch;
-            q->n_rng = resume->data[w].n_rng;
-            q->rng = resume->data[w].rng;
-        }
-        if (plan != NULL) {
-            q->n_placement = plan->n_places;
-            q->placement = plan->place_ptrs;
-        }
-        f[w] = (fanout_t){.ch = c->workers[w],
-                          .method = RPC_WORKER_CONFIGURE_JOB,
-                          .req = &q->base,
-                          .timeout_ms = CONFIGURE_TIMEOUT,
-                          .skip = !alive[w]};
-    }
-    fanout_run(f, c->n_workers);
-    for (size_t w = 0; w < c->n_workers && rc == STATUS_OK; w++) {
-        if (f[w].skip)
-            continue;
-        if (f[w].rc == STATUS_UNAVAILABLE || f[w].rc == STATUS_TIMEOUT) {
-            alive[w] = false;
-            pthread_mutex_lock(&c->mu);
-            chief_job_event(c, j,
-                            "worker %zu (%s) is down: the job goes on without it (its share of "
-                            "the data is not read): %s",
-                            w, rpc_channel_target(c->workers[w]), f[w].err.message);
-            pthread_mutex_unlock(&c->mu);
-        } else if (f[w].rc != STATUS_OK) {
-            rc = status_fail(err, f[w].rc, "configuring worker %zu (%s): %s", w,
-                             rpc_channel_target(c->workers[w]), f[w].err.message);
-        } else {
-            n_alive++;
-        }
-    }
-    if (rc == STATUS_OK && n_alive == 0)
-        rc = status_fail(err, STATUS_UNAVAILABLE, "no worker could be configured; the first: %s",
-                         f[0].err.message);
-out:
-    free(entries);
-    free(eptrs);
-    free(ps);
-    return rc;
-}
-
 /* A running job: what the dispatch callbacks get, and where its checkpoints stand. */
 typedef struct running {
     coordinator_t *c;
@@ -129,6 +44,7 @@ typedef struct running {
     bool has_last_epoch;
     double last_loss, last_accuracy;
     watchdog_t *wd;       /* hung[w]: the worker answered no health check for too long */
+    worker_cfg_t *cfg;    /* the workers' ConfigureJob requests, for rejoins */
     tb_run_t *tb;         /* the job's TensorBoard run, or NULL */
     int64_t tb_last_step; /* of the last batch summary */
     status_t tb_rc;       /* the first failed write of a batch summary */
@@ -185,6 +101,49 @@ static void worker_lost(void *arg, size_t w, const char *why)
     const running_t *r = arg;
     chief_job_event(r->c, r->j, "worker %zu (%s) failed: %s; its closure goes back on the queue", w,
                     rpc_channel_target(r->c->workers[w]), why);
+}
+
+/* The watchdog found lost worker w answering again: it is configured for the job where its data
+ * stood and gets closures again. False when that fails (the watchdog tries again later). */
+static bool rejoin(void *arg, size_t w)
+{
+    running_t *r = arg;
+    coordinator_t *c = r->c;
+    dispatch_t *d = r->d;
+    dispatch_pos_t pos;
+    status_msg_t err;
+    status_t rc;
+
+    pthread_mutex_lock(&c->mu);
+    pos = d->pos[w];
+    pos.rng = NULL;
+    if (d->pos[w].n_rng > 0 && (pos.rng = malloc(d->pos[w].n_rng * sizeof(*pos.rng))) != NULL)
+        memcpy(pos.rng, d->pos[w].rng, d->pos[w].n_rng * sizeof(*pos.rng));
+    pos.n_rng = pos.rng != NULL ? d->pos[w].n_rng : 0;
+    pthread_mutex_unlock(&c->mu);
+    rc = workers_rejoin(r->cfg, w, r->plan, &pos, &err);
+    free(pos.rng);
+    pthread_mutex_lock(&c->mu);
+    if (rc == STATUS_OK) {
+        int64_t slowest = INT64_MAX;
+        for (size_t i = 0; i < d->n_workers; i++)
+            if (d->alive[i] && d->worker_steps[i] < slowest)
+                slowest = d->worker_steps[i];
+        /* the staleness bound counts from the others, not from when it was lost */
+        d->worker_steps[w] = slowest == INT64_MAX ? d->worker_steps[w] : slowest;
+        watchdog_revive(r->wd, w); /* before it is alive: its next call must not be cancelled */
+        d->alive[w] = true;
+        chief_job_event(c, r->j,
+                        "worker %zu (%s) is back: configured for the job at its data's epoch "
+                        "%lld, batch %lld",
+                        w, rpc_channel_target(c->workers[w]), (long long)pos.epoch + 1,
+                        (long long)pos.batch);
+        pthread_cond_broadcast(&c->cv);
+    } else {
+        chief_job_event(c, r->j, "worker %zu answers again but cannot rejoin: %s", w, err.text);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc == STATUS_OK;
 }
 
 /* Progress moved (the mutex held): the watchers wake, and a batch summary goes to TensorBoard
@@ -476,7 +435,6 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
 static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     fanout_t *f1 = calloc(c->n_workers, sizeof(*f1)), *f2 = calloc(c->n_workers, sizeof(*f2));
-    Tessera__V1__ConfigureJobRequest *reqs = calloc(c->n_workers, sizeof(*reqs));
     dispatch_t d = {.mu = &c->mu,
                     .cv = &c->cv,
                     .steps_per_closure =
@@ -491,7 +449,9 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                     .pause = &j->ckpt_wanted};
     plan_t plan = {0};
     watchdog_t wd = {0};
+    worker_cfg_t cfg = {0};
     running_t run = {.c = c,
+                     .cfg = &cfg,
                      .j = j,
                      .d = &d,
                      .plan = &plan,
@@ -507,11 +467,13 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     status_t rc;
 
     d.arg = &run;
-    if (!f1 || !f2 || !reqs) {
+    if (!f1 || !f2) {
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
     rc = dispatch_init(&d, c->n_workers, err);
+    if (rc == STATUS_OK)
+        rc = worker_cfg_init(&cfg, c, j, err);
     if (rc == STATUS_OK && j->job.tensorboard_logdir != NULL) {
         tb_opts_t o = {.logdir = j->job.tensorboard_logdir,
                        .job = j->job.name ? j->job.name : j->name,
@@ -523,7 +485,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc == STATUS_OK)
         rc = find_resume(c, j, &resume_path, &m, &resumed, err);
     if (rc == STATUS_OK)
-        rc = configure_workers(c, j, NULL, resumed ? &m : NULL, f1, reqs, d.alive, err);
+        rc = workers_configure(&cfg, NULL, resumed ? &m : NULL, f1, d.alive, err);
     if (rc != STATUS_OK)
         goto out;
     for (size_t w = 0; w < c->n_workers; w++) {
@@ -555,9 +517,10 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc == STATUS_OK && resumed)
         rc = resume_position(&run, resume_path, &m, err);
     if (rc == STATUS_OK)
-        rc = configure_workers(c, j, &plan, NULL, f2, reqs, d.alive, err);
+        rc = workers_configure(&cfg, &plan, NULL, f2, d.alive, err);
     if (rc == STATUS_OK)
-        rc = watchdog_start(&wd, c, d.alive, c->n_workers, c->opts->worker_timeout_ms, err);
+        rc = watchdog_start(&wd, c, d.alive, c->n_workers, c->opts->worker_timeout_ms, rejoin, &run,
+                            err);
     if (rc != STATUS_OK)
         goto out;
     pthread_mutex_lock(&c->mu);
@@ -587,7 +550,7 @@ out:
     free(resume_path);
     free(f1);
     free(f2);
-    free(reqs);
+    worker_cfg_done(&cfg);
     return rc;
 }
 

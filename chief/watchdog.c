@@ -26,25 +26,37 @@ static void *watchdog_main(void *arg)
     watchdog_t *w = arg;
     const char **targets = calloc(w->n + 1, sizeof(*targets));
     health_state_t *states = calloc(w->n + 1, sizeof(*states));
+    bool *dead = calloc(w->n + 1, sizeof(*dead));
     /* a check may take as long as the chief's health timeout, and never longer than the limit */
     int64_t check_ms = w->c->opts->health_timeout_ms > 0 ? w->c->opts->health_timeout_ms : 1000;
 
     if (check_ms > w->timeout_ms)
         check_ms = w->timeout_ms;
-    while (targets != NULL && states != NULL && !atomic_load(&w->stop)) {
-        double now;
+    while (targets != NULL && states != NULL && dead != NULL && !atomic_load(&w->stop)) {
+        double now = clock_now_s();
         pthread_mutex_lock(&w->c->mu);
-        for (size_t i = 0; i < w->n; i++)
-            targets[i] = w->alive[i] && !atomic_load(&w->hung[i])
+        for (size_t i = 0; i < w->n; i++) {
+            /* the live ones, and the lost ones due for a try */
+            dead[i] = !w->alive[i] || atomic_load(&w->hung[i]);
+            targets[i] = !dead[i] || (w->rejoin != NULL && now >= w->next_try[i])
                              ? rpc_channel_target(w->c->workers[i])
                              : NULL;
+        }
         pthread_mutex_unlock(&w->c->mu);
         health_check_many(targets, w->n, check_ms, states, NULL, NULL);
         now = clock_now_s();
-        for (size_t i = 0; i < w->n; i++) {
+        for (size_t i = 0; i < w->n && !atomic_load(&w->stop); i++) {
             if (targets[i] == NULL)
                 continue;
-            if (states[i] == HEALTH_SERVING) {
+            if (dead[i]) {
+                /* a hung worker is still alive to the dispatch until its call comes back */
+                bool lost;
+                pthread_mutex_lock(&w->c->mu);
+                lost = !w->alive[i];
+                pthread_mutex_unlock(&w->c->mu);
+                if (lost && states[i] == HEALTH_SERVING && !w->rejoin(w->arg, i))
+                    w->next_try[i] = clock_now_s() + REJOIN_RETRY_S;
+            } else if (states[i] == HEALTH_SERVING) {
                 w->last_ok[i] = now;
             } else if ((now - w->last_ok[i]) * 1000 >= (double)w->timeout_ms) {
                 LOG_WARNING(CHIEF, "worker %zu (%s) answered no health check for %.1f s", i,
@@ -54,21 +66,25 @@ static void *watchdog_main(void *arg)
         }
         sleep_unless_stopped(w, WATCHDOG_PERIOD_MS);
     }
+    free(dead);
     free(targets);
     free(states);
     return NULL;
 }
 
 status_t watchdog_start(watchdog_t *w, coordinator_t *c, const bool *alive, size_t n,
-                        int64_t timeout_ms, status_msg_t *err)
+                        int64_t timeout_ms, bool (*rejoin)(void *arg, size_t w), void *arg,
+                        status_msg_t *err)
 {
     sigset_t all, old;
     double now = clock_now_s();
 
-    *w = (watchdog_t){.c = c, .alive = alive, .n = n, .timeout_ms = timeout_ms};
+    *w = (watchdog_t){
+        .c = c, .alive = alive, .n = n, .timeout_ms = timeout_ms, .rejoin = rejoin, .arg = arg};
     w->hung = calloc(n + 1, sizeof(*w->hung));
     w->last_ok = calloc(n + 1, sizeof(*w->last_ok));
-    if (w->hung == NULL || w->last_ok == NULL) {
+    w->next_try = calloc(n + 1, sizeof(*w->next_try));
+    if (w->hung == NULL || w->last_ok == NULL || w->next_try == NULL) {
         watchdog_stop(w);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
@@ -97,6 +113,14 @@ void watchdog_stop(watchdog_t *w)
     }
     free((void *)w->hung);
     free(w->last_ok);
+    free(w->next_try);
     w->hung = NULL;
     w->last_ok = NULL;
+    w->next_try = NULL;
+}
+
+void watchdog_revive(watchdog_t *w, size_t i)
+{
+    w->last_ok[i] = clock_now_s();
+    atomic_store(&w->hung[i], false);
 }

@@ -2,7 +2,9 @@
  * worker that has answered none for the chief's --worker-timeout (stopped, hung, cut off by the
  * network: its RPCs neither fail nor finish) is marked hung, which cancels its closure in flight
  * (call_closure passes its flag as the call's cancel) and so hands its steps to the others.
- * A killed worker needs no watchdog: its calls fail at once. */
+ * A killed worker needs no watchdog: its calls fail at once. Lost workers are checked too: one
+ * that answers again (restarted, woken, reconnected) is handed to the rejoin callback, tried
+ * again every REJOIN_RETRY_S while that fails. */
 #ifndef TESSERA_CHIEF_WATCHDOG_H
 #define TESSERA_CHIEF_WATCHDOG_H
 
@@ -15,9 +17,12 @@
 
 typedef struct watchdog {
     coordinator_t *c;
-    const bool *alive;  /* the dispatch's, read under c->mu */
-    _Atomic bool *hung; /* per worker */
-    double *last_ok;    /* clock_now_s() of its last answered check */
+    const bool *alive;                   /* the dispatch's, read under c->mu */
+    _Atomic bool *hung;                  /* per worker */
+    double *last_ok;                     /* clock_now_s() of its last answered check */
+    double *next_try;                    /* of a rejoin */
+    bool (*rejoin)(void *arg, size_t w); /* may be NULL; called without c->mu */
+    void *arg;
     size_t n;
     int64_t timeout_ms;
     _Atomic bool stop;
@@ -25,9 +30,14 @@ typedef struct watchdog {
     bool started;
 } watchdog_t;
 
+#define REJOIN_RETRY_S 10
+
 /* Allocates the flags (all clear) and, with a timeout above 0, starts the thread. */
 status_t watchdog_start(watchdog_t *w, coordinator_t *c, const bool *alive, size_t n,
-                        int64_t timeout_ms, status_msg_t *err);
+                        int64_t timeout_ms, bool (*rejoin)(void *arg, size_t w), void *arg,
+                        status_msg_t *err);
+/* Worker i is about to be alive again (the rejoin callback, with c->mu held): clears its flag. */
+void watchdog_revive(watchdog_t *w, size_t i);
 /* Stops the thread and frees the flags; safe on a zeroed watchdog. */
 void watchdog_stop(watchdog_t *w);
 

@@ -151,8 +151,14 @@ static status_t run_call(rpc_channel_t *ch, void *registered, const char *path,
                          grpc_byte_buffer *req_bb, int64_t timeout_ms, const _Atomic bool *cancel,
                          call_state_t *st)
 {
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_completion_queue *cq;
     gpr_timespec deadline = rpc_deadline_ms(timeout_ms);
+
+    if (cancel != NULL && atomic_load(cancel)) { /* cancelled before it started */
+        st->code = GRPC_STATUS_CANCELLED;
+        return STATUS_OK;
+    }
+    cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_call *call;
     grpc_op ops[6];
     grpc_event ev;

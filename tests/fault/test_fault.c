@@ -2,9 +2,11 @@
  * SIGKILL mid-job, a worker stopped with SIGSTOP (hung: its connections stay up, nothing
  * answers) and noticed within the chief's --worker-timeout, and a job submitted while a worker
  * is down. Each job completes with every step of it counted. A dead worker's share of the data
- * is not read again (the others take over its steps, not its examples), so accuracy drops with
- * the data lost: measured 0.80 undisturbed, 0.75 with a worker killed at step 300 of 2000, 0.66
- * with one of two workers down from the start; the bounds here say the job learned on. */
+ * is not read while it is away (the others take over its steps, not its examples), so accuracy
+ * drops with the data lost: measured 0.80 and 0.84 undisturbed, 0.75 with a worker killed at
+ * step 300 of 2000, 0.66 with one of two workers down from the start; the bounds here (0.6, 0.5;
+ * chance is 0.1) say the job learned on. A worker restarted at its address, or woken from
+ * SIGSTOP, rejoins the running job. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <signal.h>
@@ -191,7 +193,7 @@ START_TEST(fault_worker_killed_mid_job_the_job_finishes_on_the_other)
     ck_assert_msg(strstr(out, "worker 1 (") != NULL && strstr(out, "failed") != NULL, "%s", out);
     got = test_accuracy(out);
     printf("worker killed: test accuracy %.4f\n", got);
-    ck_assert_msg(got >= calm - 0.12, "%.4f, undisturbed %.4f: %s", got, calm, out);
+    ck_assert_msg(got >= 0.6, "%.4f, undisturbed %.4f: %s", got, calm, out);
     free(out);
     free(id);
     stop_cluster(&c);
@@ -221,11 +223,61 @@ START_TEST(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finish
            WORKER_TIMEOUT_S);
     /* the timeout, a health check's own second, and the watchdog's period */
     ck_assert_msg(noticed <= WORKER_TIMEOUT_S + 2.5, "noticed after %.1f s", noticed);
+    /* its closure is cancelled and handed on; then, woken, it answers again and rejoins */
+    while (!harness_file_contains(c.chief_log, "stopped, hung or cut off")) {
+        ck_assert_msg(clock_now_s() - t0 < 30, "the stopped worker's closure was not handed on");
+        usleep(20000);
+    }
+    ck_assert_int_eq(kill(c.worker[1].pid, SIGCONT), 0);
     expect_completed(&c, id, &out);
-    ck_assert_msg(strstr(out, "stopped, hung or cut off") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "stopped, hung or cut off") != NULL &&
+                      strstr(out, "worker 1 (") != NULL && strstr(out, "is back") != NULL,
+                  "%s", out);
     free(out);
     free(id);
-    kill(c.worker[1].pid, SIGCONT);
+    stop_cluster(&c);
+}
+END_TEST
+
+/* tessera_worker_steps_total of a worker's /metrics. */
+static double worker_steps(const launch_proc_t *p)
+{
+    char *headers = NULL, *body = NULL;
+    const char *at;
+    double v;
+
+    ck_assert_int_eq(harness_http_get(p->metrics, "/metrics", &headers, &body), 200);
+    at = strstr(body, "\ntessera_worker_steps_total ");
+    ck_assert_msg(at != NULL, "%s", body);
+    v = strtod(at + strlen("\ntessera_worker_steps_total "), NULL);
+    free(headers);
+    free(body);
+    return v;
+}
+
+/* Killed, then started again at its address (as systemd or Kubernetes would): the chief
+ * configures it for the running job where its data stood and it works again. */
+START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
+{
+    cluster_t c;
+    char *out = NULL, *id, listen[300];
+
+    start_cluster(&c);
+    ck_assert_int_eq(
+        tessera((char *[]){"submit", (char *)write_job("restarted"), c.chief_flag, NULL}, &out), 0);
+    id = submitted_id(out);
+    free(out);
+    wait_running_past(&c, id, 300);
+    snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    wait_running_past(&c, id, 500);
+    harness_start(&c.worker[1], "tessera-worker", "fault-w1-again", "--task-index=1", listen, NULL);
+    expect_completed(&c, id, &out);
+    ck_assert_msg(strstr(out, "failed") != NULL && strstr(out, "is back") != NULL, "%s", out);
+    free(out);
+    free(id);
+    /* it took closures again: the new process counted steps */
+    ck_assert_msg(worker_steps(&c.worker[1]) > 0, "the restarted worker ran no step");
     stop_cluster(&c);
 }
 END_TEST
@@ -263,6 +315,7 @@ int main(void)
     tcase_add_test(tc, fault_worker_killed_mid_job_the_job_finishes_on_the_other);
     tcase_add_test(tc, fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finishes);
     tcase_add_test(tc, fault_job_submitted_while_a_worker_is_down_runs_on_the_others);
+    tcase_add_test(tc, fault_worker_restarted_at_its_address_rejoins_the_job);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
