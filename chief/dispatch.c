@@ -117,8 +117,8 @@ static void count_result(dispatch_t *d, size_t w, int steps, dispatch_result_t *
         d->changed(d->arg);
 }
 
-/* The closure failed: a worker that is gone gives its steps back; anything else fails the
- * epoch. Mutex held. */
+/* The closure failed: a worker that is gone gives its steps back; a lost PS (ABORTED) stops the
+ * epoch, blaming the PS; anything else fails the epoch. Mutex held. */
 static void count_failure(dispatch_t *d, size_t w, int steps, status_t rc, const char *why)
 {
     if (rc == STATUS_CANCELLED || atomic_load(d->cancel))
@@ -131,6 +131,10 @@ static void count_failure(dispatch_t *d, size_t w, int steps, status_t rc, const
             d->failed = true;
             status_fail(&d->err, rc, "every worker failed; the last: %s", why);
         }
+    } else if (rc == STATUS_ABORTED && !d->failed) {
+        d->steps_left += steps; /* a PS is lost (why names it): not the worker's fault */
+        d->failed = true;
+        status_fail(&d->err, rc, "%s", why);
     } else if (!d->failed) {
         d->failed = true;
         status_fail(&d->err, rc, "worker %zu: %s", w, why);

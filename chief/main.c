@@ -21,6 +21,9 @@ static const config_option_t chief_options[] = {
      3600000,
      "How long a worker of a running job may answer no health check (stopped, hung, cut off by "
      "the network) before its closure goes back on the queue and the job goes on without it."},
+    {"ps-timeout", CONFIG_DURATION_MS, offsetof(chief_opts_t, ps_timeout_ms), "10m", 1000, 86400000,
+     "How long a job whose parameter server was lost waits for it to come back (restarted at "
+     "its address) before it fails; back, the job goes on from its newest checkpoint."},
 };
 
 static const config_table_t chief_table = {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "chief_ckpt.h"
@@ -15,6 +16,7 @@
 #include "files/tensorboard.h"
 #include "internal.h"
 #include "placement.h"
+#include "rpc/health.h"
 #include "watchdog.h"
 #include "workers.h"
 
@@ -51,9 +53,18 @@ typedef struct running {
     status_msg_t tb_err;
 } running_t;
 
-/* A failed call to worker w: UNAVAILABLE when the watchdog cancelled it, else as it failed. */
+/* A failed call to worker w: ABORTED naming the PS when the worker could not reach one,
+ * UNAVAILABLE when the watchdog cancelled it, else as it failed. */
 static status_t hung_or(const running_t *r, size_t w, const rpc_error_t *rerr, status_msg_t *err)
 {
+    long ps;
+    char *end;
+
+    /* the worker could not reach a PS: the PS is lost, not the worker */
+    if (strncmp(rerr->culprit, "ps:", 3) == 0 && (ps = strtol(rerr->culprit + 3, &end, 10)) >= 0 &&
+        *end == '\0' && (size_t)ps < r->c->n_ps)
+        return status_fail(err, STATUS_ABORTED, "ps:%ld (%s) cannot be reached (worker %zu: %s)",
+                           ps, rpc_channel_target(r->c->ps[ps]), w, rerr->message);
     if (rerr->status == STATUS_CANCELLED && atomic_load(&r->wd->hung[w]))
         return status_fail(err, STATUS_UNAVAILABLE,
                            "worker:%zu answered no health check for %.1f s (stopped, hung or cut "
@@ -298,9 +309,13 @@ static status_t run_epoch(running_t *r, int64_t left, status_msg_t *err)
         pthread_mutex_unlock(&c->mu);
         if (left <= 0)
             return STATUS_OK;
-        if (paused && job->checkpoint_dir != NULL)
-            STATUS_CHECK(checkpoint(r, err));
-        else if (after == before)
+        if (paused && job->checkpoint_dir != NULL) {
+            status_t rc = checkpoint(r, err);
+            if (rc == STATUS_UNAVAILABLE || rc == STATUS_TIMEOUT) /* a PS lost while saving */
+                rc = err->status = STATUS_ABORTED;
+            if (rc != STATUS_OK)
+                return rc;
+        } else if (after == before)
             return status_fail(err, STATUS_INVALID_ARGUMENT,
                                "no worker has training data left for the epoch's last %lld steps",
                                (long long)left);
@@ -419,6 +434,7 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
     r->last_loss = m->last_loss;
     r->last_accuracy = m->last_accuracy;
     for (size_t w = 0; m->n_data == d->n_workers && w < d->n_workers; w++) {
+        free(d->pos[w].rng);
         d->pos[w] = (dispatch_pos_t){.epoch = m->data[w].epoch, .batch = m->data[w].batch};
         if (m->data[w].n_rng > 0 &&
             (d->pos[w].rng = malloc(m->data[w].n_rng * sizeof(uint64_t))) != NULL) {
@@ -430,6 +446,103 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
     pthread_mutex_unlock(&c->mu);
     (void)err;
     return STATUS_OK;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits until every PS answers a health check, for at most the chief's --ps-timeout. */
+static status_t wait_for_ps(running_t *r, status_msg_t *err)
+{
+    coordinator_t *c = r->c;
+    const char **targets = calloc(c->n_ps + 1, sizeof(*targets));
+    health_state_t *states = calloc(c->n_ps + 1, sizeof(*states));
+    rpc_error_t *errs = calloc(c->n_ps + 1, sizeof(*errs));
+    double until = clock_now_s() + (double)c->opts->ps_timeout_ms / 1000;
+    status_t rc = STATUS_OK;
+
+    if (!targets || !states || !errs)
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t p = 0; targets && p < c->n_ps; p++)
+        targets[p] = rpc_channel_target(c->ps[p]);
+    while (rc == STATUS_OK) {
+        size_t down = c->n_ps;
+        health_check_many(targets, c->n_ps, 1000, states, errs, NULL);
+        for (size_t p = 0; p < c->n_ps && down == c->n_ps; p++)
+            if (states[p] != HEALTH_SERVING)
+                down = p;
+        if (down == c->n_ps)
+            break;
+        if (atomic_load(&r->j->cancel) || c->stopping)
+            rc = status_fail(err, STATUS_CANCELLED, "cancelled while waiting for ps:%zu", down);
+        else if (clock_now_s() >= until)
+            rc = status_fail(err, STATUS_UNAVAILABLE,
+                             "ps:%zu (%s) did not come back within --ps-timeout (%.0f s): %s", down,
+                             targets[down], (double)c->opts->ps_timeout_ms / 1000,
+                             errs[down].message);
+        else
+            sleep_ms(500);
+    }
+    free(targets);
+    free(states);
+    free(errs);
+    return rc;
+}
+
+/* A PS was lost mid-job (why: STATUS_ABORTED naming it). Waits for it to be back (restarted at
+ * its address), then the job goes on from its newest checkpoint: the variables are created again
+ * where they are missing, every PS restores its file, every live worker is configured again
+ * where the checkpoint left its data, and the steps after the checkpoint are run again.
+ * *m and *path become the checkpoint's. */
+static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, char **path,
+                           status_msg_t *err)
+{
+    coordinator_t *c = r->c;
+    chief_job_t *j = r->j;
+    dispatch_t *d = r->d;
+    fanout_t *f = calloc(c->n_workers + 1, sizeof(*f));
+    status_t rc;
+
+    if (f == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    pthread_mutex_lock(&c->mu);
+    chief_job_event(c, j, "%s: waiting for it to come back", why);
+    pthread_mutex_unlock(&c->mu);
+    ckpt_manifest_free(m);
+    memset(m, 0, sizeof(*m));
+    free(*path);
+    *path = NULL;
+    rc = wait_for_ps(r, err);
+    if (rc == STATUS_OK) {
+        rc = chief_ckpt_find(j, path, m, err);
+        if (rc == STATUS_NOT_FOUND)
+            rc = status_fail(err, STATUS_UNAVAILABLE,
+                             "%s, and the job has no checkpoint to go on from", why);
+    }
+    if (rc == STATUS_OK)
+        rc = placement_create(c, j, r->plan, err);
+    if (rc == STATUS_OK)
+        rc = chief_ckpt_restore(c, j, r->plan, *path, m, err);
+    if (rc == STATUS_OK) {
+        pthread_mutex_lock(&c->mu);
+        d->failed = false;
+        memset(&d->err, 0, sizeof(d->err));
+        for (size_t w = 0; w < d->n_workers; w++)
+            d->worker_steps[w] = 0;
+        pthread_mutex_unlock(&c->mu);
+        rc = resume_position(r, *path, m, err);
+    }
+    if (rc == STATUS_OK)
+        rc = workers_configure(r->cfg, NULL, m, f, d->alive, err);
+    fanout_done(f, c->n_workers);
+    if (rc == STATUS_OK)
+        rc = workers_configure(r->cfg, r->plan, NULL, f, d->alive, err);
+    fanout_done(f, c->n_workers);
+    free(f);
+    return rc;
 }
 
 static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
@@ -530,6 +643,14 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         c->n_ps, (long long)train_examples, (long long)j->progress.total_steps, plan.n_places);
     pthread_mutex_unlock(&c->mu);
     rc = train(&run, batches, has_test, resumed ? m.epoch_sums : NULL, err);
+    /* a lost PS: back to the newest checkpoint, as often as it takes */
+    while (rc == STATUS_ABORTED && j->job.checkpoint_dir != NULL) {
+        char why[sizeof(err->text)];
+        snprintf(why, sizeof(why), "%s", err->text);
+        rc = recover_ps(&run, why, &m, &resume_path, err);
+        if (rc == STATUS_OK)
+            rc = train(&run, batches, has_test, m.epoch_sums, err);
+    }
 out:
     watchdog_stop(&wd);
     if (rc == STATUS_CANCELLED)

@@ -79,8 +79,9 @@ struct ps_client {
     const float *features;
     int batch;
     size_t feature_len;
-    bool push_pull; /* every variable dense: each push brings the updated values back */
-    bool fresh;     /* the model holds what the last push-pull brought */
+    bool push_pull;      /* every variable dense: each push brings the updated values back */
+    bool fresh;          /* the model holds what the last push-pull brought */
+    _Atomic int lost_ps; /* the PS whose call failed unreachable (UNAVAILABLE, TIMEOUT); -1 */
     /* The gradients go out in packs, the last layers' first: each as soon as backward has made
      * it, while backward goes on through the layers before (model_on_backward). The values a
      * push-pull brings back wait until backward no longer reads the old ones. With one pack, the
@@ -346,6 +347,16 @@ static Tessera__V1__TensorRef *ids_ref(lane_t *l, size_t k, uint64_t *off, size_
 }
 
 /* A call sending l's first n_iov payload pieces; values that come back land in l's buffer. */
+/* A pull or push to lane l's PS failed: the message names the PS, and one that cannot be reached
+ * is remembered (ps_client_lost_ps). */
+static status_t lane_failed(ps_client_t *c, const lane_t *l, status_t rc, const char *what,
+                            const rpc_error_t *rerr, status_msg_t *err)
+{
+    if (rc == STATUS_UNAVAILABLE || rc == STATUS_TIMEOUT)
+        atomic_store(&c->lost_ps, l->index);
+    return status_fail(err, rc, "%s to ps %d (%s): %s", what, l->index, l->address, rerr->message);
+}
+
 static rpc_call_opts_t lane_call_opts(const lane_t *l, size_t n_iov, bool receives)
 {
     rpc_call_opts_t opts = {.payload = l->iov, .n_payload = n_iov};
@@ -387,7 +398,7 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
     opts = lane_call_opts(l, n_iov, true);
     rc = rpc_ps_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
     if (rc != STATUS_OK)
-        return status_fail(err, rc, "pull from ps %d (%s): %s", l->index, l->address, rerr.message);
+        return lane_failed(c, l, rc, "pull", &rerr, err);
     rc = apply_values(c, l, resp->values, resp->n_values, n, &payload, "pull", err);
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -459,8 +470,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     if (!c->push_pull) {
         rc = rpc_ps_push(l->ch, &req, &opts, &resp, NULL, &rerr);
         if (rc != STATUS_OK)
-            return status_fail(err, rc, "push to ps %d (%s): %s", l->index, l->address,
-                               rerr.message);
+            return lane_failed(c, l, rc, "push", &rerr, err);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         return STATUS_OK;
     }
@@ -468,7 +478,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     req.pull_after = true;
     rc = rpc_ps_push_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
     if (rc != STATUS_OK)
-        return status_fail(err, rc, "push to ps %d (%s): %s", l->index, l->address, rerr.message);
+        return lane_failed(c, l, rc, "push", &rerr, err);
     if (pack != ALL_PACKS) { /* backward may still be reading the old values */
         pthread_mutex_lock(&c->mu);
         while (c->values_free > c->pack_first[pack] && !l->stop)
@@ -604,6 +614,12 @@ status_t ps_client_pull(ps_client_t *c, const float *features, int batch, status
 void ps_client_refresh(ps_client_t *c)
 {
     c->fresh = false;
+    atomic_store(&c->lost_ps, -1);
+}
+
+int ps_client_lost_ps(const ps_client_t *c)
+{
+    return atomic_load(&c->lost_ps);
 }
 
 /* The model summed each id's gradient rows; finds each row's shard and slot there. */
@@ -730,6 +746,7 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
     pthread_cond_init(&c->values_cv, NULL);
     snprintf(c->job, sizeof(c->job), "%s", req->job);
     c->model = model;
+    atomic_init(&c->lost_ps, -1);
     c->batch = model_max_batch(model);
     c->feature_len = model_input_len(model);
     c->n_vars = model_param_count(model);

@@ -53,4 +53,7 @@ size_t ps_client_packs(const ps_client_t *c);
  * other workers pushed in between is seen. */
 void ps_client_refresh(ps_client_t *c);
 
+/* The PS a pull or push could not reach since the last ps_client_refresh, or -1. */
+int ps_client_lost_ps(const ps_client_t *c);
+
 #endif

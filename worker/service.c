@@ -402,8 +402,12 @@ static void run_task(worker_service_t *w, closure_task_t *t)
              : eval_closure(j, &resp, &err);
     resp.seconds = clock_now_s() - t0;
     if (rc != STATUS_OK) {
-        /* A PS that does not answer is the PS's fault, not this closure's: the detail says so. */
-        rpc_ctx_fail_now(t->ctx, rc, NULL, "closure %llu of job %s: %s",
+        /* A PS that does not answer is the PS's fault, not this worker's: the culprit is
+         * "ps:<index>", which the chief tells from this worker being unreachable. */
+        int lost = ps_client_lost_ps(j->ps);
+        char culprit[32];
+        snprintf(culprit, sizeof(culprit), "ps:%d", lost);
+        rpc_ctx_fail_now(t->ctx, rc, lost >= 0 ? culprit : NULL, "closure %llu of job %s: %s",
                          (unsigned long long)t->closure_id, t->job, err.text);
         return;
     }
