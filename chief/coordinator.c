@@ -39,6 +39,8 @@ status_t coordinator_new(daemon_t *d, chief_opts_t *opts, coordinator_t **ret, s
     rc = open_channels(&opts->ps, &c->ps, &c->n_ps, err);
     if (rc == STATUS_OK)
         rc = open_channels(&opts->worker, &c->workers, &c->n_workers, err);
+    if (rc == STATUS_OK)
+        rc = chief_metrics_init(c, err);
     if (rc == STATUS_OK && pthread_create(&c->runner, NULL, chief_runner_main, c) != 0)
         rc = status_fail(err, STATUS_SYSTEM, "cannot start the job runner");
     else if (rc == STATUS_OK)
@@ -93,6 +95,7 @@ void coordinator_free(coordinator_t *c)
         rpc_channel_free(c->workers[i]);
     free(c->ps);
     free(c->workers);
+    chief_metrics_free(c);
     pthread_cond_destroy(&c->watch_cv);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);

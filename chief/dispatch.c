@@ -57,6 +57,15 @@ static int64_t slowest_alive(const dispatch_t *d)
     return min;
 }
 
+/* The closures in flight and still to hand out (mutex held). */
+static void gauges(const dispatch_t *d)
+{
+    int64_t per = d->steps_per_closure > 0 ? d->steps_per_closure : 1;
+
+    metric_set(d->m_running, d->in_flight);
+    metric_set(d->m_queued, (double)((d->steps_left > 0 ? d->steps_left : 0) + per - 1) / per);
+}
+
 static bool stopped(const dispatch_t *d)
 {
     return d->failed || atomic_load(d->cancel) || *d->stopping;
@@ -88,6 +97,7 @@ static int take_closure(dispatch_t *d, size_t w)
     d->steps_left -= steps;
     d->steps_in_flight += steps;
     d->in_flight++;
+    gauges(d);
     return steps;
 }
 
@@ -113,6 +123,7 @@ static void count_result(dispatch_t *d, size_t w, int steps, dispatch_result_t *
     }
     if (res->steps < steps) /* the worker ran out of data: hand the rest to the others */
         d->steps_left += steps - res->steps;
+    metric_inc(d->m_done);
     if (d->changed != NULL)
         d->changed(d->arg);
 }
@@ -125,6 +136,7 @@ static void count_failure(dispatch_t *d, size_t w, int steps, status_t rc, const
         return; /* the job is being cancelled: nothing to record */
     if (rc == STATUS_UNAVAILABLE || rc == STATUS_TIMEOUT) {
         d->steps_left += steps;
+        metric_inc(d->m_retried);
         d->alive[w] = false;
         d->lost(d->arg, w, why);
         if (slowest_alive(d) == INT64_MAX && !d->failed) {
@@ -174,6 +186,7 @@ static void *dispatcher_main(void *arg)
             count_result(d, w, steps, &res);
         else
             count_failure(d, w, steps, rc, err.text);
+        gauges(d);
         pthread_cond_broadcast(d->cv);
     }
     pthread_cond_broadcast(d->cv);

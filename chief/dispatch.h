@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "daemon/metrics.h"
 #include "tessera/v1/coordinator.pb-c.h"
 
 typedef struct dispatch_closure {
@@ -64,6 +65,8 @@ typedef struct dispatch {
     int64_t stop_step;   /* hand out no step past this global step; 0: none */
     double stop_time;    /* clock_now_s() after which no closure starts; 0: none */
     _Atomic bool *pause; /* set: no closure starts (may be NULL) */
+    /* the chief's metrics (each may be NULL): closures done, handed back, in flight, queued */
+    metric_t *m_done, *m_retried, *m_running, *m_queued;
     /* state */
     size_t n_workers;
     bool *alive;

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 
 #include "coordinator.h"
+#include "daemon/metrics.h"
 #include "job/job.h"
 #include "rpc/client.h"
 #include "rpc/server.h"
@@ -73,6 +74,11 @@ struct coordinator {
     bool runner_started;
     rpc_channel_t **ps, **workers;
     size_t n_ps, n_workers;
+    /* metrics.c: the failures and recoveries of the tasks, and the running job's closures */
+    metric_t *m_closures, *m_retried, *m_running, *m_queued, *m_workers_alive;
+    metric_t *m_ps_recoveries, *m_worker_rejoins;
+    metric_t **m_worker_failures, **m_ps_failures; /* per task */
+    metric_t **m_worker_seen; /* per worker: wall time of its last answered health check */
     /* watch.c */
     pthread_cond_t watch_cv; /* a job changed (changes counts them) or a watcher ended */
     uint64_t changes;
@@ -80,6 +86,15 @@ struct coordinator {
     pthread_t watch_thread;
     bool watch_started;
 };
+
+/* ---- metrics.c ---------------------------------------------------------------------------- */
+
+/* Registers the chief's metrics (after the channels are open); a metric that cannot be made is
+ * NULL, which every update ignores. */
+status_t chief_metrics_init(coordinator_t *c, status_msg_t *err);
+void chief_metrics_free(coordinator_t *c);
+/* Sets the live-workers gauge from a job's dispatch (mutex held); 0 when no job runs. */
+void chief_metrics_alive(coordinator_t *c, const bool *alive, size_t n);
 
 /* ---- jobs.c ------------------------------------------------------------------------------- */
 

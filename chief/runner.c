@@ -110,6 +110,8 @@ static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
 static void worker_lost(void *arg, size_t w, const char *why)
 {
     const running_t *r = arg;
+    metric_inc(r->c->m_worker_failures ? r->c->m_worker_failures[w] : NULL);
+    chief_metrics_alive(r->c, r->d->alive, r->d->n_workers);
     chief_job_event(r->c, r->j, "worker %zu (%s) failed: %s; its closure goes back on the queue", w,
                     rpc_channel_target(r->c->workers[w]), why);
 }
@@ -144,6 +146,8 @@ static bool rejoin(void *arg, size_t w)
         d->worker_steps[w] = slowest == INT64_MAX ? d->worker_steps[w] : slowest;
         watchdog_revive(r->wd, w); /* before it is alive: its next call must not be cancelled */
         d->alive[w] = true;
+        metric_inc(c->m_worker_rejoins);
+        chief_metrics_alive(c, d->alive, d->n_workers);
         chief_job_event(c, r->j,
                         "worker %zu (%s) is back: configured for the job at its data's epoch "
                         "%lld, batch %lld",
@@ -506,8 +510,12 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
     fanout_t *f = calloc(c->n_workers + 1, sizeof(*f));
     status_t rc;
 
+    size_t ps;
+
     if (f == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    if (sscanf(why, "ps:%zu", &ps) == 1 && ps < c->n_ps && c->m_ps_failures != NULL)
+        metric_inc(c->m_ps_failures[ps]);
     pthread_mutex_lock(&c->mu);
     chief_job_event(c, j, "%s: waiting for it to come back", why);
     pthread_mutex_unlock(&c->mu);
@@ -542,6 +550,12 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
         rc = workers_configure(r->cfg, r->plan, NULL, f, d->alive, err);
     fanout_done(f, c->n_workers);
     free(f);
+    if (rc == STATUS_OK) {
+        metric_inc(c->m_ps_recoveries);
+        pthread_mutex_lock(&c->mu);
+        chief_metrics_alive(c, d->alive, d->n_workers);
+        pthread_mutex_unlock(&c->mu);
+    }
     return rc;
 }
 
@@ -559,7 +573,11 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                     .call = call_closure,
                     .lost = worker_lost,
                     .changed = progress_moved,
-                    .pause = &j->ckpt_wanted};
+                    .pause = &j->ckpt_wanted,
+                    .m_done = c->m_closures,
+                    .m_retried = c->m_retried,
+                    .m_running = c->m_running,
+                    .m_queued = c->m_queued};
     plan_t plan = {0};
     watchdog_t wd = {0};
     worker_cfg_t cfg = {0};
@@ -637,6 +655,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc != STATUS_OK)
         goto out;
     pthread_mutex_lock(&c->mu);
+    chief_metrics_alive(c, d.alive, d.n_workers);
     j->progress.total_steps = j->job.steps > 0 ? j->job.steps : j->job.epochs * batches;
     chief_job_event(
         c, j, "training on %zu workers and %zu ps: %lld examples, %lld steps, %zu shards", n_alive,
@@ -653,6 +672,9 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     }
 out:
     watchdog_stop(&wd);
+    chief_metrics_alive(c, NULL, 0);
+    metric_set(c->m_running, 0);
+    metric_set(c->m_queued, 0);
     if (rc == STATUS_CANCELLED)
         chief_cancel_workers(c, j);
     if (plan.n_places > 0)

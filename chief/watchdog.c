@@ -57,7 +57,11 @@ static void *watchdog_main(void *arg)
                 if (lost && states[i] == HEALTH_SERVING && !w->rejoin(w->arg, i))
                     w->next_try[i] = clock_now_s() + REJOIN_RETRY_S;
             } else if (states[i] == HEALTH_SERVING) {
+                struct timespec wall;
                 w->last_ok[i] = now;
+                clock_gettime(CLOCK_REALTIME, &wall);
+                if (w->c->m_worker_seen != NULL)
+                    metric_set(w->c->m_worker_seen[i], (double)wall.tv_sec + wall.tv_nsec / 1e9);
             } else if ((now - w->last_ok[i]) * 1000 >= (double)w->timeout_ms) {
                 LOG_WARNING(CHIEF, "worker %zu (%s) answered no health check for %.1f s", i,
                             targets[i], now - w->last_ok[i]);

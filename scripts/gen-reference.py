@@ -69,8 +69,10 @@ def free_port():
 def scrape(build, daemon):
     """(name, type, help) of every metric family the daemon serves, sorted by name."""
     port = free_port()
+    # the chief's per-task metrics exist for the tasks it is given (connected to lazily)
+    tasks = ["--ps", "127.0.0.1:9", "--worker", "127.0.0.1:9"] if daemon == "tessera-chief" else []
     proc = subprocess.Popen([os.path.join(build, daemon), "--listen", "127.0.0.1:0",
-                             "--metrics-listen", "127.0.0.1:%d" % port],
+                             "--metrics-listen", "127.0.0.1:%d" % port] + tasks,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         text = None

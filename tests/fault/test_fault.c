@@ -176,6 +176,23 @@ static void expect_completed(cluster_t *c, const char *id, char **ret_out)
     protobuf_c_message_free_unpacked(&job->base, NULL);
 }
 
+/* The value of a series ("name" or "name{label=\"value\"}") on a task's /metrics. */
+static double scrape(const launch_proc_t *p, const char *series)
+{
+    char *headers = NULL, *body = NULL, line[300];
+    const char *at;
+    double v;
+
+    ck_assert_int_eq(harness_http_get(p->metrics, "/metrics", &headers, &body), 200);
+    snprintf(line, sizeof(line), "\n%s ", series);
+    at = strstr(body, line);
+    ck_assert_msg(at != NULL, "no %s in: %s", series, body);
+    v = strtod(at + strlen(line), NULL);
+    free(headers);
+    free(body);
+    return v;
+}
+
 /* An undisturbed run's test accuracy, measured once. */
 static double undisturbed(cluster_t *c)
 {
@@ -211,6 +228,15 @@ START_TEST(fault_worker_killed_mid_job_the_job_finishes_on_the_other)
     ck_assert_msg(strstr(out, "worker 1 (") != NULL && strstr(out, "failed") != NULL, "%s", out);
     got = test_accuracy(out);
     printf("worker killed: test accuracy %.4f\n", got);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"),
+                        1);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:0\"}"),
+                        0);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_workers_alive"), 0); /* no job runs */
+    ck_assert_msg(scrape(&c.chief, "tessera_chief_closures_total") >= 4000, "closures");
+    ck_assert_msg(
+        scrape(&c.chief, "tessera_chief_task_last_seen_timestamp_seconds{task=\"worker:0\"}") > 1e9,
+        "worker 0 never seen");
     ck_assert_msg(got >= 0.6, "%.4f, undisturbed %.4f: %s", got, calm, out);
     free(out);
     free(id);
@@ -257,22 +283,6 @@ START_TEST(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finish
 }
 END_TEST
 
-/* tessera_worker_steps_total of a worker's /metrics. */
-static double worker_steps(const launch_proc_t *p)
-{
-    char *headers = NULL, *body = NULL;
-    const char *at;
-    double v;
-
-    ck_assert_int_eq(harness_http_get(p->metrics, "/metrics", &headers, &body), 200);
-    at = strstr(body, "\ntessera_worker_steps_total ");
-    ck_assert_msg(at != NULL, "%s", body);
-    v = strtod(at + strlen("\ntessera_worker_steps_total "), NULL);
-    free(headers);
-    free(body);
-    return v;
-}
-
 /* Killed, then started again at its address (as systemd or Kubernetes would): the chief
  * configures it for the running job where its data stood and it works again. */
 START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
@@ -295,7 +305,9 @@ START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
     free(out);
     free(id);
     /* it took closures again: the new process counted steps */
-    ck_assert_msg(worker_steps(&c.worker[1]) > 0, "the restarted worker ran no step");
+    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > 0,
+                  "the restarted worker ran no step");
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_rejoins_total"), 1);
     stop_cluster(&c);
 }
 END_TEST
@@ -357,6 +369,8 @@ START_TEST(fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint)
                   "%s", out);
     got = test_accuracy(out);
     printf("ps killed and restarted: test accuracy %.4f, undisturbed %.4f\n", got, calm);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"ps:0\"}"), 1);
     ck_assert_msg(got == calm, "%.4f, undisturbed %.4f: %s", got, calm, out);
     free(out);
     free(id);
