@@ -19,7 +19,8 @@ status_t dispatch_init(dispatch_t *d, size_t n_workers, status_msg_t *err)
     d->alive = calloc(n_workers + 1, sizeof(*d->alive));
     d->worker_steps = calloc(n_workers + 1, sizeof(*d->worker_steps));
     d->pos = calloc(n_workers + 1, sizeof(*d->pos));
-    if (d->alive == NULL || d->worker_steps == NULL || d->pos == NULL) {
+    d->busy = calloc(n_workers + 1, sizeof(*d->busy));
+    if (d->alive == NULL || d->worker_steps == NULL || d->pos == NULL || d->busy == NULL) {
         dispatch_done(d);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
@@ -34,7 +35,9 @@ void dispatch_done(dispatch_t *d)
         free(d->pos[w].rng);
     free(d->pos);
     free(d->alive);
+    free(d->busy);
     free(d->worker_steps);
+    d->busy = NULL;
     d->alive = NULL;
     d->worker_steps = NULL;
     d->pos = NULL;
@@ -177,9 +180,11 @@ static void *dispatcher_main(void *arg)
                                   .steps = steps,
                                   .global_step = d->progress->step,
                                   .epoch = d->progress->epoch};
+        d->busy[w] = true;
         pthread_mutex_unlock(d->mu);
         rc = d->call(d->arg, w, &cl, &res, &err);
         pthread_mutex_lock(d->mu);
+        d->busy[w] = false;
         d->in_flight--;
         d->steps_in_flight -= steps;
         if (rc == STATUS_OK)

@@ -70,6 +70,7 @@ typedef struct dispatch {
     /* state */
     size_t n_workers;
     bool *alive;
+    bool *busy;            /* a closure of the worker is in flight */
     int64_t *worker_steps; /* steps each worker ran, for the staleness bound */
     uint64_t next_closure;
     int64_t steps_left; /* of this epoch, not yet handed out */

@@ -24,6 +24,10 @@ static const config_option_t chief_options[] = {
     {"ps-timeout", CONFIG_DURATION_MS, offsetof(chief_opts_t, ps_timeout_ms), "10m", 1000, 86400000,
      "How long a job whose parameter server was lost waits for it to come back (restarted at "
      "its address) before it fails; back, the job goes on from its newest checkpoint."},
+    {"stall-timeout", CONFIG_DURATION_MS, offsetof(chief_opts_t, stall_timeout_ms), "5m", 1000,
+     86400000,
+     "How long a running job may go without a step before a `stalled` event names the tasks it "
+     "waits on (once per stall)."},
 };
 
 static const config_table_t chief_table = {

@@ -161,6 +161,24 @@ static bool rejoin(void *arg, size_t w)
     return rc == STATUS_OK;
 }
 
+/* The watchdog saw no step for `seconds`: an event names what the job waits on. */
+static void stalled(void *arg, double seconds)
+{
+    running_t *r = arg;
+    coordinator_t *c = r->c;
+    char names[600] = "";
+
+    pthread_mutex_lock(&c->mu);
+    for (size_t w = 0; w < r->d->n_workers; w++)
+        if (r->d->busy[w] && strlen(names) + 64 < sizeof(names))
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%sworker:%zu (%s)",
+                     names[0] ? ", " : "", w, rpc_channel_target(c->workers[w]));
+    chief_job_event(c, r->j, "stalled: no step for %.0f s; waiting on %s", seconds,
+                    names[0] ? names
+                             : "no closure in flight (a lost PS, a checkpoint or an evaluation)");
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Progress moved (the mutex held): the watchers wake, and a batch summary goes to TensorBoard
  * each time the step passes a multiple of update_freq. */
 static void progress_moved(void *arg)
@@ -649,6 +667,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         rc = resume_position(&run, resume_path, &m, err);
     if (rc == STATUS_OK)
         rc = workers_configure(&cfg, &plan, NULL, f2, d.alive, err);
+    watchdog_watch_step(&wd, &j->progress.step, c->opts->stall_timeout_ms, stalled);
     if (rc == STATUS_OK)
         rc = watchdog_start(&wd, c, d.alive, c->n_workers, c->opts->worker_timeout_ms, rejoin, &run,
                             err);

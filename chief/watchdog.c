@@ -21,6 +21,27 @@ static void sleep_unless_stopped(watchdog_t *w, int64_t ms)
     }
 }
 
+/* Reports a job whose step has not moved for stall_ms, once until it moves again. */
+static void check_stall(watchdog_t *w)
+{
+    double now = clock_now_s();
+    int64_t step;
+
+    if (w->step == NULL || w->stall_ms <= 0 || w->stalled == NULL)
+        return;
+    pthread_mutex_lock(&w->c->mu);
+    step = *w->step;
+    pthread_mutex_unlock(&w->c->mu);
+    if (step != w->last_step || w->moved_at == 0) {
+        w->last_step = step;
+        w->moved_at = now;
+        w->reported = false;
+    } else if (!w->reported && (now - w->moved_at) * 1000 >= (double)w->stall_ms) {
+        w->reported = true;
+        w->stalled(w->arg, now - w->moved_at);
+    }
+}
+
 static void *watchdog_main(void *arg)
 {
     watchdog_t *w = arg;
@@ -68,6 +89,7 @@ static void *watchdog_main(void *arg)
                 atomic_store(&w->hung[i], true);
             }
         }
+        check_stall(w);
         sleep_unless_stopped(w, WATCHDOG_PERIOD_MS);
     }
     free(dead);
@@ -83,8 +105,15 @@ status_t watchdog_start(watchdog_t *w, coordinator_t *c, const bool *alive, size
     sigset_t all, old;
     double now = clock_now_s();
 
-    *w = (watchdog_t){
-        .c = c, .alive = alive, .n = n, .timeout_ms = timeout_ms, .rejoin = rejoin, .arg = arg};
+    *w = (watchdog_t){.c = c,
+                      .alive = alive,
+                      .n = n,
+                      .timeout_ms = timeout_ms,
+                      .rejoin = rejoin,
+                      .arg = arg,
+                      .step = w->step, /* watchdog_watch_step's, which comes first */
+                      .stall_ms = w->stall_ms,
+                      .stalled = w->stalled};
     w->hung = calloc(n + 1, sizeof(*w->hung));
     w->last_ok = calloc(n + 1, sizeof(*w->last_ok));
     w->next_try = calloc(n + 1, sizeof(*w->next_try));
@@ -121,6 +150,14 @@ void watchdog_stop(watchdog_t *w)
     w->hung = NULL;
     w->last_ok = NULL;
     w->next_try = NULL;
+}
+
+void watchdog_watch_step(watchdog_t *w, const int64_t *step, int64_t stall_ms,
+                         void (*stalled)(void *arg, double seconds))
+{
+    w->step = step;
+    w->stall_ms = stall_ms;
+    w->stalled = stalled;
 }
 
 void watchdog_revive(watchdog_t *w, size_t i)

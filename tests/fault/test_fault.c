@@ -32,8 +32,9 @@ typedef struct cluster {
     char chief_flag[300], chief_log[600];
 } cluster_t;
 
-/* A PS, n_workers workers (1 or 2) and a chief. */
-static void start_cluster_of(cluster_t *c, int n_workers)
+/* A PS, n_workers workers (1 or 2) and a chief with the timeout flags given (NULL: a 3 s
+ * worker timeout). */
+static void start_cluster_with(cluster_t *c, int n_workers, const char *t1, const char *t2)
 {
     char ps_flag[400], worker_flag[400];
 
@@ -46,11 +47,14 @@ static void start_cluster_of(cluster_t *c, int n_workers)
     snprintf(worker_flag, sizeof(worker_flag), "--worker=%s%s%s", c->worker[0].listen,
              n_workers > 1 ? "," : "", n_workers > 1 ? c->worker[1].listen : "");
     harness_start(&c->chief, "tessera-chief", "fault-chief", ps_flag, worker_flag,
-                  "--worker-timeout="
-                  "3s",
-                  NULL);
+                  t1 ? t1 : "--worker-timeout=3s", t2, NULL);
     snprintf(c->chief_flag, sizeof(c->chief_flag), "--chief=%s", c->chief.listen);
     snprintf(c->chief_log, sizeof(c->chief_log), "%s/fault-chief.log", harness_tmpdir());
+}
+
+static void start_cluster_of(cluster_t *c, int n_workers)
+{
+    start_cluster_with(c, n_workers, NULL, NULL);
 }
 
 static void start_cluster(cluster_t *c)
@@ -378,6 +382,40 @@ START_TEST(fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint)
 }
 END_TEST
 
+/* Both workers stopped, with a worker timeout longer than the stall timeout: the job says it is
+ * stalled and on which workers, then, woken, they finish it. */
+START_TEST(fault_stalled_job_names_the_workers_it_waits_on)
+{
+    cluster_t c;
+    char *out = NULL, *id;
+    double t0;
+
+    start_cluster_with(&c, 2, "--worker-timeout=60s", "--stall-timeout=2s");
+    ck_assert_int_eq(
+        tessera((char *[]){"submit", (char *)write_job("stalled"), c.chief_flag, NULL}, &out), 0);
+    id = submitted_id(out);
+    free(out);
+    wait_running_past(&c, id, 300);
+    ck_assert_int_eq(kill(c.worker[0].pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(c.worker[1].pid, SIGSTOP), 0);
+    t0 = clock_now_s();
+    while (!harness_file_contains(c.chief_log, "stalled: no step for")) {
+        ck_assert_msg(clock_now_s() - t0 < 20, "no stalled event in 20 s");
+        usleep(50000);
+    }
+    printf("stalled event after %.1f s (--stall-timeout=2s)\n", clock_now_s() - t0);
+    ck_assert_int_eq(kill(c.worker[0].pid, SIGCONT), 0);
+    ck_assert_int_eq(kill(c.worker[1].pid, SIGCONT), 0);
+    expect_completed(&c, id, &out);
+    ck_assert_msg(strstr(out, "stalled: no step for") != NULL && strstr(out, "worker:0 (") &&
+                      strstr(out, "worker:1 ("),
+                  "%s", out);
+    free(out);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fault");
@@ -390,6 +428,7 @@ int main(void)
     tcase_add_test(tc, fault_job_submitted_while_a_worker_is_down_runs_on_the_others);
     tcase_add_test(tc, fault_worker_restarted_at_its_address_rejoins_the_job);
     tcase_add_test(tc, fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint);
+    tcase_add_test(tc, fault_stalled_job_names_the_workers_it_waits_on);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
