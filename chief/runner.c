@@ -498,7 +498,10 @@ static status_t wait_for_ps(running_t *r, status_msg_t *err)
                 down = p;
         if (down == c->n_ps)
             break;
-        if (atomic_load(&r->j->cancel) || c->stopping)
+        pthread_mutex_lock(&c->mu);
+        bool stopping = c->stopping;
+        pthread_mutex_unlock(&c->mu);
+        if (atomic_load(&r->j->cancel) || stopping)
             rc = status_fail(err, STATUS_CANCELLED, "cancelled while waiting for ps:%zu", down);
         else if (clock_now_s() >= until)
             rc = status_fail(err, STATUS_UNAVAILABLE,
@@ -526,9 +529,8 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
     chief_job_t *j = r->j;
     dispatch_t *d = r->d;
     fanout_t *f = calloc(c->n_workers + 1, sizeof(*f));
-    status_t rc;
-
     size_t ps;
+    status_t rc;
 
     if (f == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
