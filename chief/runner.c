@@ -70,7 +70,9 @@ static status_t hung_or(const running_t *r, size_t w, const rpc_error_t *rerr, s
                            "worker:%zu answered no health check for %.1f s (stopped, hung or cut "
                            "off)",
                            w, (double)r->wd->timeout_ms / 1000);
-    return status_fail(err, rerr->status, "%s", rerr->message);
+    /* ABORTED is the chief's word for a lost PS: the worker's own means something else */
+    return status_fail(err, rerr->status == STATUS_ABORTED ? STATUS_REMOTE : rerr->status, "%s",
+                       rerr->message);
 }
 
 /* dispatch_call_fn: a training closure on a worker, over RPC. */
@@ -517,11 +519,32 @@ static status_t wait_for_ps(running_t *r, status_msg_t *err)
     return rc;
 }
 
+/* The job starts over from step 0 (a lost PS and no checkpoint): positions and sums cleared. */
+static status_t start_over(running_t *r)
+{
+    coordinator_t *c = r->c;
+    dispatch_t *d = r->d;
+
+    pthread_mutex_lock(&c->mu);
+    r->j->progress.step = 0;
+    r->j->progress.epoch = 0;
+    r->saved_step = -1;
+    r->has_last_epoch = false;
+    for (size_t w = 0; w < d->n_workers; w++) {
+        free(d->pos[w].rng);
+        d->pos[w] = (dispatch_pos_t){0};
+    }
+    chief_job_event(c, r->j, "no checkpoint to go on from: starting over from step 0");
+    pthread_mutex_unlock(&c->mu);
+    return STATUS_OK;
+}
+
 /* A PS was lost mid-job (why: STATUS_ABORTED naming it). Waits for it to be back (restarted at
  * its address), then the job goes on from its newest checkpoint: the variables are created again
  * where they are missing, every PS restores its file, every live worker is configured again
- * where the checkpoint left its data, and the steps after the checkpoint are run again.
- * *m and *path become the checkpoint's. */
+ * where the checkpoint left its data, and the steps after the checkpoint are run again. Without
+ * a checkpoint the job starts over: every variable from its initializer, every worker's data from
+ * the start. *m and *path become the checkpoint's (zeroed when there is none). */
 static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, char **path,
                            status_msg_t *err)
 {
@@ -529,6 +552,7 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
     chief_job_t *j = r->j;
     dispatch_t *d = r->d;
     fanout_t *f = calloc(c->n_workers + 1, sizeof(*f));
+    bool fresh = j->job.checkpoint_dir == NULL; /* no checkpoint to go on from: from step 0 */
     size_t ps;
     status_t rc;
 
@@ -544,15 +568,16 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
     free(*path);
     *path = NULL;
     rc = wait_for_ps(r, err);
-    if (rc == STATUS_OK) {
+    if (rc == STATUS_OK && j->job.checkpoint_dir != NULL) {
         rc = chief_ckpt_find(j, path, m, err);
-        if (rc == STATUS_NOT_FOUND)
-            rc = status_fail(err, STATUS_UNAVAILABLE,
-                             "%s, and the job has no checkpoint to go on from", why);
+        fresh = rc == STATUS_NOT_FOUND;
+        rc = fresh ? STATUS_OK : rc;
     }
+    if (rc == STATUS_OK && fresh) /* every variable from its initializer again */
+        placement_drop(c, j);
     if (rc == STATUS_OK)
         rc = placement_create(c, j, r->plan, err);
-    if (rc == STATUS_OK)
+    if (rc == STATUS_OK && !fresh)
         rc = chief_ckpt_restore(c, j, r->plan, *path, m, err);
     if (rc == STATUS_OK) {
         pthread_mutex_lock(&c->mu);
@@ -561,10 +586,10 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
         for (size_t w = 0; w < d->n_workers; w++)
             d->worker_steps[w] = 0;
         pthread_mutex_unlock(&c->mu);
-        rc = resume_position(r, *path, m, err);
+        rc = fresh ? start_over(r) : resume_position(r, *path, m, err);
     }
     if (rc == STATUS_OK)
-        rc = workers_configure(r->cfg, NULL, m, f, d->alive, err);
+        rc = workers_configure(r->cfg, NULL, fresh ? NULL : m, f, d->alive, err);
     fanout_done(f, c->n_workers);
     if (rc == STATUS_OK)
         rc = workers_configure(r->cfg, r->plan, NULL, f, d->alive, err);
@@ -684,7 +709,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     pthread_mutex_unlock(&c->mu);
     rc = train(&run, batches, has_test, resumed ? m.epoch_sums : NULL, err);
     /* a lost PS: back to the newest checkpoint, as often as it takes */
-    while (rc == STATUS_ABORTED && j->job.checkpoint_dir != NULL) {
+    while (rc == STATUS_ABORTED) {
         char why[sizeof(err->text)];
         snprintf(why, sizeof(why), "%s", err->text);
         rc = recover_ps(&run, why, &m, &resume_path, err);

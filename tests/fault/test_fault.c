@@ -378,6 +378,24 @@ START_TEST(fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint)
     ck_assert_msg(got == calm, "%.4f, undisturbed %.4f: %s", got, calm, out);
     free(out);
     free(id);
+
+    /* a job without checkpoints starts over from step 0, with the same numbers in the end */
+    ck_assert_int_eq(
+        tessera((char *[]){"submit", (char *)write_job("ps-fresh"), c.chief_flag, NULL}, &out), 0);
+    id = submitted_id(out);
+    free(out);
+    wait_running_past(&c, id, 650);
+    launch_stop(&c.ps, SIGKILL, 5000, NULL);
+    usleep(500000);
+    harness_start(&c.ps, "tessera-ps", "fault-ps-third", "--task-index=0", listen, NULL);
+    expect_completed(&c, id, &out);
+    ck_assert_msg(strstr(out, "starting over from step 0") != NULL, "%s", out);
+    got = test_accuracy(out);
+    printf("ps killed, no checkpoint, started over: test accuracy %.4f\n", got);
+    ck_assert_msg(got == calm, "%.4f, undisturbed %.4f: %s", got, calm, out);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 2);
+    free(out);
+    free(id);
     stop_cluster(&c);
 }
 END_TEST

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "files/checkpoint.h"
 #include "base/net.h"
 #include "base/clock.h"
 
@@ -292,4 +293,14 @@ bool harness_instrumented(pid_t pid)
                 strstr(line, "vgpreload") != NULL;
     fclose(f);
     return found;
+}
+
+bool harness_has_checkpoint(const char *dir)
+{
+    int64_t step;
+    char *path = NULL;
+    bool has = ckpt_latest(dir, &step, &path, NULL) == STATUS_OK;
+
+    free(path);
+    return has;
 }

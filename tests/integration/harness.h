@@ -43,6 +43,8 @@ int harness_http_get(const char *addr, const char *path, char **ret_headers, cha
 int harness_run(char *const argv[], char *const env_extra[], const char *stdin_text, int timeout_ms,
                 char **ret_output);
 
+/* True when dir holds a complete checkpoint (files/checkpoint.h's ckpt_latest). */
+bool harness_has_checkpoint(const char *dir);
 /* True when the file contains needle. */
 bool harness_file_contains(const char *path, const char *needle);
 
