@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "base/clock.h"
 
@@ -58,6 +59,18 @@ static int64_t slowest_alive(const dispatch_t *d)
         if (d->alive[w] && d->worker_steps[w] < min)
             min = d->worker_steps[w];
     return min;
+}
+
+void dispatch_revive(dispatch_t *d, size_t w)
+{
+    int64_t slowest = slowest_alive(d);
+
+    /* the staleness bound counts from the others, not from when it was lost */
+    if (slowest != INT64_MAX)
+        d->worker_steps[w] = slowest;
+    d->alive[w] = true;
+    d->all_lost_at = 0;
+    pthread_cond_broadcast(d->cv);
 }
 
 /* The closures in flight and still to hand out (mutex held). */
@@ -143,8 +156,12 @@ static void count_failure(dispatch_t *d, size_t w, int steps, status_t rc, const
         d->alive[w] = false;
         d->lost(d->arg, w, why);
         if (slowest_alive(d) == INT64_MAX && !d->failed) {
-            d->failed = true;
-            status_fail(&d->err, rc, "every worker failed; the last: %s", why);
+            status_fail(d->lost_grace_s > 0 ? &d->lost_err : &d->err, rc,
+                        "every worker failed; the last: %s", why);
+            if (d->lost_grace_s > 0) /* the lost dispatchers wait for one to come back */
+                d->all_lost_at = clock_now_s();
+            else
+                d->failed = true;
         }
     } else if (rc == STATUS_ABORTED && !d->failed) {
         d->steps_left += steps; /* a PS is lost (why names it): not the worker's fault */
@@ -171,8 +188,24 @@ static void *dispatcher_main(void *arg)
         int steps;
         /* A lost worker waits while the others work: it may be back (dispatch_t.alive) */
         while (!d->alive[w] && !stopped(d) && !dispatch_paused(d) &&
-               (d->steps_left > 0 || d->in_flight > 0))
-            pthread_cond_wait(d->cv, d->mu);
+               (d->steps_left > 0 || d->in_flight > 0)) {
+            if (d->all_lost_at == 0) {
+                pthread_cond_wait(d->cv, d->mu);
+            } else if (clock_now_s() - d->all_lost_at >= d->lost_grace_s) {
+                d->failed = true; /* none came back in time */
+                d->err = d->lost_err;
+                pthread_cond_broadcast(d->cv);
+            } else {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 200 * 1000000L;
+                if (until.tv_nsec >= 1000000000L) {
+                    until.tv_sec++;
+                    until.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(d->cv, d->mu, &until);
+            }
+        }
         steps = d->alive[w] ? take_closure(d, w) : 0;
         if (steps == 0)
             break;

@@ -65,6 +65,9 @@ typedef struct dispatch {
     int64_t stop_step;   /* hand out no step past this global step; 0: none */
     double stop_time;    /* clock_now_s() after which no closure starts; 0: none */
     _Atomic bool *pause; /* set: no closure starts (may be NULL) */
+    /* every worker lost: wait this long for one to come back (dispatch_revive) before the epoch
+     * fails; 0: fail at once */
+    double lost_grace_s;
     /* the chief's metrics (each may be NULL): closures done, handed back, in flight, queued */
     metric_t *m_done, *m_retried, *m_running, *m_queued;
     /* state */
@@ -79,6 +82,8 @@ typedef struct dispatch {
     dispatch_pos_t *pos; /* per worker */
     bool failed;
     status_msg_t err;
+    double all_lost_at;    /* clock_now_s() when the last live worker was lost; 0: one is alive */
+    status_msg_t lost_err; /* what fails the epoch if none comes back */
     double epoch_loss, epoch_correct, epoch_t0;
     int64_t epoch_examples;
 } dispatch_t;
@@ -100,6 +105,10 @@ status_t dispatch_run(dispatch_t *d, status_msg_t *err);
 
 /* Whether dispatch_run stopped for a pause (with the mutex held or after it returned). */
 bool dispatch_paused(const dispatch_t *d);
+
+/* Worker w is configured again and alive (mutex held): its dispatcher takes closures again,
+ * its staleness count starts from the slowest live worker's. */
+void dispatch_revive(dispatch_t *d, size_t w);
 
 /* Live workers, in index order: the first, or SIZE_MAX when none is left. */
 size_t dispatch_first_alive(const dispatch_t *d);

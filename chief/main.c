@@ -28,6 +28,10 @@ static const config_option_t chief_options[] = {
      86400000,
      "How long a running job may go without a step before a `stalled` event names the tasks it "
      "waits on (once per stall)."},
+    {"rejoin-timeout", CONFIG_DURATION_MS, offsetof(chief_opts_t, rejoin_timeout_ms), "10m", 1000,
+     86400000,
+     "How long a job whose every worker was lost waits for one to come back (restarted at its "
+     "address) before it fails."},
 };
 
 static const config_table_t chief_table = {

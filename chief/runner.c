@@ -140,14 +140,8 @@ static bool rejoin(void *arg, size_t w)
     free(pos.rng);
     pthread_mutex_lock(&c->mu);
     if (rc == STATUS_OK) {
-        int64_t slowest = INT64_MAX;
-        for (size_t i = 0; i < d->n_workers; i++)
-            if (d->alive[i] && d->worker_steps[i] < slowest)
-                slowest = d->worker_steps[i];
-        /* the staleness bound counts from the others, not from when it was lost */
-        d->worker_steps[w] = slowest == INT64_MAX ? d->worker_steps[w] : slowest;
         watchdog_revive(r->wd, w); /* before it is alive: its next call must not be cancelled */
-        d->alive[w] = true;
+        dispatch_revive(d, w);
         metric_inc(c->m_worker_rejoins);
         chief_metrics_alive(c, d->alive, d->n_workers);
         chief_job_event(c, r->j,
@@ -155,7 +149,6 @@ static bool rejoin(void *arg, size_t w)
                         "%lld, batch %lld",
                         w, rpc_channel_target(c->workers[w]), (long long)pos.epoch + 1,
                         (long long)pos.batch);
-        pthread_cond_broadcast(&c->cv);
     } else {
         chief_job_event(c, r->j, "worker %zu answers again but cannot rejoin: %s", w, err.text);
     }
@@ -619,6 +612,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                     .lost = worker_lost,
                     .changed = progress_moved,
                     .pause = &j->ckpt_wanted,
+                    .lost_grace_s = (double)c->opts->rejoin_timeout_ms / 1000,
                     .m_done = c->m_closures,
                     .m_retried = c->m_retried,
                     .m_running = c->m_running,

@@ -79,9 +79,9 @@ static int tessera(char *const *args, char **out)
     return harness_run(argv, NULL, NULL, 240000, out);
 }
 
-/* 8 epochs of 250 steps over the workers' shares of 8000 synthetic examples; with ckpt, a
+/* Epochs of 250 steps over the workers' shares of 8000 synthetic examples; with ckpt, a
  * checkpoint every 100 steps in that directory. */
-static const char *write_job_ckpt(const char *name, const char *ckpt)
+static const char *write_job_of(const char *name, const char *ckpt, int epochs)
 {
     static char path[512];
     FILE *f;
@@ -100,12 +100,17 @@ static const char *write_job_ckpt(const char *name, const char *ckpt)
             "shape: [200], classes: 10, seed: 1}\n"
             "  test: {format: synthetic, kind: classification, examples: 1000, "
             "shape: [200], classes: 10, seed: 2}\n"
-            "train: {epochs: 8}\n",
-            name);
+            "train: {epochs: %d}\n",
+            name, epochs);
     if (ckpt != NULL)
         fprintf(f, "checkpoint: {dir: %s/%s, every_steps: 100, keep: 2}\n", harness_tmpdir(), ckpt);
     fclose(f);
     return path;
+}
+
+static const char *write_job_ckpt(const char *name, const char *ckpt)
+{
+    return write_job_of(name, ckpt, 8);
 }
 
 static const char *write_job(const char *name)
@@ -166,7 +171,7 @@ static double test_accuracy(const char *out)
 
 /* Waits for the job to end and checks it succeeded with every step counted; its output (of
  * `tessera watch`) in *ret_out. */
-static void expect_completed(cluster_t *c, const char *id, char **ret_out)
+static void expect_completed_steps(cluster_t *c, const char *id, int64_t steps, char **ret_out)
 {
     Tessera__V1__JobInfo *job;
     int rc = tessera((char *[]){"watch", (char *)id, c->chief_flag, NULL}, ret_out);
@@ -174,7 +179,7 @@ static void expect_completed(cluster_t *c, const char *id, char **ret_out)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, *ret_out);
     job = get_job(c, id);
     ck_assert_int_eq(job->state, TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED);
-    ck_assert_msg(job->progress->step == job->progress->total_steps && job->progress->step == 2000,
+    ck_assert_msg(job->progress->step == job->progress->total_steps && job->progress->step == steps,
                   "step %lld of %lld", (long long)job->progress->step,
                   (long long)job->progress->total_steps);
     protobuf_c_message_free_unpacked(&job->base, NULL);
@@ -195,6 +200,22 @@ static double scrape(const launch_proc_t *p, const char *series)
     free(headers);
     free(body);
     return v;
+}
+
+static void expect_completed(cluster_t *c, const char *id, char **ret_out)
+{
+    expect_completed_steps(c, id, 2000, ret_out);
+}
+
+/* Waits up to 30 s for a series of the chief's /metrics to reach value. */
+static void wait_metric(cluster_t *c, const char *series, double value)
+{
+    double t0 = clock_now_s();
+
+    while (scrape(&c->chief, series) < value) {
+        ck_assert_msg(clock_now_s() - t0 < 30, "%s did not reach %g in 30 s", series, value);
+        usleep(50000);
+    }
 }
 
 /* An undisturbed run's test accuracy, measured once. */
@@ -339,6 +360,52 @@ START_TEST(fault_job_submitted_while_a_worker_is_down_runs_on_the_others)
 }
 END_TEST
 
+/* Both workers killed and started again, then one of them killed and restarted twice more: the
+ * job waits for them (a dispatcher whose worker is lost waits for it), takes each back, and
+ * completes with every step counted. */
+START_TEST(fault_workers_killed_again_and_again_rejoin_and_the_job_completes)
+{
+    cluster_t c;
+    char *out = NULL, *id, listen[2][300];
+    int64_t at = 300;
+
+    start_cluster(&c);
+    ck_assert_int_eq(
+        tessera((char *[]){"submit", (char *)write_job_of("again", NULL, 40), c.chief_flag, NULL},
+                &out),
+        0);
+    id = submitted_id(out);
+    free(out);
+    for (int w = 0; w < 2; w++)
+        snprintf(listen[w], sizeof(listen[w]), "--listen=%s", c.worker[w].listen);
+    wait_running_past(&c, id, at);
+    launch_stop(&c.worker[0], SIGKILL, 5000, NULL);
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    usleep(300000);
+    harness_start(&c.worker[0], "tessera-worker", "fault-w0-b", "--task-index=0", listen[0], NULL);
+    harness_start(&c.worker[1], "tessera-worker", "fault-w1-b", "--task-index=1", listen[1], NULL);
+    wait_metric(&c, "tessera_chief_worker_rejoins_total", 2);
+    for (int round = 0; round < 2; round++) {
+        at += 1000;
+        wait_running_past(&c, id, at);
+        launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+        usleep(200000);
+        harness_start(&c.worker[1], "tessera-worker", round ? "fault-w1-d" : "fault-w1-c",
+                      "--task-index=1", listen[1], NULL);
+        wait_metric(&c, "tessera_chief_worker_rejoins_total", 3 + round);
+    }
+    expect_completed_steps(&c, id, 10000, &out);
+    printf("workers killed 4 times: test accuracy %.4f\n", test_accuracy(out));
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"),
+                        3);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:0\"}"),
+                        1);
+    free(out);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* The PS killed with SIGKILL mid-job and started again at its address: the job waits for it,
  * restores its newest checkpoint on the PS and the worker, runs the steps after it again and
  * ends at exactly the numbers of a run never disturbed (one worker: the same order of updates). */
@@ -447,6 +514,7 @@ int main(void)
     tcase_add_test(tc, fault_worker_restarted_at_its_address_rejoins_the_job);
     tcase_add_test(tc, fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint);
     tcase_add_test(tc, fault_stalled_job_names_the_workers_it_waits_on);
+    tcase_add_test(tc, fault_workers_killed_again_and_again_rejoin_and_the_job_completes);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
