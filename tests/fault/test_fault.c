@@ -501,6 +501,42 @@ START_TEST(fault_stalled_job_names_the_workers_it_waits_on)
 }
 END_TEST
 
+/* The PS and a worker killed together and both started again: the job goes back to its newest
+ * checkpoint when the PS is back, takes the worker back when it is, and completes. */
+START_TEST(fault_ps_and_a_worker_killed_together_the_job_completes)
+{
+    cluster_t c;
+    char *out = NULL, *id, ps_listen[300], w_listen[300];
+
+    start_cluster(&c);
+    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_ckpt("together", "together"),
+                                        c.chief_flag, NULL},
+                             &out),
+                     0);
+    id = submitted_id(out);
+    free(out);
+    snprintf(ps_listen, sizeof(ps_listen), "--listen=%s", c.ps.listen);
+    snprintf(w_listen, sizeof(w_listen), "--listen=%s", c.worker[1].listen);
+    wait_running_past(&c, id, 650);
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    launch_stop(&c.ps, SIGKILL, 5000, NULL);
+    usleep(500000);
+    harness_start(&c.ps, "tessera-ps", "fault-ps-together", "--task-index=0", ps_listen, NULL);
+    usleep(500000);
+    harness_start(&c.worker[1], "tessera-worker", "fault-w1-together", "--task-index=1", w_listen,
+                  NULL);
+    expect_completed(&c, id, &out);
+    ck_assert_msg(strstr(out, "restored from step") != NULL && strstr(out, "is back") != NULL, "%s",
+                  out);
+    printf("ps and worker killed together: test accuracy %.4f\n", test_accuracy(out));
+    ck_assert_msg(test_accuracy(out) >= 0.6, "%s", out);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
+    free(out);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fault");
@@ -515,6 +551,7 @@ int main(void)
     tcase_add_test(tc, fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint);
     tcase_add_test(tc, fault_stalled_job_names_the_workers_it_waits_on);
     tcase_add_test(tc, fault_workers_killed_again_and_again_rejoin_and_the_job_completes);
+    tcase_add_test(tc, fault_ps_and_a_worker_killed_together_the_job_completes);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
