@@ -9,23 +9,14 @@
 #include "placement.h"
 #include "tessera/v1/ps.pb-c.h"
 
-/* Elements of a shape (1 for a scalar). */
-static size_t elements(const int64_t *shape, size_t rank)
-{
-    size_t n = 1;
-
-    for (size_t d = 0; d < rank; d++)
-        n *= (size_t)shape[d];
-    return n;
-}
-
 /* Pulls shard k of the plan into whole[], at its rows. */
 static status_t pull_shard(coordinator_t *c, chief_job_t *j, const plan_t *plan, size_t k,
                            float *whole, status_msg_t *err)
 {
     const Tessera__V1__VariableShard *sh = &plan->shards[k];
-    size_t p = (size_t)plan->places[k].ps_task, n = elements(sh->shape, sh->n_shape);
-    size_t row_len = sh->n_full_shape > 0 ? elements(sh->full_shape + 1, sh->n_full_shape - 1) : 1;
+    size_t p = (size_t)plan->places[k].ps_task, n = plan_elements(sh->shape, sh->n_shape);
+    size_t row_len =
+        sh->n_full_shape > 0 ? plan_elements(sh->full_shape + 1, sh->n_full_shape - 1) : 1;
     Tessera__V1__PullRequest req = TESSERA__V1__PULL_REQUEST__INIT;
     Tessera__V1__PullItem item = TESSERA__V1__PULL_ITEM__INIT, *items[1] = {&item};
     Tessera__V1__ShardKey key = TESSERA__V1__SHARD_KEY__INIT;
@@ -69,7 +60,7 @@ status_t chief_histograms(coordinator_t *c, chief_job_t *j, const plan_t *plan, 
     /* The plan lists each variable's shards together. */
     for (size_t k = 0; k < plan->n_places && rc == STATUS_OK;) {
         const Tessera__V1__VariableShard *sh = &plan->shards[k];
-        size_t n = elements(sh->full_shape, sh->n_full_shape), end = k;
+        size_t n = plan_elements(sh->full_shape, sh->n_full_shape), end = k;
         float *whole = malloc((n + 1) * sizeof(float));
         if (whole == NULL)
             return status_fail(err, STATUS_NO_MEMORY, "out of memory for %s", sh->variable);

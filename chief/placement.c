@@ -83,20 +83,20 @@ status_t placement_plan(coordinator_t *c, chief_job_t *j,
     return STATUS_OK;
 }
 
-static uint64_t elements(const int64_t *shape, size_t rank)
+size_t plan_elements(const int64_t *shape, size_t rank)
 {
-    uint64_t n = 1;
+    size_t n = 1;
 
     for (size_t d = 0; d < rank; d++)
-        n *= (uint64_t)shape[d];
+        n *= (size_t)shape[d];
     return n;
 }
 
 /* The variables as init_weights_check takes them. */
-static status_t describe(const Tessera__V1__ConfigureJobResponse *vars, init_var_t **ret,
+static status_t describe(const Tessera__V1__ConfigureJobResponse *vars, st_tensor_t **ret,
                          status_msg_t *err)
 {
-    init_var_t *v = calloc(vars->n_variables + 1, sizeof(*v));
+    st_tensor_t *v = calloc(vars->n_variables + 1, sizeof(*v));
 
     if (v == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
@@ -120,7 +120,7 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
                              plan_t *plan, status_msg_t *err)
 {
     init_weights_t w = {0};
-    init_var_t *v = NULL;
+    st_tensor_t *v = NULL;
     size_t n = vars->n_variables, k = 0;
     status_t rc;
 
@@ -140,10 +140,9 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
     }
     for (size_t i = 0; i < n && rc == STATUS_OK; i++) {
         const Tessera__V1__VariableShard *var = vars->variables[i];
-        uint64_t total = elements(var->full_shape, var->n_full_shape);
-        uint64_t row_len = var->n_full_shape > 0 && var->full_shape[0] > 0
-                               ? total / (uint64_t)var->full_shape[0]
-                               : total;
+        size_t total = plan_elements(var->full_shape, var->n_full_shape);
+        size_t row_len =
+            var->n_full_shape > 0 ? plan_elements(var->full_shape + 1, var->n_full_shape - 1) : 1;
         if ((plan->values[i] = malloc(total ? total * sizeof(float) : 1)) == NULL) {
             rc = status_fail(err, STATUS_NO_MEMORY, "out of memory for %s (%llu floats)",
                              var->variable, (unsigned long long)total);
@@ -161,7 +160,7 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
             tessera__v1__initializer__init(in);
             tessera__v1__initializer__values__init(val);
             val->data.data = (uint8_t *)(plan->values[i] + (uint64_t)sh->row_offset * row_len);
-            val->data.len = elements(sh->shape, sh->n_shape) * sizeof(float);
+            val->data.len = plan_elements(sh->shape, sh->n_shape) * sizeof(float);
             in->kind_case = TESSERA__V1__INITIALIZER__KIND_VALUES;
             in->values = val;
             sh->initializer = in;

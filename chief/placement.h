@@ -20,6 +20,9 @@ typedef struct plan {
     Tessera__V1__Initializer__Values *init_values;
 } plan_t;
 
+/* Elements of a shape (1 for a scalar). */
+size_t plan_elements(const int64_t *shape, size_t rank);
+
 /* Shards each variable the workers described with the job's partitioner, round robin over the
  * PS tasks. */
 status_t placement_plan(coordinator_t *c, chief_job_t *j,

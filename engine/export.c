@@ -289,21 +289,28 @@ static void layer_vars(const job_t *job, model_t *m, keras_layer_vars_t *layers,
     }
 }
 
-static status_t write_safetensors(model_t *m, const char *path, status_msg_t *err)
+st_tensor_t *export_tensors(model_t *m)
 {
     size_t n = model_param_count(m);
     st_tensor_t *t = calloc(n + 1, sizeof(*t));
-    status_t rc;
 
-    if (t == NULL)
-        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; t != NULL && i < n; i++) {
         const model_param_t *p = model_param(m, i);
         t[i] = (st_tensor_t){.name = p->name, .dtype = ST_F32, .rank = p->rank, .data = p->value};
         for (int d = 0; d < p->rank; d++)
             t[i].shape[d] = (uint64_t)p->shape[d];
     }
-    rc = st_write_file(path, t, n, NULL, 0, NULL, err);
+    return t;
+}
+
+static status_t write_safetensors(model_t *m, const char *path, status_msg_t *err)
+{
+    st_tensor_t *t = export_tensors(m);
+    status_t rc;
+
+    if (t == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    rc = st_write_file(path, t, model_param_count(m), NULL, 0, NULL, err);
     free(t);
     return rc;
 }

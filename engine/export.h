@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "files/safetensors.h"
 #include "job/job.h"
 #include "model.h"
 
@@ -17,6 +18,10 @@ typedef struct export_state {
     float *const *slots; /* per param, optimizer_slot_count arrays; NULL: no optimizer state */
     int64_t iterations;
 } export_state_t;
+
+/* The model's variables as safetensors tensors (names, shapes, values: the params'), in the
+ * model's order; free the array. NULL when out of memory. */
+st_tensor_t *export_tensors(model_t *m);
 
 /* The model's Keras config (Sequential, with build_config and compile_config) as JSON; free
  * it. NULL when out of memory. */

@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "blas.h"
 #include "checkpoint.h"
+#include "export.h"
 #include "files/init_weights.h"
 #include "files/tensorboard.h"
 #include "trainer.h"
@@ -248,18 +249,11 @@ static status_t find_resume(const job_t *job, bool resume, char **ret_path, ckpt
 static status_t apply_init_weights(const init_weights_t *w, model_t *m, status_msg_t *err)
 {
     size_t n = model_param_count(m);
-    init_var_t *vars = calloc(n + 1, sizeof(*vars));
+    st_tensor_t *vars = export_tensors(m);
     status_t rc;
 
     if (vars == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const model_param_t *p = model_param(m, i);
-        vars[i].name = p->name;
-        vars[i].rank = p->rank;
-        for (int d = 0; d < p->rank; d++)
-            vars[i].shape[d] = (uint64_t)p->shape[d];
-    }
     rc = init_weights_check(w, vars, n, err);
     for (size_t i = 0; i < n && rc == STATUS_OK; i++)
         rc = init_weights_read(w, vars, n, i, model_param(m, i)->value, err);

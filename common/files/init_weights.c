@@ -67,7 +67,7 @@ void init_weights_close(init_weights_t *w)
 }
 
 /* The name variable i has in the file. */
-static void file_name(const init_weights_t *w, const init_var_t *vars, size_t i, char *buf,
+static void file_name(const init_weights_t *w, const st_tensor_t *vars, size_t i, char *buf,
                       size_t len)
 {
     const char *name = vars[i].name, *slash = strchr(name, '/');
@@ -92,7 +92,7 @@ static void shape_text(const uint64_t *shape, int rank, char *buf, size_t len)
                  (unsigned long long)shape[d]);
 }
 
-status_t init_weights_check(const init_weights_t *w, const init_var_t *vars, size_t n,
+status_t init_weights_check(const init_weights_t *w, const st_tensor_t *vars, size_t n,
                             status_msg_t *err)
 {
     char name[160];
@@ -102,7 +102,7 @@ status_t init_weights_check(const init_weights_t *w, const init_var_t *vars, siz
                            "%s holds %zu variables, the model %zu: the weights of another model",
                            w->path, st_count(w->file), n);
     for (size_t i = 0; i < n; i++) {
-        const init_var_t *v = &vars[i];
+        const st_tensor_t *v = &vars[i];
         const st_info_t *t;
         bool same;
         file_name(w, vars, i, name, sizeof(name));
@@ -127,7 +127,7 @@ status_t init_weights_check(const init_weights_t *w, const init_var_t *vars, siz
     return STATUS_OK;
 }
 
-status_t init_weights_read(const init_weights_t *w, const init_var_t *vars, size_t n, size_t i,
+status_t init_weights_read(const init_weights_t *w, const st_tensor_t *vars, size_t n, size_t i,
                            float *out, status_msg_t *err)
 {
     const st_info_t *t;

@@ -5,7 +5,8 @@
  * else: a file of another model is refused naming the first variable that differs.
  *
  * The model is described by its variables in the model's order (a .keras archive numbers each
- * layer's variables in the order the layer makes them): tessera train passes its model's,
+ * layer's variables in the order the layer makes them) as safetensors tensors, of which only
+ * name (Tessera's: "dense/kernel"), rank and shape are read: tessera train passes its model's,
  * the chief the variables the workers described. */
 #ifndef TESSERA_FILES_INIT_WEIGHTS_H
 #define TESSERA_FILES_INIT_WEIGHTS_H
@@ -16,12 +17,6 @@
 
 #include "base/status.h"
 #include "files/safetensors.h"
-
-typedef struct init_var {
-    const char *name; /* Tessera's: "dense/kernel" */
-    int rank;
-    uint64_t shape[ST_MAX_RANK];
-} init_var_t;
 
 typedef struct init_weights {
     const char *path;
@@ -36,12 +31,12 @@ status_t init_weights_open(const char *path, init_weights_t *ret, status_msg_t *
 
 /* Checks the file against the model's variables vars[0..n): the same count, each one there
  * as float32 of its shape. */
-status_t init_weights_check(const init_weights_t *w, const init_var_t *vars, size_t n,
+status_t init_weights_check(const init_weights_t *w, const st_tensor_t *vars, size_t n,
                             status_msg_t *err);
 
 /* Reads variable i of a checked model into out (its elements), refusing NaN and infinities
  * (DATA_LOSS naming the file and tensor: HDF5 keeps no checksums). */
-status_t init_weights_read(const init_weights_t *w, const init_var_t *vars, size_t n, size_t i,
+status_t init_weights_read(const init_weights_t *w, const st_tensor_t *vars, size_t n, size_t i,
                            float *out, status_msg_t *err);
 
 void init_weights_close(init_weights_t *w); /* NULL-safe, and safe on a zeroed one */
