@@ -13,6 +13,7 @@ typedef struct chief_opts {
     int64_t ps_timeout_ms;     /* how long a job waits for a lost PS to come back */
     int64_t stall_timeout_ms;  /* a job without a step this long gets a `stalled` event */
     int64_t rejoin_timeout_ms; /* how long a job with every worker lost waits for one */
+    char *state_dir;           /* the job journal's directory; NULL: none (jobs die with us) */
 } chief_opts_t;
 
 extern const daemon_spec_t chief_daemon_spec;

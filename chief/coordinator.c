@@ -36,7 +36,9 @@ status_t coordinator_new(daemon_t *d, chief_opts_t *opts, coordinator_t **ret, s
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->watch_cv, NULL);
-    rc = open_channels(&opts->ps, &c->ps, &c->n_ps, err);
+    rc = chief_journal_open(c, err);
+    if (rc == STATUS_OK)
+        rc = open_channels(&opts->ps, &c->ps, &c->n_ps, err);
     if (rc == STATUS_OK)
         rc = open_channels(&opts->worker, &c->workers, &c->n_workers, err);
     if (rc == STATUS_OK)
@@ -95,6 +97,7 @@ void coordinator_free(coordinator_t *c)
         rpc_channel_free(c->workers[i]);
     free(c->ps);
     free(c->workers);
+    chief_journal_close(c);
     chief_metrics_free(c);
     pthread_cond_destroy(&c->watch_cv);
     pthread_cond_destroy(&c->cv);

@@ -121,6 +121,7 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
         chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED,
                       "cancelled before it started");
     } else if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {
+        j->user_cancel = true;
         atomic_store(&j->cancel, true);
         chief_job_event(c, j, "cancelling");
         pthread_mutex_unlock(&c->mu);

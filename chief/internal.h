@@ -16,6 +16,7 @@
 
 #include "coordinator.h"
 #include "daemon/metrics.h"
+#include "files/pb.h"
 #include "job/job.h"
 #include "rpc/client.h"
 #include "rpc/server.h"
@@ -50,8 +51,10 @@ typedef struct chief_job {
     _Atomic bool cancel;
     char *events[CHIEF_MAX_EVENTS];
     double event_times[CHIEF_MAX_EVENTS];
-    size_t n_events; /* total ever; the last CHIEF_MAX_EVENTS are kept */
-    int holds;       /* WatchJob streams and handlers using it unlocked: not pruned */
+    size_t n_events;  /* total ever; the last CHIEF_MAX_EVENTS are kept */
+    int holds;        /* WatchJob streams and handlers using it unlocked: not pruned */
+    bool recovered;   /* it ran when the chief stopped or crashed: it goes on from a checkpoint */
+    bool user_cancel; /* cancelled by a client, not by the chief stopping */
     /* Checkpoint calls: set ckpt_wanted and wait for ckpt_done to move (runner.c) */
     _Atomic bool ckpt_wanted;
     uint64_t ckpt_done; /* checkpoints taken (or failed) so far */
@@ -79,6 +82,9 @@ struct coordinator {
     metric_t *m_ps_recoveries, *m_worker_rejoins;
     metric_t **m_worker_failures, **m_ps_failures; /* per task */
     metric_t **m_worker_seen; /* per worker: wall time of its last answered health check */
+    /* journal.c: the job table on the disk (--state-dir), or NULL */
+    struct journal *journal;
+    uint64_t journal_compact; /* its size when last rewritten */
     /* watch.c */
     pthread_cond_t watch_cv; /* a job changed (changes counts them) or a watcher ended */
     uint64_t changes;
@@ -126,6 +132,30 @@ chief_job_t *chief_next_queued(coordinator_t *c);
 
 /* Fills info from j; the strings point into j. c->mu held. */
 void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V1__JobProgress *pr);
+
+/* Links j at the end of the table as it is (no id, no journal record). c->mu held. */
+void chief_jobs_link(coordinator_t *c, chief_job_t *j);
+/* Frees the job file and its files (kept while the workers may need them). */
+void chief_job_release(chief_job_t *j);
+/* Drops the oldest ended jobs past CHIEF_MAX_FINISHED that no watcher holds. c->mu held. */
+void chief_jobs_prune(coordinator_t *c);
+
+/* ---- journal.c ---------------------------------------------------------------------------- */
+
+/* Opens the journal in opts->state_dir, if any: its jobs join the table (the one that was
+ * running queued first, recovered), and it is rewritten compact. Before the runner starts. */
+status_t chief_journal_open(coordinator_t *c, status_msg_t *err);
+void chief_journal_close(coordinator_t *c);
+/* Replays a journal held in memory into the table (name: for errors), as opening does. */
+status_t chief_journal_replay(coordinator_t *c, const uint8_t *buf, size_t len, const char *name,
+                              status_msg_t *err);
+/* The table as framed journal records (without the header), one per job: a rewrite's. */
+status_t chief_journal_encode(coordinator_t *c, pb_buf_t *out, status_msg_t *err);
+/* Appends (fsynced) a submitted job, with its files; a start; an end. c->mu held; nothing
+ * without a journal. A start or an end that cannot be written is logged. */
+status_t chief_journal_submitted(coordinator_t *c, chief_job_t *j, status_msg_t *err);
+void chief_journal_started(coordinator_t *c, chief_job_t *j);
+void chief_journal_ended(coordinator_t *c, chief_job_t *j);
 
 /* ---- runner.c ----------------------------------------------------------------------------- */
 

@@ -46,7 +46,7 @@ bool chief_job_ended(const chief_job_t *j)
            j->state == TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED;
 }
 
-static void release_files(chief_job_t *j)
+void chief_job_release(chief_job_t *j)
 {
     for (size_t i = 0; i < j->n_files; i++) {
         free(j->files[i].path);
@@ -64,7 +64,7 @@ void chief_job_free(chief_job_t *j)
 {
     if (j == NULL)
         return;
-    release_files(j);
+    chief_job_release(j);
     for (size_t i = 0; i < CHIEF_MAX_EVENTS; i++)
         free(j->events[i]);
     job_done(&j->job);
@@ -72,7 +72,7 @@ void chief_job_free(chief_job_t *j)
 }
 
 /* Drops the oldest ended jobs past CHIEF_MAX_FINISHED that no watcher holds. */
-static void prune(coordinator_t *c)
+void chief_jobs_prune(coordinator_t *c)
 {
     size_t ended = 0;
 
@@ -105,8 +105,9 @@ void chief_job_end(coordinator_t *c, chief_job_t *j, Tessera__V1__JobState state
     va_start(ap, fmt);
     job_event_v(c, j, fmt, ap);
     va_end(ap);
-    release_files(j); /* the job file and its files were for the workers */
-    prune(c);
+    chief_job_release(j); /* the job file and its files were for the workers */
+    chief_journal_ended(c, j);
+    chief_jobs_prune(c);
 }
 
 /* Copies the job file and the files that came with it, for configuring the workers. */
@@ -188,6 +189,7 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
 
 status_t chief_jobs_add(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
+    status_msg_t jerr = {0};
     size_t queued = 0;
 
     for (chief_job_t *k = c->jobs; k != NULL; k = k->next)
@@ -198,13 +200,24 @@ status_t chief_jobs_add(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                            "them or cancel some",
                            queued, CHIEF_MAX_QUEUED);
     snprintf(j->id, sizeof(j->id), "%s-%u", j->name, ++c->next_id);
+    /* on the disk before the client hears that it was taken */
+    if (chief_journal_submitted(c, j, &jerr) != STATUS_OK) {
+        c->next_id--;
+        return status_fail(err, jerr.status, "the job cannot be recorded: %s", jerr.text);
+    }
+    chief_jobs_link(c, j);
+    chief_job_event(c, j, "queued");
+    return STATUS_OK;
+}
+
+void chief_jobs_link(coordinator_t *c, chief_job_t *j)
+{
+    j->next = NULL;
     if (c->last)
         c->last->next = j;
     else
         c->jobs = j;
     c->last = j;
-    chief_job_event(c, j, "queued");
-    return STATUS_OK;
 }
 
 chief_job_t *chief_find_job(coordinator_t *c, const char *id)

@@ -32,6 +32,11 @@ static const config_option_t chief_options[] = {
      86400000,
      "How long a job whose every worker was lost waits for one to come back (restarted at its "
      "address) before it fails."},
+    {"state-dir", CONFIG_STRING, offsetof(chief_opts_t, state_dir), NULL, 0, 0,
+     "Directory of the job journal: every job submitted, started and ended is written there "
+     "(fsynced) first, so that a chief restarted after a crash or a stop lists the same jobs, "
+     "keeps the queued ones queued and takes the running one up again from its newest "
+     "checkpoint. Without it, jobs live in memory only."},
 };
 
 static const config_table_t chief_table = {

@@ -413,11 +413,28 @@ static status_t find_resume(coordinator_t *c, chief_job_t *j, char **ret_path, c
     status_t rc;
 
     *ret_found = false;
-    if (!j->job.resume)
+    if (j->recovered && j->job.checkpoint_dir == NULL) {
+        pthread_mutex_lock(&c->mu);
+        chief_job_event(c, j, "no checkpoint to go on from: starting over from step 0");
+        pthread_mutex_unlock(&c->mu);
+    }
+    /* a job the chief takes up again goes on from its checkpoint, resume or not */
+    if (!j->job.resume && !(j->recovered && j->job.checkpoint_dir != NULL))
         return STATUS_OK;
     rc = chief_ckpt_find(j, ret_path, m, err);
+    if (rc == STATUS_OK && !j->job.resume && m->wall_time < j->started_at) {
+        /* another run's, left in the directory: not this one's to go on from */
+        ckpt_manifest_free(m);
+        memset(m, 0, sizeof(*m));
+        free(*ret_path);
+        *ret_path = NULL;
+        rc = STATUS_NOT_FOUND;
+    }
     pthread_mutex_lock(&c->mu);
-    if (rc == STATUS_NOT_FOUND)
+    if (rc == STATUS_NOT_FOUND && j->recovered)
+        chief_job_event(c, j, "no checkpoint of this run in %s: starting over from step 0",
+                        j->job.checkpoint_dir);
+    else if (rc == STATUS_NOT_FOUND)
         chief_job_event(c, j, "no checkpoint in %s yet: starting from the beginning",
                         j->job.checkpoint_dir);
     else if (rc == STATUS_OK && m->n_data != c->n_workers)
@@ -680,6 +697,8 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
             pthread_mutex_unlock(&c->mu);
         }
     }
+    if (rc == STATUS_OK && j->recovered) /* what the crashed chief left on the PS tasks */
+        placement_drop(c, j);
     if (rc == STATUS_OK)
         rc = placement_create(c, j, &plan, err);
     if (rc == STATUS_OK && resumed)
@@ -754,7 +773,9 @@ void *chief_runner_main(void *arg)
         if (c->stopping)
             break;
         j->state = TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;
-        j->started_at = clock_wall_s();
+        if (!j->recovered) /* a recovered job keeps its first start: its checkpoints are after */
+            j->started_at = clock_wall_s();
+        chief_journal_started(c, j);
         chief_job_event(c, j, "started");
         pthread_mutex_unlock(&c->mu);
         rc = run_job(c, j, &err);
@@ -762,6 +783,11 @@ void *chief_runner_main(void *arg)
         if (rc == STATUS_OK) {
             chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "succeeded in %.1f s",
                           clock_wall_s() - j->started_at);
+        } else if (rc == STATUS_CANCELLED && c->stopping && c->journal != NULL && !j->user_cancel) {
+            /* not an end: the journal still has it running, for the next start */
+            chief_job_event(c, j,
+                            "the chief stops: the job goes on from its newest checkpoint when "
+                            "the chief starts again");
         } else if (rc == STATUS_CANCELLED) {
             chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED, "cancelled");
         } else {

@@ -96,10 +96,15 @@ static int get_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms,
     return 0;
 }
 
+/* How long `tessera watch` keeps trying to reach a chief that went away (restarted by systemd
+ * or Kubernetes, it takes its jobs up again from its journal). */
+#define WATCH_RECONNECT_S 600
+
 typedef struct watch_state {
     bool tty;
     int64_t last_step;
     double last_line;
+    double last_event; /* wall time of the newest event shown: a new stream repeats older ones */
 } watch_state_t;
 
 static void show_progress(const Tessera__V1__JobInfo *j, watch_state_t *ws)
@@ -132,7 +137,8 @@ static void show_progress(const Tessera__V1__JobInfo *j, watch_state_t *ws)
 }
 
 /* The chief's events as they happen (epochs with their numbers, checkpoints, restores, lost
- * workers), but for those the progress line and the result already say. */
+ * workers), but for those the progress line and the result already say, and those shown
+ * before a reconnection. */
 static void show_events(const Tessera__V1__WatchJobUpdate *up, watch_state_t *ws)
 {
     static const char *const quiet[] = {"queued", "started", "succeeded in ", "cancelled",
@@ -140,7 +146,9 @@ static void show_events(const Tessera__V1__WatchJobUpdate *up, watch_state_t *ws
 
     for (size_t i = 0; i < up->n_events; i++) {
         const char *m = up->events[i]->message;
-        bool skip = false;
+        bool skip = up->events[i]->wall_time <= ws->last_event;
+        if (!skip)
+            ws->last_event = up->events[i]->wall_time;
         for (size_t k = 0; k < sizeof(quiet) / sizeof(quiet[0]) && !skip; k++)
             skip = strncmp(m, quiet[k], strlen(quiet[k])) == 0;
         if (skip)
@@ -149,6 +157,13 @@ static void show_events(const Tessera__V1__WatchJobUpdate *up, watch_state_t *ws
             printf("\r\033[K");
         printf("%s\n", m);
     }
+}
+
+static bool state_ended(Tessera__V1__JobState s)
+{
+    return s == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+           s == TESSERA__V1__JOB_STATE__JOB_STATE_FAILED ||
+           s == TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED;
 }
 
 static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
@@ -172,35 +187,69 @@ static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
     return j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : 1;
 }
 
-/* Follows a job through the chief's WatchJob stream until it ends; exit code 0 when it
- * succeeded. */
+/* The chief went away (killed, stopping, restarting): worth waiting for. */
+static bool chief_gone(status_t s)
+{
+    return s == STATUS_UNAVAILABLE || s == STATUS_CANCELLED || s == STATUS_TIMEOUT;
+}
+
+/* Follows a job through the chief's WatchJob stream until it ends, reconnecting for up to
+ * WATCH_RECONNECT_S when the chief goes away; exit code 0 when the job succeeded. */
 static int watch_job(rpc_channel_t *ch, const char *id, int64_t timeout_ms)
 {
     Tessera__V1__WatchJobRequest req = TESSERA__V1__WATCH_JOB_REQUEST__INIT;
     Tessera__V1__WatchJobUpdate *last = NULL;
     watch_state_t ws = {.tty = isatty(STDOUT_FILENO) != 0, .last_step = -1};
     rpc_stream_t *stream = NULL;
-    rpc_error_t err;
+    rpc_error_t err = {0};
+    double lost_at = 0; /* when the chief went away; 0 while it answers */
     int rc = 1;
 
     (void)timeout_ms;
     req.id = (char *)id;
-    if (rpc_coord_watch_job_open(ch, &req, 0, &stream, &err) != STATUS_OK) {
-        fprintf(stderr, "tessera watch: %s\n", err.message);
-        return 1;
-    }
     for (;;) {
         Tessera__V1__WatchJobUpdate *up = NULL;
-        status_t s = rpc_coord_watch_job_next(stream, &up, NULL, -1, &err);
-        if (s != STATUS_OK) {
-            if (ws.tty)
-                printf("\n");
-            fprintf(stderr, "tessera watch: %s\n", err.message);
+        status_t s =
+            stream != NULL ? STATUS_OK : rpc_coord_watch_job_open(ch, &req, 0, &stream, &err);
+        if (s == STATUS_OK)
+            s = rpc_coord_watch_job_next(stream, &up, NULL, -1, &err);
+        if (s == STATUS_OK && up == NULL && last != NULL && last->job != NULL &&
+            state_ended(last->job->state)) { /* the chief ended the stream: the job is over */
+            rc = show_result(last->job, &ws);
             break;
         }
-        if (up == NULL) { /* the chief ended the stream: the job is over */
-            rc = last != NULL && last->job != NULL ? show_result(last->job, &ws) : 1;
+        if (s == STATUS_OK && up == NULL) /* ended early: the chief is stopping */
+            s = err.status = STATUS_UNAVAILABLE;
+        /* a chief never reached is not waited for: a wrong address fails at once */
+        if (s != STATUS_OK && (!chief_gone(s) || last == NULL ||
+                               (lost_at > 0 && clock_now_s() - lost_at > WATCH_RECONNECT_S))) {
+            if (ws.tty)
+                printf("\n");
+            if (s == STATUS_NOT_FOUND && lost_at > 0)
+                fprintf(stderr,
+                        "tessera watch: the chief came back without job %s (is it started "
+                        "with --state-dir?)\n",
+                        id);
+            else
+                fprintf(stderr, "tessera watch: %s\n", err.message);
             break;
+        }
+        if (s != STATUS_OK) {
+            if (lost_at == 0) {
+                lost_at = clock_now_s();
+                if (ws.tty)
+                    printf("\r\033[K");
+                fprintf(stderr, "tessera watch: lost the chief (%s); reconnecting for up to %d s\n",
+                        err.message, WATCH_RECONNECT_S);
+            }
+            rpc_stream_free(stream);
+            stream = NULL;
+            usleep(500000);
+            continue;
+        }
+        if (lost_at > 0) {
+            fprintf(stderr, "tessera watch: reconnected after %.1f s\n", clock_now_s() - lost_at);
+            lost_at = 0;
         }
         show_events(up, &ws);
         if (up->job != NULL)

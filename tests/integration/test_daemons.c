@@ -645,6 +645,52 @@ START_TEST(chief_and_worker_refuse_hostile_jobs_and_keep_serving)
 }
 END_TEST
 
+/* The chief's --state-dir: a second chief on it is refused (the journal is locked), and so is a
+ * journal damaged before its end or that is not one, each naming the file; the journal is left
+ * as it was for the user to look at. */
+START_TEST(chief_refuses_a_shared_or_damaged_state_dir)
+{
+    launch_proc_t first, second;
+    char state[400], journal[400], log[600];
+    char *args[] = {state, NULL};
+    static const uint8_t damaged[] = {'T', 'S', 'J', 'R', 'N', 'L', '\r', '\n', 2, 0,
+                                      0,   0,   1,   2,   3,   4,   'x',  'y',  2, 0,
+                                      0,   0,   1,   2,   3,   4,   'x',  'y'};
+    FILE *f;
+
+    snprintf(state, sizeof(state), "--state-dir=%s/chief-state", harness_tmpdir());
+    snprintf(journal, sizeof(journal), "%s/chief-state/journal", harness_tmpdir());
+    harness_start(&first, "tessera-chief", "chief-state-first", state, NULL);
+    ck_assert_int_eq(
+        harness_try_start(&second, "tessera-chief", "chief-state-second", args, log, sizeof(log)),
+        STATUS_REMOTE);
+    ck_assert_msg(harness_file_contains(log, "in use by another process") &&
+                      harness_file_contains(log, journal),
+                  "no clear error in %s", log);
+    harness_stop(&first);
+
+    ck_assert_ptr_nonnull(f = fopen(journal, "wb"));
+    ck_assert_uint_eq(fwrite(damaged, 1, sizeof(damaged), f), sizeof(damaged));
+    fclose(f);
+    ck_assert_int_eq(
+        harness_try_start(&second, "tessera-chief", "chief-state-damaged", args, log, sizeof(log)),
+        STATUS_REMOTE);
+    ck_assert_msg(harness_file_contains(log, "the record at byte 8 is damaged") &&
+                      harness_file_contains(log, journal),
+                  "no clear error in %s", log);
+
+    ck_assert_ptr_nonnull(f = fopen(journal, "w"));
+    fputs("{\"jobs\": []}\n", f);
+    fclose(f);
+    ck_assert_int_eq(
+        harness_try_start(&second, "tessera-chief", "chief-state-other", args, log, sizeof(log)),
+        STATUS_REMOTE);
+    ck_assert_msg(harness_file_contains(log, "is not a Tessera journal"), "no clear error in %s",
+                  log);
+    ck_assert_msg(harness_file_contains(journal, "{\"jobs\": []}"), "the journal was changed");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemons");
@@ -666,6 +712,7 @@ int main(void)
     tcase_add_test(tc, rpc_many_concurrent_clients_get_their_own_answers);
     tcase_add_test(tc, rpc_unreachable_peer_fails_fast_with_unavailable);
     tcase_add_test(tc, chief_and_worker_refuse_hostile_jobs_and_keep_serving);
+    tcase_add_test(tc, chief_refuses_a_shared_or_damaged_state_dir);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
