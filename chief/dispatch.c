@@ -21,12 +21,18 @@ status_t dispatch_init(dispatch_t *d, size_t n_workers, status_msg_t *err)
     d->worker_steps = calloc(n_workers + 1, sizeof(*d->worker_steps));
     d->pos = calloc(n_workers + 1, sizeof(*d->pos));
     d->busy = calloc(n_workers + 1, sizeof(*d->busy));
-    if (d->alive == NULL || d->worker_steps == NULL || d->pos == NULL || d->busy == NULL) {
+    d->left = calloc(n_workers + 1, sizeof(*d->left));
+    d->reader = calloc(n_workers + 1, sizeof(*d->reader));
+    d->shard_batches = calloc(n_workers + 1, sizeof(*d->shard_batches));
+    if (d->alive == NULL || d->worker_steps == NULL || d->pos == NULL || d->busy == NULL ||
+        d->left == NULL || d->reader == NULL || d->shard_batches == NULL) {
         dispatch_done(d);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
-    for (size_t w = 0; w < n_workers; w++)
+    for (size_t w = 0; w < n_workers; w++) {
         d->alive[w] = true;
+        d->reader[w] = -1;
+    }
     return STATUS_OK;
 }
 
@@ -38,6 +44,11 @@ void dispatch_done(dispatch_t *d)
     free(d->alive);
     free(d->busy);
     free(d->worker_steps);
+    free(d->left);
+    free(d->reader);
+    free(d->shard_batches);
+    d->left = d->shard_batches = NULL;
+    d->reader = NULL;
     d->busy = NULL;
     d->alive = NULL;
     d->worker_steps = NULL;
@@ -94,22 +105,54 @@ bool dispatch_paused(const dispatch_t *d)
            (d->stop_time > 0 && clock_now_s() >= d->stop_time);
 }
 
-/* The next closure's steps for worker w, waiting while the staleness bound holds it back; 0 when
- * the epoch is handed out, a pause is due or the job stops. Mutex held. */
-static int take_closure(dispatch_t *d, size_t w)
+/* The shard worker w reads next: its own while it has batches left and no other worker reads it,
+ * else the one with most left of those whose worker is lost; -1: none now. Mutex held. */
+static int pick_shard(const dispatch_t *d, size_t w)
 {
-    int steps;
+    int best = -1;
+
+    if (d->left[w] > 0 && d->reader[w] < 0)
+        return (int)w;
+    for (size_t s = 0; s < d->n_workers; s++)
+        if (!d->alive[s] && d->left[s] > 0 && d->reader[s] < 0 &&
+            (best < 0 || d->left[s] > d->left[best]))
+            best = (int)s;
+    return best;
+}
+
+/* The next closure's steps for worker w and the shard it reads (cl->shard), waiting while the
+ * staleness bound holds it back or, by shard, while the batches left are other live workers';
+ * 0 when the epoch is handed out, a pause is due or the job stops; -1 when w was lost meanwhile.
+ * Mutex held. */
+static int take_closure(dispatch_t *d, size_t w, dispatch_closure_t *cl)
+{
+    int steps, shard = -1;
+    int64_t avail;
 
     for (;;) {
         if (stopped(d) || d->steps_left <= 0 || dispatch_paused(d))
             return 0;
-        if (d->max_staleness <= 0 || d->worker_steps[w] - slowest_alive(d) <= d->max_staleness)
+        if (!d->alive[w])
+            return -1;
+        if (d->max_staleness > 0 && d->worker_steps[w] - slowest_alive(d) > d->max_staleness) {
+            pthread_cond_wait(d->cv, d->mu);
+            continue;
+        }
+        if (!d->epoch_by_shard || (shard = pick_shard(d, w)) >= 0)
             break;
         pthread_cond_wait(d->cv, d->mu);
     }
-    steps = (int)(d->steps_left < d->steps_per_closure ? d->steps_left : d->steps_per_closure);
+    avail = shard >= 0 ? d->left[shard] : d->steps_left;
+    steps = (int)(avail < d->steps_per_closure ? avail : d->steps_per_closure);
     if (d->stop_step > 0 && d->stop_step - (d->progress->step + d->steps_in_flight) < steps)
         steps = (int)(d->stop_step - (d->progress->step + d->steps_in_flight));
+    cl->shard = shard;
+    if (shard >= 0) {
+        d->left[shard] -= steps;
+        d->reader[shard] = (int)w;
+        cl->data_epoch = d->pos[shard].epoch;
+        cl->data_batch = d->pos[shard].batch;
+    }
     d->steps_left -= steps;
     d->steps_in_flight += steps;
     d->in_flight++;
@@ -117,12 +160,24 @@ static int take_closure(dispatch_t *d, size_t w)
     return steps;
 }
 
-static void count_result(dispatch_t *d, size_t w, int steps, dispatch_result_t *res)
+/* The closure's shard is free again; steps of it not run go back to it. Mutex held. */
+static void give_back(dispatch_t *d, const dispatch_closure_t *cl, int steps)
+{
+    d->steps_left += steps;
+    if (cl->shard >= 0) {
+        d->left[cl->shard] += steps;
+        d->reader[cl->shard] = -1;
+    }
+}
+
+static void count_result(dispatch_t *d, size_t w, const dispatch_closure_t *cl,
+                         dispatch_result_t *res)
 {
     Tessera__V1__JobProgress *p = d->progress;
+    size_t s = cl->shard >= 0 ? (size_t)cl->shard : w;
 
-    d->pos[w].epoch = res->data_epoch;
-    d->pos[w].batch = res->data_batch;
+    d->pos[s].epoch = res->data_epoch;
+    d->pos[s].batch = res->data_batch;
     free(d->pos[w].rng);
     d->pos[w].rng = res->rng;
     d->pos[w].n_rng = res->n_rng;
@@ -137,8 +192,8 @@ static void count_result(dispatch_t *d, size_t w, int steps, dispatch_result_t *
         p->accuracy = d->epoch_correct / (double)d->epoch_examples;
         p->examples_per_second = (double)d->epoch_examples / (clock_now_s() - d->epoch_t0);
     }
-    if (res->steps < steps) /* the worker ran out of data: hand the rest to the others */
-        d->steps_left += steps - res->steps;
+    /* fewer: the worker ran out of data, the rest is for the others */
+    give_back(d, cl, cl->steps - (res->steps < cl->steps ? res->steps : cl->steps));
     metric_inc(d->m_done);
     if (d->changed != NULL)
         d->changed(d->arg);
@@ -146,12 +201,17 @@ static void count_result(dispatch_t *d, size_t w, int steps, dispatch_result_t *
 
 /* The closure failed: a worker that is gone gives its steps back; a lost PS (ABORTED) stops the
  * epoch, blaming the PS; anything else fails the epoch. Mutex held. */
-static void count_failure(dispatch_t *d, size_t w, int steps, status_t rc, const char *why)
+static void count_failure(dispatch_t *d, size_t w, const dispatch_closure_t *cl, status_t rc,
+                          const char *why)
 {
-    if (rc == STATUS_CANCELLED || atomic_load(d->cancel))
-        return; /* the job is being cancelled: nothing to record */
+    int steps = cl->steps;
+
+    if (rc == STATUS_CANCELLED || atomic_load(d->cancel)) {
+        give_back(d, cl, 0); /* the job is being cancelled: nothing to record */
+        return;
+    }
     if (rc == STATUS_UNAVAILABLE || rc == STATUS_TIMEOUT) {
-        d->steps_left += steps;
+        give_back(d, cl, steps);
         metric_inc(d->m_retried);
         d->alive[w] = false;
         d->lost(d->arg, w, why);
@@ -164,12 +224,15 @@ static void count_failure(dispatch_t *d, size_t w, int steps, status_t rc, const
                 d->failed = true;
         }
     } else if (rc == STATUS_ABORTED && !d->failed) {
-        d->steps_left += steps; /* a PS is lost (why names it): not the worker's fault */
+        give_back(d, cl, steps); /* a PS is lost (why names it): not the worker's fault */
         d->failed = true;
         status_fail(&d->err, rc, "%s", why);
-    } else if (!d->failed) {
-        d->failed = true;
-        status_fail(&d->err, rc, "worker %zu: %s", w, why);
+    } else {
+        give_back(d, cl, 0);
+        if (!d->failed) {
+            d->failed = true;
+            status_fail(&d->err, rc, "worker %zu: %s", w, why);
+        }
     }
 }
 
@@ -206,13 +269,16 @@ static void *dispatcher_main(void *arg)
                 pthread_cond_timedwait(d->cv, d->mu, &until);
             }
         }
-        steps = d->alive[w] ? take_closure(d, w) : 0;
+        cl = (dispatch_closure_t){.shard = -1};
+        steps = d->alive[w] ? take_closure(d, w, &cl) : 0;
+        if (steps < 0)
+            continue; /* lost while it waited: wait as the lost do */
         if (steps == 0)
             break;
-        cl = (dispatch_closure_t){.id = d->next_closure++,
-                                  .steps = steps,
-                                  .global_step = d->progress->step,
-                                  .epoch = d->progress->epoch};
+        cl.id = d->next_closure++;
+        cl.steps = steps;
+        cl.global_step = d->progress->step;
+        cl.epoch = d->progress->epoch;
         d->busy[w] = true;
         pthread_mutex_unlock(d->mu);
         rc = d->call(d->arg, w, &cl, &res, &err);
@@ -221,9 +287,9 @@ static void *dispatcher_main(void *arg)
         d->in_flight--;
         d->steps_in_flight -= steps;
         if (rc == STATUS_OK)
-            count_result(d, w, steps, &res);
+            count_result(d, w, &cl, &res);
         else
-            count_failure(d, w, steps, rc, err.text);
+            count_failure(d, w, &cl, rc, err.text);
         gauges(d);
         pthread_cond_broadcast(d->cv);
     }
@@ -232,10 +298,27 @@ static void *dispatcher_main(void *arg)
     return NULL;
 }
 
+/* Each shard's batches of the epoch from where it stands; whether they add up to `steps` (else
+ * the steps are a pool: positions from another number of workers, say). Mutex held. */
+static bool shard_budgets(dispatch_t *d, int64_t steps)
+{
+    int64_t e = d->progress->epoch, sum = 0;
+
+    for (size_t s = 0; s < d->n_workers; s++) {
+        int64_t b = d->shard_batches[s] > 0 ? d->shard_batches[s] : 0;
+        const dispatch_pos_t *p = &d->pos[s];
+        d->left[s] = p->epoch > e ? 0 : p->epoch < e || p->batch > b ? b : b - p->batch;
+        d->reader[s] = -1;
+        sum += d->left[s];
+    }
+    return sum == steps;
+}
+
 void dispatch_begin(dispatch_t *d, int64_t steps)
 {
     pthread_mutex_lock(d->mu);
     d->steps_left = steps;
+    d->epoch_by_shard = d->by_shard && shard_budgets(d, steps);
     d->epoch_loss = d->epoch_correct = 0;
     d->epoch_examples = 0;
     d->epoch_t0 = clock_now_s();

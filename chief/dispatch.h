@@ -23,19 +23,21 @@ typedef struct dispatch_closure {
     uint64_t id;
     int steps;
     int64_t global_step, epoch;
+    int shard;                      /* the shard to read (by_shard), from pos[shard]; -1: own */
+    int64_t data_epoch, data_batch; /* with shard >= 0: where that shard stands */
 } dispatch_closure_t;
 
 typedef struct dispatch_result {
     int steps; /* fewer than asked: the worker ran out of data */
     int64_t examples;
     double loss_sum, correct;
-    int64_t data_epoch, data_batch; /* where the worker's data pipeline stands after it */
+    int64_t data_epoch, data_batch; /* where the shard it read stands after it */
     uint64_t *rng;                  /* its dropout streams (malloc'd; the dispatch takes them) */
     size_t n_rng;
 } dispatch_result_t;
 
-/* Where a worker's data pipeline stands, for checkpoints: the next batch it reads, and its
- * dropout streams (NULL before its first closure). */
+/* Where shard w of the data stands, for checkpoints (the next batch read from it), and worker
+ * w's dropout streams (NULL before its first closure). */
 typedef struct dispatch_pos {
     int64_t epoch, batch;
     uint64_t *rng;
@@ -70,6 +72,12 @@ typedef struct dispatch {
     double lost_grace_s;
     /* the chief's metrics (each may be NULL): closures done, handed back, in flight, queued */
     metric_t *m_done, *m_retried, *m_running, *m_queued;
+    /* Epochs by shard: each epoch reads every shard's shard_batches[s] batches exactly once,
+     * each worker its own shard, and the shard of a lost worker is read by the others from
+     * where it stands (a shard by one closure at a time). Otherwise the steps are a pool and
+     * each worker reads its own shard only, as many steps as it takes. */
+    bool by_shard;
+    int64_t *shard_batches; /* per shard, set by the caller when by_shard */
     /* state */
     size_t n_workers;
     bool *alive;
@@ -79,7 +87,10 @@ typedef struct dispatch {
     int64_t steps_left; /* of this epoch, not yet handed out */
     int in_flight;
     int64_t steps_in_flight;
-    dispatch_pos_t *pos; /* per worker */
+    dispatch_pos_t *pos; /* per shard (= worker) */
+    int64_t *left;       /* by_shard: per shard, batches of this epoch not yet handed out */
+    int *reader;         /* by_shard: per shard, the worker reading it now, or -1 */
+    bool epoch_by_shard; /* by_shard, and the shards' positions add up to this epoch */
     bool failed;
     status_msg_t err;
     double all_lost_at;    /* clock_now_s() when the last live worker was lost; 0: one is alive */
@@ -96,7 +107,8 @@ void dispatch_done(dispatch_t *d);
  * job is cancelled or the chief stops. */
 status_t dispatch_epoch(dispatch_t *d, int64_t steps, status_msg_t *err);
 
-/* The same in parts: dispatch_begin starts an epoch of `steps` steps (its sums at zero), and
+/* The same in parts: dispatch_begin starts an epoch of `steps` steps (its sums at zero; by
+ * shard, each shard's batches from where it stands, when they add up to `steps`), and
  * dispatch_run hands out what is left of it until it is done, or until a pause is due (stop_step,
  * stop_time, *pause): then it returns STATUS_OK with steps_left > 0 and nothing in flight, every
  * worker's position current, and a later dispatch_run goes on. */

@@ -93,6 +93,11 @@ static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
     req.steps = cl->steps;
     req.global_step = cl->global_step;
     req.epoch = cl->epoch;
+    if (cl->shard >= 0) {
+        req.data_shard = cl->shard + 1;
+        req.data_epoch = cl->data_epoch;
+        req.data_batch = cl->data_batch;
+    }
     if (rpc_worker_run_closure(c->workers[w], &req, &o, &resp, NULL, &rerr) != STATUS_OK)
         return hung_or(r, w, &rerr, err);
     *ret = (dispatch_result_t){.steps = resp->steps,
@@ -614,6 +619,30 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
     return rc;
 }
 
+/* The batches per epoch of the shards of workers that could not be configured, from what the
+ * others can tell (every worker holds every example unless the data is sharded by file); the
+ * sum over the shards, and *examples grown by theirs. A shard nobody can tell is not read. */
+static int64_t shard_sizes(dispatch_t *d, const fanout_t *f, size_t n, const job_t *job,
+                           int64_t *examples)
+{
+    int64_t sum = 0, b = job->data.batch_size;
+
+    for (size_t s = 0; s < n; s++) {
+        for (size_t w = 0; w < n && !d->alive[s]; w++) {
+            const Tessera__V1__ConfigureJobResponse *resp = (const void *)f[w].resp;
+            int64_t e;
+            if (!d->alive[w] || resp == NULL || resp->n_shard_examples != n ||
+                (e = resp->shard_examples[s]) <= 0)
+                continue;
+            d->shard_batches[s] = job->data.drop_remainder ? e / b : (e + b - 1) / b;
+            *examples += e;
+            break;
+        }
+        sum += d->shard_batches[s];
+    }
+    return sum;
+}
+
 static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     fanout_t *f1 = calloc(c->n_workers, sizeof(*f1)), *f2 = calloc(c->n_workers, sizeof(*f2));
@@ -683,10 +712,22 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
             first = resp;
         n_alive++;
         train_examples += resp->train_examples;
-        batches += j->job.data.drop_remainder ? resp->train_examples / b
-                                              : (resp->train_examples + b - 1) / b;
+        d.shard_batches[w] = j->job.data.drop_remainder ? resp->train_examples / b
+                                                        : (resp->train_examples + b - 1) / b;
         has_test |= resp->test_examples > 0;
     }
+    batches = shard_sizes(&d, f1, c->n_workers, &j->job, &train_examples);
+    for (size_t w = 0; w < c->n_workers; w++)
+        if (d.shard_batches[w] == 0 && !d.alive[w]) {
+            pthread_mutex_lock(&c->mu);
+            chief_job_event(c, j,
+                            "worker %zu's shard of the data is in files no other worker reads: "
+                            "the job trains without it",
+                            w);
+            pthread_mutex_unlock(&c->mu);
+        }
+    /* an epoch reads every shard once, a lost worker's by the others; `steps` jobs: a pool */
+    d.by_shard = j->job.steps == 0;
     rc = placement_plan(c, j, first, &plan, err);
     /* Starting weights only for a job that starts: a resumed one has its checkpoint's. */
     if (rc == STATUS_OK && j->job.init_from != NULL && !resumed) {

@@ -7,14 +7,26 @@
 #include "base/memory.h"
 #include "optim/optimizer.h"
 
+/* A shard of the training data and where its pipeline stands. */
+typedef struct shard_reader {
+    dataset_t *ds; /* another shard's own files (sharded by file); NULL: the trainer's split */
+    data_pipeline_t *pipe;
+    int64_t epoch, batch; /* of the next batch it gives */
+} shard_reader_t;
+
 struct trainer {
     const job_t *job;
     const char *where; /* the job file, for errors */
     model_t *model;
     dataset_t *train, *test;
-    data_pipeline_t *pipe;
-    int64_t steps;          /* steps this trainer ran */
-    optimizer_config_t opt; /* the job's, for one replica */
+    data_pipeline_t *pipe; /* readers[shard].pipe */
+    int shard, n_shards;
+    bool by_file;            /* each shard is its own files; else every trainer holds them all */
+    uint64_t max;            /* the memory budget */
+    data_pipeline_opts_t po; /* this trainer's pipeline's options */
+    shard_reader_t *readers; /* per shard: this trainer's own, and those it reads for others */
+    int64_t steps;           /* steps this trainer ran */
+    optimizer_config_t opt;  /* the job's, for one replica */
     /* when the optimizer is applied here */
     float **slots;    /* per param */
     int64_t *applied; /* per param: updates applied */
@@ -29,7 +41,11 @@ void trainer_free(trainer_t *t)
             free(t->slots[i]);
     free(t->slots);
     free(t->applied);
-    data_pipeline_free(t->pipe);
+    for (int i = 0; t->readers != NULL && i < t->n_shards; i++) {
+        data_pipeline_free(t->readers[i].pipe);
+        dataset_free(t->readers[i].ds);
+    }
+    free(t->readers);
     model_free(t->model);
     dataset_free(t->train);
     dataset_free(t->test);
@@ -101,9 +117,16 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));
     if (o->optimizer)
         STATUS_CHECK(make_slots(t, err));
+    t->shard = o->shard_index;
+    t->n_shards = o->num_shards > 0 ? o->num_shards : 1;
+    t->by_file = by_file;
+    t->max = max;
+    t->readers = calloc((size_t)t->n_shards, sizeof(*t->readers));
+    if (t->readers == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     po = (data_pipeline_opts_t){
         .shard_index = by_file ? 0 : o->shard_index,
-        .num_shards = by_file || o->num_shards < 1 ? 1 : o->num_shards,
+        .num_shards = by_file ? 1 : t->n_shards,
         .batch_size = job->data.batch_size,
         .drop_remainder = job->data.drop_remainder,
         .shuffle_buffer = job->data.shuffle_buffer,
@@ -115,7 +138,11 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
         .start_epoch = o->start_epoch,
         .start_batch = o->start_batch,
     };
-    return data_pipeline_new(t->train, &po, &t->pipe, err);
+    t->po = po;
+    t->readers[t->shard] = (shard_reader_t){.epoch = o->start_epoch, .batch = o->start_batch};
+    STATUS_CHECK(data_pipeline_new(t->train, &po, &t->readers[t->shard].pipe, err));
+    t->pipe = t->readers[t->shard].pipe;
+    return STATUS_OK;
 }
 
 status_t trainer_new(const job_t *job, const trainer_opts_t *opts, trainer_t **ret,
@@ -150,7 +177,7 @@ const data_pipeline_t *trainer_pipeline(const trainer_t *t)
 
 size_t trainer_train_examples(const trainer_t *t)
 {
-    return data_pipeline_examples(t->pipe);
+    return data_pipeline_examples(t->readers[t->shard].pipe);
 }
 
 size_t trainer_test_examples(const trainer_t *t)
@@ -158,9 +185,91 @@ size_t trainer_test_examples(const trainer_t *t)
     return t->test != NULL ? t->test->n : 0;
 }
 
+static void advance(shard_reader_t *r, const data_batch_t *b)
+{
+    if (b->last_of_epoch) {
+        r->epoch = b->epoch + 1;
+        r->batch = 0;
+    } else {
+        r->batch = b->epoch == r->epoch ? r->batch + 1 : 1;
+        r->epoch = b->epoch;
+    }
+}
+
 bool trainer_next(trainer_t *t, data_batch_t *ret_batch)
 {
-    return data_pipeline_next(t->pipe, ret_batch);
+    return trainer_next_of(t, t->shard, ret_batch);
+}
+
+bool trainer_next_of(trainer_t *t, int shard, data_batch_t *ret_batch)
+{
+    shard_reader_t *r = shard >= 0 && shard < t->n_shards ? &t->readers[shard] : NULL;
+
+    if (r == NULL || r->pipe == NULL || !data_pipeline_next(r->pipe, ret_batch))
+        return false;
+    advance(r, ret_batch);
+    return true;
+}
+
+void trainer_position(const trainer_t *t, int shard, int64_t *ret_epoch, int64_t *ret_batch)
+{
+    const shard_reader_t *r = shard >= 0 && shard < t->n_shards ? &t->readers[shard] : NULL;
+
+    *ret_epoch = r != NULL ? r->epoch : 0;
+    *ret_batch = r != NULL ? r->batch : 0;
+}
+
+status_t trainer_seek(trainer_t *t, int shard, int64_t epoch, int64_t batch, status_msg_t *err)
+{
+    shard_reader_t *r;
+    data_pipeline_opts_t po = t->po;
+    const dataset_t *ds = t->train;
+
+    if (shard < 0 || shard >= t->n_shards)
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "shard %d of %d: no such shard", shard,
+                           t->n_shards);
+    r = &t->readers[shard];
+    if (r->pipe != NULL && r->epoch == epoch && r->batch == batch)
+        return STATUS_OK;
+    data_pipeline_free(r->pipe);
+    r->pipe = NULL;
+    if (shard == t->shard)
+        t->pipe = NULL;
+    if (shard != t->shard && t->by_file) { /* its files, as its own trainer loads them */
+        data_part_t part = {.index = shard, .count = t->n_shards};
+        bool by_file = false;
+        uint64_t used = dataset_bytes(t->train) + dataset_bytes(t->test) + model_bytes(t->model);
+        if (r->ds == NULL)
+            STATUS_CHECK(dataset_load_part(&t->job->data.train, t->job->data.scale,
+                                           memory_left(t->max, used), &part, &r->ds, &by_file,
+                                           err));
+        ds = r->ds;
+    } else if (shard != t->shard) {
+        po.shard_index = shard;
+    }
+    po.seed = t->job->data.seed + (uint64_t)shard * 7919; /* the shard's own order */
+    po.start_epoch = epoch;
+    po.start_batch = batch;
+    STATUS_CHECK(data_pipeline_new(ds, &po, &r->pipe, err));
+    r->epoch = epoch;
+    r->batch = batch;
+    if (shard == t->shard)
+        t->pipe = r->pipe;
+    return STATUS_OK;
+}
+
+void trainer_shard_examples(const trainer_t *t, int64_t *ret)
+{
+    size_t n = t->train->n, k = (size_t)t->n_shards;
+
+    for (int s = 0; s < t->n_shards; s++) {
+        if (s == t->shard)
+            ret[s] = (int64_t)data_pipeline_examples(t->readers[s].pipe);
+        else if (t->by_file)
+            ret[s] = -1; /* in files this trainer does not read */
+        else             /* examples s, s + k, s + 2k, ... */
+            ret[s] = n > (size_t)s ? (int64_t)((n - (size_t)s + k - 1) / k) : 0;
+    }
 }
 
 status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,

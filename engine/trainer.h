@@ -44,6 +44,22 @@ size_t trainer_test_examples(const trainer_t *t);  /* 0 without a test split */
 /* The next training batch, valid until the following call; false when the epochs are done. */
 bool trainer_next(trainer_t *t, data_batch_t *ret_batch);
 
+/* Other shards (a parameter-server worker reading for one that is away): trainer_seek puts the
+ * reader of `shard` (0 <= shard < num_shards, this trainer's own included) at batch `batch` of
+ * epoch `epoch`, where it gives the batches the trainer of that shard would, in the same order;
+ * another shard's reader is made on first use (loading that shard's files when the data is
+ * sharded by file), and made again only when asked for a place where it does not stand.
+ * trainer_next_of reads from it (false: no reader, or its epochs are done); trainer_position
+ * says where a reader stands (the next batch). */
+status_t trainer_seek(trainer_t *t, int shard, int64_t epoch, int64_t batch, status_msg_t *err);
+bool trainer_next_of(trainer_t *t, int shard, data_batch_t *ret_batch);
+void trainer_position(const trainer_t *t, int shard, int64_t *ret_epoch, int64_t *ret_batch);
+
+/* Examples in every shard, ret[num_shards]: all of them when the examples are sharded one by
+ * one (every trainer holds the whole split), else this trainer's own and -1 for the others
+ * (their files are not read here). */
+void trainer_shard_examples(const trainer_t *t, int64_t *ret);
+
 /* Forward, loss and backward on b: afterwards the model's parameters hold the gradients. A loss
  * that is not finite fails with STATUS_INVALID_ARGUMENT naming this trainer's step and the
  * epoch, and no gradient is computed. */

@@ -29,6 +29,8 @@ typedef struct closure_task {
     uint64_t closure_id;
     int kind;
     int steps;
+    int data_shard; /* 1 + the shard to read from (data_epoch, data_batch); 0: its own */
+    int64_t data_epoch, data_batch;
     char job[128];
 } closure_task_t;
 
@@ -40,8 +42,7 @@ typedef struct wjob {
     ps_client_t *ps;    /* NULL until placement arrives */
     int worker_index, num_workers;
     uint64_t seed; /* the model's: initializers without a seed of their own derive one from it */
-    int64_t data_epoch, data_batch; /* the next batch the pipeline gives, for checkpoints */
-    uint64_t *rng;                  /* the dropout streams, as a closure's reply carries them */
+    uint64_t *rng; /* the dropout streams, as a closure's reply carries them */
     _Atomic bool cancelled;
 } wjob_t;
 
@@ -105,8 +106,6 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                              .max_bytes = max_bytes,
                              .start_epoch = req->start_epoch,
                              .start_batch = req->start_batch};
-        j->data_epoch = req->start_epoch;
-        j->data_batch = req->start_batch;
         if (req->start_epoch < 0 || req->start_batch < 0)
             rc = status_fail(err, STATUS_INVALID_ARGUMENT,
                              "start_epoch and start_batch must be >= 0, got %lld and %lld",
@@ -145,10 +144,11 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
     Tessera__V1__VariableShard **ptrs = calloc(n + 1, sizeof(*ptrs));
     initializer_msg_t *inits = calloc(n + 1, sizeof(*inits));
     int64_t *shapes = calloc(4 * n + 1, sizeof(*shapes));
+    int64_t *shard_examples = calloc((size_t)j->num_workers + 1, sizeof(*shard_examples));
     status_t rc;
 
     (void)w;
-    if (!vars || !ptrs || !inits || !shapes) {
+    if (!vars || !ptrs || !inits || !shapes || !shard_examples) {
         rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
         goto out;
     }
@@ -174,6 +174,9 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
     }
     resp.train_examples = (int64_t)trainer_train_examples(j->trainer);
     resp.test_examples = (int64_t)trainer_test_examples(j->trainer);
+    trainer_shard_examples(j->trainer, shard_examples);
+    resp.n_shard_examples = (size_t)j->num_workers;
+    resp.shard_examples = shard_examples;
     resp.n_variables = n;
     resp.variables = ptrs;
     rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
@@ -182,6 +185,7 @@ out:
     free(ptrs);
     free(inits);
     free(shapes);
+    free(shard_examples);
     return rc;
 }
 
@@ -258,6 +262,10 @@ static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
     if (req->steps < 1 && req->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "steps",
                             "a training closure needs steps >= 1, got %d", req->steps);
+    if (req->data_shard < 0)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "data_shard",
+                            "data_shard %d: 0 for the worker's own, else 1 + a shard",
+                            req->data_shard);
     if (req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN &&
         req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "kind", "unknown closure kind %d",
@@ -269,6 +277,9 @@ static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
     t->closure_id = req->closure_id;
     t->kind = (int)req->kind;
     t->steps = req->steps;
+    t->data_shard = req->data_shard;
+    t->data_epoch = req->data_epoch;
+    t->data_batch = req->data_batch;
     snprintf(t->job, sizeof(t->job), "%s", req->job);
     rpc_ctx_defer(ctx);
     pthread_mutex_lock(&w->mu);
@@ -305,27 +316,29 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
 
 /* ---- closures ----------------------------------------------------------------------------- */
 
-static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
+static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task_t *t,
                               Tessera__V1__RunClosureResponse *resp, status_msg_t *err)
 {
     double loss = 0, correct = 0;
     int64_t examples = 0;
-    int done = 0;
+    int done = 0, steps = t->steps, shard = j->worker_index;
 
+    if (t->data_shard > 0) {
+        shard = t->data_shard - 1;
+        if (shard >= j->num_workers || t->data_epoch < 0 || t->data_batch < 0)
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "shard %d at batch %lld of epoch %lld: the job has %d shards", shard,
+                               (long long)t->data_batch, (long long)t->data_epoch, j->num_workers);
+        STATUS_CHECK(trainer_seek(j->trainer, shard, t->data_epoch, t->data_batch, err));
+    }
     ps_client_refresh(j->ps);
     for (; done < steps; done++) {
         data_batch_t b;
         model_stats_t st;
         if (atomic_load(&j->cancelled))
             return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
-        if (!trainer_next(j->trainer, &b))
+        if (!trainer_next_of(j->trainer, shard, &b))
             break;
-        if (b.epoch != j->data_epoch)
-            j->data_epoch = b.epoch, j->data_batch = 0;
-        if (b.last_of_epoch)
-            j->data_epoch++, j->data_batch = 0;
-        else
-            j->data_batch++;
         double t0 = clock_now_s(), t1, t2;
         ps_push_info_t info;
         STATUS_CHECK(ps_client_pull(j->ps, b.features, b.size, err));
@@ -349,8 +362,7 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, int steps,
     resp->examples = examples;
     resp->loss_sum = loss;
     resp->correct = correct;
-    resp->data_epoch = j->data_epoch;
-    resp->data_batch = j->data_batch;
+    trainer_position(j->trainer, shard, &resp->data_epoch, &resp->data_batch);
     resp->n_rng = model_rng_count(j->model);
     resp->rng = j->rng;
     for (size_t i = 0; i < resp->n_rng; i++)
@@ -398,7 +410,7 @@ static void run_task(worker_service_t *w, closure_task_t *t)
     }
     resp.closure_id = t->closure_id;
     rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
-             ? train_closure(w, j, t->steps, &resp, &err)
+             ? train_closure(w, j, t, &resp, &err)
              : eval_closure(j, &resp, &err);
     resp.seconds = clock_now_s() - t0;
     if (rc != STATUS_OK) {

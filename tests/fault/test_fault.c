@@ -2,13 +2,13 @@
  * killed with SIGKILL mid-job, a worker stopped with SIGSTOP (hung: its connections stay up,
  * nothing answers) and noticed within the chief's --worker-timeout, a job submitted while a
  * worker is down, a worker restarted at its address, the PS killed and restarted mid-job, and
- * the chief killed (or stopped) and started again on its --state-dir. Each job
- * completes with every step of it counted. A dead worker's share of the data is not read while
- * it is away (the others take over its steps, not its examples), so accuracy drops with the data
- * lost: measured 0.80 and 0.84 undisturbed, 0.75 with a worker killed at step 300 of 2000, 0.66
- * with one of two workers down from the start; the bounds here (0.6, 0.5; chance is 0.1) say the
- * job learned on. A worker restarted at its address, or woken from SIGSTOP, rejoins the running
- * job; after the PS's restart the one-worker job ends at exactly the undisturbed numbers. */
+ * the chief killed (or stopped) and started again on its --state-dir. Each job completes with
+ * every step of it counted. A lost worker's shard of the data is read by the others from where
+ * it stood, so every epoch still visits every example once: a worker killed at step 300 of 2000
+ * ends at 0.827 test accuracy and one down from the start at 0.829, against 0.789 undisturbed
+ * (the order of updates differs; before the takeover they ended at 0.75 and 0.66). A worker
+ * restarted at its address, or woken from SIGSTOP, rejoins the running job; after the PS's restart
+ * the one-worker job ends at exactly the undisturbed numbers. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -264,7 +264,8 @@ START_TEST(fault_worker_killed_mid_job_the_job_finishes_on_the_other)
     ck_assert_msg(
         scrape(&c.chief, "tessera_chief_task_last_seen_timestamp_seconds{task=\"worker:0\"}") > 1e9,
         "worker 0 never seen");
-    ck_assert_msg(got >= 0.6, "%.4f, undisturbed %.4f: %s", got, calm, out);
+    /* its shard was read by the other: the same data, so about the same accuracy */
+    ck_assert_msg(got >= calm - 0.03, "%.4f, undisturbed %.4f: %s", got, calm, out);
     free(out);
     free(id);
     stop_cluster(&c);
@@ -343,20 +344,25 @@ START_TEST(fault_job_submitted_while_a_worker_is_down_runs_on_the_others)
 {
     cluster_t c;
     char *out = NULL;
+    double calm, before;
     int rc;
 
     start_cluster(&c);
+    calm = undisturbed(&c);
+    before = scrape(&c.worker[0], "tessera_worker_examples_total");
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     rc = tessera((char *[]){"submit", (char *)write_job("down"), c.chief_flag, "--watch", NULL},
                  &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    ck_assert_msg(strstr(out, "worker 1 (") != NULL &&
-                      strstr(out, "the job goes on without it") != NULL &&
-                      strstr(out, "training on 1 workers") != NULL,
-                  "%s", out);
+    ck_assert_msg(
+        strstr(out, "worker 1 (") != NULL && strstr(out, "the job goes on without it") != NULL &&
+            strstr(out, "training on 1 workers and 1 ps: 8000 examples, 2000 steps") != NULL,
+        "%s", out);
     double acc = test_accuracy(out);
-    printf("one worker down from the start: test accuracy %.4f\n", acc);
-    ck_assert_msg(acc >= 0.5, "%.4f: %s", acc, out);
+    printf("one worker down from the start: test accuracy %.4f, undisturbed %.4f\n", acc, calm);
+    /* the one worker read both shards: every example of every epoch, once */
+    ck_assert_double_eq(scrape(&c.worker[0], "tessera_worker_examples_total") - before, 8 * 8000);
+    ck_assert_msg(acc >= calm - 0.03, "%.4f, undisturbed %.4f: %s", acc, calm, out);
     free(out);
     stop_cluster(&c);
 }

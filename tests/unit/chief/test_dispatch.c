@@ -30,10 +30,16 @@ typedef struct fake {
     int calls[WORKERS], ran[WORKERS], lost[WORKERS];
     int64_t max_lead; /* largest lead over the slowest live worker at a call */
     uint64_t ids_seen;
+    /* by shard: each shard's batches per epoch, the batches read of it and by whom, and a
+     * closure that did not start where its shard stood */
+    int64_t shard_read[WORKERS], read_by[WORKERS][WORKERS];
+    int64_t shard_epoch[WORKERS], shard_batch[WORKERS];
+    bool out_of_place, shared;
+    int reading[WORKERS];
 } fake_t;
 
-static status_t fake_call(void *arg, size_t w, const dispatch_closure_t *cl, dispatch_result_t *ret,
-                          status_msg_t *err)
+static status_t fake_run(void *arg, size_t w, const dispatch_closure_t *cl, dispatch_result_t *ret,
+                         status_msg_t *err)
 {
     fake_t *f = arg;
     int n, steps = cl->steps;
@@ -60,10 +66,41 @@ static status_t fake_call(void *arg, size_t w, const dispatch_closure_t *cl, dis
         steps -= f->short_by[w];
     pthread_mutex_lock(&f->mu);
     f->ran[w] += steps;
-    pthread_mutex_unlock(&f->mu);
     *ret = (dispatch_result_t){
         .steps = steps, .examples = steps * 10, .loss_sum = steps * 10 * 0.5, .correct = steps};
+    if (cl->shard >= 0) { /* reads the shard from where the chief says it stands */
+        int s = cl->shard;
+        int64_t b = cl->data_batch + steps;
+        f->out_of_place |=
+            cl->data_epoch != f->shard_epoch[s] || cl->data_batch != f->shard_batch[s];
+        f->shard_read[s] += steps;
+        f->read_by[s][w] += steps;
+        ret->data_epoch = b == f->d.shard_batches[s] ? cl->data_epoch + 1 : cl->data_epoch;
+        ret->data_batch = b == f->d.shard_batches[s] ? 0 : b;
+        f->shard_epoch[s] = ret->data_epoch;
+        f->shard_batch[s] = ret->data_batch;
+    }
+    pthread_mutex_unlock(&f->mu);
     return STATUS_OK;
+}
+
+/* Counts the closures reading each shard at once: never more than one. */
+static status_t fake_call(void *arg, size_t w, const dispatch_closure_t *cl, dispatch_result_t *ret,
+                          status_msg_t *err)
+{
+    fake_t *f = arg;
+    status_t rc;
+
+    pthread_mutex_lock(&f->mu);
+    if (cl->shard >= 0)
+        f->shared |= f->reading[cl->shard]++ != 0;
+    pthread_mutex_unlock(&f->mu);
+    rc = fake_run(arg, w, cl, ret, err);
+    pthread_mutex_lock(&f->mu);
+    if (cl->shard >= 0)
+        f->reading[cl->shard]--;
+    pthread_mutex_unlock(&f->mu);
+    return rc;
 }
 
 static void fake_lost(void *arg, size_t w, const char *why)
@@ -230,6 +267,49 @@ START_TEST(cancelling_ends_the_epoch)
 }
 END_TEST
 
+/* By shard, an epoch reads each shard's batches exactly once, from where the shard stands; a
+ * lost worker's shard is read by the others, one closure at a time. */
+START_TEST(by_shard_every_shard_is_read_once_a_lost_ones_by_the_others)
+{
+    fake_t *f = fake_new(3, 0);
+    status_msg_t err = {0};
+    static const int64_t sizes[WORKERS] = {20, 20, 17};
+
+    f->d.by_shard = true;
+    for (int s = 0; s < WORKERS; s++)
+        f->d.shard_batches[s] = sizes[s];
+    f->fail_rc[1] = STATUS_UNAVAILABLE;
+    f->fail_from[1] = 3;
+    f->sleep_us[0] = f->sleep_us[1] = f->sleep_us[2] = 300;
+    for (int e = 0; e < 2; e++) {
+        f->progress.epoch = e;
+        ck_assert_int_eq(dispatch_epoch(&f->d, 57, &err), STATUS_OK);
+        ck_assert(f->d.epoch_by_shard);
+        for (int s = 0; s < WORKERS; s++) {
+            ck_assert_int_eq(f->shard_read[s], sizes[s] * (e + 1));
+            ck_assert_int_eq(f->d.pos[s].epoch, e + 1);
+            ck_assert_int_eq(f->d.pos[s].batch, 0);
+        }
+    }
+    ck_assert_msg(!f->out_of_place, "out of place");
+    ck_assert_msg(!f->shared, "shared");
+    ck_assert_int_eq(f->lost[1], 1);
+    ck_assert_int_eq(f->read_by[1][1], 6); /* two closures, then lost */
+    ck_assert_int_eq(f->read_by[1][0] + f->read_by[1][2], 34);
+    ck_assert_int_eq(f->read_by[0][0], 40); /* the live read their own */
+    ck_assert_int_eq(f->read_by[2][2], 34);
+    ck_assert_int_eq(f->progress.step, 114);
+
+    /* positions from another number of workers: the epoch falls back to a pool */
+    f->progress.epoch = 2;
+    f->d.pos[0].batch = 5;
+    ck_assert_int_eq(dispatch_epoch(&f->d, 57, &err), STATUS_OK);
+    ck_assert(!f->d.epoch_by_shard);
+    ck_assert_int_eq(f->progress.step, 171);
+    fake_free(f);
+}
+END_TEST
+
 static Suite *dispatch_suite(void)
 {
     Suite *s = suite_create("dispatch");
@@ -241,6 +321,7 @@ static Suite *dispatch_suite(void)
     tcase_add_test(tc, another_error_fails_the_epoch);
     tcase_add_test(tc, the_staleness_bound_holds_fast_workers_back);
     tcase_add_test(tc, cancelling_ends_the_epoch);
+    tcase_add_test(tc, by_shard_every_shard_is_read_once_a_lost_ones_by_the_others);
     suite_add_tcase(s, tc);
     return s;
 }
