@@ -8,7 +8,7 @@ packages=(
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
   libsystemd-dev check libopenblas-dev zlib1g-dev
   libyaml-dev libcjson-dev libmicrohttpd-dev libhdf5-dev libzip-dev
-  prometheus iperf3 python3 python3-venv dataset-fashion-mnist systemd
+  prometheus iperf3 python3 python3-venv dataset-fashion-mnist systemd iproute2
   clang libclang-rt-14-dev
 )
 
