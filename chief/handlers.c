@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "placement.h"
 
 /* The job `id`, returned with c->mu held; or STATUS_NOT_FOUND, given as the call's error, with
  * the mutex let go. */
@@ -118,8 +119,15 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
     STATUS_CHECK(find_locked(c, ctx, req->id, &j));
     j->holds++; /* not pruned while this call uses it */
     if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED) {
+        bool left_behind = j->recovered; /* the crashed chief's variables are on the PS tasks */
         chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_CANCELLED,
                       "cancelled before it started");
+        if (left_behind) {
+            pthread_mutex_unlock(&c->mu);
+            placement_drop(c, j);
+            chief_cancel_workers(c, j);
+            pthread_mutex_lock(&c->mu);
+        }
     } else if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING) {
         j->user_cancel = true;
         atomic_store(&j->cancel, true);

@@ -106,36 +106,48 @@ def serve(role):
 class Cluster:
     """The PS and worker child processes, each in a session (process group) of its own."""
 
-    def __init__(self):
+    def __init__(self, workers=1):
         self.procs = []
         self.socks = {}
         self.spec = {}
+        self.workers = workers
         self.lock = threading.Lock()
         self.stopping = False
 
+    def tasks(self):
+        return [("ps", 0)] + [("worker", i) for i in range(self.workers)]
+
     def reserve_ports(self):
         # Held open until just before the children start, so nothing else takes them meanwhile.
-        for job in ("chief", "worker", "ps"):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((HOST, 0))
-            self.socks[job] = s
-            self.spec[job] = ["%s:%d" % (HOST, s.getsockname()[1])]
+        for job, n in (("chief", 1), ("worker", self.workers), ("ps", 1)):
+            self.spec[job] = []
+            for i in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.bind((HOST, 0))
+                self.socks[(job, i)] = s
+                self.spec[job].append("%s:%d" % (HOST, s.getsockname()[1]))
 
-    def release_port(self, job):
-        self.socks.pop(job).close()
+    def release_port(self, job, index=0):
+        s = self.socks.pop((job, index), None)
+        if s is not None:
+            s.close()
 
-    def tf_config(self, job):
-        return json.dumps({"cluster": self.spec, "task": {"type": job, "index": 0}})
+    def tf_config(self, job, index=0):
+        return json.dumps({"cluster": self.spec, "task": {"type": job, "index": index}})
+
+    def start_task(self, job, index):
+        """Starts (or starts again, at its address) one child; returns its Popen."""
+        env = dict(os.environ, TF_CONFIG=self.tf_config(job, index), TF_CPP_MIN_LOG_LEVEL="2",
+                   PEER_TF_PS_PARENT=str(os.getpid()))
+        self.release_port(job, index)
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", job],
+                             env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr,
+                             start_new_session=True)
+        self.procs.append((job, p))
+        return p
 
     def start(self):
-        for job in ("ps", "worker"):
-            env = dict(os.environ, TF_CONFIG=self.tf_config(job), TF_CPP_MIN_LOG_LEVEL="2",
-                       PEER_TF_PS_PARENT=str(os.getpid()))
-            self.release_port(job)
-            p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", job],
-                                 env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr,
-                                 start_new_session=True)
-            self.procs.append((job, p))
+        return {task: self.start_task(*task) for task in self.tasks()}
 
     def check(self):
         for job, p in self.procs:
@@ -144,8 +156,8 @@ class Cluster:
 
     def wait_listening(self):
         deadline = time.monotonic() + START_TIMEOUT
-        for job in ("ps", "worker"):
-            port = int(self.spec[job][0].rsplit(":", 1)[1])
+        for job, index in self.tasks():
+            port = int(self.spec[job][index].rsplit(":", 1)[1])
             while True:
                 self.check()
                 try:
