@@ -51,6 +51,7 @@ typedef struct running {
     int64_t tb_last_step; /* of the last batch summary */
     status_t tb_rc;       /* the first failed write of a batch summary */
     status_msg_t tb_err;
+    pthread_mutex_t cfg_mu; /* one reconfiguration at a time: a rejoin, or a PS recovery's */
 } running_t;
 
 /* A failed call to worker w: ABORTED naming the PS when the worker could not reach one,
@@ -141,7 +142,9 @@ static bool rejoin(void *arg, size_t w)
         memcpy(pos.rng, d->pos[w].rng, d->pos[w].n_rng * sizeof(*pos.rng));
     pos.n_rng = pos.rng != NULL ? d->pos[w].n_rng : 0;
     pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&r->cfg_mu);
     rc = workers_rejoin(r->cfg, w, r->plan, &pos, &err);
+    pthread_mutex_unlock(&r->cfg_mu);
     free(pos.rng);
     pthread_mutex_lock(&c->mu);
     if (rc == STATUS_OK) {
@@ -588,7 +591,8 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
         fresh = rc == STATUS_NOT_FOUND;
         rc = fresh ? STATUS_OK : rc;
     }
-    if (rc == STATUS_OK && fresh) /* every variable from its initializer again */
+    pthread_mutex_lock(&r->cfg_mu); /* no rejoin in between: it would see half a recovery */
+    if (rc == STATUS_OK && fresh)   /* every variable from its initializer again */
         placement_drop(c, j);
     if (rc == STATUS_OK)
         rc = placement_create(c, j, r->plan, err);
@@ -608,6 +612,7 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
     fanout_done(f, c->n_workers);
     if (rc == STATUS_OK)
         rc = workers_configure(r->cfg, r->plan, NULL, f, d->alive, err);
+    pthread_mutex_unlock(&r->cfg_mu);
     fanout_done(f, c->n_workers);
     free(f);
     if (rc == STATUS_OK) {
@@ -683,6 +688,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     status_t rc;
 
     d.arg = &run;
+    pthread_mutex_init(&run.cfg_mu, NULL);
     if (!f1 || !f2) {
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
@@ -794,6 +800,7 @@ out:
     free(f1);
     free(f2);
     worker_cfg_done(&cfg);
+    pthread_mutex_destroy(&run.cfg_mu);
     return rc;
 }
 
