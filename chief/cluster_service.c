@@ -51,7 +51,8 @@ static status_t on_get_cluster(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
 {
     chief_state_t *st = user;
     chief_opts_t *o = st->opts;
-    size_t n = o->ps.n + o->worker.n;
+    char **addrs = NULL;
+    size_t n_ps, n = coordinator_tasks(st->coordinator, &addrs, &n_ps);
     Tessera__V1__GetClusterResponse resp = TESSERA__V1__GET_CLUSTER_RESPONSE__INIT;
     Tessera__V1__TaskStatus *tasks = calloc(n + 1, sizeof(*tasks));
     Tessera__V1__TaskStatus **ptrs = calloc(n + 1, sizeof(*ptrs));
@@ -64,12 +65,12 @@ static status_t on_get_cluster(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
     status_t rc;
 
     (void)msg;
-    if (!tasks || !ptrs || !ids || !targets || !states || !errs || !secs) {
+    if (!tasks || !ptrs || !ids || !targets || !states || !errs || !secs || !addrs) {
         rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++)
-        targets[i] = i < o->ps.n ? o->ps.items[i] : o->worker.items[i - o->ps.n];
+        targets[i] = addrs[i] != NULL ? addrs[i] : "";
     health_check_many(targets, n, o->health_timeout_ms, states, errs, secs);
 
     for (size_t i = 0; i <= n; i++) {
@@ -86,10 +87,10 @@ static status_t on_get_cluster(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
             continue;
         }
         size_t k = i - 1;
-        bool is_ps = k < o->ps.n;
+        bool is_ps = k < n_ps;
         ids[i].type =
             is_ps ? TESSERA__V1__TASK_TYPE__TASK_TYPE_PS : TESSERA__V1__TASK_TYPE__TASK_TYPE_WORKER;
-        ids[i].index = (int32_t)(is_ps ? k : k - o->ps.n);
+        ids[i].index = (int32_t)(is_ps ? k : k - n_ps);
         ids[i].address = (char *)targets[k];
         tasks[i].health = (Tessera__V1__TaskHealth)states[k];
         tasks[i].detail = states[k] == HEALTH_UNREACHABLE ? errs[k].message : self;
@@ -99,6 +100,9 @@ static status_t on_get_cluster(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
     resp.tasks = ptrs;
     rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
 out:
+    for (size_t i = 0; addrs != NULL && i < n; i++)
+        free(addrs[i]);
+    free(addrs);
     free(tasks);
     free(ptrs);
     free(ids);
@@ -121,7 +125,8 @@ static status_t chief_setup(daemon_t *d, void *opts, void **ret_state, status_ms
         free(st);
         return err != NULL ? err->status : STATUS_INTERNAL;
     }
-    LOG_INFO(CHIEF, "cluster: %zu ps, %zu workers", st->opts->ps.n, st->opts->worker.n);
+    LOG_INFO(CHIEF, "cluster: %zu ps, %zu workers (and up to %d more may join)", st->opts->ps.n,
+             st->opts->worker.n, CHIEF_MAX_JOINED);
     *ret_state = st;
     return STATUS_OK;
 }

@@ -14,7 +14,13 @@
 
 typedef struct coordinator coordinator_t;
 
+#define CHIEF_MAX_JOINED 64 /* workers that may announce themselves, past the --worker list */
+
 status_t coordinator_new(daemon_t *d, chief_opts_t *opts, coordinator_t **ret, status_msg_t *err);
+
+/* A copy of the cluster's task addresses, the n_ps PS tasks first, then the workers (those that
+ * joined too); their number. Free each and the array. */
+size_t coordinator_tasks(coordinator_t *c, char ***ret, size_t *ret_n_ps);
 
 /* Stops the running job (cancelled) and the runner thread. */
 void coordinator_stop(coordinator_t *c);

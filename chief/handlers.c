@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "internal.h"
 #include "placement.h"
 
@@ -43,7 +44,7 @@ static status_t on_submit(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
     status_msg_t err = {0};
     status_t rc;
 
-    if (c->n_ps == 0 || c->n_workers == 0)
+    if (c->n_ps == 0 || c->n_workers + c->n_joining == 0)
         return rpc_ctx_fail(ctx, STATUS_INVALID_USAGE, NULL,
                             "this chief has no %s: start it with --ps and --worker (or TF_CONFIG)",
                             c->n_ps == 0 ? "parameter servers" : "workers");
@@ -107,6 +108,31 @@ static status_t on_list(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
     free(ptrs);
     free(prs);
     return rc;
+}
+
+/* RegisterWorker: a worker started with --chief announces itself; it takes part from the next
+ * job on (a running job's workers are fixed when it starts). */
+static status_t on_register(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
+{
+    const Tessera__V1__RegisterWorkerRequest *req = (const void *)msg;
+    coordinator_t *c = user;
+    Tessera__V1__RegisterWorkerResponse resp = TESSERA__V1__REGISTER_WORKER_RESPONSE__INIT;
+    status_msg_t err = {0};
+    size_t index;
+    bool added;
+    status_t rc;
+
+    pthread_mutex_lock(&c->mu);
+    rc = chief_register_worker(c, req->address, &index, &added, &err);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != STATUS_OK)
+        return rpc_ctx_fail(ctx, rc, "address", "%s", err.text);
+    if (added)
+        LOG_NOTICE(CHIEF, "worker %s announced itself: worker:%zu from the next job on",
+                   req->address, index);
+    resp.index = (int32_t)index;
+    resp.added = added;
+    return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
 }
 
 static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
@@ -200,5 +226,6 @@ void chief_handlers_register(coordinator_t *c, rpc_server_t *s)
     rpc_server_handle(s, RPC_COORD_GET_JOB, on_get, c);
     rpc_server_handle(s, RPC_COORD_LIST_JOBS, on_list, c);
     rpc_server_handle(s, RPC_COORD_CANCEL_JOB, on_cancel, c);
+    rpc_server_handle(s, RPC_COORD_REGISTER_WORKER, on_register, c);
     rpc_server_handle(s, RPC_COORD_CHECKPOINT, on_checkpoint, c);
 }

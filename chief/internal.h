@@ -75,8 +75,12 @@ struct coordinator {
     bool stopping;
     pthread_t runner;
     bool runner_started;
-    rpc_channel_t **ps, **workers;
-    size_t n_ps, n_workers;
+    rpc_channel_t **ps, **workers; /* workers: room for cap_workers */
+    size_t n_ps, n_workers, cap_workers;
+    /* workers that announced themselves (RegisterWorker), taken into the cluster by the runner
+     * between jobs (chief_adopt_workers): a job's arrays are sized by n_workers when it starts */
+    char **joining;
+    size_t n_joining;
     /* metrics.c: the failures and recoveries of the tasks, and the running job's closures */
     metric_t *m_closures, *m_retried, *m_running, *m_queued, *m_workers_alive;
     metric_t *m_ps_recoveries, *m_worker_rejoins;
@@ -93,12 +97,23 @@ struct coordinator {
     bool watch_started;
 };
 
+/* ---- coordinator.c ------------------------------------------------------------------------ */
+
+/* A worker announcing itself at address (c->mu held): its index (known already, or the one it
+ * will have), *added when it is new. Errors: a bad address, no room left. */
+status_t chief_register_worker(coordinator_t *c, const char *address, size_t *ret_index,
+                               bool *ret_added, status_msg_t *err);
+/* The runner, between jobs, with c->mu held: the announced workers join the cluster. */
+void chief_adopt_workers(coordinator_t *c);
+
 /* ---- metrics.c ---------------------------------------------------------------------------- */
 
 /* Registers the chief's metrics (after the channels are open); a metric that cannot be made is
  * NULL, which every update ignores. */
 status_t chief_metrics_init(coordinator_t *c, status_msg_t *err);
 void chief_metrics_free(coordinator_t *c);
+/* The per-task series of worker w, which has just joined (room for cap_workers). */
+void chief_metrics_add_worker(coordinator_t *c, size_t w);
 /* Sets the live-workers gauge from a job's dispatch (mutex held); 0 when no job runs. */
 void chief_metrics_alive(coordinator_t *c, const bool *alive, size_t n);
 

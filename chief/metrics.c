@@ -6,19 +6,42 @@
 #include "internal.h"
 
 /* One counter per task: name{task="worker:3"}. */
-static metric_t **per_task(metrics_t *m, const char *name, const char *help, const char *type,
-                           size_t n, bool gauge)
+#define FAILURES_HELP "Times a task was lost (killed, unreachable, hung), by task."
+#define SEEN_HELP                                                                                  \
+    "Unix time of the task's last answered health check (workers of a running job, checked "       \
+    "each second)."
+
+static metric_t *one_task(metrics_t *m, const char *name, const char *help, const char *type,
+                          size_t i, bool gauge)
 {
-    metric_t **v = calloc(n + 1, sizeof(*v));
     char task[32];
 
-    for (size_t i = 0; v != NULL && i < n; i++) {
-        snprintf(task, sizeof(task), "%s:%zu", type, i);
-        const char *labels[] = {"task", task, NULL};
-        v[i] =
-            gauge ? metrics_gauge(m, name, help, labels) : metrics_counter(m, name, help, labels);
-    }
+    snprintf(task, sizeof(task), "%s:%zu", type, i);
+    const char *labels[] = {"task", task, NULL};
+    return gauge ? metrics_gauge(m, name, help, labels) : metrics_counter(m, name, help, labels);
+}
+
+/* One series per task, name{task="worker:3"}, for the first n of room. */
+static metric_t **per_task(metrics_t *m, const char *name, const char *help, const char *type,
+                           size_t n, size_t room, bool gauge)
+{
+    metric_t **v = calloc(room + 1, sizeof(*v));
+
+    for (size_t i = 0; v != NULL && i < n; i++)
+        v[i] = one_task(m, name, help, type, i, gauge);
     return v;
+}
+
+void chief_metrics_add_worker(coordinator_t *c, size_t w)
+{
+    metrics_t *m = daemon_metrics(c->daemon);
+
+    if (m == NULL || c->m_worker_failures == NULL || c->m_worker_seen == NULL)
+        return;
+    c->m_worker_failures[w] =
+        one_task(m, "tessera_chief_task_failures_total", FAILURES_HELP, "worker", w, false);
+    c->m_worker_seen[w] =
+        one_task(m, "tessera_chief_task_last_seen_timestamp_seconds", SEEN_HELP, "worker", w, true);
 }
 
 status_t chief_metrics_init(coordinator_t *c, status_msg_t *err)
@@ -44,17 +67,12 @@ status_t chief_metrics_init(coordinator_t *c, status_msg_t *err)
     c->m_worker_rejoins = metrics_counter(
         m, "tessera_chief_worker_rejoins_total",
         "Times a lost worker answered again and was taken back into the running job.", NULL);
-    c->m_worker_failures = per_task(m, "tessera_chief_task_failures_total",
-                                    "Times a task was lost (killed, unreachable, hung), by task.",
-                                    "worker", c->n_workers, false);
-    c->m_ps_failures = per_task(m, "tessera_chief_task_failures_total",
-                                "Times a task was lost (killed, unreachable, hung), by task.", "ps",
-                                c->n_ps, false);
-    c->m_worker_seen =
-        per_task(m, "tessera_chief_task_last_seen_timestamp_seconds",
-                 "Unix time of the task's last answered health check (workers of a running "
-                 "job, checked each second).",
-                 "worker", c->n_workers, true);
+    c->m_worker_failures = per_task(m, "tessera_chief_task_failures_total", FAILURES_HELP, "worker",
+                                    c->n_workers, c->cap_workers, false);
+    c->m_ps_failures = per_task(m, "tessera_chief_task_failures_total", FAILURES_HELP, "ps",
+                                c->n_ps, c->n_ps, false);
+    c->m_worker_seen = per_task(m, "tessera_chief_task_last_seen_timestamp_seconds", SEEN_HELP,
+                                "worker", c->n_workers, c->cap_workers, true);
     if (c->m_worker_failures == NULL || c->m_ps_failures == NULL || c->m_worker_seen == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     return STATUS_OK;

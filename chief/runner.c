@@ -23,15 +23,20 @@
 void chief_cancel_workers(coordinator_t *c, chief_job_t *j)
 {
     Tessera__V1__CancelRequest req = TESSERA__V1__CANCEL_REQUEST__INIT;
-    fanout_t *f = calloc(c->n_workers + 1, sizeof(*f));
-    if (f == NULL)
+    size_t n;
+    fanout_t *f;
+
+    pthread_mutex_lock(&c->mu); /* the runner may be taking joined workers in */
+    n = c->n_workers;
+    pthread_mutex_unlock(&c->mu);
+    if ((f = calloc(n + 1, sizeof(*f))) == NULL)
         return;
     req.job = j->id;
-    for (size_t w = 0; w < c->n_workers; w++)
+    for (size_t w = 0; w < n; w++)
         f[w] = (fanout_t){
             .ch = c->workers[w], .method = RPC_WORKER_CANCEL, .req = &req.base, .timeout_ms = 5000};
-    fanout_run(f, c->n_workers);
-    fanout_done(f, c->n_workers);
+    fanout_run(f, n);
+    fanout_done(f, n);
     free(f);
 }
 
@@ -816,8 +821,11 @@ void *chief_runner_main(void *arg)
         chief_job_t *j;
         status_msg_t err = {0};
         status_t rc;
-        while (!c->stopping && (j = chief_next_queued(c)) == NULL)
+        chief_adopt_workers(c); /* between jobs: a job's arrays are sized when it starts */
+        while (!c->stopping && (j = chief_next_queued(c)) == NULL) {
             pthread_cond_wait(&c->cv, &c->mu);
+            chief_adopt_workers(c);
+        }
         if (c->stopping)
             break;
         j->state = TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING;

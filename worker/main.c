@@ -16,6 +16,13 @@ static const config_option_t worker_options[] = {
      "Most bytes one job's model and data may take on this worker: datasets, batches, "
      "parameters, gradients and activations. ConfigureJob fails with RESOURCE_EXHAUSTED past "
      "it. 0 = the machine's physical memory."},
+    {"chief", CONFIG_ADDRESS, offsetof(worker_opts_t, chief), NULL, 0, 0,
+     "Announce this worker to the chief at HOST:PORT, at start and every 5 s: the chief adds it "
+     "to its cluster (`tessera cluster` lists it) and it takes part in the jobs that start "
+     "after. Without it, the chief knows the workers of its --worker list only."},
+    {"advertise", CONFIG_ADDRESS, offsetof(worker_opts_t, advertise), NULL, 0, 0,
+     "The HOST:PORT announced with --chief (default: the listen address, with this machine's "
+     "name when it listens on every interface)."},
 };
 
 static const config_table_t worker_table = {

@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/memory.h"
+#include "announce.h"
 #include "ps_client.h"
 #include "rpc/initializer_proto.h"
 #include "rpc/server.h"
@@ -59,6 +60,7 @@ typedef struct worker_service {
     bool executor_started;
     /* Prometheus */
     metric_t *steps, *examples, *compute_seconds, *wait_seconds, *push_requests, *push_early;
+    announcer_t *announcer; /* --chief */
 } worker_service_t;
 
 /* ---- jobs --------------------------------------------------------------------------------- */
@@ -485,6 +487,9 @@ static status_t make_metrics(worker_service_t *w, metrics_t *m, status_msg_t *er
     return STATUS_OK;
 }
 
+static void worker_service_stop(void *state);
+static void worker_service_teardown(void *state);
+
 static status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err)
 {
     const worker_opts_t *o = opts;
@@ -512,6 +517,15 @@ static status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, 
     rpc_server_handle(s, RPC_WORKER_CONFIGURE_JOB, on_configure, w);
     rpc_server_handle(s, RPC_WORKER_RUN_CLOSURE, on_run_closure, w);
     rpc_server_handle(s, RPC_WORKER_CANCEL, on_cancel, w);
+    if (o->chief != NULL && o->chief[0] != '\0') {
+        char address[300];
+        announcer_address(o->advertise, daemon_address(d), address, sizeof(address));
+        if (announcer_start(o->chief, address, &w->announcer, err) != STATUS_OK) {
+            worker_service_stop(w);
+            worker_service_teardown(w);
+            return err->status;
+        }
+    }
     *ret_state = w;
     return STATUS_OK;
 }
@@ -519,6 +533,8 @@ static status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, 
 static void worker_service_stop(void *state)
 {
     worker_service_t *w = state;
+    announcer_stop(w->announcer);
+    w->announcer = NULL;
     pthread_mutex_lock(&w->mu);
     w->stopping = true;
     if (w->job != NULL)

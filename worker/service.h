@@ -9,6 +9,8 @@ typedef struct worker_opts {
     /* Most bytes of one job's model and data (datasets, batches, parameters, gradients,
      * activations); ConfigureJob fails with RESOURCE_EXHAUSTED past it. 0: physical memory. */
     int64_t max_memory_bytes;
+    char *chief;     /* announce this worker to the chief at this address (NULL: do not) */
+    char *advertise; /* the address announced; NULL: the listen address */
 } worker_opts_t;
 
 /* tessera-worker: the handlers are installed and the closure executor started by setup; stop

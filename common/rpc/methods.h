@@ -78,6 +78,9 @@
       RPC_D_(checkpoint_response))                                                                 \
     X(COORD_EXPORT, coord_export, RPC_SVC_COORD, "Export", UNARY, RPC_T_(ExportRequest),           \
       RPC_D_(export_request), RPC_T_(ExportResponse), RPC_D_(export_response))                     \
+    X(COORD_REGISTER_WORKER, coord_register_worker, RPC_SVC_COORD, "RegisterWorker", UNARY,        \
+      RPC_T_(RegisterWorkerRequest), RPC_D_(register_worker_request),                              \
+      RPC_T_(RegisterWorkerResponse), RPC_D_(register_worker_response))                            \
     X(DIAG_ECHO, diag_echo, RPC_SVC_DIAG, "Echo", UNARY, RPC_T_(EchoRequest),                      \
       RPC_D_(echo_request), RPC_T_(EchoResponse), RPC_D_(echo_response))                           \
     X(DIAG_SINK, diag_sink, RPC_SVC_DIAG, "Sink", UNARY, RPC_T_(SinkRequest),                      \

@@ -463,6 +463,52 @@ START_TEST(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back)
 }
 END_TEST
 
+/* A worker started with --chief announces itself: the chief adds it to its cluster (`tessera
+ * cluster` lists it), the running job goes on undisturbed with the workers it started with, and
+ * the next job trains on both; killed in the middle of that job, it is removed from it without
+ * failing it. */
+START_TEST(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job)
+{
+    cluster_t c;
+    char *out = NULL, *id, chief[300];
+
+    start_cluster_of(&c, 1);
+    ck_assert_int_eq(
+        tessera((char *[]){"submit", (char *)write_job("grow-a"), c.chief_flag, NULL}, &out), 0);
+    id = submitted_id(out);
+    free(out);
+    wait_running_past(&c, id, 300);
+    snprintf(chief, sizeof(chief), "--chief=%s", c.chief.listen);
+    harness_start(&c.worker[1], "tessera-worker", "fault-joined", chief, NULL);
+    c.n_workers = 2;
+    expect_completed(&c, id, &out);
+    ck_assert_msg(strstr(out, "training on 1 workers") != NULL, "%s", out);
+    free(out);
+    free(id);
+    ck_assert_int_eq(tessera((char *[]){"cluster", c.chief_flag, NULL}, &out), 0);
+    ck_assert_msg(strstr(out, "worker     1") != NULL && strstr(out, c.worker[1].listen) != NULL,
+                  "%s", out);
+    free(out);
+
+    ck_assert_int_eq(
+        tessera((char *[]){"submit", (char *)write_job("grow-b"), c.chief_flag, NULL}, &out), 0);
+    id = submitted_id(out);
+    free(out);
+    wait_running_past(&c, id, 500);
+    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > 0,
+                  "the joined worker ran no step");
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    expect_completed(&c, id, &out);
+    ck_assert_msg(strstr(out, "training on 2 workers") != NULL && strstr(out, "worker 1 (") != NULL,
+                  "%s", out);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"),
+                        1);
+    free(out);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
 typedef struct watch_thread {
     pthread_t tid;
     char *args[4];
@@ -601,6 +647,7 @@ int main(void)
     ADD(fault_ps_and_a_worker_killed_together_the_job_completes);
     ADD(fault_chief_killed_and_restarted_takes_its_jobs_up_again);
     ADD(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back);
+    ADD(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();

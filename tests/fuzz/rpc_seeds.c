@@ -336,6 +336,7 @@ static void add_others(seeds_t *s)
     Tessera__V1__CancelJobRequest cancel_job = TESSERA__V1__CANCEL_JOB_REQUEST__INIT;
     Tessera__V1__WatchJobRequest watch = TESSERA__V1__WATCH_JOB_REQUEST__INIT;
     Tessera__V1__GetClusterRequest cluster = TESSERA__V1__GET_CLUSTER_REQUEST__INIT;
+    Tessera__V1__RegisterWorkerRequest reg = TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
     Tessera__V1__CheckpointRequest ckpt = TESSERA__V1__CHECKPOINT_REQUEST__INIT;
     Tessera__V1__ExportRequest export = TESSERA__V1__EXPORT_REQUEST__INIT;
     int64_t shape[] = {2};
@@ -367,6 +368,8 @@ static void add_others(seeds_t *s)
     export.id = "1";
     export.directory = "out";
     add(s, "export", RPC_COORD_EXPORT, &export.base, NULL, 0);
+    reg.address = "127.0.0.1:2224";
+    add(s, "register-worker", RPC_COORD_REGISTER_WORKER, &reg.base, NULL, 0);
 }
 
 size_t rpc_seeds_build(rpc_seed_t **ret_seeds)
