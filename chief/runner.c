@@ -749,6 +749,8 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
             pthread_mutex_unlock(&c->mu);
         }
     }
+    if (rc == STATUS_OK && j->recovered) /* a PS may be coming back too (--ps-timeout) */
+        rc = wait_for_ps(&run, err);
     if (rc == STATUS_OK && j->recovered) /* what the crashed chief left on the PS tasks */
         placement_drop(c, j);
     if (rc == STATUS_OK)

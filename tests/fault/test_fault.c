@@ -539,6 +539,7 @@ START_TEST(fault_chief_killed_and_restarted_takes_its_jobs_up_again)
     cluster_t c;
     watch_thread_t w;
     char *out = NULL, *calm_id, *id, *next_id, state[400], listen[300], ps[300], worker[300];
+    char ps_listen[300];
     Tessera__V1__JobInfo *job;
     double calm;
 
@@ -614,6 +615,27 @@ START_TEST(fault_chief_killed_and_restarted_takes_its_jobs_up_again)
                   "exit %d: %s", w.rc, w.out);
     free(w.out);
     expect_completed_steps(&c, id, 2000, &out);
+    free(out);
+    free(id);
+
+    /* the chief and the PS killed together; the chief back first, waiting for the PS */
+    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_ckpt("chief-ps", "chief-ps"),
+                                        c.chief_flag, NULL},
+                             &out),
+                     0);
+    id = submitted_id(out);
+    free(out);
+    wait_running_past(&c, id, 450);
+    snprintf(ps_listen, sizeof(ps_listen), "--listen=%s", c.ps.listen);
+    launch_stop(&c.chief, SIGKILL, 5000, NULL);
+    launch_stop(&c.ps, SIGKILL, 5000, NULL);
+    harness_start(&c.chief, "tessera-chief", "fault-chief-fourth", ps, worker, listen, state,
+                  "--worker-timeout=3s", NULL);
+    usleep(1000000);
+    harness_start(&c.ps, "tessera-ps", "fault-ps-with-chief", "--task-index=0", ps_listen, NULL);
+    expect_completed_steps(&c, id, 2000, &out);
+    ck_assert_msg(strstr(out, "restored from step") != NULL && test_accuracy(out) == calm, "%s",
+                  out);
     free(out);
     free(id);
     free(next_id);
