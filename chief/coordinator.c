@@ -40,12 +40,12 @@ status_t coordinator_new(daemon_t *d, chief_opts_t *opts, coordinator_t **ret, s
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->watch_cv, NULL);
-    rc = chief_journal_open(c, err);
-    if (rc == STATUS_OK)
-        rc = open_channels(&opts->ps, opts->ps.n, &c->ps, &c->n_ps, err);
+    rc = open_channels(&opts->ps, opts->ps.n, &c->ps, &c->n_ps, err);
     c->cap_workers = opts->worker.n + CHIEF_MAX_JOINED;
     if (rc == STATUS_OK)
         rc = open_channels(&opts->worker, c->cap_workers, &c->workers, &c->n_workers, err);
+    if (rc == STATUS_OK) /* after the channels: the journal names the workers that joined */
+        rc = chief_journal_open(c, err);
     if (rc == STATUS_OK)
         rc = chief_metrics_init(c, err);
     if (rc == STATUS_OK && pthread_create(&c->runner, NULL, chief_runner_main, c) != 0)
@@ -162,6 +162,7 @@ void chief_adopt_workers(coordinator_t *c)
         } else {
             chief_metrics_add_worker(c, w);
             c->n_workers = w + 1;
+            chief_journal_worker(c, c->joining[k]);
             LOG_NOTICE(CHIEF, "worker %zu (%s) joined the cluster", w, c->joining[k]);
         }
         free(c->joining[k]);

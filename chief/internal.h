@@ -170,6 +170,8 @@ status_t chief_journal_encode(coordinator_t *c, pb_buf_t *out, status_msg_t *err
  * without a journal. A start or an end that cannot be written is logged. */
 status_t chief_journal_submitted(coordinator_t *c, chief_job_t *j, status_msg_t *err);
 void chief_journal_started(coordinator_t *c, chief_job_t *j);
+/* A worker joined the cluster (its address); logged when it cannot be written. */
+void chief_journal_worker(coordinator_t *c, const char *address);
 void chief_journal_ended(coordinator_t *c, chief_job_t *j);
 
 /* ---- runner.c ----------------------------------------------------------------------------- */

@@ -143,6 +143,19 @@ static status_t replay_job(replay_t *r, const Tessera__V1__JournalJob *jj, statu
     return STATUS_OK;
 }
 
+/* A worker that had joined: it joins again (the runner takes it in before the first job). */
+static status_t replay_worker(replay_t *r, const char *address, status_msg_t *err)
+{
+    status_msg_t why = {0};
+    size_t index;
+    bool added;
+
+    if (chief_register_worker(r->c, address, &index, &added, &why) != STATUS_OK)
+        return status_fail(err, STATUS_DATA_LOSS, "%s: record %zu: worker %.100s: %.300s", r->name,
+                           r->n, address, why.text);
+    return STATUS_OK;
+}
+
 static status_t replay_change(replay_t *r, const Tessera__V1__JournalRecord *rec, status_msg_t *err)
 {
     const Tessera__V1__JournalJob *jj = rec->job       ? rec->job
@@ -150,6 +163,8 @@ static status_t replay_change(replay_t *r, const Tessera__V1__JournalRecord *rec
                                                        : rec->ended;
     chief_job_t *j;
 
+    if (rec->change_case == TESSERA__V1__JOURNAL_RECORD__CHANGE_WORKER)
+        return replay_worker(r, rec->worker, err);
     if (jj == NULL)
         return status_fail(err, STATUS_DATA_LOSS, "%s: record %zu is of no kind this chief knows",
                            r->name, r->n);
@@ -306,8 +321,31 @@ static status_t append(coordinator_t *c, const chief_job_t *j,
     return rc;
 }
 
+/* A worker record, framed onto out; false when out of memory. */
+static bool frame_worker(pb_buf_t *out, const char *address)
+{
+    Tessera__V1__JournalRecord rec = TESSERA__V1__JOURNAL_RECORD__INIT;
+    size_t len;
+    uint8_t *buf;
+
+    rec.change_case = TESSERA__V1__JOURNAL_RECORD__CHANGE_WORKER;
+    rec.worker = (char *)address;
+    len = tessera__v1__journal_record__get_packed_size(&rec);
+    if ((buf = malloc(len + 1)) == NULL)
+        return false;
+    tessera__v1__journal_record__pack(&rec, buf);
+    journal_frame(out, buf, len);
+    free(buf);
+    return true;
+}
+
 status_t chief_journal_encode(coordinator_t *c, pb_buf_t *out, status_msg_t *err)
 {
+    /* the workers that joined past the --worker list, taken in or still to be */
+    for (size_t w = c->opts->worker.n; w < c->n_workers + c->n_joining; w++)
+        if (!frame_worker(out, w < c->n_workers ? rpc_channel_target(c->workers[w])
+                                                : c->joining[w - c->n_workers]))
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory for the journal");
     for (chief_job_t *j = c->jobs; j != NULL; j = j->next) {
         size_t len;
         uint8_t *rec = pack(j, TESSERA__V1__JOURNAL_RECORD__CHANGE_JOB, &len);
@@ -338,6 +376,21 @@ static status_t compact(coordinator_t *c, status_msg_t *err)
 status_t chief_journal_submitted(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     return append(c, j, TESSERA__V1__JOURNAL_RECORD__CHANGE_JOB, err);
+}
+
+void chief_journal_worker(coordinator_t *c, const char *address)
+{
+    pb_buf_t b = {0};
+    status_msg_t err = {0};
+
+    if (c->journal == NULL)
+        return;
+    /* framed here only to reuse frame_worker: the record is what follows the 8-byte frame */
+    if (!frame_worker(&b, address) || b.failed ||
+        journal_append(c->journal, b.data + 8, b.len - 8, &err) != STATUS_OK)
+        LOG_ERR(CHIEF, "worker %s joined but is not in the journal: %s", address,
+                err.text[0] ? err.text : "out of memory");
+    pb_buf_free(&b);
 }
 
 void chief_journal_started(coordinator_t *c, chief_job_t *j)

@@ -466,13 +466,14 @@ END_TEST
 /* A worker started with --chief announces itself: the chief adds it to its cluster (`tessera
  * cluster` lists it), the running job goes on undisturbed with the workers it started with, and
  * the next job trains on both; killed in the middle of that job, it is removed from it without
- * failing it. */
+ * failing it; and the chief's journal keeps it across a restart. */
 START_TEST(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job)
 {
     cluster_t c;
-    char *out = NULL, *id, chief[300];
+    char *out = NULL, *id, chief[300], state[400], ps[300], worker[300], listen[300];
 
-    start_cluster_of(&c, 1);
+    snprintf(state, sizeof(state), "--state-dir=%s/grow-state", harness_tmpdir());
+    start_cluster_with(&c, 1, NULL, state);
     ck_assert_int_eq(
         tessera((char *[]){"submit", (char *)write_job("grow-a"), c.chief_flag, NULL}, &out), 0);
     id = submitted_id(out);
@@ -505,6 +506,18 @@ START_TEST(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job)
                         1);
     free(out);
     free(id);
+
+    /* a chief restarted on its state dir still knows the worker that joined (dead now: it
+     * cannot have announced itself again) */
+    snprintf(ps, sizeof(ps), "--ps=%s", c.ps.listen);
+    snprintf(worker, sizeof(worker), "--worker=%s", c.worker[0].listen);
+    snprintf(listen, sizeof(listen), "--listen=%s", c.chief.listen);
+    launch_stop(&c.chief, SIGKILL, 5000, NULL);
+    harness_start(&c.chief, "tessera-chief", "fault-grow-again", ps, worker, listen, state, NULL);
+    ck_assert_int_ne(tessera((char *[]){"cluster", c.chief_flag, NULL}, &out), -1);
+    ck_assert_msg(strstr(out, "worker     1") != NULL && strstr(out, c.worker[1].listen) != NULL,
+                  "%s", out);
+    free(out);
     stop_cluster(&c);
 }
 END_TEST

@@ -5,8 +5,8 @@
  * records' payloads, each after "\n#@rec\n", which the target frames with their checksums so
  * that mutations reach the records' decoding and the table rather than stopping at a checksum.
  * A journal that is read gives a table that, written out again
- * as a rewrite does, reads back as the same jobs (ids, names, states, the next id), and in which
- * no id appears twice. */
+ * as a rewrite does, reads back as the same jobs (ids, names, states, the next id) and joined
+ * workers, and in which no id appears twice. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +28,7 @@ static coordinator_t *table_new(chief_opts_t *opts)
     if (c == NULL)
         abort();
     c->opts = opts;
+    c->cap_workers = CHIEF_MAX_JOINED; /* none listed: every worker in the journal joined */
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->watch_cv, NULL);
@@ -41,6 +42,9 @@ static void table_free(coordinator_t *c)
         c->jobs = j->next;
         chief_job_free(j);
     }
+    for (size_t i = 0; i < c->n_joining; i++)
+        free(c->joining[i]);
+    free(c->joining);
     pthread_cond_destroy(&c->watch_cv);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -62,6 +66,11 @@ static void check_same(coordinator_t *a, coordinator_t *b)
     }
     if (x != NULL || y != NULL)
         fuzz_fail("journal", "the table read back has a different number of jobs");
+    if (a->n_joining != b->n_joining)
+        fuzz_fail("journal", "%zu joined workers read back as %zu", a->n_joining, b->n_joining);
+    for (size_t i = 0; i < a->n_joining; i++)
+        if (strcmp(a->joining[i], b->joining[i]) != 0)
+            fuzz_fail("journal", "joined worker %s read back as %s", a->joining[i], b->joining[i]);
     if (a->next_id != b->next_id)
         fuzz_fail("journal", "the next id read back is %u, not %u", b->next_id, a->next_id);
 }
