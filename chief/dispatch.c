@@ -33,6 +33,7 @@ status_t dispatch_init(dispatch_t *d, size_t n_workers, status_msg_t *err)
         d->alive[w] = true;
         d->reader[w] = -1;
     }
+    d->failed_worker = SIZE_MAX;
     return STATUS_OK;
 }
 
@@ -81,6 +82,8 @@ void dispatch_revive(dispatch_t *d, size_t w)
         d->worker_steps[w] = slowest;
     d->alive[w] = true;
     d->all_lost_at = 0;
+    if (!d->failed)
+        d->failed_worker = SIZE_MAX; /* "every worker failed" did not come to pass */
     pthread_cond_broadcast(d->cv);
 }
 
@@ -216,6 +219,7 @@ static void count_failure(dispatch_t *d, size_t w, const dispatch_closure_t *cl,
         d->alive[w] = false;
         d->lost(d->arg, w, why);
         if (slowest_alive(d) == INT64_MAX && !d->failed) {
+            d->failed_worker = w; /* the last one */
             status_fail(d->lost_grace_s > 0 ? &d->lost_err : &d->err, rc,
                         "every worker failed; the last: %s", why);
             if (d->lost_grace_s > 0) /* the lost dispatchers wait for one to come back */
@@ -231,6 +235,7 @@ static void count_failure(dispatch_t *d, size_t w, const dispatch_closure_t *cl,
         give_back(d, cl, 0);
         if (!d->failed) {
             d->failed = true;
+            d->failed_worker = w;
             status_fail(&d->err, rc, "worker %zu: %s", w, why);
         }
     }

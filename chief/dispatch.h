@@ -93,6 +93,7 @@ typedef struct dispatch {
     bool epoch_by_shard; /* by_shard, and the shards' positions add up to this epoch */
     bool failed;
     status_msg_t err;
+    size_t failed_worker;  /* the worker whose closure failed the epoch; SIZE_MAX: none */
     double all_lost_at;    /* clock_now_s() when the last live worker was lost; 0: one is alive */
     status_msg_t lost_err; /* what fails the epoch if none comes back */
     double epoch_loss, epoch_correct, epoch_t0;

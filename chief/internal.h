@@ -46,6 +46,8 @@ typedef struct chief_job {
     job_t job;
     Tessera__V1__JobState state;
     char reason[512];
+    char failed_task[32]; /* a failed job's: "worker:1", "ps:0", "chief:0" */
+    int fault;            /* Tessera__V1__Fault */
     Tessera__V1__JobProgress progress;
     double submitted_at, started_at, finished_at;
     _Atomic bool cancel;

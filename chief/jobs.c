@@ -248,6 +248,8 @@ void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V
     info->name = (char *)j->name;
     info->state = j->state;
     info->reason = (char *)j->reason;
+    info->failed_task = (char *)j->failed_task;
+    info->fault = (Tessera__V1__Fault)j->fault;
     info->progress = pr;
     info->submitted_at = j->submitted_at;
     info->started_at = j->started_at;

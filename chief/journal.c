@@ -128,6 +128,8 @@ static status_t replay_job(replay_t *r, const Tessera__V1__JournalJob *jj, statu
     } else {
         j->state = jj->state;
         snprintf(j->reason, sizeof(j->reason), "%s", jj->reason);
+        snprintf(j->failed_task, sizeof(j->failed_task), "%s", jj->failed_task);
+        j->fault = (int)jj->fault;
         j->finished_at = jj->finished_at;
     }
     if (!chief_job_ended(j))
@@ -190,6 +192,8 @@ static status_t replay_change(replay_t *r, const Tessera__V1__JournalRecord *rec
                            r->name, r->n, jj->id, (int)jj->state);
     j->state = jj->state;
     snprintf(j->reason, sizeof(j->reason), "%s", jj->reason);
+    snprintf(j->failed_task, sizeof(j->failed_task), "%s", jj->failed_task);
+    j->fault = (int)jj->fault;
     j->finished_at = jj->finished_at;
     set_progress(j, jj->progress);
     chief_job_release(j);
@@ -262,6 +266,8 @@ static uint8_t *pack(const chief_job_t *j, Tessera__V1__JournalRecord__ChangeCas
     } else {
         jj.state = j->state;
         jj.reason = (char *)j->reason;
+        jj.failed_task = (char *)j->failed_task;
+        jj.fault = (Tessera__V1__Fault)j->fault;
         jj.finished_at = j->finished_at;
         jj.progress = &progress;
         if (change == TESSERA__V1__JOURNAL_RECORD__CHANGE_ENDED)

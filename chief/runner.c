@@ -57,20 +57,23 @@ typedef struct running {
     status_t tb_rc;       /* the first failed write of a batch summary */
     status_msg_t tb_err;
     pthread_mutex_t cfg_mu; /* one reconfiguration at a time: a rejoin, or a PS recovery's */
+    _Atomic long lost_ps;   /* the PS a worker could not reach, or that did not come back; -1 */
 } running_t;
 
 /* A failed call to worker w: ABORTED naming the PS when the worker could not reach one,
  * UNAVAILABLE when the watchdog cancelled it, else as it failed. */
-static status_t hung_or(const running_t *r, size_t w, const rpc_error_t *rerr, status_msg_t *err)
+static status_t hung_or(running_t *r, size_t w, const rpc_error_t *rerr, status_msg_t *err)
 {
     long ps;
     char *end;
 
     /* the worker could not reach a PS: the PS is lost, not the worker */
     if (strncmp(rerr->culprit, "ps:", 3) == 0 && (ps = strtol(rerr->culprit + 3, &end, 10)) >= 0 &&
-        *end == '\0' && (size_t)ps < r->c->n_ps)
+        *end == '\0' && (size_t)ps < r->c->n_ps) {
+        r->lost_ps = ps;
         return status_fail(err, STATUS_ABORTED, "ps:%ld (%s) cannot be reached (worker %zu: %s)",
                            ps, rpc_channel_target(r->c->ps[ps]), w, rerr->message);
+    }
     if (rerr->status == STATUS_CANCELLED && atomic_load(&r->wd->hung[w]))
         return status_fail(err, STATUS_UNAVAILABLE,
                            "worker:%zu answered no health check for %.1f s (stopped, hung or cut "
@@ -85,7 +88,7 @@ static status_t hung_or(const running_t *r, size_t w, const rpc_error_t *rerr, s
 static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
                              dispatch_result_t *ret, status_msg_t *err)
 {
-    const running_t *r = arg;
+    running_t *r = arg;
     coordinator_t *c = r->c;
     chief_job_t *j = r->j;
     Tessera__V1__RunClosureRequest req = TESSERA__V1__RUN_CLOSURE_REQUEST__INIT;
@@ -528,7 +531,7 @@ static status_t wait_for_ps(running_t *r, status_msg_t *err)
         pthread_mutex_unlock(&c->mu);
         if (atomic_load(&r->j->cancel) || stopping)
             rc = status_fail(err, STATUS_CANCELLED, "cancelled while waiting for ps:%zu", down);
-        else if (clock_now_s() >= until)
+        else if (clock_now_s() >= until && (r->lost_ps = (long)down) >= 0)
             rc = status_fail(err, STATUS_UNAVAILABLE,
                              "ps:%zu (%s) did not come back within --ps-timeout (%.0f s): %s", down,
                              targets[down], (double)c->opts->ps_timeout_ms / 1000,
@@ -653,6 +656,28 @@ static int64_t shard_sizes(dispatch_t *d, const fanout_t *f, size_t n, const job
     return sum;
 }
 
+/* Who a failed job is on: the job itself (its configuration, data or numbers: no retry helps)
+ * or the task that failed, the chief's own when no task is named. j->mu held. */
+static void blame(chief_job_t *j, status_t rc, const running_t *r, const dispatch_t *d,
+                  const worker_cfg_t *cfg)
+{
+    status_group_t g = status_group(rc);
+    bool app = g == STATUS_GROUP_INVALID_ARGUMENT || rc == STATUS_DATA_LOSS ||
+               rc == STATUS_RESOURCE_EXHAUSTED;
+    size_t w = d->failed_worker != SIZE_MAX ? d->failed_worker : cfg->failed;
+
+    if (w != SIZE_MAX) {
+        snprintf(j->failed_task, sizeof(j->failed_task), "worker:%zu", w);
+        j->fault = app ? TESSERA__V1__FAULT__FAULT_APPLICATION : TESSERA__V1__FAULT__FAULT_WORKER;
+    } else if (r->lost_ps >= 0 && !app) {
+        snprintf(j->failed_task, sizeof(j->failed_task), "ps:%ld", r->lost_ps);
+        j->fault = TESSERA__V1__FAULT__FAULT_PS;
+    } else {
+        snprintf(j->failed_task, sizeof(j->failed_task), "chief:0");
+        j->fault = app ? TESSERA__V1__FAULT__FAULT_APPLICATION : TESSERA__V1__FAULT__FAULT_CHIEF;
+    }
+}
+
 static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     fanout_t *f1 = calloc(c->n_workers, sizeof(*f1)), *f2 = calloc(c->n_workers, sizeof(*f2));
@@ -672,10 +697,11 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                     .m_done = c->m_closures,
                     .m_retried = c->m_retried,
                     .m_running = c->m_running,
-                    .m_queued = c->m_queued};
+                    .m_queued = c->m_queued,
+                    .failed_worker = SIZE_MAX};
     plan_t plan = {0};
     watchdog_t wd = {0};
-    worker_cfg_t cfg = {0};
+    worker_cfg_t cfg = {.failed = SIZE_MAX};
     running_t run = {.c = c,
                      .cfg = &cfg,
                      .j = j,
@@ -683,6 +709,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                      .plan = &plan,
                      .wd = &wd,
                      .saved_step = -1,
+                     .lost_ps = -1,
                      .last_save = clock_now_s()};
     const Tessera__V1__ConfigureJobResponse *first = NULL;
     size_t n_alive = 0;
@@ -784,6 +811,11 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
             rc = train(&run, batches, has_test, m.epoch_sums, err);
     }
 out:
+    if (rc != STATUS_OK && rc != STATUS_CANCELLED) {
+        pthread_mutex_lock(&c->mu);
+        blame(j, rc, &run, &d, &cfg);
+        pthread_mutex_unlock(&c->mu);
+    }
     watchdog_stop(&wd);
     chief_metrics_alive(c, NULL, 0);
     metric_set(c->m_running, 0);

@@ -6,7 +6,7 @@
 
 status_t worker_cfg_init(worker_cfg_t *cfg, coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
-    *cfg = (worker_cfg_t){.c = c, .j = j};
+    *cfg = (worker_cfg_t){.c = c, .j = j, .failed = SIZE_MAX};
     cfg->reqs = calloc(c->n_workers + 1, sizeof(*cfg->reqs));
     cfg->entries = calloc(j->n_files + 1, sizeof(*cfg->entries));
     cfg->eptrs = calloc(j->n_files + 1, sizeof(*cfg->eptrs));
@@ -98,6 +98,7 @@ status_t workers_configure(worker_cfg_t *cfg, const plan_t *plan, const ckpt_man
                             w, rpc_channel_target(c->workers[w]), f[w].err.message);
             pthread_mutex_unlock(&c->mu);
         } else if (f[w].rc != STATUS_OK) {
+            cfg->failed = w;
             rc = status_fail(err, f[w].rc, "configuring worker %zu (%s): %s", w,
                              rpc_channel_target(c->workers[w]), f[w].err.message);
         } else {

@@ -17,6 +17,7 @@ typedef struct worker_cfg {
     Tessera__V1__ConfigureJobRequest *reqs;
     Tessera__V1__ConfigureJobRequest__FilesEntry *entries, **eptrs;
     char **ps;
+    size_t failed; /* the worker a failed configure call names; SIZE_MAX: none */
 } worker_cfg_t;
 
 status_t worker_cfg_init(worker_cfg_t *cfg, coordinator_t *c, chief_job_t *j, status_msg_t *err);

@@ -43,6 +43,19 @@ static const config_table_t jobs_table = {
 static const char *const state_names[] = {"unknown",   "queued", "running",
                                           "succeeded", "failed", "cancelled"};
 
+/* " (fault: application, at worker:0)" for a failed job that names them, else "". */
+static const char *fault_note(const Tessera__V1__JobInfo *j, char *buf, size_t len)
+{
+    static const char *const faults[] = {"unknown", "worker", "ps", "chief", "application"};
+    int f = (int)j->fault;
+
+    if (j->failed_task == NULL || j->failed_task[0] == '\0')
+        return "";
+    snprintf(buf, len, " (fault: %s, at %s)", f >= 0 && f <= 4 ? faults[f] : "unknown",
+             j->failed_task);
+    return buf;
+}
+
 static const char *state_name(Tessera__V1__JobState s)
 {
     return (int)s >= 0 && (int)s <= 5 ? state_names[s] : "unknown";
@@ -77,8 +90,10 @@ static void print_info(const Tessera__V1__JobInfo *j)
                (long long)p->total_steps, (long long)p->epoch + 1, p->loss, p->accuracy);
     if (p != NULL && p->test_accuracy > 0)
         printf(" test_accuracy %.4f", p->test_accuracy);
-    if (j->reason != NULL && j->reason[0])
-        printf(" (%s)", j->reason);
+    if (j->reason != NULL && j->reason[0]) {
+        char note[96];
+        printf(" (%s)%s", j->reason, fault_note(j, note, sizeof(note)));
+    }
     printf("\n");
 }
 
@@ -181,7 +196,8 @@ static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
         if (p->test_accuracy > 0)
             printf("; test loss %.4f, test accuracy %.4f", p->test_loss, p->test_accuracy);
     } else if (j->reason && j->reason[0]) {
-        printf(": %s", j->reason);
+        char note[96];
+        printf(": %s%s", j->reason, fault_note(j, note, sizeof(note)));
     }
     printf("\n");
     return j->state == TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : 1;

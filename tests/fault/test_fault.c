@@ -72,7 +72,10 @@ START_TEST(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finish
 
     start_cluster(&c);
     ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job("hung"), c.chief_flag, NULL}, &out), 0);
+        /* long enough for the woken worker to be back before the end */
+        tessera((char *[]){"submit", (char *)write_job_of("hung", NULL, 24), c.chief_flag, NULL},
+                &out),
+        0);
     id = submitted_id(out);
     free(out);
     wait_running_past(&c, id, 300);
@@ -93,7 +96,7 @@ START_TEST(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finish
         usleep(20000);
     }
     ck_assert_int_eq(kill(c.worker[1].pid, SIGCONT), 0);
-    expect_completed(&c, id, &out);
+    expect_completed_steps(&c, id, 6000, &out);
     ck_assert_msg(strstr(out, "stopped, hung or cut off") != NULL &&
                       strstr(out, "worker 1 (") != NULL && strstr(out, "is back") != NULL,
                   "%s", out);
@@ -111,8 +114,10 @@ START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
     char *out = NULL, *id, listen[300];
 
     start_cluster(&c);
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job("restarted"), c.chief_flag, NULL}, &out), 0);
+    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_of("restarted", NULL, 16),
+                                        c.chief_flag, NULL},
+                             &out),
+                     0);
     id = submitted_id(out);
     free(out);
     wait_running_past(&c, id, 300);
@@ -120,7 +125,7 @@ START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     wait_running_past(&c, id, 500);
     harness_start(&c.worker[1], "tessera-worker", "fault-w1-again", "--task-index=1", listen, NULL);
-    expect_completed(&c, id, &out);
+    expect_completed_steps(&c, id, 4000, &out);
     ck_assert_msg(strstr(out, "failed") != NULL && strstr(out, "is back") != NULL, "%s", out);
     free(out);
     free(id);
@@ -463,6 +468,34 @@ START_TEST(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back)
 }
 END_TEST
 
+/* A PS that does not come back within --ps-timeout fails the job, naming it and blaming it. */
+START_TEST(fault_ps_gone_for_good_fails_the_job_naming_it)
+{
+    cluster_t c;
+    char *out = NULL, *id, listen[300];
+    int rc;
+
+    start_cluster_with(&c, 1, "--worker-timeout=3s", "--ps-timeout=2s");
+    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_ckpt("ps-gone", "ps-gone"),
+                                        c.chief_flag, NULL},
+                             &out),
+                     0);
+    id = submitted_id(out);
+    free(out);
+    wait_running_past(&c, id, 300);
+    snprintf(listen, sizeof(listen), "--listen=%s", c.ps.listen);
+    launch_stop(&c.ps, SIGKILL, 5000, NULL);
+    rc = tessera((char *[]){"watch", id, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc != 0 && strstr(out, "did not come back within --ps-timeout") != NULL &&
+                      strstr(out, "(fault: ps, at ps:0)") != NULL,
+                  "exit %d: %s", rc, out);
+    free(out);
+    free(id);
+    harness_start(&c.ps, "tessera-ps", "fault-ps-gone-again", "--task-index=0", listen, NULL);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* A worker started with --chief announces itself: the chief adds it to its cluster (`tessera
  * cluster` lists it), the running job goes on undisturbed with the workers it started with, and
  * the next job trains on both; killed in the middle of that job, it is removed from it without
@@ -683,6 +716,7 @@ int main(void)
     ADD(fault_chief_killed_and_restarted_takes_its_jobs_up_again);
     ADD(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back);
     ADD(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job);
+    ADD(fault_ps_gone_for_good_fails_the_job_naming_it);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();

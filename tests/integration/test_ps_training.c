@@ -445,7 +445,9 @@ START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
 
     /* A step whose loss is not finite fails the job before any of its gradients leave. */
     rc = run_packs_job(&c, "{sgd: {learning_rate: 1.0e30}}", 4096, &out);
-    ck_assert_msg(rc != 0 && strstr(out, "the loss became") != NULL, "exit %d: %s", rc, out);
+    ck_assert_msg(rc != 0 && strstr(out, "the loss became") != NULL &&
+                      strstr(out, "(fault: application, at worker:0)") != NULL,
+                  "exit %d: %s", rc, out);
     free(out);
     free(one);
     free(packed);
