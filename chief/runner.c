@@ -498,12 +498,6 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
     return STATUS_OK;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Waits until every PS answers a health check, for at most the chief's --ps-timeout. */
 static status_t wait_for_ps(running_t *r, status_msg_t *err)
 {
@@ -537,7 +531,7 @@ static status_t wait_for_ps(running_t *r, status_msg_t *err)
                              targets[down], (double)c->opts->ps_timeout_ms / 1000,
                              errs[down].message);
         else
-            sleep_ms(500);
+            clock_sleep_ms(500);
     }
     free(targets);
     free(states);

@@ -4,6 +4,8 @@
 
 #include <stdlib.h>
 
+#include "base/clock.h"
+
 status_t worker_cfg_init(worker_cfg_t *cfg, coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     *cfg = (worker_cfg_t){.c = c, .j = j, .failed = SIZE_MAX};
@@ -64,6 +66,41 @@ static void set_call(Tessera__V1__ConfigureJobRequest *q, const plan_t *plan, in
     q->placement = plan != NULL ? plan->place_ptrs : NULL;
 }
 
+/* A worker restarted a moment ago may sit behind gRPC's reconnect backoff: the calls that found
+ * their worker unreachable go once more, connecting now, before it counts as down. */
+static void retry_unreachable(coordinator_t *c, fanout_t *f)
+{
+    fanout_t *g = calloc(c->n_workers + 1, sizeof(*g));
+    bool any = false;
+
+    if (g == NULL)
+        return;
+    for (size_t w = 0; w < c->n_workers; w++) {
+        bool down = !f[w].skip && (f[w].rc == STATUS_UNAVAILABLE || f[w].rc == STATUS_TIMEOUT);
+        g[w] = (fanout_t){.ch = f[w].ch,
+                          .method = f[w].method,
+                          .req = f[w].req,
+                          .timeout_ms = f[w].timeout_ms,
+                          .skip = !down};
+        if (down)
+            rpc_channel_reset_backoff(c->workers[w]);
+        any |= down;
+    }
+    if (any) {
+        clock_sleep_ms(300);
+        fanout_run(g, c->n_workers);
+        for (size_t w = 0; w < c->n_workers; w++) {
+            if (g[w].skip)
+                continue;
+            fanout_done(&f[w], 1);
+            f[w] = g[w];
+            g[w] = (fanout_t){0}; /* f[w] has its answer now */
+        }
+    }
+    fanout_done(g, c->n_workers);
+    free(g);
+}
+
 status_t workers_configure(worker_cfg_t *cfg, const plan_t *plan, const ckpt_manifest_t *resume,
                            fanout_t *f, bool *alive, status_msg_t *err)
 {
@@ -86,6 +123,7 @@ status_t workers_configure(worker_cfg_t *cfg, const plan_t *plan, const ckpt_man
                           .skip = !alive[w]};
     }
     fanout_run(f, c->n_workers);
+    retry_unreachable(c, f);
     for (size_t w = 0; w < c->n_workers && rc == STATUS_OK; w++) {
         if (f[w].skip)
             continue;

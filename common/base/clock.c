@@ -1,5 +1,6 @@
 #include "base/clock.h"
 
+#include <errno.h>
 #include <time.h>
 
 int64_t clock_now_ns(void)
@@ -24,4 +25,11 @@ double clock_wall_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void clock_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ; /* interrupted: the rest */
 }

@@ -13,4 +13,7 @@ double clock_now_s(void);
  * measuring intervals. */
 double clock_wall_s(void);
 
+/* Sleeps ms milliseconds, the whole of them even when a signal interrupts. */
+void clock_sleep_ms(int ms);
+
 #endif

@@ -78,6 +78,11 @@ const char *rpc_channel_target(const rpc_channel_t *ch)
     return ch->target;
 }
 
+void rpc_channel_reset_backoff(rpc_channel_t *ch)
+{
+    grpc_channel_reset_connect_backoff(ch->channel);
+}
+
 /* Fills err from a finished call's status, message and trailing metadata (rpc_internal.h). */
 void rpc_error_fill(rpc_error_t *err, grpc_status_code code, grpc_slice details,
                     const char *error_string, const grpc_metadata_array *trailing,

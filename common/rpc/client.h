@@ -25,6 +25,10 @@ status_t rpc_channel_new(const char *target, const rpc_channel_opts_t *opts,
 void rpc_channel_free(rpc_channel_t *ch);
 const char *rpc_channel_target(const rpc_channel_t *ch);
 
+/* Makes the channel try to connect again now, not after gRPC's reconnect backoff (which grows to
+ * minutes while the peer is down): for a peer known to be back, or worth asking again. */
+void rpc_channel_reset_backoff(rpc_channel_t *ch);
+
 typedef struct rpc_call_opts {
     int64_t timeout_ms;       /* 0 = the channel's default */
     const rpc_iov_t *payload; /* request payload segments */

@@ -468,6 +468,84 @@ START_TEST(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back)
 }
 END_TEST
 
+/* A job file of `steps` steps over `examples` synthetic examples, optimizer given. */
+static const char *write_custom_job(const char *name, int examples, int steps, const char *opt)
+{
+    static char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s.yaml", harness_tmpdir(), name);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fprintf(f,
+            "name: %s\nstrategy: parameter_server\n"
+            "model:\n  - {dense: {units: 64, activation: relu}, input_shape: [200]}\n"
+            "  - {dense: {units: 10, activation: softmax}}\n"
+            "loss: sparse_categorical_crossentropy\noptimizer: %s\n"
+            "data:\n  batch_size: 32\n"
+            "  train: {format: synthetic, kind: classification, examples: %d, shape: [200], "
+            "classes: 10, seed: 1}\n"
+            "train: {steps: %d}\n",
+            name, opt, examples, steps);
+    fclose(f);
+    return path;
+}
+
+/* TensorFlow's testHandleDatasetCreationFailure: a worker killed while the job's data is being
+ * built (300,000 examples each) fails nothing; the job runs on the other, every step counted. */
+START_TEST(fault_worker_killed_while_its_data_is_built_the_job_completes)
+{
+    cluster_t c;
+    char *out = NULL, *id;
+
+    start_cluster(&c);
+    ck_assert_int_eq(tessera((char *[]){"submit",
+                                        (char *)write_custom_job("building", 300000, 300,
+                                                                 "{adam: {learning_rate: 0.001}}"),
+                                        c.chief_flag, NULL},
+                             &out),
+                     0);
+    id = submitted_id(out);
+    free(out);
+    usleep(150000);
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    expect_completed_steps(&c, id, 300, &out);
+    free(out);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
+/* TensorFlow's testOneWorkerPreemptionWithCancellation: with a worker down, an application error
+ * (a loss that becomes NaN) fails the job at once, blaming the job, not a task; the cluster then
+ * runs the next job, on both workers once the lost one is back. */
+START_TEST(fault_application_error_with_a_worker_down_fails_the_job_and_the_next_one_runs)
+{
+    cluster_t c;
+    char *out = NULL, listen[300];
+    int rc;
+
+    start_cluster(&c);
+    snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    rc = tessera(
+        (char *[]){"submit",
+                   (char *)write_custom_job("nan", 8000, 500, "{sgd: {learning_rate: 1.0e30}}"),
+                   c.chief_flag, "--watch", NULL},
+        &out);
+    ck_assert_msg(rc != 0 && strstr(out, "the loss became") != NULL &&
+                      strstr(out, "(fault: application, at worker:0)") != NULL,
+                  "exit %d: %s", rc, out);
+    free(out);
+    harness_start(&c.worker[1], "tessera-worker", "fault-w1-after-nan", "--task-index=1", listen,
+                  NULL);
+    rc = tessera(
+        (char *[]){"submit", (char *)write_job("after-nan"), c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0 && strstr(out, "training on 2 workers") != NULL, "exit %d: %s", rc, out);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* A PS that does not come back within --ps-timeout fails the job, naming it and blaming it. */
 START_TEST(fault_ps_gone_for_good_fails_the_job_naming_it)
 {
@@ -717,6 +795,8 @@ int main(void)
     ADD(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back);
     ADD(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job);
     ADD(fault_ps_gone_for_good_fails_the_job_naming_it);
+    ADD(fault_worker_killed_while_its_data_is_built_the_job_completes);
+    ADD(fault_application_error_with_a_worker_down_fails_the_job_and_the_next_one_runs);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
