@@ -58,9 +58,8 @@ int tessera(char *const *args, char **out)
     return harness_run(argv, NULL, NULL, 240000, out);
 }
 
-/* Epochs of 250 steps over the workers' shares of 8000 synthetic examples; with ckpt, a
- * checkpoint every 100 steps in that directory. */
-const char *write_job_of(const char *name, const char *ckpt, int epochs)
+const char *write_job_with(const char *name, const char *optimizer, int examples, const char *train,
+                           const char *ckpt)
 {
     static char path[512];
     FILE *f;
@@ -73,18 +72,26 @@ const char *write_job_of(const char *name, const char *ckpt, int epochs)
             "  - {dense: {units: 128, activation: relu}, input_shape: [200]}\n"
             "  - {dense: {units: 10, activation: softmax}}\n"
             "loss: sparse_categorical_crossentropy\nmetrics: [accuracy]\n"
-            "optimizer: {adam: {learning_rate: 0.001}}\n"
+            "optimizer: %s\n"
             "data:\n  batch_size: 32\n"
-            "  train: {format: synthetic, kind: classification, examples: 8000, "
+            "  train: {format: synthetic, kind: classification, examples: %d, "
             "shape: [200], classes: 10, seed: 1}\n"
             "  test: {format: synthetic, kind: classification, examples: 1000, "
             "shape: [200], classes: 10, seed: 2}\n"
-            "train: {epochs: %d}\n",
-            name, epochs);
+            "train: %s\n",
+            name, optimizer, examples, train);
     if (ckpt != NULL)
         fprintf(f, "checkpoint: {dir: %s/%s, every_steps: 100, keep: 2}\n", harness_tmpdir(), ckpt);
     fclose(f);
     return path;
+}
+
+const char *write_job_of(const char *name, const char *ckpt, int epochs)
+{
+    char train[64];
+
+    snprintf(train, sizeof(train), "{epochs: %d}", epochs);
+    return write_job_with(name, "{adam: {learning_rate: 0.001}}", 8000, train, ckpt);
 }
 
 const char *write_job_ckpt(const char *name, const char *ckpt)

@@ -25,8 +25,12 @@ void stop_cluster(cluster_t *c);
 /* Runs the CLI with args (NULL-terminated); its output in *out. */
 int tessera(char *const *args, char **out);
 
-/* A job file in the test's directory: epochs of 250 steps over the workers' shares of 8000
- * synthetic examples; with ckpt, a checkpoint every 100 steps in that directory. */
+/* A job file in the test's directory: the MLP 200-128-10 on `examples` synthetic examples
+ * (batch 32), the optimizer and `train:` section given as YAML; with ckpt, a checkpoint every
+ * 100 steps in that directory. */
+const char *write_job_with(const char *name, const char *optimizer, int examples, const char *train,
+                           const char *ckpt);
+/* Epochs of 250 steps over the workers' shares of 8000 synthetic examples, Adam. */
 const char *write_job_of(const char *name, const char *ckpt, int epochs);
 const char *write_job_ckpt(const char *name, const char *ckpt); /* 8 epochs */
 const char *write_job(const char *name);                        /* 8 epochs, no checkpoint */

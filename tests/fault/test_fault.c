@@ -468,28 +468,6 @@ START_TEST(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back)
 }
 END_TEST
 
-/* A job file of `steps` steps over `examples` synthetic examples, optimizer given. */
-static const char *write_custom_job(const char *name, int examples, int steps, const char *opt)
-{
-    static char path[512];
-    FILE *f;
-
-    snprintf(path, sizeof(path), "%s/%s.yaml", harness_tmpdir(), name);
-    ck_assert_ptr_nonnull(f = fopen(path, "w"));
-    fprintf(f,
-            "name: %s\nstrategy: parameter_server\n"
-            "model:\n  - {dense: {units: 64, activation: relu}, input_shape: [200]}\n"
-            "  - {dense: {units: 10, activation: softmax}}\n"
-            "loss: sparse_categorical_crossentropy\noptimizer: %s\n"
-            "data:\n  batch_size: 32\n"
-            "  train: {format: synthetic, kind: classification, examples: %d, shape: [200], "
-            "classes: 10, seed: 1}\n"
-            "train: {steps: %d}\n",
-            name, opt, examples, steps);
-    fclose(f);
-    return path;
-}
-
 /* TensorFlow's testHandleDatasetCreationFailure: a worker killed while the job's data is being
  * built (300,000 examples each) fails nothing; the job runs on the other, every step counted. */
 START_TEST(fault_worker_killed_while_its_data_is_built_the_job_completes)
@@ -498,12 +476,13 @@ START_TEST(fault_worker_killed_while_its_data_is_built_the_job_completes)
     char *out = NULL, *id;
 
     start_cluster(&c);
-    ck_assert_int_eq(tessera((char *[]){"submit",
-                                        (char *)write_custom_job("building", 300000, 300,
-                                                                 "{adam: {learning_rate: 0.001}}"),
-                                        c.chief_flag, NULL},
-                             &out),
-                     0);
+    ck_assert_int_eq(
+        tessera((char *[]){"submit",
+                           (char *)write_job_with("building", "{adam: {learning_rate: 0.001}}",
+                                                  300000, "{steps: 300}", NULL),
+                           c.chief_flag, NULL},
+                &out),
+        0);
     id = submitted_id(out);
     free(out);
     usleep(150000);
@@ -527,11 +506,11 @@ START_TEST(fault_application_error_with_a_worker_down_fails_the_job_and_the_next
     start_cluster(&c);
     snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
-    rc = tessera(
-        (char *[]){"submit",
-                   (char *)write_custom_job("nan", 8000, 500, "{sgd: {learning_rate: 1.0e30}}"),
-                   c.chief_flag, "--watch", NULL},
-        &out);
+    rc = tessera((char *[]){"submit",
+                            (char *)write_job_with("nan", "{sgd: {learning_rate: 1.0e30}}", 8000,
+                                                   "{steps: 500}", NULL),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
     ck_assert_msg(rc != 0 && strstr(out, "the loss became") != NULL &&
                       strstr(out, "(fault: application, at worker:0)") != NULL,
                   "exit %d: %s", rc, out);
