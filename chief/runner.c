@@ -70,7 +70,7 @@ static status_t hung_or(running_t *r, size_t w, const rpc_error_t *rerr, status_
     /* the worker could not reach a PS: the PS is lost, not the worker */
     if (strncmp(rerr->culprit, "ps:", 3) == 0 && (ps = strtol(rerr->culprit + 3, &end, 10)) >= 0 &&
         *end == '\0' && (size_t)ps < r->c->n_ps) {
-        r->lost_ps = ps;
+        atomic_store(&r->lost_ps, ps);
         return status_fail(err, STATUS_ABORTED, "ps:%ld (%s) cannot be reached (worker %zu: %s)",
                            ps, rpc_channel_target(r->c->ps[ps]), w, rerr->message);
     }
@@ -525,13 +525,15 @@ static status_t wait_for_ps(running_t *r, status_msg_t *err)
         pthread_mutex_unlock(&c->mu);
         if (atomic_load(&r->j->cancel) || stopping)
             rc = status_fail(err, STATUS_CANCELLED, "cancelled while waiting for ps:%zu", down);
-        else if (clock_now_s() >= until && (r->lost_ps = (long)down) >= 0)
+        else if (clock_now_s() < until)
+            clock_sleep_ms(500);
+        else {
+            atomic_store(&r->lost_ps, (long)down);
             rc = status_fail(err, STATUS_UNAVAILABLE,
                              "ps:%zu (%s) did not come back within --ps-timeout (%.0f s): %s", down,
                              targets[down], (double)c->opts->ps_timeout_ms / 1000,
                              errs[down].message);
-        else
-            clock_sleep_ms(500);
+        }
     }
     free(targets);
     free(states);
@@ -663,8 +665,8 @@ static void blame(chief_job_t *j, status_t rc, const running_t *r, const dispatc
     if (w != SIZE_MAX) {
         snprintf(j->failed_task, sizeof(j->failed_task), "worker:%zu", w);
         j->fault = app ? TESSERA__V1__FAULT__FAULT_APPLICATION : TESSERA__V1__FAULT__FAULT_WORKER;
-    } else if (r->lost_ps >= 0 && !app) {
-        snprintf(j->failed_task, sizeof(j->failed_task), "ps:%ld", r->lost_ps);
+    } else if (atomic_load(&r->lost_ps) >= 0 && !app) {
+        snprintf(j->failed_task, sizeof(j->failed_task), "ps:%ld", atomic_load(&r->lost_ps));
         j->fault = TESSERA__V1__FAULT__FAULT_PS;
     } else {
         snprintf(j->failed_task, sizeof(j->failed_task), "chief:0");
