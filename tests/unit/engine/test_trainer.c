@@ -112,6 +112,73 @@ START_TEST(shards_split_the_examples)
 }
 END_TEST
 
+/* A fingerprint of a batch: its size and the sums of its features and labels. */
+static double batch_print(const data_batch_t *b, size_t width)
+{
+    double sum = b->size * 1e6;
+    for (size_t i = 0; i < (size_t)b->size * width; i++)
+        sum += b->features[i] * (double)(i % 7 + 1);
+    for (int i = 0; i < b->size; i++)
+        sum += b->labels[i] * 1000.0 * (i + 1);
+    return sum;
+}
+
+/* Another worker's shard, read for it (a lost worker's, on the parameter-server cluster): from
+ * any place, the same batches in the same order as its own trainer gives, across the end of an
+ * epoch too; and the trainer's own shard goes on where it stood. */
+START_TEST(another_shard_reads_as_its_own_trainer_would)
+{
+    job_t job = {0};
+    status_msg_t err = {0};
+    double own[14];
+    data_batch_t b;
+    int64_t e, n;
+
+    parse(&job, MLP4,
+          "data: {batch_size: 10, shuffle_buffer: 1000, train: {format: synthetic, "
+          "examples: 200, shape: [8], classes: 4}}\n",
+          "sgd");
+    trainer_opts_t o1 = {.shard_index = 1, .num_shards = 3, .epochs = -1};
+    trainer_opts_t o0 = {.shard_index = 0, .num_shards = 3, .epochs = -1};
+    trainer_t *owner = make(&job, &o1), *helper = make(&job, &o0);
+    for (int i = 0; i < 14; i++) { /* 7 batches an epoch: two epochs */
+        ck_assert(trainer_next(owner, &b));
+        own[i] = batch_print(&b, 8);
+    }
+    ck_assert_msg(trainer_seek(helper, 1, 0, 0, &err) == STATUS_OK, "%s", err.text);
+    for (int i = 0; i < 4; i++) {
+        ck_assert(trainer_next_of(helper, 1, &b));
+        ck_assert_double_eq(batch_print(&b, 8), own[i]);
+    }
+    trainer_position(helper, 1, &e, &n);
+    ck_assert(e == 0 && n == 4);
+    /* where it stands: no new reader; elsewhere (another worker read some meanwhile): a new one */
+    ck_assert_msg(trainer_seek(helper, 1, 0, 4, &err) == STATUS_OK, "%s", err.text);
+    ck_assert(trainer_next_of(helper, 1, &b));
+    ck_assert_double_eq(batch_print(&b, 8), own[4]);
+    ck_assert_msg(trainer_seek(helper, 1, 1, 2, &err) == STATUS_OK, "%s", err.text);
+    for (int i = 9; i < 14; i++) {
+        ck_assert(trainer_next_of(helper, 1, &b));
+        ck_assert_double_eq(batch_print(&b, 8), own[i]);
+    }
+    trainer_position(helper, 1, &e, &n);
+    ck_assert(e == 2 && n == 0);
+    /* its own shard was not moved by any of it */
+    trainer_position(helper, 0, &e, &n);
+    ck_assert(e == 0 && n == 0);
+    ck_assert_int_eq(trainer_seek(helper, 3, 0, 0, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_int_eq(trainer_seek(helper, 1, 0, 7, &err), STATUS_INVALID_ARGUMENT);
+    {
+        int64_t sizes[3];
+        trainer_shard_examples(helper, sizes);
+        ck_assert(sizes[0] == 67 && sizes[1] == 67 && sizes[2] == 66);
+    }
+    trainer_free(owner);
+    trainer_free(helper);
+    job_done(&job);
+}
+END_TEST
+
 static double mean_loss(trainer_t *t)
 {
     model_stats_t st;
@@ -242,6 +309,7 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, local_steps_lower_the_loss);
     tcase_add_test(tc, a_loss_that_is_not_finite_names_the_step);
     tcase_add_test(tc, evaluation_runs_the_hook_before_each_batch);
+    tcase_add_test(tc, another_shard_reads_as_its_own_trainer_would);
     suite_add_tcase(s, tc);
     return s;
 }
