@@ -258,6 +258,9 @@ static status_t evaluate(running_t *r, status_msg_t *err)
                 pthread_mutex_unlock(&c->mu);
                 continue;
             }
+            pthread_mutex_lock(&c->mu);
+            d->failed_worker = w; /* what blame() names */
+            pthread_mutex_unlock(&c->mu);
             return status_fail(err, rc, "evaluation on worker %zu: %s", w, why.text);
         }
         pthread_mutex_lock(&c->mu);
