@@ -2,6 +2,7 @@
 #include "announce.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +20,14 @@ struct announcer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
+    _Atomic bool cancel; /* set with stop: a call in flight ends at once */
 };
 
 static void *announce_main(void *arg)
 {
     announcer_t *a = arg;
     Tessera__V1__RegisterWorkerRequest req = TESSERA__V1__REGISTER_WORKER_REQUEST__INIT;
-    rpc_call_opts_t o = {.timeout_ms = 5000};
+    rpc_call_opts_t o = {.timeout_ms = 5000, .cancel = &a->cancel};
     int last = -1; /* what was logged last: 0 failed, 1 announced */
 
     req.address = a->address;
@@ -42,7 +44,7 @@ static void *announce_main(void *arg)
             LOG_NOTICE(WORKER, "announced to the chief at %s as worker:%d (%s)",
                        rpc_channel_target(a->ch), resp->index,
                        resp->added ? "joined" : "known already");
-        else if (rc != STATUS_OK && last != 0)
+        else if (rc != STATUS_OK && last != 0 && !atomic_load(&a->cancel))
             LOG_WARNING(WORKER,
                         "cannot announce this worker to the chief at %s: %s (trying "
                         "again every %d s)",
@@ -91,6 +93,7 @@ void announcer_stop(announcer_t *a)
         return;
     pthread_mutex_lock(&a->mu);
     a->stop = true;
+    atomic_store(&a->cancel, true);
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->tid, NULL);
