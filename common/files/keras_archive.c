@@ -241,6 +241,21 @@ int keras_archive_extract_h5(const char *path, const char *h5_path, char *why, s
     return 0;
 }
 
+/* Whether a dataset that is not chunked stores all n elements of `size` bytes. */
+static bool stored_whole(hid_t d, uint64_t n, size_t size)
+{
+    hid_t dcpl = H5Dget_create_plist(d);
+    H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+    bool ok;
+
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (layout == H5D_CHUNKED)
+        return true;
+    ok = layout == H5D_COMPACT || layout == H5D_CONTIGUOUS;
+    return ok && size > 0 && n <= UINT64_MAX / size && H5Dget_storage_size(d) >= n * size;
+}
+
 /* Reads one dataset as float32 into a malloc'd buffer, with its shape. */
 static float *read_dataset(hid_t group, const char *name, st_tensor_t *t, char *why, size_t why_len)
 {
@@ -269,6 +284,14 @@ static float *read_dataset(hid_t group, const char *name, st_tensor_t *t, char *
             goto out;
         }
         n *= dims[i];
+    }
+    /* libhdf5 trusts a compact or contiguous dataset's stored size less than its shape: a file
+     * whose raw data is shorter than the shape says made it read past its own buffer (found by
+     * the keras_h5 fuzz target), so the stored bytes are checked first. Chunked data may be
+     * compressed or unallocated (fill values): libhdf5 reads it chunk by chunk. */
+    if (!stored_whole(d, n, H5Tget_size(type))) {
+        snprintf(why, why_len, "dataset %s holds fewer bytes than its shape needs", name);
+        goto out;
     }
     if ((data = malloc(n * sizeof(float) + 1)) == NULL ||
         H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
