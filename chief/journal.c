@@ -327,22 +327,30 @@ static status_t append(coordinator_t *c, const chief_job_t *j,
     return rc;
 }
 
-/* A worker record, framed onto out; false when out of memory. */
-static bool frame_worker(pb_buf_t *out, const char *address)
+/* A worker record, packed; NULL when out of memory. */
+static uint8_t *pack_worker(const char *address, size_t *ret_len)
 {
     Tessera__V1__JournalRecord rec = TESSERA__V1__JOURNAL_RECORD__INIT;
-    size_t len;
     uint8_t *buf;
 
     rec.change_case = TESSERA__V1__JOURNAL_RECORD__CHANGE_WORKER;
     rec.worker = (char *)address;
-    len = tessera__v1__journal_record__get_packed_size(&rec);
-    if ((buf = malloc(len + 1)) == NULL)
-        return false;
-    tessera__v1__journal_record__pack(&rec, buf);
-    journal_frame(out, buf, len);
+    *ret_len = tessera__v1__journal_record__get_packed_size(&rec);
+    if ((buf = malloc(*ret_len + 1)) != NULL)
+        tessera__v1__journal_record__pack(&rec, buf);
+    return buf;
+}
+
+/* A worker record, framed onto out; false when out of memory. */
+static bool frame_worker(pb_buf_t *out, const char *address)
+{
+    size_t len;
+    uint8_t *buf = pack_worker(address, &len);
+
+    if (buf != NULL)
+        journal_frame(out, buf, len);
     free(buf);
-    return true;
+    return buf != NULL;
 }
 
 status_t chief_journal_encode(coordinator_t *c, pb_buf_t *out, status_msg_t *err)
@@ -386,17 +394,17 @@ status_t chief_journal_submitted(coordinator_t *c, chief_job_t *j, status_msg_t 
 
 void chief_journal_worker(coordinator_t *c, const char *address)
 {
-    pb_buf_t b = {0};
     status_msg_t err = {0};
+    size_t len;
+    uint8_t *rec;
 
     if (c->journal == NULL)
         return;
-    /* framed here only to reuse frame_worker: the record is what follows the 8-byte frame */
-    if (!frame_worker(&b, address) || b.failed ||
-        journal_append(c->journal, b.data + 8, b.len - 8, &err) != STATUS_OK)
+    rec = pack_worker(address, &len);
+    if (rec == NULL || journal_append(c->journal, rec, len, &err) != STATUS_OK)
         LOG_ERR(CHIEF, "worker %s joined but is not in the journal: %s", address,
                 err.text[0] ? err.text : "out of memory");
-    pb_buf_free(&b);
+    free(rec);
 }
 
 void chief_journal_started(coordinator_t *c, chief_job_t *j)

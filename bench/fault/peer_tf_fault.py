@@ -33,49 +33,8 @@ K = 10  # steps per closure
 
 
 def build(cluster):
-    import numpy as np
-    import tensorflow as tf
-    import fmnist
-
-    keras = tf.keras
-    keras.utils.set_random_seed(1)
-    x, y = fmnist.load_train()
-    os.environ["TF_CONFIG"] = cluster.tf_config("chief")
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    cluster.release_port("chief")
-    strategy = tf.distribute.ParameterServerStrategy(resolver)
-    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    with strategy.scope():
-        model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(128, activation="relu"),
-                                  keras.layers.Dense(10)])
-        optimizer = keras.optimizers.Adam(learning_rate=0.001)
-        optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction=keras.losses.Reduction.NONE)
-    pixels = np.rint(x * np.float32(255.0)).astype(np.uint8)
-
-    def dataset_fn(_ctx=None):
-        images = tf.cast(tf.constant(pixels), tf.float32) * tf.constant(1.0 / 255.0, tf.float32)
-        ds = tf.data.Dataset.from_tensor_slices((images, y)).shuffle(len(y), seed=1)
-        return ds.batch(64).repeat().prefetch(2)
-
-    iterator = iter(coordinator.create_per_worker_dataset(
-        lambda: strategy.distribute_datasets_from_function(dataset_fn)))
-
-    def replica_step(xb, yb):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(loss_fn(yb, model(xb, training=True)))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    @tf.function
-    def train_steps(it):
-        total = tf.constant(0.0)
-        for _ in tf.range(K):
-            xb, yb = next(it)
-            total += strategy.run(replica_step, args=(xb, yb))
-        return total / K
+    strategy, coordinator = ps.connect(cluster)
+    train_steps, iterator = ps.build_steps(strategy, coordinator, [128], 64, 1, K)
 
     def pair(timeout):
         """Two closures and a join; the seconds it took, or None when it did not end in time

@@ -211,14 +211,9 @@ def on_signal(signum, frame):
     raise SystemExit(128 + signum)  # so that finally blocks and atexit run
 
 
-def train(args, cluster):
-    import numpy as np
+def connect(cluster):
+    """The chief's strategy and coordinator over the children's cluster."""
     import tensorflow as tf
-    import fmnist
-
-    keras = tf.keras
-    keras.utils.set_random_seed(args.seed)
-    x, y = fmnist.load_train()
 
     os.environ["TF_CONFIG"] = cluster.tf_config("chief")
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -228,13 +223,23 @@ def train(args, cluster):
         coordinator_cls = tf.distribute.coordinator.ClusterCoordinator
     except AttributeError:
         coordinator_cls = tf.distribute.experimental.coordinator.ClusterCoordinator
-    coordinator = coordinator_cls(strategy)
-    log("connected to the cluster")
+    return strategy, coordinator_cls(strategy)
 
+
+def build_steps(strategy, coordinator, hidden, batch, seed, k):
+    """The MLP, Adam and the per-worker Fashion-MNIST iterator on the cluster, and a tf.function
+    of k training steps on a worker (one closure) that returns their mean loss."""
+    import numpy as np
+    import tensorflow as tf
+    import fmnist
+
+    keras = tf.keras
+    keras.utils.set_random_seed(seed)
+    x, y = fmnist.load_train()
     with strategy.scope():
         model = keras.Sequential(
             [keras.Input((784,))]
-            + [keras.layers.Dense(h, activation="relu") for h in args.hidden]
+            + [keras.layers.Dense(h, activation="relu") for h in hidden]
             + [keras.layers.Dense(10)])
         optimizer = keras.optimizers.Adam(learning_rate=0.001)
         # Slots and the step counter as PS variables now, not inside the first traced step.
@@ -254,14 +259,13 @@ def train(args, cluster):
     def dataset_fn(_input_context=None):
         images = tf.cast(tf.constant(pixels), tf.float32) * tf.constant(1.0 / 255.0, tf.float32)
         ds = tf.data.Dataset.from_tensor_slices((images, y))
-        ds = ds.shuffle(len(y), seed=args.seed, reshuffle_each_iteration=True)
-        return ds.batch(args.batch).repeat().prefetch(2)
+        ds = ds.shuffle(len(y), seed=seed, reshuffle_each_iteration=True)
+        return ds.batch(batch).repeat().prefetch(2)
 
     def per_worker_dataset_fn():
         return strategy.distribute_datasets_from_function(dataset_fn)
 
-    per_worker_iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
-    k = args.steps_per_execution
+    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
     def replica_step(xb, yb):
         with tf.GradientTape() as tape:
@@ -272,13 +276,26 @@ def train(args, cluster):
         return loss
 
     @tf.function
-    def train_steps(iterator):
+    def train_steps(it):
         """K steps on the worker, one closure; returns their mean loss."""
         loss_sum = tf.constant(0.0)
         for _ in tf.range(k):
-            xb, yb = next(iterator)
+            xb, yb = next(it)
             loss_sum += strategy.run(replica_step, args=(xb, yb))
         return loss_sum / k
+
+    return train_steps, iterator
+
+
+def train(args, cluster):
+    import numpy as np
+    import tensorflow as tf
+
+    strategy, coordinator = connect(cluster)
+    log("connected to the cluster")
+    k = args.steps_per_execution
+    train_steps, per_worker_iterator = build_steps(strategy, coordinator, args.hidden,
+                                                   args.batch, args.seed, k)
 
     def run(closures):
         results = [coordinator.schedule(train_steps, args=(per_worker_iterator,))

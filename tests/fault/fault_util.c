@@ -112,6 +112,17 @@ char *submitted_id(const char *out)
     return strndup(p, strcspn(p, " \n"));
 }
 
+char *submit(cluster_t *c, const char *path)
+{
+    char *out = NULL, *id;
+    int rc = tessera((char *[]){"submit", (char *)path, c->chief_flag, NULL}, &out);
+
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    id = submitted_id(out);
+    free(out);
+    return id;
+}
+
 Tessera__V1__JobInfo *get_job(cluster_t *c, const char *id)
 {
     Tessera__V1__GetJobRequest req = TESSERA__V1__GET_JOB_REQUEST__INIT;

@@ -37,6 +37,8 @@ const char *write_job(const char *name);                        /* 8 epochs, no 
 
 /* The job id in `tessera submit`'s output (malloc'd). */
 char *submitted_id(const char *out);
+/* Submits a job file without waiting for it; its id (malloc'd). */
+char *submit(cluster_t *c, const char *path);
 /* The chief's view of a job (free with protobuf_c_message_free_unpacked). */
 Tessera__V1__JobInfo *get_job(cluster_t *c, const char *id);
 /* Waits (60 s at most) until the job's step is past `step`. */

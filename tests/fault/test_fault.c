@@ -37,10 +37,7 @@ START_TEST(fault_worker_killed_mid_job_the_job_finishes_on_the_other)
 
     start_cluster(&c);
     calm = undisturbed(&c);
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job("killed"), c.chief_flag, NULL}, &out), 0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job("killed"));
     wait_running_past(&c, id, 300);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     expect_completed(&c, id, &out);
@@ -71,13 +68,8 @@ START_TEST(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finish
     double t0, noticed;
 
     start_cluster(&c);
-    ck_assert_int_eq(
-        /* long enough for the woken worker to be back before the end */
-        tessera((char *[]){"submit", (char *)write_job_of("hung", NULL, 24), c.chief_flag, NULL},
-                &out),
-        0);
-    id = submitted_id(out);
-    free(out);
+    /* long enough for the woken worker to be back before the end */
+    id = submit(&c, write_job_of("hung", NULL, 24));
     wait_running_past(&c, id, 300);
     ck_assert_int_eq(kill(c.worker[1].pid, SIGSTOP), 0);
     t0 = clock_now_s();
@@ -114,12 +106,7 @@ START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
     char *out = NULL, *id, listen[300];
 
     start_cluster(&c);
-    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_of("restarted", NULL, 16),
-                                        c.chief_flag, NULL},
-                             &out),
-                     0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_of("restarted", NULL, 16));
     wait_running_past(&c, id, 300);
     snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
@@ -175,12 +162,7 @@ START_TEST(fault_workers_killed_again_and_again_rejoin_and_the_job_completes)
     int64_t at = 300;
 
     start_cluster(&c);
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job_of("again", NULL, 40), c.chief_flag, NULL},
-                &out),
-        0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_of("again", NULL, 40));
     for (int w = 0; w < 2; w++)
         snprintf(listen[w], sizeof(listen[w]), "--listen=%s", c.worker[w].listen);
     wait_running_past(&c, id, at);
@@ -228,12 +210,7 @@ START_TEST(fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     calm = test_accuracy(out);
     free(out);
-    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_ckpt("ps-lost", "ps-lost"),
-                                        c.chief_flag, NULL},
-                             &out),
-                     0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_ckpt("ps-lost", "ps-lost"));
     wait_running_past(&c, id, 650);
     snprintf(listen, sizeof(listen), "--listen=%s", c.ps.listen);
     launch_stop(&c.ps, SIGKILL, 5000, NULL);
@@ -252,10 +229,7 @@ START_TEST(fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint)
     free(id);
 
     /* a job without checkpoints starts over from step 0, with the same numbers in the end */
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job("ps-fresh"), c.chief_flag, NULL}, &out), 0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job("ps-fresh"));
     wait_running_past(&c, id, 650);
     launch_stop(&c.ps, SIGKILL, 5000, NULL);
     usleep(500000);
@@ -281,10 +255,7 @@ START_TEST(fault_stalled_job_names_the_workers_it_waits_on)
     double t0;
 
     start_cluster_with(&c, 2, "--worker-timeout=60s", "--stall-timeout=2s");
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job("stalled"), c.chief_flag, NULL}, &out), 0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job("stalled"));
     wait_running_past(&c, id, 300);
     ck_assert_int_eq(kill(c.worker[0].pid, SIGSTOP), 0);
     ck_assert_int_eq(kill(c.worker[1].pid, SIGSTOP), 0);
@@ -314,12 +285,7 @@ START_TEST(fault_ps_and_a_worker_killed_together_the_job_completes)
     char *out = NULL, *id, ps_listen[300], w_listen[300];
 
     start_cluster(&c);
-    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_ckpt("together", "together"),
-                                        c.chief_flag, NULL},
-                             &out),
-                     0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_ckpt("together", "together"));
     snprintf(ps_listen, sizeof(ps_listen), "--listen=%s", c.ps.listen);
     snprintf(w_listen, sizeof(w_listen), "--listen=%s", c.worker[1].listen);
     wait_running_past(&c, id, 650);
@@ -435,12 +401,7 @@ START_TEST(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back)
     c = (cluster_t){.chief = chief, .n_workers = 0};
     snprintf(c.chief_flag, sizeof(c.chief_flag), "--chief=%s", chief.listen);
     calm = undisturbed(&c);
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job_of("cut", NULL, 80), c.chief_flag, NULL},
-                &out),
-        0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_of("cut", NULL, 80));
     wait_running_past(&c, id, 300);
     ck_assert_int_eq(sh("ip -n %s link set %s down", netns_name, veth_ns), 0);
     t0 = clock_now_s();
@@ -476,15 +437,8 @@ START_TEST(fault_worker_killed_while_its_data_is_built_the_job_completes)
     char *out = NULL, *id;
 
     start_cluster(&c);
-    ck_assert_int_eq(
-        tessera((char *[]){"submit",
-                           (char *)write_job_with("building", "{adam: {learning_rate: 0.001}}",
-                                                  300000, "{steps: 300}", NULL),
-                           c.chief_flag, NULL},
-                &out),
-        0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_with("building", "{adam: {learning_rate: 0.001}}", 300000,
+                                   "{steps: 300}", NULL));
     usleep(150000);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     expect_completed_steps(&c, id, 300, &out);
@@ -533,12 +487,7 @@ START_TEST(fault_ps_gone_for_good_fails_the_job_naming_it)
     int rc;
 
     start_cluster_with(&c, 1, "--worker-timeout=3s", "--ps-timeout=2s");
-    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_ckpt("ps-gone", "ps-gone"),
-                                        c.chief_flag, NULL},
-                             &out),
-                     0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_ckpt("ps-gone", "ps-gone"));
     wait_running_past(&c, id, 300);
     snprintf(listen, sizeof(listen), "--listen=%s", c.ps.listen);
     launch_stop(&c.ps, SIGKILL, 5000, NULL);
@@ -564,10 +513,7 @@ START_TEST(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job)
 
     snprintf(state, sizeof(state), "--state-dir=%s/grow-state", harness_tmpdir());
     start_cluster_with(&c, 1, NULL, state);
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job("grow-a"), c.chief_flag, NULL}, &out), 0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job("grow-a"));
     wait_running_past(&c, id, 300);
     snprintf(chief, sizeof(chief), "--chief=%s", c.chief.listen);
     harness_start(&c.worker[1], "tessera-worker", "fault-joined", chief, NULL);
@@ -581,10 +527,7 @@ START_TEST(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job)
                   "%s", out);
     free(out);
 
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job("grow-b"), c.chief_flag, NULL}, &out), 0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job("grow-b"));
     wait_running_past(&c, id, 500);
     ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > 0,
                   "the joined worker ran no step");
@@ -659,19 +602,8 @@ START_TEST(fault_chief_killed_and_restarted_takes_its_jobs_up_again)
     calm = test_accuracy(out);
     calm_id = strdup("chief-calm-1");
     free(out);
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job_ckpt("chief-lost", "chief-lost"),
-                           c.chief_flag, NULL},
-                &out),
-        0);
-    id = submitted_id(out);
-    free(out);
-    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_of("chief-next", NULL, 2),
-                                        c.chief_flag, NULL},
-                             &out),
-                     0);
-    next_id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_ckpt("chief-lost", "chief-lost"));
+    next_id = submit(&c, write_job_of("chief-next", NULL, 2));
     watch_start(&w, &c, id);
     wait_running_past(&c, id, 650);
     launch_stop(&c.chief, SIGKILL, 5000, NULL);
@@ -700,13 +632,7 @@ START_TEST(fault_chief_killed_and_restarted_takes_its_jobs_up_again)
     free(id);
 
     /* stopped cleanly (SIGTERM, as systemd restarts it) mid-job: the same */
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job_ckpt("chief-stop", "chief-stop"),
-                           c.chief_flag, NULL},
-                &out),
-        0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_ckpt("chief-stop", "chief-stop"));
     watch_start(&w, &c, id);
     wait_running_past(&c, id, 350);
     harness_stop(&c.chief);
@@ -722,12 +648,7 @@ START_TEST(fault_chief_killed_and_restarted_takes_its_jobs_up_again)
     free(id);
 
     /* the chief and the PS killed together; the chief back first, waiting for the PS */
-    ck_assert_int_eq(tessera((char *[]){"submit", (char *)write_job_ckpt("chief-ps", "chief-ps"),
-                                        c.chief_flag, NULL},
-                             &out),
-                     0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_ckpt("chief-ps", "chief-ps"));
     wait_running_past(&c, id, 450);
     snprintf(ps_listen, sizeof(ps_listen), "--listen=%s", c.ps.listen);
     launch_stop(&c.chief, SIGKILL, 5000, NULL);

@@ -78,13 +78,7 @@ START_TEST(slow_twenty_random_kills_the_job_completes)
     snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", c.ps.listen);
     snprintf(worker_flag, sizeof(worker_flag), "--worker=%s,%s", c.worker[0].listen,
              c.worker[1].listen);
-    ck_assert_int_eq(
-        tessera((char *[]){"submit", (char *)write_job_of("schedule", "schedule", EPOCHS),
-                           c.chief_flag, NULL},
-                &out),
-        0);
-    id = submitted_id(out);
-    free(out);
+    id = submit(&c, write_job_of("schedule", "schedule", EPOCHS));
     for (int k = 0; k < KILLS; k++) {
         Tessera__V1__JobState st;
         int64_t at = job_step(&c, id, &st) + 200 + (int64_t)(next_rand(&rng) % 600);
