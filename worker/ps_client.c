@@ -348,11 +348,13 @@ static Tessera__V1__TensorRef *ids_ref(lane_t *l, size_t k, uint64_t *off, size_
 
 /* A call sending l's first n_iov payload pieces; values that come back land in l's buffer. */
 /* A pull or push to lane l's PS failed: the message names the PS, and one that cannot be reached
- * is remembered (ps_client_lost_ps). */
+ * is remembered (ps_client_lost_ps), and so is one that no longer knows the job: it was
+ * restarted (empty) before anyone saw it unreachable, and has lost the job's variables. */
 static status_t lane_failed(ps_client_t *c, const lane_t *l, status_t rc, const char *what,
                             const rpc_error_t *rerr, status_msg_t *err)
 {
-    if (rc == STATUS_UNAVAILABLE || rc == STATUS_TIMEOUT)
+    if (rc == STATUS_UNAVAILABLE || rc == STATUS_TIMEOUT ||
+        (rc == STATUS_NOT_FOUND && strcmp(rerr->culprit, c->job) == 0))
         atomic_store(&c->lost_ps, l->index);
     return status_fail(err, rc, "%s to ps %d (%s): %s", what, l->index, l->address, rerr->message);
 }

@@ -479,6 +479,36 @@ START_TEST(fault_application_error_with_a_worker_down_fails_the_job_and_the_next
 }
 END_TEST
 
+/* A PS restarted so fast that nobody saw it unreachable answers that it has no such job: the
+ * workers name it as lost (not the job as wrong) and the job goes on from its checkpoint. Here
+ * the PS forgets the job by a DropJob of its variables, the same state a fresh PS is in. */
+START_TEST(fault_ps_that_forgot_the_job_is_recovered_from_the_checkpoint)
+{
+    Tessera__V1__DropJobRequest req = TESSERA__V1__DROP_JOB_REQUEST__INIT;
+    Tessera__V1__DropJobResponse *resp = NULL;
+    rpc_channel_t *ch;
+    rpc_error_t err;
+    cluster_t c;
+    char *out = NULL, *id;
+
+    start_cluster_of(&c, 1);
+    id = submit(&c, write_job_ckpt("ps-forgot", "ps-forgot"));
+    wait_running_past(&c, id, 650);
+    ch = harness_channel(&c.ps);
+    req.job = id;
+    ck_assert_msg(rpc_ps_drop_job(ch, &req, NULL, &resp, NULL, &err) == STATUS_OK, "%s",
+                  err.message);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    rpc_channel_free(ch);
+    expect_completed(&c, id, &out);
+    ck_assert_msg(strstr(out, "restored from step") != NULL, "%s", out);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
+    free(out);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* A PS that does not come back within --ps-timeout fails the job, naming it and blaming it. */
 START_TEST(fault_ps_gone_for_good_fails_the_job_naming_it)
 {
@@ -695,6 +725,7 @@ int main(void)
     ADD(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back);
     ADD(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job);
     ADD(fault_ps_gone_for_good_fails_the_job_naming_it);
+    ADD(fault_ps_that_forgot_the_job_is_recovered_from_the_checkpoint);
     ADD(fault_worker_killed_while_its_data_is_built_the_job_completes);
     ADD(fault_application_error_with_a_worker_down_fails_the_job_and_the_next_one_runs);
     suite_add_tcase(s, tc);
