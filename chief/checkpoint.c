@@ -134,6 +134,7 @@ static status_t build_manifest(coordinator_t *c, chief_job_t *j, const plan_t *p
         m->data[m->n_data++] = (ckpt_data_pos_t){.worker = (int64_t)w,
                                                  .epoch = pos->workers[w].epoch,
                                                  .batch = pos->workers[w].batch,
+                                                 .end = pos->workers[w].end,
                                                  .rng = pos->workers[w].rng,
                                                  .n_rng = pos->workers[w].n_rng};
     return STATUS_OK;

@@ -14,24 +14,29 @@ typedef struct dispatcher {
     bool started;
 } dispatcher_t;
 
-status_t dispatch_init(dispatch_t *d, size_t n_workers, status_msg_t *err)
+status_t dispatch_init(dispatch_t *d, size_t n_workers, size_t cap, status_msg_t *err)
 {
-    d->n_workers = n_workers;
-    d->alive = calloc(n_workers + 1, sizeof(*d->alive));
-    d->worker_steps = calloc(n_workers + 1, sizeof(*d->worker_steps));
-    d->pos = calloc(n_workers + 1, sizeof(*d->pos));
-    d->busy = calloc(n_workers + 1, sizeof(*d->busy));
+    if (cap < n_workers)
+        cap = n_workers;
+    d->n_workers = d->n_shards = n_workers;
+    d->cap = cap;
+    d->alive = calloc(cap + 1, sizeof(*d->alive));
+    d->worker_steps = calloc(cap + 1, sizeof(*d->worker_steps));
+    d->pos = calloc(cap + 1, sizeof(*d->pos));
+    d->busy = calloc(cap + 1, sizeof(*d->busy));
     d->left = calloc(n_workers + 1, sizeof(*d->left));
     d->reader = calloc(n_workers + 1, sizeof(*d->reader));
+    d->tail_reader = calloc(n_workers + 1, sizeof(*d->tail_reader));
     d->shard_batches = calloc(n_workers + 1, sizeof(*d->shard_batches));
     if (d->alive == NULL || d->worker_steps == NULL || d->pos == NULL || d->busy == NULL ||
-        d->left == NULL || d->reader == NULL || d->shard_batches == NULL) {
+        d->left == NULL || d->reader == NULL || d->tail_reader == NULL ||
+        d->shard_batches == NULL) {
         dispatch_done(d);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
     for (size_t w = 0; w < n_workers; w++) {
         d->alive[w] = true;
-        d->reader[w] = -1;
+        d->reader[w] = d->tail_reader[w] = -1;
     }
     d->failed_worker = SIZE_MAX;
     return STATUS_OK;
@@ -47,9 +52,10 @@ void dispatch_done(dispatch_t *d)
     free(d->worker_steps);
     free(d->left);
     free(d->reader);
+    free(d->tail_reader);
     free(d->shard_batches);
     d->left = d->shard_batches = NULL;
-    d->reader = NULL;
+    d->reader = d->tail_reader = NULL;
     d->busy = NULL;
     d->alive = NULL;
     d->worker_steps = NULL;
@@ -77,6 +83,10 @@ void dispatch_revive(dispatch_t *d, size_t w)
 {
     int64_t slowest = slowest_alive(d);
 
+    if (w >= d->cap)
+        return;
+    if (w >= d->n_workers) /* joined: the slots up to it are in use (the others not alive) */
+        d->n_workers = w + 1;
     /* the staleness bound counts from the others, not from when it was lost */
     if (slowest != INT64_MAX)
         d->worker_steps[w] = slowest;
@@ -109,39 +119,60 @@ bool dispatch_paused(const dispatch_t *d)
 }
 
 /* The shard worker w reads next: its own while it has batches left and no other worker reads it,
- * else the one with most left of those whose worker is lost; -1: none now. Mutex held. */
-static int pick_shard(const dispatch_t *d, size_t w)
+ * else the one with most left of those whose worker is lost, both from the front; else (*tail)
+ * the last batches of the one with most left that nobody reads so; -1: none now. Mutex held. */
+static int pick_shard(const dispatch_t *d, size_t w, bool *tail)
 {
     int best = -1;
 
-    if (d->left[w] > 0 && d->reader[w] < 0)
+    *tail = false;
+    if (w < d->n_shards && d->left[w] > 0 && d->reader[w] < 0)
         return (int)w;
-    for (size_t s = 0; s < d->n_workers; s++)
+    for (size_t s = 0; s < d->n_shards; s++)
         if (!d->alive[s] && d->left[s] > 0 && d->reader[s] < 0 &&
             (best < 0 || d->left[s] > d->left[best]))
             best = (int)s;
+    if (best >= 0)
+        return best;
+    for (size_t s = 0; s < d->n_shards; s++)
+        if (d->left[s] > 0 && d->tail_reader[s] < 0 && (best < 0 || d->left[s] > d->left[best]))
+            best = (int)s;
+    *tail = best >= 0;
     return best;
 }
 
+/* Where the unread batches of shard s end in its epoch. */
+static int64_t shard_end(const dispatch_t *d, size_t s)
+{
+    return d->pos[s].end > 0 ? d->pos[s].end : d->shard_batches[s];
+}
+
 /* The next closure's steps for worker w and the shard it reads (cl->shard), waiting while the
- * staleness bound holds it back or, by shard, while the batches left are other live workers';
- * 0 when the epoch is handed out, a pause is due or the job stops; -1 when w was lost meanwhile.
+ * staleness bound holds it back, while everything is handed out but a closure is still in
+ * flight (its worker may be lost and its steps come back) or, by shard, while the batches left
+ * are being read; 0 when the epoch is done, a pause is due or the job stops; -1 when w was lost
+ * meanwhile.
  * Mutex held. */
 static int take_closure(dispatch_t *d, size_t w, dispatch_closure_t *cl)
 {
     int steps, shard = -1;
     int64_t avail;
+    bool tail = false;
 
     for (;;) {
-        if (stopped(d) || d->steps_left <= 0 || dispatch_paused(d))
+        if (stopped(d) || dispatch_paused(d) || (d->steps_left <= 0 && d->in_flight == 0))
             return 0;
         if (!d->alive[w])
             return -1;
+        if (d->steps_left <= 0) { /* all handed out: one in flight may yet come back */
+            pthread_cond_wait(d->cv, d->mu);
+            continue;
+        }
         if (d->max_staleness > 0 && d->worker_steps[w] - slowest_alive(d) > d->max_staleness) {
             pthread_cond_wait(d->cv, d->mu);
             continue;
         }
-        if (!d->epoch_by_shard || (shard = pick_shard(d, w)) >= 0)
+        if (!d->epoch_by_shard || (shard = pick_shard(d, w, &tail)) >= 0)
             break;
         pthread_cond_wait(d->cv, d->mu);
     }
@@ -150,7 +181,14 @@ static int take_closure(dispatch_t *d, size_t w, dispatch_closure_t *cl)
     if (d->stop_step > 0 && d->stop_step - (d->progress->step + d->steps_in_flight) < steps)
         steps = (int)(d->stop_step - (d->progress->step + d->steps_in_flight));
     cl->shard = shard;
-    if (shard >= 0) {
+    cl->tail = tail;
+    if (shard >= 0 && tail) { /* the last `steps` unread batches */
+        d->pos[shard].end = shard_end(d, (size_t)shard) - steps;
+        d->left[shard] -= steps;
+        d->tail_reader[shard] = (int)w;
+        cl->data_epoch = d->pos[shard].epoch;
+        cl->data_batch = d->pos[shard].end;
+    } else if (shard >= 0) {
         d->left[shard] -= steps;
         d->reader[shard] = (int)w;
         cl->data_epoch = d->pos[shard].epoch;
@@ -163,11 +201,18 @@ static int take_closure(dispatch_t *d, size_t w, dispatch_closure_t *cl)
     return steps;
 }
 
-/* The closure's shard is free again; steps of it not run go back to it. Mutex held. */
+/* The closure's shard is free again; steps of it not run go back to it (a tail closure gives
+ * back all of its steps or none: the unread batches stay one run). Mutex held. */
 static void give_back(dispatch_t *d, const dispatch_closure_t *cl, int steps)
 {
     d->steps_left += steps;
-    if (cl->shard >= 0) {
+    if (cl->shard >= 0 && cl->tail) {
+        d->left[cl->shard] += steps;
+        d->pos[cl->shard].end += steps; /* no other tail was taken meanwhile: it is the end */
+        if (d->pos[cl->shard].end >= d->shard_batches[cl->shard])
+            d->pos[cl->shard].end = 0;
+        d->tail_reader[cl->shard] = -1;
+    } else if (cl->shard >= 0) {
         d->left[cl->shard] += steps;
         d->reader[cl->shard] = -1;
     }
@@ -179,8 +224,28 @@ static void count_result(dispatch_t *d, size_t w, const dispatch_closure_t *cl,
     Tessera__V1__JobProgress *p = d->progress;
     size_t s = cl->shard >= 0 ? (size_t)cl->shard : w;
 
-    d->pos[s].epoch = res->data_epoch;
-    d->pos[s].batch = res->data_batch;
+    if (cl->tail && res->steps < cl->steps) {
+        /* its batches were counted when the epoch began: the data is not what it was */
+        give_back(d, cl, 0);
+        d->steps_left -= cl->steps - res->steps; /* nobody has them: the epoch ends short */
+        if (!d->failed) {
+            d->failed = true;
+            d->failed_worker = w;
+            status_fail(&d->err, STATUS_DATA_LOSS,
+                        "shard %d of the training data ended at batch %lld of epoch %lld on "
+                        "worker %zu, short of the %lld batches counted when the epoch began: "
+                        "the workers do not see the same data",
+                        cl->shard, (long long)(cl->data_batch + res->steps),
+                        (long long)cl->data_epoch + 1, w, (long long)d->shard_batches[s]);
+        }
+        free(res->rng);
+        res->rng = NULL;
+        return;
+    }
+    if (!cl->tail) { /* a tail closure leaves the shard's front where it is */
+        d->pos[s].epoch = res->data_epoch;
+        d->pos[s].batch = res->data_batch;
+    }
     free(d->pos[w].rng);
     d->pos[w].rng = res->rng;
     d->pos[w].n_rng = res->n_rng;
@@ -196,7 +261,10 @@ static void count_result(dispatch_t *d, size_t w, const dispatch_closure_t *cl,
         p->examples_per_second = (double)d->epoch_examples / (clock_now_s() - d->epoch_t0);
     }
     /* fewer: the worker ran out of data, the rest is for the others */
-    give_back(d, cl, cl->steps - (res->steps < cl->steps ? res->steps : cl->steps));
+    if (cl->tail)
+        give_back(d, cl, 0);
+    else
+        give_back(d, cl, cl->steps - (res->steps < cl->steps ? res->steps : cl->steps));
     metric_inc(d->m_done);
     if (d->changed != NULL)
         d->changed(d->arg);
@@ -298,6 +366,7 @@ static void *dispatcher_main(void *arg)
         gauges(d);
         pthread_cond_broadcast(d->cv);
     }
+    d->n_threads--;
     pthread_cond_broadcast(d->cv);
     pthread_mutex_unlock(d->mu);
     return NULL;
@@ -309,11 +378,16 @@ static bool shard_budgets(dispatch_t *d, int64_t steps)
 {
     int64_t e = d->progress->epoch, sum = 0;
 
-    for (size_t s = 0; s < d->n_workers; s++) {
-        int64_t b = d->shard_batches[s] > 0 ? d->shard_batches[s] : 0;
-        const dispatch_pos_t *p = &d->pos[s];
-        d->left[s] = p->epoch > e ? 0 : p->epoch < e || p->batch > b ? b : b - p->batch;
-        d->reader[s] = -1;
+    for (size_t s = 0; s < d->n_shards; s++) {
+        int64_t b = d->shard_batches[s] > 0 ? d->shard_batches[s] : 0, end;
+        dispatch_pos_t *p = &d->pos[s];
+        if (p->epoch < e) { /* done with the last epoch (its tail read by others): this one */
+            p->epoch = e;
+            p->batch = p->end = 0;
+        }
+        end = p->end > 0 && p->end < b ? p->end : b;
+        d->left[s] = p->epoch > e || p->batch >= end ? 0 : end - p->batch;
+        d->reader[s] = d->tail_reader[s] = -1;
         sum += d->left[s];
     }
     return sum == steps;
@@ -332,8 +406,9 @@ void dispatch_begin(dispatch_t *d, int64_t steps)
 
 status_t dispatch_run(dispatch_t *d, status_msg_t *err)
 {
-    dispatcher_t *t = calloc(d->n_workers + 1, sizeof(*t));
+    dispatcher_t *t = calloc(d->cap + 1, sizeof(*t));
     sigset_t all, old;
+    size_t n = 0;
     bool failed, cancelled;
     double t0 = clock_now_s();
 
@@ -342,15 +417,27 @@ status_t dispatch_run(dispatch_t *d, status_msg_t *err)
     /* The dispatchers inherit a full signal mask: signals belong to the main thread. */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    for (size_t w = 0; w < d->n_workers; w++) {
-        t[w] = (dispatcher_t){.d = d, .worker = w};
-        t[w].started = pthread_create(&t[w].tid, NULL, dispatcher_main, &t[w]) == 0;
+    pthread_mutex_lock(d->mu);
+    /* a dispatcher per worker, and one for each worker that joins while they run */
+    for (;;) {
+        while (n < d->n_workers) {
+            t[n] = (dispatcher_t){.d = d, .worker = n};
+            d->n_threads++;
+            t[n].started = pthread_create(&t[n].tid, NULL, dispatcher_main, &t[n]) == 0;
+            if (!t[n].started) { /* no thread to spare: run this worker's closures here */
+                pthread_mutex_unlock(d->mu);
+                dispatcher_main(&t[n]);
+                pthread_mutex_lock(d->mu);
+            }
+            n++;
+        }
+        if (d->n_threads == 0)
+            break;
+        pthread_cond_wait(d->cv, d->mu);
     }
+    pthread_mutex_unlock(d->mu);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    for (size_t w = 0; w < d->n_workers; w++)
-        if (!t[w].started) /* no thread to spare: run this worker's closures here */
-            dispatcher_main(&t[w]);
-    for (size_t w = 0; w < d->n_workers; w++)
+    for (size_t w = 0; w < n; w++)
         if (t[w].started)
             pthread_join(t[w].tid, NULL);
     free(t);

@@ -24,7 +24,8 @@ typedef struct dispatch_closure {
     int steps;
     int64_t global_step, epoch;
     int shard;                      /* the shard to read (by_shard), from pos[shard]; -1: own */
-    int64_t data_epoch, data_batch; /* with shard >= 0: where that shard stands */
+    int64_t data_epoch, data_batch; /* with shard >= 0: where the closure starts reading it */
+    bool tail;                      /* it reads the last unread batches of the shard */
 } dispatch_closure_t;
 
 typedef struct dispatch_result {
@@ -36,10 +37,12 @@ typedef struct dispatch_result {
     size_t n_rng;
 } dispatch_result_t;
 
-/* Where shard w of the data stands, for checkpoints (the next batch read from it), and worker
- * w's dropout streams (NULL before its first closure). */
+/* Where shard w of the data stands, for checkpoints (the next batch read from it, and where the
+ * unread part of its epoch ends when other workers have read its last batches), and worker w's
+ * dropout streams (NULL before its first closure). */
 typedef struct dispatch_pos {
     int64_t epoch, batch;
+    int64_t end; /* the unread batches of epoch `epoch` end before this one; 0: the shard's end */
     uint64_t *rng;
     size_t n_rng;
 } dispatch_pos_t;
@@ -73,13 +76,19 @@ typedef struct dispatch {
     /* the chief's metrics (each may be NULL): closures done, handed back, in flight, queued */
     metric_t *m_done, *m_retried, *m_running, *m_queued;
     /* Epochs by shard: each epoch reads every shard's shard_batches[s] batches exactly once,
-     * each worker its own shard, and the shard of a lost worker is read by the others from
-     * where it stands (a shard by one closure at a time). Otherwise the steps are a pool and
-     * each worker reads its own shard only, as many steps as it takes. */
+     * each worker its own shard from its front, the shard of a lost worker read by the others
+     * from where it stands (one closure at a time); a worker with none of those to read (one
+     * that joined, or whose shard is done) reads the last unread batches of the shard with most
+     * left (one such closure per shard at a time), so that no worker idles while batches are
+     * left. Otherwise the steps are a pool and each worker reads its own shard only, as many
+     * steps as it takes. */
     bool by_shard;
     int64_t *shard_batches; /* per shard, set by the caller when by_shard */
+    /* The workers: n_shards at the start (one shard each), room for cap; workers that join take
+     * the next slots (dispatch_revive) and have no shard of their own. */
+    size_t n_shards, cap;
     /* state */
-    size_t n_workers;
+    size_t n_workers; /* slots in use: n_shards, and the joined ones */
     bool *alive;
     bool *busy;            /* a closure of the worker is in flight */
     int64_t *worker_steps; /* steps each worker ran, for the staleness bound */
@@ -89,7 +98,9 @@ typedef struct dispatch {
     int64_t steps_in_flight;
     dispatch_pos_t *pos; /* per shard (= worker) */
     int64_t *left;       /* by_shard: per shard, batches of this epoch not yet handed out */
-    int *reader;         /* by_shard: per shard, the worker reading it now, or -1 */
+    int *reader;         /* by_shard: per shard, the worker reading its front now, or -1 */
+    int *tail_reader;    /* by_shard: per shard, the worker reading its last batches, or -1 */
+    size_t n_threads;    /* dispatchers running (dispatch_run) */
     bool epoch_by_shard; /* by_shard, and the shards' positions add up to this epoch */
     bool failed;
     status_msg_t err;
@@ -100,8 +111,8 @@ typedef struct dispatch {
     int64_t epoch_examples;
 } dispatch_t;
 
-/* Every worker alive. */
-status_t dispatch_init(dispatch_t *d, size_t n_workers, status_msg_t *err);
+/* n_workers, every one alive, a shard each; room for cap workers in all (cap >= n_workers). */
+status_t dispatch_init(dispatch_t *d, size_t n_workers, size_t cap, status_msg_t *err);
 void dispatch_done(dispatch_t *d);
 
 /* Hands out `steps` steps over the live workers and waits for them. STATUS_CANCELLED when the
@@ -120,7 +131,9 @@ status_t dispatch_run(dispatch_t *d, status_msg_t *err);
 bool dispatch_paused(const dispatch_t *d);
 
 /* Worker w is configured again and alive (mutex held): its dispatcher takes closures again,
- * its staleness count starts from the slowest live worker's. */
+ * its staleness count starts from the slowest live worker's. A w past n_workers (< cap) is a
+ * worker that joined: the slots up to it are taken, and a running dispatch_run starts its
+ * dispatcher. */
 void dispatch_revive(dispatch_t *d, size_t w);
 
 /* Live workers, in index order: the first, or SIZE_MAX when none is left. */

@@ -80,12 +80,12 @@ struct coordinator {
     rpc_channel_t **ps, **workers; /* workers: room for cap_workers */
     size_t n_ps, n_workers, cap_workers;
     /* workers that announced themselves (RegisterWorker), taken into the cluster by the runner
-     * between jobs (chief_adopt_workers): a job's arrays are sized by n_workers when it starts */
+     * between jobs and by the running job's watchdog (chief_adopt_workers), under mu */
     char **joining;
     size_t n_joining;
     /* metrics.c: the failures and recoveries of the tasks, and the running job's closures */
     metric_t *m_closures, *m_retried, *m_running, *m_queued, *m_workers_alive;
-    metric_t *m_ps_recoveries, *m_worker_rejoins;
+    metric_t *m_ps_recoveries, *m_worker_rejoins, *m_worker_joins;
     metric_t **m_worker_failures, **m_ps_failures; /* per task */
     metric_t **m_worker_seen; /* per worker: wall time of its last answered health check */
     /* journal.c: the job table on the disk (--state-dir), or NULL */
@@ -105,7 +105,8 @@ struct coordinator {
  * will have), *added when it is new. Errors: a bad address, no room left. */
 status_t chief_register_worker(coordinator_t *c, const char *address, size_t *ret_index,
                                bool *ret_added, status_msg_t *err);
-/* The runner, between jobs, with c->mu held: the announced workers join the cluster. */
+/* The runner between jobs, or the running job's watchdog, with c->mu held: the announced
+ * workers join the cluster (their channels are opened; c->workers never moves). */
 void chief_adopt_workers(coordinator_t *c);
 
 /* ---- metrics.c ---------------------------------------------------------------------------- */

@@ -67,6 +67,9 @@ status_t chief_metrics_init(coordinator_t *c, status_msg_t *err)
     c->m_worker_rejoins = metrics_counter(
         m, "tessera_chief_worker_rejoins_total",
         "Times a lost worker answered again and was taken back into the running job.", NULL);
+    c->m_worker_joins = metrics_counter(
+        m, "tessera_chief_worker_joins_total",
+        "Workers that announced themselves while a job ran and were taken into it.", NULL);
     c->m_worker_failures = per_task(m, "tessera_chief_task_failures_total", FAILURES_HELP, "worker",
                                     c->n_workers, c->cap_workers, false);
     c->m_ps_failures = per_task(m, "tessera_chief_task_failures_total", FAILURES_HELP, "ps",

@@ -142,8 +142,10 @@ static bool rejoin(void *arg, size_t w)
     dispatch_pos_t pos;
     status_msg_t err;
     status_t rc;
+    bool joined;
 
     pthread_mutex_lock(&c->mu);
+    joined = w >= d->n_workers; /* new to the job: it announced itself while it ran */
     pos = d->pos[w];
     pos.rng = NULL;
     if (d->pos[w].n_rng > 0 && (pos.rng = malloc(d->pos[w].n_rng * sizeof(*pos.rng))) != NULL)
@@ -158,13 +160,21 @@ static bool rejoin(void *arg, size_t w)
     if (rc == STATUS_OK) {
         watchdog_revive(r->wd, w); /* before it is alive: its next call must not be cancelled */
         dispatch_revive(d, w);
-        metric_inc(c->m_worker_rejoins);
         chief_metrics_alive(c, d->alive, d->n_workers);
-        chief_job_event(c, r->j,
-                        "worker %zu (%s) is back: configured for the job at its data's epoch "
-                        "%lld, batch %lld",
-                        w, rpc_channel_target(c->workers[w]), (long long)pos.epoch + 1,
-                        (long long)pos.batch);
+        if (joined) {
+            chief_job_event(c, r->j,
+                            "worker %zu (%s) joined the running job: it reads what is left of "
+                            "the others' shards",
+                            w, rpc_channel_target(c->workers[w]));
+            metric_inc(c->m_worker_joins);
+        } else {
+            metric_inc(c->m_worker_rejoins);
+            chief_job_event(c, r->j,
+                            "worker %zu (%s) is back: configured for the job at its data's "
+                            "epoch %lld, batch %lld",
+                            w, rpc_channel_target(c->workers[w]), (long long)pos.epoch + 1,
+                            (long long)pos.batch);
+        }
     } else {
         chief_job_event(c, r->j, "worker %zu answers again but cannot rejoin: %s", w, err.text);
     }
@@ -238,11 +248,11 @@ static status_t evaluate(running_t *r, status_msg_t *err)
     Tessera__V1__RunClosureResponse *resp = NULL;
     rpc_error_t rerr;
 
-    for (size_t w = 0; w < c->n_workers; w++) {
+    for (size_t w = 0; w < c->cap_workers; w++) {
         rpc_call_opts_t o = {.timeout_ms = CLOSURE_TIMEOUT, .cancel = &r->wd->hung[w]};
         status_msg_t why;
         pthread_mutex_lock(&c->mu);
-        bool alive = d->alive[w];
+        bool alive = w < d->n_workers && d->alive[w];
         req.closure_id = d->next_closure++;
         pthread_mutex_unlock(&c->mu);
         if (!alive || atomic_load(&r->wd->hung[w]))
@@ -296,7 +306,7 @@ static status_t checkpoint(running_t *r, status_msg_t *err)
         .last_loss = r->last_loss,
         .last_accuracy = r->last_accuracy,
         .workers = r->d->pos,
-        .n_workers = r->d->n_workers};
+        .n_workers = r->d->n_shards};
     pthread_mutex_unlock(&c->mu);
     if (pos.step != r->saved_step)
         rc = chief_ckpt_save(c, j, r->plan, &pos, err);
@@ -486,9 +496,10 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
     r->has_last_epoch = m->has_last_epoch;
     r->last_loss = m->last_loss;
     r->last_accuracy = m->last_accuracy;
-    for (size_t w = 0; m->n_data == d->n_workers && w < d->n_workers; w++) {
+    for (size_t w = 0; m->n_data == d->n_shards && w < d->n_shards; w++) {
         free(d->pos[w].rng);
-        d->pos[w] = (dispatch_pos_t){.epoch = m->data[w].epoch, .batch = m->data[w].batch};
+        d->pos[w] = (dispatch_pos_t){
+            .epoch = m->data[w].epoch, .batch = m->data[w].batch, .end = m->data[w].end};
         if (m->data[w].n_rng > 0 &&
             (d->pos[w].rng = malloc(m->data[w].n_rng * sizeof(uint64_t))) != NULL) {
             memcpy(d->pos[w].rng, m->data[w].rng, m->data[w].n_rng * sizeof(uint64_t));
@@ -576,9 +587,9 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
     coordinator_t *c = r->c;
     chief_job_t *j = r->j;
     dispatch_t *d = r->d;
-    fanout_t *f = calloc(c->n_workers + 1, sizeof(*f));
+    fanout_t *f = calloc(c->cap_workers + 1, sizeof(*f));
     bool fresh = j->job.checkpoint_dir == NULL; /* no checkpoint to go on from: from step 0 */
-    size_t ps;
+    size_t ps, n;
     status_t rc;
 
     if (f == NULL)
@@ -614,13 +625,16 @@ static status_t recover_ps(running_t *r, const char *why, ckpt_manifest_t *m, ch
         pthread_mutex_unlock(&c->mu);
         rc = fresh ? start_over(r) : resume_position(r, *path, m, err);
     }
+    pthread_mutex_lock(&c->mu); /* no worker joins without cfg_mu */
+    n = d->n_workers;
+    pthread_mutex_unlock(&c->mu);
     if (rc == STATUS_OK)
-        rc = workers_configure(r->cfg, NULL, fresh ? NULL : m, f, d->alive, err);
-    fanout_done(f, c->n_workers);
+        rc = workers_configure(r->cfg, NULL, fresh ? NULL : m, f, d->alive, n, err);
+    fanout_done(f, n);
     if (rc == STATUS_OK)
-        rc = workers_configure(r->cfg, r->plan, NULL, f, d->alive, err);
+        rc = workers_configure(r->cfg, r->plan, NULL, f, d->alive, n, err);
     pthread_mutex_unlock(&r->cfg_mu);
-    fanout_done(f, c->n_workers);
+    fanout_done(f, n);
     free(f);
     if (rc == STATUS_OK) {
         metric_inc(c->m_ps_recoveries);
@@ -679,7 +693,9 @@ static void blame(chief_job_t *j, status_t rc, const running_t *r, const dispatc
 
 static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
-    fanout_t *f1 = calloc(c->n_workers, sizeof(*f1)), *f2 = calloc(c->n_workers, sizeof(*f2));
+    /* the workers now, one shard of the data each; more may join while it runs (the watchdog) */
+    size_t n0 = c->n_workers;
+    fanout_t *f1 = calloc(n0 + 1, sizeof(*f1)), *f2 = calloc(n0 + 1, sizeof(*f2));
     dispatch_t d = {.mu = &c->mu,
                     .cv = &c->cv,
                     .steps_per_closure =
@@ -724,7 +740,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
-    rc = dispatch_init(&d, c->n_workers, err);
+    rc = dispatch_init(&d, n0, c->cap_workers, err);
     if (rc == STATUS_OK)
         rc = worker_cfg_init(&cfg, c, j, err);
     if (rc == STATUS_OK && j->job.tensorboard_logdir != NULL) {
@@ -738,10 +754,10 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc == STATUS_OK)
         rc = find_resume(c, j, &resume_path, &m, &resumed, err);
     if (rc == STATUS_OK)
-        rc = workers_configure(&cfg, NULL, resumed ? &m : NULL, f1, d.alive, err);
+        rc = workers_configure(&cfg, NULL, resumed ? &m : NULL, f1, d.alive, n0, err);
     if (rc != STATUS_OK)
         goto out;
-    for (size_t w = 0; w < c->n_workers; w++) {
+    for (size_t w = 0; w < n0; w++) {
         const Tessera__V1__ConfigureJobResponse *resp = (const void *)f1[w].resp;
         if (!d.alive[w])
             continue;
@@ -753,8 +769,8 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
                                                         : (resp->train_examples + b - 1) / b;
         has_test |= resp->test_examples > 0;
     }
-    batches = shard_sizes(&d, f1, c->n_workers, &j->job, &train_examples);
-    for (size_t w = 0; w < c->n_workers; w++)
+    batches = shard_sizes(&d, f1, n0, &j->job, &train_examples);
+    for (size_t w = 0; w < n0; w++)
         if (d.shard_batches[w] == 0 && !d.alive[w]) {
             pthread_mutex_lock(&c->mu);
             chief_job_event(c, j,
@@ -786,11 +802,11 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc == STATUS_OK && resumed)
         rc = resume_position(&run, resume_path, &m, err);
     if (rc == STATUS_OK)
-        rc = workers_configure(&cfg, &plan, NULL, f2, d.alive, err);
+        rc = workers_configure(&cfg, &plan, NULL, f2, d.alive, n0, err);
     watchdog_watch_step(&wd, &j->progress.step, c->opts->stall_timeout_ms, stalled);
     if (rc == STATUS_OK)
-        rc = watchdog_start(&wd, c, d.alive, c->n_workers, c->opts->worker_timeout_ms, rejoin, &run,
-                            err);
+        rc = watchdog_start(&wd, c, d.alive, c->cap_workers, c->opts->worker_timeout_ms, rejoin,
+                            &run, err);
     if (rc != STATUS_OK)
         goto out;
     pthread_mutex_lock(&c->mu);
@@ -824,9 +840,9 @@ out:
     if (plan.n_places > 0)
         placement_drop(c, j);
     if (f1 != NULL)
-        fanout_done(f1, c->n_workers);
+        fanout_done(f1, n0);
     if (f2 != NULL)
-        fanout_done(f2, c->n_workers);
+        fanout_done(f2, n0);
     placement_done(&plan);
     dispatch_done(&d);
     if (rc == STATUS_OK)
@@ -854,7 +870,7 @@ void *chief_runner_main(void *arg)
         chief_job_t *j;
         status_msg_t err = {0};
         status_t rc;
-        chief_adopt_workers(c); /* between jobs: a job's arrays are sized when it starts */
+        chief_adopt_workers(c); /* between jobs; while one runs, its watchdog does */
         while (!c->stopping && (j = chief_next_queued(c)) == NULL) {
             pthread_cond_wait(&c->cv, &c->mu);
             chief_adopt_workers(c);

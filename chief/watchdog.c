@@ -56,12 +56,16 @@ static void *watchdog_main(void *arg)
     while (targets != NULL && states != NULL && dead != NULL && !atomic_load(&w->stop)) {
         double now = clock_now_s();
         pthread_mutex_lock(&w->c->mu);
+        /* workers that announced themselves join the cluster, and (as lost ones) the job */
+        if (w->rejoin != NULL)
+            chief_adopt_workers(w->c);
         for (size_t i = 0; i < w->n; i++) {
             /* the live ones, and the lost ones due for a try */
             dead[i] = !w->alive[i] || atomic_load(&w->hung[i]);
-            targets[i] = !dead[i] || (w->rejoin != NULL && now >= w->next_try[i])
-                             ? rpc_channel_target(w->c->workers[i])
-                             : NULL;
+            targets[i] =
+                i < w->c->n_workers && (!dead[i] || (w->rejoin != NULL && now >= w->next_try[i]))
+                    ? rpc_channel_target(w->c->workers[i])
+                    : NULL;
         }
         pthread_mutex_unlock(&w->c->mu);
         health_check_many(targets, w->n, check_ms, states, NULL, NULL);

@@ -4,8 +4,11 @@
  * (call_closure passes its flag as the call's cancel) and so hands its steps to the others.
  * A killed worker needs no watchdog: its calls fail at once. Lost workers are checked too: one
  * that answers again (restarted, woken, reconnected) is handed to the rejoin callback, tried
- * again every REJOIN_RETRY_S while that fails. It also watches the job's step: one that does not
- * move for the chief's --stall-timeout is reported (a `stalled` event naming what it waits on). */
+ * again every REJOIN_RETRY_S while that fails; workers that announced themselves are taken into
+ * the cluster (chief_adopt_workers) and, lost to the job so far, handed to it the same way. Its
+ * n slots are the cluster's room for workers (cap_workers). It also watches the job's step: one
+ * that does not move for the chief's --stall-timeout is reported (a `stalled` event naming what it
+ * waits on). */
 #ifndef TESSERA_CHIEF_WATCHDOG_H
 #define TESSERA_CHIEF_WATCHDOG_H
 

@@ -8,8 +8,10 @@
 
 status_t worker_cfg_init(worker_cfg_t *cfg, coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
-    *cfg = (worker_cfg_t){.c = c, .j = j, .failed = SIZE_MAX};
-    cfg->reqs = calloc(c->n_workers + 1, sizeof(*cfg->reqs));
+    *cfg = (worker_cfg_t){.c = c, .j = j, .failed = SIZE_MAX, .n_shards = c->n_workers};
+    if (cfg->n_shards == 0) /* the ones that announced themselves could not be taken in */
+        return status_fail(err, STATUS_UNAVAILABLE, "the cluster has no worker");
+    cfg->reqs = calloc(c->cap_workers + 1, sizeof(*cfg->reqs));
     cfg->entries = calloc(j->n_files + 1, sizeof(*cfg->entries));
     cfg->eptrs = calloc(j->n_files + 1, sizeof(*cfg->eptrs));
     cfg->ps = calloc(c->n_ps + 1, sizeof(*cfg->ps));
@@ -25,7 +27,9 @@ status_t worker_cfg_init(worker_cfg_t *cfg, coordinator_t *c, chief_job_t *j, st
     }
     for (size_t p = 0; p < c->n_ps; p++)
         cfg->ps[p] = (char *)rpc_channel_target(c->ps[p]);
-    for (size_t w = 0; w < c->n_workers; w++) {
+    /* a worker that joins the running job reads the shards the chief gives it; its own (for a
+     * job of steps, where the workers read their own) is one of the others' */
+    for (size_t w = 0; w < c->cap_workers; w++) {
         Tessera__V1__ConfigureJobRequest *q = &cfg->reqs[w];
         tessera__v1__configure_job_request__init(q);
         q->job = j->id;
@@ -35,8 +39,8 @@ status_t worker_cfg_init(worker_cfg_t *cfg, coordinator_t *c, chief_job_t *j, st
         q->files = cfg->eptrs;
         q->n_ps = c->n_ps;
         q->ps = cfg->ps;
-        q->worker_index = (int32_t)w;
-        q->num_workers = (int32_t)c->n_workers;
+        q->worker_index = (int32_t)(w % cfg->n_shards);
+        q->num_workers = (int32_t)cfg->n_shards;
         q->seed = j->job.seed;
     }
     return STATUS_OK;
@@ -68,14 +72,14 @@ static void set_call(Tessera__V1__ConfigureJobRequest *q, const plan_t *plan, in
 
 /* A worker restarted a moment ago may sit behind gRPC's reconnect backoff: the calls that found
  * their worker unreachable go once more, connecting now, before it counts as down. */
-static void retry_unreachable(coordinator_t *c, fanout_t *f)
+static void retry_unreachable(coordinator_t *c, fanout_t *f, size_t n)
 {
-    fanout_t *g = calloc(c->n_workers + 1, sizeof(*g));
+    fanout_t *g = calloc(n + 1, sizeof(*g));
     bool any = false;
 
     if (g == NULL)
         return;
-    for (size_t w = 0; w < c->n_workers; w++) {
+    for (size_t w = 0; w < n; w++) {
         bool down = !f[w].skip && (f[w].rc == STATUS_UNAVAILABLE || f[w].rc == STATUS_TIMEOUT);
         g[w] = (fanout_t){.ch = f[w].ch,
                           .method = f[w].method,
@@ -88,8 +92,8 @@ static void retry_unreachable(coordinator_t *c, fanout_t *f)
     }
     if (any) {
         clock_sleep_ms(300);
-        fanout_run(g, c->n_workers);
-        for (size_t w = 0; w < c->n_workers; w++) {
+        fanout_run(g, n);
+        for (size_t w = 0; w < n; w++) {
             if (g[w].skip)
                 continue;
             fanout_done(&f[w], 1);
@@ -97,21 +101,21 @@ static void retry_unreachable(coordinator_t *c, fanout_t *f)
             g[w] = (fanout_t){0}; /* f[w] has its answer now */
         }
     }
-    fanout_done(g, c->n_workers);
+    fanout_done(g, n);
     free(g);
 }
 
 status_t workers_configure(worker_cfg_t *cfg, const plan_t *plan, const ckpt_manifest_t *resume,
-                           fanout_t *f, bool *alive, status_msg_t *err)
+                           fanout_t *f, bool *alive, size_t n, status_msg_t *err)
 {
     coordinator_t *c = cfg->c;
     chief_job_t *j = cfg->j;
     size_t n_alive = 0;
     status_t rc = STATUS_OK;
 
-    for (size_t w = 0; w < c->n_workers; w++) {
+    for (size_t w = 0; w < n; w++) {
         Tessera__V1__ConfigureJobRequest *q = &cfg->reqs[w];
-        if (resume != NULL && resume->n_data == c->n_workers)
+        if (resume != NULL && resume->n_data == cfg->n_shards && w < cfg->n_shards)
             set_call(q, plan, resume->data[w].epoch, resume->data[w].batch, resume->data[w].rng,
                      resume->data[w].n_rng);
         else
@@ -122,9 +126,9 @@ status_t workers_configure(worker_cfg_t *cfg, const plan_t *plan, const ckpt_man
                           .timeout_ms = CONFIGURE_TIMEOUT,
                           .skip = !alive[w]};
     }
-    fanout_run(f, c->n_workers);
-    retry_unreachable(c, f);
-    for (size_t w = 0; w < c->n_workers && rc == STATUS_OK; w++) {
+    fanout_run(f, n);
+    retry_unreachable(c, f, n);
+    for (size_t w = 0; w < n && rc == STATUS_OK; w++) {
         if (f[w].skip)
             continue;
         if (f[w].rc == STATUS_UNAVAILABLE || f[w].rc == STATUS_TIMEOUT) {

@@ -17,18 +17,20 @@ typedef struct worker_cfg {
     Tessera__V1__ConfigureJobRequest *reqs;
     Tessera__V1__ConfigureJobRequest__FilesEntry *entries, **eptrs;
     char **ps;
-    size_t failed; /* the worker a failed configure call names; SIZE_MAX: none */
+    size_t n_shards; /* the workers when the job started: one shard of the data each */
+    size_t failed;   /* the worker a failed configure call names; SIZE_MAX: none */
 } worker_cfg_t;
 
 status_t worker_cfg_init(worker_cfg_t *cfg, coordinator_t *c, chief_job_t *j, status_msg_t *err);
 void worker_cfg_done(worker_cfg_t *cfg); /* safe on a zeroed one */
 
-/* Configures the live workers (alive[w]): a first call (plan NULL) builds model and data
- * pipeline, starting where the checkpoint being resumed (resume, may be NULL) left each worker's
- * data; a second gives the placement. f[w] holds each answer. A worker that cannot be reached is
- * marked dead (an event says so) and the job goes on with the others; none left fails the job. */
+/* Configures the live workers among the first n (alive[w]): a first call (plan NULL) builds
+ * model and data pipeline, starting where the checkpoint being resumed (resume, may be NULL) left
+ * each worker's data; a second gives the placement. f[w] holds each answer. A worker that cannot be
+ * reached is marked dead (an event says so) and the job goes on with the others; none left fails
+ * the job. */
 status_t workers_configure(worker_cfg_t *cfg, const plan_t *plan, const ckpt_manifest_t *resume,
-                           fanout_t *f, bool *alive, status_msg_t *err);
+                           fanout_t *f, bool *alive, size_t n, status_msg_t *err);
 
 /* Configures worker w for the running job again, both calls, its data pipeline starting at pos
  * (where it stood when it was lost): a restarted worker builds the job afresh, one that was

@@ -79,6 +79,8 @@ void ckpt_manifest_encode(const ckpt_manifest_t *m, pb_buf_t *b)
     for (size_t i = 0; i < m->n_data; i++) {
         json_printf(b, "%s{\"worker\": %" PRId64 ", \"epoch\": %" PRId64 ", \"batch\": %" PRId64,
                     i ? ", " : "", m->data[i].worker, m->data[i].epoch, m->data[i].batch);
+        if (m->data[i].end > 0)
+            json_printf(b, ", \"end\": %" PRId64, m->data[i].end);
         if (m->data[i].n_rng > 0) {
             json_printf(b, ", \"rng\": ");
             put_u64_strings(b, m->data[i].rng, m->data[i].n_rng);
@@ -274,7 +276,9 @@ static status_t read_data(reader_t *r, const json_node_t *root, ckpt_manifest_t 
         STATUS_CHECK(get_i64(r, d, "worker", &p->worker));
         STATUS_CHECK(get_i64(r, d, "epoch", &p->epoch));
         STATUS_CHECK(get_i64(r, d, "batch", &p->batch));
-        if (p->epoch < 0 || p->batch < 0)
+        if (json_get(r->doc, d, "end") != NULL)
+            STATUS_CHECK(get_i64(r, d, "end", &p->end));
+        if (p->epoch < 0 || p->batch < 0 || p->end < 0)
             return bad(r, "data", "holds a negative position");
         if (json_get(r->doc, d, "rng") != NULL)
             STATUS_CHECK(

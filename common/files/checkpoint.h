@@ -44,6 +44,7 @@ typedef struct ckpt_var {
  * job, the worker's dropout streams (one-device training keeps them in ckpt_manifest_t.rng). */
 typedef struct ckpt_data_pos {
     int64_t worker, epoch, batch;
+    int64_t end; /* the epoch's unread batches end before this one (others read the rest); 0: all */
     uint64_t *rng;
     size_t n_rng;
 } ckpt_data_pos_t;

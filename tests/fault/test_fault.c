@@ -533,23 +533,38 @@ START_TEST(fault_ps_gone_for_good_fails_the_job_naming_it)
 END_TEST
 
 /* A worker started with --chief announces itself: the chief adds it to its cluster (`tessera
- * cluster` lists it), the running job goes on undisturbed with the workers it started with, and
- * the next job trains on both; killed in the middle of that job, it is removed from it without
- * failing it; and the chief's journal keeps it across a restart. */
-START_TEST(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job)
+ * cluster` lists it) and to the running job, where it reads the last batches of the other's
+ * shard (every step still counted once); the next job trains on both from its start; killed in
+ * the middle of that job, it is removed from it without failing it; and the chief's journal
+ * keeps it across a restart. */
+START_TEST(fault_worker_announcing_itself_joins_the_running_job_and_the_next)
 {
     cluster_t c;
     char *out = NULL, *id, chief[300], state[400], ps[300], worker[300], listen[300];
+    double t0, before;
 
     snprintf(state, sizeof(state), "--state-dir=%s/grow-state", harness_tmpdir());
     start_cluster_with(&c, 1, NULL, state);
-    id = submit(&c, write_job("grow-a"));
+    id = submit(&c, write_job_of("grow-a", NULL, 16));
     wait_running_past(&c, id, 300);
     snprintf(chief, sizeof(chief), "--chief=%s", c.chief.listen);
     harness_start(&c.worker[1], "tessera-worker", "fault-joined", chief, NULL);
     c.n_workers = 2;
-    expect_completed(&c, id, &out);
-    ck_assert_msg(strstr(out, "training on 1 workers") != NULL, "%s", out);
+    t0 = clock_now_s();
+    while (!harness_file_contains(c.chief_log, "joined the running job")) {
+        ck_assert_msg(clock_now_s() - t0 < 30, "the announced worker did not join the job");
+        usleep(50000);
+    }
+    printf("announced worker in the running job after %.1f s\n", clock_now_s() - t0);
+    expect_completed_steps(&c, id, 4000, &out);
+    ck_assert_msg(strstr(out, "training on 1 workers") != NULL &&
+                      strstr(out, "worker 1 (") != NULL &&
+                      strstr(out, "joined the running job") != NULL,
+                  "%s", out);
+    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > 0,
+                  "the worker that joined ran no step of the job");
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_joins_total"), 1);
+    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_rejoins_total"), 0);
     free(out);
     free(id);
     ck_assert_int_eq(tessera((char *[]){"cluster", c.chief_flag, NULL}, &out), 0);
@@ -557,10 +572,11 @@ START_TEST(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job)
                   "%s", out);
     free(out);
 
+    before = scrape(&c.worker[1], "tessera_worker_steps_total");
     id = submit(&c, write_job("grow-b"));
     wait_running_past(&c, id, 500);
-    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > 0,
-                  "the joined worker ran no step");
+    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > before,
+                  "the joined worker ran no step of the next job");
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     expect_completed(&c, id, &out);
     ck_assert_msg(strstr(out, "training on 2 workers") != NULL && strstr(out, "worker 1 (") != NULL,
@@ -723,7 +739,7 @@ int main(void)
     ADD(fault_ps_and_a_worker_killed_together_the_job_completes);
     ADD(fault_chief_killed_and_restarted_takes_its_jobs_up_again);
     ADD(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back);
-    ADD(fault_worker_announcing_itself_joins_the_cluster_for_the_next_job);
+    ADD(fault_worker_announcing_itself_joins_the_running_job_and_the_next);
     ADD(fault_ps_gone_for_good_fails_the_job_naming_it);
     ADD(fault_ps_that_forgot_the_job_is_recovered_from_the_checkpoint);
     ADD(fault_worker_killed_while_its_data_is_built_the_job_completes);

@@ -12,6 +12,7 @@
 #include "dispatch.h"
 
 #define WORKERS 3
+#define SLOTS   (WORKERS + 1) /* room for one that joins */
 
 typedef struct fake {
     dispatch_t d;
@@ -21,21 +22,23 @@ typedef struct fake {
     bool stopping;
     Tessera__V1__JobProgress progress;
     /* behaviour */
-    status_t fail_rc[WORKERS]; /* returned by the worker's calls from fail_from on */
-    int fail_from[WORKERS];    /* 1-based call number; 0: never fails */
-    int short_by[WORKERS];     /* steps the worker's first closure comes back short */
-    int sleep_us[WORKERS];
+    status_t fail_rc[SLOTS]; /* returned by the worker's calls from fail_from on */
+    int fail_from[SLOTS];    /* 1-based call number; 0: never fails */
+    int short_by[SLOTS];     /* steps the worker's first closure comes back short */
+    int sleep_us[SLOTS];
     int cancel_after; /* cancel the job after this many calls (0: never) */
     /* what happened */
-    int calls[WORKERS], ran[WORKERS], lost[WORKERS];
+    int calls[SLOTS], ran[SLOTS], lost[SLOTS];
     int64_t max_lead; /* largest lead over the slowest live worker at a call */
     uint64_t ids_seen;
-    /* by shard: each shard's batches per epoch, the batches read of it and by whom, and a
-     * closure that did not start where its shard stood */
-    int64_t shard_read[WORKERS], read_by[WORKERS][WORKERS];
+    /* by shard: each shard's batches per epoch, the batches read of it and by whom, each batch's
+     * reads (epochs 0 to 3), a front closure that did not start where its shard stood, and
+     * closures reading the same part of a shard at once */
+    int64_t shard_read[WORKERS], read_by[WORKERS][SLOTS];
     int64_t shard_epoch[WORKERS], shard_batch[WORKERS];
+    int batch_reads[WORKERS][4][32];
     bool out_of_place, shared;
-    int reading[WORKERS];
+    int reading[WORKERS][2]; /* front, tail */
 } fake_t;
 
 static status_t fake_run(void *arg, size_t w, const dispatch_closure_t *cl, dispatch_result_t *ret,
@@ -48,7 +51,7 @@ static status_t fake_run(void *arg, size_t w, const dispatch_closure_t *cl, disp
     n = ++f->calls[w];
     {
         int64_t min = INT64_MAX;
-        for (size_t k = 0; k < WORKERS; k++)
+        for (size_t k = 0; k < f->d.n_workers; k++)
             if (f->d.alive[k] && f->d.worker_steps[k] < min)
                 min = f->d.worker_steps[k];
         if (f->d.worker_steps[w] - min > f->max_lead)
@@ -68,17 +71,24 @@ static status_t fake_run(void *arg, size_t w, const dispatch_closure_t *cl, disp
     f->ran[w] += steps;
     *ret = (dispatch_result_t){
         .steps = steps, .examples = steps * 10, .loss_sum = steps * 10 * 0.5, .correct = steps};
-    if (cl->shard >= 0) { /* reads the shard from where the chief says it stands */
+    if (cl->shard >= 0) { /* reads the shard from where the chief says */
         int s = cl->shard;
         int64_t b = cl->data_batch + steps;
-        f->out_of_place |=
-            cl->data_epoch != f->shard_epoch[s] || cl->data_batch != f->shard_batch[s];
+        /* its front, from where it stands (or the next epoch's start, others having read the
+         * last batches of this one) */
+        if (!cl->tail && !(cl->data_epoch > f->shard_epoch[s] && cl->data_batch == 0))
+            f->out_of_place |=
+                cl->data_epoch != f->shard_epoch[s] || cl->data_batch != f->shard_batch[s];
+        for (int64_t k = cl->data_batch; k < b && cl->data_epoch < 4 && k < 32; k++)
+            f->batch_reads[s][cl->data_epoch][k]++;
         f->shard_read[s] += steps;
         f->read_by[s][w] += steps;
         ret->data_epoch = b == f->d.shard_batches[s] ? cl->data_epoch + 1 : cl->data_epoch;
         ret->data_batch = b == f->d.shard_batches[s] ? 0 : b;
-        f->shard_epoch[s] = ret->data_epoch;
-        f->shard_batch[s] = ret->data_batch;
+        if (!cl->tail) {
+            f->shard_epoch[s] = ret->data_epoch;
+            f->shard_batch[s] = ret->data_batch;
+        }
     }
     pthread_mutex_unlock(&f->mu);
     return STATUS_OK;
@@ -93,12 +103,12 @@ static status_t fake_call(void *arg, size_t w, const dispatch_closure_t *cl, dis
 
     pthread_mutex_lock(&f->mu);
     if (cl->shard >= 0)
-        f->shared |= f->reading[cl->shard]++ != 0;
+        f->shared |= f->reading[cl->shard][cl->tail]++ != 0;
     pthread_mutex_unlock(&f->mu);
     rc = fake_run(arg, w, cl, ret, err);
     pthread_mutex_lock(&f->mu);
     if (cl->shard >= 0)
-        f->reading[cl->shard]--;
+        f->reading[cl->shard][cl->tail]--;
     pthread_mutex_unlock(&f->mu);
     return rc;
 }
@@ -128,7 +138,7 @@ static fake_t *fake_new(int spc, int64_t staleness)
                         .call = fake_call,
                         .lost = fake_lost,
                         .arg = f};
-    ck_assert_int_eq(dispatch_init(&f->d, WORKERS, &err), STATUS_OK);
+    ck_assert_int_eq(dispatch_init(&f->d, WORKERS, SLOTS, &err), STATUS_OK);
     return f;
 }
 
@@ -142,7 +152,7 @@ static void fake_free(fake_t *f)
 
 static int total_ran(const fake_t *f)
 {
-    return f->ran[0] + f->ran[1] + f->ran[2];
+    return f->ran[0] + f->ran[1] + f->ran[2] + f->ran[3];
 }
 
 START_TEST(every_step_runs_once)
@@ -181,6 +191,25 @@ START_TEST(a_lost_workers_closure_goes_back_on_the_queue)
     ck_assert_int_eq(dispatch_epoch(&f->d, 50, &err), STATUS_OK);
     ck_assert_int_eq(total_ran(f), 250);
     ck_assert_int_eq(f->calls[1], 2);
+    fake_free(f);
+}
+END_TEST
+
+/* The last closure in flight is lost after the others have run everything else: its steps
+ * go to a worker that waited for it, not to nobody. */
+START_TEST(a_closure_lost_at_the_end_of_the_epoch_is_run_by_another)
+{
+    fake_t *f = fake_new(1, 0);
+    status_msg_t err = {0};
+
+    f->fail_rc[2] = STATUS_UNAVAILABLE;
+    f->fail_from[2] = 1;
+    f->sleep_us[0] = f->sleep_us[1] = 1000;
+    f->sleep_us[2] = 100000; /* the others are done long before */
+    ck_assert_int_eq(dispatch_epoch(&f->d, 30, &err), STATUS_OK);
+    ck_assert_int_eq(total_ran(f), 30);
+    ck_assert_int_eq(f->lost[2], 1);
+    ck_assert_int_eq(f->progress.step, 30);
     fake_free(f);
 }
 END_TEST
@@ -267,8 +296,19 @@ START_TEST(cancelling_ends_the_epoch)
 }
 END_TEST
 
+/* Each batch of each shard read exactly once in epoch e. */
+static void assert_read_once(const fake_t *f, int e, const int64_t *sizes)
+{
+    for (int s = 0; s < WORKERS; s++)
+        for (int64_t k = 0; k < 32; k++)
+            ck_assert_msg(f->batch_reads[s][e][k] == (k < sizes[s] ? 1 : 0),
+                          "epoch %d, shard %d, batch %lld read %d times", e, s, (long long)k,
+                          f->batch_reads[s][e][k]);
+}
+
 /* By shard, an epoch reads each shard's batches exactly once, from where the shard stands; a
- * lost worker's shard is read by the others, one closure at a time. */
+ * lost worker's shard is read by the others, one closure at a time; a worker done with its own
+ * reads the last batches of another's. */
 START_TEST(by_shard_every_shard_is_read_once_a_lost_ones_by_the_others)
 {
     fake_t *f = fake_new(3, 0);
@@ -285,10 +325,15 @@ START_TEST(by_shard_every_shard_is_read_once_a_lost_ones_by_the_others)
         f->progress.epoch = e;
         ck_assert_int_eq(dispatch_epoch(&f->d, 57, &err), STATUS_OK);
         ck_assert(f->d.epoch_by_shard);
+        assert_read_once(f, e, sizes);
         for (int s = 0; s < WORKERS; s++) {
+            const dispatch_pos_t *p = &f->d.pos[s];
             ck_assert_int_eq(f->shard_read[s], sizes[s] * (e + 1));
-            ck_assert_int_eq(f->d.pos[s].epoch, e + 1);
-            ck_assert_int_eq(f->d.pos[s].batch, 0);
+            /* the front stands past the epoch, or where the others read its tail from */
+            ck_assert_msg((p->epoch == e + 1 && p->batch == 0) ||
+                              (p->epoch == e && p->end > 0 && p->batch == p->end),
+                          "shard %d at %lld/%lld (end %lld)", s, (long long)p->epoch,
+                          (long long)p->batch, (long long)p->end);
         }
     }
     ck_assert_msg(!f->out_of_place, "out of place");
@@ -296,16 +341,83 @@ START_TEST(by_shard_every_shard_is_read_once_a_lost_ones_by_the_others)
     ck_assert_int_eq(f->lost[1], 1);
     ck_assert_int_eq(f->read_by[1][1], 6); /* two closures, then lost */
     ck_assert_int_eq(f->read_by[1][0] + f->read_by[1][2], 34);
-    ck_assert_int_eq(f->read_by[0][0], 40); /* the live read their own */
-    ck_assert_int_eq(f->read_by[2][2], 34);
     ck_assert_int_eq(f->progress.step, 114);
 
     /* positions from another number of workers: the epoch falls back to a pool */
     f->progress.epoch = 2;
-    f->d.pos[0].batch = 5;
+    f->d.pos[0] = (dispatch_pos_t){.epoch = 2, .batch = 5};
     ck_assert_int_eq(dispatch_epoch(&f->d, 57, &err), STATUS_OK);
     ck_assert(!f->d.epoch_by_shard);
     ck_assert_int_eq(f->progress.step, 171);
+    fake_free(f);
+}
+END_TEST
+
+typedef struct joiner {
+    fake_t *f;
+    int64_t at_step;
+} joiner_t;
+
+/* Takes worker 3 in once the epoch is past at_step, as the chief's watchdog does. */
+static void *join_later(void *arg)
+{
+    joiner_t *j = arg;
+    fake_t *f = j->f;
+
+    for (;;) {
+        pthread_mutex_lock(&f->mu);
+        if (f->progress.step >= j->at_step) {
+            dispatch_revive(&f->d, 3);
+            pthread_mutex_unlock(&f->mu);
+            return NULL;
+        }
+        pthread_mutex_unlock(&f->mu);
+        nanosleep(&(struct timespec){0, 200000L}, NULL);
+    }
+}
+
+/* A worker that joins mid-epoch gets a dispatcher at once and reads the last batches of the
+ * others' shards; a closure of it that fails gives its batches back: every batch is still read
+ * exactly once, and the next epoch has four workers from its start. */
+START_TEST(by_shard_a_worker_that_joins_reads_the_last_batches_of_the_others)
+{
+    fake_t *f = fake_new(2, 0);
+    status_msg_t err = {0};
+    static const int64_t sizes[WORKERS] = {24, 24, 22};
+    joiner_t j = {.f = f, .at_step = 10};
+    pthread_t tid;
+
+    f->d.by_shard = true;
+    for (int s = 0; s < WORKERS; s++)
+        f->d.shard_batches[s] = sizes[s];
+    f->sleep_us[0] = f->sleep_us[1] = f->sleep_us[2] = 2000;
+    f->sleep_us[3] = 500;
+    f->fail_rc[3] = STATUS_UNAVAILABLE;
+    f->fail_from[3] = 4; /* its fourth closure: lost, its tail back to the others */
+    ck_assert_int_eq(f->d.n_workers, 3);
+    ck_assert_int_eq(pthread_create(&tid, NULL, join_later, &j), 0);
+    ck_assert_int_eq(dispatch_epoch(&f->d, 70, &err), STATUS_OK);
+    pthread_join(tid, NULL);
+    ck_assert_int_eq(f->d.n_workers, 4);
+    ck_assert(f->d.epoch_by_shard);
+    assert_read_once(f, 0, sizes);
+    ck_assert_int_eq(f->calls[3], 4);
+    ck_assert_int_eq(f->ran[3], 6); /* three closures of 2 */
+    ck_assert_int_eq(f->lost[3], 1);
+    ck_assert_msg(!f->out_of_place, "out of place");
+    ck_assert_msg(!f->shared, "shared");
+    ck_assert_int_eq(f->progress.step, 70);
+
+    /* back for the next epoch: it reads from its start */
+    f->fail_from[3] = 0;
+    pthread_mutex_lock(&f->mu);
+    dispatch_revive(&f->d, 3);
+    pthread_mutex_unlock(&f->mu);
+    f->progress.epoch = 1;
+    ck_assert_int_eq(dispatch_epoch(&f->d, 70, &err), STATUS_OK);
+    assert_read_once(f, 1, sizes);
+    ck_assert_int_gt(f->ran[3], 6);
+    ck_assert_int_eq(f->progress.step, 140);
     fake_free(f);
 }
 END_TEST
@@ -317,11 +429,13 @@ static Suite *dispatch_suite(void)
     tcase_add_test(tc, every_step_runs_once);
     tcase_add_test(tc, a_lost_workers_closure_goes_back_on_the_queue);
     tcase_add_test(tc, a_short_closure_hands_the_rest_on);
+    tcase_add_test(tc, a_closure_lost_at_the_end_of_the_epoch_is_run_by_another);
     tcase_add_test(tc, the_epoch_fails_when_every_worker_is_gone);
     tcase_add_test(tc, another_error_fails_the_epoch);
     tcase_add_test(tc, the_staleness_bound_holds_fast_workers_back);
     tcase_add_test(tc, cancelling_ends_the_epoch);
     tcase_add_test(tc, by_shard_every_shard_is_read_once_a_lost_ones_by_the_others);
+    tcase_add_test(tc, by_shard_a_worker_that_joins_reads_the_last_batches_of_the_others);
     suite_add_tcase(s, tc);
     return s;
 }
