@@ -37,7 +37,8 @@ static void check_same(const ckpt_manifest_t *a, const ckpt_manifest_t *b)
         if (a->rng[i] != b->rng[i])
             fuzz_fail("checkpoint", "random state %zu read back differs", i);
     for (size_t i = 0; i < a->n_data; i++) {
-        if (a->data[i].n_rng != b->data[i].n_rng || a->data[i].batch != b->data[i].batch)
+        if (a->data[i].n_rng != b->data[i].n_rng || a->data[i].batch != b->data[i].batch ||
+            a->data[i].epoch != b->data[i].epoch || a->data[i].end != b->data[i].end)
             fuzz_fail("checkpoint", "worker %zu's position read back differs", i);
         for (size_t k = 0; k < a->data[i].n_rng; k++)
             if (a->data[i].rng[k] != b->data[i].rng[k])
