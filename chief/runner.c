@@ -654,7 +654,7 @@ static int64_t shard_sizes(dispatch_t *d, const fanout_t *f, size_t n, const job
     int64_t sum = 0, b = job->data.batch_size;
 
     for (size_t s = 0; s < n; s++) {
-        for (size_t w = 0; w < n && !d->alive[s]; w++) {
+        for (size_t w = 0; w < n && !d->alive[s] && d->shard_batches[s] == 0; w++) {
             const Tessera__V1__ConfigureJobResponse *resp = (const void *)f[w].resp;
             int64_t e;
             if (!d->alive[w] || resp == NULL || resp->n_shard_examples != n ||
@@ -694,8 +694,9 @@ static void blame(chief_job_t *j, status_t rc, const running_t *r, const dispatc
 static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     /* the workers now, one shard of the data each; more may join while it runs (the watchdog) */
-    size_t n0 = c->n_workers;
+    size_t n0 = c->n_workers, n_absent = 0, asker = SIZE_MAX;
     fanout_t *f1 = calloc(n0 + 1, sizeof(*f1)), *f2 = calloc(n0 + 1, sizeof(*f2));
+    int32_t *absent = calloc(n0 + 1, sizeof(*absent));
     dispatch_t d = {.mu = &c->mu,
                     .cv = &c->cv,
                     .steps_per_closure =
@@ -736,7 +737,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 
     d.arg = &run;
     pthread_mutex_init(&run.cfg_mu, NULL);
-    if (!f1 || !f2) {
+    if (!f1 || !f2 || !absent) {
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
@@ -770,15 +771,14 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         has_test |= resp->test_examples > 0;
     }
     batches = shard_sizes(&d, f1, n0, &j->job, &train_examples);
+    /* shards in files that only their absent workers read: the first live worker loads them */
     for (size_t w = 0; w < n0; w++)
-        if (d.shard_batches[w] == 0 && !d.alive[w]) {
-            pthread_mutex_lock(&c->mu);
-            chief_job_event(c, j,
-                            "worker %zu's shard of the data is in files no other worker reads: "
-                            "the job trains without it",
-                            w);
-            pthread_mutex_unlock(&c->mu);
-        }
+        if (d.shard_batches[w] == 0 && !d.alive[w] && (asker = dispatch_first_alive(&d)) < n0)
+            absent[n_absent++] = (int32_t)w;
+    if (n_absent > 0) {
+        cfg.reqs[asker].n_size_shards = n_absent;
+        cfg.reqs[asker].size_shards = absent;
+    }
     /* an epoch reads every shard once, a lost worker's by the others; `steps` jobs: a pool */
     d.by_shard = j->job.steps == 0;
     rc = placement_plan(c, j, first, &plan, err);
@@ -803,6 +803,20 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         rc = resume_position(&run, resume_path, &m, err);
     if (rc == STATUS_OK)
         rc = workers_configure(&cfg, &plan, NULL, f2, d.alive, n0, err);
+    if (n_absent > 0) {
+        cfg.reqs[asker].n_size_shards = 0; /* a rejoin needs none */
+        cfg.reqs[asker].size_shards = NULL;
+        batches = shard_sizes(&d, f2, n0, &j->job, &train_examples);
+    }
+    for (size_t w = 0; rc == STATUS_OK && w < n0; w++)
+        if (d.shard_batches[w] == 0 && !d.alive[w]) {
+            pthread_mutex_lock(&c->mu);
+            chief_job_event(c, j,
+                            "worker %zu's shard of the data is in files no live worker can read: "
+                            "the job trains without it",
+                            w);
+            pthread_mutex_unlock(&c->mu);
+        }
     watchdog_watch_step(&wd, &j->progress.step, c->opts->stall_timeout_ms, stalled);
     if (rc == STATUS_OK)
         rc = watchdog_start(&wd, c, d.alive, c->cap_workers, c->opts->worker_timeout_ms, rejoin,
@@ -853,6 +867,7 @@ out:
     free(resume_path);
     free(f1);
     free(f2);
+    free(absent);
     worker_cfg_done(&cfg);
     pthread_mutex_destroy(&run.cfg_mu);
     return rc;

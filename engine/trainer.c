@@ -219,6 +219,20 @@ void trainer_position(const trainer_t *t, int shard, int64_t *ret_epoch, int64_t
     *ret_batch = r != NULL ? r->batch : 0;
 }
 
+/* The files of another shard, when the data is sharded by file: loaded once, into its reader. */
+static status_t load_shard(trainer_t *t, int shard, status_msg_t *err)
+{
+    shard_reader_t *r = &t->readers[shard];
+    data_part_t part = {.index = shard, .count = t->n_shards};
+    bool by_file = false;
+    uint64_t used = dataset_bytes(t->train) + dataset_bytes(t->test) + model_bytes(t->model);
+
+    if (r->ds != NULL)
+        return STATUS_OK;
+    return dataset_load_part(&t->job->data.train, t->job->data.scale, memory_left(t->max, used),
+                             &part, &r->ds, &by_file, err);
+}
+
 status_t trainer_seek(trainer_t *t, int shard, int64_t epoch, int64_t batch, status_msg_t *err)
 {
     shard_reader_t *r;
@@ -236,13 +250,7 @@ status_t trainer_seek(trainer_t *t, int shard, int64_t epoch, int64_t batch, sta
     if (shard == t->shard)
         t->pipe = NULL;
     if (shard != t->shard && t->by_file) { /* its files, as its own trainer loads them */
-        data_part_t part = {.index = shard, .count = t->n_shards};
-        bool by_file = false;
-        uint64_t used = dataset_bytes(t->train) + dataset_bytes(t->test) + model_bytes(t->model);
-        if (r->ds == NULL)
-            STATUS_CHECK(dataset_load_part(&t->job->data.train, t->job->data.scale,
-                                           memory_left(t->max, used), &part, &r->ds, &by_file,
-                                           err));
+        STATUS_CHECK(load_shard(t, shard, err));
         ds = r->ds;
     } else if (shard != t->shard) {
         po.shard_index = shard;
@@ -255,6 +263,28 @@ status_t trainer_seek(trainer_t *t, int shard, int64_t epoch, int64_t batch, sta
     r->batch = batch;
     if (shard == t->shard)
         t->pipe = r->pipe;
+    return STATUS_OK;
+}
+
+status_t trainer_size_shard(trainer_t *t, int shard, int64_t *ret, status_msg_t *err)
+{
+    int64_t all[1];
+
+    if (shard < 0 || shard >= t->n_shards)
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "shard %d of %d: no such shard", shard,
+                           t->n_shards);
+    if (!t->by_file || shard == t->shard) {
+        int64_t *each = t->n_shards > 1 ? calloc((size_t)t->n_shards, sizeof(*each)) : all;
+        if (each == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        trainer_shard_examples(t, each);
+        *ret = each[shard];
+        if (each != all)
+            free(each);
+        return STATUS_OK;
+    }
+    STATUS_CHECK(load_shard(t, shard, err));
+    *ret = (int64_t)t->readers[shard].ds->n;
     return STATUS_OK;
 }
 

@@ -59,6 +59,9 @@ void trainer_position(const trainer_t *t, int shard, int64_t *ret_epoch, int64_t
  * one (every trainer holds the whole split), else this trainer's own and -1 for the others
  * (their files are not read here). */
 void trainer_shard_examples(const trainer_t *t, int64_t *ret);
+/* The examples in one shard, loading its files when the data is sharded by file and they are
+ * another shard's (as trainer_seek would, which then reuses them). */
+status_t trainer_size_shard(trainer_t *t, int shard, int64_t *ret, status_msg_t *err);
 
 /* Forward, loss and backward on b: afterwards the model's parameters hold the gradients. A loss
  * that is not finite fails with STATUS_INVALID_ARGUMENT naming this trainer's step and the

@@ -198,12 +198,46 @@ static void wait_idle(worker_service_t *w)
         pthread_cond_wait(&w->cv, &w->mu);
 }
 
+/* The sizes of the shards the chief asks for (size_shards), -1 for the others, in *ret (NULL
+ * when none is asked). */
+static status_t size_shards(wjob_t *j, const Tessera__V1__ConfigureJobRequest *req, int64_t **ret,
+                            status_msg_t *err)
+{
+    int64_t *sizes;
+
+    *ret = NULL;
+    if (req->n_size_shards == 0)
+        return STATUS_OK;
+    if ((sizes = malloc((size_t)j->num_workers * sizeof(*sizes))) == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (int s = 0; s < j->num_workers; s++)
+        sizes[s] = -1;
+    for (size_t i = 0; i < req->n_size_shards; i++) {
+        int s = req->size_shards[i];
+        status_msg_t why;
+        if (s < 0 || s >= j->num_workers) {
+            free(sizes);
+            return status_fail(err, STATUS_INVALID_ARGUMENT,
+                               "size_shards names shard %d; the job has %d", s, j->num_workers);
+        }
+        /* one that cannot be loaded here (memory, a file missing) stays unknown: not read */
+        if (trainer_size_shard(j->trainer, s, &sizes[s], &why) != STATUS_OK) {
+            LOG_WARNING(WORKER, "job %s: shard %d of the training data cannot be read here: %s",
+                        j->id, s, why.text);
+            sizes[s] = -1;
+        }
+    }
+    *ret = sizes;
+    return STATUS_OK;
+}
+
 static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
 {
     const Tessera__V1__ConfigureJobRequest *req = (const void *)msg;
     worker_service_t *w = user;
     status_msg_t err = {0};
     wjob_t *j = NULL, *old = NULL;
+    int64_t *sizes = NULL;
     status_t rc;
 
     if (req->job[0] == '\0')
@@ -223,12 +257,19 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
         if (rc == STATUS_OK)
             LOG_INFO(WORKER, "job %s: %zu parameter servers, gradients pushed in %zu pack%s", j->id,
                      req->n_ps, ps_client_packs(j->ps), ps_client_packs(j->ps) == 1 ? "" : "s");
+        rc = rc == STATUS_OK ? size_shards(j, req, &sizes, &err) : rc;
         pthread_mutex_unlock(&w->mu);
-        if (rc != STATUS_OK)
+        if (rc != STATUS_OK) {
+            free(sizes);
             return rpc_ctx_fail(ctx, rc, NULL, "%s", err.text);
+        }
         {
             Tessera__V1__ConfigureJobResponse resp = TESSERA__V1__CONFIGURE_JOB_RESPONSE__INIT;
-            return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+            resp.n_shard_examples = sizes != NULL ? (size_t)j->num_workers : 0;
+            resp.shard_examples = sizes;
+            rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
+            free(sizes);
+            return rc;
         }
     }
     if (req->num_workers < 1 || req->worker_index < 0 || req->worker_index >= req->num_workers)

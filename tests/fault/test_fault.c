@@ -152,6 +152,74 @@ START_TEST(fault_job_submitted_while_a_worker_is_down_runs_on_the_others)
 }
 END_TEST
 
+/* Training data in 4 CSV files of 500 rows (x0..x199, y): sharded by file over 2 workers. */
+static const char *write_csv_job(const char *name)
+{
+    static char path[600];
+    char file[600];
+    uint64_t r = 12345;
+    FILE *f;
+
+    for (int k = 0; k < 4; k++) {
+        snprintf(file, sizeof(file), "%s/%s-%d.csv", harness_tmpdir(), name, k);
+        ck_assert_ptr_nonnull(f = fopen(file, "w"));
+        for (int i = 0; i < 200; i++)
+            fprintf(f, "x%d,", i);
+        fprintf(f, "y\n");
+        for (int row = 0; row < 500; row++) {
+            double sum = 0;
+            for (int i = 0; i < 200; i++) {
+                double x;
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                x = (double)(r >> 11) / 9007199254740992.0 - 0.5;
+                sum += i < 20 ? x : 0;
+                fprintf(f, "%.4f,", x);
+            }
+            fprintf(f, "%d\n", sum > 0.3 ? 2 : sum < -0.3 ? 0 : 1);
+        }
+        ck_assert_int_eq(fclose(f), 0);
+    }
+    snprintf(path, sizeof(path), "%s/%s.yaml", harness_tmpdir(), name);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fprintf(f,
+            "name: %s\nstrategy: parameter_server\nmodel:\n"
+            "  - {dense: {units: 64, activation: relu}, input_shape: [200]}\n"
+            "  - {dense: {units: 3, activation: softmax}}\n"
+            "loss: sparse_categorical_crossentropy\nmetrics: [accuracy]\n"
+            "optimizer: {adam: {learning_rate: 0.001}}\n"
+            "data:\n  batch_size: 32\n"
+            "  train: {format: csv, files: ['%s/%s-*.csv'], label: y}\n"
+            "train: {epochs: 4}\n",
+            name, harness_tmpdir(), name);
+    ck_assert_int_eq(fclose(f), 0);
+    return path;
+}
+
+/* Data sharded by file, a worker down when the job starts: the live one sizes and reads the
+ * absent one's files too, so every epoch still reads every example once. */
+START_TEST(fault_job_sharded_by_file_with_a_worker_down_reads_its_files_too)
+{
+    cluster_t c;
+    char *out = NULL;
+    double before;
+    int rc;
+
+    start_cluster(&c);
+    before = scrape(&c.worker[0], "tessera_worker_examples_total");
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    rc = tessera(
+        (char *[]){"submit", (char *)write_csv_job("byfile"), c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    /* 2 shards of 2 files, 1000 rows each: 32 batches of 32 per shard and epoch */
+    ck_assert_msg(strstr(out, "training on 1 workers and 1 ps: 2000 examples, 256 steps") != NULL &&
+                      strstr(out, "trains without it") == NULL,
+                  "%s", out);
+    ck_assert_double_eq(scrape(&c.worker[0], "tessera_worker_examples_total") - before, 4 * 2000);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* Both workers killed and started again, then one of them killed and restarted twice more: the
  * job waits for them (a dispatcher whose worker is lost waits for it), takes each back, and
  * completes with every step counted. */
@@ -732,6 +800,7 @@ int main(void)
     ADD(fault_worker_killed_mid_job_the_job_finishes_on_the_other);
     ADD(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finishes);
     ADD(fault_job_submitted_while_a_worker_is_down_runs_on_the_others);
+    ADD(fault_job_sharded_by_file_with_a_worker_down_reads_its_files_too);
     ADD(fault_worker_restarted_at_its_address_rejoins_the_job);
     ADD(fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint);
     ADD(fault_stalled_job_names_the_workers_it_waits_on);
