@@ -99,18 +99,24 @@ START_TEST(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finish
 END_TEST
 
 /* Killed, then started again at its address (as systemd or Kubernetes would): the chief
- * configures it for the running job where its data stood and it works again. */
+ * configures it for the running job where its data stood and it works again. Meanwhile the
+ * job's variables are read from the PS as usual: a checkpoint asked for while the worker is
+ * away is written (TensorFlow's testFetchFromPSAfterWorkerFailure). */
 START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
 {
     cluster_t c;
     char *out = NULL, *id, listen[300];
+    int rc;
 
     start_cluster(&c);
-    id = submit(&c, write_job_of("restarted", NULL, 16));
+    id = submit(&c, write_job_of("restarted", "restarted-ckpt", 16));
     wait_running_past(&c, id, 300);
     snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     wait_running_past(&c, id, 500);
+    rc = tessera((char *[]){"checkpoint", id, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0 && strstr(out, "checkpoint at step ") != NULL, "exit %d: %s", rc, out);
+    free(out);
     harness_start(&c.worker[1], "tessera-worker", "fault-w1-again", "--task-index=1", listen, NULL);
     expect_completed_steps(&c, id, 4000, &out);
     ck_assert_msg(strstr(out, "failed") != NULL && strstr(out, "is back") != NULL, "%s", out);
@@ -120,6 +126,36 @@ START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
     ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > 0,
                   "the restarted worker ran no step");
     ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_rejoins_total"), 1);
+    stop_cluster(&c);
+}
+END_TEST
+
+/* TensorFlow's testWorkerPreemptionBetweenFunctions: a worker killed and restarted between two
+ * jobs; the second runs on both, every step of each counted exactly. */
+START_TEST(fault_worker_restarted_between_jobs_takes_part_in_the_next)
+{
+    cluster_t c;
+    char *out = NULL, *id, listen[300];
+    double before;
+
+    start_cluster(&c);
+    id = submit(&c, write_job("between-a"));
+    expect_completed(&c, id, &out);
+    free(out);
+    free(id);
+    snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    harness_start(&c.worker[1], "tessera-worker", "fault-w1-between", "--task-index=1", listen,
+                  NULL);
+    before = scrape(&c.worker[1], "tessera_worker_steps_total");
+    id = submit(&c, write_job("between-b"));
+    expect_completed(&c, id, &out);
+    ck_assert_msg(strstr(out, "training on 2 workers") != NULL && strstr(out, "failed") == NULL,
+                  "%s", out);
+    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > before,
+                  "the restarted worker ran no step");
+    free(out);
+    free(id);
     stop_cluster(&c);
 }
 END_TEST
@@ -799,6 +835,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     ADD(fault_worker_killed_mid_job_the_job_finishes_on_the_other);
     ADD(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finishes);
+    ADD(fault_worker_restarted_between_jobs_takes_part_in_the_next);
     ADD(fault_job_submitted_while_a_worker_is_down_runs_on_the_others);
     ADD(fault_job_sharded_by_file_with_a_worker_down_reads_its_files_too);
     ADD(fault_worker_restarted_at_its_address_rejoins_the_job);
