@@ -231,3 +231,12 @@ double undisturbed(cluster_t *c)
     }
     return acc;
 }
+
+void expect_accuracy(const char *what, const char *out, double calm)
+{
+    double got = test_accuracy(out);
+
+    printf("%s: test accuracy %.4f, undisturbed %.4f\n", what, got, calm);
+    ck_assert_msg(got >= calm - 0.04, "%s: test accuracy %.4f, undisturbed %.4f: %s", what, got,
+                  calm, out);
+}

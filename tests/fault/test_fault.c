@@ -65,9 +65,10 @@ START_TEST(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finish
 {
     cluster_t c;
     char *out = NULL, *id;
-    double t0, noticed;
+    double t0, noticed, calm;
 
     start_cluster(&c);
+    calm = undisturbed(&c);
     /* long enough for the woken worker to be back before the end */
     id = submit(&c, write_job_of("hung", NULL, 24));
     wait_running_past(&c, id, 300);
@@ -92,6 +93,7 @@ START_TEST(fault_worker_stopped_is_noticed_within_the_timeout_and_the_job_finish
     ck_assert_msg(strstr(out, "stopped, hung or cut off") != NULL &&
                       strstr(out, "worker 1 (") != NULL && strstr(out, "is back") != NULL,
                   "%s", out);
+    expect_accuracy("worker stopped and woken", out, calm);
     free(out);
     free(id);
     stop_cluster(&c);
@@ -106,9 +108,11 @@ START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
 {
     cluster_t c;
     char *out = NULL, *id, listen[300];
+    double calm;
     int rc;
 
     start_cluster(&c);
+    calm = undisturbed(&c);
     id = submit(&c, write_job_of("restarted", "restarted-ckpt", 16));
     wait_running_past(&c, id, 300);
     snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
@@ -120,6 +124,7 @@ START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
     harness_start(&c.worker[1], "tessera-worker", "fault-w1-again", "--task-index=1", listen, NULL);
     expect_completed_steps(&c, id, 4000, &out);
     ck_assert_msg(strstr(out, "failed") != NULL && strstr(out, "is back") != NULL, "%s", out);
+    expect_accuracy("worker restarted mid-job", out, calm);
     free(out);
     free(id);
     /* it took closures again: the new process counted steps */
@@ -136,9 +141,10 @@ START_TEST(fault_worker_restarted_between_jobs_takes_part_in_the_next)
 {
     cluster_t c;
     char *out = NULL, *id, listen[300];
-    double before;
+    double before, calm;
 
     start_cluster(&c);
+    calm = undisturbed(&c);
     id = submit(&c, write_job("between-a"));
     expect_completed(&c, id, &out);
     free(out);
@@ -154,6 +160,7 @@ START_TEST(fault_worker_restarted_between_jobs_takes_part_in_the_next)
                   "%s", out);
     ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > before,
                   "the restarted worker ran no step");
+    expect_accuracy("worker restarted between jobs", out, calm);
     free(out);
     free(id);
     stop_cluster(&c);
@@ -594,8 +601,10 @@ START_TEST(fault_ps_that_forgot_the_job_is_recovered_from_the_checkpoint)
     rpc_error_t err;
     cluster_t c;
     char *out = NULL, *id;
+    double calm;
 
     start_cluster_of(&c, 1);
+    calm = undisturbed(&c);
     id = submit(&c, write_job_ckpt("ps-forgot", "ps-forgot"));
     wait_running_past(&c, id, 650);
     ch = harness_channel(&c.ps);
@@ -607,6 +616,7 @@ START_TEST(fault_ps_that_forgot_the_job_is_recovered_from_the_checkpoint)
     expect_completed(&c, id, &out);
     ck_assert_msg(strstr(out, "restored from step") != NULL, "%s", out);
     ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
+    expect_accuracy("PS that forgot the job", out, calm);
     free(out);
     free(id);
     stop_cluster(&c);
@@ -645,10 +655,11 @@ START_TEST(fault_worker_announcing_itself_joins_the_running_job_and_the_next)
 {
     cluster_t c;
     char *out = NULL, *id, chief[300], state[400], ps[300], worker[300], listen[300];
-    double t0, before;
+    double t0, before, calm;
 
     snprintf(state, sizeof(state), "--state-dir=%s/grow-state", harness_tmpdir());
     start_cluster_with(&c, 1, NULL, state);
+    calm = undisturbed(&c);
     id = submit(&c, write_job_of("grow-a", NULL, 16));
     wait_running_past(&c, id, 300);
     snprintf(chief, sizeof(chief), "--chief=%s", c.chief.listen);
@@ -669,6 +680,7 @@ START_TEST(fault_worker_announcing_itself_joins_the_running_job_and_the_next)
                   "the worker that joined ran no step of the job");
     ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_joins_total"), 1);
     ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_rejoins_total"), 0);
+    expect_accuracy("worker joined mid-job", out, calm);
     free(out);
     free(id);
     ck_assert_int_eq(tessera((char *[]){"cluster", c.chief_flag, NULL}, &out), 0);
