@@ -274,11 +274,21 @@ status_t blas_set_threads(int threads, status_msg_t *err)
     return STATUS_OK;
 }
 
+/* Set on threads that run GEMMs beside each other (a mirrored job's replicas): the pool takes
+ * one caller at a time. */
+static _Thread_local bool thread_serial;
+
+void blas_thread_serial(bool serial)
+{
+    thread_serial = serial;
+}
+
 void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
     int parts = pool.threads;
-    if (parts == 1 || 2.0 * m * n * k < PARALLEL_MIN_FLOPS || (m < 2 * parts && n < 2 * parts)) {
+    if (parts == 1 || thread_serial || 2.0 * m * n * k < PARALLEL_MIN_FLOPS ||
+        (m < 2 * parts && n < 2 * parts)) {
         sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }

@@ -37,6 +37,10 @@ status_t blas_set_threads(int threads, status_msg_t *err);
 void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
+/* With serial set, the calling thread's GEMMs run on it alone, never on the pool: for threads
+ * that run GEMMs at the same time as others (the pool serves one caller at a time). */
+void blas_thread_serial(bool serial);
+
 /* The calling thread's floating-point control state (MXCSR on x86). */
 typedef unsigned blas_fp_mode_t;
 

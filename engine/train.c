@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -15,21 +16,24 @@
 #include "files/tensorboard.h"
 #include "trainer.h"
 
-/* The synchronous strategies need replicas and all-reduce, which are not built yet: running such
- * a job on one device would be a different job, without a word. */
-static status_t check_strategy(const job_t *job, status_msg_t *err)
+/* multi_worker_mirrored needs worker processes and a ring all-reduce, which are not built yet:
+ * running it here would be a different job, without a word. mirrored and central_storage run
+ * here: their replicas (the job's, or one per core) on threads; the CPU has one memory, so both
+ * keep the variables once and apply the summed gradients once. */
+static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t *err)
 {
-    const char *name = job->strategy == JOB_STRATEGY_MIRRORED          ? "mirrored"
-                       : job->strategy == JOB_STRATEGY_CENTRAL_STORAGE ? "central_storage"
-                       : job->strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED
-                           ? "multi_worker_mirrored"
-                           : NULL;
-    if (name == NULL)
-        return STATUS_OK;
-    return status_fail(err, STATUS_BAD_CONFIG,
-                       "%s: strategy %s is not available yet: tessera train runs one_device jobs "
-                       "(and parameter_server jobs, as one worker)",
-                       job->path ? job->path : "job", name);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    *ret_replicas = 1;
+    if (job->strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: strategy multi_worker_mirrored is not available yet: tessera "
+                           "train runs one_device, mirrored and central_storage jobs (and "
+                           "parameter_server jobs, as one worker)",
+                           job->path ? job->path : "job");
+    if (job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE)
+        *ret_replicas = job->replicas > 0 ? job->replicas : cores > 0 ? (int)cores : 1;
+    return STATUS_OK;
 }
 
 static status_t evaluate(trainer_t *t, double *ret_loss, double *ret_acc, status_msg_t *err)
@@ -155,8 +159,10 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
     pr->total_steps = steps_limit > 0 ? steps_limit : pr->epochs * pr->epoch_steps;
     pr->has_test = trainer_test_examples(t) > 0 && job->evaluate;
     s->last_save = t0;
-    LOG_INFO(TRAIN, "training %s on %zu examples, batch %d, BLAS kernels for this CPU",
-             job->name ? job->name : "job", trainer_train_examples(t), job->data.batch_size);
+    LOG_INFO(TRAIN, "training %s on %zu examples, batch %d%s, BLAS kernels for this CPU",
+             job->name ? job->name : "job", trainer_train_examples(t),
+             job->data.batch_size * trainer_replicas(t),
+             trainer_replicas(t) > 1 ? " (split over the replicas)" : "");
     STATUS_CHECK(open_tensorboard(job, &tb, err));
     while ((steps_limit == 0 || pr->step < steps_limit) && trainer_next(t, &b)) {
         model_stats_t st;
@@ -274,13 +280,14 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     char *ckpt = NULL;
     const char *init = opts->init_from ? opts->init_from : job->init_from;
     init_weights_t w = {0};
+    int replicas = 1;
     status_t rc;
 
     memset(ret, 0, sizeof(*ret));
     ret->test_loss = ret->test_accuracy = NAN;
     if (opts->epochs > 0)
         run.epochs = opts->epochs;
-    rc = check_strategy(job, err);
+    rc = check_strategy(job, &replicas, err);
     if (rc == STATUS_OK)
         rc = backend_cpu()->set_threads(opts->threads, err);
     if (rc == STATUS_OK)
@@ -293,7 +300,8 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
                              .epochs = steps_limit > 0 ? -1 : run.epochs,
                              .optimizer = true,
                              .start_epoch = s.next_epoch,
-                             .start_batch = s.next_batch};
+                             .start_batch = s.next_batch,
+                             .replicas = replicas};
         rc = trainer_new(job, &to, &t, err);
     }
     if (rc == STATUS_OK && ckpt != NULL) {

@@ -1,11 +1,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "trainer.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "base/memory.h"
 #include "optim/optimizer.h"
+#include "replicas.h"
 
 /* A shard of the training data and where its pipeline stands. */
 typedef struct shard_reader {
@@ -30,6 +32,7 @@ struct trainer {
     /* when the optimizer is applied here */
     float **slots;    /* per param */
     int64_t *applied; /* per param: updates applied */
+    replicas_t *reps; /* mirrored, central_storage: the other replicas; NULL: one */
 };
 
 void trainer_free(trainer_t *t)
@@ -46,6 +49,7 @@ void trainer_free(trainer_t *t)
         dataset_free(t->readers[i].ds);
     }
     free(t->readers);
+    replicas_free(t->reps);
     model_free(t->model);
     dataset_free(t->train);
     dataset_free(t->test);
@@ -94,9 +98,11 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
     uint64_t max = o->max_bytes > 0 ? o->max_bytes : memory_physical_bytes();
     data_pipeline_opts_t po;
 
+    int replicas = o->replicas > 1 ? o->replicas : 1;
+
     t->opt = job->optimizer;
-    if (t->opt.lr_scale == 0) /* "scale by replicas": one replica here */
-        t->opt.lr_scale = 1;
+    if (t->opt.lr_scale == 0) /* "scale by replicas" (the linear scaling rule) */
+        t->opt.lr_scale = replicas;
     if (!job->data.train.present)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: data.train is missing", t->where);
     /* Data and model past the budget: a clear error, not the kernel's OOM killer. */
@@ -117,6 +123,17 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));
     if (o->optimizer)
         STATUS_CHECK(make_slots(t, err));
+    if (replicas > TRAINER_MAX_REPLICAS || (int64_t)job->data.batch_size * replicas > INT_MAX)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: %d replicas of batch %d: at most %d replicas, and a global batch "
+                           "of at most %d",
+                           t->where, replicas, job->data.batch_size, TRAINER_MAX_REPLICAS, INT_MAX);
+    if (replicas > 1)
+        STATUS_CHECK(
+            replicas_new(job, t->model, replicas, job->data.batch_size,
+                         memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test) +
+                                              model_bytes(t->model)),
+                         &t->reps, err));
     t->shard = o->shard_index;
     t->n_shards = o->num_shards > 0 ? o->num_shards : 1;
     t->by_file = by_file;
@@ -127,14 +144,15 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
     po = (data_pipeline_opts_t){
         .shard_index = by_file ? 0 : o->shard_index,
         .num_shards = by_file ? 1 : t->n_shards,
-        .batch_size = job->data.batch_size,
+        .batch_size = job->data.batch_size * replicas, /* the global batch */
         .drop_remainder = job->data.drop_remainder,
         .shuffle_buffer = job->data.shuffle_buffer,
         .seed = job->data.seed + (uint64_t)o->shard_index * 7919,
         .epochs = o->epochs,
         .prefetch = job->data.prefetch,
         .max_bytes = memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test) +
-                                          model_bytes(t->model)),
+                                          model_bytes(t->model) +
+                                          (t->reps != NULL ? replicas_bytes(t->reps) : 0)),
         .start_epoch = o->start_epoch,
         .start_batch = o->start_batch,
     };
@@ -168,6 +186,11 @@ status_t trainer_new(const job_t *job, const trainer_opts_t *opts, trainer_t **r
 model_t *trainer_model(const trainer_t *t)
 {
     return t->model;
+}
+
+int trainer_replicas(const trainer_t *t)
+{
+    return t->reps != NULL ? replicas_count(t->reps) : 1;
 }
 
 const data_pipeline_t *trainer_pipeline(const trainer_t *t)
@@ -308,7 +331,9 @@ status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_st
     status_t rc;
 
     *ret_stats = (model_stats_t){0};
-    rc = model_train_step(t->model, b->features, b->labels, b->size, ret_stats, err);
+    rc = t->reps != NULL
+             ? replicas_step(t->reps, b, ret_stats, err)
+             : model_train_step(t->model, b->features, b->labels, b->size, ret_stats, err);
     t->steps++;
     if (rc == STATUS_INVALID_ARGUMENT && !isfinite(ret_stats->loss_sum)) /* say where */
         rc = status_fail(err, STATUS_INVALID_ARGUMENT,

@@ -27,7 +27,12 @@ typedef struct trainer_opts {
     uint64_t max_bytes;               /* data, model and batches together; 0: physical memory */
     bool optimizer;                   /* keep optimizer slots here, for trainer_apply */
     int64_t start_epoch, start_batch; /* where the pipeline begins (a resumed run) */
+    /* mirrored, central_storage: replicas of the model on threads, each taking the job's
+     * data.batch_size examples of every global batch (replicas.h); 0 or 1: one */
+    int replicas;
 } trainer_opts_t;
+
+#define TRAINER_MAX_REPLICAS 1024
 
 typedef struct trainer trainer_t;
 
@@ -36,7 +41,8 @@ status_t trainer_new(const job_t *job, const trainer_opts_t *opts, trainer_t **r
                      status_msg_t *err);
 void trainer_free(trainer_t *t); /* NULL-safe */
 
-model_t *trainer_model(const trainer_t *t);
+model_t *trainer_model(const trainer_t *t); /* replica 0's, where the variables are */
+int trainer_replicas(const trainer_t *t);
 const data_pipeline_t *trainer_pipeline(const trainer_t *t);
 size_t trainer_train_examples(const trainer_t *t); /* in this trainer's shard */
 size_t trainer_test_examples(const trainer_t *t);  /* 0 without a test split */

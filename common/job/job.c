@@ -263,6 +263,32 @@ static status_t parse_optimizer(job_ctx_t *c, const job_node_t *n, optimizer_con
     return STATUS_OK;
 }
 
+/* strategy: NAME, or {NAME: {replicas: N}} for the strategies with local replicas. */
+static status_t parse_strategy(job_ctx_t *c, const job_node_t *n, job_t *job)
+{
+    static const char *const strategies[] = {"one_device", "parameter_server", "mirrored",
+                                             "multi_worker_mirrored", "central_storage"};
+    static const char *const replica_keys[] = {"replicas"};
+    size_t old = job_tree_push_key(c, "strategy");
+    const job_node_t *opts = NULL;
+    int s = 0;
+    status_t rc =
+        job_tree_variant(c, n, "strategy", strategies, JOB_N_OF(strategies), true, &s, &opts);
+
+    job->strategy = (job_strategy_t)s;
+    /* options only where there are local replicas to count */
+    if (rc == STATUS_OK && opts != NULL)
+        rc = job_tree_check_map(c, opts, replica_keys,
+                                s == JOB_STRATEGY_MIRRORED || s == JOB_STRATEGY_CENTRAL_STORAGE
+                                    ? JOB_N_OF(replica_keys)
+                                    : 0,
+                                false);
+    if (rc == STATUS_OK && opts != NULL)
+        rc = job_tree_get_int(c, opts, "replicas", false, 1, &job->replicas);
+    job_tree_pop(c, old);
+    return rc;
+}
+
 /* ---- data, train, partitioner, checkpoint ---- */
 
 static status_t parse_synthetic(job_ctx_t *c, const job_node_t *n, job_synthetic_t *s)
@@ -630,12 +656,9 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
                                            "metrics",  "optimizer",   "data",       "train",
                                            "evaluate", "partitioner", "checkpoint", "tensorboard",
                                            "seed",     "resume",      "init_from"};
-    static const char *const strategies[] = {"one_device", "parameter_server", "mirrored",
-                                             "multi_worker_mirrored", "central_storage"};
     const char *name = NULL;
     const job_node_t *n;
     int64_t seed = -1;
-    int s = 0;
 
     STATUS_CHECK(job_tree_check_map(c, root, top_keys, JOB_N_OF(top_keys), false));
     STATUS_CHECK(job_tree_get_string(c, root, "name", false, &name));
@@ -646,13 +669,8 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
             return STATUS_NO_MEMORY;
     }
     n = job_tree_child(root, "strategy");
-    if (job_tree_given(n)) {
-        size_t old = job_tree_push_key(c, "strategy");
-        status_t rc = job_tree_name(c, n, "strategy", strategies, JOB_N_OF(strategies), &s);
-        job_tree_pop(c, old);
-        STATUS_CHECK(rc);
-        job->strategy = (job_strategy_t)s;
-    }
+    if (job_tree_given(n))
+        STATUS_CHECK(parse_strategy(c, n, job));
     SECTION("model", true, job_parse_model, &job->model);
     SECTION("loss", true, parse_loss, job);
     SECTION("metrics", false, parse_metrics, job);

@@ -99,6 +99,7 @@ typedef struct job {
     char *name;
     char *path; /* the job file, for messages */
     job_strategy_t strategy;
+    int replicas; /* mirrored, central_storage: {NAME: {replicas: N}}; 0: every core */
     job_model_t model;
     job_loss_kind_t loss;
     bool from_logits;

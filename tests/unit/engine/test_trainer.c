@@ -298,6 +298,118 @@ START_TEST(evaluation_runs_the_hook_before_each_batch)
 }
 END_TEST
 
+/* Runs `steps` steps (or three whole epochs, steps 0) of a job parsed from text, with `replicas`;
+ * returns the trainer. */
+static trainer_t *run_steps(job_t *job, const char *text, int replicas, int steps, int *ret_steps)
+{
+    trainer_opts_t o = {.num_shards = 1, .epochs = 3, .optimizer = true, .replicas = replicas};
+    status_msg_t err = {0};
+    trainer_t *t;
+    data_batch_t b;
+    int done = 0;
+
+    ck_assert_msg(job_parse(text, strlen(text), "t.yaml", job, &err) == STATUS_OK, "%s", err.text);
+    t = make(job, &o);
+    ck_assert_int_eq(trainer_replicas(t), replicas > 1 ? replicas : 1);
+    while ((steps == 0 || done < steps) && trainer_next(t, &b)) {
+        model_stats_t st;
+        ck_assert_msg(trainer_step(t, &b, &st, &err) == STATUS_OK, "%s", err.text);
+        ck_assert_int_eq(st.examples, b.size);
+        ck_assert_msg(trainer_apply(t, &err) == STATUS_OK, "%s", err.text);
+        done++;
+    }
+    *ret_steps = done;
+    return t;
+}
+
+/* The largest difference between the two models' values, relative to the largest value. */
+static double max_rel_diff(trainer_t *a, trainer_t *b)
+{
+    model_t *ma = trainer_model(a), *mb = trainer_model(b);
+    double diff = 0, scale = 0;
+
+    ck_assert_uint_eq(model_param_count(ma), model_param_count(mb));
+    for (size_t i = 0; i < model_param_count(ma); i++)
+        for (size_t k = 0; k < model_param(ma, i)->n; k++) {
+            double x = model_param(ma, i)->value[k], y = model_param(mb, i)->value[k];
+            diff = fmax(diff, fabs(x - y));
+            scale = fmax(scale, fabs(x));
+        }
+    return diff / scale;
+}
+
+#define SYNC_JOB(strategy, batch)                                                                  \
+    "strategy: " strategy "\nmodel: " MLP4                                                         \
+    "\nloss: {sparse_categorical_crossentropy: {from_logits: true}}\noptimizer: "                  \
+    "{adam: {learning_rate: 0.01}}\n"                                                              \
+    "data: {batch_size: " #batch ", shuffle_buffer: 1000, train: {format: synthetic, examples: "   \
+    "200, shape: [8], classes: 4}}\n"
+
+/* mirrored and central_storage split each global batch over their replicas and sum the
+ * gradients: with the same seed and global batch they end where one device does, a partial last
+ * batch (replicas with fewer examples, or none) included. */
+START_TEST(replicas_step_as_one_device_does)
+{
+    static const struct {
+        const char *one, *sync;
+        int replicas, steps;
+    } cases[] = {
+        {SYNC_JOB("one_device", 20), SYNC_JOB("{mirrored: {replicas: 2}}", 10), 2, 20},
+        {SYNC_JOB("one_device", 21), SYNC_JOB("{central_storage: {replicas: 3}}", 7), 3, 0},
+    };
+
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        job_t j1 = {0}, j2 = {0};
+        int n1, n2;
+        trainer_t *one = run_steps(&j1, cases[c].one, 1, cases[c].steps, &n1);
+        trainer_t *sync = run_steps(&j2, cases[c].sync, cases[c].replicas, cases[c].steps, &n2);
+        double d = max_rel_diff(one, sync);
+        printf("%s over %d replicas: %d steps, relative difference %.3g\n",
+               c == 0 ? "mirrored" : "central_storage", cases[c].replicas, n2, d);
+        ck_assert_int_eq(n1, n2);
+        ck_assert_int_eq(n1, cases[c].steps ? cases[c].steps : 30); /* 200 = 9 * 21 + 11 */
+        ck_assert_msg(d <= 1e-5, "case %zu: relative difference %g", c, d);
+        ck_assert_msg(d > 0 || c == 0, "case %zu: bit-identical: the split did not happen?", c);
+        trainer_free(one);
+        trainer_free(sync);
+        job_done(&j1);
+        job_done(&j2);
+    }
+}
+END_TEST
+
+/* scale_learning_rate multiplies by the replicas; an Embedding (sparse rows) is refused by name
+ * until its rows are summed; replicas is an option of the local strategies only. */
+START_TEST(replicas_scale_the_rate_and_refuse_what_they_cannot_sum)
+{
+    job_t job = {0};
+    trainer_opts_t o = {.num_shards = 1, .epochs = 1, .optimizer = true, .replicas = 4};
+    status_msg_t err = {0};
+    trainer_t *t;
+    const char *emb =
+        "strategy: mirrored\nmodel: [{embedding: {input_dim: 50, output_dim: 4}, input_shape: "
+        "[6]}, {flatten: {}}, {dense: {units: 2}}]\nloss: sparse_categorical_crossentropy\n"
+        "data: {batch_size: 4, train: {format: synthetic, kind: text, examples: 40, shape: [6], "
+        "vocabulary: 50}}\n";
+
+    parse(&job, MLP4, DATA(4, ""), "{sgd: {learning_rate: 0.1, scale_learning_rate: true}}");
+    t = make(&job, &o);
+    ck_assert_double_eq_tol(trainer_learning_rate(t, 0), 0.4, 1e-12);
+    trainer_free(t);
+    job_done(&job);
+
+    ck_assert_msg(job_parse(emb, strlen(emb), "t.yaml", &job, &err) == STATUS_OK, "%s", err.text);
+    o.replicas = 2;
+    expect_refused(&job, &o, STATUS_BAD_CONFIG, "Embedding");
+    job_done(&job);
+
+    const char *bad = "strategy: {one_device: {replicas: 2}}\nmodel: " MLP4
+                      "\nloss: sparse_categorical_crossentropy\n" DATA(4, "");
+    ck_assert_int_eq(job_parse(bad, strlen(bad), "t.yaml", &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "replicas") != NULL, "%s", err.text);
+}
+END_TEST
+
 static Suite *trainer_suite(void)
 {
     Suite *s = suite_create("trainer");
@@ -310,6 +422,8 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, a_loss_that_is_not_finite_names_the_step);
     tcase_add_test(tc, evaluation_runs_the_hook_before_each_batch);
     tcase_add_test(tc, another_shard_reads_as_its_own_trainer_would);
+    tcase_add_test(tc, replicas_step_as_one_device_does);
+    tcase_add_test(tc, replicas_scale_the_rate_and_refuse_what_they_cannot_sum);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,35 @@
+/* Local replicas of a model for the synchronous strategies on one host (mirrored,
+ * central_storage): replica 0 is the trainer's own model, driven by the calling thread; the
+ * others are copies on threads of their own. A step splits the global batch into contiguous
+ * slices, one per replica (the same examples, in the same order, as one device would take in
+ * one batch), runs forward and backward on every replica at once, and sums the gradients into
+ * replica 0's, each weighted by its share of the batch: replica 0 then holds the gradient of the
+ * mean loss over the whole batch, as one device would have computed it, and the caller applies
+ * the optimizer there once. Each replica takes replica 0's values at the start of every step, so
+ * every replica steps from the same weights (restored, loaded or updated in between). */
+#ifndef TESSERA_REPLICAS_H
+#define TESSERA_REPLICAS_H
+
+#include "base/status.h"
+#include "data.h"
+#include "job/job.h"
+#include "model.h"
+
+typedef struct replicas replicas_t;
+
+/* n replicas (n >= 2) of `first`, each for batches of at most per_replica examples, their
+ * buffers at most max_bytes together; a model with an Embedding is refused (its sparse
+ * gradients are not reduced yet). */
+status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, uint64_t max_bytes,
+                      replicas_t **ret, status_msg_t *err);
+void replicas_free(replicas_t *r); /* NULL-safe; stops the threads */
+
+int replicas_count(const replicas_t *r);
+size_t replicas_bytes(const replicas_t *r); /* of the copies, replica 0 not counted */
+
+/* One step of the global batch b (at most n * per_replica examples). The statistics are summed
+ * over the replicas; an error is the first replica's that failed, by replica order. */
+status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_stats,
+                       status_msg_t *err);
+
+#endif
