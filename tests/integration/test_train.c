@@ -58,6 +58,42 @@ START_TEST(train_synthetic_text_model_learns_with_sparse_embedding_updates)
 }
 END_TEST
 
+/* The MLP example as mirrored over 2 replicas of batch 32 (global 64, as the example's
+ * one_device batch): an epoch of it ends where one_device's does, to the printed digits. */
+START_TEST(train_fashion_mnist_mlp_mirrored_ends_where_one_device_does)
+{
+    char *text = NULL, *out1 = NULL, *out2 = NULL, path[600], *strategy, *batch;
+    size_t len = 0;
+    FILE *f = fopen(harness_source("examples/fashion-mnist-mlp.yaml"), "r");
+    int rc;
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(getdelim(&text, &len, '\0', f) > 0, 1);
+    fclose(f);
+    ck_assert_ptr_nonnull(strategy = strstr(text, "strategy: one_device\n"));
+    ck_assert_ptr_nonnull(batch = strstr(text, "batch_size: 64\n"));
+    ck_assert(strategy < batch);
+    snprintf(path, sizeof(path), "%s/mirrored.yaml", harness_tmpdir());
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fprintf(f, "%.*sstrategy: {mirrored: {replicas: 2}}\n%.*sbatch_size: 32\n%s",
+            (int)(strategy - text), text,
+            (int)(batch - strategy - strlen("strategy: one_device\n")),
+            strategy + strlen("strategy: one_device\n"), batch + strlen("batch_size: 64\n"));
+    fclose(f);
+    free(text);
+    rc = train(harness_source("examples/fashion-mnist-mlp.yaml"), "--epochs=1", &out1);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out1);
+    rc = train(path, "--epochs=1", &out2);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out2);
+    printf("one_device: test accuracy %.4f; mirrored: %.4f\n", final_test_accuracy(out1),
+           final_test_accuracy(out2));
+    ck_assert_double_eq_tol(final_test_accuracy(out1), final_test_accuracy(out2), 0.002);
+    ck_assert_msg(final_test_accuracy(out2) >= 0.82, "%s", out2);
+    free(out1);
+    free(out2);
+}
+END_TEST
+
 /* Writes a job file into the test's temp dir from a template with one substitution. */
 static const char *write_job(const char *name, const char *body)
 {
@@ -132,11 +168,11 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
                    "hinge", NULL);
     expect_failure("/nonexistent/job.yaml", "/nonexistent/job.yaml", NULL);
     /* A strategy tessera train cannot honour is refused, not run on one device in silence. */
-    expect_failure(write_job("mirrored.yaml",
-                             "strategy: mirrored\nmodel:\n" MLP "\nloss: mse\ndata: {batch_size: "
-                             "8, train: {format: synthetic, examples: 16, shape: [784], classes: "
-                             "2}}\n"),
-                   "strategy mirrored is not available yet", NULL);
+    expect_failure(write_job("mwms.yaml",
+                             "strategy: multi_worker_mirrored\nmodel:\n" MLP
+                             "\nloss: mse\ndata: {batch_size: 8, train: {format: synthetic, "
+                             "examples: 16, shape: [784], classes: 2}}\n"),
+                   "strategy multi_worker_mirrored is not available yet", NULL);
     expect_failure(job_with("flag.yaml", MLP, FM "train-images-idx3-ubyte.gz",
                             FM "train-labels-idx1-ubyte.gz", "adam"),
                    "--bogus", "--bogus");
@@ -186,6 +222,7 @@ int main(void)
     tcase_add_test(tc, train_fashion_mnist_mlp_reaches_86_percent_in_5_epochs);
     tcase_add_test(tc, train_fashion_mnist_cnn_reaches_87_percent_in_2_epochs);
     tcase_add_test(tc, train_synthetic_text_model_learns_with_sparse_embedding_updates);
+    tcase_add_test(tc, train_fashion_mnist_mlp_mirrored_ends_where_one_device_does);
     tcase_add_test(tc, train_rejects_bad_jobs_naming_the_culprit);
     tcase_add_test(tc, train_rejects_truncated_data_and_out_of_range_labels);
     tcase_add_test(tc, train_stops_on_a_nan_loss_naming_the_step);
