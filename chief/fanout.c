@@ -38,6 +38,8 @@ void fanout_run(fanout_t *f, size_t n)
 void fanout_done(fanout_t *f, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (f[i].resp != NULL)
+        if (f[i].resp != NULL) {
             protobuf_c_message_free_unpacked(f[i].resp, NULL);
+            f[i].resp = NULL;
+        }
 }

@@ -44,14 +44,20 @@ static status_t on_submit(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
     status_msg_t err = {0};
     status_t rc;
 
-    if (c->n_ps == 0 || c->n_workers + c->n_joining == 0)
+    if (c->n_workers + c->n_joining == 0)
         return rpc_ctx_fail(ctx, STATUS_INVALID_USAGE, NULL,
-                            "this chief has no %s: start it with --ps and --worker (or TF_CONFIG)",
-                            c->n_ps == 0 ? "parameter servers" : "workers");
+                            "this chief has no workers: start it with --worker (or TF_CONFIG)");
     rc = chief_job_new(req, &j, &err);
     if (rc != STATUS_OK)
         return rpc_ctx_fail(ctx, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT,
                             req->job_path, "%s", err.text);
+    /* multi_worker_mirrored needs no parameter server; the others do */
+    if (c->n_ps == 0 && j->job.strategy != JOB_STRATEGY_MULTI_WORKER_MIRRORED) {
+        chief_job_free(j);
+        return rpc_ctx_fail(ctx, STATUS_INVALID_USAGE, NULL,
+                            "this chief has no parameter servers: start it with --ps (or "
+                            "TF_CONFIG), or submit a multi_worker_mirrored job");
+    }
     pthread_mutex_lock(&c->mu);
     rc = chief_jobs_add(c, j, &err);
     if (rc != STATUS_OK) {

@@ -151,11 +151,26 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
                               req->job_path[0] ? req->job_path : NULL, files, req->n_files, &j->job,
                               err);
     free(files);
-    if (rc == STATUS_OK && j->job.strategy != JOB_STRATEGY_PARAMETER_SERVER &&
-        j->job.strategy != JOB_STRATEGY_ONE_DEVICE)
+    if (rc == STATUS_OK && (j->job.strategy == JOB_STRATEGY_MIRRORED ||
+                            j->job.strategy == JOB_STRATEGY_CENTRAL_STORAGE))
         rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s: strategy %s is not available on a parameter-server cluster yet",
-                         req->job_path, "mirrored/central_storage/multi_worker_mirrored");
+                         "%s: strategy %s runs in one process: use tessera train (a cluster runs "
+                         "parameter_server and multi_worker_mirrored jobs)",
+                         req->job_path[0] ? req->job_path : "job",
+                         j->job.strategy == JOB_STRATEGY_MIRRORED ? "mirrored" : "central_storage");
+    /* what multi_worker_mirrored does not do yet is refused by name, not ignored */
+    if (rc == STATUS_OK && j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED) {
+        const char *missing = j->job.checkpoint_dir != NULL       ? "checkpoint"
+                              : j->job.tensorboard_logdir != NULL ? "tensorboard"
+                              : j->job.init_from != NULL          ? "init_from"
+                              : j->job.resume                     ? "resume"
+                              : j->job.max_staleness > 0          ? "max_staleness"
+                                                                  : NULL;
+        if (missing != NULL)
+            rc = status_fail(err, STATUS_BAD_CONFIG,
+                             "%s: %s is not available for multi_worker_mirrored jobs yet",
+                             req->job_path[0] ? req->job_path : "job", missing);
+    }
     if (rc == STATUS_OK && j->job.init_from != NULL && j->job.init_from[0] != '/')
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "%s: init_from \"%s\" must be an absolute path when the job is "

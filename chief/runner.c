@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "chief_ckpt.h"
+#include "chief_sync.h"
 #include "dispatch.h"
 #include "fanout.h"
 #include "files/tensorboard.h"
@@ -898,7 +899,8 @@ void *chief_runner_main(void *arg)
         chief_journal_started(c, j);
         chief_job_event(c, j, "started");
         pthread_mutex_unlock(&c->mu);
-        rc = run_job(c, j, &err);
+        rc = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED ? chief_run_sync(c, j, &err)
+                                                                   : run_job(c, j, &err);
         pthread_mutex_lock(&c->mu);
         if (rc == STATUS_OK) {
             chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "succeeded in %.1f s",

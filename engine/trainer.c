@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/memory.h"
 #include "optim/optimizer.h"
@@ -30,9 +31,10 @@ struct trainer {
     int64_t steps;           /* steps this trainer ran */
     optimizer_config_t opt;  /* the job's, for one replica */
     /* when the optimizer is applied here */
-    float **slots;    /* per param */
-    int64_t *applied; /* per param: updates applied */
-    replicas_t *reps; /* mirrored, central_storage: the other replicas; NULL: one */
+    float **slots;       /* per param */
+    int64_t *applied;    /* per param: updates applied */
+    replicas_t *reps;    /* mirrored, central_storage: the other replicas; NULL: one */
+    int slice, n_slices; /* multi_worker_mirrored: this process's slice of each global batch */
 };
 
 void trainer_free(trainer_t *t)
@@ -99,10 +101,17 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
     data_pipeline_opts_t po;
 
     int replicas = o->replicas > 1 ? o->replicas : 1;
+    int slices = o->slice_count > 1 ? o->slice_count : 1;
 
     t->opt = job->optimizer;
     if (t->opt.lr_scale == 0) /* "scale by replicas" (the linear scaling rule) */
-        t->opt.lr_scale = replicas;
+        t->opt.lr_scale = replicas * slices;
+    if (slices > 1 && (replicas > 1 || o->slice_index < 0 || o->slice_index >= slices))
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "%s: slice %d of %d (with %d local replicas)", t->where, o->slice_index,
+                           slices, replicas);
+    t->slice = slices > 1 ? o->slice_index : 0;
+    t->n_slices = slices;
     if (!job->data.train.present)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: data.train is missing", t->where);
     /* Data and model past the budget: a clear error, not the kernel's OOM killer. */
@@ -123,7 +132,8 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));
     if (o->optimizer)
         STATUS_CHECK(make_slots(t, err));
-    if (replicas > TRAINER_MAX_REPLICAS || (int64_t)job->data.batch_size * replicas > INT_MAX)
+    if (replicas > TRAINER_MAX_REPLICAS || slices > TRAINER_MAX_REPLICAS ||
+        (int64_t)job->data.batch_size * replicas * slices > INT_MAX)
         return status_fail(err, STATUS_BAD_CONFIG,
                            "%s: %d replicas of batch %d: at most %d replicas, and a global batch "
                            "of at most %d",
@@ -144,7 +154,7 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
     po = (data_pipeline_opts_t){
         .shard_index = by_file ? 0 : o->shard_index,
         .num_shards = by_file ? 1 : t->n_shards,
-        .batch_size = job->data.batch_size * replicas, /* the global batch */
+        .batch_size = job->data.batch_size * replicas * slices, /* the global batch */
         .drop_remainder = job->data.drop_remainder,
         .shuffle_buffer = job->data.shuffle_buffer,
         .seed = job->data.seed + (uint64_t)o->shard_index * 7919,
@@ -325,15 +335,45 @@ void trainer_shard_examples(const trainer_t *t, int64_t *ret)
     }
 }
 
+/* This process's slice of the global batch b: its gradients weighted by its share of the batch
+ * (zero for an empty slice of a short last batch), so that the sum over the processes is the
+ * gradient of the mean loss over the whole batch. */
+static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
+                           status_msg_t *err)
+{
+    int per = t->job->data.batch_size, lo = t->slice * per;
+    int n = b->size - lo < per ? b->size - lo : per;
+    size_t in = model_input_len(t->model);
+    float w;
+
+    if (n <= 0) {
+        for (size_t i = 0; i < model_param_count(t->model); i++)
+            memset(model_param(t->model, i)->grad, 0, model_param(t->model, i)->n * sizeof(float));
+        return STATUS_OK;
+    }
+    STATUS_CHECK(model_train_step(t->model, b->features + (size_t)lo * in, b->labels + lo, n,
+                                  ret_stats, err));
+    w = (float)n / (float)b->size;
+    for (size_t i = 0; i < model_param_count(t->model); i++) {
+        model_param_t *p = model_param(t->model, i);
+        for (size_t k = 0; k < p->n; k++)
+            p->grad[k] *= w;
+    }
+    return STATUS_OK;
+}
+
 status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
                       status_msg_t *err)
 {
     status_t rc;
 
     *ret_stats = (model_stats_t){0};
-    rc = t->reps != NULL
-             ? replicas_step(t->reps, b, ret_stats, err)
-             : model_train_step(t->model, b->features, b->labels, b->size, ret_stats, err);
+    if (t->n_slices > 1)
+        rc = slice_step(t, b, ret_stats, err);
+    else if (t->reps != NULL)
+        rc = replicas_step(t->reps, b, ret_stats, err);
+    else
+        rc = model_train_step(t->model, b->features, b->labels, b->size, ret_stats, err);
     t->steps++;
     if (rc == STATUS_INVALID_ARGUMENT && !isfinite(ret_stats->loss_sum)) /* say where */
         rc = status_fail(err, STATUS_INVALID_ARGUMENT,

@@ -30,6 +30,11 @@ typedef struct trainer_opts {
     /* mirrored, central_storage: replicas of the model on threads, each taking the job's
      * data.batch_size examples of every global batch (replicas.h); 0 or 1: one */
     int replicas;
+    /* multi_worker_mirrored: this process is replica slice_index of slice_count: it reads the
+     * whole training split in global batches of slice_count * data.batch_size and steps on its
+     * slice of each, leaving gradients that sum over the processes (all-reduce) to the global
+     * batch's; 0 or 1: off */
+    int slice_index, slice_count;
 } trainer_opts_t;
 
 #define TRAINER_MAX_REPLICAS 1024

@@ -28,6 +28,7 @@ struct ring {
     int timeout_ms;
     float *tmp; /* a received chunk, before it is added */
     size_t tmp_len;
+    int failed_peer; /* the rank the last failure was on, or -1 */
 };
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -162,6 +163,11 @@ static status_t accept_prev(const ring_opts_t *o, double deadline, int *ret_fd, 
     }
 }
 
+int ring_failed_peer(const ring_t *r)
+{
+    return r != NULL ? r->failed_peer : -1;
+}
+
 void ring_free(ring_t *r)
 {
     if (r == NULL)
@@ -190,7 +196,8 @@ status_t ring_connect(const ring_opts_t *o, ring_t **ret, status_msg_t *err)
                   .size = o->size,
                   .next_fd = -1,
                   .prev_fd = -1,
-                  .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000};
+                  .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000,
+                  .failed_peer = -1};
     if (o->size == 1) {
         *ret = r;
         return STATUS_OK;
@@ -215,6 +222,7 @@ status_t ring_connect(const ring_opts_t *o, ring_t **ret, status_msg_t *err)
 static status_t exchange(ring_t *r, const float *out, size_t out_n, float *in, size_t in_n,
                          bool add, status_msg_t *err)
 {
+    int prev = (r->rank + r->size - 1) % r->size, next = (r->rank + 1) % r->size;
     const uint8_t *sp = (const uint8_t *)out;
     uint8_t *rp = add ? (uint8_t *)r->tmp : (uint8_t *)in;
     size_t sb = out_n * sizeof(float), rb = in_n * sizeof(float), sent = 0, got = 0, added = 0;
@@ -225,24 +233,28 @@ static status_t exchange(ring_t *r, const float *out, size_t out_n, float *in, s
         int k = poll(p, 2, r->timeout_ms);
         if (k < 0 && errno == EINTR)
             continue;
-        if (k <= 0)
+        if (k <= 0) {
+            r->failed_peer = got < rb ? prev : next;
             return status_fail(err, STATUS_TIMEOUT, "all-reduce: rank %d %s for %d ms",
-                               got < rb ? (r->rank + r->size - 1) % r->size
-                                        : (r->rank + 1) % r->size,
-                               got < rb ? "sent nothing" : "took nothing", r->timeout_ms);
+                               r->failed_peer, got < rb ? "sent nothing" : "took nothing",
+                               r->timeout_ms);
+        }
         if (sent < sb && p[0].revents != 0) {
             ssize_t n = send(r->next_fd, sp + sent, sb - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                r->failed_peer = next;
                 return status_fail(err, STATUS_UNAVAILABLE, "all-reduce: sending to rank %d: %s",
-                                   (r->rank + 1) % r->size, strerror(errno));
+                                   next, strerror(errno));
+            }
             sent += n > 0 ? (size_t)n : 0;
         }
         if (got < rb && p[1].revents != 0) {
             ssize_t n = recv(r->prev_fd, rp + got, rb - got, MSG_DONTWAIT);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                return status_fail(err, STATUS_UNAVAILABLE, "all-reduce: rank %d %s",
-                                   (r->rank + r->size - 1) % r->size,
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                r->failed_peer = prev;
+                return status_fail(err, STATUS_UNAVAILABLE, "all-reduce: rank %d %s", prev,
                                    n == 0 ? "closed the connection" : strerror(errno));
+            }
             got += n > 0 ? (size_t)n : 0;
             for (; add && added < got / sizeof(float); added++) /* the floats complete so far */
                 in[added] += r->tmp[added];

@@ -35,6 +35,9 @@ void ring_free(ring_t *r); /* NULL-safe; closes the connections */
  * same n. A failure leaves buf undefined and the ring unusable. */
 status_t ring_allreduce(ring_t *r, float *buf, size_t n, status_msg_t *err);
 
+/* The rank the last failed all-reduce waited on or could not reach; -1 when none failed. */
+int ring_failed_peer(const ring_t *r);
+
 /* A listening TCP socket on HOST:PORT (port 0: any free one; *ret_port says which). */
 status_t ring_listen(const char *address, int *ret_fd, int *ret_port, status_msg_t *err);
 

@@ -20,6 +20,7 @@
 #include "base/memory.h"
 #include "announce.h"
 #include "ps_client.h"
+#include "sync.h"
 #include "rpc/initializer_proto.h"
 #include "rpc/server.h"
 #include "trainer.h"
@@ -41,6 +42,8 @@ typedef struct wjob {
     trainer_t *trainer; /* model and data */
     model_t *model;     /* the trainer's */
     ps_client_t *ps;    /* NULL until placement arrives */
+    sync_t *sync;       /* multi_worker_mirrored: the ring and its gradients; else NULL */
+    int ring_port;      /* where sync's ring listens */
     int worker_index, num_workers;
     uint64_t seed; /* the model's: initializers without a seed of their own derive one from it */
     uint64_t *rng; /* the dropout streams, as a closure's reply carries them */
@@ -70,6 +73,7 @@ static void wjob_free(wjob_t *j)
     if (j == NULL)
         return;
     ps_client_free(j->ps);
+    sync_free(j->sync);
     trainer_free(j->trainer);
     job_done(&j->job);
     free(j->rng);
@@ -101,8 +105,13 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
     free(files);
     j->seed = req->seed ? req->seed : j->job.seed;
     if (rc == STATUS_OK) {
-        trainer_opts_t to = {.shard_index = j->worker_index,
-                             .num_shards = j->num_workers,
+        bool mwms = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED;
+        /* multi_worker_mirrored: every worker reads the whole split, a slice of each batch */
+        trainer_opts_t to = {.shard_index = mwms ? 0 : j->worker_index,
+                             .num_shards = mwms ? 1 : j->num_workers,
+                             .slice_index = mwms ? j->worker_index : 0,
+                             .slice_count = mwms ? j->num_workers : 0,
+                             .optimizer = mwms,
                              .seed = j->seed,
                              .epochs = -1, /* the chief counts the steps */
                              .max_bytes = max_bytes,
@@ -114,6 +123,9 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                              (long long)req->start_epoch, (long long)req->start_batch);
         else
             rc = trainer_new(&j->job, &to, &j->trainer, err);
+        if (rc == STATUS_OK && mwms)
+            rc =
+                sync_new(j->trainer, j->worker_index, j->num_workers, &j->sync, &j->ring_port, err);
     }
     if (rc == STATUS_OK &&
         (j->rng = calloc(model_rng_count(trainer_model(j->trainer)) + 1, sizeof(*j->rng))) == NULL)
@@ -179,6 +191,7 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
     trainer_shard_examples(j->trainer, shard_examples);
     resp.n_shard_examples = (size_t)j->num_workers;
     resp.shard_examples = shard_examples;
+    resp.ring_port = j->ring_port;
     resp.n_variables = n;
     resp.variables = ptrs;
     rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
@@ -242,7 +255,7 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
 
     if (req->job[0] == '\0')
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "job", "ConfigureJob names no job");
-    if (req->n_placement > 0) {
+    if (req->n_placement > 0 || req->n_ring > 0) {
         pthread_mutex_lock(&w->mu);
         wait_idle(w);
         j = w->job;
@@ -250,6 +263,19 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
             pthread_mutex_unlock(&w->mu);
             return rpc_ctx_fail(ctx, STATUS_NOT_FOUND, req->job,
                                 "job %s is not configured on this worker", req->job);
+        }
+        if (req->n_ring > 0) { /* multi_worker_mirrored: the ring, no parameter server */
+            rc = j->sync != NULL
+                     ? sync_connect(j->sync, req->ring, req->n_ring, req->ring_token, 30000, &err)
+                     : status_fail(&err, STATUS_INVALID_ARGUMENT,
+                                   "job %s is not multi_worker_mirrored", req->job);
+            if (rc == STATUS_OK)
+                LOG_INFO(WORKER, "job %s: ring of %zu workers connected", j->id, req->n_ring);
+            pthread_mutex_unlock(&w->mu);
+            if (rc != STATUS_OK)
+                return rpc_ctx_fail(ctx, rc, NULL, "%s", err.text);
+            Tessera__V1__ConfigureJobResponse resp = TESSERA__V1__CONFIGURE_JOB_RESPONSE__INIT;
+            return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
         }
         ps_client_free(j->ps);
         j->ps = NULL;
@@ -426,11 +452,32 @@ static status_t eval_closure(wjob_t *j, Tessera__V1__RunClosureResponse *resp, s
 {
     model_stats_t sum;
 
-    ps_client_refresh(j->ps);
-    STATUS_CHECK(trainer_evaluate(j->trainer, pull_for_eval, j, &sum, err));
+    if (j->ps != NULL)
+        ps_client_refresh(j->ps);
+    STATUS_CHECK(trainer_evaluate(j->trainer, j->ps != NULL ? pull_for_eval : NULL, j, &sum, err));
     resp->loss_sum = sum.loss_sum;
     resp->correct = sum.correct;
     resp->examples = sum.examples;
+    return STATUS_OK;
+}
+
+/* multi_worker_mirrored: the closure's steps in lockstep with the other workers. */
+static status_t sync_closure(worker_service_t *w, wjob_t *j, const closure_task_t *t,
+                             Tessera__V1__RunClosureResponse *resp, status_msg_t *err)
+{
+    model_stats_t st;
+    int done = 0;
+    double t0 = clock_now_s();
+
+    STATUS_CHECK(sync_steps(j->sync, t->steps, &j->cancelled, &st, &done, err));
+    metric_add(w->steps, done);
+    metric_add(w->examples, st.examples);
+    metric_add(w->compute_seconds, clock_now_s() - t0);
+    resp->steps = done;
+    resp->examples = st.examples;
+    resp->loss_sum = st.loss_sum;
+    resp->correct = st.correct;
+    trainer_position(j->trainer, 0, &resp->data_epoch, &resp->data_batch);
     return STATUS_OK;
 }
 
@@ -446,24 +493,34 @@ static void run_task(worker_service_t *w, closure_task_t *t)
         rpc_ctx_fail_now(t->ctx, STATUS_NOT_FOUND, t->job, "job %s is not configured here", t->job);
         return;
     }
-    if (j->ps == NULL) {
+    if (j->ps == NULL && j->sync == NULL) {
         rpc_ctx_fail_now(t->ctx, STATUS_INVALID_USAGE, t->job,
                          "job %s has no variable placement yet", t->job);
         return;
     }
     resp.closure_id = t->closure_id;
-    rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
-             ? train_closure(w, j, t, &resp, &err)
-             : eval_closure(j, &resp, &err);
+    if (j->sync != NULL)
+        rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
+                 ? sync_closure(w, j, t, &resp, &err)
+                 : eval_closure(j, &resp, &err);
+    else
+        rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
+                 ? train_closure(w, j, t, &resp, &err)
+                 : eval_closure(j, &resp, &err);
     resp.seconds = clock_now_s() - t0;
     if (rc != STATUS_OK) {
         /* A PS that does not answer is the PS's fault, not this worker's: the culprit is
          * "ps:<index>", which the chief tells from this worker being unreachable. */
-        int lost = ps_client_lost_ps(j->ps);
+        int lost = j->ps != NULL ? ps_client_lost_ps(j->ps) : -1;
+        int peer = sync_failed_peer(j->sync); /* a ring peer that went away */
         char culprit[32];
-        snprintf(culprit, sizeof(culprit), "ps:%d", lost);
-        rpc_ctx_fail_now(t->ctx, rc, lost >= 0 ? culprit : NULL, "closure %llu of job %s: %s",
-                         (unsigned long long)t->closure_id, t->job, err.text);
+        if (lost >= 0)
+            snprintf(culprit, sizeof(culprit), "ps:%d", lost);
+        else
+            snprintf(culprit, sizeof(culprit), "worker:%d", peer);
+        rpc_ctx_fail_now(t->ctx, rc, lost >= 0 || peer >= 0 ? culprit : NULL,
+                         "closure %llu of job %s: %s", (unsigned long long)t->closure_id, t->job,
+                         err.text);
         return;
     }
     rpc_ctx_respond(t->ctx, &resp.base, NULL, 0);

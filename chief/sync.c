@@ -1,0 +1,283 @@
+/* Running a multi_worker_mirrored job: every worker builds the model (the same initial values,
+ * from the job's seed) and reads the whole training split in global batches of data.batch_size
+ * per worker, stepping on its own slice of each; the first ConfigureJob call says where each
+ * worker's ring listens, the second connects the ring; then each closure runs the same steps on
+ * every worker at once, in lockstep through the ring all-reduce of the gradients
+ * (worker/sync.h), and the epoch's numbers are the sums of the workers' slices. The workers'
+ * variables stay equal, so worker 0 evaluates. No parameter server takes part. A worker lost
+ * fails the job, naming it (the ring is not rebuilt yet). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "base/clock.h"
+#include "base/net.h"
+#include "chief_sync.h"
+#include "fanout.h"
+#include "workers.h"
+
+typedef struct sync_run {
+    coordinator_t *c;
+    chief_job_t *j;
+    size_t n;
+    fanout_t *f;
+    Tessera__V1__RunClosureRequest *reqs;
+    uint64_t next_closure;
+} sync_run_t;
+
+/* The job's failure on worker w: named, with who is at fault. */
+static status_t failed(sync_run_t *s, size_t w, status_t rc, const char *what, const char *why,
+                       status_msg_t *err)
+{
+    status_group_t g = status_group(rc);
+    bool app = g == STATUS_GROUP_INVALID_ARGUMENT || rc == STATUS_DATA_LOSS;
+
+    pthread_mutex_lock(&s->c->mu);
+    snprintf(s->j->failed_task, sizeof(s->j->failed_task), "worker:%zu", w);
+    s->j->fault = app ? TESSERA__V1__FAULT__FAULT_APPLICATION : TESSERA__V1__FAULT__FAULT_WORKER;
+    pthread_mutex_unlock(&s->c->mu);
+    return status_fail(err, rc, "%s on worker %zu (%s): %s", what, w,
+                       rpc_channel_target(s->c->workers[w]), why);
+}
+
+/* The worker a failed closure is on: the one a ring peer names (it went away or stopped
+ * answering: its own call may not have failed yet), else the first whose call failed, one that
+ * is gone before one that timed out. */
+static size_t first_failure(const fanout_t *f, size_t n)
+{
+    size_t best = SIZE_MAX;
+    unsigned long named;
+    char *end;
+
+    for (size_t w = 0; w < n; w++)
+        if (f[w].rc != STATUS_OK && strncmp(f[w].err.culprit, "worker:", 7) == 0 &&
+            (named = strtoul(f[w].err.culprit + 7, &end, 10)) < n && *end == '\0' && named != w)
+            return named;
+    for (size_t w = 0; w < n; w++) {
+        if (f[w].rc == STATUS_OK)
+            continue;
+        if (best == SIZE_MAX || (f[best].rc == STATUS_TIMEOUT && f[w].rc != STATUS_TIMEOUT))
+            best = w;
+    }
+    return best;
+}
+
+/* The ring: every worker's host (as the chief reaches it) with the port it reported. */
+static status_t make_ring(sync_run_t *s, const fanout_t *f, worker_cfg_t *cfg, char **ring,
+                          status_msg_t *err)
+{
+    uint64_t token = 0;
+
+    if (getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token))
+        token = (uint64_t)(clock_wall_s() * 1e6) ^ 0x9E3779B97F4A7C15ull;
+    for (size_t w = 0; w < s->n; w++) {
+        const Tessera__V1__ConfigureJobResponse *resp = (const void *)f[w].resp;
+        char host[256];
+        int port;
+        STATUS_CHECK(net_split_hostport(rpc_channel_target(s->c->workers[w]), host, sizeof(host),
+                                        &port, err));
+        if (resp->ring_port <= 0 || resp->ring_port > 65535)
+            return failed(s, w, STATUS_REMOTE, "configuring the ring", "no ring port", err);
+        if ((ring[w] = malloc(strlen(host) + 16)) == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        sprintf(ring[w], strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, resp->ring_port);
+    }
+    for (size_t w = 0; w < s->n; w++) {
+        cfg->reqs[w].n_ring = s->n;
+        cfg->reqs[w].ring = ring;
+        cfg->reqs[w].ring_token = token;
+    }
+    return STATUS_OK;
+}
+
+/* One closure of `steps` steps on every worker at once; the sums of their answers. */
+static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int *ret_steps,
+                            double sums[3], status_msg_t *err)
+{
+    status_t rc = STATUS_OK;
+    size_t bad;
+
+    for (size_t w = 0; w < s->n; w++) {
+        Tessera__V1__RunClosureRequest *q = &s->reqs[w];
+        tessera__v1__run_closure_request__init(q);
+        q->job = s->j->id;
+        q->closure_id = s->next_closure++;
+        q->kind = kind;
+        q->steps = steps;
+        q->global_step = s->j->progress.step;
+        q->epoch = s->j->progress.epoch;
+        s->f[w] = (fanout_t){.ch = s->c->workers[w],
+                             .method = RPC_WORKER_RUN_CLOSURE,
+                             .req = &q->base,
+                             .timeout_ms = CLOSURE_TIMEOUT,
+                             .skip = only != SIZE_MAX && w != only};
+    }
+    fanout_run(s->f, s->n);
+    sums[0] = sums[1] = sums[2] = 0;
+    *ret_steps = -1;
+    for (size_t w = 0; w < s->n; w++) {
+        const Tessera__V1__RunClosureResponse *resp = (const void *)s->f[w].resp;
+        if (s->f[w].skip || s->f[w].rc != STATUS_OK)
+            continue;
+        sums[0] += resp->loss_sum;
+        sums[1] += resp->correct;
+        sums[2] += (double)resp->examples;
+        if (*ret_steps < 0 || resp->steps < *ret_steps)
+            *ret_steps = resp->steps;
+    }
+    if ((bad = first_failure(s->f, s->n)) != SIZE_MAX && !s->f[bad].skip)
+        rc = failed(
+            s, bad, s->f[bad].rc != STATUS_OK ? s->f[bad].rc : STATUS_UNAVAILABLE,
+            kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN ? "training" : "evaluation",
+            s->f[bad].rc != STATUS_OK ? s->f[bad].err.message : "its ring neighbours lost it", err);
+    fanout_done(s->f, s->n);
+    return rc;
+}
+
+static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_t *err)
+{
+    coordinator_t *c = s->c;
+    chief_job_t *j = s->j;
+    const job_t *job = &j->job;
+    int64_t epochs = job->steps > 0 ? 1 : job->epochs,
+            per_epoch = job->steps > 0 ? job->steps : batches;
+    int spc = job->steps_per_execution > 0 ? job->steps_per_execution : 1;
+
+    for (int64_t e = 0; e < epochs; e++) {
+        double epoch_sums[3] = {0, 0, 0}, t0 = clock_now_s();
+        pthread_mutex_lock(&c->mu);
+        j->progress.epoch = e;
+        pthread_mutex_unlock(&c->mu);
+        for (int64_t done = 0; done < per_epoch;) {
+            int want = per_epoch - done < spc ? (int)(per_epoch - done) : spc, got;
+            double sums[3];
+            pthread_mutex_lock(&c->mu);
+            bool stop = c->stopping;
+            pthread_mutex_unlock(&c->mu);
+            if (atomic_load(&j->cancel) || stop)
+                return status_fail(err, STATUS_CANCELLED, "cancelled");
+            STATUS_CHECK(run_closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN, want,
+                                     SIZE_MAX, &got, sums, err));
+            if (got <= 0)
+                return status_fail(err, STATUS_INVALID_ARGUMENT,
+                                   "the workers have no training data left for the epoch's last "
+                                   "%lld steps",
+                                   (long long)(per_epoch - done));
+            done += got;
+            for (int k = 0; k < 3; k++)
+                epoch_sums[k] += sums[k];
+            pthread_mutex_lock(&c->mu);
+            j->progress.step += got;
+            if (epoch_sums[2] > 0) {
+                j->progress.loss = epoch_sums[0] / epoch_sums[2];
+                j->progress.accuracy = epoch_sums[1] / epoch_sums[2];
+                j->progress.examples_per_second = epoch_sums[2] / (clock_now_s() - t0);
+            }
+            chief_job_changed(c);
+            pthread_mutex_unlock(&c->mu);
+        }
+        if (has_test && job->evaluate) {
+            double sums[3];
+            int got;
+            STATUS_CHECK(run_closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE, 0, 0,
+                                     &got, sums, err));
+            pthread_mutex_lock(&c->mu);
+            if (sums[2] > 0) {
+                j->progress.test_loss = sums[0] / sums[2];
+                j->progress.test_accuracy = sums[1] / sums[2];
+            }
+            chief_job_event(
+                c, j, "epoch %lld: loss %.4f, accuracy %.4f, test loss %.4f, test accuracy %.4f",
+                (long long)e + 1, j->progress.loss, j->progress.accuracy, j->progress.test_loss,
+                j->progress.test_accuracy);
+            pthread_mutex_unlock(&c->mu);
+        } else {
+            pthread_mutex_lock(&c->mu);
+            chief_job_event(c, j, "epoch %lld: loss %.4f, accuracy %.4f", (long long)e + 1,
+                            j->progress.loss, j->progress.accuracy);
+            pthread_mutex_unlock(&c->mu);
+        }
+        pthread_mutex_lock(&c->mu);
+        j->progress.train_seconds += clock_now_s() - t0;
+        pthread_mutex_unlock(&c->mu);
+    }
+    return STATUS_OK;
+}
+
+status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
+{
+    size_t n = c->n_workers;
+    sync_run_t s = {.c = c, .j = j, .n = n};
+    worker_cfg_t cfg = {.failed = SIZE_MAX};
+    fanout_t *f = calloc(n + 1, sizeof(*f));
+    bool *alive = calloc(n + 1, sizeof(*alive));
+    char **ring = calloc(n + 1, sizeof(*ring));
+    int64_t examples = 0, global = (int64_t)j->job.data.batch_size * (int64_t)n, batches;
+    bool has_test;
+    status_t rc;
+
+    s.f = calloc(n + 1, sizeof(*s.f));
+    s.reqs = calloc(n + 1, sizeof(*s.reqs));
+    if (!f || !alive || !ring || !s.f || !s.reqs) {
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        goto out;
+    }
+    rc = worker_cfg_init(&cfg, c, j, err);
+    for (size_t w = 0; w < n; w++)
+        alive[w] = true;
+    if (rc == STATUS_OK)
+        rc = workers_configure(&cfg, NULL, NULL, f, alive, n, err);
+    if (rc != STATUS_OK && cfg.failed != SIZE_MAX) {
+        rc = failed(&s, cfg.failed, rc, "configuring the job", err->text, err);
+        goto out;
+    }
+    for (size_t w = 0; rc == STATUS_OK && w < n; w++)
+        if (!alive[w]) /* every worker holds a slice of every batch */
+            rc = failed(&s, w, STATUS_UNAVAILABLE, "configuring the job",
+                        "multi_worker_mirrored needs every worker, and this one is down", err);
+    if (rc != STATUS_OK)
+        goto out;
+    examples = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->train_examples;
+    has_test = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->test_examples > 0;
+    rc = make_ring(&s, f, &cfg, ring, err);
+    fanout_done(f, n);
+    for (size_t w = 0; rc == STATUS_OK && w < n; w++)
+        f[w] = (fanout_t){.ch = c->workers[w],
+                          .method = RPC_WORKER_CONFIGURE_JOB,
+                          .req = &cfg.reqs[w].base,
+                          .timeout_ms = CONFIGURE_TIMEOUT};
+    if (rc == STATUS_OK) { /* every worker at once: each waits for its neighbours to connect */
+        size_t bad;
+        fanout_run(f, n);
+        if ((bad = first_failure(f, n)) != SIZE_MAX)
+            rc = failed(&s, bad, f[bad].rc, "connecting the ring", f[bad].err.message, err);
+        fanout_done(f, n);
+    }
+    if (rc != STATUS_OK)
+        goto out;
+    batches = j->job.data.drop_remainder ? examples / global : (examples + global - 1) / global;
+    pthread_mutex_lock(&c->mu);
+    j->progress.total_steps = j->job.steps > 0 ? j->job.steps : j->job.epochs * batches;
+    chief_job_event(c, j,
+                    "training on %zu workers (multi_worker_mirrored, a ring all-reduce): %lld "
+                    "examples, global batch %lld, %lld steps",
+                    n, (long long)examples, (long long)global, (long long)j->progress.total_steps);
+    pthread_mutex_unlock(&c->mu);
+    rc = train(&s, batches, has_test, err);
+out:
+    if (rc != STATUS_OK)
+        chief_cancel_workers(c, j);
+    for (size_t w = 0; ring != NULL && w < n; w++)
+        free(ring[w]);
+    free(ring);
+    free(alive);
+    if (f != NULL)
+        fanout_done(f, n);
+    free(f);
+    free(s.f);
+    free(s.reqs);
+    worker_cfg_done(&cfg);
+    return rc;
+}

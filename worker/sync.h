@@ -1,0 +1,37 @@
+/* A worker's part in a multi_worker_mirrored job: its trainer reads the whole training split in
+ * global batches and steps on its own slice of each (engine/trainer.h); the gradients are summed
+ * over the workers by the ring all-reduce (ring.h), packed into one buffer, and every worker
+ * applies the same sum with its own copy of the optimizer, so the workers' variables stay equal
+ * without a parameter server. The first ConfigureJob call makes the ring's listener (its port
+ * goes back to the chief), the second connects the ring. */
+#ifndef TESSERA_WORKER_SYNC_H
+#define TESSERA_WORKER_SYNC_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "base/status.h"
+#include "trainer.h"
+
+typedef struct sync sync_t;
+
+/* Worker rank of size, over trainer t (made with slice_index rank and slice_count size, and its
+ * optimizer); listens for the previous rank on every interface, port *ret_port. An Embedding is
+ * refused (its gradients are rows, not summed yet). */
+status_t sync_new(trainer_t *t, int rank, int size, sync_t **ret, int *ret_port, status_msg_t *err);
+void sync_free(sync_t *s); /* NULL-safe */
+
+/* Connects the ring: ring[i] is where worker i listens; token is the job's. */
+status_t sync_connect(sync_t *s, char *const *ring, size_t n, uint64_t token, int timeout_ms,
+                      status_msg_t *err);
+
+/* Runs `steps` synchronous steps (fewer when *cancelled is set, then STATUS_CANCELLED): each
+ * reads the next global batch, steps on this worker's slice, all-reduces the gradients and
+ * applies them. *ret sums this worker's slices; *ret_steps counts the steps done. */
+status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t *ret,
+                    int *ret_steps, status_msg_t *err);
+
+/* The worker (rank) the last failed step's all-reduce waited on, or -1. */
+int sync_failed_peer(const sync_t *s);
+
+#endif
