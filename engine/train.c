@@ -16,8 +16,8 @@
 #include "files/tensorboard.h"
 #include "trainer.h"
 
-/* multi_worker_mirrored needs worker processes and a ring all-reduce, which are not built yet:
- * running it here would be a different job, without a word. mirrored and central_storage run
+/* multi_worker_mirrored needs worker processes (a chief's cluster): running it here would be a
+ * different job, without a word. mirrored and central_storage run
  * here: their replicas (the job's, or one per core) on threads; the CPU has one memory, so both
  * keep the variables once and apply the summed gradients once. */
 static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t *err)
@@ -27,9 +27,10 @@ static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t
     *ret_replicas = 1;
     if (job->strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED)
         return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s: strategy multi_worker_mirrored is not available yet: tessera "
-                           "train runs one_device, mirrored and central_storage jobs (and "
-                           "parameter_server jobs, as one worker)",
+                           "%s: strategy multi_worker_mirrored trains on a cluster of workers: "
+                           "submit it to a chief (tessera run --local --workers N, or tessera "
+                           "submit); tessera train runs one_device, mirrored and central_storage "
+                           "jobs (and parameter_server jobs, as one worker)",
                            job->path ? job->path : "job");
     if (job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE)
         *ret_replicas = job->replicas > 0 ? job->replicas : cores > 0 ? (int)cores : 1;

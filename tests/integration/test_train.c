@@ -172,7 +172,7 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
                              "strategy: multi_worker_mirrored\nmodel:\n" MLP
                              "\nloss: mse\ndata: {batch_size: 8, train: {format: synthetic, "
                              "examples: 16, shape: [784], classes: 2}}\n"),
-                   "strategy multi_worker_mirrored is not available yet", NULL);
+                   "strategy multi_worker_mirrored trains on a cluster of workers", NULL);
     expect_failure(job_with("flag.yaml", MLP, FM "train-images-idx3-ubyte.gz",
                             FM "train-labels-idx1-ubyte.gz", "adam"),
                    "--bogus", "--bogus");
