@@ -32,6 +32,12 @@ static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t
                            "submit); tessera train runs one_device, mirrored and central_storage "
                            "jobs (and parameter_server jobs, as one worker)",
                            job->path ? job->path : "job");
+    /* a checkpoint in the middle of a window would not hold the gradients gathered so far */
+    if (job->accumulate_steps > 1 && job->checkpoint_dir != NULL)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: checkpoints of a job with train.accumulate_steps are not available "
+                           "yet",
+                           job->path ? job->path : "job");
     if (job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE)
         *ret_replicas = job->replicas > 0 ? job->replicas : cores > 0 ? (int)cores : 1;
     return STATUS_OK;

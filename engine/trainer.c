@@ -35,6 +35,10 @@ struct trainer {
     int64_t *applied;    /* per param: updates applied */
     replicas_t *reps;    /* mirrored, central_storage: the other replicas; NULL: one */
     int slice, n_slices; /* multi_worker_mirrored: this process's slice of each global batch */
+    /* accumulate_steps: the gradients of the window so far, each batch's weighted by its size */
+    float **acc;
+    int acc_count, last_batch;
+    double acc_examples;
 };
 
 void trainer_free(trainer_t *t)
@@ -46,6 +50,9 @@ void trainer_free(trainer_t *t)
             free(t->slots[i]);
     free(t->slots);
     free(t->applied);
+    for (size_t i = 0; t->acc != NULL && i < model_param_count(t->model); i++)
+        free(t->acc[i]);
+    free(t->acc);
     for (int i = 0; t->readers != NULL && i < t->n_shards; i++) {
         data_pipeline_free(t->readers[i].pipe);
         dataset_free(t->readers[i].ds);
@@ -90,6 +97,20 @@ static status_t make_slots(trainer_t *t, status_msg_t *err)
         if (t->slots[i] == NULL)
             return status_fail(err, STATUS_NO_MEMORY, "out of memory for optimizer slots");
         optimizer_slots_init(&t->opt, t->slots[i], p->n);
+    }
+    if (t->job->accumulate_steps <= 1)
+        return STATUS_OK;
+    if ((t->acc = calloc(n_params + 1, sizeof(*t->acc))) == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < n_params; i++) {
+        model_param_t *p = model_param(t->model, i);
+        if (p->sparse)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: %s is an Embedding table: accumulate_steps does not add up "
+                               "its row gradients yet",
+                               t->where, p->name);
+        if ((t->acc[i] = calloc(p->n + 1, sizeof(float))) == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory for accumulated gradients");
     }
     return STATUS_OK;
 }
@@ -368,6 +389,7 @@ status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_st
     status_t rc;
 
     *ret_stats = (model_stats_t){0};
+    t->last_batch = b->size;
     if (t->n_slices > 1)
         rc = slice_step(t, b, ret_stats, err);
     else if (t->reps != NULL)
@@ -384,11 +406,40 @@ status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_st
     return rc;
 }
 
+/* accumulate_steps: adds the last step's gradients to the window, weighted by its batch; once
+ * the window has its batches, the gradients become the window's mean and it starts again. */
+static bool window_done(trainer_t *t)
+{
+    double w = t->last_batch > 0 ? t->last_batch : 1;
+
+    for (size_t i = 0; i < model_param_count(t->model); i++) {
+        model_param_t *p = model_param(t->model, i);
+        for (size_t k = 0; k < p->n; k++)
+            t->acc[i][k] += (float)w * p->grad[k];
+    }
+    t->acc_examples += w;
+    if (++t->acc_count < t->job->accumulate_steps)
+        return false;
+    for (size_t i = 0; i < model_param_count(t->model); i++) {
+        model_param_t *p = model_param(t->model, i);
+        float inv = (float)(1.0 / t->acc_examples);
+        for (size_t k = 0; k < p->n; k++) {
+            p->grad[k] = t->acc[i][k] * inv;
+            t->acc[i][k] = 0;
+        }
+    }
+    t->acc_count = 0;
+    t->acc_examples = 0;
+    return true;
+}
+
 status_t trainer_apply(trainer_t *t, status_msg_t *err)
 {
     if (t->slots == NULL)
         return status_fail(err, STATUS_INVALID_USAGE,
                            "this trainer sends its gradients away: it has no optimizer");
+    if (t->acc != NULL && !window_done(t))
+        return STATUS_OK; /* the window goes on: no update yet */
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
         if (p->sparse)

@@ -80,7 +80,9 @@ status_t trainer_size_shard(trainer_t *t, int shard, int64_t *ret, status_msg_t 
 status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
                       status_msg_t *err);
 
-/* Applies the last step's gradients with the job's optimizer (opts.optimizer must be set). */
+/* Applies the last step's gradients with the job's optimizer (opts.optimizer must be set); with
+ * train.accumulate_steps k, only every k-th call applies, the mean of the k batches' gradients
+ * (each weighted by its examples), as one batch k times larger would. */
 status_t trainer_apply(trainer_t *t, status_msg_t *err);
 
 /* The optimizer as this trainer applies it, and param i's slot arrays (optimizer_slot_count of

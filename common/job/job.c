@@ -514,8 +514,9 @@ static status_t parse_data(job_ctx_t *c, const job_node_t *n, job_data_t *d)
 
 static status_t parse_train(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
-    static const char *const train_keys[] = {"epochs", "steps", "steps_per_execution",
-                                             "max_staleness", "bytes_per_pack"};
+    static const char *const train_keys[] = {
+        "epochs",        "steps",          "steps_per_execution",
+        "max_staleness", "bytes_per_pack", "accumulate_steps"};
 
     STATUS_CHECK(job_tree_check_map(c, n, train_keys, JOB_N_OF(train_keys), false));
     if (job_tree_given(job_tree_child(n, "epochs")) == job_tree_given(job_tree_child(n, "steps")))
@@ -527,6 +528,7 @@ static status_t parse_train(job_ctx_t *c, const job_node_t *n, job_t *job)
     STATUS_CHECK(
         job_tree_get_int(c, n, "steps_per_execution", false, 1, &job->steps_per_execution));
     STATUS_CHECK(job_tree_get_i64(c, n, "max_staleness", false, 0, &job->max_staleness));
+    STATUS_CHECK(job_tree_get_int(c, n, "accumulate_steps", false, 1, &job->accumulate_steps));
     return job_tree_get_i64(c, n, "bytes_per_pack", false, 0, &job->bytes_per_pack);
 }
 

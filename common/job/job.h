@@ -110,6 +110,8 @@ typedef struct job {
     int64_t epochs; /* train: {epochs: N} or {steps: N}; one of them is > 0 */
     int64_t steps;
     int steps_per_execution; /* default 1 */
+    int accumulate_steps;    /* the optimizer applies the mean gradient of this many batches
+                              * (Keras 3's gradient_accumulation_steps); 0 or 1: every batch */
     int64_t max_staleness;   /* parameter_server: 0 = off */
     int64_t bytes_per_pack;  /* parameter_server: gradients go to the PS in packs of at least
                               * this many bytes, each as soon as backward has made it; 0 =

@@ -378,6 +378,41 @@ START_TEST(replicas_step_as_one_device_does)
 }
 END_TEST
 
+#define ACC_JOB(strategy, batch, k)                                                                \
+    "strategy: " strategy "\nmodel: " MLP4                                                         \
+    "\nloss: {sparse_categorical_crossentropy: {from_logits: true}}\noptimizer: "                  \
+    "{adam: {learning_rate: 0.01}}\n"                                                              \
+    "data: {batch_size: " #batch ", shuffle_buffer: 1000, train: {format: synthetic, examples: "   \
+    "200, shape: [8], classes: 4}}\ntrain: {epochs: 3, accumulate_steps: " #k "}\n"
+
+/* train.accumulate_steps k applies the mean gradient of k batches: as one batch k times larger
+ * does, on one device and over replicas. */
+START_TEST(accumulated_batches_step_as_one_larger_batch)
+{
+    job_t big = {0}, acc = {0}, mir = {0};
+    int n_big, n_acc, n_mir;
+    trainer_t *t_big = run_steps(&big, ACC_JOB("one_device", 40, 1), 1, 0, &n_big);
+    trainer_t *t_acc = run_steps(&acc, ACC_JOB("one_device", 20, 2), 1, 0, &n_acc);
+    trainer_t *t_mir = run_steps(&mir, ACC_JOB("{mirrored: {replicas: 2}}", 10, 2), 2, 0, &n_mir);
+    double d1 = max_rel_diff(t_big, t_acc), d2 = max_rel_diff(t_big, t_mir);
+
+    printf("accumulate_steps 2: relative difference %.3g (one device), %.3g (2 replicas)\n", d1,
+           d2);
+    ck_assert_int_eq(n_big, 15);
+    ck_assert_int_eq(n_acc, 30);
+    ck_assert_int_eq(n_mir, 30);
+    ck_assert_int_eq(trainer_iterations(t_acc), 15); /* updates, not batches */
+    ck_assert_msg(d1 <= 1e-5 && d2 <= 1e-5, "%g %g", d1, d2);
+    ck_assert_msg(d1 > 0 || d2 > 0, "bit-identical: did the accumulation happen?");
+    trainer_free(t_big);
+    trainer_free(t_acc);
+    trainer_free(t_mir);
+    job_done(&big);
+    job_done(&acc);
+    job_done(&mir);
+}
+END_TEST
+
 /* scale_learning_rate multiplies by the replicas; an Embedding (sparse rows) is refused by name
  * until its rows are summed; replicas is an option of the local strategies only. */
 START_TEST(replicas_scale_the_rate_and_refuse_what_they_cannot_sum)
@@ -423,6 +458,7 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, evaluation_runs_the_hook_before_each_batch);
     tcase_add_test(tc, another_shard_reads_as_its_own_trainer_would);
     tcase_add_test(tc, replicas_step_as_one_device_does);
+    tcase_add_test(tc, accumulated_batches_step_as_one_larger_batch);
     tcase_add_test(tc, replicas_scale_the_rate_and_refuse_what_they_cannot_sum);
     suite_add_tcase(s, tc);
     return s;
