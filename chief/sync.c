@@ -4,8 +4,10 @@
  * worker's ring listens, the second connects the ring; then each closure runs the same steps on
  * every worker at once, in lockstep through the ring all-reduce of the gradients
  * (worker/sync.h), and the epoch's numbers are the sums of the workers' slices. The workers'
- * variables stay equal, so worker 0 evaluates. No parameter server takes part. A worker lost
- * fails the job, naming it (the ring is not rebuilt yet). */
+ * variables stay equal, so the first live worker evaluates. No parameter server takes part. A
+ * worker lost (killed, unreachable) does not fail the job: the others go back to where the
+ * failed closure started, make a ring of their own and share its slices of every batch, so the
+ * job goes on with the same global batch, the same examples in each step. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include "base/net.h"
 #include "chief_sync.h"
 #include "fanout.h"
+#include "rpc/health.h"
 #include "workers.h"
 
 typedef struct sync_run {
@@ -25,6 +28,9 @@ typedef struct sync_run {
     fanout_t *f;
     Tessera__V1__RunClosureRequest *reqs;
     uint64_t next_closure;
+    bool *alive;       /* in the ring now */
+    char **ring;       /* where each worker's ring listens */
+    worker_cfg_t *cfg; /* the ConfigureJob requests, for a ring made again */
 } sync_run_t;
 
 /* The job's failure on worker w: named, with who is at fault. */
@@ -64,14 +70,19 @@ static size_t first_failure(const fanout_t *f, size_t n)
     return best;
 }
 
-/* The ring: every worker's host (as the chief reaches it) with the port it reported. */
-static status_t make_ring(sync_run_t *s, const fanout_t *f, worker_cfg_t *cfg, char **ring,
-                          status_msg_t *err)
+static uint64_t new_token(void)
 {
     uint64_t token = 0;
 
     if (getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token))
         token = (uint64_t)(clock_wall_s() * 1e6) ^ 0x9E3779B97F4A7C15ull;
+    return token;
+}
+
+/* The ring's addresses: every worker's host (as the chief reaches it) with the port it
+ * reported. */
+static status_t make_ring(sync_run_t *s, const fanout_t *f, status_msg_t *err)
+{
     for (size_t w = 0; w < s->n; w++) {
         const Tessera__V1__ConfigureJobResponse *resp = (const void *)f[w].resp;
         char host[256];
@@ -80,25 +91,103 @@ static status_t make_ring(sync_run_t *s, const fanout_t *f, worker_cfg_t *cfg, c
                                         &port, err));
         if (resp->ring_port <= 0 || resp->ring_port > 65535)
             return failed(s, w, STATUS_REMOTE, "configuring the ring", "no ring port", err);
-        if ((ring[w] = malloc(strlen(host) + 16)) == NULL)
+        if ((s->ring[w] = malloc(strlen(host) + 16)) == NULL)
             return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-        sprintf(ring[w], strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, resp->ring_port);
-    }
-    for (size_t w = 0; w < s->n; w++) {
-        cfg->reqs[w].n_ring = s->n;
-        cfg->reqs[w].ring = ring;
-        cfg->reqs[w].ring_token = token;
+        sprintf(s->ring[w], strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, resp->ring_port);
     }
     return STATUS_OK;
 }
 
-/* One closure of `steps` steps on every worker at once; the sums of their answers. */
+/* Connects the ring of the live workers, renumbered in index order (rollback: each first goes
+ * back to where its last closure started); their ConfigureJob calls go all at once, since each
+ * waits for its neighbours. */
+static status_t connect_ring(sync_run_t *s, bool rollback, status_msg_t *err)
+{
+    char **addrs = calloc(s->n + 1, sizeof(*addrs));
+    uint64_t token = new_token();
+    size_t n = 0, rank = 0, bad;
+    status_t rc = STATUS_OK;
+
+    if (addrs == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t w = 0; w < s->n; w++)
+        if (s->alive[w])
+            addrs[n++] = s->ring[w];
+    for (size_t w = 0; w < s->n; w++) {
+        Tessera__V1__ConfigureJobRequest *q = &s->cfg->reqs[w];
+        q->n_ring = n;
+        q->ring = addrs;
+        q->ring_token = token;
+        q->ring_rank = s->alive[w] ? (int32_t)rank++ : 0;
+        q->ring_rollback = rollback;
+        s->f[w] = (fanout_t){.ch = s->c->workers[w],
+                             .method = RPC_WORKER_CONFIGURE_JOB,
+                             .req = &q->base,
+                             .timeout_ms = CONFIGURE_TIMEOUT,
+                             .skip = !s->alive[w]};
+    }
+    fanout_run(s->f, s->n);
+    for (size_t w = 0; w < s->n; w++)
+        if (s->f[w].skip)
+            s->f[w].rc = STATUS_OK; /* not in the ring: not a failure */
+    if ((bad = first_failure(s->f, s->n)) != SIZE_MAX)
+        rc = failed(s, bad, s->f[bad].rc != STATUS_OK ? s->f[bad].rc : STATUS_UNAVAILABLE,
+                    "connecting the ring", s->f[bad].err.message, err);
+    fanout_done(s->f, s->n);
+    for (size_t w = 0; w < s->n; w++) {
+        s->cfg->reqs[w].n_ring = 0; /* the requests point at addrs no more */
+        s->cfg->reqs[w].ring = NULL;
+    }
+    free(addrs);
+    return rc;
+}
+
+/* Worker `lost` left the ring (killed, unreachable): the live ones, back where the failed
+ * closure started, make a ring of their own and share its slices of every batch. */
+static status_t regroup(sync_run_t *s, size_t lost, const char *why, status_msg_t *err)
+{
+    const char **targets = calloc(s->n + 1, sizeof(*targets));
+    health_state_t *states = calloc(s->n + 1, sizeof(*states));
+    size_t left = 0;
+
+    if (targets == NULL || states == NULL) {
+        free(targets);
+        free(states);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    for (size_t w = 0; w < s->n; w++)
+        targets[w] = s->alive[w] && w != lost ? rpc_channel_target(s->c->workers[w]) : NULL;
+    health_check_many(targets, s->n, 2000, states, NULL, NULL);
+    for (size_t w = 0; w < s->n; w++) {
+        bool was = s->alive[w];
+        s->alive[w] = targets[w] != NULL && states[w] == HEALTH_SERVING;
+        left += s->alive[w];
+        if (was && !s->alive[w] && s->c->m_worker_failures != NULL)
+            metric_inc(s->c->m_worker_failures[w]);
+    }
+    free(targets);
+    free(states);
+    if (left == 0)
+        return failed(s, lost, STATUS_UNAVAILABLE, "training", why, err);
+    pthread_mutex_lock(&s->c->mu);
+    chief_job_event(s->c, s->j,
+                    "worker %zu (%s) lost: %s; the job goes on from step %lld with %zu worker%s, "
+                    "taking its slice of every batch too",
+                    lost, rpc_channel_target(s->c->workers[lost]), why,
+                    (long long)s->j->progress.step, left, left == 1 ? "" : "s");
+    pthread_mutex_unlock(&s->c->mu);
+    return connect_ring(s, true, err);
+}
+
+/* One closure of `steps` steps on every live worker at once (only: on that one alone); the
+ * sums of their answers. A worker gone meanwhile is *ret_lost (err says why), not a failure. */
 static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int *ret_steps,
-                            double sums[3], status_msg_t *err)
+                            double sums[3], size_t *ret_lost, status_msg_t *err)
 {
     status_t rc = STATUS_OK;
     size_t bad;
 
+    *ret_lost = SIZE_MAX;
     for (size_t w = 0; w < s->n; w++) {
         Tessera__V1__RunClosureRequest *q = &s->reqs[w];
         tessera__v1__run_closure_request__init(q);
@@ -112,14 +201,18 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
                              .method = RPC_WORKER_RUN_CLOSURE,
                              .req = &q->base,
                              .timeout_ms = CLOSURE_TIMEOUT,
-                             .skip = only != SIZE_MAX && w != only};
+                             .skip = !s->alive[w] || (only != SIZE_MAX && w != only)};
     }
     fanout_run(s->f, s->n);
     sums[0] = sums[1] = sums[2] = 0;
     *ret_steps = -1;
     for (size_t w = 0; w < s->n; w++) {
         const Tessera__V1__RunClosureResponse *resp = (const void *)s->f[w].resp;
-        if (s->f[w].skip || s->f[w].rc != STATUS_OK)
+        if (s->f[w].skip) {
+            s->f[w].rc = STATUS_OK; /* not asked: not a failure */
+            continue;
+        }
+        if (s->f[w].rc != STATUS_OK)
             continue;
         sums[0] += resp->loss_sum;
         sums[1] += resp->correct;
@@ -127,13 +220,41 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
         if (*ret_steps < 0 || resp->steps < *ret_steps)
             *ret_steps = resp->steps;
     }
-    if ((bad = first_failure(s->f, s->n)) != SIZE_MAX && !s->f[bad].skip)
+    bad = first_failure(s->f, s->n);
+    if (bad != SIZE_MAX && s->alive[bad] &&
+        (s->f[bad].rc == STATUS_OK || s->f[bad].rc == STATUS_UNAVAILABLE ||
+         s->f[bad].rc == STATUS_TIMEOUT)) {
+        *ret_lost = bad; /* gone, or its ring neighbours lost it: the others go on */
+        snprintf(err->text, sizeof(err->text), "%s",
+                 s->f[bad].rc != STATUS_OK ? s->f[bad].err.message : "its ring neighbours lost it");
+    } else if (bad != SIZE_MAX) {
         rc = failed(
             s, bad, s->f[bad].rc != STATUS_OK ? s->f[bad].rc : STATUS_UNAVAILABLE,
             kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN ? "training" : "evaluation",
             s->f[bad].rc != STATUS_OK ? s->f[bad].err.message : "its ring neighbours lost it", err);
+    }
     fanout_done(s->f, s->n);
     return rc;
+}
+
+/* Runs a closure, regrouping the ring (and running it again) each time a worker is lost. */
+static status_t closure(sync_run_t *s, int kind, int steps, int *ret_steps, double sums[3],
+                        status_msg_t *err)
+{
+    for (;;) {
+        size_t lost, first = 0;
+        char why[sizeof(err->text)];
+        while (first < s->n && !s->alive[first])
+            first++;
+        STATUS_CHECK(
+            run_closure(s, kind, steps,
+                        kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN ? SIZE_MAX : first,
+                        ret_steps, sums, &lost, err));
+        if (lost == SIZE_MAX)
+            return STATUS_OK;
+        snprintf(why, sizeof(why), "%s", err->text);
+        STATUS_CHECK(regroup(s, lost, why, err));
+    }
 }
 
 static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_t *err)
@@ -158,8 +279,8 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
             pthread_mutex_unlock(&c->mu);
             if (atomic_load(&j->cancel) || stop)
                 return status_fail(err, STATUS_CANCELLED, "cancelled");
-            STATUS_CHECK(run_closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN, want,
-                                     SIZE_MAX, &got, sums, err));
+            STATUS_CHECK(
+                closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN, want, &got, sums, err));
             if (got <= 0)
                 return status_fail(err, STATUS_INVALID_ARGUMENT,
                                    "the workers have no training data left for the epoch's last "
@@ -181,8 +302,8 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
         if (has_test && job->evaluate) {
             double sums[3];
             int got;
-            STATUS_CHECK(run_closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE, 0, 0,
-                                     &got, sums, err));
+            STATUS_CHECK(
+                closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE, 0, &got, sums, err));
             pthread_mutex_lock(&c->mu);
             if (sums[2] > 0) {
                 j->progress.test_loss = sums[0] / sums[2];
@@ -209,8 +330,8 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
 status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     size_t n = c->n_workers;
-    sync_run_t s = {.c = c, .j = j, .n = n};
     worker_cfg_t cfg = {.failed = SIZE_MAX};
+    sync_run_t s = {.c = c, .j = j, .n = n, .cfg = &cfg};
     fanout_t *f = calloc(n + 1, sizeof(*f));
     bool *alive = calloc(n + 1, sizeof(*alive));
     char **ring = calloc(n + 1, sizeof(*ring));
@@ -220,6 +341,8 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 
     s.f = calloc(n + 1, sizeof(*s.f));
     s.reqs = calloc(n + 1, sizeof(*s.reqs));
+    s.alive = alive;
+    s.ring = ring;
     if (!f || !alive || !ring || !s.f || !s.reqs) {
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
@@ -241,20 +364,10 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         goto out;
     examples = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->train_examples;
     has_test = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->test_examples > 0;
-    rc = make_ring(&s, f, &cfg, ring, err);
+    rc = make_ring(&s, f, err);
     fanout_done(f, n);
-    for (size_t w = 0; rc == STATUS_OK && w < n; w++)
-        f[w] = (fanout_t){.ch = c->workers[w],
-                          .method = RPC_WORKER_CONFIGURE_JOB,
-                          .req = &cfg.reqs[w].base,
-                          .timeout_ms = CONFIGURE_TIMEOUT};
-    if (rc == STATUS_OK) { /* every worker at once: each waits for its neighbours to connect */
-        size_t bad;
-        fanout_run(f, n);
-        if ((bad = first_failure(f, n)) != SIZE_MAX)
-            rc = failed(&s, bad, f[bad].rc, "connecting the ring", f[bad].err.message, err);
-        fanout_done(f, n);
-    }
+    if (rc == STATUS_OK)
+        rc = connect_ring(&s, false, err);
     if (rc != STATUS_OK)
         goto out;
     batches = j->job.data.drop_remainder ? examples / global : (examples + global - 1) / global;

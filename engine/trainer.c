@@ -31,10 +31,14 @@ struct trainer {
     int64_t steps;           /* steps this trainer ran */
     optimizer_config_t opt;  /* the job's, for one replica */
     /* when the optimizer is applied here */
-    float **slots;       /* per param */
-    int64_t *applied;    /* per param: updates applied */
-    replicas_t *reps;    /* mirrored, central_storage: the other replicas; NULL: one */
-    int slice, n_slices; /* multi_worker_mirrored: this process's slice of each global batch */
+    float **slots;    /* per param */
+    int64_t *applied; /* per param: updates applied */
+    replicas_t *reps; /* mirrored, central_storage: the other replicas; NULL: one */
+    /* multi_worker_mirrored: each global batch is n_slices slices of data.batch_size; this
+     * process steps on slices slice, slice + stride, ... (stride 1 < n_slices once workers are
+     * lost: the survivors share the lost ones' slices), summing their gradients in mb_acc */
+    int slice, n_slices, stride;
+    float **mb_acc;
     /* accumulate_steps: the gradients of the window so far, each batch's weighted by its size */
     float **acc;
     int acc_count, last_batch;
@@ -53,6 +57,9 @@ void trainer_free(trainer_t *t)
     for (size_t i = 0; t->acc != NULL && i < model_param_count(t->model); i++)
         free(t->acc[i]);
     free(t->acc);
+    for (size_t i = 0; t->mb_acc != NULL && i < model_param_count(t->model); i++)
+        free(t->mb_acc[i]);
+    free(t->mb_acc);
     for (int i = 0; t->readers != NULL && i < t->n_shards; i++) {
         data_pipeline_free(t->readers[i].pipe);
         dataset_free(t->readers[i].ds);
@@ -133,6 +140,7 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
                            slices, replicas);
     t->slice = slices > 1 ? o->slice_index : 0;
     t->n_slices = slices;
+    t->stride = slices;
     if (!job->data.train.present)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: data.train is missing", t->where);
     /* Data and model past the budget: a clear error, not the kernel's OOM killer. */
@@ -356,29 +364,59 @@ void trainer_shard_examples(const trainer_t *t, int64_t *ret)
     }
 }
 
-/* This process's slice of the global batch b: its gradients weighted by its share of the batch
- * (zero for an empty slice of a short last batch), so that the sum over the processes is the
- * gradient of the mean loss over the whole batch. */
+status_t trainer_set_slices(trainer_t *t, int first, int stride, status_msg_t *err)
+{
+    if (t->n_slices < 2 || first < 0 || stride < 1 || first >= stride || stride > t->n_slices)
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "slices from %d by %d of a global batch of %d slices", first, stride,
+                           t->n_slices);
+    if (stride < t->n_slices && t->mb_acc == NULL) {
+        size_t n = model_param_count(t->model);
+        if ((t->mb_acc = calloc(n + 1, sizeof(*t->mb_acc))) == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        for (size_t i = 0; i < n; i++)
+            if ((t->mb_acc[i] = calloc(model_param(t->model, i)->n + 1, sizeof(float))) == NULL)
+                return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    t->slice = first;
+    t->stride = stride;
+    return STATUS_OK;
+}
+
+/* This process's slices of the global batch b: their gradients, each weighted by its share of
+ * the batch (nothing for the empty slices of a short last batch), so that the sum over the
+ * processes is the gradient of the mean loss over the whole batch. */
 static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
                            status_msg_t *err)
 {
-    int per = t->job->data.batch_size, lo = t->slice * per;
-    int n = b->size - lo < per ? b->size - lo : per;
-    size_t in = model_input_len(t->model);
-    float w;
+    int per = t->job->data.batch_size, ran = 0;
+    size_t in = model_input_len(t->model), np = model_param_count(t->model);
 
-    if (n <= 0) {
-        for (size_t i = 0; i < model_param_count(t->model); i++)
-            memset(model_param(t->model, i)->grad, 0, model_param(t->model, i)->n * sizeof(float));
-        return STATUS_OK;
+    for (int v = t->slice; v < t->n_slices; v += t->stride) {
+        int lo = v * per, n = b->size - lo < per ? b->size - lo : per;
+        float w = (float)n / (float)b->size;
+        model_stats_t st;
+        if (n <= 0)
+            break;
+        STATUS_CHECK(
+            model_train_step(t->model, b->features + (size_t)lo * in, b->labels + lo, n, &st, err));
+        ret_stats->loss_sum += st.loss_sum;
+        ret_stats->correct += st.correct;
+        ret_stats->examples += st.examples;
+        for (size_t i = 0; i < np; i++) {
+            model_param_t *p = model_param(t->model, i);
+            float *acc = t->stride < t->n_slices ? t->mb_acc[i] : p->grad;
+            for (size_t k = 0; k < p->n; k++)
+                acc[k] = ran == 0 ? w * p->grad[k] : acc[k] + w * p->grad[k];
+        }
+        ran++;
     }
-    STATUS_CHECK(model_train_step(t->model, b->features + (size_t)lo * in, b->labels + lo, n,
-                                  ret_stats, err));
-    w = (float)n / (float)b->size;
-    for (size_t i = 0; i < model_param_count(t->model); i++) {
+    for (size_t i = 0; i < np; i++) {
         model_param_t *p = model_param(t->model, i);
-        for (size_t k = 0; k < p->n; k++)
-            p->grad[k] *= w;
+        if (ran == 0)
+            memset(p->grad, 0, p->n * sizeof(float));
+        else if (t->stride < t->n_slices)
+            memcpy(p->grad, t->mb_acc[i], p->n * sizeof(float));
     }
     return STATUS_OK;
 }

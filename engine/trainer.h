@@ -80,6 +80,10 @@ status_t trainer_size_shard(trainer_t *t, int shard, int64_t *ret, status_msg_t 
 status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
                       status_msg_t *err);
 
+/* multi_worker_mirrored after workers were lost: this process now steps on slices first,
+ * first + stride, ... of each global batch (the global batch stays what it was). */
+status_t trainer_set_slices(trainer_t *t, int first, int stride, status_msg_t *err);
+
 /* Applies the last step's gradients with the job's optimizer (opts.optimizer must be set); with
  * train.accumulate_steps k, only every k-th call applies, the mean of the k batches' gradients
  * (each weighted by its examples), as one batch k times larger would. */

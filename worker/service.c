@@ -265,10 +265,14 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
                                 "job %s is not configured on this worker", req->job);
         }
         if (req->n_ring > 0) { /* multi_worker_mirrored: the ring, no parameter server */
-            rc = j->sync != NULL
-                     ? sync_connect(j->sync, req->ring, req->n_ring, req->ring_token, 30000, &err)
-                     : status_fail(&err, STATUS_INVALID_ARGUMENT,
-                                   "job %s is not multi_worker_mirrored", req->job);
+            rc = j->sync != NULL ? STATUS_OK
+                                 : status_fail(&err, STATUS_INVALID_ARGUMENT,
+                                               "job %s is not multi_worker_mirrored", req->job);
+            if (rc == STATUS_OK && req->ring_rollback)
+                rc = sync_rollback(j->sync, &err);
+            if (rc == STATUS_OK)
+                rc = sync_connect(j->sync, req->ring, req->n_ring, req->ring_rank, req->ring_token,
+                                  30000, &err);
             if (rc == STATUS_OK)
                 LOG_INFO(WORKER, "job %s: ring of %zu workers connected", j->id, req->n_ring);
             pthread_mutex_unlock(&w->mu);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "optim/optimizer.h"
 #include "ring.h"
 
 struct sync {
@@ -15,6 +16,13 @@ struct sync {
     ring_t *ring;
     float *pack; /* every gradient, in the model's order */
     size_t n_pack;
+    /* where the last closure started: values, optimizer slots, updates applied, data position,
+     * dropout streams; a ring that lost a worker goes back there */
+    float *snap_values, *snap_slots;
+    size_t n_slots;
+    int64_t snap_iterations, snap_epoch, snap_batch;
+    uint64_t *snap_rng;
+    bool has_snap;
 };
 
 void sync_free(sync_t *s)
@@ -25,6 +33,9 @@ void sync_free(sync_t *s)
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     free(s->pack);
+    free(s->snap_values);
+    free(s->snap_slots);
+    free(s->snap_rng);
     free(s);
 }
 
@@ -46,7 +57,12 @@ status_t sync_new(trainer_t *t, int rank, int size, sync_t **ret, int *ret_port,
     *s = (sync_t){.t = t, .rank = rank, .size = size, .listen_fd = -1};
     for (size_t i = 0; i < model_param_count(m); i++)
         s->n_pack += model_param(m, i)->n;
-    if ((s->pack = malloc((s->n_pack + 1) * sizeof(float))) == NULL) {
+    s->n_slots = optimizer_slot_count(trainer_optimizer(t)) * s->n_pack;
+    s->pack = malloc((s->n_pack + 1) * sizeof(float));
+    s->snap_values = malloc((s->n_pack + 1) * sizeof(float));
+    s->snap_slots = malloc((s->n_slots + 1) * sizeof(float));
+    s->snap_rng = calloc(model_rng_count(m) + 1, sizeof(uint64_t));
+    if (s->pack == NULL || s->snap_values == NULL || s->snap_slots == NULL || s->snap_rng == NULL) {
         sync_free(s);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
@@ -59,22 +75,68 @@ status_t sync_new(trainer_t *t, int rank, int size, sync_t **ret, int *ret_port,
     return STATUS_OK;
 }
 
-status_t sync_connect(sync_t *s, char *const *ring, size_t n, uint64_t token, int timeout_ms,
-                      status_msg_t *err)
+status_t sync_connect(sync_t *s, char *const *ring, size_t n, int rank, uint64_t token,
+                      int timeout_ms, status_msg_t *err)
 {
-    ring_opts_t o = {.rank = s->rank,
-                     .size = s->size,
+    ring_opts_t o = {.rank = rank,
+                     .size = (int)n,
                      .listen_fd = s->listen_fd,
                      .token = token,
                      .timeout_ms = timeout_ms};
 
-    if (n != (size_t)s->size)
+    if (n < 1 || n > (size_t)s->size || rank < 0 || (size_t)rank >= n)
         return status_fail(err, STATUS_INVALID_ARGUMENT,
-                           "a ring of %zu addresses for a job of %d workers", n, s->size);
+                           "rank %d of a ring of %zu for a job of %d workers", rank, n, s->size);
     ring_free(s->ring);
     s->ring = NULL;
-    o.next_address = ring[(s->rank + 1) % s->size];
+    /* the survivors of a smaller ring share the slices of the workers it lost */
+    if (n < (size_t)s->size || rank != s->rank)
+        STATUS_CHECK(trainer_set_slices(s->t, rank, (int)n, err));
+    o.next_address = ring[(size_t)(rank + 1) % n];
     return ring_connect(&o, &s->ring, err);
+}
+
+/* Values, slots, updates and data position as they are now, or back to them. */
+static void snapshot(sync_t *s, bool take)
+{
+    model_t *m = trainer_model(s->t);
+    size_t off = 0, soff = 0, per = optimizer_slot_count(trainer_optimizer(s->t));
+
+    for (size_t i = 0; i < model_param_count(m); i++) {
+        model_param_t *p = model_param(m, i);
+        float *slots = trainer_slots(s->t, i);
+        if (take) {
+            memcpy(s->snap_values + off, p->value, p->n * sizeof(float));
+            if (slots != NULL)
+                memcpy(s->snap_slots + soff, slots, per * p->n * sizeof(float));
+        } else {
+            memcpy(p->value, s->snap_values + off, p->n * sizeof(float));
+            if (slots != NULL)
+                memcpy(slots, s->snap_slots + soff, per * p->n * sizeof(float));
+        }
+        off += p->n;
+        soff += per * p->n;
+    }
+    for (size_t i = 0; i < model_rng_count(m); i++) {
+        if (take)
+            s->snap_rng[i] = *model_rng_state(m, i);
+        else
+            *model_rng_state(m, i) = s->snap_rng[i];
+    }
+    if (take) {
+        s->snap_iterations = trainer_iterations(s->t);
+        trainer_position(s->t, 0, &s->snap_epoch, &s->snap_batch);
+        s->has_snap = true;
+    }
+}
+
+status_t sync_rollback(sync_t *s, status_msg_t *err)
+{
+    if (!s->has_snap)
+        return STATUS_OK; /* no closure ran: nothing to undo */
+    snapshot(s, false);
+    trainer_set_iterations(s->t, s->snap_iterations);
+    return trainer_seek(s->t, 0, s->snap_epoch, s->snap_batch, err);
 }
 
 int sync_failed_peer(const sync_t *s)
@@ -105,6 +167,7 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
     *ret_steps = 0;
     if (s->ring == NULL)
         return status_fail(err, STATUS_INVALID_USAGE, "the ring of the job is not connected");
+    snapshot(s, true);
     for (int k = 0; k < steps; k++) {
         data_batch_t b;
         model_stats_t st;

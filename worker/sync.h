@@ -21,9 +21,15 @@ typedef struct sync sync_t;
 status_t sync_new(trainer_t *t, int rank, int size, sync_t **ret, int *ret_port, status_msg_t *err);
 void sync_free(sync_t *s); /* NULL-safe */
 
-/* Connects the ring: ring[i] is where worker i listens; token is the job's. */
-status_t sync_connect(sync_t *s, char *const *ring, size_t n, uint64_t token, int timeout_ms,
-                      status_msg_t *err);
+/* Connects the ring as its rank `rank`: ring[i] is where its rank i listens; token is the
+ * job's. A ring of fewer than the job's workers (some were lost) shares their slices of each
+ * global batch among the survivors. */
+status_t sync_connect(sync_t *s, char *const *ring, size_t n, int rank, uint64_t token,
+                      int timeout_ms, status_msg_t *err);
+
+/* Back to where the last closure started (a closure the ring failed in may have applied some
+ * of its steps here and not on the others). */
+status_t sync_rollback(sync_t *s, status_msg_t *err);
 
 /* Runs `steps` synchronous steps (fewer when *cancelled is set, then STATUS_CANCELLED): each
  * reads the next global batch, steps on this worker's slice, all-reduces the gradients and
