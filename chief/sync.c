@@ -7,7 +7,8 @@
  * variables stay equal, so the first live worker evaluates. No parameter server takes part. A
  * worker lost (killed, unreachable) does not fail the job: the others go back to where the
  * failed closure started, make a ring of their own and share its slices of every batch, so the
- * job goes on with the same global batch, the same examples in each step. */
+ * job goes on with the same global batch, the same examples in each step. A lost worker that
+ * answers again joins the ring between closures and takes a survivor's state. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,9 @@ typedef struct sync_run {
     bool *alive;       /* in the ring now */
     char **ring;       /* where each worker's ring listens */
     worker_cfg_t *cfg; /* the ConfigureJob requests, for a ring made again */
+    /* where the data stands after the last closure (a worker that comes back starts there) */
+    int64_t data_epoch, data_batch;
+    double next_check; /* clock_now_s() of the next look for lost workers that answer again */
 } sync_run_t;
 
 /* The job's failure on worker w: named, with who is at fault. */
@@ -99,9 +103,10 @@ static status_t make_ring(sync_run_t *s, const fanout_t *f, status_msg_t *err)
 }
 
 /* Connects the ring of the live workers, renumbered in index order (rollback: each first goes
- * back to where its last closure started); their ConfigureJob calls go all at once, since each
- * waits for its neighbours. */
-static status_t connect_ring(sync_run_t *s, bool rollback, status_msg_t *err)
+ * back to where its last closure started; root < n: then every one takes worker root's values
+ * and slots, and the job's step as its update count); their ConfigureJob calls go all at once,
+ * since each waits for its neighbours. */
+static status_t connect_ring(sync_run_t *s, bool rollback, size_t root, status_msg_t *err)
 {
     char **addrs = calloc(s->n + 1, sizeof(*addrs));
     uint64_t token = new_token();
@@ -118,14 +123,20 @@ static status_t connect_ring(sync_run_t *s, bool rollback, status_msg_t *err)
         q->n_ring = n;
         q->ring = addrs;
         q->ring_token = token;
+        if (w == root)
+            q->ring_root = (int32_t)rank; /* every request names it: set below */
         q->ring_rank = s->alive[w] ? (int32_t)rank++ : 0;
         q->ring_rollback = rollback;
+        q->ring_broadcast = root < s->n;
+        q->ring_iterations = s->j->progress.step;
         s->f[w] = (fanout_t){.ch = s->c->workers[w],
                              .method = RPC_WORKER_CONFIGURE_JOB,
                              .req = &q->base,
                              .timeout_ms = CONFIGURE_TIMEOUT,
                              .skip = !s->alive[w]};
     }
+    for (size_t w = 0; root < s->n && w < s->n; w++)
+        s->cfg->reqs[w].ring_root = s->cfg->reqs[root].ring_root;
     fanout_run(s->f, s->n);
     for (size_t w = 0; w < s->n; w++)
         if (s->f[w].skip)
@@ -137,6 +148,7 @@ static status_t connect_ring(sync_run_t *s, bool rollback, status_msg_t *err)
     for (size_t w = 0; w < s->n; w++) {
         s->cfg->reqs[w].n_ring = 0; /* the requests point at addrs no more */
         s->cfg->reqs[w].ring = NULL;
+        s->cfg->reqs[w].ring_broadcast = s->cfg->reqs[w].ring_rollback = false;
     }
     free(addrs);
     return rc;
@@ -176,7 +188,81 @@ static status_t regroup(sync_run_t *s, size_t lost, const char *why, status_msg_
                     lost, rpc_channel_target(s->c->workers[lost]), why,
                     (long long)s->j->progress.step, left, left == 1 ? "" : "s");
     pthread_mutex_unlock(&s->c->mu);
-    return connect_ring(s, true, err);
+    return connect_ring(s, true, SIZE_MAX, err);
+}
+
+/* Lost worker w answers again (restarted at its address, woken, reconnected): it builds the job
+ * with its data where the others' stands, joins the ring, and takes the values and optimizer
+ * slots of a worker that stayed. False when it cannot (it is tried again later). */
+static bool rejoin(sync_run_t *s, size_t w, status_msg_t *err)
+{
+    Tessera__V1__ConfigureJobRequest q = s->cfg->reqs[w];
+    Tessera__V1__ConfigureJobResponse *resp = NULL;
+    rpc_call_opts_t o = {.timeout_ms = CONFIGURE_TIMEOUT};
+    rpc_error_t rerr;
+    char host[256], *addr;
+    int port;
+
+    q.start_epoch = s->data_epoch;
+    q.start_batch = s->data_batch;
+    if (rpc_worker_configure_job(s->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK)
+        return false;
+    if (resp->ring_port <= 0 || resp->ring_port > 65535 ||
+        net_split_hostport(rpc_channel_target(s->c->workers[w]), host, sizeof(host), &port, err) !=
+            STATUS_OK ||
+        (addr = malloc(strlen(host) + 16)) == NULL) {
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return false;
+    }
+    sprintf(addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, resp->ring_port);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    free(s->ring[w]);
+    s->ring[w] = addr;
+    s->alive[w] = true;
+    pthread_mutex_lock(&s->c->mu);
+    chief_job_event(s->c, s->j, "worker %zu (%s) is back: it joins the ring at step %lld", w,
+                    rpc_channel_target(s->c->workers[w]), (long long)s->j->progress.step);
+    pthread_mutex_unlock(&s->c->mu);
+    metric_inc(s->c->m_worker_rejoins);
+    return true;
+}
+
+/* Every few seconds between closures: lost workers that answer again join the ring. */
+static status_t take_back(sync_run_t *s, status_msg_t *err)
+{
+    const char **targets;
+    health_state_t *states;
+    size_t back = 0, root = 0;
+    status_t rc = STATUS_OK;
+
+    if (clock_now_s() < s->next_check || s->j->job.accumulate_steps > 1)
+        return STATUS_OK; /* (a window's gradients so far are not handed over) */
+    s->next_check = clock_now_s() + 2;
+    for (size_t w = 0; w < s->n; w++)
+        back += !s->alive[w];
+    if (back == 0)
+        return STATUS_OK;
+    targets = calloc(s->n + 1, sizeof(*targets));
+    states = calloc(s->n + 1, sizeof(*states));
+    if (targets == NULL || states == NULL) {
+        free(targets);
+        free(states);
+        return STATUS_OK;
+    }
+    for (size_t w = 0; w < s->n; w++)
+        targets[w] = s->alive[w] ? NULL : rpc_channel_target(s->c->workers[w]);
+    health_check_many(targets, s->n, 1000, states, NULL, NULL);
+    while (root < s->n && !s->alive[root])
+        root++;
+    back = 0;
+    for (size_t w = 0; w < s->n; w++)
+        if (targets[w] != NULL && states[w] == HEALTH_SERVING)
+            back += rejoin(s, w, err);
+    free(targets);
+    free(states);
+    if (back > 0)
+        rc = connect_ring(s, false, root, err);
+    return rc;
 }
 
 /* One closure of `steps` steps on every live worker at once (only: on that one alone); the
@@ -217,6 +303,10 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
         sums[0] += resp->loss_sum;
         sums[1] += resp->correct;
         sums[2] += (double)resp->examples;
+        if (*ret_steps < 0 && kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN) {
+            s->data_epoch = resp->data_epoch; /* every live worker stands at the same place */
+            s->data_batch = resp->data_batch;
+        }
         if (*ret_steps < 0 || resp->steps < *ret_steps)
             *ret_steps = resp->steps;
     }
@@ -241,6 +331,8 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
 static status_t closure(sync_run_t *s, int kind, int steps, int *ret_steps, double sums[3],
                         status_msg_t *err)
 {
+    if (kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN)
+        STATUS_CHECK(take_back(s, err));
     for (;;) {
         size_t lost, first = 0;
         char why[sizeof(err->text)];
@@ -367,7 +459,7 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     rc = make_ring(&s, f, err);
     fanout_done(f, n);
     if (rc == STATUS_OK)
-        rc = connect_ring(&s, false, err);
+        rc = connect_ring(&s, false, SIZE_MAX, err);
     if (rc != STATUS_OK)
         goto out;
     batches = j->job.data.drop_remainder ? examples / global : (examples + global - 1) / global;

@@ -273,6 +273,8 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
             if (rc == STATUS_OK)
                 rc = sync_connect(j->sync, req->ring, req->n_ring, req->ring_rank, req->ring_token,
                                   30000, &err);
+            if (rc == STATUS_OK && req->ring_broadcast)
+                rc = sync_broadcast(j->sync, req->ring_root, req->ring_iterations, &err);
             if (rc == STATUS_OK)
                 LOG_INFO(WORKER, "job %s: ring of %zu workers connected", j->id, req->n_ring);
             pthread_mutex_unlock(&w->mu);

@@ -23,6 +23,7 @@ struct sync {
     int64_t snap_iterations, snap_epoch, snap_batch;
     uint64_t *snap_rng;
     bool has_snap;
+    int ring_rank; /* this worker's place in the ring now */
 };
 
 void sync_free(sync_t *s)
@@ -90,8 +91,8 @@ status_t sync_connect(sync_t *s, char *const *ring, size_t n, int rank, uint64_t
     ring_free(s->ring);
     s->ring = NULL;
     /* the survivors of a smaller ring share the slices of the workers it lost */
-    if (n < (size_t)s->size || rank != s->rank)
-        STATUS_CHECK(trainer_set_slices(s->t, rank, (int)n, err));
+    STATUS_CHECK(trainer_set_slices(s->t, rank, (int)n, err));
+    s->ring_rank = rank;
     o.next_address = ring[(size_t)(rank + 1) % n];
     return ring_connect(&o, &s->ring, err);
 }
@@ -128,6 +129,41 @@ static void snapshot(sync_t *s, bool take)
         trainer_position(s->t, 0, &s->snap_epoch, &s->snap_batch);
         s->has_snap = true;
     }
+}
+
+status_t sync_broadcast(sync_t *s, int root, int64_t iterations, status_msg_t *err)
+{
+    model_t *m = trainer_model(s->t);
+    size_t per = optimizer_slot_count(trainer_optimizer(s->t)), off = 0, soff = 0;
+    size_t n = s->n_pack + s->n_slots;
+    float *buf = calloc(n + 1, sizeof(float));
+    status_t rc;
+
+    if (buf == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    /* the root's values and slots, zeros elsewhere: the sum is the root's, bit for bit */
+    for (size_t i = 0; s->ring_rank == root && i < model_param_count(m); i++) {
+        model_param_t *p = model_param(m, i);
+        memcpy(buf + off, p->value, p->n * sizeof(float));
+        if (trainer_slots(s->t, i) != NULL)
+            memcpy(buf + s->n_pack + soff, trainer_slots(s->t, i), per * p->n * sizeof(float));
+        off += p->n;
+        soff += per * p->n;
+    }
+    rc = ring_allreduce(s->ring, buf, n, err);
+    off = soff = 0;
+    for (size_t i = 0; rc == STATUS_OK && i < model_param_count(m); i++) {
+        model_param_t *p = model_param(m, i);
+        memcpy(p->value, buf + off, p->n * sizeof(float));
+        if (trainer_slots(s->t, i) != NULL)
+            memcpy(trainer_slots(s->t, i), buf + s->n_pack + soff, per * p->n * sizeof(float));
+        off += p->n;
+        soff += per * p->n;
+    }
+    free(buf);
+    if (rc == STATUS_OK)
+        trainer_set_iterations(s->t, iterations);
+    return rc;
 }
 
 status_t sync_rollback(sync_t *s, status_msg_t *err)

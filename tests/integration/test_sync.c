@@ -159,6 +159,42 @@ START_TEST(sync_worker_killed_the_job_finishes_on_the_other_at_the_same_numbers)
 }
 END_TEST
 
+/* Killed, then started again at its address (as systemd or Kubernetes would): the worker joins
+ * the ring again between closures, takes the others' values and optimizer state, and the job
+ * ends on both workers at the numbers of an undisturbed run. */
+START_TEST(sync_worker_restarted_rejoins_the_ring)
+{
+    cluster_t c;
+    char *calm = NULL, *out = NULL, *id, *p, listen[300];
+    const char *job = mlp_job("mwms-back", "multi_worker_mirrored", 32, 6);
+    int rc;
+
+    start_cluster(&c);
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &calm);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, calm);
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
+    id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
+    free(out);
+    usleep(1000 * 1000);
+    snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    harness_start(&c.worker[1], "tessera-worker", "sync-w1-again", "--task-index=1", listen, NULL);
+    rc = tessera((char *[]){"watch", id, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "lost") != NULL && strstr(out, "is back") != NULL &&
+                      strstr(out, "5628 steps") != NULL,
+                  "%s", out);
+    printf("worker restarted: test accuracy %.4f, undisturbed %.4f\n", test_accuracy(out),
+           test_accuracy(calm));
+    ck_assert_double_eq_tol(test_accuracy(out), test_accuracy(calm), 0.002);
+    free(out);
+    free(calm);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
 static Suite *sync_suite(void)
 {
     Suite *s = suite_create("sync");
@@ -167,6 +203,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers);
     tcase_add_test(tc, sync_epoch_ends_where_one_device_does);
     tcase_add_test(tc, sync_worker_killed_the_job_finishes_on_the_other_at_the_same_numbers);
+    tcase_add_test(tc, sync_worker_restarted_rejoins_the_ring);
     suite_add_tcase(s, tc);
     return s;
 }
