@@ -7,7 +7,7 @@
 static void *fanout_main(void *arg)
 {
     fanout_t *f = arg;
-    rpc_call_opts_t o = {.timeout_ms = f->timeout_ms};
+    rpc_call_opts_t o = {.timeout_ms = f->timeout_ms, .cancel = f->cancel};
 
     if (f->skip) {
         f->rc = f->err.status = STATUS_UNAVAILABLE;

@@ -3,6 +3,7 @@
 #define TESSERA_CHIEF_FANOUT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -14,7 +15,8 @@ typedef struct fanout {
     const ProtobufCMessage *req;
     ProtobufCMessage *resp;
     int64_t timeout_ms;
-    bool skip; /* no call: rc is STATUS_UNAVAILABLE (a task known to be down) */
+    bool skip;            /* no call: rc is STATUS_UNAVAILABLE (a task known to be down) */
+    _Atomic bool *cancel; /* may be NULL: set, the call ends (STATUS_CANCELLED) */
     status_t rc;
     rpc_error_t err;
     pthread_t tid;

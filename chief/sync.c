@@ -20,6 +20,7 @@
 #include "chief_sync.h"
 #include "fanout.h"
 #include "rpc/health.h"
+#include "watchdog.h"
 #include "workers.h"
 
 typedef struct sync_run {
@@ -35,6 +36,7 @@ typedef struct sync_run {
     /* where the data stands after the last closure (a worker that comes back starts there) */
     int64_t data_epoch, data_batch;
     double next_check; /* clock_now_s() of the next look for lost workers that answer again */
+    watchdog_t *wd;    /* hung[w]: worker w answered no health check for --worker-timeout */
 } sync_run_t;
 
 /* The job's failure on worker w: named, with who is at fault. */
@@ -129,6 +131,7 @@ static status_t connect_ring(sync_run_t *s, bool rollback, size_t root, status_m
         q->ring_rollback = rollback;
         q->ring_broadcast = root < s->n;
         q->ring_iterations = s->j->progress.step;
+        q->ring_timeout_ms = (int32_t)s->c->opts->worker_timeout_ms;
         s->f[w] = (fanout_t){.ch = s->c->workers[w],
                              .method = RPC_WORKER_CONFIGURE_JOB,
                              .req = &q->base,
@@ -170,6 +173,7 @@ static status_t regroup(sync_run_t *s, size_t lost, const char *why, status_msg_
     for (size_t w = 0; w < s->n; w++)
         targets[w] = s->alive[w] && w != lost ? rpc_channel_target(s->c->workers[w]) : NULL;
     health_check_many(targets, s->n, 2000, states, NULL, NULL);
+    pthread_mutex_lock(&s->c->mu); /* the watchdog reads alive */
     for (size_t w = 0; w < s->n; w++) {
         bool was = s->alive[w];
         s->alive[w] = targets[w] != NULL && states[w] == HEALTH_SERVING;
@@ -177,6 +181,7 @@ static status_t regroup(sync_run_t *s, size_t lost, const char *why, status_msg_
         if (was && !s->alive[w] && s->c->m_worker_failures != NULL)
             metric_inc(s->c->m_worker_failures[w]);
     }
+    pthread_mutex_unlock(&s->c->mu);
     free(targets);
     free(states);
     if (left == 0)
@@ -218,7 +223,10 @@ static bool rejoin(sync_run_t *s, size_t w, status_msg_t *err)
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     free(s->ring[w]);
     s->ring[w] = addr;
+    pthread_mutex_lock(&s->c->mu);
+    watchdog_revive(s->wd, w); /* before it is alive: its calls must not be cancelled */
     s->alive[w] = true;
+    pthread_mutex_unlock(&s->c->mu);
     pthread_mutex_lock(&s->c->mu);
     chief_job_event(s->c, s->j, "worker %zu (%s) is back: it joins the ring at step %lld", w,
                     rpc_channel_target(s->c->workers[w]), (long long)s->j->progress.step);
@@ -287,7 +295,8 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
                              .method = RPC_WORKER_RUN_CLOSURE,
                              .req = &q->base,
                              .timeout_ms = CLOSURE_TIMEOUT,
-                             .skip = !s->alive[w] || (only != SIZE_MAX && w != only)};
+                             .skip = !s->alive[w] || (only != SIZE_MAX && w != only),
+                             .cancel = s->wd->hung != NULL ? &s->wd->hung[w] : NULL};
     }
     fanout_run(s->f, s->n);
     sums[0] = sums[1] = sums[2] = 0;
@@ -313,10 +322,18 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
     bad = first_failure(s->f, s->n);
     if (bad != SIZE_MAX && s->alive[bad] &&
         (s->f[bad].rc == STATUS_OK || s->f[bad].rc == STATUS_UNAVAILABLE ||
-         s->f[bad].rc == STATUS_TIMEOUT)) {
-        *ret_lost = bad; /* gone, or its ring neighbours lost it: the others go on */
-        snprintf(err->text, sizeof(err->text), "%s",
-                 s->f[bad].rc != STATUS_OK ? s->f[bad].err.message : "its ring neighbours lost it");
+         s->f[bad].rc == STATUS_TIMEOUT ||
+         (s->f[bad].rc == STATUS_CANCELLED && s->wd->hung != NULL &&
+          atomic_load(&s->wd->hung[bad])))) {
+        *ret_lost = bad; /* gone, hung, or its ring neighbours lost it: the others go on */
+        if (s->f[bad].rc == STATUS_CANCELLED)
+            snprintf(err->text, sizeof(err->text),
+                     "it answered no health check for %.1f s (stopped, hung or cut off)",
+                     (double)s->wd->timeout_ms / 1000);
+        else
+            snprintf(err->text, sizeof(err->text), "%s",
+                     s->f[bad].rc != STATUS_OK ? s->f[bad].err.message
+                                               : "its ring neighbours lost it");
     } else if (bad != SIZE_MAX) {
         rc = failed(
             s, bad, s->f[bad].rc != STATUS_OK ? s->f[bad].rc : STATUS_UNAVAILABLE,
@@ -423,7 +440,8 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
     size_t n = c->n_workers;
     worker_cfg_t cfg = {.failed = SIZE_MAX};
-    sync_run_t s = {.c = c, .j = j, .n = n, .cfg = &cfg};
+    watchdog_t wd = {0};
+    sync_run_t s = {.c = c, .j = j, .n = n, .cfg = &cfg, .wd = &wd};
     fanout_t *f = calloc(n + 1, sizeof(*f));
     bool *alive = calloc(n + 1, sizeof(*alive));
     char **ring = calloc(n + 1, sizeof(*ring));
@@ -460,6 +478,9 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     fanout_done(f, n);
     if (rc == STATUS_OK)
         rc = connect_ring(&s, false, SIZE_MAX, err);
+    /* health checks of the workers in the ring: a hung one's closure call is cancelled */
+    if (rc == STATUS_OK)
+        rc = watchdog_start(&wd, c, alive, n, c->opts->worker_timeout_ms, NULL, NULL, err);
     if (rc != STATUS_OK)
         goto out;
     batches = j->job.data.drop_remainder ? examples / global : (examples + global - 1) / global;
@@ -472,6 +493,7 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     pthread_mutex_unlock(&c->mu);
     rc = train(&s, batches, has_test, err);
 out:
+    watchdog_stop(&wd);
     if (rc != STATUS_OK)
         chief_cancel_workers(c, j);
     for (size_t w = 0; ring != NULL && w < n; w++)

@@ -272,7 +272,7 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
                 rc = sync_rollback(j->sync, &err);
             if (rc == STATUS_OK)
                 rc = sync_connect(j->sync, req->ring, req->n_ring, req->ring_rank, req->ring_token,
-                                  30000, &err);
+                                  req->ring_timeout_ms > 0 ? req->ring_timeout_ms : 30000, &err);
             if (rc == STATUS_OK && req->ring_broadcast)
                 rc = sync_broadcast(j->sync, req->ring_root, req->ring_iterations, &err);
             if (rc == STATUS_OK)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "check_run.h"
 #include "harness.h"
 
@@ -19,7 +20,7 @@ typedef struct cluster {
     char chief_flag[300];
 } cluster_t;
 
-static void start_cluster(cluster_t *c)
+static void start_cluster_with(cluster_t *c, const char *chief_flag)
 {
     char worker_flag[400];
 
@@ -27,8 +28,13 @@ static void start_cluster(cluster_t *c)
     harness_start(&c->worker[1], "tessera-worker", "sync-w1", "--task-index=1", NULL);
     snprintf(worker_flag, sizeof(worker_flag), "--worker=%s,%s", c->worker[0].listen,
              c->worker[1].listen);
-    harness_start(&c->chief, "tessera-chief", "sync-chief", worker_flag, NULL);
+    harness_start(&c->chief, "tessera-chief", "sync-chief", worker_flag, chief_flag, NULL);
     snprintf(c->chief_flag, sizeof(c->chief_flag), "--chief=%s", c->chief.listen);
+}
+
+static void start_cluster(cluster_t *c)
+{
+    start_cluster_with(c, NULL);
 }
 
 static void stop_cluster(cluster_t *c)
@@ -195,6 +201,49 @@ START_TEST(sync_worker_restarted_rejoins_the_ring)
 }
 END_TEST
 
+/* A worker stopped with SIGSTOP (hung: its connections stay open, nothing answers): the chief's
+ * health checks notice it within --worker-timeout, cancel its call, and the other goes on as
+ * for a killed one; woken, it answers again and rejoins; the job ends at the undisturbed
+ * numbers. */
+START_TEST(sync_worker_hung_is_noticed_and_taken_back)
+{
+    cluster_t c;
+    char *calm = NULL, *out = NULL, *id, *p, log[700];
+    const char *job = mlp_job("mwms-hung", "multi_worker_mirrored", 32, 8);
+    double t0;
+    int rc;
+
+    start_cluster_with(&c, "--worker-timeout=3s");
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &calm);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, calm);
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
+    id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
+    free(out);
+    usleep(1000 * 1000);
+    ck_assert_int_eq(kill(c.worker[1].pid, SIGSTOP), 0);
+    t0 = clock_now_s();
+    snprintf(log, sizeof(log), "%s/sync-chief.log", harness_tmpdir());
+    while (!harness_file_contains(log, "lost: ")) {
+        ck_assert_msg(clock_now_s() - t0 < 30, "a stopped worker not noticed in 30 s");
+        usleep(50000);
+    }
+    printf("stopped worker left the ring after %.1f s (--worker-timeout=3s)\n", clock_now_s() - t0);
+    ck_assert_msg(clock_now_s() - t0 < 9, "noticed after %.1f s", clock_now_s() - t0);
+    ck_assert_int_eq(kill(c.worker[1].pid, SIGCONT), 0);
+    rc = tessera((char *[]){"watch", id, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "lost") != NULL && strstr(out, "is back") != NULL, "%s", out);
+    printf("worker stopped and woken: test accuracy %.4f, undisturbed %.4f\n", test_accuracy(out),
+           test_accuracy(calm));
+    ck_assert_double_eq_tol(test_accuracy(out), test_accuracy(calm), 0.002);
+    free(out);
+    free(calm);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
 static Suite *sync_suite(void)
 {
     Suite *s = suite_create("sync");
@@ -204,6 +253,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_epoch_ends_where_one_device_does);
     tcase_add_test(tc, sync_worker_killed_the_job_finishes_on_the_other_at_the_same_numbers);
     tcase_add_test(tc, sync_worker_restarted_rejoins_the_ring);
+    tcase_add_test(tc, sync_worker_hung_is_noticed_and_taken_back);
     suite_add_tcase(s, tc);
     return s;
 }
