@@ -27,7 +27,8 @@ typedef struct run_opts {
 static const config_option_t run_options[] = {
     {"local", CONFIG_BOOL, offsetof(run_opts_t, local), "false", 0, 0,
      "Start the cluster here, as child processes on 127.0.0.1 (required for now)."},
-    {"ps", CONFIG_INT, offsetof(run_opts_t, ps), "2", 1, 16, "Parameter server tasks."},
+    {"ps", CONFIG_INT, offsetof(run_opts_t, ps), "2", 0, 16,
+     "Parameter server tasks (0: none, for multi_worker_mirrored jobs)."},
     {"workers", CONFIG_INT, offsetof(run_opts_t, workers), "2", 1, 32, "Worker tasks."},
     {"keep", CONFIG_BOOL, offsetof(run_opts_t, keep), "false", 0, 0,
      "Keep the cluster running until Ctrl-C instead of stopping it after the report."},
@@ -161,7 +162,9 @@ int cli_run(int argc, char **argv)
     join_addrs(c, 0, (size_t)o.ps, ps_list, sizeof(ps_list));
     join_addrs(c, (size_t)o.ps, c->n, worker_list, sizeof(worker_list));
     {
-        char *chief_args[] = {"--ps", ps_list, "--worker", worker_list, NULL};
+        char *chief_args[] = {"--worker", worker_list, "--ps", ps_list, NULL};
+        if (o.ps == 0) /* a cluster of workers only: multi_worker_mirrored */
+            chief_args[2] = NULL;
         if (start_task(c, "tessera-chief", "chief", 0, chief_args, o.start_timeout_ms, &err) != 0)
             goto fail;
     }
