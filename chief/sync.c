@@ -463,7 +463,9 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc == STATUS_OK)
         rc = workers_configure(&cfg, NULL, NULL, f, alive, n, err);
     if (rc != STATUS_OK && cfg.failed != SIZE_MAX) {
-        rc = failed(&s, cfg.failed, rc, "configuring the job", err->text, err);
+        char why[sizeof(err->text)];
+        snprintf(why, sizeof(why), "%s", err->text); /* failed() writes err */
+        rc = failed(&s, cfg.failed, rc, "configuring the job", why, err);
         goto out;
     }
     for (size_t w = 0; rc == STATUS_OK && w < n; w++)
