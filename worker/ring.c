@@ -163,6 +163,14 @@ static status_t accept_prev(const ring_opts_t *o, double deadline, int *ret_fd, 
     }
 }
 
+void ring_abort(ring_t *r)
+{
+    if (r != NULL && r->next_fd >= 0)
+        shutdown(r->next_fd, SHUT_RDWR);
+    if (r != NULL && r->prev_fd >= 0)
+        shutdown(r->prev_fd, SHUT_RDWR);
+}
+
 int ring_failed_peer(const ring_t *r)
 {
     return r != NULL ? r->failed_peer : -1;

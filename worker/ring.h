@@ -35,6 +35,10 @@ void ring_free(ring_t *r); /* NULL-safe; closes the connections */
  * same n. A failure leaves buf undefined and the ring unusable. */
 status_t ring_allreduce(ring_t *r, float *buf, size_t n, status_msg_t *err);
 
+/* Breaks the ring's connections (this rank failed on its own, a NaN loss say): its neighbours'
+ * all-reduces fail at once, naming it, instead of waiting for the timeout. */
+void ring_abort(ring_t *r);
+
 /* The rank the last failed all-reduce waited on or could not reach; -1 when none failed. */
 int ring_failed_peer(const ring_t *r);
 

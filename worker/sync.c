@@ -211,7 +211,11 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
             return status_fail(err, STATUS_CANCELLED, "the job was cancelled");
         if (!trainer_next(s->t, &b))
             break;
-        STATUS_CHECK(trainer_step(s->t, &b, &st, err));
+        status_t rc = trainer_step(s->t, &b, &st, err);
+        if (rc != STATUS_OK) { /* the others wait for this step's gradients: tell them now */
+            ring_abort(s->ring);
+            return rc;
+        }
         pack(s, true);
         STATUS_CHECK(ring_allreduce(s->ring, s->pack, s->n_pack, err));
         pack(s, false);

@@ -244,6 +244,42 @@ START_TEST(sync_worker_hung_is_noticed_and_taken_back)
 }
 END_TEST
 
+/* A loss that is not finite fails the job at once as the application's fault: the worker that
+ * saw it breaks the ring, so its neighbours do not wait for the ring's timeout. */
+START_TEST(sync_nan_loss_fails_the_job_at_once_as_the_applications)
+{
+    cluster_t c;
+    char *out = NULL, path[600], *text = NULL, *opt;
+    const char *job = mlp_job("mwms-nan", "multi_worker_mirrored", 32, 1);
+    size_t len = 0;
+    FILE *f = fopen(job, "r");
+    double t0;
+    int rc;
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert(getdelim(&text, &len, '\0', f) > 0);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/mwms-nan2.yaml", harness_tmpdir());
+    ck_assert_ptr_nonnull(opt = strstr(text, "optimizer: {adam: {learning_rate: 0.001}}"));
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fprintf(f, "%.*soptimizer: {sgd: {learning_rate: 1.0e+30}}%s", (int)(opt - text), text,
+            opt + strlen("optimizer: {adam: {learning_rate: 0.001}}"));
+    fclose(f);
+    free(text);
+    start_cluster(&c);
+    t0 = clock_now_s();
+    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
+    printf("NaN loss: the job failed after %.1f s\n", clock_now_s() - t0);
+    ck_assert_msg(rc != 0 && (strstr(out, "NaN") != NULL || strstr(out, "infinite") != NULL) &&
+                      strstr(out, "fault: application") != NULL,
+                  "exit %d: %s", rc, out);
+    ck_assert_msg(clock_now_s() - t0 < 8, "%.1f s: the ring waited for its timeout",
+                  clock_now_s() - t0);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 static Suite *sync_suite(void)
 {
     Suite *s = suite_create("sync");
@@ -254,6 +290,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_worker_killed_the_job_finishes_on_the_other_at_the_same_numbers);
     tcase_add_test(tc, sync_worker_restarted_rejoins_the_ring);
     tcase_add_test(tc, sync_worker_hung_is_noticed_and_taken_back);
+    tcase_add_test(tc, sync_nan_loss_fails_the_job_at_once_as_the_applications);
     suite_add_tcase(s, tc);
     return s;
 }
