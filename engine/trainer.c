@@ -398,9 +398,11 @@ static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *r
         model_stats_t st;
         if (n <= 0)
             break;
-        STATUS_CHECK(
-            model_train_step(t->model, b->features + (size_t)lo * in, b->labels + lo, n, &st, err));
-        ret_stats->loss_sum += st.loss_sum;
+        status_t rc =
+            model_train_step(t->model, b->features + (size_t)lo * in, b->labels + lo, n, &st, err);
+        ret_stats->loss_sum += st.loss_sum; /* a loss that is not finite: trainer_step says where */
+        if (rc != STATUS_OK)
+            return rc;
         ret_stats->correct += st.correct;
         ret_stats->examples += st.examples;
         for (size_t i = 0; i < np; i++) {
