@@ -413,6 +413,56 @@ START_TEST(accumulated_batches_step_as_one_larger_batch)
 }
 END_TEST
 
+/* multi_worker_mirrored's slices: the gradients of slices 0 and 1 of a global batch, summed (as
+ * the ring does), are those of one process that steps on both (a survivor taking a lost
+ * worker's slice), and those of one device on the whole batch. */
+START_TEST(slices_of_a_global_batch_sum_to_the_whole_batch)
+{
+    job_t job = {0};
+    status_msg_t err = {0};
+    trainer_opts_t o = {.num_shards = 1, .epochs = 1, .slice_count = 3};
+    trainer_t *t[3], *both, *one;
+    data_batch_t b[3], bb, b1;
+    model_stats_t st;
+    const char *text = SYNC_JOB("multi_worker_mirrored", 7);
+
+    ck_assert_msg(job_parse(text, strlen(text), "t.yaml", &job, &err) == STATUS_OK, "%s", err.text);
+    for (int k = 0; k < 3; k++) {
+        o.slice_index = k;
+        t[k] = make(&job, &o);
+        ck_assert(trainer_next(t[k], &b[k]));
+        ck_assert_int_eq(b[k].size, 21);
+        ck_assert_msg(trainer_step(t[k], &b[k], &st, &err) == STATUS_OK, "%s", err.text);
+        ck_assert_int_eq(st.examples, 7);
+    }
+    o.slice_index = 0;
+    both = make(&job, &o); /* slices 0 and 2 of 3, with stride 2: a ring of 2 after a loss */
+    ck_assert_int_eq(trainer_set_slices(both, 0, 2, &err), STATUS_OK);
+    ck_assert(trainer_next(both, &bb));
+    ck_assert_int_eq(trainer_step(both, &bb, &st, &err), STATUS_OK);
+    ck_assert_int_eq(st.examples, 14);
+    ck_assert_int_eq(trainer_set_slices(both, 2, 2, &err), STATUS_INVALID_ARGUMENT);
+    o.slice_count = 0; /* one device, batch 7: takes the first slice's examples only */
+    one = make(&job, &o);
+    ck_assert(trainer_next(one, &b1));
+    for (size_t i = 0; i < model_param_count(trainer_model(both)); i++) {
+        const model_param_t *p = model_param(trainer_model(both), i);
+        for (size_t k = 0; k < p->n; k++) {
+            float want = model_param(trainer_model(t[0]), i)->grad[k] +
+                         model_param(trainer_model(t[2]), i)->grad[k];
+            ck_assert_msg(fabsf(p->grad[k] - want) <= 1e-6f * (1 + fabsf(want)),
+                          "param %zu [%zu]: %g, not %g", i, k, p->grad[k], want);
+        }
+    }
+    ck_assert_int_eq(memcmp(b[0].features, b1.features, 7 * 8 * sizeof(float)), 0);
+    for (int k = 0; k < 3; k++)
+        trainer_free(t[k]);
+    trainer_free(both);
+    trainer_free(one);
+    job_done(&job);
+}
+END_TEST
+
 /* scale_learning_rate multiplies by the replicas; an Embedding (sparse rows) is refused by name
  * until its rows are summed; replicas is an option of the local strategies only. */
 START_TEST(replicas_scale_the_rate_and_refuse_what_they_cannot_sum)
@@ -459,6 +509,7 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, another_shard_reads_as_its_own_trainer_would);
     tcase_add_test(tc, replicas_step_as_one_device_does);
     tcase_add_test(tc, accumulated_batches_step_as_one_larger_batch);
+    tcase_add_test(tc, slices_of_a_global_batch_sum_to_the_whole_batch);
     tcase_add_test(tc, replicas_scale_the_rate_and_refuse_what_they_cannot_sum);
     suite_add_tcase(s, tc);
     return s;
