@@ -210,8 +210,15 @@ static bool rejoin(sync_run_t *s, size_t w, status_msg_t *err)
 
     q.start_epoch = s->data_epoch;
     q.start_batch = s->data_batch;
-    if (rpc_worker_configure_job(s->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK)
-        return false;
+    if (rpc_worker_configure_job(s->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK) {
+        if (rerr.status != STATUS_UNAVAILABLE)
+            return false;
+        /* it answered the health check: the channel may sit in its reconnect backoff */
+        rpc_channel_reset_backoff(s->c->workers[w]);
+        clock_sleep_ms(300);
+        if (rpc_worker_configure_job(s->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK)
+            return false;
+    }
     if (resp->ring_port <= 0 || resp->ring_port > 65535 ||
         net_split_hostport(rpc_channel_target(s->c->workers[w]), host, sizeof(host), &port, err) !=
             STATUS_OK ||

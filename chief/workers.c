@@ -161,11 +161,20 @@ status_t workers_rejoin(worker_cfg_t *cfg, size_t w, const plan_t *plan, const d
     rpc_call_opts_t o = {.timeout_ms = CONFIGURE_TIMEOUT};
     rpc_error_t rerr;
 
-    for (int call = 0; call < 2; call++) {
+    for (int call = 0, tries = 0; call < 2; call++) {
         set_call(&q, call == 0 ? NULL : plan, pos->epoch, pos->batch, pos->rng, pos->n_rng);
-        if (rpc_worker_configure_job(cfg->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK)
+        if (rpc_worker_configure_job(cfg->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK) {
+            /* it answered the health check: the chief's channel may sit in its reconnect
+             * backoff from when the worker was down; connect now, once */
+            if (rerr.status == STATUS_UNAVAILABLE && tries++ == 0) {
+                rpc_channel_reset_backoff(cfg->c->workers[w]);
+                clock_sleep_ms(300);
+                call--;
+                continue;
+            }
             return status_fail(err, rerr.status, "configuring worker %zu (%s) again: %s", w,
                                rpc_channel_target(cfg->c->workers[w]), rerr.message);
+        }
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     }
     return STATUS_OK;
