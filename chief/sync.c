@@ -87,19 +87,33 @@ static uint64_t new_token(void)
 
 /* The ring's addresses: every worker's host (as the chief reaches it) with the port it
  * reported. */
+/* Worker w's ring address: its host as the chief reaches it, the port it reported. */
+static status_t set_ring_address(sync_run_t *s, size_t w, int ring_port, status_msg_t *err)
+{
+    char host[256], *addr;
+    int port;
+
+    STATUS_CHECK(
+        net_split_hostport(rpc_channel_target(s->c->workers[w]), host, sizeof(host), &port, err));
+    if (ring_port <= 0 || ring_port > 65535)
+        return status_fail(err, STATUS_REMOTE, "no ring port");
+    if ((addr = malloc(strlen(host) + 16)) == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    sprintf(addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, ring_port);
+    free(s->ring[w]);
+    s->ring[w] = addr;
+    return STATUS_OK;
+}
+
 static status_t make_ring(sync_run_t *s, const fanout_t *f, status_msg_t *err)
 {
     for (size_t w = 0; w < s->n; w++) {
         const Tessera__V1__ConfigureJobResponse *resp = (const void *)f[w].resp;
-        char host[256];
-        int port;
-        STATUS_CHECK(net_split_hostport(rpc_channel_target(s->c->workers[w]), host, sizeof(host),
-                                        &port, err));
-        if (resp->ring_port <= 0 || resp->ring_port > 65535)
-            return failed(s, w, STATUS_REMOTE, "configuring the ring", "no ring port", err);
-        if ((s->ring[w] = malloc(strlen(host) + 16)) == NULL)
-            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-        sprintf(s->ring[w], strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, resp->ring_port);
+        if (set_ring_address(s, w, resp->ring_port, err) != STATUS_OK) {
+            char why[sizeof(err->text)];
+            snprintf(why, sizeof(why), "%s", err->text); /* failed() writes err */
+            return failed(s, w, err->status, "configuring the ring", why, err);
+        }
     }
     return STATUS_OK;
 }
@@ -203,38 +217,20 @@ static bool rejoin(sync_run_t *s, size_t w, status_msg_t *err)
 {
     Tessera__V1__ConfigureJobRequest q = s->cfg->reqs[w];
     Tessera__V1__ConfigureJobResponse *resp = NULL;
-    rpc_call_opts_t o = {.timeout_ms = CONFIGURE_TIMEOUT};
     rpc_error_t rerr;
-    char host[256], *addr;
-    int port;
+    status_t rc;
 
     q.start_epoch = s->data_epoch;
     q.start_batch = s->data_batch;
-    if (rpc_worker_configure_job(s->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK) {
-        if (rerr.status != STATUS_UNAVAILABLE)
-            return false;
-        /* it answered the health check: the channel may sit in its reconnect backoff */
-        rpc_channel_reset_backoff(s->c->workers[w]);
-        clock_sleep_ms(300);
-        if (rpc_worker_configure_job(s->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK)
-            return false;
-    }
-    if (resp->ring_port <= 0 || resp->ring_port > 65535 ||
-        net_split_hostport(rpc_channel_target(s->c->workers[w]), host, sizeof(host), &port, err) !=
-            STATUS_OK ||
-        (addr = malloc(strlen(host) + 16)) == NULL) {
-        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    if (worker_configure_again(s->c, w, &q, &resp, &rerr) != STATUS_OK)
         return false;
-    }
-    sprintf(addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, resp->ring_port);
+    rc = set_ring_address(s, w, resp->ring_port, err);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
-    free(s->ring[w]);
-    s->ring[w] = addr;
+    if (rc != STATUS_OK)
+        return false;
     pthread_mutex_lock(&s->c->mu);
     watchdog_revive(s->wd, w); /* before it is alive: its calls must not be cancelled */
     s->alive[w] = true;
-    pthread_mutex_unlock(&s->c->mu);
-    pthread_mutex_lock(&s->c->mu);
     chief_job_event(s->c, s->j, "worker %zu (%s) is back: it joins the ring at step %lld", w,
                     rpc_channel_target(s->c->workers[w]), (long long)s->j->progress.step);
     pthread_mutex_unlock(&s->c->mu);

@@ -153,28 +153,35 @@ status_t workers_configure(worker_cfg_t *cfg, const plan_t *plan, const ckpt_man
     return rc;
 }
 
+status_t worker_configure_again(coordinator_t *c, size_t w,
+                                const Tessera__V1__ConfigureJobRequest *q,
+                                Tessera__V1__ConfigureJobResponse **ret, rpc_error_t *rerr)
+{
+    rpc_call_opts_t o = {.timeout_ms = CONFIGURE_TIMEOUT};
+
+    if (rpc_worker_configure_job(c->workers[w], q, &o, ret, NULL, rerr) == STATUS_OK)
+        return STATUS_OK;
+    if (rerr->status != STATUS_UNAVAILABLE)
+        return rerr->status;
+    /* it answered a health check: the chief's channel may sit in its reconnect backoff from
+     * when the worker was down; connect now, once */
+    rpc_channel_reset_backoff(c->workers[w]);
+    clock_sleep_ms(300);
+    return rpc_worker_configure_job(c->workers[w], q, &o, ret, NULL, rerr);
+}
+
 status_t workers_rejoin(worker_cfg_t *cfg, size_t w, const plan_t *plan, const dispatch_pos_t *pos,
                         status_msg_t *err)
 {
     Tessera__V1__ConfigureJobRequest q = cfg->reqs[w]; /* a copy: the fields set here are its own */
     Tessera__V1__ConfigureJobResponse *resp = NULL;
-    rpc_call_opts_t o = {.timeout_ms = CONFIGURE_TIMEOUT};
     rpc_error_t rerr;
 
-    for (int call = 0, tries = 0; call < 2; call++) {
+    for (int call = 0; call < 2; call++) {
         set_call(&q, call == 0 ? NULL : plan, pos->epoch, pos->batch, pos->rng, pos->n_rng);
-        if (rpc_worker_configure_job(cfg->c->workers[w], &q, &o, &resp, NULL, &rerr) != STATUS_OK) {
-            /* it answered the health check: the chief's channel may sit in its reconnect
-             * backoff from when the worker was down; connect now, once */
-            if (rerr.status == STATUS_UNAVAILABLE && tries++ == 0) {
-                rpc_channel_reset_backoff(cfg->c->workers[w]);
-                clock_sleep_ms(300);
-                call--;
-                continue;
-            }
+        if (worker_configure_again(cfg->c, w, &q, &resp, &rerr) != STATUS_OK)
             return status_fail(err, rerr.status, "configuring worker %zu (%s) again: %s", w,
                                rpc_channel_target(cfg->c->workers[w]), rerr.message);
-        }
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     }
     return STATUS_OK;

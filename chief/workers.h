@@ -32,6 +32,13 @@ void worker_cfg_done(worker_cfg_t *cfg); /* safe on a zeroed one */
 status_t workers_configure(worker_cfg_t *cfg, const plan_t *plan, const ckpt_manifest_t *resume,
                            fanout_t *f, bool *alive, size_t n, status_msg_t *err);
 
+/* One ConfigureJob call q to worker w, which has just answered a health check after being lost:
+ * an UNAVAILABLE answer (the chief's channel still in gRPC's reconnect backoff) resets the
+ * channel's backoff and the call goes once more. */
+status_t worker_configure_again(coordinator_t *c, size_t w,
+                                const Tessera__V1__ConfigureJobRequest *q,
+                                Tessera__V1__ConfigureJobResponse **ret, rpc_error_t *rerr);
+
 /* Configures worker w for the running job again, both calls, its data pipeline starting at pos
  * (where it stood when it was lost): a restarted worker builds the job afresh, one that was
  * stopped drops what it had. */

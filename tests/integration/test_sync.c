@@ -52,29 +52,39 @@ static double test_accuracy(const char *out)
     return p ? strtod(p + strlen("test accuracy "), NULL) : -1;
 }
 
-/* The MLP example with `strategy` and `batch` (per worker) and `epochs`, in the test's dir. */
-static const char *mlp_job(const char *name, const char *strategy, int batch, int epochs)
+/* The MLP example with `strategy`, `batch` (per worker), `epochs` and (unless NULL) another
+ * optimizer, in the test's dir. */
+static const char *mlp_job(const char *name, const char *strategy, int batch, int epochs,
+                           const char *optimizer)
 {
+    static const char *const was[] = {"strategy: one_device",
+                                      "optimizer: {adam: {learning_rate: "
+                                      "0.001}}",
+                                      "batch_size: 64", "train: {epochs: 5}"};
     static char path[4][600];
     static int next;
-    char *text = NULL, *out = path[next++ % 4], *s, *b, *e;
+    char *text = NULL, *out = path[next++ % 4], now[4][200];
+    const char *at = NULL;
     size_t len = 0;
     FILE *f = fopen(harness_source("examples/fashion-mnist-mlp.yaml"), "r");
 
     ck_assert_ptr_nonnull(f);
     ck_assert(getdelim(&text, &len, '\0', f) > 0);
     fclose(f);
-    ck_assert_ptr_nonnull(s = strstr(text, "strategy: one_device\n"));
-    ck_assert_ptr_nonnull(b = strstr(text, "batch_size: 64\n"));
-    ck_assert_ptr_nonnull(e = strstr(text, "train: {epochs: 5}"));
+    snprintf(now[0], sizeof(now[0]), "strategy: %s", strategy);
+    snprintf(now[1], sizeof(now[1]), "%s", optimizer ? optimizer : was[1]);
+    snprintf(now[2], sizeof(now[2]), "batch_size: %d", batch);
+    snprintf(now[3], sizeof(now[3]), "train: {epochs: %d, steps_per_execution: 20}", epochs);
     snprintf(out, sizeof(path[0]), "%s/%s.yaml", harness_tmpdir(), name);
     ck_assert_ptr_nonnull(f = fopen(out, "w"));
-    fprintf(f,
-            "%.*sstrategy: %s\n%.*sbatch_size: %d\n%.*strain: {epochs: %d, "
-            "steps_per_execution: 20}\n",
-            (int)(s - text), text, strategy, (int)(b - s - strlen("strategy: one_device\n")),
-            s + strlen("strategy: one_device\n"), batch, (int)(e - b - strlen("batch_size: 64\n")),
-            b + strlen("batch_size: 64\n"), epochs);
+    at = text;
+    for (int k = 0; k < 4; k++) { /* in the order the example has them */
+        const char *p = strstr(at, was[k]);
+        ck_assert_msg(p != NULL, "the example has no '%s' after the earlier ones", was[k]);
+        fprintf(f, "%.*s%s", (int)(p - at), at, now[k]);
+        at = p + strlen(was[k]);
+    }
+    fprintf(f, "%s", at);
     fclose(f);
     free(text);
     return out;
@@ -95,9 +105,10 @@ START_TEST(sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers)
     int rc;
 
     start_cluster(&c);
-    rc = tessera((char *[]){"submit", (char *)mlp_job("mwms5", "multi_worker_mirrored", 32, 5),
-                            c.chief_flag, "--watch", NULL},
-                 &out);
+    rc =
+        tessera((char *[]){"submit", (char *)mlp_job("mwms5", "multi_worker_mirrored", 32, 5, NULL),
+                           c.chief_flag, "--watch", NULL},
+                &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     printf("multi_worker_mirrored, 2 workers, 5 epochs: test accuracy %.4f\n", test_accuracy(out));
     ck_assert_msg(strstr(out, "training on 2 workers (multi_worker_mirrored") != NULL, "%s", out);
@@ -115,12 +126,14 @@ START_TEST(sync_epoch_ends_where_one_device_does)
     char *out = NULL, *one = NULL;
     int rc;
 
-    rc = tessera((char *[]){"train", (char *)mlp_job("one1", "one_device", 64, 1), NULL}, &one);
+    rc = tessera((char *[]){"train", (char *)mlp_job("one1", "one_device", 64, 1, NULL), NULL},
+                 &one);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, one);
     start_cluster(&c);
-    rc = tessera((char *[]){"submit", (char *)mlp_job("mwms1", "multi_worker_mirrored", 32, 1),
-                            c.chief_flag, "--watch", NULL},
-                 &out);
+    rc =
+        tessera((char *[]){"submit", (char *)mlp_job("mwms1", "multi_worker_mirrored", 32, 1, NULL),
+                           c.chief_flag, "--watch", NULL},
+                &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     printf("one epoch: one_device test accuracy %.4f, multi_worker_mirrored %.4f\n",
            test_accuracy(one), test_accuracy(out));
@@ -131,36 +144,55 @@ START_TEST(sync_epoch_ends_where_one_device_does)
 }
 END_TEST
 
+/* Runs the job undisturbed to its end (its output in *ret_calm), then submits it again and, once
+ * it has run for ms milliseconds, returns its id for the caller to disturb. */
+static char *calm_then_submit(cluster_t *c, const char *job, int ms, char **ret_calm)
+{
+    char *out = NULL, *id, *p;
+    int rc = tessera((char *[]){"submit", (char *)job, c->chief_flag, "--watch", NULL}, ret_calm);
+
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, *ret_calm);
+    rc = tessera((char *[]){"submit", (char *)job, c->chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
+    id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
+    free(out);
+    usleep((useconds_t)ms * 1000);
+    return id;
+}
+
+/* Watches the disturbed job to its end: it succeeded, says each of events (NULL-terminated),
+ * and ends at the undisturbed run's test accuracy. Frees id and calm. */
+static void expect_calm_numbers(cluster_t *c, char *id, char *calm, const char *what,
+                                const char *const *events)
+{
+    char *out = NULL;
+    int rc = tessera((char *[]){"watch", id, c->chief_flag, NULL}, &out);
+
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    for (size_t k = 0; events[k] != NULL; k++)
+        ck_assert_msg(strstr(out, events[k]) != NULL, "no '%s' in: %s", events[k], out);
+    printf("%s: test accuracy %.4f, undisturbed %.4f\n", what, test_accuracy(out),
+           test_accuracy(calm));
+    ck_assert_double_eq_tol(test_accuracy(out), test_accuracy(calm), 0.002);
+    free(out);
+    free(calm);
+    free(id);
+}
+
 /* A worker killed mid-job: the other goes back to where the failed closure started, takes the
  * lost worker's slice of every batch too, and the job ends at the numbers of an undisturbed run
  * (the same global batches, the same sums). */
 START_TEST(sync_worker_killed_the_job_finishes_on_the_other_at_the_same_numbers)
 {
     cluster_t c;
-    char *calm = NULL, *out = NULL, *id, *p;
-    const char *job = mlp_job("mwms-kill", "multi_worker_mirrored", 32, 4);
-    int rc;
+    char *calm = NULL, *id;
 
     start_cluster(&c);
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &calm);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, calm);
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out);
-    ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
-    id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
-    free(out);
-    usleep(1500 * 1000);
+    id = calm_then_submit(&c, mlp_job("mwms-kill", "multi_worker_mirrored", 32, 4, NULL), 1500,
+                          &calm);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
-    rc = tessera((char *[]){"watch", id, c.chief_flag, NULL}, &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    ck_assert_msg(strstr(out, "worker 1 (") != NULL && strstr(out, "lost") != NULL &&
-                      strstr(out, "3752 steps") != NULL,
-                  "%s", out);
-    printf("worker killed: test accuracy %.4f, undisturbed %.4f\n", test_accuracy(out),
-           test_accuracy(calm));
-    ck_assert_double_eq_tol(test_accuracy(out), test_accuracy(calm), 0.002);
-    free(out);
-    free(calm);
-    free(id);
+    expect_calm_numbers(&c, id, calm, "worker killed",
+                        (const char *[]){"worker 1 (", "lost", "3752 steps", NULL});
     stop_cluster(&c);
 }
 END_TEST
@@ -171,32 +203,16 @@ END_TEST
 START_TEST(sync_worker_restarted_rejoins_the_ring)
 {
     cluster_t c;
-    char *calm = NULL, *out = NULL, *id, *p, listen[300];
-    const char *job = mlp_job("mwms-back", "multi_worker_mirrored", 32, 6);
-    int rc;
+    char *calm = NULL, *id, listen[300];
 
     start_cluster(&c);
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &calm);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, calm);
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out);
-    ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
-    id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
-    free(out);
-    usleep(1000 * 1000);
+    id = calm_then_submit(&c, mlp_job("mwms-back", "multi_worker_mirrored", 32, 6, NULL), 1000,
+                          &calm);
     snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     harness_start(&c.worker[1], "tessera-worker", "sync-w1-again", "--task-index=1", listen, NULL);
-    rc = tessera((char *[]){"watch", id, c.chief_flag, NULL}, &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    ck_assert_msg(strstr(out, "lost") != NULL && strstr(out, "is back") != NULL &&
-                      strstr(out, "5628 steps") != NULL,
-                  "%s", out);
-    printf("worker restarted: test accuracy %.4f, undisturbed %.4f\n", test_accuracy(out),
-           test_accuracy(calm));
-    ck_assert_double_eq_tol(test_accuracy(out), test_accuracy(calm), 0.002);
-    free(out);
-    free(calm);
-    free(id);
+    expect_calm_numbers(&c, id, calm, "worker restarted",
+                        (const char *[]){"lost", "is back", "5628 steps", NULL});
     stop_cluster(&c);
 }
 END_TEST
@@ -208,19 +224,12 @@ END_TEST
 START_TEST(sync_worker_hung_is_noticed_and_taken_back)
 {
     cluster_t c;
-    char *calm = NULL, *out = NULL, *id, *p, log[700];
-    const char *job = mlp_job("mwms-hung", "multi_worker_mirrored", 32, 8);
+    char *calm = NULL, *id, log[700];
     double t0;
-    int rc;
 
     start_cluster_with(&c, "--worker-timeout=3s");
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &calm);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, calm);
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out);
-    ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
-    id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
-    free(out);
-    usleep(1000 * 1000);
+    id = calm_then_submit(&c, mlp_job("mwms-hung", "multi_worker_mirrored", 32, 8, NULL), 1000,
+                          &calm);
     ck_assert_int_eq(kill(c.worker[1].pid, SIGSTOP), 0);
     t0 = clock_now_s();
     snprintf(log, sizeof(log), "%s/sync-chief.log", harness_tmpdir());
@@ -231,15 +240,8 @@ START_TEST(sync_worker_hung_is_noticed_and_taken_back)
     printf("stopped worker left the ring after %.1f s (--worker-timeout=3s)\n", clock_now_s() - t0);
     ck_assert_msg(clock_now_s() - t0 < 9, "noticed after %.1f s", clock_now_s() - t0);
     ck_assert_int_eq(kill(c.worker[1].pid, SIGCONT), 0);
-    rc = tessera((char *[]){"watch", id, c.chief_flag, NULL}, &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    ck_assert_msg(strstr(out, "lost") != NULL && strstr(out, "is back") != NULL, "%s", out);
-    printf("worker stopped and woken: test accuracy %.4f, undisturbed %.4f\n", test_accuracy(out),
-           test_accuracy(calm));
-    ck_assert_double_eq_tol(test_accuracy(out), test_accuracy(calm), 0.002);
-    free(out);
-    free(calm);
-    free(id);
+    expect_calm_numbers(&c, id, calm, "worker stopped and woken",
+                        (const char *[]){"lost", "is back", NULL});
     stop_cluster(&c);
 }
 END_TEST
@@ -249,26 +251,15 @@ END_TEST
 START_TEST(sync_nan_loss_fails_the_job_at_once_as_the_applications)
 {
     cluster_t c;
-    char *out = NULL, path[600], *text = NULL, *opt;
-    const char *job = mlp_job("mwms-nan", "multi_worker_mirrored", 32, 1);
-    size_t len = 0;
-    FILE *f = fopen(job, "r");
+    char *out = NULL;
+    const char *job = mlp_job("mwms-nan", "multi_worker_mirrored", 32, 1,
+                              "optimizer: {sgd: {learning_rate: 1.0e+30}}");
     double t0;
     int rc;
 
-    ck_assert_ptr_nonnull(f);
-    ck_assert(getdelim(&text, &len, '\0', f) > 0);
-    fclose(f);
-    snprintf(path, sizeof(path), "%s/mwms-nan2.yaml", harness_tmpdir());
-    ck_assert_ptr_nonnull(opt = strstr(text, "optimizer: {adam: {learning_rate: 0.001}}"));
-    ck_assert_ptr_nonnull(f = fopen(path, "w"));
-    fprintf(f, "%.*soptimizer: {sgd: {learning_rate: 1.0e+30}}%s", (int)(opt - text), text,
-            opt + strlen("optimizer: {adam: {learning_rate: 0.001}}"));
-    fclose(f);
-    free(text);
     start_cluster(&c);
     t0 = clock_now_s();
-    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
     printf("NaN loss: the job failed after %.1f s\n", clock_now_s() - t0);
     ck_assert_msg(rc != 0 && (strstr(out, "NaN") != NULL || strstr(out, "infinite") != NULL) &&
                       strstr(out, "fault: application") != NULL,

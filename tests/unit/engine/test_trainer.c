@@ -379,11 +379,7 @@ START_TEST(replicas_step_as_one_device_does)
 END_TEST
 
 #define ACC_JOB(strategy, batch, k)                                                                \
-    "strategy: " strategy "\nmodel: " MLP4                                                         \
-    "\nloss: {sparse_categorical_crossentropy: {from_logits: true}}\noptimizer: "                  \
-    "{adam: {learning_rate: 0.01}}\n"                                                              \
-    "data: {batch_size: " #batch ", shuffle_buffer: 1000, train: {format: synthetic, examples: "   \
-    "200, shape: [8], classes: 4}}\ntrain: {epochs: 3, accumulate_steps: " #k "}\n"
+    SYNC_JOB(strategy, batch) "train: {epochs: 3, accumulate_steps: " #k "}\n"
 
 /* train.accumulate_steps k applies the mean gradient of k batches: as one batch k times larger
  * does, on one device and over replicas. */
