@@ -237,6 +237,7 @@ void expect_accuracy(const char *what, const char *out, double calm)
     double got = test_accuracy(out);
 
     printf("%s: test accuracy %.4f, undisturbed %.4f\n", what, got, calm);
-    ck_assert_msg(got >= calm - 0.04, "%s: test accuracy %.4f, undisturbed %.4f: %s", what, got,
+    /* two workers push asynchronously: undisturbed runs of the same job end 0.77 to 0.82 apart */
+    ck_assert_msg(got >= calm - 0.08, "%s: test accuracy %.4f, undisturbed %.4f: %s", what, got,
                   calm, out);
 }
