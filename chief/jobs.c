@@ -158,13 +158,6 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
                          "parameter_server and multi_worker_mirrored jobs)",
                          req->job_path[0] ? req->job_path : "job",
                          j->job.strategy == JOB_STRATEGY_MIRRORED ? "mirrored" : "central_storage");
-    /* the workers push every batch's gradients to the PS: no window to accumulate them in */
-    if (rc == STATUS_OK && j->job.strategy != JOB_STRATEGY_MULTI_WORKER_MIRRORED &&
-        j->job.accumulate_steps > 1)
-        rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s: train.accumulate_steps is not available for parameter_server jobs "
-                         "yet",
-                         req->job_path[0] ? req->job_path : "job");
     /* what multi_worker_mirrored does not do yet is refused by name, not ignored */
     if (rc == STATUS_OK && j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED) {
         const char *missing = j->job.checkpoint_dir != NULL       ? "checkpoint"

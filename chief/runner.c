@@ -700,8 +700,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     int32_t *absent = calloc(n0 + 1, sizeof(*absent));
     dispatch_t d = {.mu = &c->mu,
                     .cv = &c->cv,
-                    .steps_per_closure =
-                        j->job.steps_per_execution > 0 ? j->job.steps_per_execution : 1,
+                    .steps_per_closure = job_closure_steps(&j->job),
                     .max_staleness = j->job.max_staleness,
                     .cancel = &j->cancel,
                     .stopping = &c->stopping,

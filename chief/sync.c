@@ -246,8 +246,8 @@ static status_t take_back(sync_run_t *s, status_msg_t *err)
     size_t back = 0, root = 0;
     status_t rc = STATUS_OK;
 
-    if (clock_now_s() < s->next_check || s->j->job.accumulate_steps > 1)
-        return STATUS_OK; /* (a window's gradients so far are not handed over) */
+    if (clock_now_s() < s->next_check)
+        return STATUS_OK;
     s->next_check = clock_now_s() + 2;
     for (size_t w = 0; w < s->n; w++)
         back += !s->alive[w];
@@ -376,7 +376,7 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
     const job_t *job = &j->job;
     int64_t epochs = job->steps > 0 ? 1 : job->epochs,
             per_epoch = job->steps > 0 ? job->steps : batches;
-    int spc = job->steps_per_execution > 0 ? job->steps_per_execution : 1;
+    int spc = job_closure_steps(job);
 
     for (int64_t e = 0; e < epochs; e++) {
         double epoch_sums[3] = {0, 0, 0}, t0 = clock_now_s();

@@ -32,12 +32,6 @@ static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t
                            "submit); tessera train runs one_device, mirrored and central_storage "
                            "jobs (and parameter_server jobs, as one worker)",
                            job->path ? job->path : "job");
-    /* a checkpoint in the middle of a window would not hold the gradients gathered so far */
-    if (job->accumulate_steps > 1 && job->checkpoint_dir != NULL)
-        return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s: checkpoints of a job with train.accumulate_steps are not available "
-                           "yet",
-                           job->path ? job->path : "job");
     if (job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE)
         *ret_replicas = job->replicas > 0 ? job->replicas : cores > 0 ? (int)cores : 1;
     return STATUS_OK;
@@ -116,10 +110,13 @@ typedef struct run_state {
     int64_t saved_step;
     bool has_last_epoch; /* an epoch has ended: its means */
     double last_loss, last_accuracy;
+    bool ckpt_due; /* a checkpoint waits for the end of a window of accumulate_steps */
 } run_state_t;
 
 /* Writes a checkpoint when the job's checkpoint section says one is due: every_steps,
- * every_seconds, or (with neither) each epoch's end; and always after the last step. */
+ * every_seconds, or (with neither) each epoch's end; and always after the last step. One due
+ * inside a window of accumulate_steps is written when the window ends (a checkpoint holds no
+ * gradients). */
 static status_t maybe_checkpoint(trainer_t *t, const job_t *job, run_state_t *s, bool last,
                                  status_msg_t *err)
 {
@@ -128,13 +125,15 @@ static status_t maybe_checkpoint(trainer_t *t, const job_t *job, run_state_t *s,
 
     if (job->checkpoint_dir == NULL || s->saved_step == s->pr.step)
         return STATUS_OK;
-    due =
-        last ||
-        (job->checkpoint_every_steps > 0 && s->pr.step % job->checkpoint_every_steps == 0) ||
-        (job->checkpoint_every_seconds > 0 &&
-         clock_now_s() - s->last_save >= (double)job->checkpoint_every_seconds) ||
-        (job->checkpoint_every_steps == 0 && job->checkpoint_every_seconds == 0 && s->pr.epoch_end);
-    if (!due)
+    due = last ||
+          (job->checkpoint_every_steps > 0 && s->pr.step % job->checkpoint_every_steps == 0) ||
+          (job->checkpoint_every_seconds > 0 &&
+           clock_now_s() - s->last_save >= (double)job->checkpoint_every_seconds) ||
+          (job->checkpoint_every_steps == 0 && job->checkpoint_every_seconds == 0 &&
+           s->pr.epoch_end) ||
+          s->ckpt_due;
+    s->ckpt_due = due && trainer_window_batches(t) > 0;
+    if (!due || s->ckpt_due)
         return STATUS_OK;
     pos = (train_position_t){.step = s->pr.step,
                              .epoch = s->next_epoch,
@@ -207,6 +206,9 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
         }
         STATUS_CHECK_GOTO(maybe_checkpoint(t, job, s, false, err), rc, out);
     }
+    /* the last window, if it has fewer batches, is applied too (as a closure's on a cluster) */
+    if (trainer_close_window(t))
+        STATUS_CHECK_GOTO(trainer_update(t, err), rc, out);
     STATUS_CHECK_GOTO(maybe_checkpoint(t, job, s, true, err), rc, out);
     /* A resumed run with nothing left to train still reports the model's results. */
     if (pr->step == first_step && s->has_last_epoch) {

@@ -105,6 +105,14 @@ static status_t make_slots(trainer_t *t, status_msg_t *err)
             return status_fail(err, STATUS_NO_MEMORY, "out of memory for optimizer slots");
         optimizer_slots_init(&t->opt, t->slots[i], p->n);
     }
+    return STATUS_OK;
+}
+
+/* accumulate_steps: the window's buffers, wherever the optimizer runs */
+static status_t make_window(trainer_t *t, status_msg_t *err)
+{
+    size_t n_params = model_param_count(t->model);
+
     if (t->job->accumulate_steps <= 1)
         return STATUS_OK;
     if ((t->acc = calloc(n_params + 1, sizeof(*t->acc))) == NULL)
@@ -161,6 +169,7 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));
     if (o->optimizer)
         STATUS_CHECK(make_slots(t, err));
+    STATUS_CHECK(make_window(t, err));
     if (replicas > TRAINER_MAX_REPLICAS || slices > TRAINER_MAX_REPLICAS ||
         (int64_t)job->data.batch_size * replicas * slices > INT_MAX)
         return status_fail(err, STATUS_BAD_CONFIG,
@@ -446,19 +455,24 @@ status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_st
     return rc;
 }
 
-/* accumulate_steps: adds the last step's gradients to the window, weighted by its batch; once
- * the window has its batches, the gradients become the window's mean and it starts again. */
-static bool window_done(trainer_t *t)
+bool trainer_accumulate(trainer_t *t)
 {
     double w = t->last_batch > 0 ? t->last_batch : 1;
 
+    if (t->acc == NULL)
+        return true;
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
         for (size_t k = 0; k < p->n; k++)
             t->acc[i][k] += (float)w * p->grad[k];
     }
     t->acc_examples += w;
-    if (++t->acc_count < t->job->accumulate_steps)
+    return ++t->acc_count >= t->job->accumulate_steps && trainer_close_window(t);
+}
+
+bool trainer_close_window(trainer_t *t)
+{
+    if (t->acc == NULL || t->acc_count == 0)
         return false;
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
@@ -473,13 +487,29 @@ static bool window_done(trainer_t *t)
     return true;
 }
 
+void trainer_drop_window(trainer_t *t)
+{
+    for (size_t i = 0; t->acc != NULL && t->acc_count > 0 && i < model_param_count(t->model); i++)
+        memset(t->acc[i], 0, model_param(t->model, i)->n * sizeof(float));
+    t->acc_count = 0;
+    t->acc_examples = 0;
+}
+
+int trainer_window_batches(const trainer_t *t)
+{
+    return t->acc_count;
+}
+
 status_t trainer_apply(trainer_t *t, status_msg_t *err)
+{
+    return trainer_accumulate(t) ? trainer_update(t, err) : STATUS_OK;
+}
+
+status_t trainer_update(trainer_t *t, status_msg_t *err)
 {
     if (t->slots == NULL)
         return status_fail(err, STATUS_INVALID_USAGE,
                            "this trainer sends its gradients away: it has no optimizer");
-    if (t->acc != NULL && !window_done(t))
-        return STATUS_OK; /* the window goes on: no update yet */
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
         if (p->sparse)

@@ -84,9 +84,23 @@ status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_st
  * first + stride, ... of each global batch (the global batch stays what it was). */
 status_t trainer_set_slices(trainer_t *t, int first, int stride, status_msg_t *err);
 
-/* Applies the last step's gradients with the job's optimizer (opts.optimizer must be set); with
- * train.accumulate_steps k, only every k-th call applies, the mean of the k batches' gradients
- * (each weighted by its examples), as one batch k times larger would. */
+/* train.accumulate_steps k: adds the last step's gradients to the window, each batch's weighted
+ * by its examples, and says whether the window is complete: then the model's gradients hold the
+ * mean of its k batches', as one batch k times larger would give, and the window starts again.
+ * Without accumulation: true, the gradients as they are. Wherever the optimizer runs (here, a
+ * parameter server, after an all-reduce). */
+bool trainer_accumulate(trainer_t *t);
+/* Completes a window that holds fewer than k batches (the end of a closure): its mean into the
+ * model's gradients, true; false when the window is empty. */
+bool trainer_close_window(trainer_t *t);
+/* Forgets the window's gradients (a closure rolled back). */
+void trainer_drop_window(trainer_t *t);
+/* The batches in the window so far. */
+int trainer_window_batches(const trainer_t *t);
+
+/* Applies the model's gradients with the job's optimizer now (opts.optimizer must be set). */
+status_t trainer_update(trainer_t *t, status_msg_t *err);
+/* trainer_accumulate, then trainer_update when the window is complete. */
 status_t trainer_apply(trainer_t *t, status_msg_t *err);
 
 /* The optimizer as this trainer applies it, and param i's slot arrays (optimizer_slot_count of

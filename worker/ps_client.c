@@ -87,6 +87,7 @@ struct ps_client {
      * push-pull brings back wait until backward no longer reads the old ones. With one pack, the
      * push waits for the end of backward and runs lane 0 on the caller's thread. */
     size_t n_packs;
+    bool early;           /* packs leave during backward (else all after it) */
     size_t *pack_of;      /* var -> pack */
     size_t *pack_first;   /* pack -> its lowest var index: ready once backward has done that var */
     size_t packs_ready;   /* packs of this step handed to the lanes */
@@ -735,7 +736,8 @@ size_t ps_client_packs(const ps_client_t *c)
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
 status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *req,
-                       int64_t bytes_per_pack, ps_client_t **ret, status_msg_t *err)
+                       int64_t bytes_per_pack, bool during_backward, ps_client_t **ret,
+                       status_msg_t *err)
 {
     ps_client_t *c = calloc(1, sizeof(*c));
     status_t rc = STATUS_OK;
@@ -792,7 +794,8 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         ps_client_free(c);
         return rc;
     }
-    if (c->n_packs > 1)
+    c->early = c->n_packs > 1 && during_backward;
+    if (c->early)
         model_on_backward(model, on_backward, c);
     *ret = c;
     return STATUS_OK;
@@ -802,7 +805,7 @@ void ps_client_free(ps_client_t *c)
 {
     if (c == NULL)
         return;
-    if (c->n_packs > 1)
+    if (c->early)
         model_on_backward(c->model, NULL, NULL);
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_lanes; i++)

@@ -23,11 +23,13 @@ typedef struct ps_client ps_client_t;
 /* Connects to req->ps and records req->placement for the variables of model. Every model
  * variable must be placed completely (its shards' rows tile axis 0). The gradients go out in
  * packs of at least bytes_per_pack bytes (0: automatic), cut between layers; when there is more
- * than one, each is pushed as soon as backward has made it (model_on_backward), while the
- * backward pass goes on; the values a push-pull returns are taken in once backward is done
- * with the old ones. */
+ * than one and during_backward, each is pushed as soon as backward has made it
+ * (model_on_backward), while the backward pass goes on, and the values a push-pull returns are
+ * taken in once backward is done with the old ones. Without during_backward (gradients that are
+ * summed over several steps before they leave) the packs go out together at ps_client_push. */
 status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *req,
-                       int64_t bytes_per_pack, ps_client_t **ret, status_msg_t *err);
+                       int64_t bytes_per_pack, bool during_backward, ps_client_t **ret,
+                       status_msg_t *err);
 void ps_client_free(ps_client_t *c);
 
 /* Pulls what a step on this batch needs into the model's variables; nothing when the model

@@ -285,7 +285,8 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
         }
         ps_client_free(j->ps);
         j->ps = NULL;
-        rc = ps_client_new(j->model, req, j->job.bytes_per_pack, &j->ps, &err);
+        rc = ps_client_new(j->model, req, j->job.bytes_per_pack, j->job.accumulate_steps <= 1,
+                           &j->ps, &err);
         if (rc == STATUS_OK)
             LOG_INFO(WORKER, "job %s: %zu parameter servers, gradients pushed in %zu pack%s", j->id,
                      req->n_ps, ps_client_packs(j->ps), ps_client_packs(j->ps) == 1 ? "" : "s");
@@ -391,6 +392,18 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
 
 /* ---- closures ----------------------------------------------------------------------------- */
 
+static status_t push(worker_service_t *w, wjob_t *j, status_msg_t *err)
+{
+    ps_push_info_t info;
+    double t0 = clock_now_s();
+
+    STATUS_CHECK(ps_client_push(j->ps, &info, err));
+    metric_add(w->wait_seconds, clock_now_s() - t0);
+    metric_add(w->push_requests, info.requests);
+    metric_add(w->push_early, info.during_backward);
+    return STATUS_OK;
+}
+
 static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task_t *t,
                               Tessera__V1__RunClosureResponse *resp, status_msg_t *err)
 {
@@ -407,6 +420,9 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task
         STATUS_CHECK(trainer_seek(j->trainer, shard, t->data_epoch, t->data_batch, err));
     }
     ps_client_refresh(j->ps);
+    /* a closure's window of accumulate_steps starts empty (a closure run again, or on another
+     * worker, adds nothing twice) */
+    trainer_drop_window(j->trainer);
     for (; done < steps; done++) {
         data_batch_t b;
         model_stats_t st;
@@ -414,25 +430,24 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task
             return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
         if (!trainer_next_of(j->trainer, shard, &b))
             break;
-        double t0 = clock_now_s(), t1, t2;
-        ps_push_info_t info;
+        double t0 = clock_now_s(), t1;
         STATUS_CHECK(ps_client_pull(j->ps, b.features, b.size, err));
         t1 = clock_now_s();
         /* Sends gradients while backward runs (ps_client packs); no gradient of a step whose
          * loss is not finite leaves the worker. */
         STATUS_CHECK(trainer_step(j->trainer, &b, &st, err));
-        t2 = clock_now_s();
-        STATUS_CHECK(ps_client_push(j->ps, &info, err));
         metric_inc(w->steps);
         metric_add(w->examples, st.examples);
-        metric_add(w->compute_seconds, t2 - t1);
-        metric_add(w->wait_seconds, (t1 - t0) + (clock_now_s() - t2));
-        metric_add(w->push_requests, info.requests);
-        metric_add(w->push_early, info.during_backward);
+        metric_add(w->compute_seconds, clock_now_s() - t1);
+        metric_add(w->wait_seconds, t1 - t0);
+        if (trainer_accumulate(j->trainer)) /* the window's mean: the push */
+            STATUS_CHECK(push(w, j, err));
         loss += st.loss_sum;
         correct += st.correct;
         examples += st.examples;
     }
+    if (trainer_close_window(j->trainer)) /* the closure ended inside a window */
+        STATUS_CHECK(push(w, j, err));
     resp->steps = done;
     resp->examples = examples;
     resp->loss_sum = loss;

@@ -196,6 +196,15 @@ static void pack(sync_t *s, bool out)
     }
 }
 
+/* The gradients summed over the processes, then the update: the same on every process. */
+static status_t reduce_and_update(sync_t *s, status_msg_t *err)
+{
+    pack(s, true);
+    STATUS_CHECK(ring_allreduce(s->ring, s->pack, s->n_pack, err));
+    pack(s, false);
+    return trainer_update(s->t, err);
+}
+
 status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t *ret,
                     int *ret_steps, status_msg_t *err)
 {
@@ -204,6 +213,7 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
     if (s->ring == NULL)
         return status_fail(err, STATUS_INVALID_USAGE, "the ring of the job is not connected");
     snapshot(s, true);
+    trainer_drop_window(s->t);
     for (int k = 0; k < steps; k++) {
         data_batch_t b;
         model_stats_t st;
@@ -216,14 +226,15 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
             ring_abort(s->ring);
             return rc;
         }
-        pack(s, true);
-        STATUS_CHECK(ring_allreduce(s->ring, s->pack, s->n_pack, err));
-        pack(s, false);
-        STATUS_CHECK(trainer_apply(s->t, err));
+        if (trainer_accumulate(s->t)) /* once per window of accumulate_steps */
+            STATUS_CHECK(reduce_and_update(s, err));
         ret->loss_sum += st.loss_sum;
         ret->correct += st.correct;
         ret->examples += st.examples;
         (*ret_steps)++;
     }
+    /* a window never spans closures: every process ran the same batches, so all close it */
+    if (trainer_close_window(s->t))
+        STATUS_CHECK(reduce_and_update(s, err));
     return STATUS_OK;
 }

@@ -163,4 +163,9 @@ status_t job_parse_with_files(const char *text, size_t len, const char *path,
                               status_msg_t *err);
 
 void job_done(job_t *job);
+
+/* The steps of one closure on a cluster: steps_per_execution, rounded up to whole windows of
+ * accumulate_steps (a window's gradients never span closures, which may run on other workers or
+ * run again). */
+int job_closure_steps(const job_t *job);
 #endif

@@ -26,6 +26,8 @@ extern char **environ;
 
 #define STEPS_PER_EPOCH 250 /* 8000 examples in batches of 32 */
 
+static const char *train_line = "{epochs: 10}"; /* the job's train section */
+
 static const char *write_job(const char *name, const char *dir, const char *model_extra)
 {
     static char path[512];
@@ -47,9 +49,9 @@ static const char *write_job(const char *name, const char *dir, const char *mode
             "classes: 10, seed: 1}\n"
             "  test: {format: synthetic, kind: classification, examples: 1000, shape: [200], "
             "classes: 10, seed: 2}\n"
-            "train: {epochs: 10}\n"
+            "train: %s\n"
             "checkpoint: {dir: %s, every_steps: 10, keep: 2}\n",
-            model_extra, dir);
+            model_extra, train_line, dir);
     fclose(f);
     return path;
 }
@@ -121,15 +123,18 @@ static bool run_and_kill(const char *job, int ms)
     return WIFEXITED(status);
 }
 
-START_TEST(killed_at_random_moments_resumes_to_identical_numbers)
+/* Runs the job whole, then kills it at random moments (tries times) and resumes it to the end:
+ * the numbers are the whole run's. Every checkpoint before the last step is at a multiple of
+ * `every`. */
+static void kill_and_resume(const char *name, int tries, int64_t every)
 {
     char whole_dir[512], cut_dir[512], *out = NULL, *expected, *got;
     const char *whole, *cut;
     int64_t last = -1;
     int kills = 0;
 
-    snprintf(whole_dir, sizeof(whole_dir), "%s/whole", harness_tmpdir());
-    snprintf(cut_dir, sizeof(cut_dir), "%s/cut", harness_tmpdir());
+    snprintf(whole_dir, sizeof(whole_dir), "%s/whole-%s", harness_tmpdir(), name);
+    snprintf(cut_dir, sizeof(cut_dir), "%s/cut-%s", harness_tmpdir(), name);
     whole = write_job("whole.yaml", whole_dir, "1024");
     ck_assert_int_eq(train(whole, NULL, &out), 0);
     expected = result_of(out);
@@ -138,7 +143,7 @@ START_TEST(killed_at_random_moments_resumes_to_identical_numbers)
 
     cut = strdup(write_job("cut.yaml", cut_dir, "1024"));
     srand((unsigned)time(NULL));
-    for (int i = 0; i < 25; i++) {
+    for (int i = 0; i < tries; i++) {
         if (run_and_kill(cut, 50 + rand() % 300))
             break; /* it finished before the kill */
         kills++;
@@ -147,9 +152,13 @@ START_TEST(killed_at_random_moments_resumes_to_identical_numbers)
         int64_t step = check_loadable(cut_dir);
         ck_assert_msg(step >= last, "the newest checkpoint went back from %lld to %lld",
                       (long long)last, (long long)step);
+        ck_assert_msg(step % every == 0 || step == 10 * STEPS_PER_EPOCH,
+                      "a checkpoint at step %lld", (long long)step);
         last = step;
     }
-    ck_assert_msg(kills >= 5, "only %d runs were killed mid-training", kills);
+    printf("%s: %d runs killed, the last at a checkpoint of step %lld\n", name, kills,
+           (long long)last);
+    ck_assert_msg(kills >= tries / 5 && last > 0, "only %d runs were killed mid-training", kills);
     ck_assert_int_eq(train(cut, "--resume", &out), 0);
     got = result_of(out);
     ck_assert_msg(strcmp(got, expected) == 0, "resumed: %s\nuninterrupted: %s\n%s", got, expected,
@@ -158,6 +167,21 @@ START_TEST(killed_at_random_moments_resumes_to_identical_numbers)
     free(got);
     free(expected);
     free((char *)cut);
+}
+
+START_TEST(killed_at_random_moments_resumes_to_identical_numbers)
+{
+    train_line = "{epochs: 10}";
+    kill_and_resume("plain", 25, 10);
+}
+END_TEST
+
+/* With accumulate_steps 3 a checkpoint due every 10 steps waits for the end of its window (one
+ * holds no gradients): at steps 12, 21, 30, ..., and the resumed run is the whole one. */
+START_TEST(killed_with_accumulated_gradients_resumes_at_window_ends)
+{
+    train_line = "{epochs: 10, accumulate_steps: 3}";
+    kill_and_resume("acc", 10, 3);
 }
 END_TEST
 
@@ -404,6 +428,7 @@ int main(void)
 
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, killed_at_random_moments_resumes_to_identical_numbers);
+    tcase_add_test(tc, killed_with_accumulated_gradients_resumes_at_window_ends);
     tcase_add_test(tc, resuming_a_finished_run_trains_nothing);
     tcase_add_test(tc, damaged_or_foreign_checkpoints_are_refused_by_name);
     tcase_add_test(tc, export_writes_both_files_or_says_why_not);

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -368,8 +369,8 @@ START_TEST(ps_training_rejected_job_reports_the_error_to_the_cli)
 }
 END_TEST
 
-/* The Fashion-MNIST MLP with a second hidden layer, 300 steps; %s: the optimizer, %lld: the
- * gradient bytes per pack. */
+/* The Fashion-MNIST MLP with a second hidden layer; %s: the optimizer, %d: the batch, %s: the
+ * train section's keys. */
 static const char packs_job[] =
     "name: packs\n"
     "model:\n"
@@ -389,19 +390,28 @@ static const char packs_job[] =
     "    images: /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\n"
     "    labels: /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\n"
     "  scale: 0.00392156862745098\n"
-    "  batch_size: 64\n"
+    "  batch_size: %d\n"
     "  shuffle_buffer: 10000\n"
     "  seed: 7\n"
-    "train: {steps: 300, bytes_per_pack: %lld}\n";
+    "train: {%s}\n";
 
 /* Submits packs_job and returns the CLI's exit status and output. */
-static int run_packs_job(cluster_t *c, const char *optimizer, long long bytes_per_pack, char **out)
+static int run_job_of(cluster_t *c, const char *optimizer, int batch, const char *train, char **out)
 {
-    char path[512], text[sizeof(packs_job) + 128];
-    snprintf(path, sizeof(path), "%s/packs-%lld.yaml", harness_tmpdir(), bytes_per_pack);
-    snprintf(text, sizeof(text), packs_job, optimizer, bytes_per_pack);
+    static int n;
+    char path[512], text[sizeof(packs_job) + 256];
+    snprintf(path, sizeof(path), "%s/packs-%d.yaml", harness_tmpdir(), n++);
+    snprintf(text, sizeof(text), packs_job, optimizer, batch, train);
     write_file(path, text);
     return tessera((char *[]){"submit", path, c->chief_flag, "--watch", NULL}, out);
+}
+
+/* 300 steps of batch 64 */
+static int run_packs_job(cluster_t *c, const char *optimizer, long long bytes_per_pack, char **out)
+{
+    char train[128];
+    snprintf(train, sizeof(train), "steps: 300, bytes_per_pack: %lld", bytes_per_pack);
+    return run_job_of(c, optimizer, 64, train, out);
 }
 
 /* "loss …, accuracy …; test loss …, test accuracy …" of the CLI's result line. */
@@ -455,6 +465,53 @@ START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
 }
 END_TEST
 
+/* A number after `key` in the CLI's result line. */
+static double result_number(const char *result, const char *key)
+{
+    const char *at = strstr(result, key);
+    ck_assert_msg(at != NULL, "no %s in %s", key, result);
+    return strtod(at + strlen(key), NULL);
+}
+
+/* accumulate_steps under parameter_server: the worker sums 4 batches of 16 and pushes their mean
+ * once, so the PS applies what one batch of 64 would have made: the same number of pushes, the
+ * same numbers (to float rounding). steps_per_execution 6 becomes closures of 8, whole windows. */
+START_TEST(ps_training_accumulated_batches_push_as_one_larger_batch)
+{
+    cluster_t c;
+    char *out = NULL, *big, *acc;
+    double pushes, steps, d_loss, d_acc;
+    int rc;
+
+    start_cluster_of(&c, 1); /* deterministic */
+    rc = run_job_of(&c, "{adam: {learning_rate: 0.001}}", 64, "steps: 300, steps_per_execution: 2",
+                    &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    big = result_of(out);
+    free(out);
+    pushes = metric(&c.worker[0], "tessera_worker_push_requests_total");
+    steps = metric(&c.worker[0], "tessera_worker_steps_total");
+
+    rc = run_job_of(&c, "{adam: {learning_rate: 0.001}}", 16,
+                    "steps: 1200, steps_per_execution: 6, accumulate_steps: 4", &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    acc = result_of(out);
+    free(out);
+    pushes = metric(&c.worker[0], "tessera_worker_push_requests_total") - 2 * pushes;
+    steps = metric(&c.worker[0], "tessera_worker_steps_total") - 2 * steps;
+    d_loss = fabs(result_number(acc, "test loss ") / result_number(big, "test loss ") - 1);
+    d_acc = fabs(result_number(acc, "test accuracy ") - result_number(big, "test accuracy "));
+    printf("batch 64: %s\n4 x 16:   %s\n", big, acc);
+    ck_assert_msg(steps == 1200 - 300 && pushes == 0, "%.0f more steps, %.0f more pushes", steps,
+                  pushes);
+    ck_assert_msg(d_loss < 1e-3 && d_acc <= 0.002, "batch 64: %s\n4 x 16: %s", big, acc);
+    free(big);
+    free(acc);
+
+    stop_cluster(&c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_training");
@@ -468,6 +525,7 @@ int main(void)
     tcase_add_test(tc, ps_training_staleness_bound_holds_a_worker_that_runs_ahead);
     tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);
+    tcase_add_test(tc, ps_training_accumulated_batches_push_as_one_larger_batch);
     tcase_add_test(tc, ps_training_gradient_packs_overlap_backward_and_change_nothing);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);

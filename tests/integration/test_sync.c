@@ -52,10 +52,10 @@ static double test_accuracy(const char *out)
     return p ? strtod(p + strlen("test accuracy "), NULL) : -1;
 }
 
-/* The MLP example with `strategy`, `batch` (per worker), `epochs` and (unless NULL) another
- * optimizer, in the test's dir. */
-static const char *mlp_job(const char *name, const char *strategy, int batch, int epochs,
-                           const char *optimizer)
+/* The MLP example with `strategy`, `batch` (per worker), `epochs`, (unless NULL) another
+ * optimizer and (unless 0) accumulate_steps, in the test's dir. */
+static const char *mlp_job_acc(const char *name, const char *strategy, int batch, int epochs,
+                               const char *optimizer, int accumulate)
 {
     static const char *const was[] = {"strategy: one_device",
                                       "optimizer: {adam: {learning_rate: "
@@ -74,7 +74,8 @@ static const char *mlp_job(const char *name, const char *strategy, int batch, in
     snprintf(now[0], sizeof(now[0]), "strategy: %s", strategy);
     snprintf(now[1], sizeof(now[1]), "%s", optimizer ? optimizer : was[1]);
     snprintf(now[2], sizeof(now[2]), "batch_size: %d", batch);
-    snprintf(now[3], sizeof(now[3]), "train: {epochs: %d, steps_per_execution: 20}", epochs);
+    snprintf(now[3], sizeof(now[3]), "train: {epochs: %d, steps_per_execution: 20%s%.0d}", epochs,
+             accumulate ? ", accumulate_steps: " : "", accumulate);
     snprintf(out, sizeof(path[0]), "%s/%s.yaml", harness_tmpdir(), name);
     ck_assert_ptr_nonnull(f = fopen(out, "w"));
     at = text;
@@ -88,6 +89,12 @@ static const char *mlp_job(const char *name, const char *strategy, int batch, in
     fclose(f);
     free(text);
     return out;
+}
+
+static const char *mlp_job(const char *name, const char *strategy, int batch, int epochs,
+                           const char *optimizer)
+{
+    return mlp_job_acc(name, strategy, batch, epochs, optimizer, 0);
 }
 
 static int tessera(char *const *args, char **out)
@@ -118,8 +125,8 @@ START_TEST(sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers)
 }
 END_TEST
 
-/* Each step's global batch is one_device's, split between the workers: an epoch ends where one
- * device ends, to the printed digits. */
+/* Each step's global batch is one_device's, split between the workers, or accumulated over
+ * steps: an epoch ends where one device ends, to the printed digits. */
 START_TEST(sync_epoch_ends_where_one_device_does)
 {
     cluster_t c;
@@ -137,6 +144,18 @@ START_TEST(sync_epoch_ends_where_one_device_does)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     printf("one epoch: one_device test accuracy %.4f, multi_worker_mirrored %.4f\n",
            test_accuracy(one), test_accuracy(out));
+    ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
+    free(out);
+    /* two windows of accumulate_steps 2 over batches of 2 x 16: one all-reduce and one update
+     * per 64 examples, as one_device's batch of 64 (steps_per_execution 20: whole windows) */
+    rc =
+        tessera((char *[]){"submit",
+                           (char *)mlp_job_acc("mwms-acc", "multi_worker_mirrored", 16, 1, NULL, 2),
+                           c.chief_flag, "--watch", NULL},
+                &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("one epoch: multi_worker_mirrored, accumulate_steps 2 of 2 x 16: %.4f\n",
+           test_accuracy(out));
     ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
     free(out);
     free(one);

@@ -168,11 +168,6 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
                    "hinge", NULL);
     expect_failure("/nonexistent/job.yaml", "/nonexistent/job.yaml", NULL);
     /* A strategy tessera train cannot honour is refused, not run on one device in silence. */
-    expect_failure(write_job("acc.yaml",
-                             "model:\n" MLP "\nloss: mse\ndata: {batch_size: 8, train: {format: "
-                             "synthetic, examples: 16, shape: [784], classes: 2}}\ntrain: {epochs: "
-                             "1, accumulate_steps: 2}\ncheckpoint: {dir: ck}\n"),
-                   "checkpoints of a job with train.accumulate_steps are not available yet", NULL);
     expect_failure(write_job("mwms.yaml",
                              "strategy: multi_worker_mirrored\nmodel:\n" MLP
                              "\nloss: mse\ndata: {batch_size: 8, train: {format: synthetic, "
