@@ -448,7 +448,7 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     fanout_t *f = calloc(n + 1, sizeof(*f));
     bool *alive = calloc(n + 1, sizeof(*alive));
     char **ring = calloc(n + 1, sizeof(*ring));
-    int64_t examples = 0, global = (int64_t)j->job.data.batch_size * (int64_t)n, batches;
+    int64_t examples = 0, global, batches;
     bool has_test;
     status_t rc;
 
@@ -460,7 +460,9 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
-    rc = worker_cfg_init(&cfg, c, j, err);
+    rc = job_set_replicas(&j->job, (int)n, err); /* data.global_batch_size over the workers */
+    if (rc == STATUS_OK)
+        rc = worker_cfg_init(&cfg, c, j, err);
     for (size_t w = 0; w < n; w++)
         alive[w] = true;
     if (rc == STATUS_OK)
@@ -488,6 +490,7 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         rc = watchdog_start(&wd, c, alive, n, c->opts->worker_timeout_ms, NULL, NULL, err);
     if (rc != STATUS_OK)
         goto out;
+    global = (int64_t)j->job.data.batch_size * (int64_t)n;
     batches = j->job.data.drop_remainder ? examples / global : (examples + global - 1) / global;
     pthread_mutex_lock(&c->mu);
     j->progress.total_steps = j->job.steps > 0 ? j->job.steps : j->job.epochs * batches;

@@ -298,6 +298,8 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
         run.epochs = opts->epochs;
     rc = check_strategy(job, &replicas, err);
     if (rc == STATUS_OK)
+        rc = job_set_replicas(&run, replicas, err);
+    if (rc == STATUS_OK)
         rc = backend_cpu()->set_threads(opts->threads, err);
     if (rc == STATUS_OK)
         rc = find_resume(job, job->resume || opts->resume, &ckpt, &m, &s, err);
@@ -311,7 +313,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
                              .start_epoch = s.next_epoch,
                              .start_batch = s.next_batch,
                              .replicas = replicas};
-        rc = trainer_new(job, &to, &t, err);
+        rc = trainer_new(&run, &to, &t, err);
     }
     if (rc == STATUS_OK && ckpt != NULL) {
         rc = train_ckpt_restore(t, ckpt, &m, err);

@@ -104,6 +104,8 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                               err);
     free(files);
     j->seed = req->seed ? req->seed : j->job.seed;
+    if (rc == STATUS_OK && j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED)
+        rc = job_set_replicas(&j->job, j->num_workers, err);
     if (rc == STATUS_OK) {
         bool mwms = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED;
         /* multi_worker_mirrored: every worker reads the whole split, a slice of each batch */

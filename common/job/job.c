@@ -488,13 +488,21 @@ static status_t get_source(job_ctx_t *c, const job_node_t *map, const char *key,
 
 static status_t parse_data(job_ctx_t *c, const job_node_t *n, job_data_t *d)
 {
-    static const char *const data_keys[] = {"train",          "test",    "scale",
-                                            "batch_size",     "seed",    "shuffle_buffer",
-                                            "drop_remainder", "prefetch"};
+    static const char *const data_keys[] = {
+        "train", "test",           "scale",          "batch_size", "global_batch_size",
+        "seed",  "shuffle_buffer", "drop_remainder", "prefetch"};
     int64_t seed = 0;
 
     STATUS_CHECK(job_tree_check_map(c, n, data_keys, JOB_N_OF(data_keys), false));
-    STATUS_CHECK(job_tree_get_int(c, n, "batch_size", true, 1, &d->batch_size));
+    STATUS_CHECK(job_tree_get_int(c, n, "global_batch_size", false, 1, &d->global_batch_size));
+    if (d->global_batch_size > 0 && job_tree_given(job_tree_child(n, "batch_size")))
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(n, "batch_size")->line,
+                             "data.batch_size (per replica) and data.global_batch_size (split "
+                             "over the replicas): give one of them");
+    /* until job_set_replicas: one replica */
+    d->batch_size = d->global_batch_size;
+    STATUS_CHECK(
+        job_tree_get_int(c, n, "batch_size", d->global_batch_size == 0, 1, &d->batch_size));
     STATUS_CHECK(job_tree_get_i64(c, n, "seed", false, 0, &seed));
     d->seed = (uint64_t)seed;
     /* Distinct default seeds, so a synthetic test split is not the training split again. */
@@ -678,6 +686,12 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     SECTION("metrics", false, parse_metrics, job);
     SECTION("optimizer", false, parse_optimizer, &job->optimizer);
     SECTION("data", true, parse_data, &job->data);
+    if (job->data.global_batch_size > 0 && job->strategy == JOB_STRATEGY_PARAMETER_SERVER)
+        return job_tree_fail(
+            c, STATUS_BAD_CONFIG,
+            job_tree_child(job_tree_child(root, "data"), "global_batch_size")->line,
+            "data.global_batch_size: each step of parameter_server training is one worker's "
+            "batch, no global one: give data.batch_size");
     SECTION("train", false, parse_train, job);
     job->evaluate = job->data.test.present;
     STATUS_CHECK(job_tree_get_bool(c, root, "evaluate", &job->evaluate));
@@ -801,4 +815,19 @@ int job_closure_steps(const job_t *job)
     int k = job->accumulate_steps > 1 ? job->accumulate_steps : 1;
 
     return spe % k == 0 || spe > INT_MAX - k ? spe : (spe / k + 1) * k;
+}
+
+status_t job_set_replicas(job_t *job, int replicas, status_msg_t *err)
+{
+    int global = job->data.global_batch_size;
+
+    if (global == 0)
+        return STATUS_OK;
+    if (replicas < 1 || global % replicas != 0)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: data.global_batch_size %d does not split evenly over %d "
+                           "replicas: make it a multiple of %d, or give data.batch_size",
+                           job->path ? job->path : "job", global, replicas, replicas);
+    job->data.batch_size = global / replicas;
+    return STATUS_OK;
 }

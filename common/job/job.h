@@ -81,6 +81,8 @@ typedef struct job_data {
     job_source_t train, test;
     double scale;           /* features are multiplied by this (e.g. 1/255); default 1 */
     int batch_size;         /* per replica */
+    int global_batch_size;  /* as Keras users size it: split over the replicas by
+                             * job_set_replicas into batch_size; 0: batch_size given */
     int64_t shuffle_buffer; /* 0 = no shuffle */
     uint64_t seed;
     bool drop_remainder; /* drop the last partial batch (default false) */
@@ -163,6 +165,11 @@ status_t job_parse_with_files(const char *text, size_t len, const char *path,
                               status_msg_t *err);
 
 void job_done(job_t *job);
+
+/* data.global_batch_size: makes data.batch_size its share for each of `replicas` replicas
+ * (tessera train's, or multi_worker_mirrored's workers), failing with an error that names the
+ * key when it does not split evenly. Without it, nothing. */
+status_t job_set_replicas(job_t *job, int replicas, status_msg_t *err);
 
 /* The steps of one closure on a cluster: steps_per_execution, rounded up to whole windows of
  * accumulate_steps (a window's gradients never span closures, which may run on other workers or

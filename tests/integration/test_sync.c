@@ -52,11 +52,20 @@ static double test_accuracy(const char *out)
     return p ? strtod(p + strlen("test accuracy "), NULL) : -1;
 }
 
-/* The MLP example with `strategy`, `batch` (per worker), `epochs`, (unless NULL) another
- * optimizer and (unless 0) accumulate_steps, in the test's dir. */
-static const char *mlp_job_acc(const char *name, const char *strategy, int batch, int epochs,
-                               const char *optimizer, int accumulate)
+/* What a test changes in the MLP example beyond the strategy, batch and epochs. */
+typedef struct mlp_more {
+    const char *optimizer; /* NULL: the example's */
+    int accumulate;        /* train.accumulate_steps; 0: none */
+    bool global;           /* the batch is data.global_batch_size */
+} mlp_more_t;
+
+/* The MLP example with `strategy`, `batch` (per worker), `epochs` and `more`, in the test's
+ * dir. */
+static const char *mlp_job_of(const char *name, const char *strategy, int batch, int epochs,
+                              mlp_more_t more)
 {
+    const char *optimizer = more.optimizer;
+    int accumulate = more.accumulate;
     static const char *const was[] = {"strategy: one_device",
                                       "optimizer: {adam: {learning_rate: "
                                       "0.001}}",
@@ -73,7 +82,7 @@ static const char *mlp_job_acc(const char *name, const char *strategy, int batch
     fclose(f);
     snprintf(now[0], sizeof(now[0]), "strategy: %s", strategy);
     snprintf(now[1], sizeof(now[1]), "%s", optimizer ? optimizer : was[1]);
-    snprintf(now[2], sizeof(now[2]), "batch_size: %d", batch);
+    snprintf(now[2], sizeof(now[2]), "%sbatch_size: %d", more.global ? "global_" : "", batch);
     snprintf(now[3], sizeof(now[3]), "train: {epochs: %d, steps_per_execution: 20%s%.0d}", epochs,
              accumulate ? ", accumulate_steps: " : "", accumulate);
     snprintf(out, sizeof(path[0]), "%s/%s.yaml", harness_tmpdir(), name);
@@ -94,7 +103,7 @@ static const char *mlp_job_acc(const char *name, const char *strategy, int batch
 static const char *mlp_job(const char *name, const char *strategy, int batch, int epochs,
                            const char *optimizer)
 {
-    return mlp_job_acc(name, strategy, batch, epochs, optimizer, 0);
+    return mlp_job_of(name, strategy, batch, epochs, (mlp_more_t){.optimizer = optimizer});
 }
 
 static int tessera(char *const *args, char **out)
@@ -148,15 +157,36 @@ START_TEST(sync_epoch_ends_where_one_device_does)
     free(out);
     /* two windows of accumulate_steps 2 over batches of 2 x 16: one all-reduce and one update
      * per 64 examples, as one_device's batch of 64 (steps_per_execution 20: whole windows) */
-    rc =
-        tessera((char *[]){"submit",
-                           (char *)mlp_job_acc("mwms-acc", "multi_worker_mirrored", 16, 1, NULL, 2),
-                           c.chief_flag, "--watch", NULL},
-                &out);
+    rc = tessera((char *[]){"submit",
+                            (char *)mlp_job_of("mwms-acc", "multi_worker_mirrored", 16, 1,
+                                               (mlp_more_t){.accumulate = 2}),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     printf("one epoch: multi_worker_mirrored, accumulate_steps 2 of 2 x 16: %.4f\n",
            test_accuracy(out));
     ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
+    free(out);
+    /* data.global_batch_size 64 over the 2 workers: 32 each */
+    rc = tessera((char *[]){"submit",
+                            (char *)mlp_job_of("mwms-global", "multi_worker_mirrored", 64, 1,
+                                               (mlp_more_t){.global = true}),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("one epoch: multi_worker_mirrored, global_batch_size 64: %.4f\n", test_accuracy(out));
+    ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
+    ck_assert_msg(strstr(out, "global batch 64,") != NULL, "%s", out);
+    free(out);
+    /* 2 workers cannot split 63 */
+    rc = tessera((char *[]){"submit",
+                            (char *)mlp_job_of("mwms-odd", "multi_worker_mirrored", 63, 1,
+                                               (mlp_more_t){.global = true}),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
+    ck_assert_msg(rc != 0 && strstr(out, "data.global_batch_size 63 does not split evenly over 2 "
+                                         "replicas") != NULL,
+                  "exit %d: %s", rc, out);
     free(out);
     free(one);
     stop_cluster(&c);

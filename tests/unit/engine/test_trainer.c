@@ -309,6 +309,8 @@ static trainer_t *run_steps(job_t *job, const char *text, int replicas, int step
     int done = 0;
 
     ck_assert_msg(job_parse(text, strlen(text), "t.yaml", job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(job_set_replicas(job, replicas > 1 ? replicas : 1, &err) == STATUS_OK, "%s",
+                  err.text);
     t = make(job, &o);
     ck_assert_int_eq(trainer_replicas(t), replicas > 1 ? replicas : 1);
     while ((steps == 0 || done < steps) && trainer_next(t, &b)) {
@@ -338,12 +340,13 @@ static double max_rel_diff(trainer_t *a, trainer_t *b)
     return diff / scale;
 }
 
-#define SYNC_JOB(strategy, batch)                                                                  \
+#define SYNC_JOB_OF(strategy, batch_key, batch)                                                    \
     "strategy: " strategy "\nmodel: " MLP4                                                         \
     "\nloss: {sparse_categorical_crossentropy: {from_logits: true}}\noptimizer: "                  \
     "{adam: {learning_rate: 0.01}}\n"                                                              \
-    "data: {batch_size: " #batch ", shuffle_buffer: 1000, train: {format: synthetic, examples: "   \
-    "200, shape: [8], classes: 4}}\n"
+    "data: {" batch_key ": " #batch ", shuffle_buffer: 1000, train: {format: synthetic, "          \
+    "examples: 200, shape: [8], classes: 4}}\n"
+#define SYNC_JOB(strategy, batch) SYNC_JOB_OF(strategy, "batch_size", batch)
 
 /* mirrored and central_storage split each global batch over their replicas and sum the
  * gradients: with the same seed and global batch they end where one device does, a partial last
@@ -356,6 +359,9 @@ START_TEST(replicas_step_as_one_device_does)
     } cases[] = {
         {SYNC_JOB("one_device", 20), SYNC_JOB("{mirrored: {replicas: 2}}", 10), 2, 20},
         {SYNC_JOB("one_device", 21), SYNC_JOB("{central_storage: {replicas: 3}}", 7), 3, 0},
+        /* data.global_batch_size, as Keras users size it: 10 per replica */
+        {SYNC_JOB("one_device", 20),
+         SYNC_JOB_OF("{mirrored: {replicas: 2}}", "global_batch_size", 20), 2, 20},
     };
 
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -364,8 +370,9 @@ START_TEST(replicas_step_as_one_device_does)
         trainer_t *one = run_steps(&j1, cases[c].one, 1, cases[c].steps, &n1);
         trainer_t *sync = run_steps(&j2, cases[c].sync, cases[c].replicas, cases[c].steps, &n2);
         double d = max_rel_diff(one, sync);
-        printf("%s over %d replicas: %d steps, relative difference %.3g\n",
-               c == 0 ? "mirrored" : "central_storage", cases[c].replicas, n2, d);
+        printf("%s over %d replicas%s: %d steps, relative difference %.3g\n",
+               j2.strategy == JOB_STRATEGY_MIRRORED ? "mirrored" : "central_storage",
+               cases[c].replicas, j2.data.global_batch_size ? " (global_batch_size)" : "", n2, d);
         ck_assert_int_eq(n1, n2);
         ck_assert_int_eq(n1, cases[c].steps ? cases[c].steps : 30); /* 200 = 9 * 21 + 11 */
         ck_assert_msg(d <= 1e-5, "case %zu: relative difference %g", c, d);

@@ -542,6 +542,41 @@ START_TEST(train_takes_epochs_or_steps_not_both)
 }
 END_TEST
 
+#define GLOBAL_DATA(key)                                                                           \
+    "loss: mse\ndata: {" key ", train: {format: synthetic, examples: 10, shape: [4], classes: "    \
+    "2}}\n"
+
+/* data.global_batch_size, as Keras users size batches: split evenly over the replicas */
+START_TEST(global_batch_size_splits_over_the_replicas)
+{
+    job_t job;
+    status_msg_t err = {0};
+
+    parse_ok(MODEL GLOBAL_DATA("global_batch_size: 96"), "job.yaml", &job);
+    ck_assert_int_eq(job.data.batch_size, 96); /* one replica until told */
+    ck_assert_int_eq(job_set_replicas(&job, 3, &err), STATUS_OK);
+    ck_assert_int_eq(job.data.batch_size, 32);
+    ck_assert_int_eq(job_set_replicas(&job, 1, &err), STATUS_OK);
+    ck_assert_int_eq(job.data.batch_size, 96);
+    ck_assert_int_eq(job_set_replicas(&job, 5, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "data.global_batch_size 96 does not split evenly over 5 "
+                                   "replicas") != NULL,
+                  "%s", err.text);
+    job_done(&job);
+    parse_ok(MODEL TAIL, "job.yaml", &job); /* batch_size: per replica, whatever the replicas */
+    ck_assert_int_eq(job_set_replicas(&job, 3, &err), STATUS_OK);
+    ck_assert_int_eq(job.data.batch_size, 8);
+    job_done(&job);
+    ASSERT_BAD(MODEL GLOBAL_DATA("batch_size: 8, global_batch_size: 16"),
+               "data.batch_size (per replica) and data.global_batch_size (split over the "
+               "replicas): give one of them");
+    ASSERT_BAD(MODEL GLOBAL_DATA("global_batch_size: 0"), "data.global_batch_size must be");
+    ASSERT_BAD("strategy: parameter_server\n" MODEL GLOBAL_DATA("global_batch_size: 16"),
+               "job.yaml:4: data.global_batch_size: each step of parameter_server training is "
+               "one worker's batch");
+}
+END_TEST
+
 START_TEST(missing_required_keys_are_named)
 {
     ASSERT_BAD(MODEL "loss: mse\ndata: {train: {format: synthetic, examples: 1, shape: [4], "
@@ -830,6 +865,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, misspelt_key_names_file_line_path_and_suggestion);
     tcase_add_test(tc, unknown_names_are_listed_with_the_known_ones);
     tcase_add_test(tc, train_takes_epochs_or_steps_not_both);
+    tcase_add_test(tc, global_batch_size_splits_over_the_replicas);
     tcase_add_test(tc, missing_required_keys_are_named);
     tcase_add_test(tc, bad_numbers_are_rejected_with_the_value);
     tcase_add_test(tc, optimizer_values_are_validated);
