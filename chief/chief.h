@@ -17,9 +17,14 @@ typedef struct chief_opts {
 } chief_opts_t;
 
 extern const daemon_spec_t chief_daemon_spec;
+extern const config_table_t chief_table;
 
 /* TF_CONFIG: this task's listen port and index (type chief), and the ps and worker lists. */
 status_t chief_apply_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
                                status_msg_t *err);
+
+/* The options of a chief that worker 0 runs for a TF_CONFIG cluster without a chief: the
+ * defaults, and the cluster's ps and worker lists. Release with config_done(&chief_table, o). */
+status_t chief_lead_opts(chief_opts_t *o, const cluster_spec_t *spec, status_msg_t *err);
 
 #endif

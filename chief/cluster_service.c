@@ -47,6 +47,14 @@ status_t chief_apply_tf_config(const config_table_t *t, void *opts, const cluste
     return set_list(t, opts, "worker", &spec->jobs[CLUSTER_WORKER], err);
 }
 
+status_t chief_lead_opts(chief_opts_t *o, const cluster_spec_t *spec, status_msg_t *err)
+{
+    memset(o, 0, sizeof(*o));
+    STATUS_CHECK(config_defaults(&chief_table, o, err));
+    STATUS_CHECK(set_list(&chief_table, o, "ps", &spec->jobs[CLUSTER_PS], err));
+    return set_list(&chief_table, o, "worker", &spec->jobs[CLUSTER_WORKER], err);
+}
+
 static status_t on_get_cluster(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
 {
     chief_state_t *st = user;

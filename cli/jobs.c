@@ -10,6 +10,7 @@
 #include <grpc/grpc.h>
 
 #include "cli.h"
+#include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "job/job.h"
 #include "rpc/client.h"
@@ -24,7 +25,8 @@ typedef struct jobs_opts {
 
 static const config_option_t jobs_options[] = {
     {"chief", CONFIG_ADDRESS, offsetof(jobs_opts_t, chief), NULL, 0, 0,
-     "The chief, HOST:PORT (default: $TESSERA_CHIEF, else 127.0.0.1:2222)."},
+     "The chief, HOST:PORT (default: $TESSERA_CHIEF, else $TF_CONFIG's chief, or its worker 0 "
+     "when it has none, who leads, else 127.0.0.1:2222)."},
     {"watch", CONFIG_BOOL, offsetof(jobs_opts_t, watch), "false", 0, 0,
      "submit: follow the job's progress until it ends."},
     {"timeout", CONFIG_DURATION_MS, offsetof(jobs_opts_t, timeout_ms), "10s", 10, 600000,
@@ -406,6 +408,26 @@ static int run_simple(const char *cmd, const char *chief, const char *id, int64_
     return rc;
 }
 
+/* The chief's address into buf: --chief, $TESSERA_CHIEF, $TF_CONFIG's chief (or worker 0, who
+ * leads a cluster without one), else the default port here. */
+static status_t find_chief(const char *flag, char *buf, size_t len, status_msg_t *err)
+{
+    cluster_spec_t spec;
+    cluster_task_type_t type;
+    bool present = false;
+    int index;
+    const char *env = getenv("TESSERA_CHIEF");
+
+    snprintf(buf, len, "%s", flag ? flag : env ? env : "127.0.0.1:2222");
+    if (flag != NULL || env != NULL)
+        return STATUS_OK;
+    STATUS_CHECK(cluster_spec_from_env(&spec, &present, err));
+    if (present && cluster_spec_chief(&spec, &type, &index))
+        snprintf(buf, len, "%s", cluster_spec_address(&spec, type, index));
+    cluster_spec_done(&spec);
+    return STATUS_OK;
+}
+
 int cli_jobs(int argc, char **argv)
 {
     jobs_opts_t o = {0};
@@ -413,7 +435,7 @@ int cli_jobs(int argc, char **argv)
     status_msg_t err = {0};
     const char *cmd = argv[0];
     const char *arg = cli_take_positional(&argc, argv);
-    const char *chief;
+    char chief[300];
     int rc = 2;
 
     if (config_load(&jobs_table, &o, argc, argv, &action, &err) != STATUS_OK) {
@@ -429,9 +451,10 @@ int cli_jobs(int argc, char **argv)
                 strcmp(cmd, "submit") == 0 ? "job file" : "job");
         goto out;
     }
-    chief = o.chief                   ? o.chief
-            : getenv("TESSERA_CHIEF") ? getenv("TESSERA_CHIEF")
-                                      : "127.0.0.1:2222";
+    if (find_chief(o.chief, chief, sizeof(chief), &err) != STATUS_OK) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, err.text);
+        goto out;
+    }
     grpc_init();
     if (strcmp(cmd, "submit") == 0)
         rc = cli_submit_job(chief, arg, o.watch, o.timeout_ms);

@@ -2,6 +2,7 @@
 #include <stddef.h>
 
 #include "daemon/daemon.h"
+#include "lead.h"
 #include "service.h"
 
 static status_t worker_tf_config(const config_table_t *t, void *opts, const cluster_spec_t *spec,
@@ -36,5 +37,15 @@ static const config_table_t worker_table = {
 int main(int argc, char **argv)
 {
     worker_opts_t opts = {0};
-    return daemon_main(&worker_daemon_spec, &worker_table, &opts, argc, argv);
+    const daemon_spec_t *role = &worker_daemon_spec;
+    cluster_spec_t spec;
+    bool present = false;
+
+    /* (a TF_CONFIG that does not parse is daemon_main's to report) */
+    if (cluster_spec_from_env(&spec, &present, NULL) == STATUS_OK && present) {
+        if (worker_leads(&spec))
+            role = &worker_lead_spec;
+        cluster_spec_done(&spec);
+    }
+    return daemon_main(role, &worker_table, &opts, argc, argv);
 }

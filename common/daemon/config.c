@@ -466,6 +466,11 @@ static status_t apply_defaults(const config_table_t *t, void *opts, status_msg_t
     return STATUS_OK;
 }
 
+status_t config_defaults(const config_table_t *t, void *opts, status_msg_t *err)
+{
+    return apply_defaults(t, opts, err);
+}
+
 static status_t apply_tf_config(const config_table_t *t, void *opts, status_msg_t *err)
 {
     cluster_spec_t spec;

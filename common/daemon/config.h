@@ -69,6 +69,11 @@ typedef enum {
 status_t config_load(const config_table_t *t, void *opts, int argc, char **argv,
                      config_action_t *ret_action, status_msg_t *err);
 
+/* Fills opts (zeroed by the caller) with the table's built-in defaults only: no flags, file or
+ * TF_CONFIG (a role that one process runs beside another, as worker 0 leads a cluster without
+ * a chief). Release with config_done(). */
+status_t config_defaults(const config_table_t *t, void *opts, status_msg_t *err);
+
 /* Sets one option from text, as if given on the command line; `source` names where the value
  * came from in error messages ("TF_CONFIG", "flag --listen", "file.yaml:3"). */
 status_t config_set(const config_table_t *t, void *opts, const char *key, const char *value,

@@ -320,6 +320,51 @@ START_TEST(sync_nan_loss_fails_the_job_at_once_as_the_applications)
 }
 END_TEST
 
+/* TF_CONFIG without a chief: worker 0 leads, as in TensorFlow's MultiWorkerMirroredStrategy. It
+ * serves the Coordinator beside its Worker service, and `tessera submit` with the same TF_CONFIG
+ * (no --chief) finds it there. */
+START_TEST(sync_tf_config_without_chief_worker_0_leads)
+{
+    launch_proc_t w[2];
+    int port[2] = {harness_free_port(), harness_free_port()};
+    char tf[2][300], listen[2][64], name[2][16], log[600], *out = NULL;
+    int rc;
+
+    for (int i = 0; i < 2; i++) {
+        snprintf(tf[i], sizeof(tf[i]),
+                 "TF_CONFIG={\"cluster\": {\"worker\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\"]}, "
+                 "\"task\": {\"type\": \"worker\", \"index\": %d}}",
+                 port[0], port[1], i);
+        snprintf(listen[i], sizeof(listen[i]), "--listen=127.0.0.1:%d", port[i]);
+        snprintf(name[i], sizeof(name[i]), "lead-w%d", i);
+        ck_assert_int_eq(putenv(tf[i]), 0); /* the child inherits it */
+        harness_start(&w[i], "tessera-worker", name[i], listen[i], NULL);
+    }
+    unsetenv("TF_CONFIG");
+    snprintf(log, sizeof(log), "%s/lead-w0.log", harness_tmpdir());
+    ck_assert_msg(harness_file_contains(
+                      log, "TF_CONFIG has no chief: worker 0 leads, serving the Coordinator"),
+                  "worker 0 does not lead");
+    char *argv[] = {(char *)harness_program("tessera"), "submit",
+                    (char *)mlp_job("lead", "multi_worker_mirrored", 32, 1, NULL), "--watch", NULL};
+    rc = harness_run(argv, (char *[]){tf[1], NULL}, NULL, 600000, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("TF_CONFIG without a chief, worker 0 leads: test accuracy %.4f\n", test_accuracy(out));
+    ck_assert_msg(strstr(out, "training on 2 workers (multi_worker_mirrored") != NULL, "%s", out);
+    ck_assert_msg(test_accuracy(out) >= 0.80, "%s", out);
+    free(out);
+    /* worker 1 does not lead: no Coordinator there */
+    snprintf(log, sizeof(log), "--chief=127.0.0.1:%d", port[1]);
+    rc = harness_run((char *[]){(char *)harness_program("tessera"), "list", log, NULL}, NULL, NULL,
+                     20000, &out);
+    ck_assert_msg(rc != 0 && strstr(out, "is not served by this worker task") != NULL,
+                  "exit %d: %s", rc, out);
+    free(out);
+    harness_stop(&w[1]);
+    harness_stop(&w[0]);
+}
+END_TEST
+
 static Suite *sync_suite(void)
 {
     Suite *s = suite_create("sync");
@@ -331,6 +376,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_worker_restarted_rejoins_the_ring);
     tcase_add_test(tc, sync_worker_hung_is_noticed_and_taken_back);
     tcase_add_test(tc, sync_nan_loss_fails_the_job_at_once_as_the_applications);
+    tcase_add_test(tc, sync_tf_config_without_chief_worker_0_leads);
     suite_add_tcase(s, tc);
     return s;
 }
