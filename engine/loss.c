@@ -59,11 +59,11 @@ static status_t bad_label(status_msg_t *err, int example, float label, const cha
 }
 
 /* Sparse categorical cross-entropy on logits (log-softmax). */
-static status_t scce_logits(model_t *m, const float *z, const float *y, int batch, float *dy,
-                            model_stats_t *st, status_msg_t *err)
+static status_t scce_logits(model_t *m, const float *z, const float *y, int batch, int total,
+                            float *dy, model_stats_t *st, status_msg_t *err)
 {
     size_t k = m->out_len;
-    float inv = 1.0f / (float)batch;
+    float inv = 1.0f / (float)total;
     for (int b = 0; b < batch; b++) {
         const float *x = z + (size_t)b * k;
         float *p = m->probs + (size_t)b * k, max = x[0], sum = 0;
@@ -91,11 +91,11 @@ static status_t scce_logits(model_t *m, const float *z, const float *y, int batc
 }
 
 /* Sparse categorical cross-entropy on probabilities (a softmax not folded, or no softmax). */
-static status_t scce_probs(model_t *m, const float *p, const float *y, int batch, float *dy,
-                           model_stats_t *st, status_msg_t *err)
+static status_t scce_probs(model_t *m, const float *p, const float *y, int batch, int total,
+                           float *dy, model_stats_t *st, status_msg_t *err)
 {
     size_t k = m->out_len;
-    float inv = 1.0f / (float)batch;
+    float inv = 1.0f / (float)total;
     for (int b = 0; b < batch; b++) {
         const float *x = p + (size_t)b * k;
         int label = (int)y[b], arg = 0;
@@ -121,10 +121,10 @@ static status_t scce_probs(model_t *m, const float *p, const float *y, int batch
     return STATUS_OK;
 }
 
-static status_t bce(model_t *m, const float *out, const float *y, int batch, bool logits, float *dy,
-                    model_stats_t *st, status_msg_t *err)
+static status_t bce(model_t *m, const float *out, const float *y, int batch, int total, bool logits,
+                    float *dy, model_stats_t *st, status_msg_t *err)
 {
-    float inv = 1.0f / (float)batch;
+    float inv = 1.0f / (float)total;
     for (int b = 0; b < batch; b++) {
         float t = y[b], v = out[b], p;
         if (!(t >= 0 && t <= 1))
@@ -147,7 +147,7 @@ static status_t bce(model_t *m, const float *out, const float *y, int batch, boo
     return STATUS_OK;
 }
 
-status_t model_loss(model_t *m, const float *y, int batch, float *dy, model_stats_t *st,
+status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy, model_stats_t *st,
                     status_msg_t *err)
 {
     const float *out = m->layers[m->n_layers - 1].out;
@@ -156,16 +156,16 @@ status_t model_loss(model_t *m, const float *y, int batch, float *dy, model_stat
     st->examples = batch;
     switch (m->loss) {
     case JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
-        return logits ? scce_logits(m, out, y, batch, dy, st, err)
-                      : scce_probs(m, out, y, batch, dy, st, err);
+        return logits ? scce_logits(m, out, y, batch, total, dy, st, err)
+                      : scce_probs(m, out, y, batch, total, dy, st, err);
     case JOB_LOSS_BINARY_CROSSENTROPY:
-        return bce(m, out, y, batch, logits, dy, st, err);
+        return bce(m, out, y, batch, total, logits, dy, st, err);
     case JOB_LOSS_MSE:
         for (int b = 0; b < batch; b++) {
             float d = out[b] - y[b];
             st->loss_sum += (double)(d * d);
             if (dy != NULL)
-                dy[b] = 2.0f * d / (float)batch;
+                dy[b] = 2.0f * d / (float)total;
         }
         return STATUS_OK;
     }

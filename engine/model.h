@@ -68,6 +68,11 @@ size_t model_output_len(const model_t *m);
  * infinite: then no gradient is computed (ret_stats still holds the loss). */
 status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
                           model_stats_t *ret_stats, status_msg_t *err);
+/* The same on a slice of a larger batch of `total` examples: the gradients are of the loss
+ * summed over the slice and divided by total, so that the slices' gradients add up to the whole
+ * batch's (ret_stats: the slice's own). */
+status_t model_train_slice(model_t *m, const float *x, const float *y, int batch, int total,
+                           model_stats_t *ret_stats, status_msg_t *err);
 
 /* What model_train_step's backward pass reports about the params first..model_param_count()-1,
  * layer by layer from the last: MODEL_GRADS_READY once their gradients are final for this step;

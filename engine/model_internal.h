@@ -32,8 +32,10 @@ struct model {
 /* Decides how the last activation meets the loss; rejects combinations that make no sense. */
 status_t model_check_loss(model_t *m, status_msg_t *err);
 
-/* Loss of the last layer's output against labels y, with the gradient into dy; NaN-safe. */
-status_t model_loss(model_t *m, const float *y, int batch, float *dy, model_stats_t *stats,
-                    status_msg_t *err);
+/* Loss of the last layer's output against labels y, with the gradient into dy: of the loss
+ * summed over the batch and divided by `total` (the batch itself, or the global batch this one
+ * is a slice of); NaN-safe. */
+status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy,
+                    model_stats_t *stats, status_msg_t *err);
 
 #endif

@@ -23,11 +23,20 @@ static status_t forward(model_t *m, const float *x, int batch, bool training, st
 status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
                           model_stats_t *ret_stats, status_msg_t *err)
 {
+    return model_train_slice(m, x, y, batch, batch, ret_stats, err);
+}
+
+status_t model_train_slice(model_t *m, const float *x, const float *y, int batch, int total,
+                           model_stats_t *ret_stats, status_msg_t *err)
+{
     model_stats_t st = {0};
     float *dy = m->grad_a, *spare = m->grad_b;
 
+    if (total < batch)
+        return status_fail(err, STATUS_INVALID_USAGE, "a slice of %d examples of a batch of %d",
+                           batch, total);
     STATUS_CHECK(forward(m, x, batch, true, err));
-    STATUS_CHECK(model_loss(m, y, batch, dy, &st, err));
+    STATUS_CHECK(model_loss(m, y, batch, total, dy, &st, err));
     *ret_stats = st;
     /* Before backward, so that a caller sending gradients as they come sends none of these. */
     if (!isfinite(st.loss_sum))
@@ -65,7 +74,7 @@ status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
 {
     model_stats_t st = {0};
     STATUS_CHECK(forward(m, x, batch, false, err));
-    STATUS_CHECK(model_loss(m, y, batch, NULL, &st, err));
+    STATUS_CHECK(model_loss(m, y, batch, batch, NULL, &st, err));
     *ret_stats = st;
     return STATUS_OK;
 }

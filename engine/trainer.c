@@ -392,9 +392,11 @@ status_t trainer_set_slices(trainer_t *t, int first, int stride, status_msg_t *e
     return STATUS_OK;
 }
 
-/* This process's slices of the global batch b: their gradients, each weighted by its share of
- * the batch (nothing for the empty slices of a short last batch), so that the sum over the
- * processes is the gradient of the mean loss over the whole batch. */
+/* This process's slices of the global batch b: their gradients, of the loss summed over the
+ * slice and divided by the whole batch's examples (nothing for the empty slices of a short last
+ * batch), so that the sum over the processes is the gradient of the mean loss over the whole
+ * batch. With one slice a step (no worker lost) the gradients are final as backward makes them,
+ * layer by layer: the all-reduce may take them while backward goes on. */
 static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
                            status_msg_t *err)
 {
@@ -403,22 +405,21 @@ static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *r
 
     for (int v = t->slice; v < t->n_slices; v += t->stride) {
         int lo = v * per, n = b->size - lo < per ? b->size - lo : per;
-        float w = (float)n / (float)b->size;
         model_stats_t st;
         if (n <= 0)
             break;
-        status_t rc =
-            model_train_step(t->model, b->features + (size_t)lo * in, b->labels + lo, n, &st, err);
+        status_t rc = model_train_slice(t->model, b->features + (size_t)lo * in, b->labels + lo, n,
+                                        b->size, &st, err);
         ret_stats->loss_sum += st.loss_sum; /* a loss that is not finite: trainer_step says where */
         if (rc != STATUS_OK)
             return rc;
         ret_stats->correct += st.correct;
         ret_stats->examples += st.examples;
-        for (size_t i = 0; i < np; i++) {
+        for (size_t i = 0; t->stride < t->n_slices && i < np; i++) {
             model_param_t *p = model_param(t->model, i);
-            float *acc = t->stride < t->n_slices ? t->mb_acc[i] : p->grad;
+            float *acc = t->mb_acc[i];
             for (size_t k = 0; k < p->n; k++)
-                acc[k] = ran == 0 ? w * p->grad[k] : acc[k] + w * p->grad[k];
+                acc[k] = ran == 0 ? p->grad[k] : acc[k] + p->grad[k];
         }
         ran++;
     }

@@ -63,6 +63,7 @@ typedef struct worker_service {
     bool executor_started;
     /* Prometheus */
     metric_t *steps, *examples, *compute_seconds, *wait_seconds, *push_requests, *push_early;
+    metric_t *allreduces, *allreduce_early;
     announcer_t *announcer; /* --chief */
 } worker_service_t;
 
@@ -126,8 +127,8 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
         else
             rc = trainer_new(&j->job, &to, &j->trainer, err);
         if (rc == STATUS_OK && mwms)
-            rc =
-                sync_new(j->trainer, j->worker_index, j->num_workers, &j->sync, &j->ring_port, err);
+            rc = sync_new(j->trainer, j->worker_index, j->num_workers, j->job.bytes_per_pack,
+                          j->job.accumulate_steps > 1, &j->sync, &j->ring_port, err);
     }
     if (rc == STATUS_OK &&
         (j->rng = calloc(model_rng_count(trainer_model(j->trainer)) + 1, sizeof(*j->rng))) == NULL)
@@ -278,7 +279,11 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
             if (rc == STATUS_OK && req->ring_broadcast)
                 rc = sync_broadcast(j->sync, req->ring_root, req->ring_iterations, &err);
             if (rc == STATUS_OK)
-                LOG_INFO(WORKER, "job %s: ring of %zu workers connected", j->id, req->n_ring);
+                LOG_INFO(WORKER,
+                         "job %s: ring of %zu workers connected, gradients all-reduced in %zu "
+                         "bucket%s",
+                         j->id, req->n_ring, sync_buckets(j->sync),
+                         sync_buckets(j->sync) == 1 ? "" : "s");
             pthread_mutex_unlock(&w->mu);
             if (rc != STATUS_OK)
                 return rpc_ctx_fail(ctx, rc, NULL, "%s", err.text);
@@ -489,10 +494,15 @@ static status_t sync_closure(worker_service_t *w, wjob_t *j, const closure_task_
                              Tessera__V1__RunClosureResponse *resp, status_msg_t *err)
 {
     model_stats_t st;
+    sync_counts_t counts;
     int done = 0;
     double t0 = clock_now_s();
+    status_t rc = sync_steps(j->sync, t->steps, &j->cancelled, &st, &done, err);
 
-    STATUS_CHECK(sync_steps(j->sync, t->steps, &j->cancelled, &st, &done, err));
+    sync_take_counts(j->sync, &counts);
+    metric_add(w->allreduces, (double)counts.allreduces);
+    metric_add(w->allreduce_early, (double)counts.during_backward);
+    STATUS_CHECK(rc);
     metric_add(w->steps, done);
     metric_add(w->examples, st.examples);
     metric_add(w->compute_seconds, clock_now_s() - t0);
@@ -602,8 +612,17 @@ static status_t make_metrics(worker_service_t *w, metrics_t *m, status_msg_t *er
                                     "Push and PushPull requests sent while the step's backward "
                                     "pass was still running (train: bytes_per_pack).",
                                     NULL);
+    w->allreduces = metrics_counter(m, "tessera_worker_allreduce_total",
+                                    "Gradient all-reduces over the ring (multi_worker_mirrored): "
+                                    "one per bucket and step.",
+                                    NULL);
+    w->allreduce_early = metrics_counter(m, "tessera_worker_allreduce_during_backward_total",
+                                         "Gradient all-reduces handed to the ring while the "
+                                         "step's backward pass was still running (train: "
+                                         "bytes_per_pack).",
+                                         NULL);
     if (!w->steps || !w->examples || !w->compute_seconds || !w->wait_seconds || !w->push_requests ||
-        !w->push_early)
+        !w->push_early || !w->allreduces || !w->allreduce_early)
         return status_fail(err, STATUS_NO_MEMORY, "worker: cannot register the metrics");
     return STATUS_OK;
 }

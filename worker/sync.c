@@ -2,12 +2,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sync.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "optim/optimizer.h"
 #include "ring.h"
+
+/* Gradient bytes per bucket when the job leaves train.bytes_per_pack automatic (0). */
+#define SYNC_AUTO_BYTES_PER_PACK (4u << 20)
 
 struct sync {
     trainer_t *t;
@@ -23,13 +28,148 @@ struct sync {
     int64_t snap_iterations, snap_epoch, snap_batch;
     uint64_t *snap_rng;
     bool has_snap;
-    int ring_rank; /* this worker's place in the ring now */
+    int ring_rank, ring_size; /* this worker's place in the ring now, and the ring's size */
+    /* Buckets: the gradients go into the ring in buckets of at least bytes_per_pack bytes, the
+     * last layers' first, each as soon as backward has made it (model_on_backward) while
+     * backward goes on through the layers before; the comm thread all-reduces them in that
+     * order (the same on every worker) and writes the sums back into the gradients. Only while
+     * each step is one slice of backward (no window of accumulate_steps, no lost worker's
+     * slices): otherwise the whole pack goes after backward. */
+    size_t n_buckets;
+    size_t *bucket_lo, *bucket_hi; /* bucket -> its params [lo, hi) */
+    size_t *param_off;             /* param -> its offset in pack */
+    bool accumulating;             /* the job has accumulate_steps */
+    pthread_t comm;
+    bool comm_started, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t published, reduced; /* buckets of this step handed to the comm thread, and done */
+    status_t comm_rc;          /* the step's first failure in the comm thread */
+    status_msg_t comm_err;
+    sync_counts_t counts; /* since sync_take_counts */
 };
+
+/* The comm thread: all-reduces each published bucket, in order, into the gradients. */
+static void *comm_main(void *arg)
+{
+    sync_t *s = arg;
+    model_t *m = trainer_model(s->t);
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && s->reduced == s->published)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop)
+            break;
+        size_t b = s->reduced;
+        bool failed = s->comm_rc != STATUS_OK;
+        pthread_mutex_unlock(&s->mu);
+        status_t rc = STATUS_OK;
+        status_msg_t err = {0};
+        if (!failed) { /* after a failure the ring is broken: the rest are only counted */
+            float *buf = s->pack + s->param_off[s->bucket_lo[b]];
+            size_t n = 0;
+            for (size_t i = s->bucket_lo[b]; i < s->bucket_hi[b]; i++) {
+                model_param_t *p = model_param(m, i);
+                memcpy(buf + n, p->grad, p->n * sizeof(float));
+                n += p->n;
+            }
+            rc = ring_allreduce(s->ring, buf, n, &err);
+            for (size_t i = s->bucket_lo[b], off = 0; rc == STATUS_OK && i < s->bucket_hi[b]; i++) {
+                model_param_t *p = model_param(m, i);
+                memcpy(p->grad, buf + off, p->n * sizeof(float));
+                off += p->n;
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+        if (rc != STATUS_OK && s->comm_rc == STATUS_OK) {
+            s->comm_rc = rc;
+            s->comm_err = err;
+        }
+        s->reduced++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Hands the comm thread every bucket whose params backward has finished (from `first` on). */
+static void publish(sync_t *s, size_t first)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->published < s->n_buckets && s->bucket_lo[s->published] >= first)
+        s->published++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_backward(void *arg, model_backward_event_t ev, size_t first)
+{
+    if (ev == MODEL_GRADS_READY)
+        publish(arg, first);
+}
+
+/* Cuts the gradients into buckets of at least `bytes` bytes, from the last param back. */
+static status_t plan_buckets(sync_t *s, size_t bytes, status_msg_t *err)
+{
+    model_t *m = trainer_model(s->t);
+    size_t np = model_param_count(m), off = 0, hi = np, size = 0;
+
+    s->param_off = calloc(np + 1, sizeof(size_t));
+    s->bucket_lo = calloc(np + 1, sizeof(size_t));
+    s->bucket_hi = calloc(np + 1, sizeof(size_t));
+    if (s->param_off == NULL || s->bucket_lo == NULL || s->bucket_hi == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < np; i++) {
+        s->param_off[i] = off;
+        off += model_param(m, i)->n;
+    }
+    for (size_t i = np; i-- > 0;) {
+        size += model_param(m, i)->n * sizeof(float);
+        if (size >= bytes || i == 0) {
+            s->bucket_lo[s->n_buckets] = i;
+            s->bucket_hi[s->n_buckets++] = hi;
+            hi = i;
+            size = 0;
+        }
+    }
+    return STATUS_OK;
+}
+
+static status_t start_comm(sync_t *s, status_msg_t *err)
+{
+    sigset_t all, old;
+    int rc;
+
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    sigfillset(&all); /* signals belong to the daemon's main thread */
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    rc = pthread_create(&s->comm, NULL, comm_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return status_fail(err, STATUS_SYSTEM, "cannot start the all-reduce thread");
+    s->comm_started = true;
+    return STATUS_OK;
+}
 
 void sync_free(sync_t *s)
 {
     if (s == NULL)
         return;
+    if (s->comm_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->comm, NULL);
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        model_on_backward(trainer_model(s->t), NULL, NULL);
+    }
+    free(s->param_off);
+    free(s->bucket_lo);
+    free(s->bucket_hi);
     ring_free(s->ring);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
@@ -40,7 +180,8 @@ void sync_free(sync_t *s)
     free(s);
 }
 
-status_t sync_new(trainer_t *t, int rank, int size, sync_t **ret, int *ret_port, status_msg_t *err)
+status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool accumulating,
+                  sync_t **ret, int *ret_port, status_msg_t *err)
 {
     model_t *m = trainer_model(t);
     sync_t *s;
@@ -55,7 +196,8 @@ status_t sync_new(trainer_t *t, int rank, int size, sync_t **ret, int *ret_port,
                                model_param(m, i)->name);
     if ((s = calloc(1, sizeof(*s))) == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    *s = (sync_t){.t = t, .rank = rank, .size = size, .listen_fd = -1};
+    *s =
+        (sync_t){.t = t, .rank = rank, .size = size, .listen_fd = -1, .accumulating = accumulating};
     for (size_t i = 0; i < model_param_count(m); i++)
         s->n_pack += model_param(m, i)->n;
     s->n_slots = optimizer_slot_count(trainer_optimizer(t)) * s->n_pack;
@@ -67,7 +209,12 @@ status_t sync_new(trainer_t *t, int rank, int size, sync_t **ret, int *ret_port,
         sync_free(s);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
-    rc = ring_listen(":0", &s->listen_fd, ret_port, err);
+    rc = plan_buckets(s, bytes_per_pack > 0 ? (size_t)bytes_per_pack : SYNC_AUTO_BYTES_PER_PACK,
+                      err);
+    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating)
+        rc = start_comm(s, err);
+    if (rc == STATUS_OK)
+        rc = ring_listen(":0", &s->listen_fd, ret_port, err);
     if (rc != STATUS_OK) {
         sync_free(s);
         return rc;
@@ -93,6 +240,7 @@ status_t sync_connect(sync_t *s, char *const *ring, size_t n, int rank, uint64_t
     /* the survivors of a smaller ring share the slices of the workers it lost */
     STATUS_CHECK(trainer_set_slices(s->t, rank, (int)n, err));
     s->ring_rank = rank;
+    s->ring_size = (int)n;
     o.next_address = ring[(size_t)(rank + 1) % n];
     return ring_connect(&o, &s->ring, err);
 }
@@ -199,15 +347,54 @@ static void pack(sync_t *s, bool out)
 /* The gradients summed over the processes, then the update: the same on every process. */
 static status_t reduce_and_update(sync_t *s, status_msg_t *err)
 {
+    s->counts.allreduces++;
     pack(s, true);
     STATUS_CHECK(ring_allreduce(s->ring, s->pack, s->n_pack, err));
     pack(s, false);
     return trainer_update(s->t, err);
 }
 
+/* A step whose buckets go into the ring while backward runs: once every one is summed (those
+ * backward has not announced go after it), the update. */
+static status_t overlapped_step(sync_t *s, const data_batch_t *b, model_stats_t *st,
+                                status_msg_t *err)
+{
+    model_t *m = trainer_model(s->t);
+    status_t rc;
+
+    pthread_mutex_lock(&s->mu);
+    s->published = s->reduced = 0;
+    s->comm_rc = STATUS_OK;
+    pthread_mutex_unlock(&s->mu);
+    model_on_backward(m, on_backward, s);
+    rc = trainer_step(s->t, b, st, err);
+    model_on_backward(m, NULL, NULL);
+    pthread_mutex_lock(&s->mu);
+    s->counts.during_backward += s->published;
+    pthread_mutex_unlock(&s->mu);
+    if (rc != STATUS_OK) /* the others wait for this step's gradients: tell them now */
+        ring_abort(s->ring);
+    else
+        publish(s, 0);
+    s->counts.allreduces += s->n_buckets;
+    pthread_mutex_lock(&s->mu);
+    while (s->reduced < s->published)
+        pthread_cond_wait(&s->cv, &s->mu);
+    if (rc == STATUS_OK && s->comm_rc != STATUS_OK) {
+        rc = s->comm_rc;
+        if (err != NULL)
+            *err = s->comm_err;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc == STATUS_OK ? trainer_update(s->t, err) : rc;
+}
+
 status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t *ret,
                     int *ret_steps, status_msg_t *err)
 {
+    /* buckets during backward while each step is one backward pass: no lost worker's slices */
+    bool overlap = s->comm_started && s->ring_size == s->size;
+
     *ret = (model_stats_t){0};
     *ret_steps = 0;
     if (s->ring == NULL)
@@ -221,13 +408,17 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
             return status_fail(err, STATUS_CANCELLED, "the job was cancelled");
         if (!trainer_next(s->t, &b))
             break;
-        status_t rc = trainer_step(s->t, &b, &st, err);
-        if (rc != STATUS_OK) { /* the others wait for this step's gradients: tell them now */
-            ring_abort(s->ring);
-            return rc;
+        if (overlap) {
+            STATUS_CHECK(overlapped_step(s, &b, &st, err));
+        } else {
+            status_t rc = trainer_step(s->t, &b, &st, err);
+            if (rc != STATUS_OK) { /* the others wait for this step's gradients: tell them now */
+                ring_abort(s->ring);
+                return rc;
+            }
+            if (trainer_accumulate(s->t)) /* once per window of accumulate_steps */
+                STATUS_CHECK(reduce_and_update(s, err));
         }
-        if (trainer_accumulate(s->t)) /* once per window of accumulate_steps */
-            STATUS_CHECK(reduce_and_update(s, err));
         ret->loss_sum += st.loss_sum;
         ret->correct += st.correct;
         ret->examples += st.examples;
@@ -237,4 +428,15 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
     if (trainer_close_window(s->t))
         STATUS_CHECK(reduce_and_update(s, err));
     return STATUS_OK;
+}
+
+size_t sync_buckets(const sync_t *s)
+{
+    return s->comm_started ? s->n_buckets : 1;
+}
+
+void sync_take_counts(sync_t *s, sync_counts_t *ret)
+{
+    *ret = s->counts;
+    s->counts = (sync_counts_t){0};
 }

@@ -9,6 +9,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "base/status.h"
 #include "trainer.h"
@@ -16,9 +17,24 @@
 typedef struct sync sync_t;
 
 /* Worker rank of size, over trainer t (made with slice_index rank and slice_count size, and its
- * optimizer); listens for the previous rank on every interface, port *ret_port. An Embedding is
- * refused (its gradients are rows, not summed yet). */
-status_t sync_new(trainer_t *t, int rank, int size, sync_t **ret, int *ret_port, status_msg_t *err);
+ * optimizer); listens for the previous rank on every interface, port *ret_port. The gradients
+ * are all-reduced in buckets of at least bytes_per_pack bytes (0: automatic), each while
+ * backward goes on through the layers before it, unless the job is accumulating gradients
+ * (accumulate_steps: the window's mean goes after backward). An Embedding is refused (its
+ * gradients are rows, not summed yet). */
+status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool accumulating,
+                  sync_t **ret, int *ret_port, status_msg_t *err);
+
+/* How many buckets a step's gradients are all-reduced in. */
+size_t sync_buckets(const sync_t *s);
+
+typedef struct sync_counts {
+    uint64_t allreduces;      /* all-reduce calls of gradients */
+    uint64_t during_backward; /* of them, started while the step's backward was still running */
+} sync_counts_t;
+
+/* The counts since the last call (for the worker's /metrics). */
+void sync_take_counts(sync_t *s, sync_counts_t *ret);
 void sync_free(sync_t *s); /* NULL-safe */
 
 /* Connects the ring as its rank `rank`: ring[i] is where its rank i listens; token is the

@@ -5,7 +5,12 @@ bench/ps/run.sh sets up): the Fashion-MNIST MLP (784-128-10, Adam 1e-3), 2 worke
 machine, batch 64 each, one thread each. Rounds interleave the sides; the medians of the total
 examples/s and the ratios are printed, with the issue's target (>= 1.5x the faster peer).
 
+With --packs A,B,... Tessera runs alone, once per train.bytes_per_pack (the gradient buckets
+all-reduced while backward goes on; 0 = automatic), interleaved, and --hidden W,W,... widens the
+MLP (784-W-W-10), where buckets have more to overlap: the medians and the ratios to the first.
+
     bench/sync/run.sh --mwms [--rounds N] [--steps N]
+    bench/sync/run.sh --mwms --packs 0,65536 [--hidden 1024,1024] [--rounds N] [--steps N]
 """
 import argparse
 import json
@@ -32,13 +37,25 @@ def free_port():
         return s.getsockname()[1]
 
 
-def tessera(binary, d, steps, batch):
+def mlp_layers(hidden):
+    """The model's layers: the benchmark's MLP, or 784-W-...-10."""
+    if not hidden:
+        return MODEL_YAML["mlp"]
+    text = ""
+    for i, w in enumerate(hidden):
+        text += "  - {dense: {units: %d, activation: relu}%s}\n" % (
+            w, ", input_shape: [784]" if i == 0 else "")
+    return text + "  - {dense: {units: 10}}\n"
+
+
+def tessera(binary, d, steps, batch, pack=None, hidden=None):
     path = os.path.join(d, "mwms.yaml")
-    text = JOB_YAML.format(model="mlp", batch=batch, layers=MODEL_YAML["mlp"], data=DATA_DIR,
+    text = JOB_YAML.format(model="mlp", batch=batch, layers=mlp_layers(hidden), data=DATA_DIR,
                            steps=steps)
     text = text.replace("strategy: one_device", "strategy: multi_worker_mirrored")
     text = text.replace("train: {steps: %d}" % steps,
-                        "train: {steps: %d, steps_per_execution: 50}" % steps)
+                        "train: {steps: %d, steps_per_execution: 50%s}" % (
+                            steps, "" if pack is None else ", bytes_per_pack: %d" % pack))
     with open(path, "w") as f:
         f.write(text)
     out = subprocess.run([binary, "run", "--local", "--ps", "1", "--workers", "2", path],
@@ -83,7 +100,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--packs", help="Tessera alone, at each train.bytes_per_pack (A,B,...)")
+    ap.add_argument("--hidden", help="with --packs: the MLP's hidden widths (W,W,...)")
     args = ap.parse_args()
+    if args.packs:
+        return sweep_packs(args)
     sides = [("Tessera", lambda d: tessera(args.tessera, d, args.steps, args.batch)),
              ("PyTorch DDP (gloo)", lambda d: ddp(args.steps, args.batch))]
     if os.access(TF_PYTHON, os.X_OK):
@@ -106,6 +127,25 @@ def main():
     best = max(v for k, v in med.items() if k != "Tessera")
     print("  target: >= 1.5x the faster peer: %.2fx %s" % (
         med["Tessera"] / best, "PASS" if med["Tessera"] / best >= 1.5 else "MISS"))
+
+
+def sweep_packs(args):
+    packs = [int(p) for p in args.packs.split(",")]
+    hidden = [int(w) for w in args.hidden.split(",")] if args.hidden else None
+    rates = {p: [] for p in packs}
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-mwms-") as d:
+        for r in range(args.rounds):
+            for p in packs:
+                rates[p].append(tessera(args.tessera, d, args.steps, args.batch, p, hidden))
+                print("round %d bytes_per_pack %-10d %9.0f examples/s" % (r + 1, p, rates[p][-1]),
+                      file=sys.stderr)
+    print("multi_worker_mirrored, 2 workers on this machine, MLP 784-%s-10, batch %d each, "
+          "median of %d rounds (examples/s of both workers):" % (
+              "-".join(str(w) for w in hidden) if hidden else "128", args.batch, args.rounds))
+    first = statistics.median(rates[packs[0]])
+    for p in packs:
+        med = statistics.median(rates[p])
+        print("  bytes_per_pack %-10d %10.0f  %6.2fx" % (p, med, med / first))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #
 #   bench/sync/run.sh [--rounds=N] [--replicas=N] [--steps=N]
 #   bench/sync/run.sh --mwms [--rounds=N] [--steps=N]
+#   bench/sync/run.sh --mwms --packs 0,65536 [--hidden 1024,1024]  (Tessera alone, bucket sizes)
 set -eu
 
 root=$(cd "$(dirname "$0")/../.." && pwd)

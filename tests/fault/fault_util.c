@@ -182,23 +182,6 @@ void expect_completed_steps(cluster_t *c, const char *id, int64_t steps, char **
     protobuf_c_message_free_unpacked(&job->base, NULL);
 }
 
-/* The value of a series ("name" or "name{label=\"value\"}") on a task's /metrics. */
-double scrape(const launch_proc_t *p, const char *series)
-{
-    char *headers = NULL, *body = NULL, line[300];
-    const char *at;
-    double v;
-
-    ck_assert_int_eq(harness_http_get(p->metrics, "/metrics", &headers, &body), 200);
-    snprintf(line, sizeof(line), "\n%s ", series);
-    at = strstr(body, line);
-    ck_assert_msg(at != NULL, "no %s in: %s", series, body);
-    v = strtod(at + strlen(line), NULL);
-    free(headers);
-    free(body);
-    return v;
-}
-
 void expect_completed(cluster_t *c, const char *id, char **ret_out)
 {
     expect_completed_steps(c, id, 2000, ret_out);
@@ -209,7 +192,7 @@ void wait_metric(cluster_t *c, const char *series, double value)
 {
     double t0 = clock_now_s();
 
-    while (scrape(&c->chief, series) < value) {
+    while (harness_metric(&c->chief, series) < value) {
         ck_assert_msg(clock_now_s() - t0 < 30, "%s did not reach %g in 30 s", series, value);
         usleep(50000);
     }

@@ -49,8 +49,6 @@ double test_accuracy(const char *out);
  * with exactly `steps` steps counted, its total. */
 void expect_completed_steps(cluster_t *c, const char *id, int64_t steps, char **ret_out);
 void expect_completed(cluster_t *c, const char *id, char **ret_out); /* 2000 steps */
-/* The value of a series ("name" or "name{label=\"value\"}") on a task's /metrics. */
-double scrape(const launch_proc_t *p, const char *series);
 /* Waits up to 30 s for a series of the chief's /metrics to reach value. */
 void wait_metric(cluster_t *c, const char *series, double value);
 /* An undisturbed run's test accuracy (write_job), measured once per test program. */

@@ -44,14 +44,16 @@ START_TEST(fault_worker_killed_mid_job_the_job_finishes_on_the_other)
     ck_assert_msg(strstr(out, "worker 1 (") != NULL && strstr(out, "failed") != NULL, "%s", out);
     got = test_accuracy(out);
     printf("worker killed: test accuracy %.4f\n", got);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"),
-                        1);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:0\"}"),
-                        0);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_workers_alive"), 0); /* no job runs */
-    ck_assert_msg(scrape(&c.chief, "tessera_chief_closures_total") >= 4000, "closures");
+    ck_assert_double_eq(
+        harness_metric(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"), 1);
+    ck_assert_double_eq(
+        harness_metric(&c.chief, "tessera_chief_task_failures_total{task=\"worker:0\"}"), 0);
+    ck_assert_double_eq(harness_metric(&c.chief, "tessera_chief_workers_alive"),
+                        0); /* no job runs */
+    ck_assert_msg(harness_metric(&c.chief, "tessera_chief_closures_total") >= 4000, "closures");
     ck_assert_msg(
-        scrape(&c.chief, "tessera_chief_task_last_seen_timestamp_seconds{task=\"worker:0\"}") > 1e9,
+        harness_metric(&c.chief,
+                       "tessera_chief_task_last_seen_timestamp_seconds{task=\"worker:0\"}") > 1e9,
         "worker 0 never seen");
     /* its shard was read by the other: the same data, so about the same accuracy */
     ck_assert_msg(got >= calm - 0.04, "%.4f, undisturbed %.4f: %s", got, calm, out);
@@ -128,9 +130,9 @@ START_TEST(fault_worker_restarted_at_its_address_rejoins_the_job)
     free(out);
     free(id);
     /* it took closures again: the new process counted steps */
-    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > 0,
+    ck_assert_msg(harness_metric(&c.worker[1], "tessera_worker_steps_total") > 0,
                   "the restarted worker ran no step");
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_rejoins_total"), 1);
+    ck_assert_double_eq(harness_metric(&c.chief, "tessera_chief_worker_rejoins_total"), 1);
     stop_cluster(&c);
 }
 END_TEST
@@ -153,12 +155,12 @@ START_TEST(fault_worker_restarted_between_jobs_takes_part_in_the_next)
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     harness_start(&c.worker[1], "tessera-worker", "fault-w1-between", "--task-index=1", listen,
                   NULL);
-    before = scrape(&c.worker[1], "tessera_worker_steps_total");
+    before = harness_metric(&c.worker[1], "tessera_worker_steps_total");
     id = submit(&c, write_job("between-b"));
     expect_completed(&c, id, &out);
     ck_assert_msg(strstr(out, "training on 2 workers") != NULL && strstr(out, "failed") == NULL,
                   "%s", out);
-    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > before,
+    ck_assert_msg(harness_metric(&c.worker[1], "tessera_worker_steps_total") > before,
                   "the restarted worker ran no step");
     expect_accuracy("worker restarted between jobs", out, calm);
     free(out);
@@ -176,7 +178,7 @@ START_TEST(fault_job_submitted_while_a_worker_is_down_runs_on_the_others)
 
     start_cluster(&c);
     calm = undisturbed(&c);
-    before = scrape(&c.worker[0], "tessera_worker_examples_total");
+    before = harness_metric(&c.worker[0], "tessera_worker_examples_total");
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     rc = tessera((char *[]){"submit", (char *)write_job("down"), c.chief_flag, "--watch", NULL},
                  &out);
@@ -188,7 +190,8 @@ START_TEST(fault_job_submitted_while_a_worker_is_down_runs_on_the_others)
     double acc = test_accuracy(out);
     printf("one worker down from the start: test accuracy %.4f, undisturbed %.4f\n", acc, calm);
     /* the one worker read both shards: every example of every epoch, once */
-    ck_assert_double_eq(scrape(&c.worker[0], "tessera_worker_examples_total") - before, 8 * 8000);
+    ck_assert_double_eq(harness_metric(&c.worker[0], "tessera_worker_examples_total") - before,
+                        8 * 8000);
     ck_assert_msg(acc >= calm - 0.04, "%.4f, undisturbed %.4f: %s", acc, calm, out);
     free(out);
     stop_cluster(&c);
@@ -248,7 +251,7 @@ START_TEST(fault_job_sharded_by_file_with_a_worker_down_reads_its_files_too)
     int rc;
 
     start_cluster(&c);
-    before = scrape(&c.worker[0], "tessera_worker_examples_total");
+    before = harness_metric(&c.worker[0], "tessera_worker_examples_total");
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     rc = tessera(
         (char *[]){"submit", (char *)write_csv_job("byfile"), c.chief_flag, "--watch", NULL}, &out);
@@ -257,7 +260,8 @@ START_TEST(fault_job_sharded_by_file_with_a_worker_down_reads_its_files_too)
     ck_assert_msg(strstr(out, "training on 1 workers and 1 ps: 2000 examples, 256 steps") != NULL &&
                       strstr(out, "trains without it") == NULL,
                   "%s", out);
-    ck_assert_double_eq(scrape(&c.worker[0], "tessera_worker_examples_total") - before, 4 * 2000);
+    ck_assert_double_eq(harness_metric(&c.worker[0], "tessera_worker_examples_total") - before,
+                        4 * 2000);
     free(out);
     stop_cluster(&c);
 }
@@ -294,10 +298,10 @@ START_TEST(fault_workers_killed_again_and_again_rejoin_and_the_job_completes)
     }
     expect_completed_steps(&c, id, 10000, &out);
     printf("workers killed 4 times: test accuracy %.4f\n", test_accuracy(out));
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"),
-                        3);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:0\"}"),
-                        1);
+    ck_assert_double_eq(
+        harness_metric(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"), 3);
+    ck_assert_double_eq(
+        harness_metric(&c.chief, "tessera_chief_task_failures_total{task=\"worker:0\"}"), 1);
     free(out);
     free(id);
     stop_cluster(&c);
@@ -333,8 +337,9 @@ START_TEST(fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint)
                   "%s", out);
     got = test_accuracy(out);
     printf("ps killed and restarted: test accuracy %.4f, undisturbed %.4f\n", got, calm);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"ps:0\"}"), 1);
+    ck_assert_double_eq(harness_metric(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
+    ck_assert_double_eq(
+        harness_metric(&c.chief, "tessera_chief_task_failures_total{task=\"ps:0\"}"), 1);
     ck_assert_msg(got == calm, "%.4f, undisturbed %.4f: %s", got, calm, out);
     free(out);
     free(id);
@@ -350,7 +355,7 @@ START_TEST(fault_ps_killed_and_restarted_the_job_goes_on_from_its_checkpoint)
     got = test_accuracy(out);
     printf("ps killed, no checkpoint, started over: test accuracy %.4f\n", got);
     ck_assert_msg(got == calm, "%.4f, undisturbed %.4f: %s", got, calm, out);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 2);
+    ck_assert_double_eq(harness_metric(&c.chief, "tessera_chief_ps_recoveries_total"), 2);
     free(out);
     free(id);
     stop_cluster(&c);
@@ -412,7 +417,7 @@ START_TEST(fault_ps_and_a_worker_killed_together_the_job_completes)
                   out);
     printf("ps and worker killed together: test accuracy %.4f\n", test_accuracy(out));
     ck_assert_msg(test_accuracy(out) >= 0.6, "%s", out);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
+    ck_assert_double_eq(harness_metric(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
     free(out);
     free(id);
     stop_cluster(&c);
@@ -615,7 +620,7 @@ START_TEST(fault_ps_that_forgot_the_job_is_recovered_from_the_checkpoint)
     rpc_channel_free(ch);
     expect_completed(&c, id, &out);
     ck_assert_msg(strstr(out, "restored from step") != NULL, "%s", out);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
+    ck_assert_double_eq(harness_metric(&c.chief, "tessera_chief_ps_recoveries_total"), 1);
     expect_accuracy("PS that forgot the job", out, calm);
     free(out);
     free(id);
@@ -676,10 +681,10 @@ START_TEST(fault_worker_announcing_itself_joins_the_running_job_and_the_next)
                       strstr(out, "worker 1 (") != NULL &&
                       strstr(out, "joined the running job") != NULL,
                   "%s", out);
-    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > 0,
+    ck_assert_msg(harness_metric(&c.worker[1], "tessera_worker_steps_total") > 0,
                   "the worker that joined ran no step of the job");
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_joins_total"), 1);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_worker_rejoins_total"), 0);
+    ck_assert_double_eq(harness_metric(&c.chief, "tessera_chief_worker_joins_total"), 1);
+    ck_assert_double_eq(harness_metric(&c.chief, "tessera_chief_worker_rejoins_total"), 0);
     expect_accuracy("worker joined mid-job", out, calm);
     free(out);
     free(id);
@@ -688,17 +693,17 @@ START_TEST(fault_worker_announcing_itself_joins_the_running_job_and_the_next)
                   "%s", out);
     free(out);
 
-    before = scrape(&c.worker[1], "tessera_worker_steps_total");
+    before = harness_metric(&c.worker[1], "tessera_worker_steps_total");
     id = submit(&c, write_job("grow-b"));
     wait_running_past(&c, id, 500);
-    ck_assert_msg(scrape(&c.worker[1], "tessera_worker_steps_total") > before,
+    ck_assert_msg(harness_metric(&c.worker[1], "tessera_worker_steps_total") > before,
                   "the joined worker ran no step of the next job");
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     expect_completed(&c, id, &out);
     ck_assert_msg(strstr(out, "training on 2 workers") != NULL && strstr(out, "worker 1 (") != NULL,
                   "%s", out);
-    ck_assert_double_eq(scrape(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"),
-                        1);
+    ck_assert_double_eq(
+        harness_metric(&c.chief, "tessera_chief_task_failures_total{task=\"worker:1\"}"), 1);
     free(out);
     free(id);
 

@@ -304,3 +304,19 @@ bool harness_has_checkpoint(const char *dir)
     free(path);
     return has;
 }
+
+double harness_metric(const launch_proc_t *p, const char *series)
+{
+    char *headers = NULL, *body = NULL, line[300];
+    const char *at;
+    double v;
+
+    ck_assert_int_eq(harness_http_get(p->metrics, "/metrics", &headers, &body), 200);
+    snprintf(line, sizeof(line), "\n%s ", series);
+    at = strstr(body, line);
+    ck_assert_msg(at != NULL, "no %s in: %s", series, body);
+    v = strtod(at + strlen(line), NULL);
+    free(headers);
+    free(body);
+    return v;
+}

@@ -33,6 +33,10 @@ int harness_try_start(launch_proc_t *p, const char *program, const char *name, c
 /* Stops p with SIGTERM and asserts a clean exit 0. */
 void harness_stop(launch_proc_t *p);
 
+/* The value of a series ("name" or "name{label=\"value\"}") on a task's /metrics; fails the
+ * test when the page does not have it. */
+double harness_metric(const launch_proc_t *p, const char *series);
+
 /* GET http://addr/path over a plain socket. Returns the HTTP status (or -1) and a malloc'd
  * copy of the headers and body. */
 int harness_http_get(const char *addr, const char *path, char **ret_headers, char **ret_body);

@@ -133,23 +133,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* The value of an unlabelled counter on a daemon's /metrics page. */
-static double metric(const launch_proc_t *p, const char *name)
-{
-    char *headers, *body, key[128];
-    double v = -1;
-    ck_assert_int_eq(harness_http_get(p->metrics, "/metrics", &headers, &body), 200);
-    snprintf(key, sizeof(key), "\n%s ", name);
-    const char *at = strstr(body, key);
-    if (at != NULL)
-        v = strtod(at + strlen(key), NULL);
-    free(headers);
-    free(body);
-    ck_assert_msg(v >= 0, "%s not on %s/metrics", name, p->metrics);
-    return v;
-}
-
-/* 20-token sequences: a batch of 64 touches at most 1,280 of the 10,000 embedding rows. */
 static const char sparse_job[] =
     "name: sparse\n"
     "model:\n"
@@ -186,8 +169,8 @@ START_TEST(ps_training_sparse_text_job_moves_only_touched_rows_and_learns)
      * the rows a batch touches (~1,200 of them, 64 bytes each, plus their indices) are an
      * eighth of that. */
     for (int i = 0; i < 2; i++)
-        moved += metric(&c.ps[i], "tessera_ps_pulled_bytes_total") +
-                 metric(&c.ps[i], "tessera_ps_pushed_bytes_total");
+        moved += harness_metric(&c.ps[i], "tessera_ps_pulled_bytes_total") +
+                 harness_metric(&c.ps[i], "tessera_ps_pushed_bytes_total");
     const double whole_table = 3.0 * 313 * 2 * 640000;
     ck_assert_msg(moved > 0.05 * whole_table && moved < 0.25 * whole_table,
                   "the PS moved %.0f bytes; the whole table each step would be %.0f", moved,
@@ -435,8 +418,8 @@ START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     one = result_of(out);
     free(out);
-    sent = metric(&c.worker[0], "tessera_worker_push_requests_total");
-    early = metric(&c.worker[0], "tessera_worker_push_requests_during_backward_total");
+    sent = harness_metric(&c.worker[0], "tessera_worker_push_requests_total");
+    early = harness_metric(&c.worker[0], "tessera_worker_push_requests_during_backward_total");
     ck_assert_msg(sent >= 300 && early == 0, "one pack: %.0f pushes, %.0f during backward", sent,
                   early);
 
@@ -446,8 +429,9 @@ START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     packed = result_of(out);
     free(out);
-    sent = metric(&c.worker[0], "tessera_worker_push_requests_total") - sent;
-    early = metric(&c.worker[0], "tessera_worker_push_requests_during_backward_total") - early;
+    sent = harness_metric(&c.worker[0], "tessera_worker_push_requests_total") - sent;
+    early =
+        harness_metric(&c.worker[0], "tessera_worker_push_requests_during_backward_total") - early;
     ck_assert_msg(strcmp(one, packed) == 0, "one pack: %s\npacks: %s", one, packed);
     ck_assert_msg(sent >= 3 * 300 && early > 0, "packs: %.0f pushes, %.0f during backward", sent,
                   early);
@@ -489,16 +473,16 @@ START_TEST(ps_training_accumulated_batches_push_as_one_larger_batch)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     big = result_of(out);
     free(out);
-    pushes = metric(&c.worker[0], "tessera_worker_push_requests_total");
-    steps = metric(&c.worker[0], "tessera_worker_steps_total");
+    pushes = harness_metric(&c.worker[0], "tessera_worker_push_requests_total");
+    steps = harness_metric(&c.worker[0], "tessera_worker_steps_total");
 
     rc = run_job_of(&c, "{adam: {learning_rate: 0.001}}", 16,
                     "steps: 1200, steps_per_execution: 6, accumulate_steps: 4", &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     acc = result_of(out);
     free(out);
-    pushes = metric(&c.worker[0], "tessera_worker_push_requests_total") - 2 * pushes;
-    steps = metric(&c.worker[0], "tessera_worker_steps_total") - 2 * steps;
+    pushes = harness_metric(&c.worker[0], "tessera_worker_push_requests_total") - 2 * pushes;
+    steps = harness_metric(&c.worker[0], "tessera_worker_steps_total") - 2 * steps;
     d_loss = fabs(result_number(acc, "test loss ") / result_number(big, "test loss ") - 1);
     d_acc = fabs(result_number(acc, "test accuracy ") - result_number(big, "test accuracy "));
     printf("batch 64: %s\n4 x 16:   %s\n", big, acc);

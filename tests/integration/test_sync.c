@@ -57,6 +57,7 @@ typedef struct mlp_more {
     const char *optimizer; /* NULL: the example's */
     int accumulate;        /* train.accumulate_steps; 0: none */
     bool global;           /* the batch is data.global_batch_size */
+    int bytes_per_pack;    /* train.bytes_per_pack; 0: automatic */
 } mlp_more_t;
 
 /* The MLP example with `strategy`, `batch` (per worker), `epochs` and `more`, in the test's
@@ -83,8 +84,9 @@ static const char *mlp_job_of(const char *name, const char *strategy, int batch,
     snprintf(now[0], sizeof(now[0]), "strategy: %s", strategy);
     snprintf(now[1], sizeof(now[1]), "%s", optimizer ? optimizer : was[1]);
     snprintf(now[2], sizeof(now[2]), "%sbatch_size: %d", more.global ? "global_" : "", batch);
-    snprintf(now[3], sizeof(now[3]), "train: {epochs: %d, steps_per_execution: 20%s%.0d}", epochs,
-             accumulate ? ", accumulate_steps: " : "", accumulate);
+    snprintf(now[3], sizeof(now[3]), "train: {epochs: %d, steps_per_execution: 20%s%.0d%s%.0d}",
+             epochs, accumulate ? ", accumulate_steps: " : "", accumulate,
+             more.bytes_per_pack ? ", bytes_per_pack: " : "", more.bytes_per_pack);
     snprintf(out, sizeof(path[0]), "%s/%s.yaml", harness_tmpdir(), name);
     ck_assert_ptr_nonnull(f = fopen(out, "w"));
     at = text;
@@ -139,7 +141,8 @@ END_TEST
 START_TEST(sync_epoch_ends_where_one_device_does)
 {
     cluster_t c;
-    char *out = NULL, *one = NULL;
+    char *out = NULL, *one = NULL, log[600];
+    double early, all;
     int rc;
 
     rc = tessera((char *[]){"train", (char *)mlp_job("one1", "one_device", 64, 1, NULL), NULL},
@@ -165,6 +168,26 @@ START_TEST(sync_epoch_ends_where_one_device_does)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     printf("one epoch: multi_worker_mirrored, accumulate_steps 2 of 2 x 16: %.4f\n",
            test_accuracy(out));
+    ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
+    free(out);
+    /* buckets of 4 KiB: the gradients of the last layers are all-reduced while backward goes on
+     * through the first; the sums are the same */
+    rc = tessera((char *[]){"submit",
+                            (char *)mlp_job_of("mwms-buckets", "multi_worker_mirrored", 32, 1,
+                                               (mlp_more_t){.bytes_per_pack = 4096}),
+                            c.chief_flag, "--watch", NULL},
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("one epoch: multi_worker_mirrored, buckets of 4 KiB: %.4f\n", test_accuracy(out));
+    snprintf(log, sizeof(log), "%s/sync-w1.log", harness_tmpdir());
+    ck_assert_msg(harness_file_contains(log, "gradients all-reduced in 2 buckets"),
+                  "no buckets in %s", log);
+    early = harness_metric(&c.worker[1], "tessera_worker_allreduce_during_backward_total");
+    all = harness_metric(&c.worker[1], "tessera_worker_allreduce_total");
+    printf("all-reduces: %.0f, %.0f of them during backward\n", all, early);
+    /* 938 steps: the second layer's bucket during backward, the first's after it */
+    ck_assert_msg(early >= 938 && all >= 2 * 938, "%.0f all-reduces, %.0f during backward", all,
+                  early);
     ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
     free(out);
     /* data.global_batch_size 64 over the 2 workers: 32 each */
