@@ -359,3 +359,14 @@ out:
     free(used);
     return rc;
 }
+
+void chief_ckpt_answer(coordinator_t *c, chief_job_t *j, status_t rc, int64_t step,
+                       const char *error)
+{
+    atomic_store(&j->ckpt_wanted, false);
+    j->ckpt_rc = rc;
+    j->ckpt_step = step;
+    snprintf(j->ckpt_error, sizeof(j->ckpt_error), "%s", error);
+    j->ckpt_done++;
+    pthread_cond_broadcast(&c->cv);
+}

@@ -36,4 +36,9 @@ status_t chief_ckpt_find(chief_job_t *j, char **ret_path, ckpt_manifest_t *ret, 
 status_t chief_ckpt_restore(coordinator_t *c, chief_job_t *j, const plan_t *plan, const char *path,
                             const ckpt_manifest_t *m, status_msg_t *err);
 
+/* After an attempt at a checkpoint of step `step` (rc; error, "" when none): answers the
+ * Checkpoint calls waiting on job j (tessera checkpoint). Call with c->mu held. */
+void chief_ckpt_answer(coordinator_t *c, chief_job_t *j, status_t rc, int64_t step,
+                       const char *error);
+
 #endif

@@ -318,12 +318,7 @@ static status_t checkpoint(running_t *r, status_msg_t *err)
         r->saved_step = pos.step;
         r->last_save = clock_now_s();
     }
-    atomic_store(&j->ckpt_wanted, false);
-    j->ckpt_rc = rc;
-    j->ckpt_step = pos.step;
-    snprintf(j->ckpt_error, sizeof(j->ckpt_error), "%s", rc == STATUS_OK ? "" : err->text);
-    j->ckpt_done++;
-    pthread_cond_broadcast(&c->cv);
+    chief_ckpt_answer(c, j, rc, pos.step, rc == STATUS_OK ? "" : err->text);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }

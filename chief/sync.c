@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/net.h"
+#include "chief_ckpt.h"
 #include "chief_sync.h"
 #include "fanout.h"
 #include "rpc/health.h"
@@ -37,6 +38,16 @@ typedef struct sync_run {
     int64_t data_epoch, data_batch;
     double next_check; /* clock_now_s() of the next look for lost workers that answer again */
     watchdog_t *wd;    /* hung[w]: worker w answered no health check for --worker-timeout */
+    /* checkpoints: where the job stands besides the variables (the epoch's sums so far, the
+     * last epoch's means), the newest checkpoint's step (-1: none) and when it was written */
+    double epoch_sums[3];
+    bool has_last_epoch;
+    double last_loss, last_accuracy;
+    int64_t saved_step;
+    double last_save;
+    Tessera__V1__TrainPosition pos; /* a checkpoint closure's */
+    /* a resumed job: the epoch it goes on in, and that epoch's steps done */
+    int64_t start_epoch, start_done;
 } sync_run_t;
 
 /* The job's failure on worker w: named, with who is at fault. */
@@ -85,8 +96,6 @@ static uint64_t new_token(void)
     return token;
 }
 
-/* The ring's addresses: every worker's host (as the chief reaches it) with the port it
- * reported. */
 /* Worker w's ring address: its host as the chief reaches it, the port it reported. */
 static status_t set_ring_address(sync_run_t *s, size_t w, int ring_port, status_msg_t *err)
 {
@@ -144,7 +153,6 @@ static status_t connect_ring(sync_run_t *s, bool rollback, size_t root, status_m
         q->ring_rank = s->alive[w] ? (int32_t)rank++ : 0;
         q->ring_rollback = rollback;
         q->ring_broadcast = root < s->n;
-        q->ring_iterations = s->j->progress.step;
         q->ring_timeout_ms = (int32_t)s->c->opts->worker_timeout_ms;
         s->f[w] = (fanout_t){.ch = s->c->workers[w],
                              .method = RPC_WORKER_CONFIGURE_JOB,
@@ -166,6 +174,7 @@ static status_t connect_ring(sync_run_t *s, bool rollback, size_t root, status_m
         s->cfg->reqs[w].n_ring = 0; /* the requests point at addrs no more */
         s->cfg->reqs[w].ring = NULL;
         s->cfg->reqs[w].ring_broadcast = s->cfg->reqs[w].ring_rollback = false;
+        s->cfg->reqs[w].ring_seek = false;
     }
     free(addrs);
     return rc;
@@ -294,6 +303,7 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
         q->steps = steps;
         q->global_step = s->j->progress.step;
         q->epoch = s->j->progress.epoch;
+        q->position = kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT ? &s->pos : NULL;
         s->f[w] = (fanout_t){.ch = s->c->workers[w],
                              .method = RPC_WORKER_RUN_CLOSURE,
                              .req = &q->base,
@@ -340,7 +350,9 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
     } else if (bad != SIZE_MAX) {
         rc = failed(
             s, bad, s->f[bad].rc != STATUS_OK ? s->f[bad].rc : STATUS_UNAVAILABLE,
-            kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN ? "training" : "evaluation",
+            kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN        ? "training"
+            : kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT ? "writing a checkpoint"
+                                                                         : "evaluation",
             s->f[bad].rc != STATUS_OK ? s->f[bad].err.message : "its ring neighbours lost it", err);
     }
     fanout_done(s->f, s->n);
@@ -369,6 +381,149 @@ static status_t closure(sync_run_t *s, int kind, int steps, int *ret_steps, doub
     }
 }
 
+/* ---- checkpoints and resume ------------------------------------------------------------- */
+
+/* Has the first live worker write a checkpoint of where the job stands (between closures: every
+ * worker holds the same variables), unless that step is on disk already; answers the Checkpoint
+ * calls waiting either way. */
+static status_t checkpoint(sync_run_t *s, status_msg_t *err)
+{
+    coordinator_t *c = s->c;
+    chief_job_t *j = s->j;
+    int64_t step = j->progress.step;
+    double sums[3];
+    int got;
+    status_t rc = STATUS_OK;
+
+    if (step != s->saved_step) {
+        tessera__v1__train_position__init(&s->pos);
+        s->pos.step = step;
+        s->pos.epoch_loss = s->epoch_sums[0];
+        s->pos.epoch_correct = s->epoch_sums[1];
+        s->pos.epoch_examples = s->epoch_sums[2];
+        s->pos.has_last_epoch = s->has_last_epoch;
+        s->pos.last_loss = s->last_loss;
+        s->pos.last_accuracy = s->last_accuracy;
+        rc = closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT, 0, &got, sums, err);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (rc == STATUS_OK && step != s->saved_step)
+        chief_job_event(c, j, "checkpoint at step %lld", (long long)step);
+    if (rc == STATUS_OK) {
+        s->saved_step = step;
+        s->last_save = clock_now_s();
+    }
+    chief_ckpt_answer(c, j, rc, step, rc == STATUS_OK ? "" : err->text);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Whether a checkpoint falls due after the closure that took the job from step `before`: every
+ * checkpoint.every_steps (at the end of the closure it falls in), every_seconds, or with
+ * neither each epoch's end; and whenever tessera checkpoint asks. */
+static bool checkpoint_due(sync_run_t *s, int64_t before, bool epoch_end)
+{
+    const job_t *job = &s->j->job;
+    int64_t every = job->checkpoint_every_steps, step = s->j->progress.step;
+
+    if (job->checkpoint_dir == NULL)
+        return false;
+    return atomic_load(&s->j->ckpt_wanted) || (every > 0 && before / every < step / every) ||
+           (job->checkpoint_every_seconds > 0 &&
+            clock_now_s() - s->last_save >= (double)job->checkpoint_every_seconds) ||
+           (every == 0 && job->checkpoint_every_seconds == 0 && epoch_end);
+}
+
+/* A resumed job (resume: true, or taken up again by a restarted chief): every worker restored
+ * the newest checkpoint it sees and reported its manifest; the newest of them all is the one
+ * to go on from, and its worker the ring's root, in *ret_root (SIZE_MAX when there is none:
+ * the job starts from the beginning, as an event says). */
+static status_t find_resumed(sync_run_t *s, const fanout_t *f, size_t *ret_root, status_msg_t *err)
+{
+    chief_job_t *j = s->j;
+    ckpt_manifest_t best = {0};
+    char where[64];
+
+    *ret_root = SIZE_MAX;
+    for (size_t w = 0; w < s->n; w++) {
+        const Tessera__V1__ConfigureJobResponse *resp = (const void *)f[w].resp;
+        ckpt_manifest_t m;
+        if (!s->alive[w] || resp == NULL || resp->resume_manifest.len == 0)
+            continue;
+        snprintf(where, sizeof(where), "worker %zu's checkpoint", w);
+        if (ckpt_manifest_decode((const char *)resp->resume_manifest.data,
+                                 resp->resume_manifest.len, where, &m, err) != STATUS_OK) {
+            char why[sizeof(err->text)];
+            snprintf(why, sizeof(why), "%s", err->text); /* failed() writes err */
+            ckpt_manifest_free(&best);
+            return failed(s, w, STATUS_DATA_LOSS, "resuming", why, err);
+        }
+        /* another run's, left in the directory, is not a restarted chief's to go on from */
+        bool ours = j->job.resume || m.wall_time >= j->started_at;
+        if (ours && m.n_data > 0 && (*ret_root == SIZE_MAX || m.step > best.step)) {
+            ckpt_manifest_free(&best);
+            best = m;
+            *ret_root = w;
+        } else {
+            ckpt_manifest_free(&m);
+        }
+    }
+    pthread_mutex_lock(&s->c->mu);
+    if (*ret_root == SIZE_MAX) {
+        chief_job_event(s->c, j, "no checkpoint in %s yet: starting from the beginning",
+                        j->job.checkpoint_dir);
+    } else {
+        j->progress.step = s->saved_step = best.step;
+        memcpy(s->epoch_sums, best.epoch_sums, sizeof(s->epoch_sums));
+        s->has_last_epoch = best.has_last_epoch;
+        s->last_loss = best.last_loss;
+        s->last_accuracy = best.last_accuracy;
+        if (best.has_last_epoch) { /* what a job resumed after its last step reports */
+            j->progress.loss = best.last_loss;
+            j->progress.accuracy = best.last_accuracy;
+        }
+        s->start_epoch = j->job.steps > 0 ? 0 : best.data[0].epoch;
+        s->start_done = j->job.steps > 0 ? best.step : best.data[0].batch;
+        for (size_t w = 0; w < s->n; w++) { /* every pipeline where the root's stands */
+            s->cfg->reqs[w].ring_seek = true;
+            s->cfg->reqs[w].start_epoch = best.data[0].epoch;
+            s->cfg->reqs[w].start_batch = best.data[0].batch;
+        }
+        chief_job_event(s->c, j, "resuming at step %lld from worker %zu's checkpoint in %s",
+                        (long long)best.step, *ret_root, j->job.checkpoint_dir);
+    }
+    pthread_mutex_unlock(&s->c->mu);
+    ckpt_manifest_free(&best);
+    return STATUS_OK;
+}
+
+/* The end of epoch e: its numbers, and the test split's (worker 0 evaluates). */
+static status_t end_epoch(sync_run_t *s, int64_t e, bool has_test, status_msg_t *err)
+{
+    coordinator_t *c = s->c;
+    chief_job_t *j = s->j;
+    double sums[3] = {0, 0, 0};
+    int got;
+
+    if (has_test && j->job.evaluate)
+        STATUS_CHECK(
+            closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE, 0, &got, sums, err));
+    pthread_mutex_lock(&c->mu);
+    if (sums[2] > 0) {
+        j->progress.test_loss = sums[0] / sums[2];
+        j->progress.test_accuracy = sums[1] / sums[2];
+        chief_job_event(c, j,
+                        "epoch %lld: loss %.4f, accuracy %.4f, test loss %.4f, test accuracy %.4f",
+                        (long long)e + 1, j->progress.loss, j->progress.accuracy,
+                        j->progress.test_loss, j->progress.test_accuracy);
+    } else {
+        chief_job_event(c, j, "epoch %lld: loss %.4f, accuracy %.4f", (long long)e + 1,
+                        j->progress.loss, j->progress.accuracy);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return STATUS_OK;
+}
+
 static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_t *err)
 {
     coordinator_t *c = s->c;
@@ -378,12 +533,15 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
             per_epoch = job->steps > 0 ? job->steps : batches;
     int spc = job_closure_steps(job);
 
-    for (int64_t e = 0; e < epochs; e++) {
-        double epoch_sums[3] = {0, 0, 0}, t0 = clock_now_s();
+    for (int64_t e = s->start_epoch; e < epochs; e++) {
+        double *epoch_sums = s->epoch_sums, t0 = clock_now_s();
+        int64_t done = e == s->start_epoch ? s->start_done : 0, before = j->progress.step;
+        if (e != s->start_epoch)
+            epoch_sums[0] = epoch_sums[1] = epoch_sums[2] = 0;
         pthread_mutex_lock(&c->mu);
         j->progress.epoch = e;
         pthread_mutex_unlock(&c->mu);
-        for (int64_t done = 0; done < per_epoch;) {
+        while (done < per_epoch) {
             int want = per_epoch - done < spc ? (int)(per_epoch - done) : spc, got;
             double sums[3];
             pthread_mutex_lock(&c->mu);
@@ -402,6 +560,7 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
             for (int k = 0; k < 3; k++)
                 epoch_sums[k] += sums[k];
             pthread_mutex_lock(&c->mu);
+            before = j->progress.step;
             j->progress.step += got;
             if (epoch_sums[2] > 0) {
                 j->progress.loss = epoch_sums[0] / epoch_sums[2];
@@ -410,33 +569,27 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
             }
             chief_job_changed(c);
             pthread_mutex_unlock(&c->mu);
+            if (done < per_epoch && checkpoint_due(s, before, false))
+                STATUS_CHECK(checkpoint(s, err));
         }
-        if (has_test && job->evaluate) {
-            double sums[3];
-            int got;
-            STATUS_CHECK(
-                closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE, 0, &got, sums, err));
-            pthread_mutex_lock(&c->mu);
-            if (sums[2] > 0) {
-                j->progress.test_loss = sums[0] / sums[2];
-                j->progress.test_accuracy = sums[1] / sums[2];
-            }
-            chief_job_event(
-                c, j, "epoch %lld: loss %.4f, accuracy %.4f, test loss %.4f, test accuracy %.4f",
-                (long long)e + 1, j->progress.loss, j->progress.accuracy, j->progress.test_loss,
-                j->progress.test_accuracy);
-            pthread_mutex_unlock(&c->mu);
-        } else {
-            pthread_mutex_lock(&c->mu);
-            chief_job_event(c, j, "epoch %lld: loss %.4f, accuracy %.4f", (long long)e + 1,
-                            j->progress.loss, j->progress.accuracy);
-            pthread_mutex_unlock(&c->mu);
+        if (epoch_sums[2] > 0) { /* the epoch's means, which a checkpoint keeps */
+            s->has_last_epoch = true;
+            s->last_loss = epoch_sums[0] / epoch_sums[2];
+            s->last_accuracy = epoch_sums[1] / epoch_sums[2];
         }
+        STATUS_CHECK(end_epoch(s, e, has_test, err));
         pthread_mutex_lock(&c->mu);
         j->progress.train_seconds += clock_now_s() - t0;
         pthread_mutex_unlock(&c->mu);
+        epoch_sums[0] = epoch_sums[1] = epoch_sums[2] = 0; /* a checkpoint now is between epochs */
+        if (e + 1 < epochs && checkpoint_due(s, before, true))
+            STATUS_CHECK(checkpoint(s, err));
     }
-    return STATUS_OK;
+    /* resumed after its last epoch: the model's numbers on the test split */
+    if (s->start_epoch >= epochs)
+        STATUS_CHECK(end_epoch(s, epochs - 1, has_test, err));
+    /* the last one, always */
+    return s->j->job.checkpoint_dir != NULL ? checkpoint(s, err) : STATUS_OK;
 }
 
 status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
@@ -444,7 +597,16 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     size_t n = c->n_workers;
     worker_cfg_t cfg = {.failed = SIZE_MAX};
     watchdog_t wd = {0};
-    sync_run_t s = {.c = c, .j = j, .n = n, .cfg = &cfg, .wd = &wd};
+    sync_run_t s = {.c = c,
+                    .j = j,
+                    .n = n,
+                    .cfg = &cfg,
+                    .wd = &wd,
+                    .saved_step = -1,
+                    .last_save = clock_now_s()};
+    /* a job the chief takes up again goes on from its checkpoint, resume or not */
+    bool resume = j->job.checkpoint_dir != NULL && (j->job.resume || j->recovered);
+    size_t root = SIZE_MAX;
     fanout_t *f = calloc(n + 1, sizeof(*f));
     bool *alive = calloc(n + 1, sizeof(*alive));
     char **ring = calloc(n + 1, sizeof(*ring));
@@ -463,8 +625,11 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     rc = job_set_replicas(&j->job, (int)n, err); /* data.global_batch_size over the workers */
     if (rc == STATUS_OK)
         rc = worker_cfg_init(&cfg, c, j, err);
-    for (size_t w = 0; w < n; w++)
+    for (size_t w = 0; w < n; w++) {
         alive[w] = true;
+        if (rc == STATUS_OK)
+            cfg.reqs[w].resume = resume;
+    }
     if (rc == STATUS_OK)
         rc = workers_configure(&cfg, NULL, NULL, f, alive, n, err);
     if (rc != STATUS_OK && cfg.failed != SIZE_MAX) {
@@ -481,10 +646,13 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         goto out;
     examples = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->train_examples;
     has_test = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->test_examples > 0;
-    rc = make_ring(&s, f, err);
-    fanout_done(f, n);
+    rc = resume ? find_resumed(&s, f, &root, err) : STATUS_OK;
     if (rc == STATUS_OK)
-        rc = connect_ring(&s, false, SIZE_MAX, err);
+        rc = make_ring(&s, f, err);
+    fanout_done(f, n);
+    /* resumed: every worker takes the checkpoint's state from the one that restored it */
+    if (rc == STATUS_OK)
+        rc = connect_ring(&s, false, root, err);
     /* health checks of the workers in the ring: a hung one's closure call is cancelled */
     if (rc == STATUS_OK)
         rc = watchdog_start(&wd, c, alive, n, c->opts->worker_timeout_ms, NULL, NULL, err);

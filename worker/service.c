@@ -19,6 +19,8 @@
 #include "base/log.h"
 #include "base/memory.h"
 #include "announce.h"
+#include "checkpoint.h"
+#include "files/pb.h"
 #include "ps_client.h"
 #include "sync.h"
 #include "rpc/initializer_proto.h"
@@ -33,6 +35,7 @@ typedef struct closure_task {
     int steps;
     int data_shard; /* 1 + the shard to read from (data_epoch, data_batch); 0: its own */
     int64_t data_epoch, data_batch;
+    Tessera__V1__TrainPosition pos; /* a checkpoint closure's */
     char job[128];
 } closure_task_t;
 
@@ -45,8 +48,9 @@ typedef struct wjob {
     sync_t *sync;       /* multi_worker_mirrored: the ring and its gradients; else NULL */
     int ring_port;      /* where sync's ring listens */
     int worker_index, num_workers;
-    uint64_t seed; /* the model's: initializers without a seed of their own derive one from it */
-    uint64_t *rng; /* the dropout streams, as a closure's reply carries them */
+    uint64_t seed;    /* the model's: initializers without a seed of their own derive one from it */
+    uint64_t *rng;    /* the dropout streams, as a closure's reply carries them */
+    pb_buf_t resumed; /* multi_worker_mirrored: the manifest of the checkpoint restored, or empty */
     _Atomic bool cancelled;
 } wjob_t;
 
@@ -78,7 +82,35 @@ static void wjob_free(wjob_t *j)
     trainer_free(j->trainer);
     job_done(&j->job);
     free(j->rng);
+    pb_buf_free(&j->resumed);
     free(j);
+}
+
+/* multi_worker_mirrored with resume: the newest checkpoint under the job's checkpoint.dir that
+ * this worker sees, restored (variables, optimizer slots, updates, data position), its manifest
+ * kept for the chief; none is no error (the chief hears an empty manifest). */
+static status_t resume_newest(wjob_t *j, status_msg_t *err)
+{
+    ckpt_manifest_t m;
+    char *path = NULL;
+    status_t rc = train_ckpt_find(&j->job, &path, &m, err);
+
+    if (rc == STATUS_NOT_FOUND)
+        return STATUS_OK;
+    STATUS_CHECK(rc);
+    rc = train_ckpt_restore(j->trainer, path, &m, err);
+    if (rc == STATUS_OK && m.n_data > 0)
+        rc = trainer_seek(j->trainer, 0, m.data[0].epoch, m.data[0].batch, err);
+    if (rc == STATUS_OK) {
+        ckpt_manifest_encode(&m, &j->resumed);
+        if (j->resumed.failed)
+            rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        else
+            LOG_INFO(WORKER, "job %s: restored %s (step %lld)", j->id, path, (long long)m.step);
+    }
+    ckpt_manifest_free(&m);
+    free(path);
+    return rc;
 }
 
 /* Parses the job with the files that came with it and builds model and data. */
@@ -129,6 +161,8 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
         if (rc == STATUS_OK && mwms)
             rc = sync_new(j->trainer, j->worker_index, j->num_workers, j->job.bytes_per_pack,
                           j->job.accumulate_steps > 1, &j->sync, &j->ring_port, err);
+        if (rc == STATUS_OK && mwms && req->resume && j->job.checkpoint_dir != NULL)
+            rc = resume_newest(j, err);
     }
     if (rc == STATUS_OK &&
         (j->rng = calloc(model_rng_count(trainer_model(j->trainer)) + 1, sizeof(*j->rng))) == NULL)
@@ -195,6 +229,7 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
     resp.n_shard_examples = (size_t)j->num_workers;
     resp.shard_examples = shard_examples;
     resp.ring_port = j->ring_port;
+    resp.resume_manifest = (ProtobufCBinaryData){j->resumed.len, j->resumed.data};
     resp.n_variables = n;
     resp.variables = ptrs;
     rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
@@ -277,7 +312,9 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
                 rc = sync_connect(j->sync, req->ring, req->n_ring, req->ring_rank, req->ring_token,
                                   req->ring_timeout_ms > 0 ? req->ring_timeout_ms : 30000, &err);
             if (rc == STATUS_OK && req->ring_broadcast)
-                rc = sync_broadcast(j->sync, req->ring_root, req->ring_iterations, &err);
+                rc = sync_broadcast(j->sync, req->ring_root, &err);
+            if (rc == STATUS_OK && req->ring_broadcast && req->ring_seek)
+                rc = trainer_seek(j->trainer, 0, req->start_epoch, req->start_batch, &err);
             if (rc == STATUS_OK)
                 LOG_INFO(WORKER,
                          "job %s: ring of %zu workers connected, gradients all-reduced in %zu "
@@ -350,7 +387,8 @@ static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
                             "data_shard %d: 0 for the worker's own, else 1 + a shard",
                             req->data_shard);
     if (req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN &&
-        req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE)
+        req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE &&
+        req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "kind", "unknown closure kind %d",
                             (int)req->kind);
     t = calloc(1, sizeof(*t));
@@ -363,6 +401,8 @@ static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
     t->data_shard = req->data_shard;
     t->data_epoch = req->data_epoch;
     t->data_batch = req->data_batch;
+    if (req->position != NULL)
+        t->pos = *req->position;
     snprintf(t->job, sizeof(t->job), "%s", req->job);
     rpc_ctx_defer(ctx);
     pthread_mutex_lock(&w->mu);
@@ -514,6 +554,29 @@ static status_t sync_closure(worker_service_t *w, wjob_t *j, const closure_task_
     return STATUS_OK;
 }
 
+/* multi_worker_mirrored: this worker's variables, slots and data position, with the chief's
+ * account of the job's progress, as a checkpoint under the job's checkpoint.dir. */
+static status_t ckpt_closure(wjob_t *j, const closure_task_t *t, status_msg_t *err)
+{
+    train_position_t pos = {
+        .step = t->pos.step,
+        .epoch_sums = {t->pos.epoch_loss, t->pos.epoch_correct, t->pos.epoch_examples},
+        .has_last_epoch = t->pos.has_last_epoch,
+        .last_loss = t->pos.last_loss,
+        .last_accuracy = t->pos.last_accuracy};
+
+    if (j->sync == NULL || j->job.checkpoint_dir == NULL)
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "job %s: checkpoint closures are for multi_worker_mirrored jobs with a "
+                           "checkpoint section",
+                           j->id);
+    if (t->pos.step < 0)
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "a checkpoint at step %lld",
+                           (long long)t->pos.step);
+    trainer_position(j->trainer, 0, &pos.epoch, &pos.batch);
+    return train_ckpt_save(j->trainer, &j->job, &pos, err);
+}
+
 static void run_task(worker_service_t *w, closure_task_t *t)
 {
     Tessera__V1__RunClosureResponse resp = TESSERA__V1__RUN_CLOSURE_RESPONSE__INIT;
@@ -532,7 +595,9 @@ static void run_task(worker_service_t *w, closure_task_t *t)
         return;
     }
     resp.closure_id = t->closure_id;
-    if (j->sync != NULL)
+    if (t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT)
+        rc = ckpt_closure(j, t, &err);
+    else if (j->sync != NULL)
         rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
                  ? sync_closure(w, j, t, &resp, &err)
                  : eval_closure(j, &resp, &err);

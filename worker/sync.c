@@ -279,17 +279,23 @@ static void snapshot(sync_t *s, bool take)
     }
 }
 
-status_t sync_broadcast(sync_t *s, int root, int64_t iterations, status_msg_t *err)
+/* The update count goes round the ring with the values: four 16-bit limbs, each exact in a
+ * float, zero on every rank but the root's, so the sum is the root's count. */
+#define ITER_LIMBS 4
+
+status_t sync_broadcast(sync_t *s, int root, status_msg_t *err)
 {
     model_t *m = trainer_model(s->t);
     size_t per = optimizer_slot_count(trainer_optimizer(s->t)), off = 0, soff = 0;
     size_t n = s->n_pack + s->n_slots;
-    float *buf = calloc(n + 1, sizeof(float));
+    float *buf = calloc(n + ITER_LIMBS, sizeof(float)), *limbs = buf + n;
+    uint64_t iterations = 0;
     status_t rc;
 
     if (buf == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    /* the root's values and slots, zeros elsewhere: the sum is the root's, bit for bit */
+    /* the root's values, slots and update count, zeros elsewhere: the sum is the root's, bit
+     * for bit */
     for (size_t i = 0; s->ring_rank == root && i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
         memcpy(buf + off, p->value, p->n * sizeof(float));
@@ -298,7 +304,9 @@ status_t sync_broadcast(sync_t *s, int root, int64_t iterations, status_msg_t *e
         off += p->n;
         soff += per * p->n;
     }
-    rc = ring_allreduce(s->ring, buf, n, err);
+    for (int k = 0; s->ring_rank == root && k < ITER_LIMBS; k++)
+        limbs[k] = (float)(((uint64_t)trainer_iterations(s->t) >> (16 * k)) & 0xffff);
+    rc = ring_allreduce(s->ring, buf, n + ITER_LIMBS, err);
     off = soff = 0;
     for (size_t i = 0; rc == STATUS_OK && i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
@@ -308,9 +316,11 @@ status_t sync_broadcast(sync_t *s, int root, int64_t iterations, status_msg_t *e
         off += p->n;
         soff += per * p->n;
     }
+    for (int k = 0; k < ITER_LIMBS; k++)
+        iterations |= (uint64_t)limbs[k] << (16 * k);
     free(buf);
     if (rc == STATUS_OK)
-        trainer_set_iterations(s->t, iterations);
+        trainer_set_iterations(s->t, (int64_t)iterations);
     return rc;
 }
 

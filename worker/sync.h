@@ -43,9 +43,9 @@ void sync_free(sync_t *s); /* NULL-safe */
 status_t sync_connect(sync_t *s, char *const *ring, size_t n, int rank, uint64_t token,
                       int timeout_ms, status_msg_t *err);
 
-/* Every worker of the ring takes the values and optimizer slots of ring rank `root` (a worker
- * that came back takes the others' state) and `iterations` as its update count. */
-status_t sync_broadcast(sync_t *s, int root, int64_t iterations, status_msg_t *err);
+/* Every worker of the ring takes the values, optimizer slots and update count of ring rank
+ * `root` (a worker that came back takes the others' state; a resumed job, the checkpoint's). */
+status_t sync_broadcast(sync_t *s, int root, status_msg_t *err);
 
 /* Back to where the last closure started (a closure the ring failed in may have applied some
  * of its steps here and not on the others). */

@@ -58,6 +58,7 @@ typedef struct mlp_more {
     int accumulate;        /* train.accumulate_steps; 0: none */
     bool global;           /* the batch is data.global_batch_size */
     int bytes_per_pack;    /* train.bytes_per_pack; 0: automatic */
+    const char *extra;     /* more top-level keys, or NULL */
 } mlp_more_t;
 
 /* The MLP example with `strategy`, `batch` (per worker), `epochs` and `more`, in the test's
@@ -96,7 +97,7 @@ static const char *mlp_job_of(const char *name, const char *strategy, int batch,
         fprintf(f, "%.*s%s", (int)(p - at), at, now[k]);
         at = p + strlen(was[k]);
     }
-    fprintf(f, "%s", at);
+    fprintf(f, "%s%s", at, more.extra ? more.extra : "");
     fclose(f);
     free(text);
     return out;
@@ -343,6 +344,71 @@ START_TEST(sync_nan_loss_fails_the_job_at_once_as_the_applications)
 }
 END_TEST
 
+/* "loss ..., accuracy ...; test loss ..., test accuracy ..." of the CLI's result line. */
+static char *result_of(const char *out)
+{
+    const char *at = strstr(out, "); loss ");
+    ck_assert_msg(at != NULL, "no result line: %s", out);
+    return strndup(at + 3, strcspn(at + 3, "\n"));
+}
+
+/* Checkpoints of a multi_worker_mirrored job: written by worker 0 (every 400 steps, on
+ * `tessera checkpoint`, at the end), in tessera train's format; a job cancelled after one and
+ * submitted again with resume: true goes on from it to the numbers of an uninterrupted run. */
+START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
+{
+    cluster_t c;
+    char extra[2][1400], *out = NULL, *whole, *resumed, *id, *p, dir[2][600];
+    const char *job;
+    int rc;
+
+    start_cluster(&c);
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir[k], sizeof(dir[k]), "%s/mwms-ck%d", harness_tmpdir(), k);
+        snprintf(extra[k], sizeof(extra[k]), "checkpoint: {dir: %s, every_steps: 400}\n", dir[k]);
+    }
+    job = mlp_job_of("ck-whole", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[0]});
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0 && strstr(out, "checkpoint at step 400") != NULL &&
+                      strstr(out, "checkpoint at step 2814") != NULL,
+                  "exit %d: %s", rc, out);
+    whole = result_of(out);
+    free(out);
+
+    /* the same job, cancelled after a checkpoint that tessera checkpoint asked for */
+    job = mlp_job_of("ck-cut", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[1]});
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
+    id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
+    free(out);
+    usleep(300 * 1000);
+    rc = tessera((char *[]){"checkpoint", id, c.chief_flag, "--timeout=60s", NULL}, &out);
+    ck_assert_msg(rc == 0 && strstr(out, dir[1]) != NULL, "exit %d: %s", rc, out);
+    printf("tessera checkpoint: %s", out);
+    free(out);
+    rc = tessera((char *[]){"cancel", id, c.chief_flag, NULL}, &out);
+    free(out);
+    free(id);
+
+    /* submitted again with resume: true */
+    snprintf(extra[1] + strlen(extra[1]), sizeof(extra[1]) - strlen(extra[1]), "resume: true\n");
+    job = mlp_job_of("ck-cut", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[1]});
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0 && (p = strstr(out, "resuming at step ")) != NULL, "exit %d: %s", rc,
+                  out);
+    printf("%.*s\n", (int)strcspn(p, "\n"), p);
+    ck_assert_msg(atoll(p + strlen("resuming at step ")) < 2814, "%s", out); /* not the end's */
+    resumed = result_of(out);
+    printf("uninterrupted: %s\nresumed:       %s\n", whole, resumed);
+    ck_assert_msg(strcmp(whole, resumed) == 0, "uninterrupted: %s\nresumed: %s\n%s", whole, resumed,
+                  out);
+    free(out);
+    free(whole);
+    free(resumed);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* TF_CONFIG without a chief: worker 0 leads, as in TensorFlow's MultiWorkerMirroredStrategy. It
  * serves the Coordinator beside its Worker service, and `tessera submit` with the same TF_CONFIG
  * (no --chief) finds it there. */
@@ -400,6 +466,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_worker_hung_is_noticed_and_taken_back);
     tcase_add_test(tc, sync_nan_loss_fails_the_job_at_once_as_the_applications);
     tcase_add_test(tc, sync_tf_config_without_chief_worker_0_leads);
+    tcase_add_test(tc, sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers);
     suite_add_tcase(s, tc);
     return s;
 }
