@@ -160,10 +160,9 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
                          j->job.strategy == JOB_STRATEGY_MIRRORED ? "mirrored" : "central_storage");
     /* what multi_worker_mirrored does not do yet is refused by name, not ignored */
     if (rc == STATUS_OK && j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED) {
-        const char *missing = j->job.tensorboard_logdir != NULL ? "tensorboard"
-                              : j->job.init_from != NULL        ? "init_from"
-                              : j->job.max_staleness > 0        ? "max_staleness"
-                                                                : NULL;
+        const char *missing = j->job.tensorboard_histogram_freq > 0 ? "tensorboard.histogram_freq"
+                              : j->job.max_staleness > 0            ? "max_staleness"
+                                                                    : NULL;
         if (missing != NULL)
             rc = status_fail(err, STATUS_BAD_CONFIG,
                              "%s: %s is not available for multi_worker_mirrored jobs yet",

@@ -14,7 +14,7 @@
 #include "chief_sync.h"
 #include "dispatch.h"
 #include "fanout.h"
-#include "files/tensorboard.h"
+#include "chief_tb.h"
 #include "internal.h"
 #include "placement.h"
 #include "rpc/health.h"
@@ -51,12 +51,9 @@ typedef struct running {
     double last_save;   /* clock_now_s() of it */
     bool has_last_epoch;
     double last_loss, last_accuracy;
-    watchdog_t *wd;       /* hung[w]: the worker answered no health check for too long */
-    worker_cfg_t *cfg;    /* the workers' ConfigureJob requests, for rejoins */
-    tb_run_t *tb;         /* the job's TensorBoard run, or NULL */
-    int64_t tb_last_step; /* of the last batch summary */
-    status_t tb_rc;       /* the first failed write of a batch summary */
-    status_msg_t tb_err;
+    watchdog_t *wd;         /* hung[w]: the worker answered no health check for too long */
+    worker_cfg_t *cfg;      /* the workers' ConfigureJob requests, for rejoins */
+    chief_tb_t tb;          /* the job's TensorBoard run */
     pthread_mutex_t cfg_mu; /* one reconfiguration at a time: a rejoin, or a PS recovery's */
     _Atomic long lost_ps;   /* the PS a worker could not reach, or that did not come back; -1 */
 } running_t;
@@ -206,37 +203,9 @@ static void stalled(void *arg, double seconds)
 static void progress_moved(void *arg)
 {
     running_t *r = (running_t *)arg;
-    int64_t freq = r->j->job.tensorboard_update_freq, step = r->j->progress.step;
 
     chief_job_changed(r->c);
-    if (r->tb != NULL && freq > 0 && step / freq > r->tb_last_step / freq && r->tb_rc == STATUS_OK)
-        r->tb_rc = tb_batch(r->tb, step, r->j->progress.loss, r->j->progress.accuracy, &r->tb_err);
-    r->tb_last_step = step;
-}
-
-/* The epoch's scalars, as Keras's TensorBoard callback writes them. */
-static status_t tensorboard_epoch(running_t *r, int64_t epoch, int64_t steps, double seconds,
-                                  bool validated, status_msg_t *err)
-{
-    const job_t *job = &r->j->job;
-    tb_epoch_t e;
-
-    if (r->tb == NULL)
-        return STATUS_OK;
-    if (r->tb_rc != STATUS_OK)
-        return status_fail(err, r->tb_rc, "%s", r->tb_err.text);
-    pthread_mutex_lock(&r->c->mu);
-    e = (tb_epoch_t){.epoch = epoch,
-                     .loss = r->j->progress.loss,
-                     .accuracy = r->j->progress.accuracy,
-                     .learning_rate = optimizer_learning_rate(&job->optimizer, r->j->progress.step),
-                     .examples_per_second = r->j->progress.examples_per_second,
-                     .steps_per_second = seconds > 0 ? (double)steps / seconds : 0,
-                     .validated = validated,
-                     .val_loss = r->j->progress.test_loss,
-                     .val_accuracy = r->j->progress.test_accuracy};
-    pthread_mutex_unlock(&r->c->mu);
-    return tb_epoch(r->tb, &e, err);
+    chief_tb_progress(&r->tb, r->j);
 }
 
 /* Evaluates on the first live worker that answers. */
@@ -412,10 +381,10 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const double
             pthread_mutex_unlock(&c->mu);
         }
         if (rc == STATUS_OK)
-            rc = tensorboard_epoch(r, e, per_epoch - done, clock_now_s() - t0,
-                                   has_test && job->evaluate, err);
-        if (rc == STATUS_OK && r->tb != NULL && tb_histograms_due(r->tb, e))
-            rc = chief_histograms(c, j, r->plan, r->tb, e, err);
+            rc = chief_tb_epoch(&r->tb, c, j, e, per_epoch - done, clock_now_s() - t0,
+                                has_test && job->evaluate, err);
+        if (rc == STATUS_OK && r->tb.run != NULL && tb_histograms_due(r->tb.run, e))
+            rc = chief_histograms(c, j, r->plan, r->tb.run, e, err);
         if (rc != STATUS_OK)
             break;
         pthread_mutex_lock(&c->mu);
@@ -739,14 +708,8 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     rc = dispatch_init(&d, n0, c->cap_workers, err);
     if (rc == STATUS_OK)
         rc = worker_cfg_init(&cfg, c, j, err);
-    if (rc == STATUS_OK && j->job.tensorboard_logdir != NULL) {
-        tb_opts_t o = {.logdir = j->job.tensorboard_logdir,
-                       .job = j->job.name ? j->job.name : j->name,
-                       .update_freq = j->job.tensorboard_update_freq,
-                       .histogram_freq = j->job.tensorboard_histogram_freq,
-                       .accuracy = j->job.loss != JOB_LOSS_MSE};
-        rc = tb_open(&o, &run.tb, err);
-    }
+    if (rc == STATUS_OK)
+        rc = chief_tb_open(&run.tb, j, err);
     if (rc == STATUS_OK)
         rc = find_resume(c, j, &resume_path, &m, &resumed, err);
     if (rc == STATUS_OK)
@@ -855,9 +818,9 @@ out:
     placement_done(&plan);
     dispatch_done(&d);
     if (rc == STATUS_OK)
-        rc = tb_close(run.tb, err);
+        rc = chief_tb_close(&run.tb, true, err);
     else
-        tb_close(run.tb, NULL);
+        chief_tb_close(&run.tb, false, NULL);
     ckpt_manifest_free(&m);
     free(resume_path);
     free(f1);

@@ -19,6 +19,7 @@
 #include "base/net.h"
 #include "chief_ckpt.h"
 #include "chief_sync.h"
+#include "chief_tb.h"
 #include "fanout.h"
 #include "rpc/health.h"
 #include "watchdog.h"
@@ -48,6 +49,7 @@ typedef struct sync_run {
     Tessera__V1__TrainPosition pos; /* a checkpoint closure's */
     /* a resumed job: the epoch it goes on in, and that epoch's steps done */
     int64_t start_epoch, start_done;
+    chief_tb_t tb; /* the job's TensorBoard run */
 } sync_run_t;
 
 /* The job's failure on worker w: named, with who is at fault. */
@@ -568,6 +570,7 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
                 j->progress.examples_per_second = epoch_sums[2] / (clock_now_s() - t0);
             }
             chief_job_changed(c);
+            chief_tb_progress(&s->tb, j);
             pthread_mutex_unlock(&c->mu);
             if (done < per_epoch && checkpoint_due(s, before, false))
                 STATUS_CHECK(checkpoint(s, err));
@@ -578,6 +581,9 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
             s->last_accuracy = epoch_sums[1] / epoch_sums[2];
         }
         STATUS_CHECK(end_epoch(s, e, has_test, err));
+        STATUS_CHECK(chief_tb_epoch(&s->tb, c, j, e,
+                                    per_epoch - (e == s->start_epoch ? s->start_done : 0),
+                                    clock_now_s() - t0, has_test && job->evaluate, err));
         pthread_mutex_lock(&c->mu);
         j->progress.train_seconds += clock_now_s() - t0;
         pthread_mutex_unlock(&c->mu);
@@ -625,6 +631,8 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     rc = job_set_replicas(&j->job, (int)n, err); /* data.global_batch_size over the workers */
     if (rc == STATUS_OK)
         rc = worker_cfg_init(&cfg, c, j, err);
+    if (rc == STATUS_OK)
+        rc = chief_tb_open(&s.tb, j, err);
     for (size_t w = 0; w < n; w++) {
         alive[w] = true;
         if (rc == STATUS_OK)
@@ -670,6 +678,10 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     rc = train(&s, batches, has_test, err);
 out:
     watchdog_stop(&wd);
+    if (rc == STATUS_OK)
+        rc = chief_tb_close(&s.tb, true, err);
+    else
+        chief_tb_close(&s.tb, false, NULL);
     if (rc != STATUS_OK)
         chief_cancel_workers(c, j);
     for (size_t w = 0; ring != NULL && w < n; w++)

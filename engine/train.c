@@ -276,6 +276,17 @@ static status_t apply_init_weights(const init_weights_t *w, model_t *m, status_m
     return rc;
 }
 
+status_t train_init_weights(model_t *m, const char *path, status_msg_t *err)
+{
+    init_weights_t w = {0};
+    status_t rc = init_weights_open(path, &w, err);
+
+    if (rc == STATUS_OK)
+        rc = apply_init_weights(&w, m, err);
+    init_weights_close(&w);
+    return rc;
+}
+
 status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb cb, void *arg,
                    train_result_t *ret, status_msg_t *err)
 {

@@ -11,6 +11,7 @@
 
 #include "job/job.h"
 #include "base/status.h"
+#include "model.h"
 
 typedef struct train_opts {
     int threads;           /* compute threads (large GEMMs are split over them) */
@@ -53,6 +54,11 @@ typedef struct train_result {
  * and after the last step); with resume (the job's or opts'), starts from the newest complete
  * checkpoint there, if any, at its step, optimizer state, learning-rate position, data position
  * and dropout streams: the run then takes exactly the steps an uninterrupted one would. */
+/* Starting weights (init_from): the file's variables (Keras .weights.h5 or .keras, or
+ * safetensors) checked against the model's by name and shape, then copied in; an error names
+ * the file and what differs. */
+status_t train_init_weights(model_t *m, const char *path, status_msg_t *err);
+
 status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb cb, void *arg,
                    train_result_t *ret_result, status_msg_t *err);
 

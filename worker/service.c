@@ -20,6 +20,7 @@
 #include "base/memory.h"
 #include "announce.h"
 #include "checkpoint.h"
+#include "train.h"
 #include "files/pb.h"
 #include "ps_client.h"
 #include "sync.h"
@@ -163,6 +164,13 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                           j->job.accumulate_steps > 1, &j->sync, &j->ring_port, err);
         if (rc == STATUS_OK && mwms && req->resume && j->job.checkpoint_dir != NULL)
             rc = resume_newest(j, err);
+        /* starting weights, unless a checkpoint's were restored; every worker reads the file */
+        if (rc == STATUS_OK && mwms && j->job.init_from != NULL && j->resumed.len == 0) {
+            rc = train_init_weights(trainer_model(j->trainer), j->job.init_from, err);
+            if (rc == STATUS_OK)
+                LOG_INFO(WORKER, "job %s: starting from the weights in %s", j->id,
+                         j->job.init_from);
+        }
     }
     if (rc == STATUS_OK &&
         (j->rng = calloc(model_rng_count(trainer_model(j->trainer)) + 1, sizeof(*j->rng))) == NULL)

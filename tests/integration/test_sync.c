@@ -5,6 +5,8 @@
  * mid-job leaves the job finishing on the other, at the numbers of an undisturbed run. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <glob.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -354,7 +356,9 @@ static char *result_of(const char *out)
 
 /* Checkpoints of a multi_worker_mirrored job: written by worker 0 (every 400 steps, on
  * `tessera checkpoint`, at the end), in tessera train's format; a job cancelled after one and
- * submitted again with resume: true goes on from it to the numbers of an uninterrupted run. */
+ * submitted again with resume: true goes on from it to the numbers of an uninterrupted run. The
+ * chief writes the job's TensorBoard run (compat_tensorboard reads the same writer's files with
+ * TensorBoard itself). */
 START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
 {
     cluster_t c;
@@ -367,6 +371,8 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
         snprintf(dir[k], sizeof(dir[k]), "%s/mwms-ck%d", harness_tmpdir(), k);
         snprintf(extra[k], sizeof(extra[k]), "checkpoint: {dir: %s, every_steps: 400}\n", dir[k]);
     }
+    snprintf(extra[0] + strlen(extra[0]), sizeof(extra[0]) - strlen(extra[0]),
+             "tensorboard: {logdir: %s/mwms-tb, update_freq: 100}\n", harness_tmpdir());
     job = mlp_job_of("ck-whole", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[0]});
     rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
     ck_assert_msg(rc == 0 && strstr(out, "checkpoint at step 400") != NULL &&
@@ -374,6 +380,16 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
                   "exit %d: %s", rc, out);
     whole = result_of(out);
     free(out);
+    for (int k = 0; k < 2; k++) { /* both runs' event files, with something in them */
+        glob_t g;
+        struct stat st;
+        char pattern[700];
+        snprintf(pattern, sizeof(pattern), "%s/mwms-tb/fashion-mnist-mlp/%s/events.out.tfevents.*",
+                 harness_tmpdir(), k ? "validation" : "train");
+        ck_assert_msg(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "no %s", pattern);
+        ck_assert(stat(g.gl_pathv[0], &st) == 0 && st.st_size > 200);
+        globfree(&g);
+    }
 
     /* the same job, cancelled after a checkpoint that tessera checkpoint asked for */
     job = mlp_job_of("ck-cut", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[1]});
@@ -405,6 +421,51 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
     free(out);
     free(whole);
     free(resumed);
+    stop_cluster(&c);
+}
+END_TEST
+
+/* init_from under multi_worker_mirrored: every worker starts from the file's weights (here
+ * tessera train's export); at a learning rate too small to move them, the job's test numbers
+ * are the exported model's. */
+START_TEST(sync_init_from_starts_every_worker_from_the_file)
+{
+    cluster_t c;
+    char extra[1400], *out = NULL, dir[600];
+    const char *job;
+    double expected, got;
+    int rc;
+
+    snprintf(dir, sizeof(dir), "%s/init-one", harness_tmpdir());
+    snprintf(extra, sizeof(extra), "checkpoint: {dir: %s}\n", dir);
+    job = mlp_job_of("init-one", "one_device", 64, 1, (mlp_more_t){.extra = extra});
+    rc = tessera((char *[]){"train", (char *)job, NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    expected = test_accuracy(out);
+    free(out);
+    snprintf(dir, sizeof(dir), "%s/init-export", harness_tmpdir());
+    rc = tessera((char *[]){"export", (char *)job, "--out", dir, NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+
+    start_cluster(&c);
+    snprintf(extra, sizeof(extra), "init_from: %s/model.safetensors\n", dir);
+    job = mlp_job_of(
+        "init-mwms", "multi_worker_mirrored", 32, 1,
+        (mlp_more_t){.optimizer = "optimizer: {sgd: {learning_rate: 1.0e-9}}", .extra = extra});
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    got = test_accuracy(out);
+    printf("init_from under multi_worker_mirrored: test accuracy %.4f, the file's %.4f\n", got,
+           expected);
+    ck_assert_msg(got >= expected - 0.001 && got <= expected + 0.001, "%s", out);
+    free(out);
+    /* a file that is not there: the job fails naming it */
+    snprintf(extra, sizeof(extra), "init_from: %s/missing.safetensors\n", dir);
+    job = mlp_job_of("init-missing", "multi_worker_mirrored", 32, 1, (mlp_more_t){.extra = extra});
+    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc != 0 && strstr(out, "missing.safetensors") != NULL, "exit %d: %s", rc, out);
+    free(out);
     stop_cluster(&c);
 }
 END_TEST
@@ -467,6 +528,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_nan_loss_fails_the_job_at_once_as_the_applications);
     tcase_add_test(tc, sync_tf_config_without_chief_worker_0_leads);
     tcase_add_test(tc, sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers);
+    tcase_add_test(tc, sync_init_from_starts_every_worker_from_the_file);
     suite_add_tcase(s, tc);
     return s;
 }

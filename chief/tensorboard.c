@@ -1,0 +1,57 @@
+/* A job's TensorBoard run on the chief (chief_tb.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "chief_tb.h"
+
+#include "optim/optimizer.h"
+
+status_t chief_tb_open(chief_tb_t *t, const chief_job_t *j, status_msg_t *err)
+{
+    tb_opts_t o = {.logdir = j->job.tensorboard_logdir,
+                   .job = j->job.name ? j->job.name : j->name,
+                   .update_freq = j->job.tensorboard_update_freq,
+                   .histogram_freq = j->job.tensorboard_histogram_freq,
+                   .accuracy = j->job.loss != JOB_LOSS_MSE};
+
+    *t = (chief_tb_t){.rc = STATUS_OK};
+    return j->job.tensorboard_logdir != NULL ? tb_open(&o, &t->run, err) : STATUS_OK;
+}
+
+void chief_tb_progress(chief_tb_t *t, const chief_job_t *j)
+{
+    int64_t freq = j->job.tensorboard_update_freq, step = j->progress.step;
+
+    if (t->run != NULL && freq > 0 && step / freq > t->last_step / freq && t->rc == STATUS_OK)
+        t->rc = tb_batch(t->run, step, j->progress.loss, j->progress.accuracy, &t->err);
+    t->last_step = step;
+}
+
+status_t chief_tb_epoch(chief_tb_t *t, coordinator_t *c, const chief_job_t *j, int64_t epoch,
+                        int64_t steps, double seconds, bool validated, status_msg_t *err)
+{
+    tb_epoch_t e;
+
+    if (t->run == NULL)
+        return STATUS_OK;
+    if (t->rc != STATUS_OK)
+        return status_fail(err, t->rc, "%s", t->err.text);
+    pthread_mutex_lock(&c->mu);
+    e = (tb_epoch_t){.epoch = epoch,
+                     .loss = j->progress.loss,
+                     .accuracy = j->progress.accuracy,
+                     .learning_rate = optimizer_learning_rate(&j->job.optimizer, j->progress.step),
+                     .examples_per_second = j->progress.examples_per_second,
+                     .steps_per_second = seconds > 0 ? (double)steps / seconds : 0,
+                     .validated = validated,
+                     .val_loss = j->progress.test_loss,
+                     .val_accuracy = j->progress.test_accuracy};
+    pthread_mutex_unlock(&c->mu);
+    return tb_epoch(t->run, &e, err);
+}
+
+status_t chief_tb_close(chief_tb_t *t, bool ok, status_msg_t *err)
+{
+    status_t rc = tb_close(t->run, ok ? err : NULL);
+
+    t->run = NULL;
+    return ok ? rc : STATUS_OK;
+}
