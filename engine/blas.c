@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "base/clock.h"
+#include "spin.h"
 
 /* CBLAS enum values (cblas.h): row-major 101, no-trans 111, trans 112. */
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
@@ -113,7 +114,7 @@ static void sgemm1(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
  * apart, and waking a sleeping thread costs about as much as half of such a GEMM (a futex wake,
  * and on a virtual machine an idle vCPU to rouse), which made two threads slower than one on
  * small models. So both sides spin for up to SPIN_NS before they block on a condition variable,
- * as OpenMP runtimes do; a pool that sits idle longer sleeps and costs nothing.
+ * as OpenMP runtimes do (spin.h); a pool that sits idle longer sleeps and costs nothing.
  *
  * Lost wake-ups are ruled out the Dekker way, with sequentially consistent atomics: a helper
  * counts itself in `sleepers` before it checks the generation one last time, and the caller
@@ -123,7 +124,6 @@ static void sgemm1(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
 
 #define POOL_MAX           64
 #define PARALLEL_MIN_FLOPS (1 << 20) /* smaller products are not worth splitting */
-#define SPIN_NS            200000    /* how long a waiting thread spins before it sleeps */
 
 typedef struct gemm_job {
     bool trans_a, trans_b;
@@ -169,43 +169,6 @@ static void fp_mode_set(unsigned mode)
 #else
     (void)mode;
 #endif
-}
-
-/* One turn of a spin loop; every 64th also lets another thread have the CPU, so that a pool
- * with more threads than free cores does not spin away the time slice a helper needs. */
-static void cpu_relax(unsigned turn)
-{
-#if defined(__SSE2__)
-    _mm_pause();
-#endif
-    if (turn % 64 == 0)
-        sched_yield();
-}
-
-/* Spins for up to SPIN_NS until *v differs from `from`; returns whether it did. */
-static bool spin_while_equal(_Atomic uint64_t *v, uint64_t from)
-{
-    int64_t start = clock_now_ns();
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(v, memory_order_acquire) != from)
-            return true;
-        cpu_relax(i);
-        if (i % 64 == 0 && clock_now_ns() - start > SPIN_NS)
-            return false;
-    }
-}
-
-/* Spins for up to SPIN_NS until *v is 0; returns whether it became 0. */
-static bool spin_until_zero(_Atomic int *v)
-{
-    int64_t start = clock_now_ns();
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(v, memory_order_acquire) == 0)
-            return true;
-        cpu_relax(i);
-        if (i % 64 == 0 && clock_now_ns() - start > SPIN_NS)
-            return false;
-    }
 }
 
 /* Runs part `part` of the job's parts: a block of C's rows, or of its columns. */

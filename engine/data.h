@@ -18,10 +18,10 @@
 #include "base/status.h"
 
 typedef struct dataset {
-    float *features;       /* [n, feature_len], 64-byte aligned; NULL when held as bytes */
-    uint8_t *bytes;        /* [n, feature_len] raw uint8 values, or NULL */
-    float byte_value[256]; /* with bytes: byte v is byte_value[v] (dataset_set_byte_scale) */
-    float *labels;         /* [n] */
+    float *features;   /* [n, feature_len], 64-byte aligned; NULL when held as bytes */
+    uint8_t *bytes;    /* [n, feature_len] raw uint8 values, or NULL */
+    double byte_scale; /* with bytes: byte v is (float)(v * byte_scale) (dataset_set_byte_scale) */
+    float *labels;     /* [n] */
     size_t n;
     size_t feature_len;
     int shape[JOB_MAX_RANK]; /* feature shape without the batch dimension */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "spin.h"
 
 typedef struct replica {
     struct replicas *set;
@@ -28,11 +29,23 @@ struct replicas {
     int n, per;
     replica_t *reps; /* [0]: first, run by the caller */
     size_t bytes;
+    /* Hand-offs spin first and then block (spin.h); lost wake-ups are ruled out the Dekker way,
+     * as in blas.c: a waiter counts itself asleep before it looks one last time, the other side
+     * moves the counter before it looks for sleepers, all with sequentially consistent atomics.
+     * The task is written before the generation moves and read after it is seen. */
     pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    uint64_t generation; /* steps handed out */
-    int pending;         /* replicas of this step still running */
-    bool quit;
+    pthread_cond_t go, done, sliced;
+    _Atomic uint64_t generation;  /* tasks handed out */
+    _Atomic int pending;          /* replicas of this task still running, replica 0 not counted */
+    _Atomic int slicing;          /* replicas of this step still in forward and backward */
+    _Atomic int sleepers;         /* replicas blocked on go */
+    _Atomic int barrier_sleepers; /* replicas blocked on sliced */
+    _Atomic bool caller_sleeps;   /* the caller blocked on done */
+    _Atomic bool quit;
+    int m; /* this step's examples */
+    /* the task: a step (fn NULL), or fn(arg, q, n) on every replica q */
+    replicas_fn fn;
+    void *arg;
 };
 
 static void take_values(model_t *dst, model_t *src)
@@ -42,15 +55,75 @@ static void take_values(model_t *dst, model_t *src)
                model_param(src, i)->n * sizeof(float));
 }
 
+/* The part [*ret_lo, *ret_hi) of n elements that replica q of r works on. */
+static void part_of(const replicas_t *r, int q, size_t n, size_t *ret_lo, size_t *ret_hi)
+{
+    *ret_lo = n * (size_t)q / (size_t)r->n;
+    *ret_hi = n * (size_t)(q + 1) / (size_t)r->n;
+}
+
+/* Replica p's part of every gradient, summed over the replicas into replica 0's: each
+ * replica's gradients are of its slice's loss divided by the whole batch's examples, so the
+ * sum is the gradient of the mean loss over the batch. */
+static void reduce_part(replica_t *p)
+{
+    replicas_t *r = p->set;
+
+    for (size_t i = 0; i < model_param_count(r->first); i++) {
+        model_param_t *dst = model_param(r->first, i);
+        size_t lo, hi;
+        part_of(r, p->index, dst->n, &lo, &hi);
+        for (int q = 1; q < r->n; q++) {
+            const float *g = model_param(r->reps[q].model, i)->grad;
+            if (r->reps[q].n == 0)
+                continue;
+            for (size_t k = lo; k < hi; k++)
+                dst->grad[k] += g[k];
+        }
+    }
+}
+
+/* A step on one replica: forward and backward on its slice, then (once every replica is
+ * through) its part of the sum, unless one failed. Called with r->mu not held. */
 static void run_slice(replica_t *p)
 {
+    replicas_t *r = p->set;
+    bool ok = true;
+
     p->st = (model_stats_t){0};
     p->rc = STATUS_OK;
-    if (p->n == 0)
-        return;
-    if (p->index > 0) /* replica 0's values: restored, loaded or updated since the last step */
-        take_values(p->model, p->set->first);
-    p->rc = model_train_step(p->model, p->x, p->y, p->n, &p->st, &p->err);
+    if (p->n > 0) {
+        if (p->index > 0) /* replica 0's values: restored, loaded or updated since */
+            take_values(p->model, r->first);
+        p->rc = model_train_slice(p->model, p->x, p->y, p->n, r->m, &p->st, &p->err);
+    }
+    /* the barrier: every replica's gradients are made before any is summed */
+    if (atomic_fetch_sub(&r->slicing, 1) == 1) {
+        if (atomic_load(&r->barrier_sleepers) > 0) {
+            pthread_mutex_lock(&r->mu);
+            pthread_cond_broadcast(&r->sliced);
+            pthread_mutex_unlock(&r->mu);
+        }
+    } else if (!spin_until_zero(&r->slicing)) {
+        pthread_mutex_lock(&r->mu);
+        atomic_fetch_add(&r->barrier_sleepers, 1);
+        while (atomic_load(&r->slicing) > 0)
+            pthread_cond_wait(&r->sliced, &r->mu);
+        atomic_fetch_sub(&r->barrier_sleepers, 1);
+        pthread_mutex_unlock(&r->mu);
+    }
+    for (int q = 0; q < r->n; q++)
+        ok &= r->reps[q].rc == STATUS_OK;
+    if (ok)
+        reduce_part(p);
+}
+
+static void run_task(replica_t *p)
+{
+    if (p->set->fn != NULL)
+        p->set->fn(p->set->arg, p->index, p->set->n);
+    else
+        run_slice(p);
 }
 
 static void *replica_main(void *arg)
@@ -61,20 +134,25 @@ static void *replica_main(void *arg)
 
     blas_flush_denormals(); /* as the training thread does (blas.h) */
     blas_thread_serial(true);
-    pthread_mutex_lock(&r->mu);
     for (;;) {
-        while (!r->quit && r->generation == seen)
-            pthread_cond_wait(&r->go, &r->mu);
-        if (r->quit)
+        if (!spin_while_equal(&r->generation, seen)) {
+            pthread_mutex_lock(&r->mu);
+            atomic_fetch_add(&r->sleepers, 1);
+            while (atomic_load(&r->generation) == seen)
+                pthread_cond_wait(&r->go, &r->mu);
+            atomic_fetch_sub(&r->sleepers, 1);
+            pthread_mutex_unlock(&r->mu);
+        }
+        seen = atomic_load(&r->generation);
+        if (atomic_load(&r->quit))
             break;
-        seen = r->generation;
-        pthread_mutex_unlock(&r->mu);
-        run_slice(p);
-        pthread_mutex_lock(&r->mu);
-        if (--r->pending == 0)
+        run_task(p);
+        if (atomic_fetch_sub(&r->pending, 1) == 1 && atomic_load(&r->caller_sleeps)) {
+            pthread_mutex_lock(&r->mu);
             pthread_cond_signal(&r->done);
+            pthread_mutex_unlock(&r->mu);
+        }
     }
-    pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
@@ -82,8 +160,9 @@ void replicas_free(replicas_t *r)
 {
     if (r == NULL)
         return;
+    atomic_store(&r->quit, true);
     pthread_mutex_lock(&r->mu);
-    r->quit = true;
+    atomic_fetch_add(&r->generation, 1);
     pthread_cond_broadcast(&r->go);
     pthread_mutex_unlock(&r->mu);
     for (int i = 1; r->reps != NULL && i < r->n; i++) {
@@ -94,6 +173,7 @@ void replicas_free(replicas_t *r)
     free(r->reps);
     pthread_cond_destroy(&r->go);
     pthread_cond_destroy(&r->done);
+    pthread_cond_destroy(&r->sliced);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -117,6 +197,7 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->go, NULL);
     pthread_cond_init(&r->done, NULL);
+    pthread_cond_init(&r->sliced, NULL);
     r->first = first;
     r->n = n;
     r->per = per_replica;
@@ -161,23 +242,36 @@ size_t replicas_bytes(const replicas_t *r)
     return r->bytes;
 }
 
-/* first's gradients = the sum of every replica's, each weighted by its share of the m examples. */
-static void reduce(replicas_t *r, int m)
+/* Hands the task (r->fn, r->arg) to every replica, runs replica 0's here, and waits for all. */
+static void run_all(replicas_t *r)
 {
-    for (size_t i = 0; i < model_param_count(r->first); i++) {
-        model_param_t *p = model_param(r->first, i);
-        float w0 = (float)r->reps[0].n / (float)m;
-        for (size_t k = 0; k < p->n; k++)
-            p->grad[k] *= w0;
-        for (int q = 1; q < r->n; q++) {
-            const float *g = model_param(r->reps[q].model, i)->grad;
-            float w = (float)r->reps[q].n / (float)m;
-            if (r->reps[q].n == 0)
-                continue;
-            for (size_t k = 0; k < p->n; k++)
-                p->grad[k] += w * g[k];
-        }
+    atomic_store(&r->pending, r->n - 1);
+    atomic_fetch_add(&r->generation, 1);
+    if (atomic_load(&r->sleepers) > 0) {
+        pthread_mutex_lock(&r->mu);
+        pthread_cond_broadcast(&r->go);
+        pthread_mutex_unlock(&r->mu);
     }
+    blas_thread_serial(true); /* the pool serves one caller: every replica's GEMMs run alone */
+    run_task(&r->reps[0]);
+    blas_thread_serial(false);
+    if (!spin_until_zero(&r->pending)) {
+        pthread_mutex_lock(&r->mu);
+        atomic_store(&r->caller_sleeps, true);
+        while (atomic_load(&r->pending) > 0)
+            pthread_cond_wait(&r->done, &r->mu);
+        atomic_store(&r->caller_sleeps, false);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+void replicas_parallel(replicas_t *r, replicas_fn fn, void *arg)
+{
+    r->fn = fn;
+    r->arg = arg;
+    run_all(r);
+    r->fn = NULL;
+    r->arg = NULL;
 }
 
 status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_stats,
@@ -197,18 +291,9 @@ status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_
         r->reps[q].x = b->features + (size_t)(lo < m ? lo : 0) * in;
         r->reps[q].y = b->labels + (lo < m ? lo : 0);
     }
-    pthread_mutex_lock(&r->mu);
-    r->pending = r->n - 1;
-    r->generation++;
-    pthread_cond_broadcast(&r->go);
-    pthread_mutex_unlock(&r->mu);
-    blas_thread_serial(true); /* the pool serves one caller: every replica's GEMMs run alone */
-    run_slice(&r->reps[0]);
-    blas_thread_serial(false);
-    pthread_mutex_lock(&r->mu);
-    while (r->pending > 0)
-        pthread_cond_wait(&r->done, &r->mu);
-    pthread_mutex_unlock(&r->mu);
+    r->m = m;
+    atomic_store(&r->slicing, r->n);
+    run_all(r);
     for (int q = 0; q < r->n; q++) {
         ret_stats->loss_sum += r->reps[q].st.loss_sum;
         ret_stats->correct += r->reps[q].st.correct;
@@ -217,6 +302,5 @@ status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_
     for (int q = 0; q < r->n; q++)
         if (r->reps[q].rc != STATUS_OK)
             return status_fail(err, r->reps[q].rc, "replica %d: %s", q, r->reps[q].err.text);
-    reduce(r, m);
     return STATUS_OK;
 }

@@ -506,11 +506,30 @@ status_t trainer_apply(trainer_t *t, status_msg_t *err)
     return trainer_accumulate(t) ? trainer_update(t, err) : STATUS_OK;
 }
 
+/* Replica q's part of every variable's update (the replicas refuse sparse variables). */
+static void update_part(void *arg, int q, int n)
+{
+    trainer_t *t = arg;
+
+    for (size_t i = 0; i < model_param_count(t->model); i++) {
+        model_param_t *p = model_param(t->model, i);
+        size_t lo = p->n * (size_t)q / (size_t)n, hi = p->n * (size_t)(q + 1) / (size_t)n;
+        optimizer_apply_dense_part(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n, lo,
+                                   hi - lo);
+    }
+}
+
 status_t trainer_update(trainer_t *t, status_msg_t *err)
 {
     if (t->slots == NULL)
         return status_fail(err, STATUS_INVALID_USAGE,
                            "this trainer sends its gradients away: it has no optimizer");
+    if (t->reps != NULL) { /* every replica's thread updates its part */
+        replicas_parallel(t->reps, update_part, t);
+        for (size_t i = 0; i < model_param_count(t->model); i++)
+            t->applied[i]++;
+        return STATUS_OK;
+    }
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
         if (p->sparse)

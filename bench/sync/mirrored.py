@@ -4,7 +4,9 @@ same model and the same global batch, one_device on one thread (tessera train's 
 with its matrix products split over every core (--threads N), against mirrored with one replica
 per core (each taking batch/N examples of every global batch). Rounds interleave the sides;
 medians and the ratios are printed, with the issue's target (mirrored >= 1.6x one_device on the
-CNN with 2 replicas), judged against the faster one_device.
+CNN with 2 replicas), judged against one_device as tessera train runs it by default (1 thread)
+and against the faster one_device, with the most N cores allow against that one (N times
+one_device's 1-thread rate over the faster rate).
 
     bench/sync/run.sh [--rounds=N] [--replicas=N] [--steps=N]
 """
@@ -79,8 +81,12 @@ def main():
         mir = statistics.median(runs[(name, "mirrored")])
         best = max(one1, onen)
         goal = TARGET.get(name)
-        verdict = "" if goal is None else ">= %.1fx the faster: %s" % (
-            goal, "PASS" if mir / best >= goal else "MISS")
+        # One device as tessera train runs it by default (1 thread), and the faster of the two;
+        # against the faster, N cores allow at most N x one_device/1 over it.
+        verdict = "" if goal is None else (
+            ">= %.1fx: one_device (default) %s; the faster %s (N cores allow at most %.2fx)" % (
+                goal, "PASS" if mir / one1 >= goal else "MISS",
+                "PASS" if mir / best >= goal else "MISS", n * one1 / best))
         print("  %-9s %12.0f %12.0f %12.0f %7.2fx %7.2fx  %s" % (name, one1, onen, mir, mir / one1,
                                                                mir / onen, verdict))
 

@@ -304,6 +304,18 @@ void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *par
     k.kernel(&k, params, grad, slots, n, n);
 }
 
+void optimizer_apply_dense_part(const optimizer_config_t *c, int64_t step, float *params,
+                                const float *grad, float *slots, size_t n, size_t first,
+                                size_t count)
+{
+    plan_t k;
+
+    if (count == 0 || first >= n || count > n - first)
+        return;
+    plan_init(c, step, &k);
+    k.kernel(&k, params + first, grad + first, slots + first, n, count); /* stride, count */
+}
+
 /* ---- checks before an update -------------------------------------------------------------------
  */
 

@@ -70,6 +70,13 @@ void optimizer_slots_init(const optimizer_config_t *c, float *slots, size_t n);
 void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *params,
                            const float *grad, float *slots, size_t n);
 
+/* The same on elements [first, first + count) of the n-element tensor (params, grad and slots
+ * are the whole tensor's, slots laid out for n): updates of disjoint parts may run at once, on
+ * threads of their own, and together make optimizer_apply_dense's. */
+void optimizer_apply_dense_part(const optimizer_config_t *c, int64_t step, float *params,
+                                const float *grad, float *slots, size_t n, size_t first,
+                                size_t count);
+
 /* Bytes of scratch optimizer_apply_rows() needs for n_idx indices of rows of row_len floats;
  * SIZE_MAX if that does not fit in size_t. */
 size_t optimizer_rows_scratch_size(size_t n_idx, size_t row_len);

@@ -546,6 +546,32 @@ START_TEST(rows_touching_every_row_once_equal_the_dense_update)
 }
 END_TEST
 
+/* Parts of a tensor updated apart (as the replicas' threads do) make the whole update, bit for
+ * bit: values and every slot. */
+START_TEST(dense_parts_together_equal_the_whole_update)
+{
+    optimizer_config_t c = row_config(_i);
+    static const size_t cuts[] = {0, 3, 3, 11, N}; /* an empty part too */
+    float whole_p[N], whole_s[MAX_SLOTS * N], part_p[N], part_s[MAX_SLOTS * N], g[N];
+
+    for (size_t i = 0; i < N; i++)
+        whole_p[i] = part_p[i] = test_value(i, 1);
+    optimizer_slots_init(&c, whole_s, N);
+    optimizer_slots_init(&c, part_s, N);
+    for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < N; i++)
+            g[i] = test_value(i, step + 2);
+        optimizer_apply_dense(&c, step, whole_p, g, whole_s, N);
+        for (size_t k = 0; k + 1 < sizeof(cuts) / sizeof(cuts[0]); k++)
+            optimizer_apply_dense_part(&c, step, part_p, g, part_s, N, cuts[k],
+                                       cuts[k + 1] - cuts[k]);
+    }
+    ck_assert_msg(memcmp(part_p, whole_p, sizeof(whole_p)) == 0, "config %d: values differ", _i);
+    ck_assert_msg(memcmp(part_s, whole_s, optimizer_slot_count(&c) * N * sizeof(float)) == 0,
+                  "config %d: slots differ", _i);
+}
+END_TEST
+
 START_TEST(rows_leave_untouched_rows_and_their_slots_alone)
 {
     /* Adam on a [3, 2] tensor after one dense step (so every slot is non-zero); a row update of
@@ -862,6 +888,7 @@ int main(void)
     tcase_add_test(tc, rmsprop_centered_with_momentum_keeps_three_slots);
     tcase_add_test(tc, rmsprop_adds_epsilon_inside_the_square_root);
     tcase_add_loop_test(tc, rows_touching_every_row_once_equal_the_dense_update, 0, N_ROW_CONFIGS);
+    tcase_add_loop_test(tc, dense_parts_together_equal_the_whole_update, 0, N_ROW_CONFIGS);
     tcase_add_test(tc, rows_leave_untouched_rows_and_their_slots_alone);
     tcase_add_test(tc, rows_sum_duplicate_indices_before_the_update);
     tcase_add_test(tc, rows_with_caller_scratch_match_rows_that_allocate);
