@@ -43,6 +43,10 @@ struct replicas {
     _Atomic bool caller_sleeps;   /* the caller blocked on done */
     _Atomic bool quit;
     int m; /* this step's examples */
+    /* per param: the sparse gradient rows of every replica, end to end (NULL: a dense param) */
+    int64_t **rows_index;
+    float **rows_grad;
+    size_t *n_rows;
     /* the task: a step (fn NULL), or fn(arg, q, n) on every replica q */
     replicas_fn fn;
     void *arg;
@@ -72,6 +76,8 @@ static void reduce_part(replica_t *p)
     for (size_t i = 0; i < model_param_count(r->first); i++) {
         model_param_t *dst = model_param(r->first, i);
         size_t lo, hi;
+        if (dst->sparse)
+            continue; /* gathered by replicas_rows */
         part_of(r, p->index, dst->n, &lo, &hi);
         for (int q = 1; q < r->n; q++) {
             const float *g = model_param(r->reps[q].model, i)->grad;
@@ -171,11 +177,77 @@ void replicas_free(replicas_t *r)
         model_free(r->reps[i].model);
     }
     free(r->reps);
+    for (size_t i = 0; r->rows_index != NULL && i < model_param_count(r->first); i++) {
+        free(r->rows_index[i]);
+        free(r->rows_grad[i]);
+    }
+    free(r->rows_index);
+    free(r->rows_grad);
+    free(r->n_rows);
     pthread_cond_destroy(&r->go);
     pthread_cond_destroy(&r->done);
     pthread_cond_destroy(&r->sliced);
     pthread_mutex_destroy(&r->mu);
     free(r);
+}
+
+/* Room for every replica's sparse gradient rows of each Embedding table: a replica's batch
+ * gives at most per * ids-per-example rows. */
+static status_t make_rows(replicas_t *r, status_msg_t *err)
+{
+    size_t np = model_param_count(r->first), ids = model_input_len(r->first);
+
+    r->rows_index = calloc(np + 1, sizeof(*r->rows_index));
+    r->rows_grad = calloc(np + 1, sizeof(*r->rows_grad));
+    r->n_rows = calloc(np + 1, sizeof(*r->n_rows));
+    if (r->rows_index == NULL || r->rows_grad == NULL || r->n_rows == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < np; i++) {
+        model_param_t *p = model_param(r->first, i);
+        size_t rows = (size_t)r->n * (size_t)r->per * ids, len;
+        if (!p->sparse)
+            continue;
+        len = p->n / (size_t)p->shape[0];
+        r->rows_index[i] = malloc((rows + 1) * sizeof(int64_t));
+        r->rows_grad[i] = malloc((rows * len + 1) * sizeof(float));
+        if (r->rows_index[i] == NULL || r->rows_grad[i] == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory for the gradient rows");
+        r->bytes += rows * (sizeof(int64_t) + len * sizeof(float));
+    }
+    return STATUS_OK;
+}
+
+/* Every replica's sparse gradient rows of each Embedding table, end to end, in replica order:
+ * the optimizer sums the rows of an id that several replicas touched. */
+static void gather_rows(replicas_t *r)
+{
+    for (size_t i = 0; i < model_param_count(r->first); i++) {
+        model_param_t *p0 = model_param(r->first, i);
+        size_t len, n = 0;
+        if (!p0->sparse)
+            continue;
+        len = p0->n / (size_t)p0->shape[0];
+        for (int q = 0; q < r->n; q++) {
+            const model_param_t *p = model_param(r->reps[q].model, i);
+            if (r->reps[q].n == 0)
+                continue;
+            memcpy(r->rows_index[i] + n, p->rows_index, p->n_rows * sizeof(int64_t));
+            memcpy(r->rows_grad[i] + n * len, p->rows_grad, p->n_rows * len * sizeof(float));
+            n += p->n_rows;
+        }
+        r->n_rows[i] = n;
+    }
+}
+
+bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index,
+                   const float **ret_grad, size_t *ret_n)
+{
+    if (r->rows_index[param] == NULL)
+        return false;
+    *ret_index = r->rows_index[param];
+    *ret_grad = r->rows_grad[param];
+    *ret_n = r->n_rows[param];
+    return true;
 }
 
 status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, uint64_t max_bytes,
@@ -186,12 +258,6 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
     status_t rc = STATUS_OK;
 
     *ret = NULL;
-    for (size_t i = 0; i < model_param_count(first); i++)
-        if (model_param(first, i)->sparse)
-            return status_fail(err, STATUS_BAD_CONFIG,
-                               "%s: %s is an Embedding table: its gradients are rows, which the "
-                               "replicas of a mirrored or central_storage job do not sum yet",
-                               job->path ? job->path : "job", model_param(first, i)->name);
     if ((r = calloc(1, sizeof(*r))) == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     pthread_mutex_init(&r->mu, NULL);
@@ -207,6 +273,10 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
     }
     for (int i = 0; i < n; i++)
         r->reps[i] = (replica_t){.set = r, .index = i, .model = i == 0 ? first : NULL};
+    if ((rc = make_rows(r, err)) != STATUS_OK) {
+        replicas_free(r);
+        return rc;
+    }
     /* the copies' initial values do not matter (each step starts from replica 0's); their own
      * seeds give each its own dropout streams */
     for (int i = 1; i < n && rc == STATUS_OK; i++) {
@@ -302,5 +372,6 @@ status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_
     for (int q = 0; q < r->n; q++)
         if (r->reps[q].rc != STATUS_OK)
             return status_fail(err, r->reps[q].rc, "replica %d: %s", q, r->reps[q].err.text);
+    gather_rows(r);
     return STATUS_OK;
 }

@@ -11,6 +11,8 @@
 #ifndef TESSERA_REPLICAS_H
 #define TESSERA_REPLICAS_H
 
+#include <stdbool.h>
+
 #include "base/status.h"
 #include "data.h"
 #include "job/job.h"
@@ -19,8 +21,7 @@
 typedef struct replicas replicas_t;
 
 /* n replicas (n >= 2) of `first`, each for batches of at most per_replica examples, their
- * buffers at most max_bytes together; a model with an Embedding is refused (its sparse
- * gradients are not reduced yet). */
+ * buffers at most max_bytes together. */
 status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, uint64_t max_bytes,
                       replicas_t **ret, status_msg_t *err);
 void replicas_free(replicas_t *r); /* NULL-safe; stops the threads */
@@ -33,6 +34,12 @@ size_t replicas_bytes(const replicas_t *r); /* of the copies, replica 0 not coun
  * the gradients is made by all the replicas at once, each summing its part of every tensor. */
 status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_stats,
                        status_msg_t *err);
+
+/* After a step, param's sparse gradient (an Embedding table's): every replica's rows end to
+ * end (an id several replicas touched appears once per replica; the optimizer sums them).
+ * false for a dense param, whose sum is in replica 0's gradient. */
+bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index,
+                   const float **ret_grad, size_t *ret_n);
 
 /* Runs fn(arg, q, n) on every replica's thread (q = 0 on the caller's) and waits for all: work
  * split n ways between the steps, such as the optimizer's update of replica 0's variables. */

@@ -506,7 +506,7 @@ status_t trainer_apply(trainer_t *t, status_msg_t *err)
     return trainer_accumulate(t) ? trainer_update(t, err) : STATUS_OK;
 }
 
-/* Replica q's part of every variable's update (the replicas refuse sparse variables). */
+/* Replica q's part of every dense variable's update. */
 static void update_part(void *arg, int q, int n)
 {
     trainer_t *t = arg;
@@ -514,6 +514,8 @@ static void update_part(void *arg, int q, int n)
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
         size_t lo = p->n * (size_t)q / (size_t)n, hi = p->n * (size_t)(q + 1) / (size_t)n;
+        if (p->sparse)
+            continue;
         optimizer_apply_dense_part(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n, lo,
                                    hi - lo);
     }
@@ -524,10 +526,19 @@ status_t trainer_update(trainer_t *t, status_msg_t *err)
     if (t->slots == NULL)
         return status_fail(err, STATUS_INVALID_USAGE,
                            "this trainer sends its gradients away: it has no optimizer");
-    if (t->reps != NULL) { /* every replica's thread updates its part */
+    if (t->reps != NULL) { /* every replica's thread updates its part; the rows here */
         replicas_parallel(t->reps, update_part, t);
-        for (size_t i = 0; i < model_param_count(t->model); i++)
+        for (size_t i = 0; i < model_param_count(t->model); i++) {
+            model_param_t *p = model_param(t->model, i);
+            const int64_t *index;
+            const float *grad;
+            size_t n;
+            if (replicas_rows(t->reps, i, &index, &grad, &n))
+                STATUS_CHECK(optimizer_apply_rows(&t->opt, t->applied[i], p->value,
+                                                  (size_t)p->shape[0], (size_t)p->shape[1], index,
+                                                  grad, n, t->slots[i], NULL, err));
             t->applied[i]++;
+        }
         return STATUS_OK;
     }
     for (size_t i = 0; i < model_param_count(t->model); i++) {
