@@ -320,3 +320,10 @@ double harness_metric(const launch_proc_t *p, const char *series)
     free(body);
     return v;
 }
+
+char *harness_result(const char *out)
+{
+    const char *at = strstr(out, "); loss ");
+    ck_assert_msg(at != NULL, "no result line: %s", out);
+    return strndup(at + 3, strcspn(at + 3, "\n"));
+}

@@ -33,6 +33,10 @@ int harness_try_start(launch_proc_t *p, const char *program, const char *name, c
 /* Stops p with SIGTERM and asserts a clean exit 0. */
 void harness_stop(launch_proc_t *p);
 
+/* "loss ..., accuracy ...; test loss ..., test accuracy ..." of the CLI's result line in out
+ * (after "...); "), malloc'd; fails the test when there is none. */
+char *harness_result(const char *out);
+
 /* The value of a series ("name" or "name{label=\"value\"}") on a task's /metrics; fails the
  * test when the page does not have it. */
 double harness_metric(const launch_proc_t *p, const char *series);

@@ -397,14 +397,6 @@ static int run_packs_job(cluster_t *c, const char *optimizer, long long bytes_pe
     return run_job_of(c, optimizer, 64, train, out);
 }
 
-/* "loss …, accuracy …; test loss …, test accuracy …" of the CLI's result line. */
-static char *result_of(const char *out)
-{
-    const char *at = strstr(out, "); loss ");
-    ck_assert_msg(at != NULL, "no result line: %s", out);
-    return strndup(at + 3, strcspn(at + 3, "\n"));
-}
-
 START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
 {
     cluster_t c;
@@ -416,7 +408,7 @@ START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
     start_cluster_of(&c, 1);
     rc = run_packs_job(&c, "{adam: {learning_rate: 0.001}}", 1ll << 30, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    one = result_of(out);
+    one = harness_result(out);
     free(out);
     sent = harness_metric(&c.worker[0], "tessera_worker_push_requests_total");
     early = harness_metric(&c.worker[0], "tessera_worker_push_requests_during_backward_total");
@@ -427,7 +419,7 @@ START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
      * they bring back wait until backward is done with the old ones. */
     rc = run_packs_job(&c, "{adam: {learning_rate: 0.001}}", 4096, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    packed = result_of(out);
+    packed = harness_result(out);
     free(out);
     sent = harness_metric(&c.worker[0], "tessera_worker_push_requests_total") - sent;
     early =
@@ -471,7 +463,7 @@ START_TEST(ps_training_accumulated_batches_push_as_one_larger_batch)
     rc = run_job_of(&c, "{adam: {learning_rate: 0.001}}", 64, "steps: 300, steps_per_execution: 2",
                     &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    big = result_of(out);
+    big = harness_result(out);
     free(out);
     pushes = harness_metric(&c.worker[0], "tessera_worker_push_requests_total");
     steps = harness_metric(&c.worker[0], "tessera_worker_steps_total");
@@ -479,7 +471,7 @@ START_TEST(ps_training_accumulated_batches_push_as_one_larger_batch)
     rc = run_job_of(&c, "{adam: {learning_rate: 0.001}}", 16,
                     "steps: 1200, steps_per_execution: 6, accumulate_steps: 4", &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    acc = result_of(out);
+    acc = harness_result(out);
     free(out);
     pushes = harness_metric(&c.worker[0], "tessera_worker_push_requests_total") - 2 * pushes;
     steps = harness_metric(&c.worker[0], "tessera_worker_steps_total") - 2 * steps;

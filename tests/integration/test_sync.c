@@ -119,6 +119,26 @@ static int tessera(char *const *args, char **out)
     return harness_run(argv, NULL, NULL, 600000, out);
 }
 
+/* Submits job and watches it (*ret_out: its output); returns the CLI's exit status. */
+static int submit_watch(cluster_t *c, const char *job, char **ret_out)
+{
+    return tessera((char *[]){"submit", (char *)job, c->chief_flag, "--watch", NULL}, ret_out);
+}
+
+/* The job succeeds and ends at the test accuracy of `one` (tessera train's output), to the
+ * printed digits; returns its output (free it). */
+static char *expect_as_one_device(cluster_t *c, const char *job, const char *what, const char *one)
+{
+    char *out = NULL;
+    int rc = submit_watch(c, job, &out);
+
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("one epoch: one_device test accuracy %.4f, multi_worker_mirrored%s %.4f\n",
+           test_accuracy(one), what, test_accuracy(out));
+    ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
+    return out;
+}
+
 START_TEST(sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers)
 {
     cluster_t c;
@@ -126,10 +146,7 @@ START_TEST(sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers)
     int rc;
 
     start_cluster(&c);
-    rc =
-        tessera((char *[]){"submit", (char *)mlp_job("mwms5", "multi_worker_mirrored", 32, 5, NULL),
-                           c.chief_flag, "--watch", NULL},
-                &out);
+    rc = submit_watch(&c, mlp_job("mwms5", "multi_worker_mirrored", 32, 5, NULL), &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     printf("multi_worker_mirrored, 2 workers, 5 epochs: test accuracy %.4f\n", test_accuracy(out));
     ck_assert_msg(strstr(out, "training on 2 workers (multi_worker_mirrored") != NULL, "%s", out);
@@ -152,64 +169,37 @@ START_TEST(sync_epoch_ends_where_one_device_does)
                  &one);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, one);
     start_cluster(&c);
-    rc =
-        tessera((char *[]){"submit", (char *)mlp_job("mwms1", "multi_worker_mirrored", 32, 1, NULL),
-                           c.chief_flag, "--watch", NULL},
-                &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("one epoch: one_device test accuracy %.4f, multi_worker_mirrored %.4f\n",
-           test_accuracy(one), test_accuracy(out));
-    ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
-    free(out);
+    free(expect_as_one_device(&c, mlp_job("mwms1", "multi_worker_mirrored", 32, 1, NULL), "", one));
     /* two windows of accumulate_steps 2 over batches of 2 x 16: one all-reduce and one update
      * per 64 examples, as one_device's batch of 64 (steps_per_execution 20: whole windows) */
-    rc = tessera((char *[]){"submit",
-                            (char *)mlp_job_of("mwms-acc", "multi_worker_mirrored", 16, 1,
-                                               (mlp_more_t){.accumulate = 2}),
-                            c.chief_flag, "--watch", NULL},
-                 &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("one epoch: multi_worker_mirrored, accumulate_steps 2 of 2 x 16: %.4f\n",
-           test_accuracy(out));
-    ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
-    free(out);
+    free(expect_as_one_device(
+        &c, mlp_job_of("mwms-acc", "multi_worker_mirrored", 16, 1, (mlp_more_t){.accumulate = 2}),
+        ", accumulate_steps 2 of 2 x 16", one));
     /* buckets of 4 KiB: the gradients of the last layers are all-reduced while backward goes on
      * through the first; the sums are the same */
-    rc = tessera((char *[]){"submit",
-                            (char *)mlp_job_of("mwms-buckets", "multi_worker_mirrored", 32, 1,
-                                               (mlp_more_t){.bytes_per_pack = 4096}),
-                            c.chief_flag, "--watch", NULL},
-                 &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("one epoch: multi_worker_mirrored, buckets of 4 KiB: %.4f\n", test_accuracy(out));
+    free(expect_as_one_device(&c,
+                              mlp_job_of("mwms-buckets", "multi_worker_mirrored", 32, 1,
+                                         (mlp_more_t){.bytes_per_pack = 4096}),
+                              ", buckets of 4 KiB", one));
     snprintf(log, sizeof(log), "%s/sync-w1.log", harness_tmpdir());
     ck_assert_msg(harness_file_contains(log, "gradients all-reduced in 2 buckets"),
-                  "no buckets in %s", log);
+                  "no buckets in %s", log); /* the second layer's, then the first's */
     early = harness_metric(&c.worker[1], "tessera_worker_allreduce_during_backward_total");
     all = harness_metric(&c.worker[1], "tessera_worker_allreduce_total");
     printf("all-reduces: %.0f, %.0f of them during backward\n", all, early);
     /* 938 steps: the second layer's bucket during backward, the first's after it */
     ck_assert_msg(early >= 938 && all >= 2 * 938, "%.0f all-reduces, %.0f during backward", all,
                   early);
-    ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
-    free(out);
     /* data.global_batch_size 64 over the 2 workers: 32 each */
-    rc = tessera((char *[]){"submit",
-                            (char *)mlp_job_of("mwms-global", "multi_worker_mirrored", 64, 1,
-                                               (mlp_more_t){.global = true}),
-                            c.chief_flag, "--watch", NULL},
-                 &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("one epoch: multi_worker_mirrored, global_batch_size 64: %.4f\n", test_accuracy(out));
-    ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
+    out = expect_as_one_device(
+        &c, mlp_job_of("mwms-global", "multi_worker_mirrored", 64, 1, (mlp_more_t){.global = true}),
+        ", global_batch_size 64", one);
     ck_assert_msg(strstr(out, "global batch 64,") != NULL, "%s", out);
     free(out);
     /* 2 workers cannot split 63 */
-    rc = tessera((char *[]){"submit",
-                            (char *)mlp_job_of("mwms-odd", "multi_worker_mirrored", 63, 1,
-                                               (mlp_more_t){.global = true}),
-                            c.chief_flag, "--watch", NULL},
-                 &out);
+    rc = submit_watch(
+        &c, mlp_job_of("mwms-odd", "multi_worker_mirrored", 63, 1, (mlp_more_t){.global = true}),
+        &out);
     ck_assert_msg(rc != 0 && strstr(out, "data.global_batch_size 63 does not split evenly over 2 "
                                          "replicas") != NULL,
                   "exit %d: %s", rc, out);
@@ -221,16 +211,25 @@ END_TEST
 
 /* Runs the job undisturbed to its end (its output in *ret_calm), then submits it again and, once
  * it has run for ms milliseconds, returns its id for the caller to disturb. */
-static char *calm_then_submit(cluster_t *c, const char *job, int ms, char **ret_calm)
+/* Submits job without watching it; returns its id (free it). */
+static char *submit(cluster_t *c, const char *job)
 {
     char *out = NULL, *id, *p;
-    int rc = tessera((char *[]){"submit", (char *)job, c->chief_flag, "--watch", NULL}, ret_calm);
+    int rc = tessera((char *[]){"submit", (char *)job, c->chief_flag, NULL}, &out);
 
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, *ret_calm);
-    rc = tessera((char *[]){"submit", (char *)job, c->chief_flag, NULL}, &out);
     ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
     id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
     free(out);
+    return id;
+}
+
+static char *calm_then_submit(cluster_t *c, const char *job, int ms, char **ret_calm)
+{
+    int rc = submit_watch(c, job, ret_calm);
+    char *id;
+
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, *ret_calm);
+    id = submit(c, job);
     usleep((useconds_t)ms * 1000);
     return id;
 }
@@ -334,7 +333,7 @@ START_TEST(sync_nan_loss_fails_the_job_at_once_as_the_applications)
 
     start_cluster(&c);
     t0 = clock_now_s();
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    rc = submit_watch(&c, job, &out);
     printf("NaN loss: the job failed after %.1f s\n", clock_now_s() - t0);
     ck_assert_msg(rc != 0 && (strstr(out, "NaN") != NULL || strstr(out, "infinite") != NULL) &&
                       strstr(out, "fault: application") != NULL,
@@ -345,14 +344,6 @@ START_TEST(sync_nan_loss_fails_the_job_at_once_as_the_applications)
     stop_cluster(&c);
 }
 END_TEST
-
-/* "loss ..., accuracy ...; test loss ..., test accuracy ..." of the CLI's result line. */
-static char *result_of(const char *out)
-{
-    const char *at = strstr(out, "); loss ");
-    ck_assert_msg(at != NULL, "no result line: %s", out);
-    return strndup(at + 3, strcspn(at + 3, "\n"));
-}
 
 /* Checkpoints of a multi_worker_mirrored job: written by worker 0 (every 400 steps, on
  * `tessera checkpoint`, at the end), in tessera train's format; a job cancelled after one and
@@ -374,11 +365,11 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
     snprintf(extra[0] + strlen(extra[0]), sizeof(extra[0]) - strlen(extra[0]),
              "tensorboard: {logdir: %s/mwms-tb, update_freq: 100}\n", harness_tmpdir());
     job = mlp_job_of("ck-whole", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[0]});
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    rc = submit_watch(&c, job, &out);
     ck_assert_msg(rc == 0 && strstr(out, "checkpoint at step 400") != NULL &&
                       strstr(out, "checkpoint at step 2814") != NULL,
                   "exit %d: %s", rc, out);
-    whole = result_of(out);
+    whole = harness_result(out);
     free(out);
     for (int k = 0; k < 2; k++) { /* both runs' event files, with something in them */
         glob_t g;
@@ -393,10 +384,7 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
 
     /* the same job, cancelled after a checkpoint that tessera checkpoint asked for */
     job = mlp_job_of("ck-cut", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[1]});
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, NULL}, &out);
-    ck_assert_msg(rc == 0 && (p = strstr(out, "submitted ")) != NULL, "exit %d: %s", rc, out);
-    id = strndup(p + strlen("submitted "), strcspn(p + strlen("submitted "), " \n"));
-    free(out);
+    id = submit(&c, job);
     usleep(300 * 1000);
     rc = tessera((char *[]){"checkpoint", id, c.chief_flag, "--timeout=60s", NULL}, &out);
     ck_assert_msg(rc == 0 && strstr(out, dir[1]) != NULL, "exit %d: %s", rc, out);
@@ -409,12 +397,12 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
     /* submitted again with resume: true */
     snprintf(extra[1] + strlen(extra[1]), sizeof(extra[1]) - strlen(extra[1]), "resume: true\n");
     job = mlp_job_of("ck-cut", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[1]});
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    rc = submit_watch(&c, job, &out);
     ck_assert_msg(rc == 0 && (p = strstr(out, "resuming at step ")) != NULL, "exit %d: %s", rc,
                   out);
     printf("%.*s\n", (int)strcspn(p, "\n"), p);
     ck_assert_msg(atoll(p + strlen("resuming at step ")) < 2814, "%s", out); /* not the end's */
-    resumed = result_of(out);
+    resumed = harness_result(out);
     printf("uninterrupted: %s\nresumed:       %s\n", whole, resumed);
     ck_assert_msg(strcmp(whole, resumed) == 0, "uninterrupted: %s\nresumed: %s\n%s", whole, resumed,
                   out);
@@ -453,7 +441,7 @@ START_TEST(sync_init_from_starts_every_worker_from_the_file)
     job = mlp_job_of(
         "init-mwms", "multi_worker_mirrored", 32, 1,
         (mlp_more_t){.optimizer = "optimizer: {sgd: {learning_rate: 1.0e-9}}", .extra = extra});
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    rc = submit_watch(&c, job, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     got = test_accuracy(out);
     printf("init_from under multi_worker_mirrored: test accuracy %.4f, the file's %.4f\n", got,
@@ -463,7 +451,7 @@ START_TEST(sync_init_from_starts_every_worker_from_the_file)
     /* a file that is not there: the job fails naming it */
     snprintf(extra, sizeof(extra), "init_from: %s/missing.safetensors\n", dir);
     job = mlp_job_of("init-missing", "multi_worker_mirrored", 32, 1, (mlp_more_t){.extra = extra});
-    rc = tessera((char *[]){"submit", (char *)job, c.chief_flag, "--watch", NULL}, &out);
+    rc = submit_watch(&c, job, &out);
     ck_assert_msg(rc != 0 && strstr(out, "missing.safetensors") != NULL, "exit %d: %s", rc, out);
     free(out);
     stop_cluster(&c);
