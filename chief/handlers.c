@@ -51,12 +51,12 @@ static status_t on_submit(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
     if (rc != STATUS_OK)
         return rpc_ctx_fail(ctx, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT,
                             req->job_path, "%s", err.text);
-    /* multi_worker_mirrored needs no parameter server; the others do */
-    if (c->n_ps == 0 && j->job.strategy != JOB_STRATEGY_MULTI_WORKER_MIRRORED) {
+    /* the synchronous strategies need no parameter server; parameter_server does */
+    if (c->n_ps == 0 && !job_is_synchronous(&j->job)) {
         chief_job_free(j);
         return rpc_ctx_fail(ctx, STATUS_INVALID_USAGE, NULL,
                             "this chief has no parameter servers: start it with --ps (or "
-                            "TF_CONFIG), or submit a multi_worker_mirrored job");
+                            "TF_CONFIG), or submit a multi_worker_mirrored or mirrored job");
     }
     pthread_mutex_lock(&c->mu);
     rc = chief_jobs_add(c, j, &err);

@@ -151,22 +151,18 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
                               req->job_path[0] ? req->job_path : NULL, files, req->n_files, &j->job,
                               err);
     free(files);
-    if (rc == STATUS_OK && (j->job.strategy == JOB_STRATEGY_MIRRORED ||
-                            j->job.strategy == JOB_STRATEGY_CENTRAL_STORAGE))
-        rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s: strategy %s runs in one process: use tessera train (a cluster runs "
-                         "parameter_server and multi_worker_mirrored jobs)",
-                         req->job_path[0] ? req->job_path : "job",
-                         j->job.strategy == JOB_STRATEGY_MIRRORED ? "mirrored" : "central_storage");
-    /* what multi_worker_mirrored does not do yet is refused by name, not ignored */
-    if (rc == STATUS_OK && j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED) {
+    /* what the synchronous strategies do not do yet on a cluster is refused by name */
+    if (rc == STATUS_OK && job_is_synchronous(&j->job)) {
         const char *missing = j->job.tensorboard_histogram_freq > 0 ? "tensorboard.histogram_freq"
                               : j->job.max_staleness > 0            ? "max_staleness"
                                                                     : NULL;
         if (missing != NULL)
-            rc = status_fail(err, STATUS_BAD_CONFIG,
-                             "%s: %s is not available for multi_worker_mirrored jobs yet",
-                             req->job_path[0] ? req->job_path : "job", missing);
+            rc = status_fail(err, STATUS_BAD_CONFIG, "%s: %s is not available for %s jobs yet",
+                             req->job_path[0] ? req->job_path : "job", missing,
+                             j->job.strategy == JOB_STRATEGY_MIRRORED ? "mirrored"
+                             : j->job.strategy == JOB_STRATEGY_CENTRAL_STORAGE
+                                 ? "central_storage"
+                                 : "multi_worker_mirrored");
     }
     if (rc == STATUS_OK && j->job.init_from != NULL && j->job.init_from[0] != '/')
         rc = status_fail(err, STATUS_BAD_CONFIG,

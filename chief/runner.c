@@ -856,8 +856,7 @@ void *chief_runner_main(void *arg)
         chief_journal_started(c, j);
         chief_job_event(c, j, "started");
         pthread_mutex_unlock(&c->mu);
-        rc = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED ? chief_run_sync(c, j, &err)
-                                                                   : run_job(c, j, &err);
+        rc = job_is_synchronous(&j->job) ? chief_run_sync(c, j, &err) : run_job(c, j, &err);
         pthread_mutex_lock(&c->mu);
         if (rc == STATUS_OK) {
             chief_job_end(c, j, TESSERA__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "succeeded in %.1f s",

@@ -600,7 +600,9 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
 
 status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 {
-    size_t n = c->n_workers;
+    /* mirrored and central_storage run on one worker, its replicas on its cores */
+    bool local = j->job.strategy != JOB_STRATEGY_MULTI_WORKER_MIRRORED;
+    size_t n = local ? 1 : c->n_workers;
     worker_cfg_t cfg = {.failed = SIZE_MAX};
     watchdog_t wd = {0};
     sync_run_t s = {.c = c,
@@ -628,7 +630,8 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
-    rc = job_set_replicas(&j->job, (int)n, err); /* data.global_batch_size over the workers */
+    /* data.global_batch_size over the workers (a mirrored job's worker splits it itself) */
+    rc = local ? STATUS_OK : job_set_replicas(&j->job, (int)n, err);
     if (rc == STATUS_OK)
         rc = worker_cfg_init(&cfg, c, j, err);
     if (rc == STATUS_OK)
@@ -653,6 +656,7 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
     if (rc != STATUS_OK)
         goto out;
     examples = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->train_examples;
+    global = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->global_batch;
     has_test = ((const Tessera__V1__ConfigureJobResponse *)f[0].resp)->test_examples > 0;
     rc = resume ? find_resumed(&s, f, &root, err) : STATUS_OK;
     if (rc == STATUS_OK)
@@ -666,14 +670,23 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         rc = watchdog_start(&wd, c, alive, n, c->opts->worker_timeout_ms, NULL, NULL, err);
     if (rc != STATUS_OK)
         goto out;
-    global = (int64_t)j->job.data.batch_size * (int64_t)n;
+    if (global <= 0) /* a worker that does not say */
+        global = (int64_t)j->job.data.batch_size * (int64_t)(local ? 1 : n);
     batches = j->job.data.drop_remainder ? examples / global : (examples + global - 1) / global;
     pthread_mutex_lock(&c->mu);
     j->progress.total_steps = j->job.steps > 0 ? j->job.steps : j->job.epochs * batches;
-    chief_job_event(c, j,
-                    "training on %zu workers (multi_worker_mirrored, a ring all-reduce): %lld "
-                    "examples, global batch %lld, %lld steps",
-                    n, (long long)examples, (long long)global, (long long)j->progress.total_steps);
+    if (local)
+        chief_job_event(c, j,
+                        "training on worker 0 (%s, its replicas on its cores): %lld examples, "
+                        "global batch %lld, %lld steps",
+                        j->job.strategy == JOB_STRATEGY_MIRRORED ? "mirrored" : "central_storage",
+                        (long long)examples, (long long)global, (long long)j->progress.total_steps);
+    else
+        chief_job_event(c, j,
+                        "training on %zu workers (multi_worker_mirrored, a ring all-reduce): %lld "
+                        "examples, global batch %lld, %lld steps",
+                        n, (long long)examples, (long long)global,
+                        (long long)j->progress.total_steps);
     pthread_mutex_unlock(&c->mu);
     rc = train(&s, batches, has_test, err);
 out:

@@ -22,8 +22,6 @@
  * keep the variables once and apply the summed gradients once. */
 static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t *err)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-
     *ret_replicas = 1;
     if (job->strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED)
         return status_fail(err, STATUS_BAD_CONFIG,
@@ -33,7 +31,7 @@ static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t
                            "jobs (and parameter_server jobs, as one worker)",
                            job->path ? job->path : "job");
     if (job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE)
-        *ret_replicas = job->replicas > 0 ? job->replicas : cores > 0 ? (int)cores : 1;
+        *ret_replicas = trainer_local_replicas(job);
     return STATUS_OK;
 }
 

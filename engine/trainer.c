@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/memory.h"
 #include "optim/optimizer.h"
@@ -239,6 +240,17 @@ model_t *trainer_model(const trainer_t *t)
 int trainer_replicas(const trainer_t *t)
 {
     return t->reps != NULL ? replicas_count(t->reps) : 1;
+}
+
+int trainer_global_batch(const trainer_t *t)
+{
+    return t->po.batch_size;
+}
+
+int trainer_local_replicas(const job_t *job)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return job->replicas > 0 ? job->replicas : cores > 0 ? (int)cores : 1;
 }
 
 const data_pipeline_t *trainer_pipeline(const trainer_t *t)

@@ -138,34 +138,39 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                               err);
     free(files);
     j->seed = req->seed ? req->seed : j->job.seed;
-    if (rc == STATUS_OK && j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED)
-        rc = job_set_replicas(&j->job, j->num_workers, err);
     if (rc == STATUS_OK) {
-        bool mwms = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED;
+        bool mwms = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED,
+             sync = job_is_synchronous(&j->job), local = sync && !mwms;
+        /* mirrored, central_storage: this worker alone, its replicas on its cores */
+        int replicas = local ? trainer_local_replicas(&j->job) : 1;
         /* multi_worker_mirrored: every worker reads the whole split, a slice of each batch */
-        trainer_opts_t to = {.shard_index = mwms ? 0 : j->worker_index,
-                             .num_shards = mwms ? 1 : j->num_workers,
+        trainer_opts_t to = {.shard_index = sync ? 0 : j->worker_index,
+                             .num_shards = sync ? 1 : j->num_workers,
                              .slice_index = mwms ? j->worker_index : 0,
                              .slice_count = mwms ? j->num_workers : 0,
-                             .optimizer = mwms,
+                             .replicas = replicas,
+                             .optimizer = sync,
                              .seed = j->seed,
                              .epochs = -1, /* the chief counts the steps */
                              .max_bytes = max_bytes,
                              .start_epoch = req->start_epoch,
                              .start_batch = req->start_batch};
-        if (req->start_epoch < 0 || req->start_batch < 0)
+        rc = job_set_replicas(&j->job, mwms ? j->num_workers : replicas, err);
+        if (rc == STATUS_OK && (req->start_epoch < 0 || req->start_batch < 0))
             rc = status_fail(err, STATUS_INVALID_ARGUMENT,
                              "start_epoch and start_batch must be >= 0, got %lld and %lld",
                              (long long)req->start_epoch, (long long)req->start_batch);
-        else
+        else if (rc == STATUS_OK)
             rc = trainer_new(&j->job, &to, &j->trainer, err);
-        if (rc == STATUS_OK && mwms)
-            rc = sync_new(j->trainer, j->worker_index, j->num_workers, j->job.bytes_per_pack,
-                          j->job.accumulate_steps > 1, &j->sync, &j->ring_port, err);
-        if (rc == STATUS_OK && mwms && req->resume && j->job.checkpoint_dir != NULL)
+        /* the synchronous machinery; a mirrored job's ring is this worker alone */
+        if (rc == STATUS_OK && sync)
+            rc = sync_new(j->trainer, mwms ? j->worker_index : 0, mwms ? j->num_workers : 1,
+                          j->job.bytes_per_pack, j->job.accumulate_steps > 1, &j->sync,
+                          &j->ring_port, err);
+        if (rc == STATUS_OK && sync && req->resume && j->job.checkpoint_dir != NULL)
             rc = resume_newest(j, err);
         /* starting weights, unless a checkpoint's were restored; every worker reads the file */
-        if (rc == STATUS_OK && mwms && j->job.init_from != NULL && j->resumed.len == 0) {
+        if (rc == STATUS_OK && sync && j->job.init_from != NULL && j->resumed.len == 0) {
             rc = train_init_weights(trainer_model(j->trainer), j->job.init_from, err);
             if (rc == STATUS_OK)
                 LOG_INFO(WORKER, "job %s: starting from the weights in %s", j->id,
@@ -238,6 +243,7 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
     resp.shard_examples = shard_examples;
     resp.ring_port = j->ring_port;
     resp.resume_manifest = (ProtobufCBinaryData){j->resumed.len, j->resumed.data};
+    resp.global_batch = trainer_global_batch(j->trainer);
     resp.n_variables = n;
     resp.variables = ptrs;
     rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);

@@ -188,7 +188,7 @@ status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool
     status_t rc;
 
     *ret = NULL;
-    for (size_t i = 0; i < model_param_count(m); i++)
+    for (size_t i = 0; size > 1 && i < model_param_count(m); i++)
         if (model_param(m, i)->sparse)
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s is an Embedding table: its gradients are rows, which "
@@ -211,7 +211,7 @@ status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool
     }
     rc = plan_buckets(s, bytes_per_pack > 0 ? (size_t)bytes_per_pack : SYNC_AUTO_BYTES_PER_PACK,
                       err);
-    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating)
+    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating && size > 1)
         rc = start_comm(s, err);
     if (rc == STATUS_OK)
         rc = ring_listen(":0", &s->listen_fd, ret_port, err);
@@ -237,8 +237,10 @@ status_t sync_connect(sync_t *s, char *const *ring, size_t n, int rank, uint64_t
                            "rank %d of a ring of %zu for a job of %d workers", rank, n, s->size);
     ring_free(s->ring);
     s->ring = NULL;
-    /* the survivors of a smaller ring share the slices of the workers it lost */
-    STATUS_CHECK(trainer_set_slices(s->t, rank, (int)n, err));
+    /* the survivors of a smaller ring share the slices of the workers it lost (a mirrored
+     * job's worker has no slices: its replicas split each batch) */
+    if (s->size > 1)
+        STATUS_CHECK(trainer_set_slices(s->t, rank, (int)n, err));
     s->ring_rank = rank;
     s->ring_size = (int)n;
     o.next_address = ring[(size_t)(rank + 1) % n];
@@ -357,6 +359,8 @@ static void pack(sync_t *s, bool out)
 /* The gradients summed over the processes, then the update: the same on every process. */
 static status_t reduce_and_update(sync_t *s, status_msg_t *err)
 {
+    if (s->size == 1) /* a mirrored job's worker: its replicas summed already */
+        return trainer_update(s->t, err);
     s->counts.allreduces++;
     pack(s, true);
     STATUS_CHECK(ring_allreduce(s->ring, s->pack, s->n_pack, err));

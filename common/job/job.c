@@ -831,3 +831,9 @@ status_t job_set_replicas(job_t *job, int replicas, status_msg_t *err)
     job->data.batch_size = global / replicas;
     return STATUS_OK;
 }
+
+bool job_is_synchronous(const job_t *job)
+{
+    return job->strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED ||
+           job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE;
+}

@@ -171,6 +171,10 @@ void job_done(job_t *job);
  * key when it does not split evenly. Without it, nothing. */
 status_t job_set_replicas(job_t *job, int replicas, status_msg_t *err);
 
+/* The synchronous strategies: every replica applies the same update (multi_worker_mirrored
+ * over workers; mirrored and central_storage over one host's replicas). */
+bool job_is_synchronous(const job_t *job);
+
 /* The steps of one closure on a cluster: steps_per_execution, rounded up to whole windows of
  * accumulate_steps (a window's gradients never span closures, which may run on other workers or
  * run again). */

@@ -133,8 +133,8 @@ static char *expect_as_one_device(cluster_t *c, const char *job, const char *wha
     int rc = submit_watch(c, job, &out);
 
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("one epoch: one_device test accuracy %.4f, multi_worker_mirrored%s %.4f\n",
-           test_accuracy(one), what, test_accuracy(out));
+    printf("one epoch: one_device test accuracy %.4f, %s %.4f\n", test_accuracy(one), what,
+           test_accuracy(out));
     ck_assert_double_eq_tol(test_accuracy(one), test_accuracy(out), 0.002);
     return out;
 }
@@ -169,18 +169,24 @@ START_TEST(sync_epoch_ends_where_one_device_does)
                  &one);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, one);
     start_cluster(&c);
-    free(expect_as_one_device(&c, mlp_job("mwms1", "multi_worker_mirrored", 32, 1, NULL), "", one));
+    free(expect_as_one_device(&c, mlp_job("mwms1", "multi_worker_mirrored", 32, 1, NULL),
+                              "multi_worker_mirrored", one));
+    /* mirrored on a cluster: worker 0 alone, its 2 replicas taking 32 examples each */
+    out = expect_as_one_device(&c, mlp_job("mir", "{mirrored: {replicas: 2}}", 32, 1, NULL),
+                               "mirrored on worker 0", one);
+    ck_assert_msg(strstr(out, "training on worker 0 (mirrored") != NULL, "%s", out);
+    free(out);
     /* two windows of accumulate_steps 2 over batches of 2 x 16: one all-reduce and one update
      * per 64 examples, as one_device's batch of 64 (steps_per_execution 20: whole windows) */
     free(expect_as_one_device(
         &c, mlp_job_of("mwms-acc", "multi_worker_mirrored", 16, 1, (mlp_more_t){.accumulate = 2}),
-        ", accumulate_steps 2 of 2 x 16", one));
+        "multi_worker_mirrored, accumulate_steps 2 of 2 x 16", one));
     /* buckets of 4 KiB: the gradients of the last layers are all-reduced while backward goes on
      * through the first; the sums are the same */
     free(expect_as_one_device(&c,
                               mlp_job_of("mwms-buckets", "multi_worker_mirrored", 32, 1,
                                          (mlp_more_t){.bytes_per_pack = 4096}),
-                              ", buckets of 4 KiB", one));
+                              "multi_worker_mirrored, buckets of 4 KiB", one));
     snprintf(log, sizeof(log), "%s/sync-w1.log", harness_tmpdir());
     ck_assert_msg(harness_file_contains(log, "gradients all-reduced in 2 buckets"),
                   "no buckets in %s", log); /* the second layer's, then the first's */
@@ -193,7 +199,7 @@ START_TEST(sync_epoch_ends_where_one_device_does)
     /* data.global_batch_size 64 over the 2 workers: 32 each */
     out = expect_as_one_device(
         &c, mlp_job_of("mwms-global", "multi_worker_mirrored", 64, 1, (mlp_more_t){.global = true}),
-        ", global_batch_size 64", one);
+        "multi_worker_mirrored, global_batch_size 64", one);
     ck_assert_msg(strstr(out, "global batch 64,") != NULL, "%s", out);
     free(out);
     /* 2 workers cannot split 63 */
