@@ -391,6 +391,12 @@ status_t trainer_set_slices(trainer_t *t, int first, int stride, status_msg_t *e
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "slices from %d by %d of a global batch of %d slices", first, stride,
                            t->n_slices);
+    for (size_t i = 0; stride < t->n_slices && i < model_param_count(t->model); i++)
+        if (model_param(t->model, i)->sparse)
+            return status_fail(err, STATUS_UNIMPLEMENTED,
+                               "%s is an Embedding table: its rows are not summed over a lost "
+                               "worker's slices yet, so the job cannot go on with fewer workers",
+                               model_param(t->model, i)->name);
     if (stride < t->n_slices && t->mb_acc == NULL) {
         size_t n = model_param_count(t->model);
         if ((t->mb_acc = calloc(n + 1, sizeof(*t->mb_acc))) == NULL)
@@ -437,7 +443,9 @@ static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *r
     }
     for (size_t i = 0; i < np; i++) {
         model_param_t *p = model_param(t->model, i);
-        if (ran == 0)
+        if (ran == 0 && p->sparse)
+            p->n_rows = 0; /* an empty slice: no rows */
+        else if (ran == 0)
             memset(p->grad, 0, p->n * sizeof(float));
         else if (t->stride < t->n_slices)
             memcpy(p->grad, t->mb_acc[i], p->n * sizeof(float));

@@ -47,7 +47,20 @@ struct sync {
     status_t comm_rc;          /* the step's first failure in the comm thread */
     status_msg_t comm_err;
     sync_counts_t counts; /* since sync_take_counts */
+    /* Embedding tables: their gradient rows go round the ring densified (the table's shape,
+     * zeros where this worker has no row) with a mask of the rows touched after every gradient
+     * (n_mask floats, one per table row), and come back as the rows any worker touched, summed:
+     * the optimizer then updates those rows only, as one device would. */
+    bool sparse;
+    size_t n_mask;
+    int64_t **rows_index; /* per param: the rows of the sum */
+    float **rows_grad;
+    size_t *n_rows;
+    int64_t **own_index; /* the model's own row buffers, while the sum's stand in */
+    float **own_grad;
 };
+
+static status_t make_rows(sync_t *s);
 
 /* The comm thread: all-reduces each published bucket, in order, into the gradients. */
 static void *comm_main(void *arg)
@@ -170,6 +183,15 @@ void sync_free(sync_t *s)
     free(s->param_off);
     free(s->bucket_lo);
     free(s->bucket_hi);
+    for (size_t i = 0; s->rows_index != NULL && i < model_param_count(trainer_model(s->t)); i++) {
+        free(s->rows_index[i]);
+        free(s->rows_grad[i]);
+    }
+    free(s->rows_index);
+    free(s->rows_grad);
+    free(s->n_rows);
+    free(s->own_index);
+    free(s->own_grad);
     ring_free(s->ring);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
@@ -188,20 +210,24 @@ status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool
     status_t rc;
 
     *ret = NULL;
-    for (size_t i = 0; size > 1 && i < model_param_count(m); i++)
-        if (model_param(m, i)->sparse)
-            return status_fail(err, STATUS_BAD_CONFIG,
-                               "%s is an Embedding table: its gradients are rows, which "
-                               "multi_worker_mirrored does not all-reduce yet",
-                               model_param(m, i)->name);
     if ((s = calloc(1, sizeof(*s))) == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     *s =
         (sync_t){.t = t, .rank = rank, .size = size, .listen_fd = -1, .accumulating = accumulating};
-    for (size_t i = 0; i < model_param_count(m); i++)
-        s->n_pack += model_param(m, i)->n;
+    for (size_t i = 0; i < model_param_count(m); i++) {
+        model_param_t *p = model_param(m, i);
+        s->n_pack += p->n;
+        if (p->sparse && size > 1) {
+            s->sparse = true;
+            s->n_mask += (size_t)p->shape[0];
+        }
+    }
     s->n_slots = optimizer_slot_count(trainer_optimizer(t)) * s->n_pack;
-    s->pack = malloc((s->n_pack + 1) * sizeof(float));
+    s->pack = malloc((s->n_pack + s->n_mask + 1) * sizeof(float));
+    if (s->pack != NULL && s->sparse && make_rows(s) != STATUS_OK) {
+        sync_free(s);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory for the Embedding rows");
+    }
     s->snap_values = malloc((s->n_pack + 1) * sizeof(float));
     s->snap_slots = malloc((s->n_slots + 1) * sizeof(float));
     s->snap_rng = calloc(model_rng_count(m) + 1, sizeof(uint64_t));
@@ -211,7 +237,8 @@ status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool
     }
     rc = plan_buckets(s, bytes_per_pack > 0 ? (size_t)bytes_per_pack : SYNC_AUTO_BYTES_PER_PACK,
                       err);
-    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating && size > 1)
+    /* buckets during backward: dense gradients only (an Embedding's rows come after it) */
+    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating && size > 1 && !s->sparse)
         rc = start_comm(s, err);
     if (rc == STATUS_OK)
         rc = ring_listen(":0", &s->listen_fd, ret_port, err);
@@ -341,19 +368,108 @@ int sync_failed_peer(const sync_t *s)
 }
 
 /* The gradients into the pack and back. */
+/* An Embedding table's rows into its dense region of the pack, and its mask. */
+static void densify(const model_param_t *p, float *g, float *mask)
+{
+    size_t rows = (size_t)p->shape[0], dim = p->n / rows;
+
+    memset(g, 0, p->n * sizeof(float));
+    memset(mask, 0, rows * sizeof(float));
+    for (size_t j = 0; j < p->n_rows; j++) {
+        size_t id = (size_t)p->rows_index[j];
+        memcpy(g + id * dim, p->rows_grad + j * dim, dim * sizeof(float));
+        mask[id] = 1;
+    }
+}
+
+/* The summed region back as the rows any worker touched (mask > 0), in id order. */
+static void sparsify(sync_t *s, size_t i, const model_param_t *p, const float *g, const float *mask)
+{
+    size_t rows = (size_t)p->shape[0], dim = p->n / rows, n = 0;
+
+    for (size_t id = 0; id < rows; id++) {
+        if (mask[id] <= 0)
+            continue;
+        s->rows_index[i][n] = (int64_t)id;
+        memcpy(s->rows_grad[i] + n * dim, g + id * dim, dim * sizeof(float));
+        n++;
+    }
+    s->n_rows[i] = n;
+}
+
+/* The gradients into the pack and back (an Embedding's as rows, into s->rows_*). */
 static void pack(sync_t *s, bool out)
 {
     model_t *m = trainer_model(s->t);
-    size_t off = 0;
+    size_t off = 0, moff = s->n_pack;
 
     for (size_t i = 0; i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
-        if (out)
+        if (p->sparse && out)
+            densify(p, s->pack + off, s->pack + moff);
+        else if (p->sparse)
+            sparsify(s, i, p, s->pack + off, s->pack + moff);
+        else if (out)
             memcpy(s->pack + off, p->grad, p->n * sizeof(float));
         else
             memcpy(p->grad, s->pack + off, p->n * sizeof(float));
         off += p->n;
+        moff += p->sparse ? (size_t)p->shape[0] : 0;
     }
+}
+
+/* Room for an Embedding table's summed rows: every row at most. */
+static status_t make_rows(sync_t *s)
+{
+    model_t *m = trainer_model(s->t);
+    size_t np = model_param_count(m);
+
+    s->rows_index = calloc(np + 1, sizeof(*s->rows_index));
+    s->rows_grad = calloc(np + 1, sizeof(*s->rows_grad));
+    s->n_rows = calloc(np + 1, sizeof(*s->n_rows));
+    s->own_index = calloc(np + 1, sizeof(*s->own_index));
+    s->own_grad = calloc(np + 1, sizeof(*s->own_grad));
+    if (!s->rows_index || !s->rows_grad || !s->n_rows || !s->own_index || !s->own_grad)
+        return STATUS_NO_MEMORY;
+    for (size_t i = 0; i < np; i++) {
+        model_param_t *p = model_param(m, i);
+        if (!p->sparse)
+            continue;
+        s->rows_index[i] = malloc(((size_t)p->shape[0] + 1) * sizeof(int64_t));
+        s->rows_grad[i] = malloc((p->n + 1) * sizeof(float));
+        if (s->rows_index[i] == NULL || s->rows_grad[i] == NULL)
+            return STATUS_NO_MEMORY;
+    }
+    return STATUS_OK;
+}
+
+/* trainer_update with the summed rows of each Embedding in place of this worker's own. */
+static status_t update_with_rows(sync_t *s, status_msg_t *err)
+{
+    model_t *m = trainer_model(s->t);
+    size_t np = model_param_count(m);
+    status_t rc;
+
+    for (size_t i = 0; i < np; i++) {
+        model_param_t *p = model_param(m, i);
+        if (!p->sparse)
+            continue;
+        s->own_index[i] = p->rows_index;
+        s->own_grad[i] = p->rows_grad;
+        p->rows_index = s->rows_index[i];
+        p->rows_grad = s->rows_grad[i];
+        p->n_rows = s->n_rows[i];
+    }
+    rc = trainer_update(s->t, err);
+    for (size_t i = 0; i < np; i++) { /* backward writes the model's own buffers */
+        model_param_t *p = model_param(m, i);
+        if (!p->sparse)
+            continue;
+        p->rows_index = s->own_index[i];
+        p->rows_grad = s->own_grad[i];
+        p->n_rows = 0;
+    }
+    return rc;
 }
 
 /* The gradients summed over the processes, then the update: the same on every process. */
@@ -363,9 +479,9 @@ static status_t reduce_and_update(sync_t *s, status_msg_t *err)
         return trainer_update(s->t, err);
     s->counts.allreduces++;
     pack(s, true);
-    STATUS_CHECK(ring_allreduce(s->ring, s->pack, s->n_pack, err));
+    STATUS_CHECK(ring_allreduce(s->ring, s->pack, s->n_pack + s->n_mask, err));
     pack(s, false);
-    return trainer_update(s->t, err);
+    return s->sparse ? update_with_rows(s, err) : trainer_update(s->t, err);
 }
 
 /* A step whose buckets go into the ring while backward runs: once every one is summed (those

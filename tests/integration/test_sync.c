@@ -464,6 +464,64 @@ START_TEST(sync_init_from_starts_every_worker_from_the_file)
 }
 END_TEST
 
+/* The text example with `strategy` and batch `batch` per worker, in the test's dir. */
+static const char *text_job(const char *name, const char *strategy, int batch)
+{
+    static char path[2][600];
+    static int next;
+    char *text = NULL, *out = path[next++ % 2];
+    size_t len = 0;
+    FILE *f = fopen(harness_source("examples/text-synthetic.yaml"), "r");
+    const char *was[] = {"strategy: one_device", "batch_size: 64"}, *at;
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert(getdelim(&text, &len, '\0', f) > 0);
+    fclose(f);
+    snprintf(out, sizeof(path[0]), "%s/%s.yaml", harness_tmpdir(), name);
+    ck_assert_ptr_nonnull(f = fopen(out, "w"));
+    at = text;
+    for (int k = 0; k < 2; k++) {
+        const char *p = strstr(at, was[k]);
+        ck_assert_ptr_nonnull(p);
+        fprintf(f, "%.*s", (int)(p - at), at);
+        if (k == 0)
+            fprintf(f, "strategy: %s", strategy);
+        else
+            fprintf(f, "batch_size: %d", batch);
+        at = p + strlen(was[k]);
+    }
+    fprintf(f, "%s", at);
+    fclose(f);
+    free(text);
+    return out;
+}
+
+/* An Embedding under multi_worker_mirrored: the workers' rows go round the ring densified, with
+ * a mask of the rows touched, and come back as the rows any worker touched: the text model on 2
+ * workers of 32 ends where one_device's batch of 64 does. */
+START_TEST(sync_embedding_rows_sum_over_the_workers)
+{
+    cluster_t c;
+    char *out = NULL, *one = NULL, *a, *b;
+    int rc;
+
+    rc = tessera((char *[]){"train", (char *)text_job("text-one", "one_device", 64), NULL}, &one);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, one);
+    start_cluster(&c);
+    rc = submit_watch(&c, text_job("text-mwms", "multi_worker_mirrored", 32), &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    a = harness_result(one);
+    b = harness_result(out);
+    printf("text model: one_device   %s\n            2 workers    %s\n", a, b);
+    ck_assert_msg(strcmp(a, b) == 0, "one_device: %s\nmulti_worker_mirrored: %s", a, b);
+    free(a);
+    free(b);
+    free(out);
+    free(one);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* TF_CONFIG without a chief: worker 0 leads, as in TensorFlow's MultiWorkerMirroredStrategy. It
  * serves the Coordinator beside its Worker service, and `tessera submit` with the same TF_CONFIG
  * (no --chief) finds it there. */
@@ -523,6 +581,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_tf_config_without_chief_worker_0_leads);
     tcase_add_test(tc, sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers);
     tcase_add_test(tc, sync_init_from_starts_every_worker_from_the_file);
+    tcase_add_test(tc, sync_embedding_rows_sum_over_the_workers);
     suite_add_tcase(s, tc);
     return s;
 }
