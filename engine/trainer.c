@@ -40,6 +40,7 @@ struct trainer {
      * lost: the survivors share the lost ones' slices), summing their gradients in mb_acc */
     int slice, n_slices, stride;
     float **mb_acc;
+    float **mb_mask; /* an Embedding's: the rows its mb_acc (the table's shape) holds */
     /* accumulate_steps: the gradients of the window so far, each batch's weighted by its size */
     float **acc;
     int acc_count, last_batch;
@@ -61,6 +62,9 @@ void trainer_free(trainer_t *t)
     for (size_t i = 0; t->mb_acc != NULL && i < model_param_count(t->model); i++)
         free(t->mb_acc[i]);
     free(t->mb_acc);
+    for (size_t i = 0; t->mb_mask != NULL && i < model_param_count(t->model); i++)
+        free(t->mb_mask[i]);
+    free(t->mb_mask);
     for (int i = 0; t->readers != NULL && i < t->n_shards; i++) {
         data_pipeline_free(t->readers[i].pipe);
         dataset_free(t->readers[i].ds);
@@ -391,23 +395,57 @@ status_t trainer_set_slices(trainer_t *t, int first, int stride, status_msg_t *e
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "slices from %d by %d of a global batch of %d slices", first, stride,
                            t->n_slices);
-    for (size_t i = 0; stride < t->n_slices && i < model_param_count(t->model); i++)
-        if (model_param(t->model, i)->sparse)
-            return status_fail(err, STATUS_UNIMPLEMENTED,
-                               "%s is an Embedding table: its rows are not summed over a lost "
-                               "worker's slices yet, so the job cannot go on with fewer workers",
-                               model_param(t->model, i)->name);
     if (stride < t->n_slices && t->mb_acc == NULL) {
         size_t n = model_param_count(t->model);
-        if ((t->mb_acc = calloc(n + 1, sizeof(*t->mb_acc))) == NULL)
+        if ((t->mb_acc = calloc(n + 1, sizeof(*t->mb_acc))) == NULL ||
+            (t->mb_mask = calloc(n + 1, sizeof(*t->mb_mask))) == NULL)
             return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-        for (size_t i = 0; i < n; i++)
-            if ((t->mb_acc[i] = calloc(model_param(t->model, i)->n + 1, sizeof(float))) == NULL)
+        for (size_t i = 0; i < n; i++) {
+            model_param_t *p = model_param(t->model, i);
+            if ((t->mb_acc[i] = calloc(p->n + 1, sizeof(float))) == NULL ||
+                (p->sparse &&
+                 (t->mb_mask[i] = calloc((size_t)p->shape[0] + 1, sizeof(float))) == NULL))
                 return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        }
     }
     t->slice = first;
     t->stride = stride;
     return STATUS_OK;
+}
+
+/* Adds an Embedding's rows into the dense g (the table's shape), marking each in mask. */
+static void add_rows(const model_param_t *p, float *g, float *mask)
+{
+    size_t dim = p->n / (size_t)p->shape[0];
+
+    for (size_t j = 0; j < p->n_rows; j++) {
+        size_t id = (size_t)p->rows_index[j];
+        for (size_t k = 0; k < dim; k++)
+            g[id * dim + k] += p->rows_grad[j * dim + k];
+        mask[id] = 1;
+    }
+}
+
+static void clear_rows_acc(trainer_t *t, size_t i)
+{
+    model_param_t *p = model_param(t->model, i);
+    memset(t->mb_acc[i], 0, p->n * sizeof(float));
+    memset(t->mb_mask[i], 0, (size_t)p->shape[0] * sizeof(float));
+}
+
+void trainer_rows_into(const trainer_t *t, size_t param, float *g, float *mask)
+{
+    model_param_t *p = model_param(t->model, param);
+    size_t rows = (size_t)p->shape[0];
+
+    if (t->stride >= t->n_slices || t->mb_acc == NULL) {
+        add_rows(p, g, mask);
+        return;
+    }
+    for (size_t k = 0; k < p->n; k++)
+        g[k] += t->mb_acc[param][k];
+    for (size_t r = 0; r < rows; r++)
+        mask[r] = mask[r] > 0 || t->mb_mask[param][r] > 0 ? 1.0f : 0.0f;
 }
 
 /* This process's slices of the global batch b: their gradients, of the loss summed over the
@@ -436,6 +474,12 @@ static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *r
         for (size_t i = 0; t->stride < t->n_slices && i < np; i++) {
             model_param_t *p = model_param(t->model, i);
             float *acc = t->mb_acc[i];
+            if (p->sparse) { /* the rows, densified: an id's rows from every slice add up */
+                if (ran == 0)
+                    clear_rows_acc(t, i);
+                add_rows(p, acc, t->mb_mask[i]);
+                continue;
+            }
             for (size_t k = 0; k < p->n; k++)
                 acc[k] = ran == 0 ? p->grad[k] : acc[k] + p->grad[k];
         }
@@ -443,12 +487,17 @@ static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *r
     }
     for (size_t i = 0; i < np; i++) {
         model_param_t *p = model_param(t->model, i);
-        if (ran == 0 && p->sparse)
-            p->n_rows = 0; /* an empty slice: no rows */
-        else if (ran == 0)
+        if (ran == 0 && p->sparse) { /* empty slices: no rows */
+            p->n_rows = 0;
+            if (t->stride < t->n_slices)
+                clear_rows_acc(t, i);
+        } else if (p->sparse) {
+            continue; /* its rows stay where they are: trainer_rows_into */
+        } else if (ran == 0) {
             memset(p->grad, 0, p->n * sizeof(float));
-        else if (t->stride < t->n_slices)
+        } else if (t->stride < t->n_slices) {
             memcpy(p->grad, t->mb_acc[i], p->n * sizeof(float));
+        }
     }
     return STATUS_OK;
 }

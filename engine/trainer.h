@@ -89,6 +89,11 @@ status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_st
  * first + stride, ... of each global batch (the global batch stays what it was). */
 status_t trainer_set_slices(trainer_t *t, int first, int stride, status_msg_t *err);
 
+/* The last step's gradient of an Embedding table (param), its rows over every slice this
+ * process stepped on, added into g (the table's shape); mask[row] becomes 1 for each row that
+ * has one. */
+void trainer_rows_into(const trainer_t *t, size_t param, float *g, float *mask);
+
 /* train.accumulate_steps k: adds the last step's gradients to the window, each batch's weighted
  * by its examples, and says whether the window is complete: then the model's gradients hold the
  * mean of its k batches', as one batch k times larger would give, and the window starts again.

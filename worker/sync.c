@@ -369,17 +369,11 @@ int sync_failed_peer(const sync_t *s)
 
 /* The gradients into the pack and back. */
 /* An Embedding table's rows into its dense region of the pack, and its mask. */
-static void densify(const model_param_t *p, float *g, float *mask)
+static void densify(sync_t *s, size_t i, const model_param_t *p, float *g, float *mask)
 {
-    size_t rows = (size_t)p->shape[0], dim = p->n / rows;
-
     memset(g, 0, p->n * sizeof(float));
-    memset(mask, 0, rows * sizeof(float));
-    for (size_t j = 0; j < p->n_rows; j++) {
-        size_t id = (size_t)p->rows_index[j];
-        memcpy(g + id * dim, p->rows_grad + j * dim, dim * sizeof(float));
-        mask[id] = 1;
-    }
+    memset(mask, 0, (size_t)p->shape[0] * sizeof(float));
+    trainer_rows_into(s->t, i, g, mask);
 }
 
 /* The summed region back as the rows any worker touched (mask > 0), in id order. */
@@ -406,7 +400,7 @@ static void pack(sync_t *s, bool out)
     for (size_t i = 0; i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
         if (p->sparse && out)
-            densify(p, s->pack + off, s->pack + moff);
+            densify(s, i, p, s->pack + off, s->pack + moff);
         else if (p->sparse)
             sparsify(s, i, p, s->pack + off, s->pack + moff);
         else if (out)

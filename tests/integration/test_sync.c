@@ -498,7 +498,8 @@ static const char *text_job(const char *name, const char *strategy, int batch)
 
 /* An Embedding under multi_worker_mirrored: the workers' rows go round the ring densified, with
  * a mask of the rows touched, and come back as the rows any worker touched: the text model on 2
- * workers of 32 ends where one_device's batch of 64 does. */
+ * workers of 32 ends where one_device's batch of 64 does, and where an undisturbed run does
+ * when a worker is killed mid-job. */
 START_TEST(sync_embedding_rows_sum_over_the_workers)
 {
     cluster_t c;
@@ -518,6 +519,12 @@ START_TEST(sync_embedding_rows_sum_over_the_workers)
     free(b);
     free(out);
     free(one);
+    /* a worker killed mid-job: the other steps on both slices, their rows summed as well */
+    char *calm = NULL,
+         *id = calm_then_submit(&c, text_job("text-kill", "multi_worker_mirrored", 32), 400, &calm);
+    launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
+    expect_calm_numbers(&c, id, calm, "text model, worker killed",
+                        (const char *[]){"worker 1 (", "lost", "939 steps", NULL});
     stop_cluster(&c);
 }
 END_TEST
