@@ -419,6 +419,50 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
 }
 END_TEST
 
+/* A chief killed mid-job and started again with the same --state-dir takes the
+ * multi_worker_mirrored job up again from the newest checkpoint the workers wrote, and the job
+ * ends at the undisturbed numbers. */
+START_TEST(sync_chief_restarted_resumes_from_the_workers_checkpoint)
+{
+    cluster_t c;
+    char state[700], listen[300], workers[700], extra[2][1400], *calm = NULL, *out = NULL, *id;
+    char *a, *b;
+    const char *job;
+    int rc;
+
+    snprintf(state, sizeof(state), "--state-dir=%s/sync-chief-state", harness_tmpdir());
+    start_cluster_with(&c, state);
+    snprintf(listen, sizeof(listen), "--listen=%s", c.chief.listen);
+    snprintf(workers, sizeof(workers), "--worker=%s,%s", c.worker[0].listen, c.worker[1].listen);
+    for (int k = 0; k < 2; k++)
+        snprintf(extra[k], sizeof(extra[k]), "checkpoint: {dir: %s/chief-ck%d, every_steps: 200}\n",
+                 harness_tmpdir(), k);
+    job = mlp_job_of("chief-calm", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[0]});
+    rc = submit_watch(&c, job, &calm);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, calm);
+    id = submit(&c, mlp_job_of("chief-cut", "multi_worker_mirrored", 32, 3,
+                               (mlp_more_t){.extra = extra[1]}));
+    snprintf(extra[1], sizeof(extra[1]), "%s/chief-ck1", harness_tmpdir());
+    for (int i = 0; i < 200 && !harness_has_checkpoint(extra[1]); i++)
+        usleep(20 * 1000);
+    ck_assert_msg(harness_has_checkpoint(extra[1]), "no checkpoint in %s", extra[1]);
+    launch_stop(&c.chief, SIGKILL, 5000, NULL);
+    harness_start(&c.chief, "tessera-chief", "sync-chief-again", listen, workers, state, NULL);
+    rc = tessera((char *[]){"watch", id, c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0 && strstr(out, "resuming at step ") != NULL, "exit %d: %s", rc, out);
+    a = harness_result(calm);
+    b = harness_result(out);
+    printf("chief restarted: %s\nundisturbed:     %s\n", b, a);
+    ck_assert_msg(strcmp(a, b) == 0, "undisturbed: %s\nchief restarted: %s\n%s", a, b, out);
+    free(a);
+    free(b);
+    free(out);
+    free(calm);
+    free(id);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* init_from under multi_worker_mirrored: every worker starts from the file's weights (here
  * tessera train's export); at a learning rate too small to move them, the job's test numbers
  * are the exported model's. */
@@ -588,6 +632,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_tf_config_without_chief_worker_0_leads);
     tcase_add_test(tc, sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers);
     tcase_add_test(tc, sync_init_from_starts_every_worker_from_the_file);
+    tcase_add_test(tc, sync_chief_restarted_resumes_from_the_workers_checkpoint);
     tcase_add_test(tc, sync_embedding_rows_sum_over_the_workers);
     suite_add_tcase(s, tc);
     return s;
