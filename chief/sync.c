@@ -538,8 +538,6 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
     for (int64_t e = s->start_epoch; e < epochs; e++) {
         double *epoch_sums = s->epoch_sums, t0 = clock_now_s();
         int64_t done = e == s->start_epoch ? s->start_done : 0, before = j->progress.step;
-        if (e != s->start_epoch)
-            epoch_sums[0] = epoch_sums[1] = epoch_sums[2] = 0;
         pthread_mutex_lock(&c->mu);
         j->progress.epoch = e;
         pthread_mutex_unlock(&c->mu);

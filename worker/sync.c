@@ -38,7 +38,6 @@ struct sync {
     size_t n_buckets;
     size_t *bucket_lo, *bucket_hi; /* bucket -> its params [lo, hi) */
     size_t *param_off;             /* param -> its offset in pack */
-    bool accumulating;             /* the job has accumulate_steps */
     pthread_t comm;
     bool comm_started, stop;
     pthread_mutex_t mu;
@@ -50,8 +49,7 @@ struct sync {
     /* Embedding tables: their gradient rows go round the ring densified (the table's shape,
      * zeros where this worker has no row) with a mask of the rows touched after every gradient
      * (n_mask floats, one per table row), and come back as the rows any worker touched, summed:
-     * the optimizer then updates those rows only, as one device would. */
-    bool sparse;
+     * the optimizer then updates those rows only, as one device would. n_mask 0: no Embedding. */
     size_t n_mask;
     int64_t **rows_index; /* per param: the rows of the sum */
     float **rows_grad;
@@ -212,19 +210,16 @@ status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool
     *ret = NULL;
     if ((s = calloc(1, sizeof(*s))) == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    *s =
-        (sync_t){.t = t, .rank = rank, .size = size, .listen_fd = -1, .accumulating = accumulating};
+    *s = (sync_t){.t = t, .rank = rank, .size = size, .listen_fd = -1};
     for (size_t i = 0; i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
         s->n_pack += p->n;
-        if (p->sparse && size > 1) {
-            s->sparse = true;
+        if (p->sparse && size > 1)
             s->n_mask += (size_t)p->shape[0];
-        }
     }
     s->n_slots = optimizer_slot_count(trainer_optimizer(t)) * s->n_pack;
     s->pack = malloc((s->n_pack + s->n_mask + 1) * sizeof(float));
-    if (s->pack != NULL && s->sparse && make_rows(s) != STATUS_OK) {
+    if (s->pack != NULL && s->n_mask > 0 && make_rows(s) != STATUS_OK) {
         sync_free(s);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory for the Embedding rows");
     }
@@ -238,7 +233,7 @@ status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool
     rc = plan_buckets(s, bytes_per_pack > 0 ? (size_t)bytes_per_pack : SYNC_AUTO_BYTES_PER_PACK,
                       err);
     /* buckets during backward: dense gradients only (an Embedding's rows come after it) */
-    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating && size > 1 && !s->sparse)
+    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating && size > 1 && s->n_mask == 0)
         rc = start_comm(s, err);
     if (rc == STATUS_OK)
         rc = ring_listen(":0", &s->listen_fd, ret_port, err);
@@ -475,7 +470,7 @@ static status_t reduce_and_update(sync_t *s, status_msg_t *err)
     pack(s, true);
     STATUS_CHECK(ring_allreduce(s->ring, s->pack, s->n_pack + s->n_mask, err));
     pack(s, false);
-    return s->sparse ? update_with_rows(s, err) : trainer_update(s->t, err);
+    return s->n_mask > 0 ? update_with_rows(s, err) : trainer_update(s->t, err);
 }
 
 /* A step whose buckets go into the ring while backward runs: once every one is summed (those
