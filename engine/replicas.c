@@ -59,11 +59,10 @@ static void take_values(model_t *dst, model_t *src)
                model_param(src, i)->n * sizeof(float));
 }
 
-/* The part [*ret_lo, *ret_hi) of n elements that replica q of r works on. */
-static void part_of(const replicas_t *r, int q, size_t n, size_t *ret_lo, size_t *ret_hi)
+void replicas_part(int q, int n, size_t len, size_t *ret_lo, size_t *ret_hi)
 {
-    *ret_lo = n * (size_t)q / (size_t)r->n;
-    *ret_hi = n * (size_t)(q + 1) / (size_t)r->n;
+    *ret_lo = len * (size_t)q / (size_t)n;
+    *ret_hi = len * (size_t)(q + 1) / (size_t)n;
 }
 
 /* Replica p's part of every gradient, summed over the replicas into replica 0's: each
@@ -78,7 +77,7 @@ static void reduce_part(replica_t *p)
         size_t lo, hi;
         if (dst->sparse)
             continue; /* gathered by replicas_rows */
-        part_of(r, p->index, dst->n, &lo, &hi);
+        replicas_part(p->index, r->n, dst->n, &lo, &hi);
         for (int q = 1; q < r->n; q++) {
             const float *g = model_param(r->reps[q].model, i)->grad;
             if (r->reps[q].n == 0)

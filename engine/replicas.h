@@ -44,6 +44,8 @@ bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index,
 /* Runs fn(arg, q, n) on every replica's thread (q = 0 on the caller's) and waits for all: work
  * split n ways between the steps, such as the optimizer's update of replica 0's variables. */
 typedef void (*replicas_fn)(void *arg, int q, int n);
+/* Replica q's part [*ret_lo, *ret_hi) of len elements split n ways (how such work divides). */
+void replicas_part(int q, int n, size_t len, size_t *ret_lo, size_t *ret_hi);
 void replicas_parallel(replicas_t *r, replicas_fn fn, void *arg);
 
 #endif

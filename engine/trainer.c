@@ -582,7 +582,8 @@ static void update_part(void *arg, int q, int n)
 
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
-        size_t lo = p->n * (size_t)q / (size_t)n, hi = p->n * (size_t)(q + 1) / (size_t)n;
+        size_t lo, hi;
+        replicas_part(q, n, p->n, &lo, &hi);
         if (p->sparse)
             continue;
         optimizer_apply_dense_part(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n, lo,
