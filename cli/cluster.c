@@ -9,11 +9,13 @@
 #include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "rpc/client.h"
+#include "rpc/security.h"
 
 typedef struct cluster_cmd_opts {
     char *chief;
     char *cluster_file;
     int64_t timeout_ms;
+    cli_tls_t tls;
 } cluster_cmd_opts_t;
 
 static const config_option_t cluster_options[] = {
@@ -23,6 +25,7 @@ static const config_option_t cluster_options[] = {
      "A JSON file in TF_CONFIG's format ({\"cluster\": {...}}) naming the tasks to check."},
     {"timeout", CONFIG_DURATION_MS, offsetof(cluster_cmd_opts_t, timeout_ms), "2s", 10, 600000,
      "How long to wait for each answer."},
+    CLI_TLS_ROWS(cluster_cmd_opts_t, tls),
 };
 
 static const config_table_t cluster_table = {
@@ -161,6 +164,8 @@ int cli_cluster(int argc, char **argv)
         rc = 0;
         goto out;
     }
+    if (cli_tls_init("cluster", &o.tls) != 0)
+        goto out;
     grpc_init();
     if (o.chief != NULL) {
         rc = cli_cluster_from_chief(o.chief, o.timeout_ms);
@@ -185,6 +190,7 @@ int cli_cluster(int argc, char **argv)
     }
     grpc_shutdown();
 out:
+    rpc_security_done();
     cluster_spec_done(&spec);
     config_done(&cluster_table, &o);
     return rc;

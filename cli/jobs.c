@@ -14,13 +14,16 @@
 #include "daemon/config.h"
 #include "job/job.h"
 #include "rpc/client.h"
+#include "rpc/security.h"
 #include "base/clock.h"
 #include "base/file.h"
+#include "base/log.h"
 
 typedef struct jobs_opts {
     char *chief;
     bool watch;
     int64_t timeout_ms;
+    cli_tls_t tls;
 } jobs_opts_t;
 
 static const config_option_t jobs_options[] = {
@@ -32,6 +35,7 @@ static const config_option_t jobs_options[] = {
     {"timeout", CONFIG_DURATION_MS, offsetof(jobs_opts_t, timeout_ms), "10s", 10, 600000,
      "How long each call to the chief may take (checkpoint: at least 10 minutes, as a "
      "checkpoint waits for the closures in flight and the PS tasks' writes)."},
+    CLI_TLS_ROWS(jobs_opts_t, tls),
 };
 
 static const config_table_t jobs_table = {
@@ -428,6 +432,27 @@ static status_t find_chief(const char *flag, char *buf, size_t len, status_msg_t
     return STATUS_OK;
 }
 
+int cli_tls_init(const char *cmd, const cli_tls_t *t)
+{
+    status_msg_t err = {0};
+    const char *cert = t->cert ? t->cert : getenv("TESSERA_TLS_CERT");
+    const char *key = t->key ? t->key : getenv("TESSERA_TLS_KEY");
+    const char *ca = t->ca ? t->ca : getenv("TESSERA_TLS_CA");
+    unsigned mask;
+
+    /* gRPC's own reports go through the log, without its own lines: the command's error says
+     * what failed. */
+    if (log_subsystems_parse("all,-grpc", &mask) == STATUS_OK)
+        log_set_subsystems(mask);
+    rpc_log_init();
+
+    if (rpc_security_init(cert, key, ca, &err) != STATUS_OK) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, err.text);
+        return 2;
+    }
+    return 0;
+}
+
 int cli_jobs(int argc, char **argv)
 {
     jobs_opts_t o = {0};
@@ -455,6 +480,8 @@ int cli_jobs(int argc, char **argv)
         fprintf(stderr, "tessera %s: %s\n", cmd, err.text);
         goto out;
     }
+    if (cli_tls_init(cmd, &o.tls) != 0)
+        goto out;
     grpc_init();
     if (strcmp(cmd, "submit") == 0)
         rc = cli_submit_job(chief, arg, o.watch, o.timeout_ms);
@@ -462,6 +489,7 @@ int cli_jobs(int argc, char **argv)
         rc = run_simple(cmd, chief, arg, o.timeout_ms);
     grpc_shutdown();
 out:
+    rpc_security_done();
     config_done(&jobs_table, &o);
     return rc;
 }

@@ -22,6 +22,7 @@ static const struct {
     {"checkpoint", cli_jobs,
      "checkpoint a running job now (its job file has a checkpoint section)"},
     {"list", cli_jobs, "list the chief's jobs"},
+    {"certs", cli_certs, "make a cluster CA and certificates for mutual TLS (init, issue)"},
 };
 
 static void usage(FILE *out)

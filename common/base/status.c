@@ -61,7 +61,7 @@ status_t status_from_grpc(int code)
     case 6:
         return STATUS_ALREADY_EXISTS;
     case 7:
-        return STATUS_INVALID_USAGE; /* PERMISSION_DENIED */
+        return STATUS_PERMISSION_DENIED;
     case 8:
         return STATUS_RESOURCE_EXHAUSTED;
     case 9:

@@ -26,6 +26,8 @@
     X(INVALID_USAGE, INVALID_USAGE, 9, "invalid usage: the call is not allowed in this state")     \
     X(UNIMPLEMENTED, INVALID_USAGE, 12, "not implemented by this server: check versions")          \
     X(UNAUTHENTICATED, INVALID_USAGE, 16, "unauthenticated: use the mutual-TLS port")              \
+    X(PERMISSION_DENIED, INVALID_USAGE, 7,                                                         \
+      "permission denied: the caller's certificate role may not call this method")                 \
     X(CANCELLED, INVALID_USAGE, 1, "cancelled by the caller")                                      \
     /* The operating system refused: look at the named file, port or limit. */                     \
     X(SYSTEM, SYSTEM, 13, "system call failed: see the message for the file or resource")          \

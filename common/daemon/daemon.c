@@ -25,6 +25,7 @@
 #include "base/net.h"
 #include "base/notify.h"
 #include "rpc/offline.h"
+#include "rpc/security.h"
 #include "rpc/server.h"
 
 struct daemon {
@@ -147,24 +148,45 @@ static double rpc_metric_value(void *arg)
         return (double)st.bytes_in;
     case 3:
         return (double)st.bytes_out;
-    default:
+    case 4:
         return st.seconds;
+    default:
+        return (double)st.denied;
     }
 }
 
-static rpc_metric_arg_t rpc_metric_args[RPC_METHOD_COUNT_][5];
+#define RPC_METRIC_FIELDS 6
+static rpc_metric_arg_t rpc_metric_args[RPC_METHOD_COUNT_][RPC_METRIC_FIELDS];
+
+static double handshake_failures(void *arg)
+{
+    (void)arg;
+    return (double)rpc_security_handshake_failures();
+}
 
 static status_t register_rpc_metrics(daemon_t *d)
 {
-    static const char *const names[] = {"requests_total", "errors_total", "received_bytes_total",
-                                        "sent_bytes_total", "handling_seconds_total"};
+    static const char *const names[] = {"requests_total",         "errors_total",
+                                        "received_bytes_total",   "sent_bytes_total",
+                                        "handling_seconds_total", "denied_total"};
     static const char *const helps[] = {
-        "RPCs completed, by method.", "RPCs that ended with an error status, by method.",
-        "Request bytes received, by method.", "Response bytes sent, by method.",
-        "Seconds from accepting an RPC to finishing it, summed, by method."};
+        "RPCs completed, by method.",
+        "RPCs that ended with an error status, by method.",
+        "Request bytes received, by method.",
+        "Response bytes sent, by method.",
+        "Seconds from accepting an RPC to finishing it, summed, by method.",
+        "RPCs refused before their handler under mutual TLS, by method: the caller's "
+        "certificate role may not call it (PERMISSION_DENIED), or it came over the plaintext "
+        "health port (UNAUTHENTICATED)."};
     char name[128];
 
-    for (int f = 0; f < 5; f++) {
+    snprintf(name, sizeof(name), "tessera_%s_tls_handshake_failures_total", d->spec->role);
+    if (metrics_counter_fn(d->metrics, name,
+                           "TLS handshakes refused or failed: no client certificate, one from "
+                           "another CA, plaintext or a TLS version below 1.3.",
+                           NULL, handshake_failures, NULL) == NULL)
+        return STATUS_INTERNAL;
+    for (int f = 0; f < RPC_METRIC_FIELDS; f++) {
         snprintf(name, sizeof(name), "tessera_%s_rpc_%s", d->spec->role, names[f]);
         for (int i = 0; i < RPC_METHOD_COUNT_; i++) {
             const rpc_method_t *m = rpc_method_get((rpc_method_id_t)i);
@@ -207,6 +229,7 @@ static status_t daemon_start(daemon_t *d, status_msg_t *err)
     daemon_opts_t *o = d->opts;
     rpc_server_opts_t ro = {
         .listen = o->listen,
+        .health_listen = o->health_listen,
         .threads = (int)o->threads,
         .max_message_bytes = o->max_message_bytes,
         .task_type = spec->task_type,
@@ -464,10 +487,16 @@ int daemon_main(const daemon_spec_t *spec, const config_table_t *table, void *op
     log_set_subsystems(mask);
     log_set_identity(spec->role, (int)d.opts->task_index);
 
+    if (rpc_security_init(d.opts->tls_cert, d.opts->tls_key, d.opts->tls_ca, &err) != STATUS_OK) {
+        fprintf(stderr, "%s: %s\n", spec->program, err.text);
+        config_done(table, opts);
+        return 2;
+    }
     rpc_log_init();
     grpc_init();
     rc = daemon_run(&d, &set);
     grpc_shutdown();
+    rpc_security_done();
     config_done(table, opts);
     return rc;
 }

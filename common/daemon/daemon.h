@@ -24,6 +24,8 @@ typedef struct daemon_opts {
     int64_t drain_ms;
     int log_level;
     char *log_subsystems;
+    char *tls_cert, *tls_key, *tls_ca;
+    char *health_listen;
 } daemon_opts_t;
 
 /* Config rows for daemon_opts_t, for the start of each daemon's table. `role_port` is the
@@ -87,10 +89,41 @@ typedef struct daemon_opts {
          0,                                                                                        \
          0,                                                                                        \
          "Most verbose log level written: err, warning, notice, info or debug."},                  \
+        {"log-subsystems",                                                                         \
+         CONFIG_STRING,                                                                            \
+         offsetof(daemon_opts_t, log_subsystems),                                                  \
+         "all",                                                                                    \
+         0,                                                                                        \
+         0,                                                                                        \
+         "Comma-separated subsystems to log (main, config, rpc, grpc, metrics, health, ps, "       \
+         "worker, chief, cli, train, data), 'all', or 'all,-grpc' style exclusions."},             \
+        {"tls-cert",                                                                               \
+         CONFIG_STRING,                                                                            \
+         offsetof(daemon_opts_t, tls_cert),                                                        \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         0,                                                                                        \
+         "PEM certificate of this task (tessera certs issue). With --tls-key and --tls-ca every "  \
+         "gRPC port and channel uses mutual TLS 1.3 and calls are authorized by the callers' "     \
+         "roles."},                                                                                \
+        {"tls-key",                                                                                \
+         CONFIG_STRING,                                                                            \
+         offsetof(daemon_opts_t, tls_key),                                                         \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         0,                                                                                        \
+         "PEM private key of --tls-cert (unencrypted; keep it readable by this user only)."},      \
+        {"tls-ca",                                                                                 \
+         CONFIG_STRING,                                                                            \
+         offsetof(daemon_opts_t, tls_ca),                                                          \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         0,                                                                                        \
+         "PEM certificate(s) of the cluster's CA: peers must present a certificate it signed."},   \
     {                                                                                              \
-        "log-subsystems", CONFIG_STRING, offsetof(daemon_opts_t, log_subsystems), "all", 0, 0,     \
-            "Comma-separated subsystems to log (main, config, rpc, grpc, metrics, health, ps, "    \
-            "worker, chief, cli, train, data), 'all', or 'all,-grpc' style exclusions."            \
+        "health-listen", CONFIG_ADDRESS, offsetof(daemon_opts_t, health_listen), NULL, 0, 0,       \
+            "With mutual TLS: a plaintext HOST:PORT that answers only grpc.health.v1.Health, for " \
+            "Kubernetes gRPC probes (which cannot present a certificate)."                         \
     }
 
 typedef struct daemon daemon_t;

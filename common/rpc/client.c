@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "base/net.h"
+#include "rpc/security.h"
 #include "tessera/v1/common.pb-c.h"
 
 struct rpc_channel {
@@ -55,7 +56,12 @@ status_t rpc_channel_new(const char *target, const rpc_channel_opts_t *opts,
         return status_fail(err, STATUS_NO_MEMORY, "out of memory creating a channel");
     snprintf(ch->target, sizeof(ch->target), "%s", target);
     ch->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : RPC_DEFAULT_TIMEOUT_MS;
-    creds = grpc_insecure_credentials_create();
+    creds = rpc_security_enabled() ? rpc_security_channel_creds(err)
+                                   : grpc_insecure_credentials_create();
+    if (creds == NULL) {
+        free(ch);
+        return STATUS_BAD_CONFIG;
+    }
     ch->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     for (int i = 0; i < RPC_METHOD_COUNT_; i++)
@@ -126,6 +132,13 @@ void rpc_error_fill(rpc_error_t *err, grpc_status_code code, grpc_slice details,
         snprintf(err->culprit, sizeof(err->culprit), "%s", d->culprit ? d->culprit : "");
         tessera__v1__error_detail__free_unpacked(d, NULL);
         break;
+    }
+    if (code == GRPC_STATUS_UNAVAILABLE && !rpc_security_enabled() &&
+        strstr(err->message, "Socket closed") != NULL) {
+        /* What a plaintext client sees of a mutual-TLS server, which says nothing else. */
+        size_t len = strlen(err->message);
+        snprintf(err->message + len, sizeof(err->message) - len,
+                 " (if the cluster uses mutual TLS, give --tls-cert, --tls-key and --tls-ca)");
     }
     if (code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED)
         LOG_DEBUG(RPC, "%s on %s: %s", path, target, err->message);

@@ -67,7 +67,7 @@ status_t rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *body, si
         return rpc_unary(ch, RPC_##id, &req->base, opts, (ProtobufCMessage **)ret_resp,            \
                          ret_payload, err);                                                        \
     }
-#define RPC_STUB_(id, stub, svc, name, kind, RqT, rqd, RsT, rsd)                                   \
+#define RPC_STUB_(id, stub, svc, name, kind, callers, RqT, rqd, RsT, rsd)                          \
     RPC_UNARY_STUB_##kind(id, stub, RqT, RsT)
 RPC_METHOD_LIST(RPC_STUB_)
 #undef RPC_STUB_
@@ -127,7 +127,7 @@ void rpc_stream_free(rpc_stream_t *s);
     {                                                                                              \
         return rpc_stream_open(ch, RPC_##id, &req->base, timeout_ms, ret_stream, err);             \
     }
-#define RPC_STREAM_STUBS_(id, stub, svc, name, kind, RqT, rqd, RsT, rsd)                           \
+#define RPC_STREAM_STUBS_(id, stub, svc, name, kind, callers, RqT, rqd, RsT, rsd)                  \
     RPC_STREAM_OPEN_##kind(id, stub, RqT) RPC_STREAM_STUB_##kind(stub, RqT, RsT)
 RPC_METHOD_LIST(RPC_STREAM_STUBS_)
 #undef RPC_STREAM_STUBS_

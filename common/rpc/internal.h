@@ -53,6 +53,18 @@ status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb
 status_t rpc_check_wire(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
                         status_msg_t *err);
 
+/* Credentials from rpc_security_init's material (rpc/security.c): TLS 1.3 only, client
+ * certificates required and checked against the CA. NULL (err says why) when gRPC refuses. */
+grpc_server_credentials *rpc_security_server_creds(status_msg_t *err);
+grpc_channel_credentials *rpc_security_channel_creds(status_msg_t *err);
+
+/* Who made a call: false when it came without TLS (a plaintext health port); else *ret_roles
+ * holds the roles of its certificate (0 for none) and who names it. */
+bool rpc_security_peer(grpc_call *call, unsigned *ret_roles, char *who, size_t len);
+
+/* Counts gRPC's reports of failed TLS handshakes (its log is the only place they appear). */
+void rpc_security_note_log(const char *message);
+
 /* Tunes glibc malloc for messages of many megabytes (see rpc_codec.c), once per process,
  * unless the environment already sets those knobs. Called by rpc_server_new and
  * rpc_channel_new; thread-safe. */

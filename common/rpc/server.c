@@ -15,6 +15,7 @@
 #include <grpc/support/time.h>
 
 #include "base/log.h"
+#include "rpc/security.h"
 #include "tessera/v1/common.pb-c.h"
 #include "base/clock.h"
 
@@ -26,8 +27,8 @@
 /* ---- the method table --------------------------------------------------------------------- */
 
 static const rpc_method_t methods[] = {
-#define RPC_ROW_(id, stub, svc, name, kind, RqT, rqd, RsT, rsd)                                    \
-    {RPC_##id, "/" svc "/" name, svc, name, RPC_KIND_##kind, &rqd, &rsd},
+#define RPC_ROW_(id, stub, svc, name, kind, callers, RqT, rqd, RsT, rsd)                           \
+    {RPC_##id, "/" svc "/" name, svc, name, RPC_KIND_##kind, RPC_CALLERS_##callers, &rqd, &rsd},
     RPC_METHOD_LIST(RPC_ROW_)
 #undef RPC_ROW_
 };
@@ -82,6 +83,29 @@ static void post_accept(server_thread_t *t)
 
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
+/* Whether the caller may call c's method under mutual TLS; if not, records the error to send:
+ * UNAUTHENTICATED for a call without TLS (a plaintext health port), PERMISSION_DENIED naming
+ * the method, the caller and the roles that may. */
+static bool authorized(rpc_ctx_t *c)
+{
+    const rpc_method_t *m = c->method;
+    unsigned roles;
+    char who[300], may[64];
+
+    if (!rpc_security_peer(c->call, &roles, who, sizeof(who)))
+        roles = RPC_ROLE_NONE_;
+    if (roles & m->callers)
+        return true;
+    if (roles == RPC_ROLE_NONE_)
+        rpc_ctx_fail(c, STATUS_UNAUTHENTICATED, m->path,
+                     "%s needs mutual TLS: this plaintext port answers only %s", m->path,
+                     RPC_SVC_HEALTH);
+    else
+        rpc_ctx_fail(c, STATUS_PERMISSION_DENIED, m->path, "%s may not call %s (allowed: %s)", who,
+                     m->path, rpc_roles_describe(m->callers, may, sizeof(may)));
+    return false;
+}
+
 static void on_accept(rpc_ctx_t *c, bool ok)
 {
     rpc_server_t *s = c->server;
@@ -120,6 +144,13 @@ static void on_accept(rpc_ctx_t *c, bool ok)
         return;
     }
     c->method = m;
+    if (rpc_security_enabled() && !authorized(c)) {
+        atomic_fetch_add(&s->counters[m->id].denied, 1);
+        atomic_store(&c->replied, true);
+        server_send_error(c);
+        server_ctx_unref(c);
+        return;
+    }
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->recv_bb;
@@ -276,6 +307,11 @@ status_t rpc_server_new(const rpc_server_opts_t *o, rpc_server_t **ret_server, s
     };
     grpc_channel_args cargs = {sizeof(args) / sizeof(args[0]), args};
 
+    if (o->health_listen != NULL && !rpc_security_enabled())
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "--health-listen %s needs mutual TLS (--tls-cert, --tls-key, "
+                           "--tls-ca): without it the main port answers health checks",
+                           o->health_listen);
     if (o->threads < 1)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "rpc server needs at least one thread");
     rpc_tune_malloc();
@@ -305,13 +341,29 @@ status_t rpc_server_new(const rpc_server_opts_t *o, rpc_server_t **ret_server, s
         s->threads[i].cq = grpc_completion_queue_create_for_next(NULL);
         grpc_server_register_completion_queue(s->server, s->threads[i].cq, NULL);
     }
-    creds = grpc_insecure_server_credentials_create();
+    creds = rpc_security_enabled() ? rpc_security_server_creds(err)
+                                   : grpc_insecure_server_credentials_create();
+    if (creds == NULL) {
+        rpc_server_shutdown(s, 0);
+        return STATUS_BAD_CONFIG;
+    }
     s->port = grpc_server_add_http2_port(s->server, o->listen, creds);
     grpc_server_credentials_release(creds);
     if (s->port == 0) {
         rpc_server_shutdown(s, 0);
         return status_fail(err, STATUS_ADDRESS_IN_USE,
                            "cannot listen on %s: the address is in use or not local", o->listen);
+    }
+    if (o->health_listen != NULL) {
+        creds = grpc_insecure_server_credentials_create();
+        s->health_port = grpc_server_add_http2_port(s->server, o->health_listen, creds);
+        grpc_server_credentials_release(creds);
+        if (s->health_port == 0) {
+            rpc_server_shutdown(s, 0);
+            return status_fail(err, STATUS_ADDRESS_IN_USE,
+                               "cannot listen on %s (health): the address is in use or not local",
+                               o->health_listen);
+        }
     }
     {
         /* Name this task by the address clients use: the listen host with the real port. */
@@ -347,12 +399,22 @@ status_t rpc_server_start(rpc_server_t *s, status_msg_t *err)
         t->started = true;
     }
     LOG_INFO(RPC, "serving gRPC on %s with %d handler threads", s->address, s->n_threads);
+    if (rpc_security_enabled() && s->health_port)
+        LOG_INFO(RPC, "mutual TLS 1.3 as %s; plaintext health checks on port %d",
+                 rpc_security_identity(), s->health_port);
+    else if (rpc_security_enabled())
+        LOG_INFO(RPC, "mutual TLS 1.3 as %s", rpc_security_identity());
     return STATUS_OK;
 }
 
 int rpc_server_port(const rpc_server_t *s)
 {
     return s->port;
+}
+
+int rpc_server_health_port(const rpc_server_t *s)
+{
+    return s->health_port;
 }
 
 bool rpc_server_alive(const rpc_server_t *s, int64_t max_age_ms)
@@ -372,6 +434,7 @@ void rpc_server_stats(const rpc_server_t *s, rpc_method_id_t id, rpc_method_stat
     ret->bytes_in = atomic_load(&mc->bytes_in);
     ret->bytes_out = atomic_load(&mc->bytes_out);
     ret->seconds = (double)atomic_load(&mc->micros) * 1e-6;
+    ret->denied = atomic_load(&mc->denied);
 }
 
 /* Waits up to DEFERRED_WAIT_MS for the deferred calls that other threads still hold to be
@@ -462,6 +525,8 @@ static void grpc_log_cb(gpr_log_func_args *a)
     log_level_t level = a->severity == GPR_LOG_SEVERITY_ERROR  ? LOG_LEVEL_ERR
                         : a->severity == GPR_LOG_SEVERITY_INFO ? LOG_LEVEL_INFO
                                                                : LOG_LEVEL_DEBUG;
+    if (a->severity == GPR_LOG_SEVERITY_ERROR)
+        rpc_security_note_log(a->message);
     if (log_enabled(level, LOG_SUB_GRPC))
         log_write(level, LOG_SUB_GRPC, "%s (%s:%d)", a->message, a->file, a->line);
 }

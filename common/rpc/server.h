@@ -9,7 +9,11 @@ typedef struct rpc_server rpc_server_t;
 typedef struct rpc_ctx rpc_ctx_t;
 
 typedef struct rpc_server_opts {
-    const char *listen;        /* "host:port"; port 0 = pick one */
+    const char *listen; /* "host:port"; port 0 = pick one */
+    /* With mutual TLS on (rpc/security.h): a second, plaintext "host:port" that answers only
+     * grpc.health.v1.Health (for Kubernetes probes); NULL = none. Refused without TLS, where
+     * the main port answers health checks itself. */
+    const char *health_listen;
     int threads;               /* handler threads, >= 1 */
     int64_t max_message_bytes; /* receive and send limit */
     int task_type;             /* Tessera__V1__TaskType, named in error details */
@@ -39,6 +43,9 @@ status_t rpc_server_start(rpc_server_t *s, status_msg_t *err);
 /* The bound port. */
 int rpc_server_port(const rpc_server_t *s);
 
+/* The bound plaintext health port, 0 without one. */
+int rpc_server_health_port(const rpc_server_t *s);
+
 /* True when every handler thread has come back to its queue within max_age_ms (watchdog). */
 bool rpc_server_alive(const rpc_server_t *s, int64_t max_age_ms);
 
@@ -52,7 +59,8 @@ void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms);
 /* The counters kept per method, for metrics. */
 typedef struct rpc_method_stats {
     uint64_t calls, errors, bytes_in, bytes_out;
-    double seconds; /* summed handler + transfer time */
+    uint64_t denied; /* refused before the handler: no TLS, or the caller's role may not */
+    double seconds;  /* summed handler + transfer time */
 } rpc_method_stats_t;
 void rpc_server_stats(const rpc_server_t *s, rpc_method_id_t id, rpc_method_stats_t *ret);
 

@@ -33,7 +33,7 @@ typedef struct server_thread {
 } server_thread_t;
 
 typedef struct method_counters {
-    _Atomic uint64_t calls, errors, bytes_in, bytes_out, micros;
+    _Atomic uint64_t calls, errors, bytes_in, bytes_out, micros, denied;
 } method_counters_t;
 
 struct rpc_server {
@@ -41,7 +41,7 @@ struct rpc_server {
     grpc_completion_queue *shutdown_cq;
     server_thread_t *threads;
     int n_threads;
-    int port;
+    int port, health_port;
     int task_type, task_index;
     char address[128];
     struct {

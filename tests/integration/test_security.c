@@ -1,0 +1,359 @@
+/* Mutual TLS and authorization by role, with real daemons, certificates made by `tessera certs`
+ * and an independent client (Debian's python3-grpcio, tests/integration/grpc_probe.py) and
+ * OpenSSL's s_client: what is refused, how, and that a whole job trains the same over mTLS. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "check_run.h"
+#include "harness.h"
+
+static char pki[400], other[400];
+
+static int tessera(char *const *args, char **out)
+{
+    char *argv[16] = {(char *)harness_program("tessera")};
+    for (int i = 0; args[i] != NULL && i < 14; i++)
+        argv[i + 1] = args[i];
+    return harness_run(argv, NULL, NULL, 240000, out);
+}
+
+/* DIR/ca + one certificate per identity, made once for the whole program. */
+static void make_pki(void)
+{
+    static const char *const ids[][2] = {
+        {"ps", "0"}, {"worker", "0"}, {"chief", "0"}, {"client", "alice"}};
+    char *out = NULL;
+
+    if (pki[0] != '\0')
+        return;
+    snprintf(pki, sizeof(pki), "%s/pki", harness_tmpdir());
+    snprintf(other, sizeof(other), "%s/other-pki", harness_tmpdir());
+    ck_assert_int_eq(tessera((char *[]){"certs", "init", "--dir", pki, NULL}, &out), 0);
+    free(out);
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        ck_assert_msg(
+            tessera((char *[]){"certs", "issue", "--dir", pki, (char *)ids[i][0], (char *)ids[i][1],
+                               "--host", "127.0.0.1", "--host", "localhost", NULL},
+                    &out) == 0,
+            "%s", out);
+        free(out);
+    }
+    /* Another CA, and a client it vouches for. */
+    ck_assert_int_eq(tessera((char *[]){"certs", "init", "--dir", other, NULL}, &out), 0);
+    free(out);
+    ck_assert_int_eq(
+        tessera((char *[]){"certs", "issue", "--dir", other, "client", "mallory", NULL}, &out), 0);
+    free(out);
+}
+
+/* "--tls-cert=PKI/ID.crt" and friends for identity id ("ps-0"), in static buffers. */
+typedef struct tls_flags {
+    char cert[600], key[600], ca[600];
+} tls_flags_t;
+
+static tls_flags_t tls_of(const char *dir, const char *id)
+{
+    tls_flags_t f;
+    snprintf(f.cert, sizeof(f.cert), "--tls-cert=%s/%s.crt", dir, id);
+    snprintf(f.key, sizeof(f.key), "--tls-key=%s/%s.key", dir, id);
+    snprintf(f.ca, sizeof(f.ca), "--tls-ca=%s/ca.crt", dir);
+    return f;
+}
+
+/* The probe's "CODE: details" for one call; cert_id NULL = no client certificate, ca_dir NULL
+ * = plaintext. */
+static char *probe(const char *target, const char *method, const char *ca_dir, const char *dir,
+                   const char *cert_id)
+{
+    char ca[600], cert[600], key[600], *out = NULL;
+    char *argv[12] = {"/usr/bin/python3", (char *)harness_source("tests/integration/grpc_probe.py"),
+                      (char *)target, (char *)method};
+    int a = 4, rc;
+
+    if (ca_dir != NULL) {
+        snprintf(ca, sizeof(ca), "%s/ca.crt", ca_dir);
+        argv[a++] = "--ca";
+        argv[a++] = ca;
+    }
+    if (cert_id != NULL) {
+        snprintf(cert, sizeof(cert), "%s/%s.crt", dir, cert_id);
+        snprintf(key, sizeof(key), "%s/%s.key", dir, cert_id);
+        argv[a++] = "--cert";
+        argv[a++] = cert;
+        argv[a++] = "--key";
+        argv[a++] = key;
+    }
+    rc = harness_run(argv, NULL, NULL, 30000, &out);
+    ck_assert_msg(rc == 0, "grpc_probe.py exit %d: %s", rc, out);
+    return out;
+}
+
+static void assert_probe(const char *target, const char *method, const char *ca_dir,
+                         const char *dir, const char *cert_id, const char *expect)
+{
+    char *out = probe(target, method, ca_dir, dir, cert_id);
+    ck_assert_msg(strncmp(out, expect, strlen(expect)) == 0,
+                  "%s with %s via %s: expected \"%s...\", got: %s", method,
+                  cert_id ? cert_id : "no certificate", ca_dir ? "TLS" : "plaintext", expect, out);
+    free(out);
+}
+
+static bool python_grpc_present(void)
+{
+    char *argv[] = {"/usr/bin/python3", "-c", "import grpc", NULL}, *out = NULL;
+    int rc = harness_run(argv, NULL, NULL, 30000, &out);
+    free(out);
+    return rc == 0;
+}
+
+START_TEST(mtls_refuses_the_unauthenticated_and_the_wrong_roles)
+{
+    tls_flags_t ps, chief;
+    char health[64], health_flag[80], *out = NULL;
+    launch_proc_t p, c;
+
+    make_pki();
+    ps = tls_of(pki, "ps-0");
+    chief = tls_of(pki, "chief-0");
+    if (!python_grpc_present()) {
+        fprintf(stderr, "python3-grpcio is missing: install it (apt-get install python3-grpcio)\n");
+        ck_abort_msg("the independent client (Debian's python3-grpcio) is not installed");
+    }
+    snprintf(health, sizeof(health), "127.0.0.1:%d", harness_free_port());
+    snprintf(health_flag, sizeof(health_flag), "--health-listen=%s", health);
+    harness_start(&p, "tessera-ps", "sec-ps", ps.cert, ps.key, ps.ca, health_flag, NULL);
+    harness_start(&c, "tessera-chief", "sec-chief", chief.cert, chief.key, chief.ca, NULL);
+
+    /* The plaintext health port answers health checks, and nothing else. */
+    assert_probe(health, "/grpc.health.v1.Health/Check", NULL, NULL, NULL, "OK: ");
+    assert_probe(health, "/tessera.v1.ParameterServer/Push", NULL, NULL, NULL,
+                 "UNAUTHENTICATED: /tessera.v1.ParameterServer/Push needs mutual TLS");
+    /* The main port: no plaintext, no TLS without a certificate, no certificate of another CA. */
+    assert_probe(p.listen, "/grpc.health.v1.Health/Check", NULL, NULL, NULL, "UNAVAILABLE: ");
+    assert_probe(p.listen, "/grpc.health.v1.Health/Check", pki, NULL, NULL, "UNAVAILABLE: ");
+    assert_probe(p.listen, "/grpc.health.v1.Health/Check", pki, other, "client-mallory",
+                 "UNAVAILABLE: ");
+    /* Roles: a client may read a PS's stats but not push; a worker may push (the call reaches
+     * the handler, which finds the empty request wanting); a worker may not submit jobs, a
+     * client may (the chief, started without workers, then turns the job down). */
+    assert_probe(p.listen, "/tessera.v1.ParameterServer/Stats", pki, pki, "client-alice", "OK: ");
+    assert_probe(p.listen, "/tessera.v1.ParameterServer/Push", pki, pki, "client-alice",
+                 "PERMISSION_DENIED: spiffe://tessera/client/alice may not call "
+                 "/tessera.v1.ParameterServer/Push (allowed: chief, worker)");
+    assert_probe(p.listen, "/tessera.v1.ParameterServer/Push", pki, pki, "worker-0",
+                 "INVALID_ARGUMENT: ");
+    assert_probe(c.listen, "/tessera.v1.Coordinator/SubmitJob", pki, pki, "worker-0",
+                 "PERMISSION_DENIED: spiffe://tessera/worker/0 may not call "
+                 "/tessera.v1.Coordinator/SubmitJob (allowed: client)");
+    assert_probe(c.listen, "/tessera.v1.Coordinator/SubmitJob", pki, pki, "client-alice",
+                 "FAILED_PRECONDITION: this chief has no workers");
+    assert_probe(c.listen, "/tessera.v1.Coordinator/ListJobs", pki, pki, "worker-0", "OK: ");
+
+    /* /metrics counts the refusals: one denied Push, one over the health port, three failed
+     * handshakes (plaintext, no certificate, another CA). */
+    ck_assert_double_eq(
+        harness_metric(&p, "tessera_ps_rpc_denied_total{method=\"/tessera.v1.ParameterServer/"
+                           "Push\"}"),
+        2);
+    ck_assert_double_ge(harness_metric(&p, "tessera_ps_tls_handshake_failures_total"), 3);
+
+    /* TLS 1.2 is refused (with a cipher suite both sides have, so only the version differs);
+     * 1.3 with the same certificate is taken. */
+    {
+        char cert[600], key[600], ca[600];
+        snprintf(cert, sizeof(cert), "%s/client-alice.crt", pki);
+        snprintf(key, sizeof(key), "%s/client-alice.key", pki);
+        snprintf(ca, sizeof(ca), "%s/ca.crt", pki);
+        char *v12[] = {"/usr/bin/openssl",
+                       "s_client",
+                       "-connect",
+                       p.listen,
+                       "-tls1_2",
+                       "-cipher",
+                       "ECDHE-ECDSA-AES128-GCM-SHA256",
+                       "-cert",
+                       cert,
+                       "-key",
+                       key,
+                       "-CAfile",
+                       ca,
+                       "-alpn",
+                       "h2",
+                       NULL};
+        harness_run(v12, NULL, "", 30000, &out);
+        ck_assert_msg(strstr(out, "Cipher is (NONE)") != NULL && strstr(out, "TLSv1.2,") == NULL,
+                      "TLS 1.2 was not refused: %s", out);
+        free(out);
+        char *v13[] = {"/usr/bin/openssl",
+                       "s_client",
+                       "-connect",
+                       p.listen,
+                       "-tls1_3",
+                       "-cert",
+                       cert,
+                       "-key",
+                       key,
+                       "-CAfile",
+                       ca,
+                       "-alpn",
+                       "h2",
+                       NULL};
+        harness_run(v13, NULL, "", 30000, &out);
+        ck_assert_msg(strstr(out, "New, TLSv1.3") != NULL, "TLS 1.3 was refused: %s", out);
+        free(out);
+    }
+    harness_stop(&c);
+    harness_stop(&p);
+}
+END_TEST
+
+/* Starts program with args and expects it to refuse them at start-up with a message holding
+ * `expect` and no PEM content. */
+static void assert_refused(const char *program, char **args, const char *expect)
+{
+    char log[600];
+    launch_proc_t p;
+    int rc = harness_try_start(&p, program, "sec-refused", args, log, sizeof(log));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    ck_assert_msg(rc != 0, "%s started with bad TLS settings (expected: %s)", program, expect);
+    ck_assert_ptr_nonnull(f = fopen(log, "r"));
+    ck_assert(getdelim(&text, &len, '\0', f) >= 0);
+    fclose(f);
+    ck_assert_msg(strstr(text, expect) != NULL, "expected \"%s\" in: %s", expect, text);
+    ck_assert_msg(strstr(text, "BEGIN") == NULL && strstr(text, "MII") == NULL,
+                  "the error echoes file contents: %s", text);
+    free(text);
+}
+
+START_TEST(bad_tls_settings_are_refused_by_name)
+{
+    tls_flags_t ps, foreign;
+    char wrong_key[600], not_pem[600], path[500];
+
+    make_pki();
+    ps = tls_of(pki, "ps-0");
+    foreign = tls_of(other, "client-mallory");
+    assert_refused("tessera-ps", (char *[]){ps.cert, ps.ca, NULL}, "missing --tls-key");
+    snprintf(wrong_key, sizeof(wrong_key), "--tls-key=%s/worker-0.key", pki);
+    assert_refused("tessera-ps", (char *[]){ps.cert, wrong_key, ps.ca, NULL},
+                   "is not the key of the certificate");
+    /* A certificate of the other CA with this cluster's CA. */
+    assert_refused("tessera-worker", (char *[]){foreign.cert, foreign.key, ps.ca, NULL},
+                   "does not verify against --tls-ca");
+    snprintf(path, sizeof(path), "%s/not-a-cert", harness_tmpdir());
+    FILE *f = fopen(path, "w");
+    fputs("root:x:0:0:secret-looking-content\n", f);
+    fclose(f);
+    snprintf(not_pem, sizeof(not_pem), "--tls-ca=%s", path);
+    assert_refused("tessera-chief", (char *[]){ps.cert, ps.key, not_pem, NULL},
+                   "is not a PEM file");
+    assert_refused("tessera-ps", (char *[]){"--health-listen=127.0.0.1:0", NULL},
+                   "--health-listen 127.0.0.1:0 needs mutual TLS");
+}
+END_TEST
+
+/* A parameter-server job: chief, PS and worker over mTLS, submitted and watched with a client
+ * certificate, ends at the same numbers as over plaintext (one worker: deterministic). */
+static char *train_job(bool tls, const char *name)
+{
+    tls_flags_t ps = tls_of(pki, "ps-0"), w = tls_of(pki, "worker-0"), ch = tls_of(pki, "chief-0"),
+                cl = tls_of(pki, "client-alice");
+    char job[600], ps_flag[200], worker_flag[200], chief_flag[200], *out = NULL, *res;
+    launch_proc_t p, wk, c;
+    int rc;
+
+    snprintf(job, sizeof(job), "%s/%s.yaml", harness_tmpdir(), name);
+    {
+        FILE *f = fopen(job, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f,
+                "name: %s\nstrategy: parameter_server\n"
+                "model:\n  - {dense: {units: 64, activation: relu}, input_shape: [784]}\n"
+                "  - {dense: {units: 10}}\n"
+                "loss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
+                "metrics: [accuracy]\noptimizer: {adam: {learning_rate: 0.001}}\n"
+                "data:\n  train: {format: idx, images: "
+                "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz, labels: "
+                "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}\n"
+                "  test: {format: idx, images: "
+                "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz, labels: "
+                "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz}\n"
+                "  scale: 0.00392156862745098\n  batch_size: 64\n  seed: 1\n"
+                "train: {epochs: 1, steps_per_execution: 20}\n",
+                name);
+        fclose(f);
+    }
+    if (tls) {
+        harness_start(&p, "tessera-ps", "sec-train-ps", ps.cert, ps.key, ps.ca, NULL);
+        harness_start(&wk, "tessera-worker", "sec-train-w", w.cert, w.key, w.ca, NULL);
+    } else {
+        harness_start(&p, "tessera-ps", "plain-train-ps", NULL);
+        harness_start(&wk, "tessera-worker", "plain-train-w", NULL);
+    }
+    snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", p.listen);
+    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s", wk.listen);
+    if (tls)
+        harness_start(&c, "tessera-chief", "sec-train-chief", ps_flag, worker_flag, ch.cert, ch.key,
+                      ch.ca, NULL);
+    else
+        harness_start(&c, "tessera-chief", "plain-train-chief", ps_flag, worker_flag, NULL);
+    snprintf(chief_flag, sizeof(chief_flag), "--chief=%s", c.listen);
+    if (tls) {
+        /* Without a certificate the CLI gets nowhere, and says what to give. */
+        rc = tessera((char *[]){"list", chief_flag, NULL}, &out);
+        ck_assert_msg(rc != 0 && strstr(out, "give --tls-cert, --tls-key and --tls-ca"),
+                      "exit %d: %s", rc, out);
+        free(out);
+        rc = tessera((char *[]){"submit", job, chief_flag, "--watch", cl.cert, cl.key, cl.ca, NULL},
+                     &out);
+    } else {
+        rc = tessera((char *[]){"submit", job, chief_flag, "--watch", NULL}, &out);
+    }
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    res = harness_result(out);
+    free(out);
+    harness_stop(&c);
+    harness_stop(&wk);
+    harness_stop(&p);
+    return res;
+}
+
+START_TEST(a_ps_job_over_mtls_ends_at_the_plaintext_numbers)
+{
+    char *secure, *plain;
+
+    make_pki();
+    secure = train_job(true, "sec-mlp");
+    plain = train_job(false, "plain-mlp");
+    ck_assert_msg(strcmp(secure, plain) == 0, "mTLS: %s\nplaintext: %s", secure, plain);
+    fprintf(stderr, "mTLS and plaintext: %s\n", secure);
+    free(secure);
+    free(plain);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("security");
+    TCase *tc = tcase_create("security");
+
+    grpc_init();
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, mtls_refuses_the_unauthenticated_and_the_wrong_roles);
+    tcase_add_test(tc, bad_tls_settings_are_refused_by_name);
+    tcase_add_test(tc, a_ps_job_over_mtls_ends_at_the_plaintext_numbers);
+    suite_add_tcase(s, tc);
+    int rc = check_run(s, CK_NOFORK);
+    grpc_shutdown();
+    return rc;
+}
