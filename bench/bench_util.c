@@ -302,13 +302,15 @@ void fill_pattern(uint8_t *buf, size_t len)
     }
 }
 
-static status_t start_ps(const char *path, int threads, launch_proc_t *ps, char *ret_shown,
-                         size_t len, status_msg_t *err)
+status_t bench_start_ps(const char *path, int threads, char *const *extra, launch_proc_t *ps,
+                        char *ret_shown, size_t len, status_msg_t *err)
 {
     char prog[4096], threads_flag[32];
-    char *argv[] = {prog,         "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-                    threads_flag, "--log-level=warning",  NULL};
+    char *argv[16] = {prog, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", threads_flag,
+                      "--log-level=warning"};
 
+    for (int i = 0, a = 5; extra != NULL && extra[i] != NULL && a < 15; i++)
+        argv[a++] = extra[i];
     if (path != NULL)
         snprintf(prog, sizeof(prog), "%s", path);
     else
@@ -320,15 +322,21 @@ static status_t start_ps(const char *path, int threads, launch_proc_t *ps, char 
     return STATUS_OK;
 }
 
-static int finish(const char *prog, launch_proc_t *ps, status_t rc, const status_msg_t *err)
+bool bench_stop_ps(const char *prog, launch_proc_t *ps)
 {
     int st = 0;
     if (launch_stop(ps, SIGTERM, PS_STOP_TIMEOUT_MS, &st) != STATUS_OK || !WIFEXITED(st) ||
         WEXITSTATUS(st) != 0) {
         fprintf(stderr, "%s: tessera-ps did not stop cleanly (wait status 0x%x)\n", prog, st);
-        if (rc == STATUS_OK)
-            rc = STATUS_REMOTE;
+        return false;
     }
+    return true;
+}
+
+static int finish(const char *prog, launch_proc_t *ps, status_t rc, const status_msg_t *err)
+{
+    if (!bench_stop_ps(prog, ps) && rc == STATUS_OK)
+        rc = STATUS_REMOTE;
     if (rc != STATUS_OK && err->text[0] != '\0')
         fprintf(stderr, "%s: %s\n", prog, err->text);
     fflush(stdout);
@@ -355,7 +363,7 @@ int bench_against_ps(const char *prog, const char *title, const char *client_lin
     printf("  client   %s\n", client_line);
     printf("  units    MB/s = 10^6 bytes per second; MiB = 2^20 bytes\n");
     /* The daemon is spawned before gRPC starts its threads here. */
-    rc = start_ps(ps_path, threads, &ps, shown, sizeof(shown), &err);
+    rc = bench_start_ps(ps_path, threads, NULL, &ps, shown, sizeof(shown), &err);
     if (rc != STATUS_OK) {
         fprintf(stderr, "%s: %s\n", prog, err.text);
         return 1;

@@ -44,6 +44,15 @@ int free_port(void);
 status_t run_iperf(long seconds, double *ret_mbps, status_msg_t *err);
 
 /* What a benchmark measures once its tessera-ps is up, against target. */
+/* Starts a tessera-ps (path NULL: the one beside this program) on 127.0.0.1 with --threads and
+ * the extra flags (NULL-terminated, may be NULL); ret_shown gets its path. Call before
+ * grpc_init() or from a process whose gRPC threads cannot be forked into (posix_spawn). */
+status_t bench_start_ps(const char *path, int threads, char *const *extra, launch_proc_t *ps,
+                        char *ret_shown, size_t len, status_msg_t *err);
+
+/* Stops it with SIGTERM; false (and a message) when it did not exit cleanly. */
+bool bench_stop_ps(const char *prog, launch_proc_t *ps);
+
 typedef status_t (*bench_body_fn)(const void *opts, const char *target, status_msg_t *err);
 
 /* The main both PS benchmarks share, after their flags are parsed: prints the header (title,

@@ -1,6 +1,7 @@
 /* The ring all-reduce over TCP (ring.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "ring.h"
+#include "ring_link.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,7 +25,8 @@
 
 struct ring {
     int rank, size;
-    int next_fd, prev_fd; /* sends to rank + 1, receives from rank - 1 */
+    ring_link_t next, prev; /* sends to rank + 1, receives from rank - 1 */
+    ring_tls_t *tls;        /* NULL: plain TCP */
     int timeout_ms;
     float *tmp; /* a received chunk, before it is added */
     size_t tmp_len;
@@ -42,21 +44,24 @@ static uint32_t get_u32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* The whole of buf over a blocking socket, within the deadline (clock_now_s()). */
-static int io_full(int fd, uint8_t *buf, size_t n, bool out, double deadline)
+/* The whole of buf over a link, within the deadline (clock_now_s()). */
+static int io_full(ring_link_t *l, uint8_t *buf, size_t n, bool out, double deadline)
 {
     size_t done = 0;
 
     while (done < n) {
-        struct pollfd p = {.fd = fd, .events = out ? POLLOUT : POLLIN};
-        int left = (int)((deadline - clock_now_s()) * 1000);
-        ssize_t k;
-        if (left <= 0 || poll(&p, 1, left) <= 0)
+        ssize_t k =
+            out ? ring_link_send(l, buf + done, n - done) : ring_link_recv(l, buf + done, n - done);
+        if (k < 0)
             return -1;
-        k = out ? send(fd, buf + done, n - done, MSG_NOSIGNAL) : recv(fd, buf + done, n - done, 0);
-        if (k <= 0 && !(k < 0 && (errno == EINTR || errno == EAGAIN)))
-            return -1;
-        done += k > 0 ? (size_t)k : 0;
+        done += (size_t)k;
+        if (k == 0 && !(out == false && ring_link_buffered(l))) {
+            struct pollfd p = {.fd = l->fd, .events = l->want};
+            int left = (int)((deadline - clock_now_s()) * 1000);
+            int ready = left > 0 ? poll(&p, 1, left) : 0;
+            if (ready == 0 || (ready < 0 && errno != EINTR))
+                return -1;
+        }
     }
     return 0;
 }
@@ -100,12 +105,15 @@ status_t ring_listen(const char *address, int *ret_fd, int *ret_port, status_msg
     return STATUS_OK;
 }
 
-/* A connection to the next rank, retried while it is not listening yet, with our hello sent. */
-static status_t connect_next(const ring_opts_t *o, double deadline, int *ret_fd, status_msg_t *err)
+/* A connection to the next rank, retried while it is not listening yet, secured (with TLS on)
+ * and with our hello sent. */
+static status_t connect_next(const ring_opts_t *o, ring_tls_t *tls, double deadline,
+                             ring_link_t *ret_link, status_msg_t *err)
 {
     char host[256], port_s[16];
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
     uint8_t h[HELLO_BYTES];
+    status_msg_t why = {0};
     int port, rc, e = 0;
 
     STATUS_CHECK(net_split_hostport(o->next_address, host, sizeof(host), &port, err));
@@ -117,58 +125,74 @@ static status_t connect_next(const ring_opts_t *o, double deadline, int *ret_fd,
     for (;;) {
         int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
         if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            ring_link_t l;
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-            if (io_full(fd, h, sizeof(h), true, deadline) == 0) {
-                freeaddrinfo(ai);
-                *ret_fd = fd;
-                return STATUS_OK;
+            /* on failure the link is closed and why says what failed */
+            if (ring_link_open(&l, fd, tls, false, host[0] ? host : "localhost", deadline, &why) ==
+                STATUS_OK) {
+                why.text[0] = '\0';
+                if (io_full(&l, h, sizeof(h), true, deadline) == 0) {
+                    freeaddrinfo(ai);
+                    *ret_link = l;
+                    return STATUS_OK;
+                }
+                e = errno;
+                ring_link_close(&l);
             }
+        } else {
+            e = errno;
+            if (fd >= 0)
+                close(fd);
         }
-        e = errno;
-        if (fd >= 0)
-            close(fd);
         if (clock_now_s() >= deadline)
             break;
         clock_sleep_ms(50);
     }
     freeaddrinfo(ai);
     return status_fail(err, STATUS_UNAVAILABLE, "rank %d at %s cannot be reached: %s",
-                       (o->rank + 1) % o->size, o->next_address, strerror(e));
+                       (o->rank + 1) % o->size, o->next_address,
+                       why.text[0] ? why.text : strerror(e));
 }
 
-/* The previous rank's connection: others (a stray client, another job's ring) are closed and
- * the wait goes on. */
-static status_t accept_prev(const ring_opts_t *o, double deadline, int *ret_fd, status_msg_t *err)
+/* The previous rank's connection: others (a stray client, another job's ring, a peer without a
+ * worker certificate of the cluster's CA) are closed and the wait goes on. */
+static status_t accept_prev(const ring_opts_t *o, ring_tls_t *tls, double deadline,
+                            ring_link_t *ret_link, status_msg_t *err)
 {
     int prev = (o->rank + o->size - 1) % o->size;
+    status_msg_t why = {0};
 
     for (;;) {
         struct pollfd p = {.fd = o->listen_fd, .events = POLLIN};
         int left = (int)((deadline - clock_now_s()) * 1000), fd, one = 1;
         uint8_t h[HELLO_BYTES];
+        ring_link_t l;
         if (left <= 0 || poll(&p, 1, left) <= 0)
-            return status_fail(err, STATUS_TIMEOUT, "rank %d did not connect within %d ms", prev,
-                               o->timeout_ms);
+            return status_fail(err, STATUS_TIMEOUT, "rank %d did not connect within %d ms%s%s",
+                               prev, o->timeout_ms, why.text[0] ? "; the last refused: " : "",
+                               why.text);
         if ((fd = accept(o->listen_fd, NULL, NULL)) < 0)
             continue;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (io_full(fd, h, sizeof(h), false, deadline) == 0 && get_u32(h) == RING_MAGIC &&
+        if (ring_link_open(&l, fd, tls, true, NULL, deadline, &why) != STATUS_OK)
+            continue;
+        if (io_full(&l, h, sizeof(h), false, deadline) == 0 && get_u32(h) == RING_MAGIC &&
             get_u32(h + 4) == RING_VERSION && get_u32(h + 8) == (uint32_t)prev &&
             get_u32(h + 12) == (uint32_t)o->size && get_u32(h + 16) == (uint32_t)o->token &&
             get_u32(h + 20) == (uint32_t)(o->token >> 32)) {
-            *ret_fd = fd;
+            *ret_link = l;
             return STATUS_OK;
         }
-        close(fd);
+        ring_link_close(&l);
     }
 }
 
 void ring_abort(ring_t *r)
 {
-    if (r != NULL && r->next_fd >= 0)
-        shutdown(r->next_fd, SHUT_RDWR);
-    if (r != NULL && r->prev_fd >= 0)
-        shutdown(r->prev_fd, SHUT_RDWR);
+    if (r == NULL)
+        return;
+    ring_link_shutdown(&r->next);
+    ring_link_shutdown(&r->prev);
 }
 
 int ring_failed_peer(const ring_t *r)
@@ -180,10 +204,9 @@ void ring_free(ring_t *r)
 {
     if (r == NULL)
         return;
-    if (r->next_fd >= 0)
-        close(r->next_fd);
-    if (r->prev_fd >= 0)
-        close(r->prev_fd);
+    ring_link_close(&r->next);
+    ring_link_close(&r->prev);
+    ring_tls_free(r->tls);
     free(r->tmp);
     free(r);
 }
@@ -202,8 +225,8 @@ status_t ring_connect(const ring_opts_t *o, ring_t **ret, status_msg_t *err)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     *r = (ring_t){.rank = o->rank,
                   .size = o->size,
-                  .next_fd = -1,
-                  .prev_fd = -1,
+                  .next = RING_LINK_NONE,
+                  .prev = RING_LINK_NONE,
                   .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000,
                   .failed_peer = -1};
     if (o->size == 1) {
@@ -211,12 +234,16 @@ status_t ring_connect(const ring_opts_t *o, ring_t **ret, status_msg_t *err)
         return STATUS_OK;
     }
     deadline = clock_now_s() + r->timeout_ms / 1000.0;
-    rc = connect_next(o, deadline, &r->next_fd, err);
+    rc = ring_tls_new(&r->tls, err);
+    /* A TLS handshake needs both ends at it: if every rank connected before it accepted, each
+     * would wait on a neighbour that waits on the next. Odd ranks accept first, so each even
+     * rank's connection is taken at once and no wait goes round the ring. */
+    if (rc == STATUS_OK && o->rank % 2 == 1)
+        rc = accept_prev(o, r->tls, deadline, &r->prev, err);
     if (rc == STATUS_OK)
-        rc = accept_prev(o, deadline, &r->prev_fd, err);
-    if (rc == STATUS_OK && (fcntl(r->next_fd, F_SETFL, O_NONBLOCK) != 0 ||
-                            fcntl(r->prev_fd, F_SETFL, O_NONBLOCK) != 0))
-        rc = status_fail(err, STATUS_SYSTEM, "fcntl: %s", strerror(errno));
+        rc = connect_next(o, r->tls, deadline, &r->next, err);
+    if (rc == STATUS_OK && o->rank % 2 == 0)
+        rc = accept_prev(o, r->tls, deadline, &r->prev, err);
     if (rc != STATUS_OK) {
         ring_free(r);
         return rc;
@@ -236,32 +263,34 @@ static status_t exchange(ring_t *r, const float *out, size_t out_n, float *in, s
     size_t sb = out_n * sizeof(float), rb = in_n * sizeof(float), sent = 0, got = 0, added = 0;
 
     while (sent < sb || got < rb) {
-        struct pollfd p[2] = {{.fd = r->next_fd, .events = sent < sb ? POLLOUT : 0},
-                              {.fd = r->prev_fd, .events = got < rb ? POLLIN : 0}};
-        int k = poll(p, 2, r->timeout_ms);
+        /* bytes TLS has decrypted already do not show in poll */
+        bool buffered = got < rb && ring_link_buffered(&r->prev);
+        struct pollfd p[2] = {{.fd = r->next.fd, .events = sent < sb ? r->next.want : 0},
+                              {.fd = r->prev.fd, .events = got < rb ? r->prev.want : 0}};
+        int k = poll(p, 2, buffered ? 0 : r->timeout_ms);
         if (k < 0 && errno == EINTR)
             continue;
-        if (k <= 0) {
+        if (k <= 0 && !buffered) {
             r->failed_peer = got < rb ? prev : next;
             return status_fail(err, STATUS_TIMEOUT, "all-reduce: rank %d %s for %d ms",
                                r->failed_peer, got < rb ? "sent nothing" : "took nothing",
                                r->timeout_ms);
         }
         if (sent < sb && p[0].revents != 0) {
-            ssize_t n = send(r->next_fd, sp + sent, sb - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            ssize_t n = ring_link_send(&r->next, sp + sent, sb - sent);
+            if (n < 0) {
                 r->failed_peer = next;
                 return status_fail(err, STATUS_UNAVAILABLE, "all-reduce: sending to rank %d: %s",
                                    next, strerror(errno));
             }
             sent += n > 0 ? (size_t)n : 0;
         }
-        if (got < rb && p[1].revents != 0) {
-            ssize_t n = recv(r->prev_fd, rp + got, rb - got, MSG_DONTWAIT);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        if (got < rb && (p[1].revents != 0 || buffered)) {
+            ssize_t n = ring_link_recv(&r->prev, rp + got, rb - got);
+            if (n < 0) {
                 r->failed_peer = prev;
                 return status_fail(err, STATUS_UNAVAILABLE, "all-reduce: rank %d %s", prev,
-                                   n == 0 ? "closed the connection" : strerror(errno));
+                                   errno == ECONNRESET ? "closed the connection" : strerror(errno));
             }
             got += n > 0 ? (size_t)n : 0;
             for (; add && added < got / sizeof(float); added++) /* the floats complete so far */

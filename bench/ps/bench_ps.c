@@ -8,13 +8,17 @@
  *   - single-stream loopback TCP with iperf3;
  *   - 16 clients, each with its own channel (its own TCP connection) on its own thread, pushing
  *     1 MiB gradients of one shared variable as fast as they can: aggregate throughput and the
- *     latency of every push (p50, p99).
+ *     latency of every push (p50, p99);
+ *   - then push+pull of the same variable to a second tessera-ps with mutual TLS 1.3 (its
+ *     certificates made by `tessera certs` in a temporary directory), in rounds interleaved with
+ *     the plaintext one, and the ratio of the two.
  * After the timed calls of each round it checks that the values pulled are the ones SGD gives.
  *
  * It reports against the issue's target (push+pull >= 50% of iperf3) without failing on it: the
  * exit status is 0 unless something failed to run or a check found wrong values. Run it through
  * bench/ps/run.sh. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -26,6 +30,7 @@
 #include "bench_util.h"
 #include "rpc/optimizer_proto.h"
 #include "rpc/client.h"
+#include "rpc/security.h"
 #include "base/clock.h"
 
 #define MIB             ((size_t)1 << 20)
@@ -34,6 +39,7 @@
 #define MIN_BIG_CALLS   3
 #define CALL_TIMEOUT_MS 60000
 #define TARGET_RATIO    0.50
+#define TARGET_TLS      0.70 /* push+pull over mTLS against plaintext */
 #define MAX_CLIENTS     256
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -45,6 +51,7 @@ typedef struct bench_opts {
     long big_mib, small_mib;
     long iperf_seconds;
     bool iperf;
+    bool tls;
     long ps_threads;
     const char *ps_path; /* NULL: beside this program */
 } bench_opts_t;
@@ -52,7 +59,7 @@ typedef struct bench_opts {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench-ps [--rounds=N] [--seconds=S] [--clients=N] [--big-mib=N]\n"
-               "                [--small-mib=N] [--iperf-seconds=S] [--no-iperf]\n"
+               "                [--small-mib=N] [--iperf-seconds=S] [--no-iperf] [--no-tls]\n"
                "                [--ps-threads=N] [--ps=PATH]\n"
                "Measures push+pull of one large variable against iperf3 and many clients\n"
                "pushing to one tessera-ps (defaults: 3 rounds of 3 s, 16 clients, 64 MiB and\n"
@@ -80,6 +87,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
                         .small_mib = 1,
                         .iperf_seconds = 3,
                         .iperf = true,
+                        .tls = true,
                         .ps_threads = cpus > 0 ? cpus : 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = strchr(a, '=');
@@ -89,6 +97,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             return 1;
         if (strcmp(a, "--no-iperf") == 0)
             o->iperf = false;
+        else if (strcmp(a, "--no-tls") == 0)
+            o->tls = false;
         else if (v == NULL)
             ok = false;
         else if (strncmp(a, "--rounds=", 9) == 0)
@@ -468,6 +478,94 @@ static void print_summary(const bench_opts_t *o, results_t *r)
                                          : "MISS");
 }
 
+/* ---- mutual TLS against plaintext ---------------------------------------------------------- */
+
+/* Makes a CA and the certificates of a PS and a worker (the role that may push) in dir. */
+static status_t make_pki(const char *dir, status_msg_t *err)
+{
+    char tessera[4096], cmd[13000];
+
+    STATUS_CHECK(launch_find_program("tessera", tessera, sizeof(tessera), err));
+    snprintf(cmd, sizeof(cmd),
+             "'%s' certs init --dir %s >/dev/null && '%s' certs issue --dir %s ps 0 --host "
+             "127.0.0.1 >/dev/null && '%s' certs issue --dir %s worker 0 >/dev/null",
+             tessera, dir, tessera, dir, tessera, dir);
+    if (system(cmd) != 0)
+        return status_fail(err, STATUS_SYSTEM, "tessera certs failed in %s", dir);
+    return STATUS_OK;
+}
+
+/* Push+pull of s->big to the plaintext PS (s->chs[0]) and to a second PS with mutual TLS, in
+ * interleaved rounds; prints both medians and their ratio. Turns this process's channels made
+ * from now on to mutual TLS. */
+static status_t bench_tls(const bench_opts_t *o, setup_t *s, results_t *r, status_msg_t *err)
+{
+    char dir[] = "/tmp/bench-ps-tls-XXXXXX", cert[100], key[100], ca[100], flags[3][120],
+         shown[4096], cmd[200];
+    char *extra[] = {flags[0], flags[1], flags[2], NULL};
+    rpc_channel_opts_t copts = {.timeout_ms = CALL_TIMEOUT_MS};
+    samples_t plain = {0}, secure = {0};
+    rpc_channel_t *ch = NULL;
+    uint64_t tls_updates = 0;
+    launch_proc_t ps;
+    bool started = false;
+    status_t rc;
+
+    if (mkdtemp(dir) == NULL)
+        return status_fail(err, STATUS_SYSTEM, "mkdtemp: %s", strerror(errno));
+    STATUS_CHECK_GOTO(make_pki(dir, err), rc, out);
+    snprintf(flags[0], sizeof(flags[0]), "--tls-cert=%s/ps-0.crt", dir);
+    snprintf(flags[1], sizeof(flags[1]), "--tls-key=%s/ps-0.key", dir);
+    snprintf(flags[2], sizeof(flags[2]), "--tls-ca=%s/ca.crt", dir);
+    STATUS_CHECK_GOTO(
+        bench_start_ps(o->ps_path, (int)o->ps_threads, extra, &ps, shown, sizeof(shown), err), rc,
+        out);
+    started = true;
+    snprintf(cert, sizeof(cert), "%s/worker-0.crt", dir);
+    snprintf(key, sizeof(key), "%s/worker-0.key", dir);
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    STATUS_CHECK_GOTO(rpc_security_init(cert, key, ca, err), rc, out);
+    STATUS_CHECK_GOTO(rpc_channel_new(ps.listen, &copts, &ch, err), rc, out);
+    STATUS_CHECK_GOTO(create_job(ch, (var_t *[]){&s->big}, 1, err), rc, out);
+    printf("\nPush+pull of one %ld MiB variable, plaintext and mutual TLS 1.3 (a second "
+           "tessera-ps,\npid %d, gRPC with mTLS on %s), in interleaved rounds (the round's "
+           "median MB/s)\n",
+           o->big_mib, (int)ps.pid, ps.listen);
+    printf("  %5s %14s %14s\n", "round", "plaintext", "mTLS");
+    for (long i = 1; i <= o->rounds; i++) {
+        samples_t a = {0}, b = {0};
+        rc = bench_push_pull(s->chs[0], &s->big, s->grad, s->recv, o, &r->big_updates, &a, err);
+        if (rc == STATUS_OK)
+            rc = bench_push_pull(ch, &s->big, s->grad, s->recv, o, &tls_updates, &b, err);
+        if (rc == STATUS_OK && (!samples_merge(&plain, &a) || !samples_merge(&secure, &b)))
+            rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        if (rc == STATUS_OK)
+            printf("  %5ld %14s %14s\n", i, NUM(samples_quantile(&a, 0.5)),
+                   NUM(samples_quantile(&b, 0.5)));
+        samples_free(&a);
+        samples_free(&b);
+        STATUS_CHECK_GOTO(rc, rc, out);
+    }
+    {
+        double p = samples_quantile(&plain, 0.5), t = samples_quantile(&secure, 0.5);
+        printf("  median: plaintext %s MB/s, mTLS %s MB/s over %zu and %zu calls\n", NUM(p), NUM(t),
+               plain.n, secure.n);
+        printf("  %ld MiB push+pull over mTLS >= 70%% of plaintext   %s / %s MB/s = %.1f%%  %s\n",
+               o->big_mib, NUM(t), NUM(p), 100 * t / p, t >= TARGET_TLS * p ? "PASS" : "MISS");
+    }
+    rc = STATUS_OK;
+out:
+    rpc_channel_free(ch);
+    if (started && !bench_stop_ps("bench-ps", &ps) && rc == STATUS_OK)
+        rc = status_fail(err, STATUS_REMOTE, "the mTLS tessera-ps did not stop cleanly");
+    samples_free(&plain);
+    samples_free(&secure);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench-ps: could not remove %s\n", dir);
+    return rc;
+}
+
 /* Everything after the server is up: channels, the job, the rounds, the checks, the summary. */
 static status_t bench_all(const bench_opts_t *o, const char *target, status_msg_t *err)
 {
@@ -501,6 +599,8 @@ static status_t bench_all(const bench_opts_t *o, const char *target, status_msg_
     printf("  checked: the pulled values are exactly SGD's after %llu and %llu updates\n",
            (unsigned long long)r.big_updates, (unsigned long long)r.small_pushes);
     print_summary(o, &r);
+    if (o->tls)
+        STATUS_CHECK_GOTO(bench_tls(o, &s, &r, err), rc, out);
     if (o->iperf && r.iperf_failed)
         rc = status_fail(err, STATUS_REMOTE, "%s", r.iperf_err.text);
 out:

@@ -237,6 +237,13 @@ const char *rpc_security_identity(void)
     return tls.identity;
 }
 
+void rpc_security_pem(const char **ret_cert, const char **ret_key, const char **ret_ca)
+{
+    *ret_cert = tls.on ? tls.cert : NULL;
+    *ret_key = tls.on ? tls.key : NULL;
+    *ret_ca = tls.on ? tls.ca : NULL;
+}
+
 unsigned long long rpc_security_handshake_failures(void)
 {
     return atomic_load(&handshake_failures);

@@ -42,6 +42,10 @@ unsigned rpc_identity_roles(const char *identity);
 /* Names the roles of a mask, "chief, worker", into buf. */
 const char *rpc_roles_describe(unsigned roles, char *buf, size_t len);
 
+/* The PEM text rpc_security_init read (all NULL without TLS), for a data plane beside gRPC
+ * that secures its own connections with the same identity (the ring all-reduce). */
+void rpc_security_pem(const char **ret_cert, const char **ret_key, const char **ret_ca);
+
 /* TLS handshakes this process refused or failed (no certificate, one from another CA, an old
  * protocol version), counted from gRPC's own report. */
 unsigned long long rpc_security_handshake_failures(void);

@@ -28,7 +28,7 @@ static int tessera(char *const *args, char **out)
 static void make_pki(void)
 {
     static const char *const ids[][2] = {
-        {"ps", "0"}, {"worker", "0"}, {"chief", "0"}, {"client", "alice"}};
+        {"ps", "0"}, {"worker", "0"}, {"worker", "1"}, {"chief", "0"}, {"client", "alice"}};
     char *out = NULL;
 
     if (pki[0] != '\0')
@@ -262,22 +262,26 @@ START_TEST(bad_tls_settings_are_refused_by_name)
 }
 END_TEST
 
-/* A parameter-server job: chief, PS and worker over mTLS, submitted and watched with a client
- * certificate, ends at the same numbers as over plaintext (one worker: deterministic). */
-static char *train_job(bool tls, const char *name)
+/* Trains the MLP for an epoch with `strategy` on a chief and its tasks (parameter_server: one
+ * PS and one worker; multi_worker_mirrored: two workers), all over mTLS or all over plaintext,
+ * submitted and watched with a client certificate; returns the result line. */
+static char *train_job(bool tls, const char *name, const char *strategy)
 {
-    tls_flags_t ps = tls_of(pki, "ps-0"), w = tls_of(pki, "worker-0"), ch = tls_of(pki, "chief-0"),
+    bool ps_job = strcmp(strategy, "parameter_server") == 0;
+    tls_flags_t ps = tls_of(pki, "ps-0"), ch = tls_of(pki, "chief-0"),
                 cl = tls_of(pki, "client-alice");
-    char job[600], ps_flag[200], worker_flag[200], chief_flag[200], *out = NULL, *res;
-    launch_proc_t p, wk, c;
-    int rc;
+    tls_flags_t w[2] = {tls_of(pki, "worker-0"), tls_of(pki, "worker-1")};
+    char job[600], ps_flag[200], worker_flag[400], chief_flag[200], pname[3][80];
+    char *out = NULL, *res;
+    launch_proc_t p, wk[2], c;
+    int rc, n_workers = ps_job ? 1 : 2;
 
     snprintf(job, sizeof(job), "%s/%s.yaml", harness_tmpdir(), name);
     {
         FILE *f = fopen(job, "w");
         ck_assert_ptr_nonnull(f);
         fprintf(f,
-                "name: %s\nstrategy: parameter_server\n"
+                "name: %s\nstrategy: %s\n"
                 "model:\n  - {dense: {units: 64, activation: relu}, input_shape: [784]}\n"
                 "  - {dense: {units: 10}}\n"
                 "loss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
@@ -290,18 +294,30 @@ static char *train_job(bool tls, const char *name)
                 "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz}\n"
                 "  scale: 0.00392156862745098\n  batch_size: 64\n  seed: 1\n"
                 "train: {epochs: 1, steps_per_execution: 20}\n",
-                name);
+                name, strategy);
         fclose(f);
     }
-    if (tls) {
-        harness_start(&p, "tessera-ps", "sec-train-ps", ps.cert, ps.key, ps.ca, NULL);
-        harness_start(&wk, "tessera-worker", "sec-train-w", w.cert, w.key, w.ca, NULL);
-    } else {
-        harness_start(&p, "tessera-ps", "plain-train-ps", NULL);
-        harness_start(&wk, "tessera-worker", "plain-train-w", NULL);
+    for (int i = 0; i < 3; i++)
+        snprintf(pname[i], sizeof(pname[i]), "%s-%s", name, i == 0 ? "ps" : i == 1 ? "w0" : "w1");
+    if (ps_job && tls)
+        harness_start(&p, "tessera-ps", pname[0], ps.cert, ps.key, ps.ca, NULL);
+    else if (ps_job)
+        harness_start(&p, "tessera-ps", pname[0], NULL);
+    for (int i = 0; i < n_workers; i++) {
+        char index[32];
+        snprintf(index, sizeof(index), "--task-index=%d", i);
+        if (tls)
+            harness_start(&wk[i], "tessera-worker", pname[1 + i], index, w[i].cert, w[i].key,
+                          w[i].ca, NULL);
+        else
+            harness_start(&wk[i], "tessera-worker", pname[1 + i], index, NULL);
     }
-    snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", p.listen);
-    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s", wk.listen);
+    if (ps_job)
+        snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", p.listen);
+    else
+        snprintf(ps_flag, sizeof(ps_flag), "--log-level=info");
+    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s%s%s", wk[0].listen,
+             n_workers > 1 ? "," : "", n_workers > 1 ? wk[1].listen : "");
     if (tls)
         harness_start(&c, "tessera-chief", "sec-train-chief", ps_flag, worker_flag, ch.cert, ch.key,
                       ch.ca, NULL);
@@ -323,22 +339,32 @@ static char *train_job(bool tls, const char *name)
     res = harness_result(out);
     free(out);
     harness_stop(&c);
-    harness_stop(&wk);
-    harness_stop(&p);
+    for (int i = n_workers - 1; i >= 0; i--)
+        harness_stop(&wk[i]);
+    if (ps_job)
+        harness_stop(&p);
     return res;
 }
 
-START_TEST(a_ps_job_over_mtls_ends_at_the_plaintext_numbers)
+/* The same numbers over mTLS as over plaintext: the parameter-server job (one worker:
+ * deterministic), and multi_worker_mirrored, whose ring all-reduce runs in TLS 1.3 too. */
+START_TEST(jobs_over_mtls_end_at_the_plaintext_numbers)
 {
-    char *secure, *plain;
+    static const char *const strategies[] = {"parameter_server", "multi_worker_mirrored"};
 
     make_pki();
-    secure = train_job(true, "sec-mlp");
-    plain = train_job(false, "plain-mlp");
-    ck_assert_msg(strcmp(secure, plain) == 0, "mTLS: %s\nplaintext: %s", secure, plain);
-    fprintf(stderr, "mTLS and plaintext: %s\n", secure);
-    free(secure);
-    free(plain);
+    for (int i = 0; i < 2; i++) {
+        char secure_name[64], plain_name[64];
+        snprintf(secure_name, sizeof(secure_name), "sec-%d", i);
+        snprintf(plain_name, sizeof(plain_name), "plain-%d", i);
+        char *secure = train_job(true, secure_name, strategies[i]);
+        char *plain = train_job(false, plain_name, strategies[i]);
+        ck_assert_msg(strcmp(secure, plain) == 0, "%s over mTLS: %s\nplaintext: %s", strategies[i],
+                      secure, plain);
+        fprintf(stderr, "%s, mTLS and plaintext: %s\n", strategies[i], secure);
+        free(secure);
+        free(plain);
+    }
 }
 END_TEST
 
@@ -351,7 +377,7 @@ int main(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, mtls_refuses_the_unauthenticated_and_the_wrong_roles);
     tcase_add_test(tc, bad_tls_settings_are_refused_by_name);
-    tcase_add_test(tc, a_ps_job_over_mtls_ends_at_the_plaintext_numbers);
+    tcase_add_test(tc, jobs_over_mtls_end_at_the_plaintext_numbers);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
