@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "job/paths.h"
 #include "internal.h"
 #include "placement.h"
 
@@ -51,6 +52,13 @@ static status_t on_submit(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
     if (rc != STATUS_OK)
         return rpc_ctx_fail(ctx, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT,
                             req->job_path, "%s", err.text);
+    /* what the chief itself reads and writes of the job (the workers check the data) */
+    rc = job_paths_check(&j->job, JOB_PATHS_INIT | JOB_PATHS_CHECKPOINT | JOB_PATHS_TENSORBOARD,
+                         daemon_roots(c->daemon), &err);
+    if (rc != STATUS_OK) {
+        chief_job_free(j);
+        return rpc_ctx_fail(ctx, rc, req->job_path, "%s", err.text);
+    }
     /* the synchronous strategies need no parameter server; parameter_server does */
     if (c->n_ps == 0 && !job_is_synchronous(&j->job)) {
         chief_job_free(j);

@@ -67,6 +67,8 @@ static status_t start_task(local_cluster_t *c, const char *program, const char *
     argv[a++] = path;
     argv[a++] = "--listen=127.0.0.1:0";
     argv[a++] = "--metrics-listen=127.0.0.1:0";
+    /* a cluster of the user's own processes on this machine: the user's own files */
+    argv[a++] = "--data-root=/";
     argv[a++] = "--task-index";
     argv[a++] = idx;
     for (size_t i = 0; extra != NULL && extra[i] != NULL && a < 22; i++)

@@ -30,6 +30,7 @@
 
 typedef struct ps_service {
     store_t *store;
+    const roots_t *roots; /* where checkpoints may go (--data-root) */
     int64_t max_message_bytes;
     metric_t *push_requests, *pull_requests, *pushed_bytes, *pulled_bytes;
     metric_t *param_bytes, *slot_bytes, *variables, *apply_seconds;
@@ -705,6 +706,17 @@ static status_t check_ckpt_path(rpc_ctx_t *ctx, const char *field, const char *p
     return STATUS_OK;
 }
 
+/* The PS writes and reads checkpoints only under its --data-root directories. */
+static status_t check_root(rpc_ctx_t *ctx, const ps_service_t *st, const char *what,
+                           const char *field, const char *path)
+{
+    status_msg_t why = {0};
+
+    if (roots_check(st->roots, what, path, &why) != STATUS_OK)
+        return rpc_ctx_fail(ctx, STATUS_PERMISSION_DENIED, field, "%s", why.text);
+    return STATUS_OK;
+}
+
 /* A shard file's own name: letters, digits, '.', '_' and '-', not starting with '.', ending in
  * .safetensors. */
 static bool shard_file_name(const char *name)
@@ -736,6 +748,7 @@ static status_t on_save(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
 
     STATUS_CHECK(check_job(ctx, req->job));
     STATUS_CHECK(check_ckpt_path(ctx, "directory", req->directory));
+    STATUS_CHECK(check_root(ctx, st, "checkpoint.dir", "directory", req->directory));
     if (!shard_file_name(req->file))
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "file",
                             "file must be a plain name ending in .safetensors, got \"%.200s\"",
@@ -788,6 +801,7 @@ static status_t on_restore(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *us
 
     STATUS_CHECK(check_job(ctx, req->job));
     STATUS_CHECK(check_ckpt_path(ctx, "file", req->file));
+    STATUS_CHECK(check_root(ctx, st, "checkpoint file", "file", req->file));
     base = strrchr(req->file, '/') + 1;
     if (!shard_file_name(base))
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "file",
@@ -844,6 +858,7 @@ status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_
         return err->status;
     }
     st->max_message_bytes = mm;
+    st->roots = daemon_roots(d);
     lim.max_bytes =
         o->max_memory_bytes > 0 ? (uint64_t)o->max_memory_bytes : memory_physical_bytes();
     /* A whole shard travels in one message: leave room for the fields around it. */

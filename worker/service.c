@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "job/paths.h"
 #include "base/memory.h"
 #include "announce.h"
 #include "checkpoint.h"
@@ -116,7 +117,7 @@ static status_t resume_newest(wjob_t *j, status_msg_t *err)
 
 /* Parses the job with the files that came with it and builds model and data. */
 static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t max_bytes,
-                           wjob_t **ret, status_msg_t *err)
+                           const roots_t *roots, wjob_t **ret, status_msg_t *err)
 {
     wjob_t *j = calloc(1, sizeof(*j));
     job_file_t *files = calloc(req->n_files + 1, sizeof(*files));
@@ -155,7 +156,12 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                              .max_bytes = max_bytes,
                              .start_epoch = req->start_epoch,
                              .start_batch = req->start_batch};
-        rc = job_set_replicas(&j->job, mwms ? j->num_workers : replicas, err);
+        /* what this worker reads (data, starting weights) and, synchronous, writes */
+        rc = job_paths_check(&j->job,
+                             JOB_PATHS_DATA | JOB_PATHS_INIT | (sync ? JOB_PATHS_CHECKPOINT : 0),
+                             roots, err);
+        if (rc == STATUS_OK)
+            rc = job_set_replicas(&j->job, mwms ? j->num_workers : replicas, err);
         if (rc == STATUS_OK && (req->start_epoch < 0 || req->start_batch < 0))
             rc = status_fail(err, STATUS_INVALID_ARGUMENT,
                              "start_epoch and start_batch must be >= 0, got %lld and %lld",
@@ -367,7 +373,7 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "worker_index",
                             "worker_index %d is not in [0, num_workers %d)", req->worker_index,
                             req->num_workers);
-    rc = wjob_build(req, w->max_bytes, &j, &err);
+    rc = wjob_build(req, w->max_bytes, daemon_roots(w->daemon), &j, &err);
     if (rc != STATUS_OK)
         return rpc_ctx_fail(ctx,
                             rc == STATUS_NO_MEMORY || rc == STATUS_RESOURCE_EXHAUSTED

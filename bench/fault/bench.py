@@ -98,7 +98,8 @@ class Task:
     def start(self):
         out = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [self.program, "--listen", self.listen, "--metrics-listen", self.metrics]
+            [self.program, "--listen", self.listen, "--metrics-listen", self.metrics,
+             "--data-root", "/"]
             + self.flags, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
         out.close()
         host, port = self.listen.rsplit(":", 1)

@@ -107,15 +107,26 @@ void config_list_done(config_list_t *l)
 }
 
 /* Appends a checked address to the list; the list owns the copy. */
-static status_t list_append(config_list_t *l, const char *addr, size_t len, const char *where,
-                            status_msg_t *err)
+/* Adds an item to a list: an address (checked) to CONFIG_ADDRESS_LIST, a non-empty path
+ * without control characters to CONFIG_PATH_LIST. */
+static status_t list_append(config_type_t type, config_list_t *l, const char *addr, size_t len,
+                            const char *where, status_msg_t *err)
 {
     char **items;
     char *copy = strndup(addr, len);
 
     if (copy == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", where);
-    if (check_address(copy, where, err) != STATUS_OK) {
+    if (type == CONFIG_PATH_LIST) {
+        bool bad = copy[0] == '\0';
+        for (const char *p = copy; *p; p++)
+            bad |= (unsigned char)*p < 0x20;
+        if (bad) {
+            free(copy);
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: a path must be non-empty without control characters", where);
+        }
+    } else if (check_address(copy, where, err) != STATUS_OK) {
         free(copy);
         return STATUS_BAD_CONFIG;
     }
@@ -149,7 +160,7 @@ static status_t parse_list_text(const char *text, const char *where, config_list
                              text);
             goto out;
         }
-        STATUS_CHECK_GOTO(list_append(&l, p, trimmed, where, err), rc, out);
+        STATUS_CHECK_GOTO(list_append(CONFIG_ADDRESS_LIST, &l, p, trimmed, where, err), rc, out);
         p += len;
         if (*p == ',') {
             p++;
@@ -254,6 +265,8 @@ static status_t set_text(const config_option_t *o, void *opts, const char *text,
         STATUS_CHECK(parse_list_text(text, where, &l, err));
         set_list(o, opts, &l);
         return STATUS_OK;
+    case CONFIG_PATH_LIST: /* each occurrence adds one */
+        return list_append(o->type, field(opts, o), text, strlen(text), where, err);
     case CONFIG_LOG_LEVEL:
         if (log_level_parse(text, &level) != STATUS_OK)
             return status_fail(err, STATUS_BAD_CONFIG,
@@ -281,6 +294,7 @@ static status_t set_null(const config_option_t *o, void *opts, const char *where
         *slot = NULL;
         return STATUS_OK;
     case CONFIG_ADDRESS_LIST:
+    case CONFIG_PATH_LIST:
         config_list_done(field(opts, o));
         return STATUS_OK;
     default:
@@ -314,7 +328,7 @@ void config_done(const config_table_t *t, void *opts)
             char **slot = field(opts, o);
             free(*slot);
             *slot = NULL;
-        } else if (o->type == CONFIG_ADDRESS_LIST) {
+        } else if (o->type == CONFIG_ADDRESS_LIST || o->type == CONFIG_PATH_LIST) {
             config_list_done(field(opts, o));
         }
     }
@@ -542,11 +556,14 @@ static status_t read_sequence(yaml_reader_t *r, const config_option_t *o)
         if (r->ev.type == YAML_SEQUENCE_END_EVENT)
             break;
         if (r->ev.type != YAML_SCALAR_EVENT) {
-            rc = fail_structure(r, o, "list items must be plain \"host:port\" strings");
+            rc = fail_structure(r, o,
+                                o->type == CONFIG_PATH_LIST
+                                    ? "list items must be plain path strings"
+                                    : "list items must be plain \"host:port\" strings");
             goto out;
         }
         snprintf(where, sizeof(where), "%s:%zu: %s", r->path, event_line(&r->ev), o->key);
-        STATUS_CHECK_GOTO(list_append(&l, (const char *)r->ev.data.scalar.value,
+        STATUS_CHECK_GOTO(list_append(o->type, &l, (const char *)r->ev.data.scalar.value,
                                       r->ev.data.scalar.length, where, r->err),
                           rc, out);
     }
@@ -572,7 +589,7 @@ static status_t read_value(yaml_reader_t *r, const config_option_t *o)
             return fail_structure(r, o, "the value contains a NUL character");
         return set_text(o, r->opts, (const char *)r->ev.data.scalar.value, where, r->err);
     case YAML_SEQUENCE_START_EVENT:
-        if (o->type != CONFIG_ADDRESS_LIST)
+        if (o->type != CONFIG_ADDRESS_LIST && o->type != CONFIG_PATH_LIST)
             return fail_structure(r, o, "takes a single value, not a list");
         return read_sequence(r, o);
     case YAML_MAPPING_START_EVENT:
@@ -761,6 +778,8 @@ static const char *value_placeholder(config_type_t type)
         return "HOST:PORT";
     case CONFIG_ADDRESS_LIST:
         return "HOST:PORT,...";
+    case CONFIG_PATH_LIST:
+        return "PATH";
     case CONFIG_LOG_LEVEL:
         return "LEVEL";
     }

@@ -30,6 +30,7 @@ typedef enum {
     CONFIG_ADDRESS,      /* char *, "host:port" checked by net_hostport_valid */
     CONFIG_ADDRESS_LIST, /* config_list_t of addresses; "a:1,b:2" on the command line */
     CONFIG_LOG_LEVEL,    /* int (log_level_t): err, warning, notice, info, debug */
+    CONFIG_PATH_LIST,    /* config_list_t of paths: each --key PATH adds one; a YAML sequence */
 } config_type_t;
 
 typedef struct config_list {

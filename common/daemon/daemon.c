@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "base/notify.h"
+#include "job/paths.h"
 #include "rpc/offline.h"
 #include "rpc/security.h"
 #include "rpc/server.h"
@@ -36,6 +37,7 @@ struct daemon {
     metrics_server_t *metrics_server;
     health_t *health;
     void *role_state;
+    roots_t roots;
     char listen[300];
     char metrics_listen[300];
 };
@@ -58,6 +60,11 @@ const daemon_spec_t *daemon_spec(daemon_t *d)
 const char *daemon_address(daemon_t *d)
 {
     return d->listen;
+}
+
+const roots_t *daemon_roots(daemon_t *d)
+{
+    return &d->roots;
 }
 
 /* ---- TF_CONFIG ---------------------------------------------------------------------------- */
@@ -487,15 +494,21 @@ int daemon_main(const daemon_spec_t *spec, const config_table_t *table, void *op
     log_set_subsystems(mask);
     log_set_identity(spec->role, (int)d.opts->task_index);
 
-    if (rpc_security_init(d.opts->tls_cert, d.opts->tls_key, d.opts->tls_ca, &err) != STATUS_OK) {
+    if (rpc_security_init(d.opts->tls_cert, d.opts->tls_key, d.opts->tls_ca, &err) != STATUS_OK ||
+        roots_init(&d.roots, spec->program, d.opts->data_roots.items, d.opts->data_roots.n, &err) !=
+            STATUS_OK) {
         fprintf(stderr, "%s: %s\n", spec->program, err.text);
+        rpc_security_done();
         config_done(table, opts);
         return 2;
     }
+    job_paths_confine(&d.roots);
     rpc_log_init();
     grpc_init();
     rc = daemon_run(&d, &set);
     grpc_shutdown();
+    job_paths_confine(NULL);
+    roots_done(&d.roots);
     rpc_security_done();
     config_done(table, opts);
     return rc;
@@ -514,6 +527,7 @@ status_t daemon_offline_new(const daemon_spec_t *spec, void *opts, daemon_t **re
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     d->spec = spec;
     d->opts = opts;
+    d->roots.owner = spec->program; /* no roots: offline daemons touch no job's files */
     snprintf(d->listen, sizeof(d->listen), "offline");
     snprintf(d->metrics_listen, sizeof(d->metrics_listen), "offline");
     d->metrics = metrics_new();

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "daemon/config.h"
+#include "base/roots.h"
 #include "daemon/metrics.h"
 #include "rpc/server.h"
 
@@ -26,6 +27,7 @@ typedef struct daemon_opts {
     char *log_subsystems;
     char *tls_cert, *tls_key, *tls_ca;
     char *health_listen;
+    config_list_t data_roots;
 } daemon_opts_t;
 
 /* Config rows for daemon_opts_t, for the start of each daemon's table. `role_port` is the
@@ -120,10 +122,20 @@ typedef struct daemon_opts {
          0,                                                                                        \
          0,                                                                                        \
          "PEM certificate(s) of the cluster's CA: peers must present a certificate it signed."},   \
+        {"health-listen",                                                                          \
+         CONFIG_ADDRESS,                                                                           \
+         offsetof(daemon_opts_t, health_listen),                                                   \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         0,                                                                                        \
+         "With mutual TLS: a plaintext HOST:PORT that answers only grpc.health.v1.Health, for "    \
+         "Kubernetes gRPC probes (which cannot present a certificate)."},                          \
     {                                                                                              \
-        "health-listen", CONFIG_ADDRESS, offsetof(daemon_opts_t, health_listen), NULL, 0, 0,       \
-            "With mutual TLS: a plaintext HOST:PORT that answers only grpc.health.v1.Health, for " \
-            "Kubernetes gRPC probes (which cannot present a certificate)."                         \
+        "data-root", CONFIG_PATH_LIST, offsetof(daemon_opts_t, data_roots), NULL, 0, 0,            \
+            "A directory under which this daemon may read and write the files jobs name (data, "   \
+            "init_from, checkpoint and TensorBoard directories), symbolic links resolved; "        \
+            "repeatable. None: it touches no file a job names (the chief then takes model files "  \
+            "sent with the job, as tessera submit sends them)."                                    \
     }
 
 typedef struct daemon daemon_t;
@@ -153,6 +165,9 @@ const daemon_spec_t *daemon_spec(daemon_t *d);
 /* The address clients reach this daemon's gRPC server at (the bound port, 127.0.0.1 for a
  * wildcard listen host). */
 const char *daemon_address(daemon_t *d);
+
+/* The directories jobs' files must lie under (--data-root). */
+const roots_t *daemon_roots(daemon_t *d);
 
 /* A TF_CONFIG hook for tables whose struct starts with daemon_opts_t: when TF_CONFIG names a
  * task of the daemon's own type, sets listen to its port and task-index to its index; a task of

@@ -675,12 +675,16 @@ status_t job_parse_keras_json(const char *text, size_t len, const char *path,
     if (root == NULL) {
         size_t at = end != NULL && end >= text && end <= text + len ? (size_t)(end - text) : 0;
         int line = 1;
-        for (size_t i = 0; i < at; i++)
+        size_t col = 1;
+        for (size_t i = 0; i < at; i++) {
             line += text[i] == '\n';
-        char near[96];
-        utf8_escape(near, sizeof(near), text + at, len - at < 20 ? len - at : 20);
-        return status_fail(err, STATUS_BAD_CONFIG, "%s:%d: invalid JSON near '%s'", k.file, line,
-                           near);
+            col = text[i] == '\n' ? 1 : col + 1;
+        }
+        /* The place, never the text: the file may be anything a job names (/etc/shadow). */
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s:%d:%zu: invalid JSON (a Keras model is the JSON of "
+                           "model.to_json())",
+                           k.file, line, col);
     }
     cls = cJSON_GetStringValue(kget(root, "class_name"));
     if (!cJSON_IsObject(root) || cls == NULL)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "job/paths.h"
 #include "job/initializer.h"
 #include "job/internal.h"
 #include "job/tree.h"
@@ -341,8 +342,11 @@ static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, job_model_
         len = c->files[i].len;
         rc = STATUS_OK;
     }
-    if (rc != STATUS_OK)
-        rc = file_read_all(path, "keras_json file", JOB_MAX_FILE_BYTES, &text, &len, c->err);
+    if (rc != STATUS_OK) {
+        rc = job_paths_check_read("model.keras_json", path, c->err);
+        if (rc == STATUS_OK)
+            rc = file_read_all(path, "keras_json file", JOB_MAX_FILE_BYTES, &text, &len, c->err);
+    }
     if (rc != STATUS_OK) {
         char why[sizeof(c->err->text)];
         old = job_tree_push_key(c, "keras_json");

@@ -509,7 +509,7 @@ START_TEST(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back)
     snprintf(log, sizeof(log), "%s/cut-w1.log", harness_tmpdir());
     ck_assert_msg(launch_start("cut-w1",
                                (char *[]){(char *)ip, "netns", "exec", netns_name, prog, w_listen,
-                                          w_metrics, "--task-index=1", NULL},
+                                          w_metrics, "--task-index=1", "--data-root=/", NULL},
                                log, 20000, &w1, &err) == STATUS_OK,
                   "%s", err.text);
     snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", ps.listen);

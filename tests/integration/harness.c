@@ -69,6 +69,14 @@ int harness_try_start(launch_proc_t *p, const char *program, const char *name, c
     argv[a++] = (char *)harness_program(program);
     argv[a++] = "--listen=127.0.0.1:0";
     argv[a++] = "--metrics-listen=127.0.0.1:0";
+    {
+        /* The tests' daemons may use any file, unless a test confines them itself. */
+        bool confined = false;
+        for (size_t i = 0; args && args[i]; i++)
+            confined |= strncmp(args[i], "--data-root", 11) == 0;
+        if (!confined)
+            argv[a++] = "--data-root=/";
+    }
     for (size_t i = 0; args && args[i] && a < 31; i++)
         argv[a++] = args[i];
     argv[a] = NULL;

@@ -368,6 +368,122 @@ START_TEST(jobs_over_mtls_end_at_the_plaintext_numbers)
 }
 END_TEST
 
+/* ---- confinement ---------------------------------------------------------------------------- */
+
+/* A multi_worker_mirrored MLP job in dir/jobs/NAME.yaml whose training images are `images`, with
+ * `extra` lines appended; returns its path. */
+static const char *confined_job(const char *dir, const char *name, const char *images,
+                                const char *extra)
+{
+    static char path[600];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/jobs/%s.yaml", dir, name);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fprintf(f,
+            "name: %s\nstrategy: multi_worker_mirrored\n"
+            "model:\n  - {dense: {units: 10}, input_shape: [784]}\n"
+            "loss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
+            "optimizer: sgd\n"
+            "data:\n  train: {format: idx, images: %s, labels: "
+            "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}\n"
+            "  batch_size: 64\n"
+            "train: {steps: 5}\n%s",
+            name, images, extra ? extra : "");
+    fclose(f);
+    return path;
+}
+
+/* Submits and watches; the output must hold `expect` and nothing of /etc/shadow. */
+static void assert_job_refused(const char *chief_flag, const char *job, const char *expect)
+{
+    char *out = NULL;
+    int rc = tessera((char *[]){"submit", (char *)job, (char *)chief_flag, "--watch", NULL}, &out);
+
+    ck_assert_msg(rc != 0 && strstr(out, expect) != NULL, "%s: exit %d, expected \"%s\" in: %s",
+                  job, rc, expect, out);
+    ck_assert_msg(strstr(out, "root:") == NULL, "the error shows /etc/shadow: %s", out);
+    free(out);
+}
+
+START_TEST(daemons_touch_only_files_under_their_data_roots)
+{
+    char dir[500], root[600], ckpt_root[600], link[700], sub[700], roots[2][700], chief_root[700],
+        worker_flag[200], chief_flag[200], images[800], extra[900], *out = NULL;
+    launch_proc_t w, c;
+
+    snprintf(dir, sizeof(dir), "%s/confine", harness_tmpdir());
+    snprintf(root, sizeof(root), "%s/root", dir);
+    snprintf(ckpt_root, sizeof(ckpt_root), "%s/checkpoints", dir);
+    snprintf(sub, sizeof(sub), "%s/jobs", dir);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    ck_assert_int_eq(mkdir(root, 0755), 0);
+    ck_assert_int_eq(mkdir(ckpt_root, 0755), 0);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    /* a link inside the root that leads out of it */
+    snprintf(link, sizeof(link), "%s/escape", root);
+    ck_assert_int_eq(symlink("/etc", link), 0);
+    snprintf(roots[0], sizeof(roots[0]), "--data-root=%s", root);
+    snprintf(roots[1], sizeof(roots[1]), "--data-root=/usr/share/datasets");
+    snprintf(chief_root, sizeof(chief_root), "--data-root=%s", ckpt_root);
+    harness_start(&w, "tessera-worker", "confine-w", roots[0], roots[1], NULL);
+    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s", w.listen);
+    harness_start(&c, "tessera-chief", "confine-chief", worker_flag, chief_root, NULL);
+    snprintf(chief_flag, sizeof(chief_flag), "--chief=%s", c.listen);
+
+    /* the worker reads data only under its roots: not /etc/shadow, not ../ out of the job's
+     * directory, not through a link that leads out */
+    assert_job_refused(chief_flag, confined_job(dir, "shadow", "/etc/shadow", NULL),
+                       "data.train file /etc/shadow is outside the directories tessera-worker "
+                       "may use");
+    snprintf(images, sizeof(images), "../../x");
+    assert_job_refused(chief_flag, confined_job(dir, "dotdot", images, NULL),
+                       "is outside the directories tessera-worker may use");
+    snprintf(images, sizeof(images), "%s/escape/shadow", root);
+    assert_job_refused(chief_flag, confined_job(dir, "link", images, NULL),
+                       "(it resolves to /etc/shadow)");
+    /* the chief writes checkpoints only under its root */
+    snprintf(extra, sizeof(extra), "checkpoint: {dir: %s/ckpt, every_steps: 2}\n", root);
+    assert_job_refused(chief_flag,
+                       confined_job(dir, "ckpt",
+                                    "/usr/share/datasets/fashion-mnist/"
+                                    "train-images-idx3-ubyte.gz",
+                                    extra),
+                       "checkpoint.dir");
+    /* a Keras model file that is not JSON: no byte of it in the error */
+    {
+        char path[700];
+        FILE *f;
+        int rc;
+        snprintf(path, sizeof(path), "%s/jobs/keras.yaml", dir);
+        ck_assert_ptr_nonnull(f = fopen(path, "w"));
+        fprintf(f, "name: keras\nstrategy: multi_worker_mirrored\n"
+                   "model: {keras_json: /etc/shadow}\nloss: mse\noptimizer: sgd\n"
+                   "data: {train: {format: idx, images: /a, labels: /b}, batch_size: 4}\n");
+        fclose(f);
+        rc = tessera((char *[]){"submit", path, chief_flag, NULL}, &out);
+        ck_assert_msg(rc == 2 && strstr(out, "invalid JSON") != NULL &&
+                          strstr(out, "root:") == NULL,
+                      "exit %d: %s", rc, out);
+        free(out);
+    }
+    /* and what lies under the roots trains */
+    {
+        int rc = tessera((char *[]){"submit",
+                                    (char *)confined_job(dir, "inside",
+                                                         "/usr/share/datasets/fashion-mnist/"
+                                                         "train-images-idx3-ubyte.gz",
+                                                         NULL),
+                                    chief_flag, "--watch", NULL},
+                         &out);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+        free(out);
+    }
+    harness_stop(&c);
+    harness_stop(&w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("security");
@@ -378,6 +494,7 @@ int main(void)
     tcase_add_test(tc, mtls_refuses_the_unauthenticated_and_the_wrong_roles);
     tcase_add_test(tc, bad_tls_settings_are_refused_by_name);
     tcase_add_test(tc, jobs_over_mtls_end_at_the_plaintext_numbers);
+    tcase_add_test(tc, daemons_touch_only_files_under_their_data_roots);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();

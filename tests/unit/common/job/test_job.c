@@ -796,7 +796,8 @@ START_TEST(keras_json_mistakes_name_the_model_file)
     write_file("models/bad.json", "{\"class_name\": \"Sequential\",\n\"config\": }");
     write_file("job.yaml", "model: {keras_json: models/bad.json}\n" TAIL);
     ck_assert_int_eq(job_load_file(job_path, &job, &err), STATUS_BAD_CONFIG);
-    ck_assert_msg(strstr(err.text, "bad.json:2: invalid JSON") != NULL, "%s", err.text);
+    ck_assert_msg(strstr(err.text, "bad.json:2:11: invalid JSON") != NULL, "%s", err.text);
+    ck_assert_msg(strstr(err.text, "config") == NULL, "the file's text is shown: %s", err.text);
 }
 END_TEST
 

@@ -502,8 +502,8 @@ START_TEST(invalid_json_is_rejected_with_its_line)
 {
     const char *text = "{\"class_name\": \"Sequential\",\n \"config\": {\"layers\": [,]}}";
 
-    assert_rejected(text, "bad.json", "bad.json:2: invalid JSON", NULL);
-    assert_rejected("", "empty.json", "empty.json:1: invalid JSON", NULL);
+    assert_rejected(text, "bad.json", "bad.json:2:24: invalid JSON", NULL);
+    assert_rejected("", "empty.json", "empty.json:1:1: invalid JSON", NULL);
     assert_rejected("[1, 2]", "list.json", "list.json: not a Keras model", NULL);
 }
 END_TEST
