@@ -14,6 +14,9 @@ typedef struct chief_opts {
     int64_t stall_timeout_ms;  /* a job without a step this long gets a `stalled` event */
     int64_t rejoin_timeout_ms; /* how long a job with every worker lost waits for one */
     char *state_dir;           /* the job journal's directory; NULL: none (jobs die with us) */
+    int64_t max_queued_jobs;   /* SubmitJob refuses more waiting jobs */
+    int64_t max_finished_jobs; /* ended jobs kept for GetJob and ListJobs */
+    int64_t max_watch_streams; /* WatchJob streams open at once */
 } chief_opts_t;
 
 extern const daemon_spec_t chief_daemon_spec;

@@ -22,12 +22,11 @@
 #include "rpc/server.h"
 #include "tessera/v1/coordinator.pb-c.h"
 
-#define CHIEF_MAX_EVENTS   64  /* kept per job */
-#define CHIEF_MAX_QUEUED   64  /* jobs waiting to run; SubmitJob refuses more */
-#define CHIEF_MAX_FINISHED 100 /* ended jobs kept for GetJob and ListJobs; older ones go */
-#define CONFIGURE_TIMEOUT  600000
-#define CLOSURE_TIMEOUT    600000
-#define CONTROL_TIMEOUT    30000
+#define CHIEF_MAX_EVENTS  64   /* kept per job */
+#define CHIEF_MAX_QUEUED  1024 /* the most --max-queued-jobs may allow */
+#define CONFIGURE_TIMEOUT 600000
+#define CLOSURE_TIMEOUT   600000
+#define CONTROL_TIMEOUT   30000
 
 typedef struct job_file_copy {
     char *path;
@@ -95,6 +94,7 @@ struct coordinator {
     pthread_cond_t watch_cv; /* a job changed (changes counts them) or a watcher ended */
     uint64_t changes;
     watcher_t *watchers;
+    size_t n_watchers;
     pthread_t watch_thread;
     bool watch_started;
 };

@@ -71,14 +71,15 @@ void chief_job_free(chief_job_t *j)
     free(j);
 }
 
-/* Drops the oldest ended jobs past CHIEF_MAX_FINISHED that no watcher holds. */
+/* Drops the oldest ended jobs past --max-finished-jobs that no watcher holds. */
 void chief_jobs_prune(coordinator_t *c)
 {
     size_t ended = 0;
 
     for (chief_job_t *j = c->jobs; j != NULL; j = j->next)
         ended += chief_job_ended(j);
-    for (chief_job_t **p = &c->jobs, *prev = NULL; *p != NULL && ended > CHIEF_MAX_FINISHED;) {
+    for (chief_job_t **p = &c->jobs, *prev = NULL;
+         *p != NULL && ended > (size_t)c->opts->max_finished_jobs;) {
         chief_job_t *j = *p;
         if (!chief_job_ended(j) || j->holds > 0) {
             prev = j;
@@ -202,11 +203,11 @@ status_t chief_jobs_add(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 
     for (chief_job_t *k = c->jobs; k != NULL; k = k->next)
         queued += k->state == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED;
-    if (queued >= CHIEF_MAX_QUEUED)
+    if (queued >= (size_t)c->opts->max_queued_jobs)
         return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
-                           "%zu jobs are already queued on this chief (at most %d): wait for "
-                           "them or cancel some",
-                           queued, CHIEF_MAX_QUEUED);
+                           "%zu jobs are already queued on this chief (--max-queued-jobs %lld): "
+                           "wait for them or cancel some",
+                           queued, (long long)c->opts->max_queued_jobs);
     snprintf(j->id, sizeof(j->id), "%s-%u", j->name, ++c->next_id);
     /* on the disk before the client hears that it was taken */
     if (chief_journal_submitted(c, j, &jerr) != STATUS_OK) {

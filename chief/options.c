@@ -32,6 +32,13 @@ static const config_option_t chief_options[] = {
      "(fsynced) first, so that a chief restarted after a crash or a stop lists the same jobs, "
      "keeps the queued ones queued and takes the running one up again from its newest "
      "checkpoint. Without it, jobs live in memory only."},
+    {"max-queued-jobs", CONFIG_INT, offsetof(chief_opts_t, max_queued_jobs), "64", 1, 1024,
+     "Jobs that may wait to run; SubmitJob answers RESOURCE_EXHAUSTED beyond."},
+    {"max-finished-jobs", CONFIG_INT, offsetof(chief_opts_t, max_finished_jobs), "100", 0, 100000,
+     "Ended jobs kept for status and list (and in the journal); older ones are forgotten."},
+    {"max-watch-streams", CONFIG_INT, offsetof(chief_opts_t, max_watch_streams), "64", 1, 10000,
+     "WatchJob streams (tessera watch, submit --watch) open at once; more answer "
+     "RESOURCE_EXHAUSTED."},
 };
 
 const config_table_t chief_table = {

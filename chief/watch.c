@@ -87,6 +87,7 @@ static void update_all(coordinator_t *c)
         if (w->finished && w->over) {
             *p = w->next;
             w->job->holds--;
+            c->n_watchers--;
             free(w);
         } else {
             p = &w->next;
@@ -153,6 +154,15 @@ static status_t on_watch(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user
     if (w == NULL)
         return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
     pthread_mutex_lock(&c->mu);
+    if (c->n_watchers >= (size_t)c->opts->max_watch_streams) {
+        size_t n = c->n_watchers;
+        pthread_mutex_unlock(&c->mu);
+        free(w);
+        return rpc_ctx_fail(ctx, STATUS_RESOURCE_EXHAUSTED, NULL,
+                            "%zu WatchJob streams are open on this chief (--max-watch-streams "
+                            "%lld): close some, or poll with tessera status",
+                            n, (long long)c->opts->max_watch_streams);
+    }
     j = chief_find_job(c, req->id);
     if (j == NULL || c->stopping) {
         pthread_mutex_unlock(&c->mu);
@@ -169,6 +179,7 @@ static status_t on_watch(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user
     rpc_ctx_defer(ctx);
     w->next = c->watchers;
     c->watchers = w;
+    c->n_watchers++;
     watcher_update(w);
     pthread_mutex_unlock(&c->mu);
     /* Registered last: the callback may run at once if the client already left. */
@@ -202,6 +213,7 @@ void chief_watch_free(coordinator_t *c)
         watcher_t *w = c->watchers;
         c->watchers = w->next;
         w->job->holds--;
+        c->n_watchers--;
         free(w);
     }
 }

@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include "daemon/cluster.h"
 
 #include <cjson/cJSON.h>
@@ -71,6 +71,7 @@ void cluster_spec_done(cluster_spec_t *spec)
     }
     free(spec->environment);
     free(spec->rpc_layer);
+    free(spec->other_jobs);
     cluster_spec_init(spec);
 }
 
@@ -202,11 +203,30 @@ static status_t parse_job(const cJSON *item, cluster_spec_t *spec, parse_state_t
     const char *name = item->string;
     cluster_task_type_t type = CLUSTER_CHIEF;
 
-    if (cluster_task_type_parse(name, &type) != STATUS_OK)
-        return status_fail(err, STATUS_BAD_TF_CONFIG,
-                           "TF_CONFIG: cluster.%s is not a job Tessera runs (use chief, worker, "
-                           "ps or evaluator)",
-                           name);
+    if (cluster_task_type_parse(name, &type) != STATUS_OK) {
+        /* a job of another name: TensorFlow accepts any; its addresses are checked, then
+         * only its name is kept */
+        cluster_job_t other = {0};
+        status_t rc = cJSON_IsArray(item)    ? parse_job_list(item, name, &other, err)
+                      : cJSON_IsObject(item) ? parse_job_map(item, name, &other, err)
+                                             : status_fail(err, STATUS_BAD_TF_CONFIG,
+                                                           "TF_CONFIG: cluster.%s must be a list "
+                                                           "of \"host:port\" strings or a map "
+                                                           "from task index to \"host:port\"",
+                                                           name);
+        for (size_t i = 0; i < other.n; i++)
+            free(other.addrs[i]);
+        free(other.addrs);
+        if (rc != STATUS_OK)
+            return rc;
+        char *names = NULL;
+        if (asprintf(&names, "%s%s%s", spec->other_jobs ? spec->other_jobs : "",
+                     spec->other_jobs ? ", " : "", name) < 0)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        free(spec->other_jobs);
+        spec->other_jobs = names;
+        return STATUS_OK;
+    }
     if (st->present[type] && strcmp(st->spelled[type], name) != 0)
         return status_fail(err, STATUS_BAD_TF_CONFIG,
                            "TF_CONFIG: cluster has both chief and master, which name the same job; "

@@ -36,6 +36,9 @@ typedef struct cluster_spec {
     int task_index;                /* valid when has_task */
     char *environment;             /* NULL when absent */
     char *rpc_layer;               /* NULL when absent */
+    /* jobs of other names (TensorFlow takes any name; Tessera runs none of them), checked like
+     * the others and kept only by name, for a warning */
+    char *other_jobs; /* "trainer, workers", NULL when none */
 } cluster_spec_t;
 
 /* "chief", "worker", "ps", "evaluator". */

@@ -494,6 +494,9 @@ static status_t apply_tf_config(const config_table_t *t, void *opts, status_msg_
     if (t->tf_config_cb == NULL)
         return STATUS_OK;
     STATUS_CHECK(cluster_spec_from_env(&spec, &present, err));
+    if (present && spec.other_jobs != NULL)
+        LOG_NOTICE(CONFIG, "TF_CONFIG: cluster jobs %s are not ones Tessera runs: ignored",
+                   spec.other_jobs);
     rc = present ? t->tf_config_cb(t, opts, &spec, err) : STATUS_OK;
     cluster_spec_done(&spec);
     return rc;

@@ -237,6 +237,7 @@ static status_t daemon_start(daemon_t *d, status_msg_t *err)
     rpc_server_opts_t ro = {
         .listen = o->listen,
         .health_listen = o->health_listen,
+        .max_calls_per_peer = (int)o->max_calls_per_peer,
         .threads = (int)o->threads,
         .max_message_bytes = o->max_message_bytes,
         .task_type = spec->task_type,
@@ -339,10 +340,14 @@ static int wait_for_stop(daemon_t *d, const sigset_t *set)
         if (sig >= 0 || errno != EAGAIN)
             continue;
         idle_trim_tick(&trim, d->rpc);
-        if (wd_usec && clock_now_ms() - last_ping >= ping_ms) {
+        /* a quarter of slack: the wait itself ends a hair early or late, and a ping skipped
+         * for that would leave a gap of two periods, the whole of WATCHDOG_USEC */
+        if (wd_usec && clock_now_ms() - last_ping >= ping_ms - ping_ms / 4) {
             last_ping = clock_now_ms();
             /* Ping only while the queues turn: a wedged handler thread should get us killed. */
-            if (rpc_server_alive(d->rpc, (int64_t)(wd_usec / 1000)))
+            int64_t wd_ms = (int64_t)(wd_usec / 1000);
+            if (rpc_server_alive(d->rpc,
+                                 wd_ms > 2 * RPC_SERVER_WAKE_MS ? wd_ms : 2 * RPC_SERVER_WAKE_MS))
                 notify_watchdog();
             else
                 LOG_WARNING(MAIN, "a handler thread is stuck: not pinging the watchdog");

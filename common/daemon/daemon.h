@@ -28,6 +28,7 @@ typedef struct daemon_opts {
     char *tls_cert, *tls_key, *tls_ca;
     char *health_listen;
     config_list_t data_roots;
+    int64_t max_calls_per_peer;
 } daemon_opts_t;
 
 /* Config rows for daemon_opts_t, for the start of each daemon's table. `role_port` is the
@@ -122,6 +123,14 @@ typedef struct daemon_opts {
          0,                                                                                        \
          0,                                                                                        \
          "PEM certificate(s) of the cluster's CA: peers must present a certificate it signed."},   \
+        {"max-calls-per-peer",                                                                     \
+         CONFIG_INT,                                                                               \
+         offsetof(daemon_opts_t, max_calls_per_peer),                                              \
+         "256",                                                                                    \
+         0,                                                                                        \
+         1000000,                                                                                  \
+         "Calls one client host may have in flight at once; more answer RESOURCE_EXHAUSTED. "      \
+         "0: no limit."},                                                                          \
         {"health-listen",                                                                          \
          CONFIG_ADDRESS,                                                                           \
          offsetof(daemon_opts_t, health_listen),                                                   \

@@ -15,12 +15,12 @@
 #include <grpc/support/time.h>
 
 #include "base/log.h"
+#include "job/job.h"
 #include "rpc/security.h"
 #include "tessera/v1/common.pb-c.h"
 #include "base/clock.h"
 
 #define ACCEPTS_PER_THREAD 8
-#define THREAD_WAKE_MS     500
 #define RECV_BUF_KEEP_MAX  (128u << 20)
 #define DEFERRED_WAIT_MS   1000
 
@@ -151,11 +151,46 @@ static void on_accept(rpc_ctx_t *c, bool ok)
         server_ctx_unref(c);
         return;
     }
+    if (!server_peer_enter(c)) {
+        atomic_store(&c->replied, true);
+        server_send_error(c);
+        server_ctx_unref(c);
+        return;
+    }
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->recv_bb;
     server_start_batch(c, &op, 1, &c->t_recv);
     server_ctx_unref(c);
+}
+
+/* The largest request a method takes: control calls are small, whatever the message limit;
+ * job submissions carry their files; data calls may use the whole --max-message-bytes. */
+static size_t request_limit(const rpc_server_t *s, rpc_method_id_t id)
+{
+    switch (id) {
+    case RPC_HEALTH_CHECK:
+    case RPC_HEALTH_WATCH:
+        return 4u << 10;
+    case RPC_COORD_GET_JOB:
+    case RPC_COORD_LIST_JOBS:
+    case RPC_COORD_CANCEL_JOB:
+    case RPC_COORD_WATCH_JOB:
+    case RPC_COORD_GET_CLUSTER:
+    case RPC_COORD_CHECKPOINT:
+    case RPC_COORD_EXPORT:
+    case RPC_COORD_REGISTER_WORKER:
+    case RPC_WORKER_CANCEL:
+    case RPC_PS_STATS:
+    case RPC_PS_DROP_JOB:
+    case RPC_PS_SAVE:
+    case RPC_PS_RESTORE:
+        return 64u << 10;
+    case RPC_COORD_SUBMIT_JOB: /* the job file and the files it brings (job/job.h) */
+        return (size_t)JOB_MAX_FILE_BYTES * (JOB_MAX_FILES + 1) + (64u << 10);
+    default:
+        return (size_t)s->max_message_bytes;
+    }
 }
 
 void server_on_recv(rpc_ctx_t *c, bool ok)
@@ -175,6 +210,17 @@ void server_on_recv(rpc_ctx_t *c, bool ok)
         return;
     }
     c->bytes_in = grpc_byte_buffer_length(c->recv_bb);
+    if (c->bytes_in > request_limit(s, c->method->id)) {
+        grpc_byte_buffer_destroy(c->recv_bb);
+        c->recv_bb = NULL;
+        atomic_store(&c->replied, true);
+        rpc_ctx_fail(c, STATUS_RESOURCE_EXHAUSTED, c->method->path,
+                     "%s: the request is %zu bytes, more than the %zu this method takes",
+                     c->method->path, c->bytes_in, request_limit(s, c->method->id));
+        server_send_error(c);
+        server_ctx_unref(c);
+        return;
+    }
     rc = rpc_decode(c->method->request, c->recv_bb, t->recv_buf, t->recv_cap, &req, &c->payload,
                     &why);
     grpc_byte_buffer_destroy(c->recv_bb);
@@ -279,7 +325,8 @@ static void *thread_main(void *arg)
     for (int i = 0; i < ACCEPTS_PER_THREAD; i++)
         post_accept(t);
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(t->cq, rpc_deadline_ms(THREAD_WAKE_MS), NULL);
+        grpc_event ev =
+            grpc_completion_queue_next(t->cq, rpc_deadline_ms(RPC_SERVER_WAKE_MS), NULL);
         atomic_store(&t->heartbeat_ms, clock_now_ms());
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
@@ -334,6 +381,9 @@ status_t rpc_server_new(const rpc_server_opts_t *o, rpc_server_t **ret_server, s
     s->n_threads = o->threads;
     s->task_type = o->task_type;
     s->task_index = o->task_index;
+    s->max_calls_per_peer = o->max_calls_per_peer;
+    s->max_message_bytes = max_msg;
+    pthread_mutex_init(&s->peers.mu, NULL);
     s->server = grpc_server_create(&cargs, NULL);
     s->shutdown_cq = grpc_completion_queue_create_for_pluck(NULL);
     for (int i = 0; i < s->n_threads; i++) {
@@ -514,6 +564,8 @@ void rpc_server_shutdown(rpc_server_t *s, int64_t grace_ms)
     }
     pthread_cond_destroy(&s->defer_cv);
     pthread_mutex_destroy(&s->defer_mu);
+    server_peers_done(&s->peers);
+    pthread_mutex_destroy(&s->peers.mu);
     free(s->threads);
     free(s);
 }

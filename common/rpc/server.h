@@ -17,6 +17,7 @@ typedef struct rpc_server_opts {
     int threads;               /* handler threads, >= 1 */
     int64_t max_message_bytes; /* receive and send limit */
     int task_type;             /* Tessera__V1__TaskType, named in error details */
+    int max_calls_per_peer;    /* calls one host may have in flight; 0: no limit */
     int task_index;
 } rpc_server_opts_t;
 
@@ -46,7 +47,11 @@ int rpc_server_port(const rpc_server_t *s);
 /* The bound plaintext health port, 0 without one. */
 int rpc_server_health_port(const rpc_server_t *s);
 
-/* True when every handler thread has come back to its queue within max_age_ms (watchdog). */
+/* How often an idle handler thread comes back from its queue, at least. */
+#define RPC_SERVER_WAKE_MS 500
+
+/* True when every handler thread has come back to its queue within max_age_ms (watchdog; less
+ * than RPC_SERVER_WAKE_MS may find an idle thread late). */
 bool rpc_server_alive(const rpc_server_t *s, int64_t max_age_ms);
 
 /* Stops accepting calls, lets running calls (open streams included) finish for up to grace_ms,

@@ -28,6 +28,7 @@ rpc_ctx_t *server_ctx_new(rpc_server_t *s, server_thread_t *t)
     c->t_stream = (tag_t){TAG_STREAM, c};
     c->t_close = (tag_t){TAG_CLOSE, c};
     atomic_init(&c->refs, 1);
+    c->peer_slot = -1;
     pthread_mutex_init(&c->mu, NULL);
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
@@ -50,6 +51,7 @@ void server_count_call(rpc_ctx_t *c)
 
 void server_ctx_free(rpc_ctx_t *c)
 {
+    server_peer_leave(c);
     if (c->method != NULL) {
         server_count_call(c);
         atomic_fetch_add(&c->server->counters[c->method->id].micros,

@@ -32,6 +32,16 @@ typedef struct server_thread {
     size_t recv_cap;
 } server_thread_t;
 
+/* Calls in flight per peer host (server_peers.c), under mu. */
+typedef struct server_peers {
+    pthread_mutex_t mu;
+    struct {
+        char host[64];
+        int calls; /* 0: a free slot */
+    } * slots;
+    size_t n, cap;
+} server_peers_t;
+
 typedef struct method_counters {
     _Atomic uint64_t calls, errors, bytes_in, bytes_out, micros, denied;
 } method_counters_t;
@@ -42,6 +52,9 @@ struct rpc_server {
     server_thread_t *threads;
     int n_threads;
     int port, health_port;
+    int max_calls_per_peer; /* 0: no limit */
+    int64_t max_message_bytes;
+    server_peers_t peers;
     int task_type, task_index;
     char address[128];
     struct {
@@ -101,7 +114,15 @@ struct rpc_ctx {
     void (*done_cb)(void *arg);
     void *done_arg;
     stream_queue_t st;
+    int peer_slot; /* in server.peers, -1: not counted */
 };
+
+/* ---- calls in flight per peer (server_peers.c) ---- */
+
+/* Counts c against its peer host; false (the error recorded in c) past the limit. */
+bool server_peer_enter(rpc_ctx_t *c);
+void server_peer_leave(rpc_ctx_t *c); /* once the call is over; idempotent */
+void server_peers_done(server_peers_t *t);
 
 /* ---- a call's context (server_context.c) ---- */
 

@@ -484,6 +484,160 @@ START_TEST(daemons_touch_only_files_under_their_data_roots)
 }
 END_TEST
 
+/* ---- limits ---------------------------------------------------------------------------------- */
+
+static char *submit_id(rpc_channel_t *ch, const char *job, status_t *ret_rc, rpc_error_t *err)
+{
+    Tessera__V1__SubmitJobRequest req = TESSERA__V1__SUBMIT_JOB_REQUEST__INIT;
+    Tessera__V1__SubmitJobResponse *resp = NULL;
+    char *text = NULL, *id = NULL;
+    size_t len = 0;
+    FILE *f = fopen(job, "r");
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert(getdelim(&text, &len, '\0', f) > 0);
+    fclose(f);
+    req.job_spec = text;
+    req.job_path = (char *)job;
+    *ret_rc = rpc_coord_submit_job(ch, &req, NULL, &resp, NULL, err);
+    if (*ret_rc == STATUS_OK) {
+        id = strdup(resp->job->id);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    }
+    free(text);
+    return id;
+}
+
+/* Each limit on what a client controls answers RESOURCE_EXHAUSTED naming the limit. */
+START_TEST(limits_answer_resource_exhausted_naming_the_limit)
+{
+    char dir[500], sub[600], worker_flag[200], *id[3];
+    const char *job;
+    launch_proc_t w, c;
+    rpc_channel_t *ch;
+    rpc_error_t err;
+    status_t rc;
+
+    snprintf(dir, sizeof(dir), "%s/limits", harness_tmpdir());
+    snprintf(sub, sizeof(sub), "%s/jobs", dir);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    harness_start(&w, "tessera-worker", "limits-w", NULL);
+    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s", w.listen);
+    harness_start(&c, "tessera-chief", "limits-chief", worker_flag, "--max-queued-jobs=1",
+                  "--max-finished-jobs=1", "--max-watch-streams=1", "--max-calls-per-peer=2", NULL);
+    ch = harness_channel(&c);
+    job = confined_job(dir, "long", "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
+                       NULL);
+    {
+        /* a long job: replace its 5 steps by many */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = fopen(job, "r");
+        ck_assert(getdelim(&text, &len, '\0', f) > 0);
+        fclose(f);
+        char *at = strstr(text, "train: {steps: 5}");
+        ck_assert_ptr_nonnull(at);
+        ck_assert_ptr_nonnull(f = fopen(job, "w"));
+        fprintf(f, "%.*strain: {steps: 10000000}\n", (int)(at - text), text);
+        fclose(f);
+        free(text);
+    }
+    /* one running, one queued, the third refused */
+    for (int i = 0; i < 2; i++) {
+        id[i] = submit_id(ch, job, &rc, &err);
+        ck_assert_msg(rc == STATUS_OK, "%s", err.message);
+    }
+    id[2] = submit_id(ch, job, &rc, &err);
+    ck_assert_msg(rc == STATUS_RESOURCE_EXHAUSTED && strstr(err.message, "--max-queued-jobs 1"),
+                  "%d: %s", rc, err.message);
+    ck_assert_ptr_null(id[2]);
+
+    /* one WatchJob stream at a time; it also holds one of the two calls this host may have in
+     * flight, so that with a second stream open nothing else gets through */
+    {
+        Tessera__V1__WatchJobRequest wreq = TESSERA__V1__WATCH_JOB_REQUEST__INIT;
+        Tessera__V1__WatchJobUpdate *u = NULL;
+        rpc_stream_t *s1 = NULL, *s2 = NULL;
+        wreq.id = id[0];
+        ck_assert_int_eq(rpc_coord_watch_job_open(ch, &wreq, 0, &s1, &err), STATUS_OK);
+        ck_assert_msg(rpc_coord_watch_job_next(s1, &u, NULL, 10000, &err) == STATUS_OK, "%s",
+                      err.message);
+        protobuf_c_message_free_unpacked(&u->base, NULL);
+        ck_assert_int_eq(rpc_coord_watch_job_open(ch, &wreq, 0, &s2, &err), STATUS_OK);
+        rc = rpc_coord_watch_job_next(s2, &u, NULL, 10000, &err);
+        ck_assert_msg(rc == STATUS_RESOURCE_EXHAUSTED &&
+                          strstr(err.message, "--max-watch-streams 1") != NULL,
+                      "%d: %s", rc, err.message);
+        rpc_stream_free(s2);
+        /* a health Watch stream is this host's second call in flight: a third is refused */
+        {
+            Grpc__Health__V1__HealthCheckRequest hreq =
+                GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+            Grpc__Health__V1__HealthCheckResponse *h = NULL;
+            Tessera__V1__GetJobRequest greq = TESSERA__V1__GET_JOB_REQUEST__INIT;
+            Tessera__V1__GetJobResponse *g = NULL;
+            rpc_stream_t *hs = NULL;
+            hreq.service = "";
+            ck_assert_int_eq(rpc_health_watch_open(ch, &hreq, 0, &hs, &err), STATUS_OK);
+            ck_assert_msg(rpc_health_watch_next(hs, &h, NULL, 10000, &err) == STATUS_OK, "%s",
+                          err.message);
+            protobuf_c_message_free_unpacked(&h->base, NULL);
+            greq.id = id[0];
+            rc = rpc_coord_get_job(ch, &greq, NULL, &g, NULL, &err);
+            ck_assert_msg(rc == STATUS_RESOURCE_EXHAUSTED &&
+                              strstr(err.message, "--max-calls-per-peer 2") != NULL,
+                          "%d: %s", rc, err.message);
+            rpc_stream_cancel(hs);
+            rpc_stream_free(hs);
+        }
+        /* requests bigger than a method takes (the health stream's slot is free again) */
+        {
+            static char big[100000];
+            memset(big, 'x', sizeof(big));
+            /* the cancelled stream's call may take a moment to end on the server */
+            for (int tries = 0; tries < 50; tries++) {
+                rc = rpc_unary_raw(ch, "/tessera.v1.Coordinator/GetJob", big, sizeof(big), 10000,
+                                   &err);
+                if (strstr(err.message, "--max-calls-per-peer") == NULL)
+                    break;
+                usleep(20000);
+            }
+            ck_assert_msg(rc == STATUS_RESOURCE_EXHAUSTED &&
+                              strstr(err.message, "more than the 65536 this method takes"),
+                          "%d: %s", rc, err.message);
+        }
+        rpc_stream_cancel(s1);
+        rpc_stream_free(s1);
+    }
+    /* both jobs cancelled: one ended job is kept, the older forgotten */
+    for (int i = 1; i >= 0; i--) {
+        Tessera__V1__CancelJobRequest creq = TESSERA__V1__CANCEL_JOB_REQUEST__INIT;
+        Tessera__V1__CancelJobResponse *cresp = NULL;
+        creq.id = id[i];
+        ck_assert_msg(rpc_coord_cancel_job(ch, &creq, NULL, &cresp, NULL, &err) == STATUS_OK, "%s",
+                      err.message);
+        protobuf_c_message_free_unpacked(&cresp->base, NULL);
+    }
+    for (int tries = 0;; tries++) {
+        Tessera__V1__ListJobsRequest lreq = TESSERA__V1__LIST_JOBS_REQUEST__INIT;
+        Tessera__V1__ListJobsResponse *lresp = NULL;
+        ck_assert_int_eq(rpc_coord_list_jobs(ch, &lreq, NULL, &lresp, NULL, &err), STATUS_OK);
+        size_t n = lresp->n_jobs;
+        protobuf_c_message_free_unpacked(&lresp->base, NULL);
+        if (n == 1)
+            break;
+        ck_assert_msg(tries < 100, "%zu jobs listed, not 1 (--max-finished-jobs 1)", n);
+        usleep(100000);
+    }
+    free(id[0]);
+    free(id[1]);
+    rpc_channel_free(ch);
+    harness_stop(&c);
+    harness_stop(&w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("security");
@@ -495,6 +649,7 @@ int main(void)
     tcase_add_test(tc, bad_tls_settings_are_refused_by_name);
     tcase_add_test(tc, jobs_over_mtls_end_at_the_plaintext_numbers);
     tcase_add_test(tc, daemons_touch_only_files_under_their_data_roots);
+    tcase_add_test(tc, limits_answer_resource_exhausted_naming_the_limit);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();

@@ -389,10 +389,62 @@ START_TEST(task_type_is_required_and_known)
 }
 END_TEST
 
-START_TEST(unknown_job_names_are_rejected)
+/* TF_CONFIG exactly as Kubeflow's TFJob operator (v1.9.0) writes it: per-pod headless Services
+ * <job>-<type>-<i>.<namespace>.svc, "environment": "cloud"; without a Chief replica worker 0 is
+ * the chief; with enableDynamicWorker, cluster.worker is a sparse map of the pod's own entry. */
+START_TEST(tf_config_as_the_tfjob_operator_writes_it)
 {
-    parse_fails_naming("{\"cluster\": {\"workers\": [\"w0:1\"]}}", "cluster.workers", NULL);
-    parse_fails_naming("{\"cluster\": {\"localhost\": [\"w0:1\"]}}", "cluster.localhost", NULL);
+    cluster_spec_t spec;
+    cluster_task_type_t type;
+    int index;
+
+    parse_ok("{\"cluster\":{\"chief\":[\"mnist-chief-0.kubeflow.svc:2222\"],\"ps\":[\"mnist-ps-0."
+             "kubeflow.svc:2222\",\"mnist-ps-1.kubeflow.svc:2222\"],\"worker\":[\"mnist-worker-0."
+             "kubeflow.svc:2222\",\"mnist-worker-1.kubeflow.svc:2222\"]},\"task\":{\"type\":"
+             "\"ps\",\"index\":1},\"environment\":\"cloud\"}",
+             &spec);
+    ck_assert_int_eq(spec.task_type, CLUSTER_PS);
+    ck_assert_int_eq(spec.task_index, 1);
+    ck_assert_str_eq(cluster_spec_address(&spec, CLUSTER_PS, 1), "mnist-ps-1.kubeflow.svc:2222");
+    ck_assert(cluster_spec_chief(&spec, &type, &index) && type == CLUSTER_CHIEF && index == 0);
+    cluster_spec_done(&spec);
+    /* no Chief replica: worker 0 leads */
+    parse_ok("{\"cluster\":{\"ps\":[\"dist-ps-0.default.svc:2222\"],\"worker\":[\"dist-worker-0."
+             "default.svc:2222\",\"dist-worker-1.default.svc:2222\"]},\"task\":{\"type\":"
+             "\"worker\",\"index\":0},\"environment\":\"cloud\"}",
+             &spec);
+    ck_assert(cluster_spec_chief(&spec, &type, &index) && type == CLUSTER_WORKER && index == 0);
+    cluster_spec_done(&spec);
+    /* enableDynamicWorker: the pod's own worker entry, every PS; a custom cluster domain */
+    parse_ok("{\"cluster\":{\"ps\":[\"dyn-ps-0.ns.svc.example.org:2222\"],\"worker\":{\"3\":"
+             "\"dyn-worker-3.ns.svc.example.org:2222\"}},\"task\":{\"type\":\"worker\","
+             "\"index\":3},\"environment\":\"cloud\"}",
+             &spec);
+    ck_assert_int_eq(spec.task_index, 3);
+    ck_assert_str_eq(cluster_spec_address(&spec, CLUSTER_WORKER, 3),
+                     "dyn-worker-3.ns.svc.example.org:2222");
+    cluster_spec_done(&spec);
+}
+END_TEST
+
+/* TensorFlow takes jobs of any name (a Kubeflow TFJob may add some): they are checked like the
+ * others and then only named, for the daemon's warning. */
+START_TEST(jobs_of_other_names_are_checked_and_set_aside)
+{
+    cluster_spec_t spec;
+
+    parse_ok("{\"cluster\": {\"worker\": [\"w0:1\"], \"trainer\": [\"t0:1\", \"t1:1\"], "
+             "\"sidecar\": {\"3\": \"s3:1\"}}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+             &spec);
+    ck_assert_str_eq(spec.other_jobs, "trainer, sidecar");
+    ck_assert_uint_eq(spec.jobs[CLUSTER_WORKER].n, 1);
+    cluster_spec_done(&spec);
+    parse_fails_naming("{\"cluster\": {\"trainer\": [\"no port\"]}}", "cluster.trainer", NULL);
+    parse_fails_naming("{\"cluster\": {\"trainer\": 7}}", "cluster.trainer", NULL);
+    /* a task of such a job has nothing to run here */
+    parse_fails_naming("{\"cluster\": {\"trainer\": [\"t0:1\"]}, \"task\": {\"type\": "
+                       "\"trainer\", \"index\": 0}}",
+                       "task.type \"trainer\"", NULL);
 }
 END_TEST
 
@@ -569,7 +621,8 @@ static Suite *cluster_suite(void)
                         (int)(sizeof(bad_indices) / sizeof(bad_indices[0])));
     tcase_add_test(tc, task_index_is_required);
     tcase_add_test(tc, task_type_is_required_and_known);
-    tcase_add_test(tc, unknown_job_names_are_rejected);
+    tcase_add_test(tc, jobs_of_other_names_are_checked_and_set_aside);
+    tcase_add_test(tc, tf_config_as_the_tfjob_operator_writes_it);
     tcase_add_test(tc, task_type_must_be_a_job_in_the_cluster);
     tcase_add_test(tc, unknown_top_level_keys_are_ignored);
     tcase_add_test(tc, environment_must_be_a_string);
