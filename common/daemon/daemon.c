@@ -79,11 +79,24 @@ status_t daemon_apply_tf_config(const config_table_t *t, void *opts, const clust
     (void)opts;
     if (!spec->has_task)
         return STATUS_OK;
-    if ((int)spec->task_type != task_type)
+    if ((int)spec->task_type != task_type) {
+        cluster_task_type_t lead;
+        int lead_index;
+        /* TensorFlow's chief of a cluster without one is worker 0: here that is tessera-worker,
+         * which leads the cluster beside its Worker service. */
+        if (task_type == CLUSTER_CHIEF && cluster_spec_chief(spec, &lead, &lead_index) &&
+            lead == CLUSTER_WORKER && spec->task_type == CLUSTER_WORKER &&
+            spec->task_index == lead_index)
+            return status_fail(err, STATUS_BAD_TF_CONFIG,
+                               "TF_CONFIG names worker %d of a cluster without a chief: run "
+                               "tessera-worker there, which leads the cluster as TensorFlow's "
+                               "worker 0 does (tessera-chief runs only a cluster's chief task)",
+                               lead_index);
         return status_fail(err, STATUS_BAD_TF_CONFIG,
                            "TF_CONFIG task.type is \"%s\" but %s runs tasks of type \"%s\"",
                            cluster_task_type_name(spec->task_type), t->program,
                            cluster_task_type_name((cluster_task_type_t)task_type));
+    }
     addr = cluster_spec_address(spec, spec->task_type, spec->task_index);
     if (addr == NULL)
         return STATUS_OK;
@@ -260,8 +273,16 @@ static status_t daemon_start(daemon_t *d, status_msg_t *err)
     if (spec->setup != NULL)
         STATUS_CHECK(spec->setup(d, o, &d->role_state, err));
     STATUS_CHECK(rpc_server_start(d->rpc, err));
-    STATUS_CHECK(
-        metrics_server_start(d->metrics, o->metrics_listen, &d->metrics_server, &mport, err));
+    {
+        const char *cert = NULL, *key = NULL, *ca = NULL;
+        if (o->metrics_tls && !rpc_security_enabled())
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "--metrics-tls needs --tls-cert, --tls-key and --tls-ca");
+        if (o->metrics_tls)
+            rpc_security_pem(&cert, &key, &ca);
+        STATUS_CHECK(metrics_server_start_tls(d->metrics, o->metrics_listen, cert, key,
+                                              &d->metrics_server, &mport, err));
+    }
     report_address(d->metrics_listen, sizeof(d->metrics_listen), o->metrics_listen, mport);
     return STATUS_OK;
 }
@@ -368,7 +389,8 @@ static int daemon_run(daemon_t *d, const sigset_t *set)
         return 1;
     }
     health_set_serving(d->health, true);
-    snprintf(status, sizeof(status), "serving gRPC on %s, metrics on http://%s/metrics", d->listen,
+    snprintf(status, sizeof(status), "serving gRPC on %s%s, metrics on %s://%s/metrics", d->listen,
+             rpc_security_enabled() ? " (mutual TLS)" : "", d->opts->metrics_tls ? "https" : "http",
              d->metrics_listen);
     LOG_NOTICE(MAIN, "%s", status);
     notify_ready(status, d->listen, d->metrics_listen);

@@ -29,6 +29,7 @@ typedef struct daemon_opts {
     char *health_listen;
     config_list_t data_roots;
     int64_t max_calls_per_peer;
+    bool metrics_tls;
 } daemon_opts_t;
 
 /* Config rows for daemon_opts_t, for the start of each daemon's table. `role_port` is the
@@ -131,6 +132,14 @@ typedef struct daemon_opts {
          1000000,                                                                                  \
          "Calls one client host may have in flight at once; more answer RESOURCE_EXHAUSTED. "      \
          "0: no limit."},                                                                          \
+        {"metrics-tls",                                                                            \
+         CONFIG_BOOL,                                                                              \
+         offsetof(daemon_opts_t, metrics_tls),                                                     \
+         "false",                                                                                  \
+         0,                                                                                        \
+         0,                                                                                        \
+         "Serve /metrics over HTTPS (TLS 1.3) with --tls-cert and --tls-key; Prometheus then "     \
+         "scrapes with scheme: https and the cluster's CA in tls_config."},                        \
         {"health-listen",                                                                          \
          CONFIG_ADDRESS,                                                                           \
          offsetof(daemon_opts_t, health_listen),                                                   \

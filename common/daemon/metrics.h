@@ -60,6 +60,12 @@ status_t metrics_render(metrics_t *m, char **ret_text, size_t *ret_len);
  * STATUS_ADDRESS_IN_USE when the port is taken. */
 status_t metrics_server_start(metrics_t *m, const char *addr, metrics_server_t **ret_server,
                               int *ret_port, status_msg_t *err);
+
+/* The same over HTTPS, TLS 1.3 only, with a PEM certificate and key (the daemon's own, for
+ * Prometheus's tls_config with the cluster's CA); NULL cert_pem = plain HTTP. */
+status_t metrics_server_start_tls(metrics_t *m, const char *addr, const char *cert_pem,
+                                  const char *key_pem, metrics_server_t **ret_server, int *ret_port,
+                                  status_msg_t *err);
 void metrics_server_stop(metrics_server_t *s);
 
 #endif

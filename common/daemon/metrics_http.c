@@ -205,6 +205,16 @@ static void close_if_same(int dup_fd, int fd)
 status_t metrics_server_start(metrics_t *m, const char *addr, metrics_server_t **ret_server,
                               int *ret_port, status_msg_t *err)
 {
+    return metrics_server_start_tls(m, addr, NULL, NULL, ret_server, ret_port, err);
+}
+
+/* GnuTLS's priority string: its defaults, TLS 1.3 only. */
+#define TLS13_ONLY "NORMAL:-VERS-ALL:+VERS-TLS1.3"
+
+status_t metrics_server_start_tls(metrics_t *m, const char *addr, const char *cert_pem,
+                                  const char *key_pem, metrics_server_t **ret_server, int *ret_port,
+                                  status_msg_t *err)
+{
     char host[256];
     int port, family = AF_INET, mhd_fd;
     metrics_server_t *s;
@@ -233,10 +243,18 @@ status_t metrics_server_start(metrics_t *m, const char *addr, metrics_server_t *
     }
     if (family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, handle_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-        mhd_log_cb, NULL, MHD_OPTION_LISTEN_SOCKET, mhd_fd, MHD_OPTION_CONNECTION_LIMIT,
-        HTTP_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, HTTP_TIMEOUT_S, MHD_OPTION_END);
+    if (cert_pem != NULL)
+        s->daemon = MHD_start_daemon(
+            flags | MHD_USE_TLS, (uint16_t)port, NULL, NULL, handle_request, s,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, NULL, MHD_OPTION_LISTEN_SOCKET, mhd_fd,
+            MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+            HTTP_TIMEOUT_S, MHD_OPTION_HTTPS_MEM_CERT, cert_pem, MHD_OPTION_HTTPS_MEM_KEY, key_pem,
+            MHD_OPTION_HTTPS_PRIORITIES, TLS13_ONLY, MHD_OPTION_END);
+    else
+        s->daemon = MHD_start_daemon(
+            flags, (uint16_t)port, NULL, NULL, handle_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+            mhd_log_cb, NULL, MHD_OPTION_LISTEN_SOCKET, mhd_fd, MHD_OPTION_CONNECTION_LIMIT,
+            HTTP_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, HTTP_TIMEOUT_S, MHD_OPTION_END);
     if (s->daemon == NULL) {
         close_if_same(mhd_fd, s->fd);
         rc = status_fail(err, STATUS_SYSTEM,
@@ -244,7 +262,8 @@ status_t metrics_server_start(metrics_t *m, const char *addr, metrics_server_t *
                          addr);
         goto fail;
     }
-    LOG_INFO(METRICS, "serving metrics on '%s' (port %d) at /metrics", addr, port);
+    LOG_INFO(METRICS, "serving metrics on '%s' (port %d) at /metrics%s", addr, port,
+             cert_pem ? " over HTTPS (TLS 1.3)" : "");
     *ret_server = s;
     if (ret_port != NULL)
         *ret_port = port;

@@ -3,8 +3,11 @@
 call with an empty request and prints "CODE: details" ("OK: " on success).
 
   grpc_probe.py TARGET METHOD [--ca FILE] [--cert FILE --key FILE]
+  grpc_probe.py --https URL --ca FILE [--tls12]
 
-Without --ca the channel is plaintext; with --ca alone it is TLS without a client certificate."""
+Without --ca the channel is plaintext; with --ca alone it is TLS without a client certificate.
+--https fetches URL with Python's ssl against the CA (--tls12: offering TLS 1.2 only) and
+prints "OK: " and the body's first line, or "ERROR: " and why."""
 import argparse
 import sys
 
@@ -15,7 +18,28 @@ except ImportError:
     sys.exit(77)
 
 
+def https(url, ca, tls12):
+    import ssl
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=ca)
+    if tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
+            print("OK: " + r.read().decode().split("\n")[0])
+    except Exception as e:  # the refusal is what the test wants to see
+        print("ERROR: %s" % e)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--https":
+        hp = argparse.ArgumentParser()
+        hp.add_argument("--https", required=True)
+        hp.add_argument("--ca", required=True)
+        hp.add_argument("--tls12", action="store_true")
+        h = hp.parse_args()
+        https(h.https, h.ca, h.tls12)
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("target")
     ap.add_argument("method")

@@ -214,6 +214,38 @@ START_TEST(mtls_refuses_the_unauthenticated_and_the_wrong_roles)
 }
 END_TEST
 
+/* --metrics-tls: /metrics over HTTPS with the daemon's certificate, TLS 1.3 only. */
+START_TEST(metrics_are_served_over_tls_1_3)
+{
+    tls_flags_t ps;
+    char url[300], ca[600], *out = NULL;
+    launch_proc_t p;
+
+    make_pki();
+    ps = tls_of(pki, "ps-0");
+    harness_start(&p, "tessera-ps", "sec-metrics", ps.cert, ps.key, ps.ca, "--metrics-tls", NULL);
+    snprintf(url, sizeof(url), "https://%s/metrics", p.metrics);
+    snprintf(ca, sizeof(ca), "%s/ca.crt", pki);
+    char *probe_py = (char *)harness_source("tests/integration/grpc_probe.py");
+    char *v13[] = {"/usr/bin/python3", probe_py, "--https", url, "--ca", ca, NULL};
+    char *v12[] = {"/usr/bin/python3", probe_py, "--https", url, "--ca", ca, "--tls12", NULL};
+    ck_assert_int_eq(harness_run(v13, NULL, NULL, 30000, &out), 0);
+    ck_assert_msg(strncmp(out, "OK: # HELP", 10) == 0, "%s", out);
+    free(out);
+    ck_assert_int_eq(harness_run(v12, NULL, NULL, 30000, &out), 0);
+    ck_assert_msg(strncmp(out, "ERROR: ", 7) == 0, "TLS 1.2 was served: %s", out);
+    free(out);
+    /* and no plain HTTP */
+    {
+        char *headers = NULL;
+        ck_assert_int_ne(harness_http_get(p.metrics, "/metrics", &headers, &out), 200);
+        free(headers);
+        free(out);
+    }
+    harness_stop(&p);
+}
+END_TEST
+
 /* Starts program with args and expects it to refuse them at start-up with a message holding
  * `expect` and no PEM content. */
 static void assert_refused(const char *program, char **args, const char *expect)
@@ -646,6 +678,7 @@ int main(void)
     grpc_init();
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, mtls_refuses_the_unauthenticated_and_the_wrong_roles);
+    tcase_add_test(tc, metrics_are_served_over_tls_1_3);
     tcase_add_test(tc, bad_tls_settings_are_refused_by_name);
     tcase_add_test(tc, jobs_over_mtls_end_at_the_plaintext_numbers);
     tcase_add_test(tc, daemons_touch_only_files_under_their_data_roots);
