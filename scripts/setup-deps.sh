@@ -9,7 +9,7 @@ packages=(
   libsystemd-dev check libopenblas-dev zlib1g-dev
   libyaml-dev libcjson-dev libmicrohttpd-dev libhdf5-dev libzip-dev
   prometheus iperf3 python3 python3-venv dataset-fashion-mnist systemd iproute2
-  libssl-dev openssl python3-grpcio
+  libssl-dev openssl python3-grpcio buildah podman
   clang libclang-rt-14-dev
 )
 
