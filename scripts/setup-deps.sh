@@ -29,3 +29,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# kubectl renders deploy/k8s with its built-in kustomize (tests/k8s): Debian's
+# kubernetes-client, unless a kubectl from elsewhere is installed already.
+if ! command -v kubectl >/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-deps: kubectl is missing (run as root to install kubernetes-client)" >&2
+    exit 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kubernetes-client
+fi
