@@ -167,6 +167,11 @@ static status_t replay_change(replay_t *r, const Tessera__V1__JournalRecord *rec
 
     if (rec->change_case == TESSERA__V1__JOURNAL_RECORD__CHANGE_WORKER)
         return replay_worker(r, rec->worker, err);
+    if (rec->change_case == TESSERA__V1__JOURNAL_RECORD__CHANGE_NEXT_ID) {
+        if (rec->next_id > r->c->next_id && rec->next_id < 0xffffffffu)
+            r->c->next_id = rec->next_id;
+        return STATUS_OK;
+    }
     if (jj == NULL)
         return status_fail(err, STATUS_DATA_LOSS, "%s: record %zu is of no kind this chief knows",
                            r->name, r->n);
@@ -367,6 +372,14 @@ status_t chief_journal_encode(coordinator_t *c, pb_buf_t *out, status_msg_t *err
             return status_fail(err, STATUS_NO_MEMORY, "out of memory for the journal");
         journal_frame(out, rec, len);
         free(rec);
+    }
+    /* the id counter, past the ended jobs --max-finished-jobs let go */
+    {
+        Tessera__V1__JournalRecord rec = TESSERA__V1__JOURNAL_RECORD__INIT;
+        uint8_t buf[16];
+        rec.change_case = TESSERA__V1__JOURNAL_RECORD__CHANGE_NEXT_ID;
+        rec.next_id = c->next_id;
+        journal_frame(out, buf, tessera__v1__journal_record__pack(&rec, buf));
     }
     if (out->failed)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory for the journal");

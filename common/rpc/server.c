@@ -92,17 +92,19 @@ static bool authorized(rpc_ctx_t *c)
     unsigned roles;
     char who[300], may[64];
 
-    if (!rpc_security_peer(c->call, &roles, who, sizeof(who)))
-        roles = RPC_ROLE_NONE_;
-    if (roles & m->callers)
+    if (m->callers & RPC_ROLE_NONE_) /* health: anyone, TLS or not */
         return true;
-    if (roles == RPC_ROLE_NONE_)
+    if (!rpc_security_peer(c->call, &roles, who, sizeof(who))) {
         rpc_ctx_fail(c, STATUS_UNAUTHENTICATED, m->path,
                      "%s needs mutual TLS: this plaintext port answers only %s", m->path,
                      RPC_SVC_HEALTH);
-    else
-        rpc_ctx_fail(c, STATUS_PERMISSION_DENIED, m->path, "%s may not call %s (allowed: %s)", who,
-                     m->path, rpc_roles_describe(m->callers, may, sizeof(may)));
+        return false;
+    }
+    /* read-only methods: any certificate of the cluster's CA, with a role or not */
+    if (m->callers == RPC_CALLERS_PEERS || (roles & m->callers))
+        return true;
+    rpc_ctx_fail(c, STATUS_PERMISSION_DENIED, m->path, "%s may not call %s (allowed: %s)", who,
+                 m->path, rpc_roles_describe(m->callers, may, sizeof(may)));
     return false;
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../chief/chief.h"
 #include "../../chief/internal.h"
 #include "files/journal.h"
 #include "fuzz_common.h"
@@ -86,6 +87,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size < 1)
         return 0;
+    /* the chief's own defaults: its limits decide which ended jobs stay in the table */
+    if (config_defaults(&chief_table, &opts, &err) != STATUS_OK)
+        fuzz_fail("journal", "the chief's defaults: %s", err.text);
     if (data[0] & 1) {
         fuzz_part_t parts[64];
         size_t n = fuzz_split(data + 1, size - 1, "\n#@rec\n", parts, 64);
@@ -119,5 +123,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(copy);
     pb_buf_free(&framed);
     table_free(c);
+    config_done(&chief_table, &opts);
     return 0;
 }

@@ -71,7 +71,8 @@ if [ "$rc" -ne 0 ] || [ -n "$found" ]; then
       echo "  keep it:    mkdir -p $regressions && cp $f $regressions/"
     fi
   done
-  [ "$rc" -eq 0 ] && rc=1
+  # libFuzzer's status for a crash is 77, which meson would count as a skip
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ]; then rc=1; fi
   # A long run keeps what it found: a failure at exit (a leak) names no input to replay.
   if [ "$mode" = long ]; then
     echo "  corpus:     $work/new"
