@@ -671,7 +671,7 @@ typedef struct batch_slot {
     float *features; /* [rows, feature_len], 64-byte aligned */
     float *labels;
     int size;
-    int64_t epoch;
+    int64_t epoch, index;
     bool last_of_epoch;
 } batch_slot_t;
 
@@ -754,6 +754,7 @@ static bool produce(data_pipeline_t *p, batch_slot_t *slot)
     }
     slot->size = (int)rows;
     slot->epoch = p->epoch;
+    slot->index = p->batch;
     p->batch++;
     slot->last_of_epoch = p->batch == p->batches_per_epoch;
     return true;
@@ -792,6 +793,8 @@ static void fill_batch(const batch_slot_t *slot, data_batch_t *ret_batch)
     ret_batch->labels = slot->labels;
     ret_batch->size = slot->size;
     ret_batch->epoch = slot->epoch;
+    ret_batch->index = slot->index;
+    ret_batch->shard = 0;
     ret_batch->last_of_epoch = slot->last_of_epoch;
 }
 

@@ -117,6 +117,8 @@ typedef struct data_batch {
     const float *labels;   /* [size] */
     int size;
     int64_t epoch; /* 0-based epoch the batch belongs to */
+    int64_t index; /* 0-based number of the batch in its epoch (of this shard) */
+    int shard;     /* the shard it came from (trainer_next_of); 0 from a pipeline */
     bool last_of_epoch;
 } data_batch_t;
 

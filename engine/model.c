@@ -183,3 +183,21 @@ uint64_t *model_rng_state(model_t *m, size_t i)
 
     return l != NULL ? &l->rng : NULL;
 }
+
+void model_set_draw_key(model_t *m, uint64_t key)
+{
+    for (size_t k = 0; k < m->n_layers; k++) {
+        m->layers[k].draw_key = key;
+        m->layers[k].draw_keyed = true;
+    }
+}
+
+uint64_t model_draw_key(int64_t epoch, int64_t index, int slice)
+{
+    uint64_t s = (uint64_t)epoch;
+    uint64_t k = layer_rng_next(&s);
+    s = k ^ (uint64_t)index;
+    k = layer_rng_next(&s);
+    s = k ^ (uint64_t)(uint32_t)slice;
+    return layer_rng_next(&s);
+}

@@ -98,6 +98,18 @@ const float *model_output(const model_t *m);
 size_t model_rng_count(model_t *m);
 uint64_t *model_rng_state(model_t *m, size_t i);
 
+/* Keys the next training passes' random draws: from now on each Dropout layer draws its values
+ * from its seed and `key` alone, not from a stream that moves with every pass. The trainer keys
+ * each step by the batch's place (epoch, number in its epoch) and the slice a replica or worker
+ * computes, so a run resumed from a checkpoint, a worker that joins again, or a survivor that
+ * takes a lost worker's slice draw exactly what the undisturbed run would, with no stream to hand
+ * over. Until it is called, the streams move with every pass (model_rng_state). */
+void model_set_draw_key(model_t *m, uint64_t key);
+
+/* The key of the batch number `index` of `epoch`, computed as slice `slice` (a replica's or a
+ * worker's share of it; a PS worker's shard). */
+uint64_t model_draw_key(int64_t epoch, int64_t index, int slice);
+
 /* Writes a one-line-per-layer summary (name, output shape, parameters) like Keras's. */
 void model_summary(const model_t *m, char *buf, size_t len);
 

@@ -359,6 +359,8 @@ status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_
         r->reps[q].n = hi > lo ? hi - lo : 0;
         r->reps[q].x = b->features + (size_t)(lo < m ? lo : 0) * in;
         r->reps[q].y = b->labels + (lo < m ? lo : 0);
+        /* replica q's slice of this batch: its own draws, the same on every run */
+        model_set_draw_key(r->reps[q].model, model_draw_key(b->epoch, b->index, q));
     }
     r->m = m;
     atomic_store(&r->slicing, r->n);

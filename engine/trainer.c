@@ -294,6 +294,7 @@ bool trainer_next_of(trainer_t *t, int shard, data_batch_t *ret_batch)
 
     if (r == NULL || r->pipe == NULL || !data_pipeline_next(r->pipe, ret_batch))
         return false;
+    ret_batch->shard = shard;
     advance(r, ret_batch);
     return true;
 }
@@ -464,6 +465,8 @@ static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *r
         model_stats_t st;
         if (n <= 0)
             break;
+        /* slice v of this batch drops the same values whichever worker computes it */
+        model_set_draw_key(t->model, model_draw_key(b->epoch, b->index, v));
         status_t rc = model_train_slice(t->model, b->features + (size_t)lo * in, b->labels + lo, n,
                                         b->size, &st, err);
         ret_stats->loss_sum += st.loss_sum; /* a loss that is not finite: trainer_step says where */
@@ -513,8 +516,10 @@ status_t trainer_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_st
         rc = slice_step(t, b, ret_stats, err);
     else if (t->reps != NULL)
         rc = replicas_step(t->reps, b, ret_stats, err);
-    else
+    else {
+        model_set_draw_key(t->model, model_draw_key(b->epoch, b->index, b->shard));
         rc = model_train_step(t->model, b->features, b->labels, b->size, ret_stats, err);
+    }
     t->steps++;
     if (rc == STATUS_INVALID_ARGUMENT && !isfinite(ret_stats->loss_sum)) /* say where */
         rc = status_fail(err, STATUS_INVALID_ARGUMENT,

@@ -28,9 +28,14 @@ static status_t dropout_forward(layer_t *l, int batch, bool training, status_msg
                 l->mask[i] = 1.0f;
         return STATUS_OK;
     }
-    /* Drawn in example order from the layer's seed: the same seed drops the same values. */
+    /* Drawn in example order: keyed, from the seed and the pass's key alone (the same batch
+     * slice drops the same values whoever computes it, whenever); else from the layer's stream,
+     * which moves on with every pass. */
+    uint64_t keyed = l->rng ^ l->draw_key, *s = l->draw_keyed ? &keyed : &l->rng;
+    if (l->draw_keyed)
+        keyed = layer_rng_next(&keyed);
     for (size_t i = 0; i < n; i++) {
-        double u = (double)(layer_rng_next(&l->rng) >> 11) * (1.0 / 9007199254740992.0);
+        double u = (double)(layer_rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
         l->mask[i] = u < l->spec.rate ? 0.0f : scale;
     }
     l->be->mul(l->in, l->mask, l->out, n);

@@ -26,7 +26,9 @@ typedef struct layer {
     float *cols;          /* Conv2D: im2col buffer */
     int32_t *argmax;      /* MaxPooling2D: input offset of each output's maximum */
     float *mask;          /* Dropout: kept (scale) or dropped (0) */
-    uint64_t rng;         /* Dropout */
+    uint64_t rng;         /* Dropout: its seed, or its stream until draws are keyed */
+    uint64_t draw_key;    /* model_set_draw_key: this pass's key */
+    bool draw_keyed;
     int32_t *slot_of_row; /* Embedding: row -> slot in rows_index during backward */
     int64_t *ids;         /* Embedding: the batch's ids */
     int32_t *slots;       /* Embedding: each id's slot in rows_index */
