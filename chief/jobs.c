@@ -154,9 +154,7 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
     free(files);
     /* what the synchronous strategies do not do yet on a cluster is refused by name */
     if (rc == STATUS_OK && job_is_synchronous(&j->job)) {
-        const char *missing = j->job.tensorboard_histogram_freq > 0 ? "tensorboard.histogram_freq"
-                              : j->job.max_staleness > 0            ? "max_staleness"
-                                                                    : NULL;
+        const char *missing = j->job.max_staleness > 0 ? "max_staleness" : NULL;
         if (missing != NULL)
             rc = status_fail(err, STATUS_BAD_CONFIG, "%s: %s is not available for %s jobs yet",
                              req->job_path[0] ? req->job_path : "job", missing,

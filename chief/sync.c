@@ -354,6 +354,7 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
             s, bad, s->f[bad].rc != STATUS_OK ? s->f[bad].rc : STATUS_UNAVAILABLE,
             kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN        ? "training"
             : kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT ? "writing a checkpoint"
+            : kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_HISTOGRAMS ? "writing histograms"
                                                                          : "evaluation",
             s->f[bad].rc != STATUS_OK ? s->f[bad].err.message : "its ring neighbours lost it", err);
     }
@@ -582,6 +583,13 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
         STATUS_CHECK(chief_tb_epoch(&s->tb, c, j, e,
                                     per_epoch - (e == s->start_epoch ? s->start_done : 0),
                                     clock_now_s() - t0, has_test && job->evaluate, err));
+        /* the weights live on the workers: the first live one writes their histograms */
+        if (s->tb.run != NULL && tb_histograms_due(s->tb.run, e)) {
+            double none[3];
+            int got;
+            STATUS_CHECK(
+                closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_HISTOGRAMS, 0, &got, none, err));
+        }
         pthread_mutex_lock(&c->mu);
         j->progress.train_seconds += clock_now_s() - t0;
         pthread_mutex_unlock(&c->mu);

@@ -90,11 +90,14 @@ static status_t tensorboard_epoch(tb_run_t *tb, trainer_t *t, const train_progre
                     .val_accuracy = pr->test_accuracy};
 
     STATUS_CHECK(tb_epoch(tb, &e, err));
-    if (!tb_histograms_due(tb, pr->epoch))
-        return STATUS_OK;
+    return tb_histograms_due(tb, pr->epoch) ? train_histograms(tb, m, pr->epoch, err) : STATUS_OK;
+}
+
+status_t train_histograms(tb_run_t *tb, model_t *m, int64_t epoch, status_msg_t *err)
+{
     for (size_t i = 0; i < model_param_count(m); i++) {
         const model_param_t *p = model_param(m, i);
-        STATUS_CHECK(tb_histogram(tb, pr->epoch, p->name, p->value, p->n, err));
+        STATUS_CHECK(tb_histogram(tb, epoch, p->name, p->value, p->n, err));
     }
     return STATUS_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "job/job.h"
 #include "base/status.h"
+#include "files/tensorboard.h"
 #include "model.h"
 
 typedef struct train_opts {
@@ -48,18 +49,22 @@ typedef struct train_result {
     double examples_per_second; /* over the whole run */
 } train_result_t;
 
+/* Starting weights (init_from): the file's variables (Keras .weights.h5 or .keras, or
+ * safetensors) checked against the model's by name and shape, then copied in; an error names
+ * the file and what differs. */
+status_t train_init_weights(model_t *m, const char *path, status_msg_t *err);
+
 /* Trains the job in this process. cb (may be NULL) sees every step and every epoch's end.
  *
  * With a checkpoint section, writes checkpoints (every_steps, every_seconds, or each epoch's end,
  * and after the last step); with resume (the job's or opts'), starts from the newest complete
  * checkpoint there, if any, at its step, optimizer state, learning-rate position, data position
  * and dropout streams: the run then takes exactly the steps an uninterrupted one would. */
-/* Starting weights (init_from): the file's variables (Keras .weights.h5 or .keras, or
- * safetensors) checked against the model's by name and shape, then copied in; an error names
- * the file and what differs. */
-status_t train_init_weights(model_t *m, const char *path, status_msg_t *err);
-
 status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb cb, void *arg,
                    train_result_t *ret_result, status_msg_t *err);
+
+/* Writes a histogram of each of the model's weights after `epoch` into the run, as Keras's
+ * TensorBoard callback does with histogram_freq. */
+status_t train_histograms(tb_run_t *tb, model_t *m, int64_t epoch, status_msg_t *err);
 
 #endif

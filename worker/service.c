@@ -37,6 +37,7 @@ typedef struct closure_task {
     int steps;
     int data_shard; /* 1 + the shard to read from (data_epoch, data_batch); 0: its own */
     int64_t data_epoch, data_batch;
+    int64_t epoch;                  /* a histograms closure's */
     Tessera__V1__TrainPosition pos; /* a checkpoint closure's */
     char job[128];
 } closure_task_t;
@@ -53,6 +54,7 @@ typedef struct wjob {
     uint64_t seed;    /* the model's: initializers without a seed of their own derive one from it */
     uint64_t *rng;    /* the dropout streams, as a closure's reply carries them */
     pb_buf_t resumed; /* multi_worker_mirrored: the manifest of the checkpoint restored, or empty */
+    tb_run_t *tb;     /* multi_worker_mirrored with histogram_freq: the histograms' run */
     _Atomic bool cancelled;
 } wjob_t;
 
@@ -81,6 +83,7 @@ static void wjob_free(wjob_t *j)
         return;
     ps_client_free(j->ps);
     sync_free(j->sync);
+    tb_close(j->tb, NULL);
     trainer_free(j->trainer);
     job_done(&j->job);
     free(j->rng);
@@ -157,9 +160,11 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                              .start_epoch = req->start_epoch,
                              .start_batch = req->start_batch};
         /* what this worker reads (data, starting weights) and, synchronous, writes */
-        rc = job_paths_check(&j->job,
-                             JOB_PATHS_DATA | JOB_PATHS_INIT | (sync ? JOB_PATHS_CHECKPOINT : 0),
-                             roots, err);
+        rc = job_paths_check(
+            &j->job,
+            JOB_PATHS_DATA | JOB_PATHS_INIT | (sync ? JOB_PATHS_CHECKPOINT : 0) |
+                (sync && j->job.tensorboard_histogram_freq > 0 ? JOB_PATHS_TENSORBOARD : 0),
+            roots, err);
         if (rc == STATUS_OK)
             rc = job_set_replicas(&j->job, mwms ? j->num_workers : replicas, err);
         if (rc == STATUS_OK && (req->start_epoch < 0 || req->start_batch < 0))
@@ -408,7 +413,8 @@ static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
                             req->data_shard);
     if (req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN &&
         req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE &&
-        req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT)
+        req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT &&
+        req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_HISTOGRAMS)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "kind", "unknown closure kind %d",
                             (int)req->kind);
     t = calloc(1, sizeof(*t));
@@ -421,6 +427,7 @@ static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
     t->data_shard = req->data_shard;
     t->data_epoch = req->data_epoch;
     t->data_batch = req->data_batch;
+    t->epoch = req->epoch;
     if (req->position != NULL)
         t->pos = *req->position;
     snprintf(t->job, sizeof(t->job), "%s", req->job);
@@ -597,6 +604,24 @@ static status_t ckpt_closure(wjob_t *j, const closure_task_t *t, status_msg_t *e
     return train_ckpt_save(j->trainer, &j->job, &pos, err);
 }
 
+/* multi_worker_mirrored: the weights' histograms after an epoch, into the job's TensorBoard
+ * run (its own events file there, beside the chief's). */
+static status_t histograms_closure(wjob_t *j, const closure_task_t *t, status_msg_t *err)
+{
+    tb_opts_t o = {.logdir = j->job.tensorboard_logdir,
+                   .job = j->job.name ? j->job.name : "job",
+                   .histogram_freq = j->job.tensorboard_histogram_freq,
+                   .histograms_only = true};
+
+    if (j->sync == NULL || j->job.tensorboard_logdir == NULL)
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "histograms are written here only for a synchronous job with a "
+                           "tensorboard section");
+    if (j->tb == NULL)
+        STATUS_CHECK(tb_open(&o, &j->tb, err));
+    return train_histograms(j->tb, trainer_model(j->trainer), t->epoch, err);
+}
+
 static void run_task(worker_service_t *w, closure_task_t *t)
 {
     Tessera__V1__RunClosureResponse resp = TESSERA__V1__RUN_CLOSURE_RESPONSE__INIT;
@@ -617,6 +642,8 @@ static void run_task(worker_service_t *w, closure_task_t *t)
     resp.closure_id = t->closure_id;
     if (t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT)
         rc = ckpt_closure(j, t, &err);
+    else if (t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_HISTOGRAMS)
+        rc = histograms_closure(j, t, &err);
     else if (j->sync != NULL)
         rc = t->kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN
                  ? sync_closure(w, j, t, &resp, &err)

@@ -27,7 +27,7 @@ status_t tb_open(const tb_opts_t *o, tb_run_t **ret, status_msg_t *err)
     t->opts.logdir = t->opts.job = NULL; /* not kept: the caller's strings */
     snprintf(dir, sizeof(dir), "%s/%s/train", o->logdir, o->job);
     rc = events_open(dir, &t->train, err);
-    if (rc == STATUS_OK) {
+    if (rc == STATUS_OK && !o->histograms_only) {
         snprintf(dir, sizeof(dir), "%s/%s/validation", o->logdir, o->job);
         rc = events_open(dir, &t->validation, err);
     }

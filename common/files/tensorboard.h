@@ -20,6 +20,9 @@ typedef struct tb_opts {
     int64_t update_freq;    /* steps between batch summaries; 0: per epoch only */
     int64_t histogram_freq; /* epochs between weight histograms; 0: none */
     bool accuracy;          /* the loss has an accuracy */
+    /* only the train file, for weight histograms written beside another process's run (a
+     * multi_worker_mirrored worker's, beside the chief's scalars) */
+    bool histograms_only;
 } tb_opts_t;
 
 typedef struct tb_run tb_run_t;

@@ -375,7 +375,8 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
         snprintf(extra[k], sizeof(extra[k]), "checkpoint: {dir: %s, every_steps: 400}\n", dir[k]);
     }
     snprintf(extra[0] + strlen(extra[0]), sizeof(extra[0]) - strlen(extra[0]),
-             "tensorboard: {logdir: %s/mwms-tb, update_freq: 100}\n", harness_tmpdir());
+             "tensorboard: {logdir: %s/mwms-tb, update_freq: 100, histogram_freq: 1}\n",
+             harness_tmpdir());
     job = mlp_job_of("ck-whole", "multi_worker_mirrored", 32, 3, (mlp_more_t){.extra = extra[0]});
     rc = submit_watch(&c, job, &out);
     ck_assert_msg(rc == 0 && strstr(out, "checkpoint at step 400") != NULL &&
@@ -387,10 +388,17 @@ START_TEST(sync_checkpoint_then_resume_ends_at_the_uninterrupted_numbers)
         glob_t g;
         struct stat st;
         char pattern[700];
+        bool histograms = false;
         snprintf(pattern, sizeof(pattern), "%s/mwms-tb/fashion-mnist-mlp/%s/events.out.tfevents.*",
                  harness_tmpdir(), k ? "validation" : "train");
-        ck_assert_msg(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "no %s", pattern);
-        ck_assert(stat(g.gl_pathv[0], &st) == 0 && st.st_size > 200);
+        /* train: the chief's scalars, and worker 0's weight histograms in a file of its own */
+        ck_assert_msg(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == (k ? 1u : 2u),
+                      "%zu files like %s", g.gl_pathc, pattern);
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            ck_assert(stat(g.gl_pathv[i], &st) == 0 && st.st_size > 200);
+            histograms |= harness_file_contains(g.gl_pathv[i], "kernel/histogram");
+        }
+        ck_assert_msg(histograms == (k == 0), "histograms in %s: %d", pattern, histograms);
         globfree(&g);
     }
 
