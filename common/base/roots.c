@@ -73,7 +73,7 @@ static char *resolve(const char *path)
         size_t len = strcspn(p, "/");
         if (len == 2 && p[0] == '.' && p[1] == '.') {
             free(real);
-            errno = EACCES;
+            errno = EXDEV; /* marks a ".." below what exists */
             return NULL;
         }
         p += len;
@@ -115,7 +115,7 @@ status_t roots_check(const roots_t *r, const char *what, const char *path, statu
         char via[PATH_MAX + 32] = "";
         if (real != NULL && strcmp(real, path) != 0)
             snprintf(via, sizeof(via), " (it resolves to %s)", real);
-        else if (real == NULL && errno == EACCES)
+        else if (real == NULL && errno == EXDEV)
             snprintf(via, sizeof(via), " (\"..\" below what exists)");
         status_fail(err, STATUS_PERMISSION_DENIED,
                     "%s %s%s is outside the directories %s may use (--data-root %s%s)", what, path,
