@@ -52,11 +52,13 @@ struct replicas {
     void *arg;
 };
 
-static void take_values(model_t *dst, model_t *src)
+/* The replicas read replica 0's values where they are: nothing writes them while a step
+ * computes (the updates run between steps, replicas_parallel), so every replica starts each step
+ * from replica 0's values without a copy. (Replicas on devices of their own will need copies.) */
+static void share_values(model_t *dst, model_t *src)
 {
     for (size_t i = 0; i < model_param_count(src); i++)
-        memcpy(model_param(dst, i)->value, model_param(src, i)->value,
-               model_param(src, i)->n * sizeof(float));
+        model_param(dst, i)->value = model_param(src, i)->value;
 }
 
 void replicas_part(int q, int n, size_t len, size_t *ret_lo, size_t *ret_hi)
@@ -98,8 +100,6 @@ static void run_slice(replica_t *p)
     p->st = (model_stats_t){0};
     p->rc = STATUS_OK;
     if (p->n > 0) {
-        if (p->index > 0) /* replica 0's values: restored, loaded or updated since */
-            take_values(p->model, r->first);
         p->rc = model_train_slice(p->model, p->x, p->y, p->n, r->m, &p->st, &p->err);
     }
     /* the barrier: every replica's gradients are made before any is summed */
@@ -276,14 +276,15 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
         replicas_free(r);
         return rc;
     }
-    /* the copies' initial values do not matter (each step starts from replica 0's); their own
-     * seeds give each its own dropout streams */
+    /* the copies' own values go unused: they read replica 0's (share_values) */
     for (int i = 1; i < n && rc == STATUS_OK; i++) {
         rc = model_new(&job->model, job->loss, job->from_logits, per_replica,
                        job->seed + (uint64_t)i * 0x9E3779B97F4A7C15ull,
                        max_bytes > r->bytes ? max_bytes - r->bytes : 1, &r->reps[i].model, err);
-        if (rc == STATUS_OK)
+        if (rc == STATUS_OK) {
             r->bytes += model_bytes(r->reps[i].model);
+            share_values(r->reps[i].model, first);
+        }
     }
     sigfillset(&all); /* signals belong to the main thread */
     pthread_sigmask(SIG_BLOCK, &all, &old);
