@@ -209,9 +209,11 @@ static void *pool_main(void *arg)
             pthread_mutex_unlock(&pool.mu);
         }
         seen = atomic_load(&pool.generation);
+        SPIN_HAPPENS_AFTER(&pool.generation);
         job = pool.job;
         fp_mode_set(job.fp_mode);
         gemm_part(&job, me);
+        SPIN_HAPPENS_BEFORE(&pool.pending);
         if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.caller_sleeps)) {
             pthread_mutex_lock(&pool.mu);
             pthread_cond_signal(&pool.done_cv);
@@ -272,6 +274,7 @@ void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
                             .parts = parts,
                             .fp_mode = fp_mode_get()};
     atomic_store(&pool.pending, parts - 1);
+    SPIN_HAPPENS_BEFORE(&pool.generation);
     atomic_fetch_add(&pool.generation, 1);
     if (atomic_load(&pool.sleepers) > 0) {
         pthread_mutex_lock(&pool.mu);
@@ -287,6 +290,7 @@ void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
         atomic_store(&pool.caller_sleeps, false);
         pthread_mutex_unlock(&pool.mu);
     }
+    SPIN_HAPPENS_AFTER(&pool.pending);
 }
 
 blas_fp_mode_t blas_flush_denormals(void)

@@ -103,6 +103,7 @@ static void run_slice(replica_t *p)
         p->rc = model_train_slice(p->model, p->x, p->y, p->n, r->m, &p->st, &p->err);
     }
     /* the barrier: every replica's gradients are made before any is summed */
+    SPIN_HAPPENS_BEFORE(&r->slicing);
     if (atomic_fetch_sub(&r->slicing, 1) == 1) {
         if (atomic_load(&r->barrier_sleepers) > 0) {
             pthread_mutex_lock(&r->mu);
@@ -117,6 +118,7 @@ static void run_slice(replica_t *p)
         atomic_fetch_sub(&r->barrier_sleepers, 1);
         pthread_mutex_unlock(&r->mu);
     }
+    SPIN_HAPPENS_AFTER(&r->slicing);
     for (int q = 0; q < r->n; q++)
         ok &= r->reps[q].rc == STATUS_OK;
     if (ok)
@@ -149,9 +151,11 @@ static void *replica_main(void *arg)
             pthread_mutex_unlock(&r->mu);
         }
         seen = atomic_load(&r->generation);
+        SPIN_HAPPENS_AFTER(&r->generation);
         if (atomic_load(&r->quit))
             break;
         run_task(p);
+        SPIN_HAPPENS_BEFORE(&r->pending);
         if (atomic_fetch_sub(&r->pending, 1) == 1 && atomic_load(&r->caller_sleeps)) {
             pthread_mutex_lock(&r->mu);
             pthread_cond_signal(&r->done);
@@ -316,6 +320,7 @@ size_t replicas_bytes(const replicas_t *r)
 static void run_all(replicas_t *r)
 {
     atomic_store(&r->pending, r->n - 1);
+    SPIN_HAPPENS_BEFORE(&r->generation);
     atomic_fetch_add(&r->generation, 1);
     if (atomic_load(&r->sleepers) > 0) {
         pthread_mutex_lock(&r->mu);
@@ -333,6 +338,7 @@ static void run_all(replicas_t *r)
         atomic_store(&r->caller_sleeps, false);
         pthread_mutex_unlock(&r->mu);
     }
+    SPIN_HAPPENS_AFTER(&r->pending);
 }
 
 void replicas_parallel(replicas_t *r, replicas_fn fn, void *arg)
