@@ -49,11 +49,12 @@ typedef struct backend {
     /* out[i] = a[i] * b[i]. */
     void (*mul)(const float *a, const float *b, float *out, size_t n);
 
-    /* v = act(v) in place; softmax over rows of `width`. */
+    /* v = act(v) in place; softmax and log_softmax over rows of `width`. */
     void (*activate)(job_activation_t act, float *v, size_t n, size_t width);
-    /* dy *= act'(.), expressed through the activation's output y. */
-    void (*activate_backward)(job_activation_t act, const float *y, float *dy, size_t n,
-                              size_t width);
+    /* dy *= act'(.), through the activation's output y and, for the activations that need it
+     * (job_activation_needs_input), its input x (else NULL). */
+    void (*activate_backward)(job_activation_t act, const float *x, const float *y, float *dy,
+                              size_t n, size_t width);
 
     /* Convolution as a matrix product: one row of kh*kw*c values per output pixel. */
     void (*im2col)(const backend_window_t *g, const float *in, int batch, float *cols);

@@ -86,6 +86,42 @@ static void softmax_rows(float *v, size_t rows, size_t width)
     }
 }
 
+/* Keras 3's constants (keras.activations) */
+#define ELU_ALPHA        1.0f
+#define SELU_ALPHA       1.67326324235437728481f
+#define SELU_SCALE       1.05070098735548049342f
+#define LEAKY_RELU_SLOPE 0.2f
+
+static inline float sigmoidf_(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
+/* log(1 + e^x) without overflow */
+static inline float softplusf_(float x)
+{
+    return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
+}
+
+static inline float relu6f_(float x)
+{
+    return fminf(fmaxf(x, 0.0f), 6.0f);
+}
+
+static void log_softmax_rows(float *x, size_t rows, size_t width)
+{
+    for (size_t r = 0; r < rows; r++, x += width) {
+        float max = x[0], sum = 0;
+        for (size_t i = 1; i < width; i++)
+            max = x[i] > max ? x[i] : max;
+        for (size_t i = 0; i < width; i++)
+            sum += expf(x[i] - max);
+        float lse = max + logf(sum);
+        for (size_t i = 0; i < width; i++)
+            x[i] -= lse;
+    }
+}
+
 static void cpu_activate(job_activation_t act, float *v, size_t n, size_t width)
 {
     switch (act) {
@@ -106,12 +142,65 @@ static void cpu_activate(job_activation_t act, float *v, size_t n, size_t width)
     case JOB_ACT_SOFTMAX:
         softmax_rows(v, n / width, width);
         break;
+    case JOB_ACT_GELU:
+        for (size_t i = 0; i < n; i++)
+            v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118654752f));
+        break;
+    case JOB_ACT_ELU:
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] > 0 ? v[i] : ELU_ALPHA * expm1f(v[i]);
+        break;
+    case JOB_ACT_SELU:
+        for (size_t i = 0; i < n; i++)
+            v[i] = SELU_SCALE * (v[i] > 0 ? v[i] : SELU_ALPHA * expm1f(v[i]));
+        break;
+    case JOB_ACT_SOFTPLUS:
+        for (size_t i = 0; i < n; i++)
+            v[i] = softplusf_(v[i]);
+        break;
+    case JOB_ACT_SOFTSIGN:
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] / (fabsf(v[i]) + 1.0f);
+        break;
+    case JOB_ACT_SWISH:
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] * sigmoidf_(v[i]);
+        break;
+    case JOB_ACT_LEAKY_RELU:
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] > 0 ? v[i] : LEAKY_RELU_SLOPE * v[i];
+        break;
+    case JOB_ACT_RELU6:
+        for (size_t i = 0; i < n; i++)
+            v[i] = relu6f_(v[i]);
+        break;
+    case JOB_ACT_HARD_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            v[i] = relu6f_(v[i] + 3.0f) / 6.0f;
+        break;
+    case JOB_ACT_HARD_SWISH:
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] * relu6f_(v[i] + 3.0f) / 6.0f;
+        break;
+    case JOB_ACT_EXPONENTIAL:
+        for (size_t i = 0; i < n; i++)
+            v[i] = expf(v[i]);
+        break;
+    case JOB_ACT_MISH:
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] * tanhf(softplusf_(v[i]));
+        break;
+    case JOB_ACT_LOG_SOFTMAX:
+        log_softmax_rows(v, n / width, width);
+        break;
+    case JOB_ACT_COUNT_:
+        break;
     }
 }
 
 /* dy *= act'(.) expressed through the activation's output y. */
-static void cpu_activate_backward(job_activation_t act, const float *y, float *dy, size_t n,
-                                  size_t width)
+static void cpu_activate_backward(job_activation_t act, const float *x, const float *y, float *dy,
+                                  size_t n, size_t width)
 {
     switch (act) {
     case JOB_ACT_LINEAR:
@@ -137,6 +226,72 @@ static void cpu_activate_backward(job_activation_t act, const float *y, float *d
             for (size_t i = 0; i < width; i++)
                 g[i] = p[i] * (g[i] - dot);
         }
+        break;
+    case JOB_ACT_GELU: /* Phi(x) + x phi(x) */
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= 0.5f * (1.0f + erff(x[i] * 0.70710678118654752f)) +
+                     x[i] * 0.39894228040143268f * expf(-0.5f * x[i] * x[i]);
+        break;
+    case JOB_ACT_ELU: /* x > 0 exactly when y > 0; below, alpha e^x = y + alpha */
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= y[i] > 0 ? 1.0f : y[i] + ELU_ALPHA;
+        break;
+    case JOB_ACT_SELU:
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= y[i] > 0 ? SELU_SCALE : y[i] + SELU_SCALE * SELU_ALPHA;
+        break;
+    case JOB_ACT_SOFTPLUS: /* sigmoid(x) = 1 - e^-y */
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= -expm1f(-y[i]);
+        break;
+    case JOB_ACT_SOFTSIGN: /* 1 / (1 + |x|)^2 = (1 - |y|)^2 */
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= (1.0f - fabsf(y[i])) * (1.0f - fabsf(y[i]));
+        break;
+    case JOB_ACT_SWISH:
+        for (size_t i = 0; i < n; i++) {
+            float s = sigmoidf_(x[i]);
+            dy[i] *= s + x[i] * s * (1.0f - s);
+        }
+        break;
+    case JOB_ACT_LEAKY_RELU:
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= y[i] > 0 ? 1.0f : LEAKY_RELU_SLOPE;
+        break;
+    case JOB_ACT_RELU6:
+        for (size_t i = 0; i < n; i++)
+            dy[i] = y[i] > 0 && y[i] < 6.0f ? dy[i] : 0;
+        break;
+    case JOB_ACT_HARD_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            dy[i] = y[i] > 0 && y[i] < 1.0f ? dy[i] / 6.0f : 0;
+        break;
+    case JOB_ACT_HARD_SWISH: /* relu6(x + 3) / 6 + x / 6 inside (-3, 3) */
+        for (size_t i = 0; i < n; i++)
+            dy[i] *=
+                relu6f_(x[i] + 3.0f) / 6.0f + (x[i] > -3.0f && x[i] < 3.0f ? x[i] / 6.0f : 0.0f);
+        break;
+    case JOB_ACT_EXPONENTIAL:
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= y[i];
+        break;
+    case JOB_ACT_MISH: /* tanh(sp) + x sech^2(sp) sigmoid(x), sp = softplus(x) */
+        for (size_t i = 0; i < n; i++) {
+            float t = tanhf(softplusf_(x[i]));
+            dy[i] *= t + x[i] * (1.0f - t * t) * sigmoidf_(x[i]);
+        }
+        break;
+    case JOB_ACT_LOG_SOFTMAX: /* g - softmax * sum(g), softmax = e^y */
+        for (size_t r = 0; r < n / width; r++) {
+            const float *p = y + r * width;
+            float *g = dy + r * width, sum = 0;
+            for (size_t i = 0; i < width; i++)
+                sum += g[i];
+            for (size_t i = 0; i < width; i++)
+                g[i] -= expf(p[i]) * sum;
+        }
+        break;
+    case JOB_ACT_COUNT_:
         break;
     }
 }

@@ -15,8 +15,24 @@
  */
 
 static const char *const keras_activation[] = {
-    [JOB_ACT_LINEAR] = "linear", [JOB_ACT_RELU] = "relu",       [JOB_ACT_SIGMOID] = "sigmoid",
-    [JOB_ACT_TANH] = "tanh",     [JOB_ACT_SOFTMAX] = "softmax",
+    [JOB_ACT_LINEAR] = "linear",
+    [JOB_ACT_RELU] = "relu",
+    [JOB_ACT_SIGMOID] = "sigmoid",
+    [JOB_ACT_TANH] = "tanh",
+    [JOB_ACT_SOFTMAX] = "softmax",
+    [JOB_ACT_GELU] = "gelu",
+    [JOB_ACT_ELU] = "elu",
+    [JOB_ACT_SELU] = "selu",
+    [JOB_ACT_SOFTPLUS] = "softplus",
+    [JOB_ACT_SOFTSIGN] = "softsign",
+    [JOB_ACT_SWISH] = "silu",
+    [JOB_ACT_LEAKY_RELU] = "leaky_relu",
+    [JOB_ACT_RELU6] = "relu6",
+    [JOB_ACT_HARD_SIGMOID] = "hard_sigmoid",
+    [JOB_ACT_HARD_SWISH] = "hard_silu",
+    [JOB_ACT_EXPONENTIAL] = "exponential",
+    [JOB_ACT_MISH] = "mish",
+    [JOB_ACT_LOG_SOFTMAX] = "log_softmax",
 };
 
 static const char *const keras_class[] = {

@@ -49,7 +49,7 @@ void job_unknown_name(char *buf, size_t size, const char *what, const char *s,
 bool job_activation_parse(const char *s, job_activation_t *ret);
 
 /* The activation names, in job_activation_t order. */
-extern const char *const job_activation_names[5];
+extern const char *const job_activation_names[JOB_ACT_COUNT_];
 
 /* Appends a layer of `kind` with Keras's defaults (bias on for dense and conv2d, stride 1 for
  * conv2d, 2x2 pools with stride 2, linear, default initializers) to m and returns it in *ret_layer.

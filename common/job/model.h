@@ -34,7 +34,25 @@ typedef enum {
     JOB_ACT_SIGMOID,
     JOB_ACT_TANH,
     JOB_ACT_SOFTMAX,
+    /* Keras 3's, by the names its to_json writes (keras.activations) */
+    JOB_ACT_GELU, /* exact: x * Phi(x) */
+    JOB_ACT_ELU,  /* alpha 1 */
+    JOB_ACT_SELU,
+    JOB_ACT_SOFTPLUS,
+    JOB_ACT_SOFTSIGN,
+    JOB_ACT_SWISH,      /* also "silu" */
+    JOB_ACT_LEAKY_RELU, /* negative_slope 0.2 */
+    JOB_ACT_RELU6,
+    JOB_ACT_HARD_SIGMOID, /* relu6(x + 3) / 6 */
+    JOB_ACT_HARD_SWISH,   /* x * hard_sigmoid(x); also "hard_silu" */
+    JOB_ACT_EXPONENTIAL,
+    JOB_ACT_MISH,
+    JOB_ACT_LOG_SOFTMAX,
+    JOB_ACT_COUNT_
 } job_activation_t;
+
+/* Whether act's gradient needs its input, not only its output (the layer keeps the input). */
+bool job_activation_needs_input(job_activation_t act);
 
 typedef struct job_layer {
     job_layer_kind_t kind;

@@ -6,7 +6,10 @@
 
 #include "job/internal.h"
 
-const char *const job_activation_names[5] = {"linear", "relu", "sigmoid", "tanh", "softmax"};
+const char *const job_activation_names[JOB_ACT_COUNT_] = {
+    "linear", "relu",         "sigmoid",    "tanh",        "softmax", "gelu",
+    "elu",    "selu",         "softplus",   "softsign",    "swish",   "leaky_relu",
+    "relu6",  "hard_sigmoid", "hard_swish", "exponential", "mish",    "log_softmax"};
 
 static const job_init_info_t inits[] = {
     {"zeros", "Zeros", JOB_INIT_ZEROS, NULL, NULL, 0, 0, false},
@@ -124,10 +127,21 @@ void job_unknown_name(char *buf, size_t size, const char *what, const char *s,
     job_join_names(buf, size, names, n);
 }
 
+bool job_activation_needs_input(job_activation_t act)
+{
+    return act == JOB_ACT_GELU || act == JOB_ACT_SWISH || act == JOB_ACT_HARD_SWISH ||
+           act == JOB_ACT_MISH;
+}
+
 bool job_activation_parse(const char *s, job_activation_t *ret)
 {
     int i = job_name_index(s, job_activation_names, JOB_N_OF(job_activation_names));
 
+    /* Keras's other spellings of the same functions */
+    if (s != NULL && strcmp(s, "silu") == 0)
+        i = JOB_ACT_SWISH;
+    if (s != NULL && strcmp(s, "hard_silu") == 0)
+        i = JOB_ACT_HARD_SWISH;
     if (i < 0)
         return false;
     *ret = (job_activation_t)i;

@@ -57,6 +57,11 @@ status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, status_msg
         if (l->out == NULL)
             return layer_plan_failed(&p, err);
     }
+    if (ops->activation && job_activation_needs_input(l->spec.activation)) {
+        l->pre = layer_floats(m, layer_mul_sat((size_t)m->max_batch, l->out_len));
+        if (l->pre == NULL)
+            return layer_plan_failed(&p, err);
+    }
     return STATUS_OK;
 }
 
@@ -69,9 +74,12 @@ status_t layer_forward(layer_t *l, int batch, bool training, bool skip_activatio
         l->out = (float *)l->in;
     else
         STATUS_CHECK(ops->forward(l, batch, training, err));
-    if (!skip_activation && ops->activation && l->spec.activation != JOB_ACT_LINEAR)
+    if (!skip_activation && ops->activation && l->spec.activation != JOB_ACT_LINEAR) {
+        if (training && l->pre != NULL) /* kept for the gradient */
+            l->be->copy(l->pre, l->out, (size_t)batch * l->out_len * sizeof(float));
         l->be->activate(l->spec.activation, l->out, (size_t)batch * l->out_len,
                         (size_t)l->out_shape[l->out_rank - 1]);
+    }
     return STATUS_OK;
 }
 
@@ -80,7 +88,7 @@ void layer_backward_params(layer_t *l, int batch, float *dy, bool skip_activatio
     const layer_ops_t *ops = layer_table[l->spec.kind];
 
     if (!skip_activation && ops->activation && l->spec.activation != JOB_ACT_LINEAR)
-        l->be->activate_backward(l->spec.activation, l->out, dy, (size_t)batch * l->out_len,
+        l->be->activate_backward(l->spec.activation, l->pre, l->out, dy, (size_t)batch * l->out_len,
                                  (size_t)l->out_shape[l->out_rank - 1]);
     if (ops->backward_params != NULL)
         ops->backward_params(l, batch, dy);

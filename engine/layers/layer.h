@@ -21,6 +21,7 @@ typedef struct layer {
     size_t in_len, out_len; /* per example */
     model_param_t *w, *b;
     float *out;           /* [max_batch, out_len]; the input itself when the kind is an alias */
+    float *pre;           /* the activation's input, for one whose gradient needs it */
     const float *in;      /* input of the last forward pass */
     backend_window_t win; /* Conv2D and pooling geometry */
     float *cols;          /* Conv2D: im2col buffer */

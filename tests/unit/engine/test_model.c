@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check_run.h"
+#include "backend.h"
 #include "model.h"
 #include "model_internal.h"
 
@@ -169,6 +170,77 @@ START_TEST(model_sigmoid_tanh_linear_mse_gradients_match)
     build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 3);
     check_gradients(&f);
     teardown(&f);
+}
+END_TEST
+
+/* Keras 3's activations (keras.activations), in double precision. */
+static double keras_act(job_activation_t a, double x)
+{
+    double sp = x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)), r6 = fmin(fmax(x + 3, 0), 6);
+    switch (a) {
+    case JOB_ACT_GELU:
+        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case JOB_ACT_ELU:
+        return x > 0 ? x : expm1(x);
+    case JOB_ACT_SELU:
+        return 1.0507009873554804934193349852946 *
+               (x > 0 ? x : 1.6732632423543772848170429916717 * expm1(x));
+    case JOB_ACT_SOFTPLUS:
+        return sp;
+    case JOB_ACT_SOFTSIGN:
+        return x / (fabs(x) + 1);
+    case JOB_ACT_SWISH:
+        return x / (1 + exp(-x));
+    case JOB_ACT_LEAKY_RELU:
+        return x > 0 ? x : 0.2 * x;
+    case JOB_ACT_RELU6:
+        return fmin(fmax(x, 0), 6);
+    case JOB_ACT_HARD_SIGMOID:
+        return r6 / 6;
+    case JOB_ACT_HARD_SWISH:
+        return x * r6 / 6;
+    case JOB_ACT_EXPONENTIAL:
+        return exp(x);
+    case JOB_ACT_MISH:
+        return x * tanh(sp);
+    default:
+        return NAN;
+    }
+}
+
+/* Every activation beyond the first five: its values are Keras's formula's, and its gradient
+ * (through the output, or the input it keeps) matches central differences inside a model. */
+START_TEST(model_keras_activations_compute_and_differentiate)
+{
+    const backend_t *be = backend_cpu();
+    float v[41], row[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+
+    for (int a = JOB_ACT_GELU; a < JOB_ACT_COUNT_; a++) {
+        const job_activation_t act = (job_activation_t)a;
+        if (act != JOB_ACT_LOG_SOFTMAX) {
+            for (int i = 0; i < 41; i++)
+                v[i] = -8.0f + 0.4f * (float)i;
+            be->activate(act, v, 41, 41);
+            for (int i = 0; i < 41; i++) {
+                double x = -8.0 + 0.4 * i, want = keras_act(act, x);
+                ck_assert_msg(fabs(v[i] - want) <= 2e-6 * fmax(1.0, fabs(want)),
+                              "%s(%g) = %.9g, Keras gives %.9g", job_activation_name(act), x, v[i],
+                              want);
+            }
+        } else { /* x - log(sum(exp(x))) along the row */
+            float r[4];
+            memcpy(r, row, sizeof(r));
+            be->activate(act, r, 4, 4);
+            double lse = log(exp(1.0) + exp(-2.0) + exp(0.5) + exp(3.0));
+            for (int i = 0; i < 4; i++)
+                ck_assert_double_eq_tol(r[i], row[i] - lse, 1e-6);
+        }
+        fixture_t f;
+        job_layer_t l[] = {dense(5, act), dense(1, JOB_ACT_LINEAR)};
+        build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 2);
+        check_gradients(&f);
+        teardown(&f);
+    }
 }
 END_TEST
 
@@ -517,6 +589,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, model_dense_relu_softmax_crossentropy_gradients_match);
     tcase_add_test(tc, model_sigmoid_tanh_linear_mse_gradients_match);
+    tcase_add_test(tc, model_keras_activations_compute_and_differentiate);
     tcase_add_test(tc, model_crossentropy_from_logits_gradients_match);
     tcase_add_test(tc, model_binary_crossentropy_gradients_match_with_and_without_logits);
     tcase_add_test(tc, model_softmax_inside_the_network_gradients_match);

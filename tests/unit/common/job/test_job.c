@@ -511,9 +511,9 @@ START_TEST(unknown_names_are_listed_with_the_known_ones)
     ASSERT_BAD("model: [{dence: {units: 1}, input_shape: [4]}]\n" TAIL,
                "job.yaml:1: model[0]: unknown layer 'dence' (did you mean 'dense'?)",
                "known layers: dense, conv2d");
-    ASSERT_BAD("model: [{dense: {units: 1, activation: swish}, input_shape: [4]}]\n" TAIL,
-               "model[0].dense.activation: unknown activation 'swish'; known activations: "
-               "linear, relu, sigmoid, tanh, softmax");
+    ASSERT_BAD("model: [{dense: {units: 1, activation: swishy}, input_shape: [4]}]\n" TAIL,
+               "model[0].dense.activation: unknown activation 'swishy' (did you mean 'swish'?); "
+               "known activations: linear, relu, sigmoid, tanh, softmax, gelu");
     ASSERT_BAD(MODEL "loss: categorical_crossentropy\n",
                "job.yaml:2: loss: unknown loss 'categorical_crossentropy'",
                "known losses: mse, mean_squared_error, sparse_categorical_crossentropy");
