@@ -82,6 +82,26 @@ static void add_window(cJSON *c, const job_layer_t *l)
     cJSON_AddStringToObject(c, "data_format", "channels_last");
 }
 
+/* A regularizer as Keras 3 serializes it (null when there is none). */
+static cJSON *regularizer(const job_regularizer_t *r)
+{
+    cJSON *o, *c;
+    const char *cls = r->l1 > 0 && r->l2 > 0 ? "L1L2" : r->l1 > 0 ? "L1" : "L2";
+
+    if (r->l1 == 0 && r->l2 == 0)
+        return cJSON_CreateNull();
+    o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "module", "keras.regularizers");
+    cJSON_AddStringToObject(o, "class_name", cls);
+    c = cJSON_AddObjectToObject(o, "config");
+    if (r->l1 > 0)
+        cJSON_AddNumberToObject(c, "l1", r->l1);
+    if (r->l2 > 0)
+        cJSON_AddNumberToObject(c, "l2", r->l2);
+    cJSON_AddNullToObject(o, "registered_name");
+    return o;
+}
+
 /* One layer's config: the options Tessera trained it with (initializers are left to Keras's
  * defaults: they do not matter once the weights are loaded). */
 static cJSON *layer_config(const job_layer_t *l)
@@ -95,6 +115,8 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddNumberToObject(c, "units", l->units);
         cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
         cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
+        cJSON_AddItemToObject(c, "kernel_regularizer", regularizer(&l->kernel_reg));
+        cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
         break;
     case JOB_LAYER_CONV2D:
         cJSON_AddNumberToObject(c, "filters", l->filters);
@@ -102,6 +124,8 @@ static cJSON *layer_config(const job_layer_t *l)
         add_window(c, l);
         cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
         cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
+        cJSON_AddItemToObject(c, "kernel_regularizer", regularizer(&l->kernel_reg));
+        cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
         break;
     case JOB_LAYER_MAX_POOLING2D:
     case JOB_LAYER_AVERAGE_POOLING2D:

@@ -20,6 +20,58 @@ static status_t forward(model_t *m, const float *x, int batch, bool training, st
     return STATUS_OK;
 }
 
+/* sum of |v[k]| (l1) or v[k]^2 (!l1), in 8 lanes the compiler can keep in one vector */
+static double lane_sum(const float *v, size_t n, bool l1)
+{
+    float acc[8] = {0};
+    size_t k = 0;
+    double sum = 0;
+
+    for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += l1 ? fabsf(v[k + j]) : v[k + j] * v[k + j];
+    for (int j = 0; j < 8; j++)
+        sum += acc[j];
+    for (; k < n; k++)
+        sum += l1 ? fabsf(v[k]) : (double)v[k] * v[k];
+    return sum;
+}
+
+/* Keras's weight regularizers on one of a layer's weights: returns l1 * sum|w| + l2 * sum w^2;
+ * with `share` > 0 also adds share times its gradient to the weight's. */
+static double regularize(model_param_t *p, const job_regularizer_t *r, float share)
+{
+    double sum = 0;
+
+    if (p == NULL || (r->l1 == 0 && r->l2 == 0))
+        return 0;
+    if (r->l2 != 0) {
+        float c = share * 2.0f * (float)r->l2;
+        sum += r->l2 * lane_sum(p->value, p->n, false);
+        for (size_t k = 0; share > 0 && k < p->n; k++)
+            p->grad[k] += c * p->value[k];
+    }
+    if (r->l1 != 0) {
+        float c = share * (float)r->l1;
+        sum += r->l1 * lane_sum(p->value, p->n, true);
+        for (size_t k = 0; share > 0 && k < p->n; k++)
+            p->grad[k] += c * (float)((p->value[k] > 0) - (p->value[k] < 0));
+    }
+    return sum;
+}
+
+/* The regularization term of every layer (no gradients). */
+static double regularization(model_t *m)
+{
+    double sum = 0;
+
+    for (size_t i = 0; i < m->n_layers; i++) {
+        layer_t *l = &m->layers[i];
+        sum += regularize(l->w, &l->spec.kernel_reg, 0) + regularize(l->b, &l->spec.bias_reg, 0);
+    }
+    return sum;
+}
+
 status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
                           model_stats_t *ret_stats, status_msg_t *err)
 {
@@ -31,6 +83,9 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
 {
     model_stats_t st = {0};
     float *dy = m->grad_a, *spare = m->grad_b;
+    /* a slice's share of the whole batch: the slices' regularization gradients add up to one */
+    float share = total > 0 ? (float)batch / (float)total : 1.0f;
+    double reg = 0;
 
     if (total < batch)
         return status_fail(err, STATUS_INVALID_USAGE, "a slice of %d examples of a batch of %d",
@@ -50,6 +105,9 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         float *dx;
 
         layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
+        /* before the gradients leave (a PS push, an all-reduce bucket) */
+        reg += regularize(l->w, &l->spec.kernel_reg, share) +
+               regularize(l->b, &l->spec.bias_reg, share);
         if (has_params && m->on_backward != NULL)
             m->on_backward(m->on_backward_arg, MODEL_GRADS_READY, first);
         dx = layer_backward_input(l, batch, dy, i > 0 ? spare : NULL);
@@ -60,6 +118,8 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
             dy = dx;
         }
     }
+    /* the loss holds the term once in the mean over the whole batch, as Keras's loss does */
+    ret_stats->loss_sum += reg * batch;
     return STATUS_OK;
 }
 
@@ -75,6 +135,7 @@ status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
     model_stats_t st = {0};
     STATUS_CHECK(forward(m, x, batch, false, err));
     STATUS_CHECK(model_loss(m, y, batch, batch, NULL, &st, err));
+    st.loss_sum += regularization(m) * batch;
     *ret_stats = st;
     return STATUS_OK;
 }

@@ -514,6 +514,61 @@ static status_t json_get_init(job_layer_reader_t *r, const char *key, job_init_t
     return get_init(j->k, j->cfg, key, ret);
 }
 
+/* A regularizer as Keras serializes it: {"class_name": "L1" | "L2" | "L1L2", "config": {"l1":
+ * X, "l2": Y}} with or without module and registered_name, or a name string ("l1", "l2",
+ * "l1_l2": Keras's defaults, 0.01). */
+static status_t json_get_regularizer(job_layer_reader_t *r, const char *key, job_regularizer_t *ret)
+{
+    static const char *const wrapper_keys[] = {"class_name", "config", "module", "registered_name"};
+    json_reader_t *j = json_reader(r);
+    kctx_t *k = j->k;
+    const cJSON *v = kget(j->cfg, key), *cfg = NULL, *item;
+    job_regularizer_t reg = {0};
+    const char *name;
+    bool has_l1, has_l2;
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (cJSON_IsObject(v)) {
+        STATUS_CHECK(check_keys(k, v, key, wrapper_keys, JOB_N_OF(wrapper_keys)));
+        name = cJSON_GetStringValue(kget(v, "class_name"));
+        cfg = kget(v, "config");
+        if (cfg != NULL && !cJSON_IsObject(cfg) && !cJSON_IsNull(cfg))
+            return type_error(k, key, v, "a regularizer whose config is an object");
+    } else {
+        name = cJSON_GetStringValue(v);
+        if (name != NULL && strcmp(name, "l1") == 0)
+            name = "L1";
+        else if (name != NULL && strcmp(name, "l2") == 0)
+            name = "L2";
+        else if (name != NULL && strcmp(name, "l1_l2") == 0)
+            name = "L1L2";
+    }
+    if (name == NULL)
+        return type_error(k, key, v, "a regularizer");
+    has_l1 = strcmp(name, "L1") == 0 || strcmp(name, "L1L2") == 0;
+    has_l2 = strcmp(name, "L2") == 0 || strcmp(name, "L1L2") == 0;
+    if (!has_l1 && !has_l2)
+        return kfail(k, "%s: regularizer %.60s is not supported (L1, L2 and L1L2 are)", key, name);
+    /* Keras's defaults: 0.01 for L1 and L2 alone, 0 for L1L2's */
+    reg.l1 = strcmp(name, "L1") == 0 ? 0.01 : 0;
+    reg.l2 = strcmp(name, "L2") == 0 ? 0.01 : 0;
+    cJSON_ArrayForEach(item, cfg)
+    {
+        if (!((has_l1 && strcmp(item->string, "l1") == 0) ||
+              (has_l2 && strcmp(item->string, "l2") == 0)))
+            return kfail(k, "%s: unknown %s parameter '%.40s'", key, name, item->string);
+    }
+    if (has_l1)
+        STATUS_CHECK(init_param(k, key, cfg, "l1", &reg.l1));
+    if (has_l2)
+        STATUS_CHECK(init_param(k, key, cfg, "l2", &reg.l2));
+    if (!(reg.l1 >= 0) || !(reg.l2 >= 0))
+        return kfail(k, "%s: l1 and l2 must be >= 0, got %g and %g", key, reg.l1, reg.l2);
+    *ret = reg;
+    return STATUS_OK;
+}
+
 static status_t json_invalid(job_layer_reader_t *r, const char *key, const char *expected)
 {
     json_reader_t *j = json_reader(r);
@@ -521,8 +576,9 @@ static status_t json_invalid(job_layer_reader_t *r, const char *key, const char 
 }
 
 static const job_layer_reader_ops_t json_reader_ops = {
-    json_get_int,   json_get_seed,       json_get_number,  json_get_bool, json_get_pair,
-    json_get_shape, json_get_activation, json_get_padding, json_get_init, json_invalid,
+    json_get_int,  json_get_seed,        json_get_number,     json_get_bool,
+    json_get_pair, json_get_shape,       json_get_activation, json_get_padding,
+    json_get_init, json_get_regularizer, json_invalid,
 };
 
 /* Sets the model's input shape from a batch shape, or checks it against the one already set

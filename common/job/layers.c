@@ -17,7 +17,9 @@ static status_t read_weights(job_layer_reader_t *r, job_layer_t *l)
     STATUS_CHECK(r->ops->get_activation(r, "activation", false, &l->activation));
     STATUS_CHECK(r->ops->get_bool(r, "use_bias", &l->use_bias));
     STATUS_CHECK(r->ops->get_init(r, "kernel_initializer", &l->kernel_init));
-    return r->ops->get_init(r, "bias_initializer", &l->bias_init);
+    STATUS_CHECK(r->ops->get_init(r, "bias_initializer", &l->bias_init));
+    STATUS_CHECK(r->ops->get_regularizer(r, "kernel_regularizer", &l->kernel_reg));
+    return r->ops->get_regularizer(r, "bias_regularizer", &l->bias_reg);
 }
 
 static status_t read_dense(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
@@ -91,11 +93,23 @@ static status_t read_nothing(job_layer_reader_t *r, job_layer_t *l, int *ret_inp
 
 #define KEYS(a) a, sizeof(a) / sizeof((a)[0])
 
-static const char *const dense_keys[] = {"units", "activation", "use_bias", "kernel_initializer",
-                                         "bias_initializer"};
-static const char *const conv_keys[] = {
-    "filters",  "kernel_size",        "strides",         "padding", "activation",
-    "use_bias", "kernel_initializer", "bias_initializer"};
+static const char *const dense_keys[] = {"units",
+                                         "activation",
+                                         "use_bias",
+                                         "kernel_initializer",
+                                         "bias_initializer",
+                                         "kernel_regularizer",
+                                         "bias_regularizer"};
+static const char *const conv_keys[] = {"filters",
+                                        "kernel_size",
+                                        "strides",
+                                        "padding",
+                                        "activation",
+                                        "use_bias",
+                                        "kernel_initializer",
+                                        "bias_initializer",
+                                        "kernel_regularizer",
+                                        "bias_regularizer"};
 static const char *const pool_keys[] = {"pool_size", "strides", "padding"};
 static const char *const reshape_keys[] = {"target_shape"};
 static const char *const dropout_keys[] = {"rate", "seed"};
@@ -105,8 +119,7 @@ static const char *const activation_keys[] = {"activation"};
 
 /* Keras options of Dense and Conv2D that must stay off. */
 #define WEIGHTS_OFF                                                                                \
-    {"kernel_regularizer", JOB_KERAS_NULL}, {"bias_regularizer", JOB_KERAS_NULL},                  \
-        {"kernel_constraint", JOB_KERAS_NULL}, {"bias_constraint", JOB_KERAS_NULL},                \
+    {"kernel_constraint", JOB_KERAS_NULL}, {"bias_constraint", JOB_KERAS_NULL},                    \
         {"lora_rank", JOB_KERAS_NULL}, {"lora_alpha", JOB_KERAS_IGNORED},                          \
     {                                                                                              \
         "quantization_config", JOB_KERAS_NULL                                                      \

@@ -45,6 +45,7 @@ typedef struct job_layer_reader_ops {
                                job_activation_t *ret);
     status_t (*get_padding)(job_layer_reader_t *r, const char *key, bool *ret_same);
     status_t (*get_init)(job_layer_reader_t *r, const char *key, job_init_t *ret);
+    status_t (*get_regularizer)(job_layer_reader_t *r, const char *key, job_regularizer_t *ret);
     status_t (*invalid)(job_layer_reader_t *r, const char *key, const char *expected);
 } job_layer_reader_ops_t;
 
@@ -54,7 +55,7 @@ struct job_layer_reader {
 };
 
 /* The most options one kind reads (besides name). */
-#define JOB_LAYER_MAX_KEYS 8
+#define JOB_LAYER_MAX_KEYS 12
 
 typedef struct job_layer_info {
     const char *name;        /* in job files: "dense" */

@@ -194,6 +194,33 @@ static status_t tree_get_init(job_layer_reader_t *r, const char *key, job_init_t
     return get_init(t->c, t->opts, key, ret);
 }
 
+/* A regularizer: {l1: X}, {l2: X} or {l1: X, l2: Y}, each a number >= 0. */
+static status_t tree_get_regularizer(job_layer_reader_t *r, const char *key, job_regularizer_t *ret)
+{
+    static const char *const keys[] = {"l1", "l2"};
+    tree_reader_t *t = tree_reader(r);
+    size_t old;
+    const job_node_t *n = job_tree_enter(t->c, t->opts, key, &old);
+    job_regularizer_t reg = {0};
+    status_t rc;
+
+    if (n == NULL)
+        return STATUS_OK;
+    rc = job_tree_check_map(t->c, n, keys, 2, false);
+    if (rc == STATUS_OK)
+        rc = job_tree_get_double(t->c, n, "l1", false, &reg.l1);
+    if (rc == STATUS_OK)
+        rc = job_tree_get_double(t->c, n, "l2", false, &reg.l2);
+    if (rc == STATUS_OK && (!(reg.l1 >= 0) || !(reg.l2 >= 0)))
+        rc = job_tree_fail(t->c, STATUS_BAD_CONFIG, n->line,
+                           "%s: l1 and l2 must be numbers >= 0, got %g and %g", t->c->path, reg.l1,
+                           reg.l2);
+    job_tree_pop(t->c, old);
+    if (rc == STATUS_OK)
+        *ret = reg;
+    return rc;
+}
+
 static status_t tree_invalid(job_layer_reader_t *r, const char *key, const char *expected)
 {
     tree_reader_t *t = tree_reader(r);
@@ -205,8 +232,9 @@ static status_t tree_invalid(job_layer_reader_t *r, const char *key, const char 
 }
 
 static const job_layer_reader_ops_t tree_reader_ops = {
-    tree_get_int,   tree_get_seed,       tree_get_number,  tree_get_bool, tree_get_pair,
-    tree_get_shape, tree_get_activation, tree_get_padding, tree_get_init, tree_invalid,
+    tree_get_int,  tree_get_seed,        tree_get_number,     tree_get_bool,
+    tree_get_pair, tree_get_shape,       tree_get_activation, tree_get_padding,
+    tree_get_init, tree_get_regularizer, tree_invalid,
 };
 
 /* Reads a layer's options: its name, then what its kind reads. */

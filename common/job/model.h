@@ -54,6 +54,11 @@ typedef enum {
 /* Whether act's gradient needs its input, not only its output (the layer keeps the input). */
 bool job_activation_needs_input(job_activation_t act);
 
+/* Keras's weight regularizers: l1 * sum|w| + l2 * sum w^2 joins the loss. */
+typedef struct job_regularizer {
+    double l1, l2;
+} job_regularizer_t;
+
 typedef struct job_layer {
     job_layer_kind_t kind;
     char name[64];
@@ -67,10 +72,11 @@ typedef struct job_layer {
     int pool_size[2];               /* pooling */
     int target_shape[JOB_MAX_RANK]; /* reshape (without the batch dimension) */
     int target_rank;
-    double rate;                       /* dropout */
-    uint64_t dropout_seed;             /* dropout: 0 = from the job seed */
-    int input_dim, output_dim;         /* embedding */
-    job_init_t kernel_init, bias_init; /* dense, conv2d; embedding uses kernel_init */
+    double rate;                            /* dropout */
+    uint64_t dropout_seed;                  /* dropout: 0 = from the job seed */
+    int input_dim, output_dim;              /* embedding */
+    job_init_t kernel_init, bias_init;      /* dense, conv2d; embedding uses kernel_init */
+    job_regularizer_t kernel_reg, bias_reg; /* dense, conv2d (Keras's L1, L2, L1L2) */
 } job_layer_t;
 
 typedef struct job_model {

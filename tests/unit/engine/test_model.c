@@ -244,6 +244,39 @@ START_TEST(model_keras_activations_compute_and_differentiate)
 }
 END_TEST
 
+/* Keras's L1/L2 regularizers: the loss gains l1 * sum|w| + l2 * sum w^2 of each regularized
+ * weight, and the gradients match it (central differences); a slice of a batch adds its share of
+ * the term's gradient only, so that the slices' sum holds it once. */
+START_TEST(model_regularizers_join_the_loss_and_its_gradient)
+{
+    fixture_t f;
+    job_layer_t l[] = {dense(4, JOB_ACT_TANH), dense(1, JOB_ACT_LINEAR)};
+    model_stats_t plain, reg;
+    status_msg_t err;
+    double want = 0;
+
+    l[0].kernel_reg = (job_regularizer_t){.l1 = 0.01, .l2 = 0.02};
+    l[1].bias_reg = (job_regularizer_t){.l2 = 0.5};
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 2);
+    model_param(f.m, 3)->value[0] = 0.25f; /* a bias away from 0 */
+    for (size_t k = 0; k < model_param(f.m, 0)->n; k++) {
+        double w = model_param(f.m, 0)->value[k];
+        want += 0.01 * fabs(w) + 0.02 * w * w;
+    }
+    for (size_t k = 0; k < model_param(f.m, 3)->n; k++)
+        want += 0.5 * (double)model_param(f.m, 3)->value[k] * model_param(f.m, 3)->value[k];
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, f.batch, &reg, &err), STATUS_OK);
+    f.m->layers[0].spec.kernel_reg = (job_regularizer_t){0};
+    f.m->layers[1].spec.bias_reg = (job_regularizer_t){0};
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, f.batch, &plain, &err), STATUS_OK);
+    ck_assert_double_eq_tol((reg.loss_sum - plain.loss_sum) / f.batch, want, 1e-6);
+    f.m->layers[0].spec.kernel_reg = (job_regularizer_t){.l1 = 0.01, .l2 = 0.02};
+    f.m->layers[1].spec.bias_reg = (job_regularizer_t){.l2 = 0.5};
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
 START_TEST(model_crossentropy_from_logits_gradients_match)
 {
     fixture_t f;
@@ -590,6 +623,7 @@ int main(void)
     tcase_add_test(tc, model_dense_relu_softmax_crossentropy_gradients_match);
     tcase_add_test(tc, model_sigmoid_tanh_linear_mse_gradients_match);
     tcase_add_test(tc, model_keras_activations_compute_and_differentiate);
+    tcase_add_test(tc, model_regularizers_join_the_loss_and_its_gradient);
     tcase_add_test(tc, model_crossentropy_from_logits_gradients_match);
     tcase_add_test(tc, model_binary_crossentropy_gradients_match_with_and_without_logits);
     tcase_add_test(tc, model_softmax_inside_the_network_gradients_match);
