@@ -200,18 +200,32 @@ static cJSON *loss_config(const job_t *job)
         [JOB_LOSS_MSE] = "MeanSquaredError",
         [JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = "SparseCategoricalCrossentropy",
         [JOB_LOSS_BINARY_CROSSENTROPY] = "BinaryCrossentropy",
+        [JOB_LOSS_MAE] = "MeanAbsoluteError",
+        [JOB_LOSS_HUBER] = "Huber",
+        [JOB_LOSS_LOG_COSH] = "LogCosh",
+        [JOB_LOSS_HINGE] = "Hinge",
+        [JOB_LOSS_SQUARED_HINGE] = "SquaredHinge",
+        [JOB_LOSS_POISSON] = "Poisson",
     };
     static const char *const names[] = {
         [JOB_LOSS_MSE] = "mean_squared_error",
         [JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = "sparse_categorical_crossentropy",
         [JOB_LOSS_BINARY_CROSSENTROPY] = "binary_crossentropy",
+        [JOB_LOSS_MAE] = "mean_absolute_error",
+        [JOB_LOSS_HUBER] = "huber_loss",
+        [JOB_LOSS_LOG_COSH] = "log_cosh",
+        [JOB_LOSS_HINGE] = "hinge",
+        [JOB_LOSS_SQUARED_HINGE] = "squared_hinge",
+        [JOB_LOSS_POISSON] = "poisson",
     };
     cJSON *c = cJSON_CreateObject();
 
     cJSON_AddStringToObject(c, "name", names[job->loss]);
     cJSON_AddStringToObject(c, "reduction", "sum_over_batch_size");
-    if (job->loss != JOB_LOSS_MSE)
+    if (job_loss_has_accuracy(job->loss))
         cJSON_AddBoolToObject(c, "from_logits", job->from_logits);
+    if (job->loss == JOB_LOSS_HUBER)
+        cJSON_AddNumberToObject(c, "delta", job->huber_delta);
     return object("keras.losses", classes[job->loss], c);
 }
 

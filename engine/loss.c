@@ -44,10 +44,17 @@ status_t model_check_loss(model_t *m, status_msg_t *err)
                         "probabilities: did you mean binary_crossentropy with from_logits: true?",
                         last->spec.name);
     } else if (last->out_len != 1) {
+        static const char *const names[] = {[JOB_LOSS_MSE] = "mean_squared_error",
+                                            [JOB_LOSS_MAE] = "mean_absolute_error",
+                                            [JOB_LOSS_HUBER] = "huber",
+                                            [JOB_LOSS_LOG_COSH] = "log_cosh",
+                                            [JOB_LOSS_HINGE] = "hinge",
+                                            [JOB_LOSS_SQUARED_HINGE] = "squared_hinge",
+                                            [JOB_LOSS_POISSON] = "poisson"};
         return status_fail(err, STATUS_BAD_CONFIG,
-                           "mean_squared_error compares one value per example with the label; "
-                           "the last layer '%s' gives %zu values",
-                           last->spec.name, last->out_len);
+                           "%s compares one value per example with the label; the last layer "
+                           "'%s' gives %zu values",
+                           names[m->loss], last->spec.name, last->out_len);
     }
     return STATUS_OK;
 }
@@ -147,6 +154,58 @@ static status_t bce(model_t *m, const float *out, const float *y, int batch, int
     return STATUS_OK;
 }
 
+/* The losses of one value per example against its label, as Keras 3 defines them (keras.losses):
+ * each example's loss and its derivative in the prediction. */
+static status_t pointwise(model_t *m, const float *out, const float *y, int batch, int total,
+                          float *dy, model_stats_t *st, status_msg_t *err)
+{
+    float inv = 1.0f / (float)total, delta = (float)m->huber_delta;
+
+    for (int b = 0; b < batch; b++) {
+        float p = out[b], t = y[b], d = p - t, loss, grad;
+        switch (m->loss) {
+        case JOB_LOSS_MAE:
+            loss = fabsf(d);
+            grad = (float)((d > 0) - (d < 0));
+            break;
+        case JOB_LOSS_HUBER: /* 0.5 d^2 within delta, linear beyond */
+            loss = fabsf(d) <= delta ? 0.5f * d * d : delta * (fabsf(d) - 0.5f * delta);
+            grad = fabsf(d) <= delta ? d : delta * (float)((d > 0) - (d < 0));
+            break;
+        case JOB_LOSS_LOG_COSH: /* log(cosh(d)) = d + softplus(-2d) - log 2, without overflow */
+            loss =
+                d + fmaxf(-2.0f * d, 0.0f) + log1pf(expf(-fabsf(2.0f * d))) - 0.69314718055994531f;
+            grad = tanhf(d);
+            break;
+        case JOB_LOSS_HINGE:
+        case JOB_LOSS_SQUARED_HINGE: { /* labels -1 or 1; 0 counts as -1 */
+            float s, h;
+            if (!(t == -1 || t == 0 || t == 1))
+                return bad_label(err, b, t, "not -1, 0 or 1 (hinge losses)");
+            s = t == 1 ? 1.0f : -1.0f;
+            h = fmaxf(1.0f - s * p, 0.0f);
+            loss = m->loss == JOB_LOSS_HINGE ? h : h * h;
+            grad = h > 0 ? (m->loss == JOB_LOSS_HINGE ? -s : -2.0f * s * h) : 0.0f;
+            break;
+        }
+        case JOB_LOSS_POISSON: /* p - t log(p + eps): p must be a rate, > 0 */
+            if (!(t >= 0))
+                return bad_label(err, b, t, "negative (poisson counts)");
+            loss = p - t * logf(p + PROB_EPSILON);
+            grad = 1.0f - t / (p + PROB_EPSILON);
+            break;
+        default: /* JOB_LOSS_MSE */
+            loss = d * d;
+            grad = 2.0f * d;
+            break;
+        }
+        st->loss_sum += (double)loss;
+        if (dy != NULL)
+            dy[b] = grad * inv;
+    }
+    return STATUS_OK;
+}
+
 status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy, model_stats_t *st,
                     status_msg_t *err)
 {
@@ -161,13 +220,13 @@ status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy,
     case JOB_LOSS_BINARY_CROSSENTROPY:
         return bce(m, out, y, batch, total, logits, dy, st, err);
     case JOB_LOSS_MSE:
-        for (int b = 0; b < batch; b++) {
-            float d = out[b] - y[b];
-            st->loss_sum += (double)(d * d);
-            if (dy != NULL)
-                dy[b] = 2.0f * d / (float)total;
-        }
-        return STATUS_OK;
+    case JOB_LOSS_MAE:
+    case JOB_LOSS_HUBER:
+    case JOB_LOSS_LOG_COSH:
+    case JOB_LOSS_HINGE:
+    case JOB_LOSS_SQUARED_HINGE:
+    case JOB_LOSS_POISSON:
+        return pointwise(m, out, y, batch, total, dy, st, err);
     }
     return STATUS_INTERNAL;
 }

@@ -44,6 +44,7 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     m->max_batch = max_batch;
     m->max_bytes = max_bytes > 0 && max_bytes < SIZE_MAX ? (size_t)max_bytes : SIZE_MAX;
     m->loss = loss;
+    m->huber_delta = 1.0;
     m->from_logits = from_logits;
     m->n_layers = spec->n_layers;
     m->layers = calloc(spec->n_layers, sizeof(*m->layers));
@@ -182,6 +183,12 @@ uint64_t *model_rng_state(model_t *m, size_t i)
     layer_t *l = random_layer(m, i);
 
     return l != NULL ? &l->rng : NULL;
+}
+
+void model_set_huber_delta(model_t *m, double delta)
+{
+    if (delta > 0)
+        m->huber_delta = delta;
 }
 
 void model_set_draw_key(model_t *m, uint64_t key)

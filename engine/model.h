@@ -98,6 +98,9 @@ const float *model_output(const model_t *m);
 size_t model_rng_count(model_t *m);
 uint64_t *model_rng_state(model_t *m, size_t i);
 
+/* The huber loss's delta (job_t.huber_delta); 1 by default. */
+void model_set_huber_delta(model_t *m, double delta);
+
 /* Keys the next training passes' random draws: from now on each Dropout layer draws its values
  * from its seed and `key` alone, not from a stream that moves with every pass. The trainer keys
  * each step by the batch's place (epoch, number in its epoch) and the slice a replica or worker

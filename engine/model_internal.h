@@ -15,6 +15,7 @@ struct model {
     int max_batch;
     size_t in_len, out_len;
     job_loss_kind_t loss;
+    double huber_delta; /* huber's delta (model_set_huber_delta; 1 by default) */
     bool from_logits;
     bool fused;             /* the last softmax/sigmoid is folded into the loss */
     float *grad_a, *grad_b; /* gradient ping-pong buffers */

@@ -288,6 +288,7 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
         if (rc == STATUS_OK) {
             r->bytes += model_bytes(r->reps[i].model);
             share_values(r->reps[i].model, first);
+            model_set_huber_delta(r->reps[i].model, job->huber_delta);
         }
     }
     sigfillset(&all); /* signals belong to the main thread */

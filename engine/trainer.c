@@ -169,6 +169,7 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
                            o->seed ? o->seed : job->seed,
                            memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test)),
                            &t->model, err));
+    model_set_huber_delta(t->model, job->huber_delta);
     STATUS_CHECK(check_data_fits(t, t->train, "training", err));
     if (t->test != NULL)
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));

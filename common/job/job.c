@@ -46,11 +46,35 @@ void job_done(job_t *job)
 
 /* ---- loss, metrics, optimizer ---- */
 
-static const char *const loss_names[] = {"mse", "mean_squared_error",
-                                         "sparse_categorical_crossentropy", "binary_crossentropy"};
-static const job_loss_kind_t loss_kinds[] = {JOB_LOSS_MSE, JOB_LOSS_MSE,
+static const char *const loss_names[] = {"mse",
+                                         "mean_squared_error",
+                                         "sparse_categorical_crossentropy",
+                                         "binary_crossentropy",
+                                         "mae",
+                                         "mean_absolute_error",
+                                         "huber",
+                                         "log_cosh",
+                                         "logcosh",
+                                         "hinge",
+                                         "squared_hinge",
+                                         "poisson"};
+static const job_loss_kind_t loss_kinds[] = {JOB_LOSS_MSE,
+                                             JOB_LOSS_MSE,
                                              JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
-                                             JOB_LOSS_BINARY_CROSSENTROPY};
+                                             JOB_LOSS_BINARY_CROSSENTROPY,
+                                             JOB_LOSS_MAE,
+                                             JOB_LOSS_MAE,
+                                             JOB_LOSS_HUBER,
+                                             JOB_LOSS_LOG_COSH,
+                                             JOB_LOSS_LOG_COSH,
+                                             JOB_LOSS_HINGE,
+                                             JOB_LOSS_SQUARED_HINGE,
+                                             JOB_LOSS_POISSON};
+
+bool job_loss_has_accuracy(job_loss_kind_t loss)
+{
+    return loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY || loss == JOB_LOSS_BINARY_CROSSENTROPY;
+}
 
 static status_t parse_loss(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
@@ -60,9 +84,21 @@ static status_t parse_loss(job_ctx_t *c, const job_node_t *n, job_t *job)
     int i;
     status_t rc;
 
+    static const char *const huber_keys[] = {"delta"};
     STATUS_CHECK(job_tree_variant(c, n, "loss", loss_names, JOB_N_OF(loss_names), true, &i, &opts));
     job->loss = loss_kinds[i];
-    rc = job_tree_check_map(c, opts, logit_keys, job->loss == JOB_LOSS_MSE ? 0 : 1, true);
+    job->huber_delta = 1.0;
+    if (job->loss == JOB_LOSS_HUBER) {
+        rc = job_tree_check_map(c, opts, huber_keys, 1, true);
+        if (rc == STATUS_OK)
+            rc = job_tree_get_double(c, opts, "delta", false, &job->huber_delta);
+        if (rc == STATUS_OK && !(job->huber_delta > 0))
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, opts->line, "%s: delta must be > 0, got %g",
+                               c->path, job->huber_delta);
+    } else {
+        rc =
+            job_tree_check_map(c, opts, logit_keys, job_loss_has_accuracy(job->loss) ? 1 : 0, true);
+    }
     if (rc == STATUS_OK)
         rc = job_tree_get_bool(c, opts, "from_logits", &job->from_logits);
     job_tree_pop(c, old);

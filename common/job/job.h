@@ -20,7 +20,17 @@ typedef enum {
     JOB_LOSS_MSE,
     JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
     JOB_LOSS_BINARY_CROSSENTROPY,
+    /* one value per example, as mse: */
+    JOB_LOSS_MAE,
+    JOB_LOSS_HUBER, /* job_t.huber_delta */
+    JOB_LOSS_LOG_COSH,
+    JOB_LOSS_HINGE, /* labels -1 or 1 (0 is taken as -1, as Keras does) */
+    JOB_LOSS_SQUARED_HINGE,
+    JOB_LOSS_POISSON,
 } job_loss_kind_t;
+
+/* Whether the loss has an accuracy (the cross-entropies). */
+bool job_loss_has_accuracy(job_loss_kind_t loss);
 
 typedef enum {
     JOB_DATA_IDX,       /* images + labels IDX files, gzipped or not */
@@ -105,6 +115,7 @@ typedef struct job {
     job_model_t model;
     job_loss_kind_t loss;
     bool from_logits;
+    double huber_delta;           /* huber: where the loss turns linear (Keras's delta, 1.0) */
     bool metric_accuracy;         /* metrics: [accuracy] ("loss" is always reported) */
     optimizer_config_t optimizer; /* lr_scale 0 = scale_learning_rate: true, i.e. multiply by
                                    * the number of replicas, which the runtime fills in */

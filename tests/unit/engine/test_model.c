@@ -277,6 +277,61 @@ START_TEST(model_regularizers_join_the_loss_and_its_gradient)
 }
 END_TEST
 
+/* Keras 3's pointwise losses (keras.losses): each example's value from the formula, in double,
+ * and gradients against central differences. */
+static double keras_loss(job_loss_kind_t loss, double p, double t)
+{
+    double d = p - t, s = t == 1 ? 1 : -1, h = fmax(1 - s * p, 0);
+    switch (loss) {
+    case JOB_LOSS_MAE:
+        return fabs(d);
+    case JOB_LOSS_HUBER:
+        return fabs(d) <= 1 ? 0.5 * d * d : fabs(d) - 0.5;
+    case JOB_LOSS_LOG_COSH:
+        return log(cosh(d));
+    case JOB_LOSS_HINGE:
+        return h;
+    case JOB_LOSS_SQUARED_HINGE:
+        return h * h;
+    case JOB_LOSS_POISSON:
+        return p - t * log(p + 1e-7);
+    default:
+        return d * d;
+    }
+}
+
+START_TEST(model_pointwise_losses_compute_and_differentiate)
+{
+    static const job_loss_kind_t losses[] = {JOB_LOSS_MAE,           JOB_LOSS_HUBER,
+                                             JOB_LOSS_LOG_COSH,      JOB_LOSS_HINGE,
+                                             JOB_LOSS_SQUARED_HINGE, JOB_LOSS_POISSON};
+
+    for (size_t k = 0; k < sizeof(losses) / sizeof(losses[0]); k++) {
+        job_loss_kind_t loss = losses[k];
+        fixture_t f;
+        /* Poisson predicts a rate: an exponential output keeps it positive */
+        job_layer_t l[] = {
+            dense(4, JOB_ACT_TANH),
+            dense(1, loss == JOB_LOSS_POISSON ? JOB_ACT_EXPONENTIAL : JOB_ACT_LINEAR)};
+        model_stats_t st;
+        status_msg_t err;
+        double want = 0;
+        build(&f, (int[]){3}, 1, loss, false, 6, l, 2);
+        for (int b = 0; b < f.batch; b++) /* hinge: -1, 0 (as -1) and 1; else counts/values */
+            f.y[b] = loss == JOB_LOSS_HINGE || loss == JOB_LOSS_SQUARED_HINGE ? (float)(b % 3 - 1)
+                     : loss == JOB_LOSS_POISSON                               ? (float)(b % 4)
+                                                : 2.0f * (float)b - 3.0f;
+        ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, f.batch, &st, &err), STATUS_OK);
+        for (int b = 0; b < f.batch; b++)
+            want += keras_loss(loss, model_output(f.m)[b], f.y[b]);
+        ck_assert_msg(fabs(st.loss_sum - want) <= 1e-5 * fmax(1, fabs(want)),
+                      "loss %d: %.9g, Keras's formula %.9g", (int)loss, st.loss_sum, want);
+        check_gradients(&f);
+        teardown(&f);
+    }
+}
+END_TEST
+
 START_TEST(model_crossentropy_from_logits_gradients_match)
 {
     fixture_t f;
@@ -624,6 +679,7 @@ int main(void)
     tcase_add_test(tc, model_sigmoid_tanh_linear_mse_gradients_match);
     tcase_add_test(tc, model_keras_activations_compute_and_differentiate);
     tcase_add_test(tc, model_regularizers_join_the_loss_and_its_gradient);
+    tcase_add_test(tc, model_pointwise_losses_compute_and_differentiate);
     tcase_add_test(tc, model_crossentropy_from_logits_gradients_match);
     tcase_add_test(tc, model_binary_crossentropy_gradients_match_with_and_without_logits);
     tcase_add_test(tc, model_softmax_inside_the_network_gradients_match);
