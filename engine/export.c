@@ -47,6 +47,7 @@ static const char *const keras_class[] = {
     [JOB_LAYER_GLOBAL_AVERAGE_POOLING1D] = "GlobalAveragePooling1D",
     [JOB_LAYER_GLOBAL_AVERAGE_POOLING2D] = "GlobalAveragePooling2D",
     [JOB_LAYER_ACTIVATION] = "Activation",
+    [JOB_LAYER_RESCALING] = "Rescaling",
 };
 
 _Static_assert(sizeof(keras_class) / sizeof(keras_class[0]) == JOB_LAYER_KINDS,
@@ -146,6 +147,10 @@ static cJSON *layer_config(const job_layer_t *l)
         break;
     case JOB_LAYER_ACTIVATION:
         cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
+        break;
+    case JOB_LAYER_RESCALING:
+        cJSON_AddNumberToObject(c, "scale", l->scale);
+        cJSON_AddNumberToObject(c, "offset", l->offset);
         break;
     case JOB_LAYER_FLATTEN:
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "job/layers.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,17 @@ static status_t read_activation(job_layer_reader_t *r, job_layer_t *l, int *ret_
     return r->ops->get_activation(r, "activation", true, &l->activation);
 }
 
+static status_t read_rescaling(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->offset = 0;
+    STATUS_CHECK(r->ops->get_number(r, "scale", true, &l->scale));
+    STATUS_CHECK(r->ops->get_number(r, "offset", false, &l->offset));
+    if (!isfinite((float)l->scale) || !isfinite((float)l->offset))
+        return r->ops->invalid(r, "scale", "finite float32 numbers (scale and offset)");
+    return STATUS_OK;
+}
+
 static status_t read_nothing(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
     (void)r, (void)l, (void)ret_input_length;
@@ -116,6 +128,7 @@ static const char *const dropout_keys[] = {"rate", "seed"};
 static const char *const embedding_keys[] = {"input_dim", "output_dim", "embeddings_initializer",
                                              "input_length"};
 static const char *const activation_keys[] = {"activation"};
+static const char *const rescaling_keys[] = {"scale", "offset"};
 
 /* Keras options of Dense and Conv2D that must stay off. */
 #define WEIGHTS_OFF                                                                                \
@@ -167,6 +180,8 @@ static const job_layer_info_t table[] = {
                                             NULL, 0, KEYS(global_pool_fixed), read_nothing},
     [JOB_LAYER_ACTIVATION] = {"activation", "Activation", KEYS(activation_keys), NULL, 0,
                               read_activation},
+    [JOB_LAYER_RESCALING] = {"rescaling", "Rescaling", KEYS(rescaling_keys), NULL, 0,
+                             read_rescaling},
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");

@@ -25,6 +25,7 @@ typedef enum {
     JOB_LAYER_GLOBAL_AVERAGE_POOLING1D,
     JOB_LAYER_GLOBAL_AVERAGE_POOLING2D,
     JOB_LAYER_ACTIVATION,
+    JOB_LAYER_RESCALING,
     JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
@@ -73,6 +74,7 @@ typedef struct job_layer {
     int target_shape[JOB_MAX_RANK]; /* reshape (without the batch dimension) */
     int target_rank;
     double rate;                            /* dropout */
+    double scale, offset;                   /* rescaling: x * scale + offset */
     uint64_t dropout_seed;                  /* dropout: 0 = from the job seed */
     int input_dim, output_dim;              /* embedding */
     job_init_t kernel_init, bias_init;      /* dense, conv2d; embedding uses kernel_init */

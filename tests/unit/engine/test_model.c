@@ -332,6 +332,24 @@ START_TEST(model_pointwise_losses_compute_and_differentiate)
 }
 END_TEST
 
+/* Rescaling between two layers: x * scale + offset forward, the gradient times scale back. */
+START_TEST(model_rescaling_gradients_match)
+{
+    fixture_t f;
+    job_layer_t r = {.kind = JOB_LAYER_RESCALING, .scale = -0.75, .offset = 0.2};
+    job_layer_t l[] = {dense(4, JOB_ACT_TANH), r, dense(1, JOB_ACT_LINEAR)};
+    status_msg_t err;
+    model_stats_t st;
+
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 3);
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, f.batch, &st, &err), STATUS_OK);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_float_eq_tol(f.m->layers[1].out[i], f.m->layers[0].out[i] * -0.75f + 0.2f, 1e-6f);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
 START_TEST(model_crossentropy_from_logits_gradients_match)
 {
     fixture_t f;
@@ -680,6 +698,7 @@ int main(void)
     tcase_add_test(tc, model_keras_activations_compute_and_differentiate);
     tcase_add_test(tc, model_regularizers_join_the_loss_and_its_gradient);
     tcase_add_test(tc, model_pointwise_losses_compute_and_differentiate);
+    tcase_add_test(tc, model_rescaling_gradients_match);
     tcase_add_test(tc, model_crossentropy_from_logits_gradients_match);
     tcase_add_test(tc, model_binary_crossentropy_gradients_match_with_and_without_logits);
     tcase_add_test(tc, model_softmax_inside_the_network_gradients_match);
