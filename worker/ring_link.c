@@ -104,24 +104,7 @@ void ring_tls_free(ring_tls_t *t)
 /* Whether the peer's verified certificate names the worker role. */
 static bool peer_is_worker(SSL *ssl)
 {
-    X509 *x = SSL_get0_peer_certificate(ssl);
-    GENERAL_NAMES *names = x ? X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL) : NULL;
-    bool ok = false;
-
-    for (int i = 0; names != NULL && i < sk_GENERAL_NAME_num(names) && !ok; i++) {
-        const GENERAL_NAME *g = sk_GENERAL_NAME_value(names, i);
-        if (g->type == GEN_URI)
-            ok = (rpc_identity_roles(
-                      (const char *)ASN1_STRING_get0_data(g->d.uniformResourceIdentifier)) &
-                  RPC_ROLE_WORKER) != 0;
-    }
-    GENERAL_NAMES_free(names);
-    if (!ok && x != NULL) {
-        char cn[256];
-        if (X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof(cn)) > 0)
-            ok = (rpc_identity_roles(cn) & RPC_ROLE_WORKER) != 0;
-    }
-    return ok;
+    return (rpc_security_cert_roles(SSL_get0_peer_certificate(ssl)) & RPC_ROLE_WORKER) != 0;
 }
 
 static status_t handshake(ring_link_t *l, bool server, double deadline, status_msg_t *err)

@@ -26,7 +26,6 @@ struct sync {
     float *snap_values, *snap_slots;
     size_t n_slots;
     int64_t snap_iterations, snap_epoch, snap_batch;
-    uint64_t *snap_rng;
     bool has_snap;
     int ring_rank, ring_size; /* this worker's place in the ring now, and the ring's size */
     /* Buckets: the gradients go into the ring in buckets of at least bytes_per_pack bytes, the
@@ -196,7 +195,6 @@ void sync_free(sync_t *s)
     free(s->pack);
     free(s->snap_values);
     free(s->snap_slots);
-    free(s->snap_rng);
     free(s);
 }
 
@@ -225,8 +223,7 @@ status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool
     }
     s->snap_values = malloc((s->n_pack + 1) * sizeof(float));
     s->snap_slots = malloc((s->n_slots + 1) * sizeof(float));
-    s->snap_rng = calloc(model_rng_count(m) + 1, sizeof(uint64_t));
-    if (s->pack == NULL || s->snap_values == NULL || s->snap_slots == NULL || s->snap_rng == NULL) {
+    if (s->pack == NULL || s->snap_values == NULL || s->snap_slots == NULL) {
         sync_free(s);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
@@ -289,12 +286,6 @@ static void snapshot(sync_t *s, bool take)
         }
         off += p->n;
         soff += per * p->n;
-    }
-    for (size_t i = 0; i < model_rng_count(m); i++) {
-        if (take)
-            s->snap_rng[i] = *model_rng_state(m, i);
-        else
-            *model_rng_state(m, i) = s->snap_rng[i];
     }
     if (take) {
         s->snap_iterations = trainer_iterations(s->t);

@@ -79,8 +79,23 @@ const char *rpc_roles_describe(unsigned roles, char *buf, size_t len)
     return buf;
 }
 
+/* The roles of an identity list: identities joined by ',' (a certificate's several URIs). */
+static unsigned identity_list_roles(const char *ids)
+{
+    unsigned roles = 0;
+
+    for (const char *p = ids; *p != '\0';) {
+        char one[IDENTITY_MAX];
+        size_t n = strcspn(p, ",");
+        snprintf(one, sizeof(one), "%.*s", (int)n, p);
+        roles |= rpc_identity_roles(one);
+        p += n + (p[n] == ',');
+    }
+    return roles;
+}
+
 /* The identity of a certificate: its Tessera SAN URIs joined by ',', else its CN. */
-static void cert_identity(X509 *x, char *out, size_t len)
+static void cert_identity(const X509 *x, char *out, size_t len)
 {
     GENERAL_NAMES *names = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
     size_t off = 0;
@@ -173,7 +188,7 @@ static status_t check_material(const char *cert_file, const char *key_file, cons
         goto out;
     }
     cert_identity(cert, tls.identity, sizeof(tls.identity));
-    if (rpc_identity_roles(tls.identity) == 0)
+    if (identity_list_roles(tls.identity) == 0)
         LOG_WARNING(RPC,
                     "the certificate in %s names no Tessera role (SAN URI %sROLE/NAME or CN "
                     "ROLE/NAME): other tasks will refuse its calls",
@@ -225,6 +240,16 @@ void rpc_security_done(void)
     free(tls.key);
     free(tls.ca);
     memset(&tls, 0, sizeof(tls));
+}
+
+unsigned rpc_security_cert_roles(const struct x509_st *cert)
+{
+    char id[IDENTITY_MAX];
+
+    if (cert == NULL)
+        return 0;
+    cert_identity(cert, id, sizeof(id));
+    return identity_list_roles(id);
 }
 
 bool rpc_security_enabled(void)

@@ -39,6 +39,11 @@ const char *rpc_security_identity(void);
  * or a CN ROLE/NAME; 0 for anything else. */
 unsigned rpc_identity_roles(const char *identity);
 
+/* The roles a certificate carries (its Tessera SAN URIs, else its CN): for connections beside
+ * gRPC that check their peer's certificate themselves (the ring all-reduce). */
+struct x509_st;
+unsigned rpc_security_cert_roles(const struct x509_st *cert);
+
 /* Names the roles of a mask, "chief, worker", into buf. */
 const char *rpc_roles_describe(unsigned roles, char *buf, size_t len);
 
