@@ -593,7 +593,7 @@ static void update_part(void *arg, int q, int n)
         if (p->sparse)
             continue;
         optimizer_apply_dense_part(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n, lo,
-                                   hi - lo);
+                                   hi - lo, NULL);
     }
 }
 

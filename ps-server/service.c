@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "job/initializer.h"
 #include "rpc/initializer_proto.h"
@@ -30,6 +31,7 @@
 
 typedef struct ps_service {
     store_t *store;
+    pool_t *pool;         /* the updates' threads beside the handlers' (--apply-threads) */
     const roots_t *roots; /* where checkpoints may go (--data-root) */
     int64_t max_message_bytes;
     metric_t *push_requests, *pull_requests, *pushed_bytes, *pulled_bytes;
@@ -843,6 +845,20 @@ static status_t make_metrics(ps_service_t *st, metrics_t *m, status_msg_t *err)
     return STATUS_OK;
 }
 
+/* --apply-threads: the pool holds all but the handler's own thread. */
+static status_t apply_pool(const ps_opts_t *o, pool_t **ret, status_msg_t *err)
+{
+    long n = o->apply_threads > 0 ? (long)o->apply_threads : sysconf(_SC_NPROCESSORS_ONLN);
+
+    *ret = NULL;
+    if (n <= 1)
+        return STATUS_OK;
+    STATUS_CHECK(pool_new((unsigned)(n - 1), ret, err));
+    LOG_INFO(PS, "updates of large shards spread over %ld threads; optimizer kernels: %s", n,
+             optimizer_isa());
+    return STATUS_OK;
+}
+
 status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_t *err)
 {
     const ps_opts_t *o = opts;
@@ -873,6 +889,11 @@ status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_
         free(st);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
+    if (apply_pool(o, &st->pool, err) != STATUS_OK) {
+        ps_service_teardown(st);
+        return err->status;
+    }
+    store_set_pool(st->store, st->pool);
     rpc_server_handle(srv, RPC_PS_CREATE_VARIABLES, on_create, st);
     rpc_server_handle(srv, RPC_PS_PULL, on_pull, st);
     rpc_server_handle(srv, RPC_PS_PUSH, on_push, st);
@@ -896,6 +917,7 @@ void ps_service_teardown(void *state)
     if (st == NULL)
         return;
     store_free(st->store);
+    pool_free(st->pool);
     free(st);
 }
 

@@ -12,6 +12,7 @@ typedef struct ps_opts {
     int64_t max_jobs;
     int64_t max_variables_per_job;
     int64_t max_shards_per_job;
+    int64_t apply_threads; /* threads an update of a large shard spreads over; 0 = one per CPU */
 } ps_opts_t;
 
 /* daemon_spec_t hooks: create the store and the metrics and install the handlers (opts is a

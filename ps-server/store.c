@@ -174,6 +174,11 @@ store_t *store_new(const store_limits_t *limits, metric_t *apply_seconds)
     return s;
 }
 
+void store_set_pool(store_t *s, pool_t *pool)
+{
+    s->pool = pool;
+}
+
 void store_shard_free(shard_t *sh)
 {
     if (sh == NULL)

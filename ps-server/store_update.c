@@ -48,22 +48,116 @@ static status_t add_reply(const store_t *s, const shard_t *sh, bool has_rows, si
     return STATUS_OK;
 }
 
+/* Describes the value a read of the shard (or of n_rows rows) returns (shard lock held). */
+static void describe_value(const shard_t *sh, bool has_rows, size_t n_rows, store_value_t *ret)
+{
+    ret->version = sh->version;
+    ret->rank = sh->rank;
+    memcpy(ret->shape, sh->shape, sh->rank * sizeof(int64_t));
+    if (has_rows)
+        ret->shape[0] = (int64_t)n_rows;
+}
+
 /* Copies the shard, or the rows, to dst (shard lock held) and describes the value. */
 static void read_value(const shard_t *sh, bool has_rows, const int64_t *rows, size_t n_rows,
                        char *dst, store_value_t *ret)
 {
     size_t row_bytes = sh->row_len * sizeof(float);
 
-    ret->version = sh->version;
-    ret->rank = sh->rank;
-    memcpy(ret->shape, sh->shape, sh->rank * sizeof(int64_t));
+    describe_value(sh, has_rows, n_rows, ret);
     if (!has_rows) {
         memcpy(dst, sh->values, sh->n * sizeof(float));
         return;
     }
-    ret->shape[0] = (int64_t)n_rows;
     for (size_t r = 0; r < n_rows; r++)
         memcpy(dst + r * row_bytes, sh->values + (size_t)rows[r] * sh->row_len, row_bytes);
+}
+
+/* ---- work spread over the pool ------------------------------------------------------------- */
+
+/* Dense work is split into parts of at least this many elements (a quarter megabyte of values:
+ * more parts cost more in handing out than they gain), one per thread at most, cut at 64-byte
+ * boundaries so that no two threads write one cache line. */
+#define PART_MIN_ELEMS ((size_t)1 << 16)
+#define PART_ALIGN     16
+#define MAX_PARTS      64
+
+static size_t part_size(const store_t *s, size_t n, size_t *ret_parts)
+{
+    size_t parts = (size_t)pool_threads(s->pool) + 1, size;
+
+    if (parts > MAX_PARTS)
+        parts = MAX_PARTS;
+    if (parts > n / PART_MIN_ELEMS)
+        parts = n / PART_MIN_ELEMS > 0 ? n / PART_MIN_ELEMS : 1;
+    size = (n + parts - 1) / parts;
+    size = (size + PART_ALIGN - 1) / PART_ALIGN * PART_ALIGN;
+    *ret_parts = size > 0 ? (n + size - 1) / size : 1;
+    return size > 0 ? size : 1;
+}
+
+typedef struct dense_update {
+    const optimizer_config_t *opt;
+    int64_t step;
+    float *values, *slots, *out;
+    const float *grad;
+    size_t n, part;
+} dense_update_t;
+
+static void update_part(void *arg, size_t i)
+{
+    const dense_update_t *u = arg;
+    size_t first = i * u->part, count = u->n - first < u->part ? u->n - first : u->part;
+
+    optimizer_apply_dense_part(u->opt, u->step, u->values, u->grad, u->slots, u->n, first, count,
+                               u->out);
+}
+
+/* One dense update of the whole shard (its write lock held), in one pass over values, slots and
+ * gradient per element, spread over the pool; out (may be NULL) gets the new values as they are
+ * written. */
+static void update_dense(const store_t *s, const optimizer_config_t *opt, shard_t *sh,
+                         const float *grad, float *out)
+{
+    dense_update_t u = {.opt = opt,
+                        .step = (int64_t)sh->version,
+                        .values = sh->values,
+                        .slots = sh->slots,
+                        .out = out,
+                        .grad = grad,
+                        .n = sh->n};
+    size_t parts;
+
+    u.part = part_size(s, sh->n, &parts);
+    pool_run(s->pool, parts, update_part, &u);
+}
+
+typedef struct max_abs_job {
+    const float *v;
+    size_t n, part;
+    double max[MAX_PARTS];
+} max_abs_job_t;
+
+static void max_abs_part(void *arg, size_t i)
+{
+    max_abs_job_t *m = arg;
+    size_t first = i * m->part, count = m->n - first < m->part ? m->n - first : m->part;
+
+    m->max[i] = optimizer_max_abs(m->v + first, count);
+}
+
+/* optimizer_max_abs over the pool. */
+static double max_abs(const store_t *s, const float *v, size_t n)
+{
+    max_abs_job_t m = {.v = v, .n = n};
+    size_t parts;
+    double best = 0;
+
+    m.part = part_size(s, n, &parts);
+    pool_run(s->pool, parts, max_abs_part, &m);
+    for (size_t i = 0; i < parts; i++)
+        best = m.max[i] > best ? m.max[i] : best;
+    return best;
 }
 
 status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items, size_t n,
@@ -205,8 +299,8 @@ static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
     if (it->has_rows) /* indices were checked: it cannot fail */
         optimizer_apply_rows(opt, (int64_t)sh->version, sh->values, sh->n_rows, sh->row_len,
                              it->rows, it->grad, it->n_rows, sh->slots, scratch, NULL);
-    else
-        optimizer_apply_dense(opt, (int64_t)sh->version, sh->values, it->grad, sh->slots, sh->n);
+    else /* the values a pull after the push returns are written as they are updated */
+        update_dense(s, opt, sh, it->grad, pull_after ? (float *)dst : NULL);
     sh->version++;
     if (c->proven)
         sh->bounds = c->next;
@@ -214,8 +308,10 @@ static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
         optimizer_bounds_measure(opt, sh->values, sh->slots, sh->n, &sh->bounds);
     metric_observe(s->apply_seconds, clock_now_s() - t0);
     *ret_version = sh->version;
-    if (pull_after)
-        read_value(sh, it->has_rows, it->rows, it->n_rows, dst, val);
+    if (pull_after && it->has_rows)
+        read_value(sh, true, it->rows, it->n_rows, dst, val);
+    else if (pull_after)
+        describe_value(sh, false, 0, val);
     pthread_rwlock_unlock(&sh->lock);
 
     wire = it->has_rows ? it->n_rows * (sizeof(int64_t) + sh->row_len * sizeof(float))
@@ -247,9 +343,9 @@ static status_t validate_push(const store_t *s, const sjob_t *j, const store_pus
          * that would fail leaves the others unapplied. */
         checks[i].version = NOT_CHECKED;
         /* Summed duplicate rows are at most as large as all of them together. */
-        checks[i].gmax = optimizer_max_abs(it->grad, it->has_rows ? it->n_rows * shards[i]->row_len
-                                                                  : shards[i]->n) *
-                         (it->has_rows ? (double)it->n_rows : 1.0);
+        checks[i].gmax =
+            max_abs(s, it->grad, it->has_rows ? it->n_rows * shards[i]->row_len : shards[i]->n) *
+            (it->has_rows ? (double)it->n_rows : 1.0);
         if (n > 1) {
             pthread_rwlock_rdlock(&shards[i]->lock);
             rc = check_update(&j->opt, shards[i], it, &checks[i], err);

@@ -9,244 +9,126 @@
  *                                                   update; Adam's bias correction uses + 1
  *   keras/src/optimizers/schedules/learning_rate_schedule.py   ExponentialDecay,
  *                                                   PiecewiseConstantDecay, CosineDecay's warmup
- * Each kernel below names the formula it follows. Element-wise work is done in float like a
- * Keras float32 variable; the per-call scalar factors (the learning rate, Adam's bias
- * correction) are computed in double and rounded once.
+ * The element-wise loops are in kernels.c, in float like a Keras float32 variable; here the
+ * per-call scalar factors (the learning rate, Adam's bias correction) are computed in double and
+ * rounded once, into a plan naming one kernel.
  *
- * Speed: the kind and its options are resolved once per call into a plan holding one kernel,
- * and each kernel is a plain loop over restrict-qualified arrays that the compiler vectorizes.
- * The loops that take square roots vectorize only under -fno-math-errno (otherwise GCC keeps a
- * branch per element to set errno for negative inputs), about 5-10x faster for Adam, Adagrad and
- * RMSprop; nothing here reads errno. */
+ * Speed: kernels.c is built for each instruction set the compiler can target (the baseline,
+ * AVX2, AVX-512) and the widest the CPU runs is chosen when the process starts; every build
+ * gives the same bits. The loops that take square roots vectorize only under -fno-math-errno
+ * (otherwise GCC keeps a branch per element to set errno for negative inputs), about 5-10x
+ * faster for Adam, Adagrad and RMSprop; nothing here reads errno. */
 #include "optim/optimizer.h"
 
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct plan plan_t;
+#include "optim/kernels.h"
 
-/* Updates n parameters; slot k of parameter i is at slots[k * stride + i]. */
-typedef void (*kernel_fn)(const plan_t *k, float *params, const float *grad, float *slots,
-                          size_t stride, size_t n);
+typedef optim_plan_t plan_t;
 
-struct plan {
-    kernel_fn kernel;
-    float lr;
-    float momentum;
-    float one_minus_beta_1, one_minus_beta_2;
-    float alpha; /* Adam's bias-corrected step size */
-    float epsilon;
-    float rho, one_minus_rho;
+/* ---- instruction sets --------------------------------------------------------------------------
+ */
+
+static bool cpu_has_base(void)
+{
+    return true;
+}
+
+#ifdef OPTIM_HAVE_AVX2
+static bool cpu_has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+#endif
+
+#ifdef OPTIM_HAVE_AVX512
+/* What kernels.c's AVX-512 build is compiled for (meson.build): F, BW, DQ and VL. */
+static bool cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+#endif
+
+/* The kernels' builds, widest first; the first the CPU runs is taken when the process starts. */
+static const struct isa_choice {
+    const optim_isa_table_t *table;
+    bool (*supported)(void);
+} isa_choices[] = {
+#ifdef OPTIM_HAVE_AVX512
+    {&optim_isa_avx512, cpu_has_avx512},
+#endif
+#ifdef OPTIM_HAVE_AVX2
+    {&optim_isa_avx2, cpu_has_avx2},
+#endif
+    {&optim_isa_base, cpu_has_base},
 };
 
-/* ---- SGD (sgd.py) ------------------------------------------------------------------------------
- */
+static _Atomic(const optim_isa_table_t *) isa_current;
 
-/* w -= lr * g */
-static inline void sgd_loop(float lr, float *restrict p, const float *restrict g, size_t n)
+static const optim_isa_table_t *isa(void)
 {
-    for (size_t i = 0; i < n; i++)
-        p[i] -= g[i] * lr;
+    const optim_isa_table_t *t = atomic_load_explicit(&isa_current, memory_order_acquire);
+
+    if (t != NULL)
+        return t;
+    for (size_t i = 0; i < sizeof(isa_choices) / sizeof(isa_choices[0]); i++)
+        if (isa_choices[i].supported()) {
+            t = isa_choices[i].table;
+            break;
+        }
+    atomic_store_explicit(&isa_current, t, memory_order_release);
+    return t;
 }
 
-/* velocity = momentum * velocity - lr * g; w += velocity */
-static inline void sgd_momentum_loop(float lr, float mu, float *restrict p, const float *restrict g,
-                                     float *restrict m, size_t n)
+const char *optimizer_isa(void)
 {
-    for (size_t i = 0; i < n; i++) {
-        m[i] = m[i] * mu - g[i] * lr;
-        p[i] += m[i];
+    return isa()->name;
+}
+
+status_t optimizer_set_isa(const char *name, status_msg_t *err)
+{
+    char known[128] = "";
+
+    for (size_t i = 0; i < sizeof(isa_choices) / sizeof(isa_choices[0]); i++) {
+        const struct isa_choice *c = &isa_choices[i];
+        size_t used = strlen(known);
+        snprintf(known + used, sizeof(known) - used, "%s%s", used ? ", " : "", c->table->name);
+        if (strcmp(name, c->table->name) != 0)
+            continue;
+        if (!c->supported())
+            return status_fail(err, STATUS_INVALID_USAGE,
+                               "this CPU cannot run the optimizer kernels built for %s", name);
+        atomic_store_explicit(&isa_current, c->table, memory_order_release);
+        return STATUS_OK;
     }
+    return status_fail(err, STATUS_INVALID_ARGUMENT,
+                       "no optimizer kernels were built for '%s' (built: %s)", name, known);
 }
 
-/* velocity = momentum * velocity - lr * g; w += momentum * velocity - lr * g */
-static inline void sgd_nesterov_loop(float lr, float mu, float *restrict p, const float *restrict g,
-                                     float *restrict m, size_t n)
+size_t optimizer_isa_list(const char **names, size_t cap)
 {
-    for (size_t i = 0; i < n; i++) {
-        m[i] = m[i] * mu - g[i] * lr;
-        p[i] += m[i] * mu - g[i] * lr;
-    }
+    size_t n = 0;
+
+    for (size_t i = 0; i < sizeof(isa_choices) / sizeof(isa_choices[0]); i++)
+        if (isa_choices[i].supported() && n < cap)
+            names[n++] = isa_choices[i].table->name;
+    return n;
 }
 
-static void sgd_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride, size_t n)
+/* Runs plan k's kernel. */
+static inline void run_kernel(const plan_t *k, float *params, const float *grad, float *slots,
+                              size_t stride, size_t n, float *out)
 {
-    (void)s;
-    (void)stride;
-    sgd_loop(k->lr, p, g, n);
-}
-
-static void sgd_momentum_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
-                                size_t n)
-{
-    (void)stride;
-    sgd_momentum_loop(k->lr, k->momentum, p, g, s, n);
-}
-
-static void sgd_nesterov_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
-                                size_t n)
-{
-    (void)stride;
-    sgd_nesterov_loop(k->lr, k->momentum, p, g, s, n);
-}
-
-/* ---- Adam (adam.py) ----------------------------------------------------------------------------
- */
-
-/* m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2); w -= m * alpha / (sqrt(v) + eps),
- * with alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) computed per call. */
-static inline void adam_loop(const plan_t *k, float *restrict p, const float *restrict g,
-                             float *restrict m, float *restrict v, size_t n)
-{
-    const float b1c = k->one_minus_beta_1, b2c = k->one_minus_beta_2;
-    const float alpha = k->alpha, eps = k->epsilon;
-
-    for (size_t i = 0; i < n; i++) {
-        m[i] += (g[i] - m[i]) * b1c;
-        v[i] += (g[i] * g[i] - v[i]) * b2c;
-        p[i] -= (m[i] * alpha) / (sqrtf(v[i]) + eps);
-    }
-}
-
-/* As Adam, with v_hat = max(v_hat, v) in the denominator instead of v (AMSGrad). */
-static inline void amsgrad_loop(const plan_t *k, float *restrict p, const float *restrict g,
-                                float *restrict m, float *restrict v, float *restrict vh, size_t n)
-{
-    const float b1c = k->one_minus_beta_1, b2c = k->one_minus_beta_2;
-    const float alpha = k->alpha, eps = k->epsilon;
-
-    for (size_t i = 0; i < n; i++) {
-        m[i] += (g[i] - m[i]) * b1c;
-        v[i] += (g[i] * g[i] - v[i]) * b2c;
-        vh[i] = v[i] > vh[i] ? v[i] : vh[i];
-        p[i] -= (m[i] * alpha) / (sqrtf(vh[i]) + eps);
-    }
-}
-
-static void adam_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
-                        size_t n)
-{
-    adam_loop(k, p, g, s, s + stride, n);
-}
-
-static void amsgrad_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
-                           size_t n)
-{
-    amsgrad_loop(k, p, g, s, s + stride, s + 2 * stride, n);
-}
-
-/* ---- Adagrad (adagrad.py) ----------------------------------------------------------------------
- */
-
-/* acc += g^2; w -= lr * g / sqrt(acc + eps)   (epsilon inside the square root, as Keras 3) */
-static inline void adagrad_loop(const plan_t *k, float *restrict p, const float *restrict g,
-                                float *restrict acc, size_t n)
-{
-    const float lr = k->lr, eps = k->epsilon;
-
-    for (size_t i = 0; i < n; i++) {
-        acc[i] += g[i] * g[i];
-        p[i] -= (lr * g[i]) / sqrtf(acc[i] + eps);
-    }
-}
-
-static void adagrad_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
-                           size_t n)
-{
-    (void)stride;
-    adagrad_loop(k, p, g, s, n);
-}
-
-/* ---- RMSprop (rmsprop.py) ----------------------------------------------------------------------
- */
-
-/* velocity = rho * velocity + (1 - rho) * g^2; w -= lr * g / sqrt(velocity + eps) */
-static inline void rmsprop_loop(const plan_t *k, float *restrict p, const float *restrict g,
-                                float *restrict vel, size_t n)
-{
-    const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
-
-    for (size_t i = 0; i < n; i++) {
-        vel[i] = rho * vel[i] + rho_c * (g[i] * g[i]);
-        p[i] -= (lr * g[i]) / sqrtf(vel[i] + eps);
-    }
-}
-
-/* As above, then momentum = mu * momentum + increment; w -= momentum. */
-static inline void rmsprop_momentum_loop(const plan_t *k, float *restrict p,
-                                         const float *restrict g, float *restrict vel,
-                                         float *restrict mom, size_t n)
-{
-    const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
-    const float mu = k->momentum;
-
-    for (size_t i = 0; i < n; i++) {
-        vel[i] = rho * vel[i] + rho_c * (g[i] * g[i]);
-        mom[i] = mu * mom[i] + (lr * g[i]) / sqrtf(vel[i] + eps);
-        p[i] -= mom[i];
-    }
-}
-
-/* Centered: average_grad = rho * average_grad + (1 - rho) * g; the denominator is
- * sqrt(velocity - average_grad^2 + eps). */
-static inline void rmsprop_centered_loop(const plan_t *k, float *restrict p,
-                                         const float *restrict g, float *restrict vel,
-                                         float *restrict avg, size_t n)
-{
-    const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
-
-    for (size_t i = 0; i < n; i++) {
-        vel[i] = rho * vel[i] + rho_c * (g[i] * g[i]);
-        avg[i] = rho * avg[i] + rho_c * g[i];
-        p[i] -= (lr * g[i]) / sqrtf(vel[i] - avg[i] * avg[i] + eps);
-    }
-}
-
-static inline void rmsprop_centered_momentum_loop(const plan_t *k, float *restrict p,
-                                                  const float *restrict g, float *restrict vel,
-                                                  float *restrict mom, float *restrict avg,
-                                                  size_t n)
-{
-    const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
-    const float mu = k->momentum;
-
-    for (size_t i = 0; i < n; i++) {
-        vel[i] = rho * vel[i] + rho_c * (g[i] * g[i]);
-        avg[i] = rho * avg[i] + rho_c * g[i];
-        mom[i] = mu * mom[i] + (lr * g[i]) / sqrtf(vel[i] - avg[i] * avg[i] + eps);
-        p[i] -= mom[i];
-    }
-}
-
-/* Slot order follows Keras's build(): velocity, then momentum (if any), then average_gradient
- * (if centered). */
-static void rmsprop_kernel(const plan_t *k, float *p, const float *g, float *s, size_t stride,
-                           size_t n)
-{
-    (void)stride;
-    rmsprop_loop(k, p, g, s, n);
-}
-
-static void rmsprop_momentum_kernel(const plan_t *k, float *p, const float *g, float *s,
-                                    size_t stride, size_t n)
-{
-    rmsprop_momentum_loop(k, p, g, s, s + stride, n);
-}
-
-static void rmsprop_centered_kernel(const plan_t *k, float *p, const float *g, float *s,
-                                    size_t stride, size_t n)
-{
-    rmsprop_centered_loop(k, p, g, s, s + stride, n);
-}
-
-static void rmsprop_centered_momentum_kernel(const plan_t *k, float *p, const float *g, float *s,
-                                             size_t stride, size_t n)
-{
-    rmsprop_centered_momentum_loop(k, p, g, s, s + stride, s + 2 * stride, n);
+    isa()->kernels[k->kernel](k, params, grad, slots, stride, n, out);
 }
 
 /* ---- plans -------------------------------------------------------------------------------------
@@ -269,26 +151,26 @@ static void plan_init(const optimizer_config_t *c, int64_t step, plan_t *k)
     case OPTIMIZER_SGD:
         /* Keras keeps no velocity, and ignores nesterov, when momentum is 0. */
         if (c->momentum == 0.0)
-            k->kernel = sgd_kernel;
+            k->kernel = OPTIM_KERNEL_SGD;
         else
-            k->kernel = c->nesterov ? sgd_nesterov_kernel : sgd_momentum_kernel;
+            k->kernel = c->nesterov ? OPTIM_KERNEL_SGD_NESTEROV : OPTIM_KERNEL_SGD_MOMENTUM;
         break;
     case OPTIMIZER_ADAM: {
         double t = (double)(step < 0 ? 0 : step) + 1.0;
         k->alpha = (float)(lr * sqrt(1.0 - pow(c->beta_2, t)) / (1.0 - pow(c->beta_1, t)));
-        k->kernel = c->amsgrad ? amsgrad_kernel : adam_kernel;
+        k->kernel = c->amsgrad ? OPTIM_KERNEL_AMSGRAD : OPTIM_KERNEL_ADAM;
         break;
     }
     case OPTIMIZER_ADAGRAD:
-        k->kernel = adagrad_kernel;
+        k->kernel = OPTIM_KERNEL_ADAGRAD;
         break;
     case OPTIMIZER_RMSPROP:
     default:
         if (c->centered)
-            k->kernel =
-                c->momentum > 0 ? rmsprop_centered_momentum_kernel : rmsprop_centered_kernel;
+            k->kernel = c->momentum > 0 ? OPTIM_KERNEL_RMSPROP_CENTERED_MOMENTUM
+                                        : OPTIM_KERNEL_RMSPROP_CENTERED;
         else
-            k->kernel = c->momentum > 0 ? rmsprop_momentum_kernel : rmsprop_kernel;
+            k->kernel = c->momentum > 0 ? OPTIM_KERNEL_RMSPROP_MOMENTUM : OPTIM_KERNEL_RMSPROP;
         break;
     }
 }
@@ -296,24 +178,20 @@ static void plan_init(const optimizer_config_t *c, int64_t step, plan_t *k)
 void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *params,
                            const float *grad, float *slots, size_t n)
 {
-    plan_t k;
-
-    if (n == 0)
-        return;
-    plan_init(c, step, &k);
-    k.kernel(&k, params, grad, slots, n, n);
+    optimizer_apply_dense_part(c, step, params, grad, slots, n, 0, n, NULL);
 }
 
 void optimizer_apply_dense_part(const optimizer_config_t *c, int64_t step, float *params,
                                 const float *grad, float *slots, size_t n, size_t first,
-                                size_t count)
+                                size_t count, float *out)
 {
     plan_t k;
 
     if (count == 0 || first >= n || count > n - first)
         return;
     plan_init(c, step, &k);
-    k.kernel(&k, params + first, grad + first, slots + first, n, count); /* stride, count */
+    run_kernel(&k, params + first, grad + first, slots + first, n, count, /* stride, count */
+               out != NULL ? out + first : NULL);
 }
 
 /* ---- checks before an update -------------------------------------------------------------------
@@ -359,7 +237,7 @@ static size_t trial(const plan_t *k, size_t n_slots, const float *params, const 
         memcpy(p, params + b, m * sizeof(float));
         for (size_t j = 0; j < n_slots; j++)
             memcpy(sl + j * TRIAL, slots + j * stride + b, m * sizeof(float));
-        k->kernel(k, p, grad + b, sl, TRIAL, m);
+        run_kernel(k, p, grad + b, sl, TRIAL, m, NULL);
         ok = all_finite(p, m);
         for (size_t j = 0; ok && j < n_slots; j++)
             ok = all_finite(sl + j * TRIAL, m);
@@ -396,17 +274,9 @@ size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const fl
 
 double optimizer_max_abs(const float *v, size_t n)
 {
-    int32_t m = 0;
+    int32_t m = isa()->max_abs_bits(v, n);
     float f;
 
-    /* Without its sign bit a float's bits order as its magnitude does, as a non-negative int32
-     * (a max that vectorizes), and NaN and infinity order above every finite value. */
-    for (size_t i = 0; i < n; i++) {
-        int32_t b;
-        memcpy(&b, &v[i], sizeof(b));
-        b &= 0x7fffffff;
-        m = b > m ? b : m;
-    }
     if (m >= 0x7f800000)
         return INFINITY;
     memcpy(&f, &m, sizeof(f));
@@ -600,7 +470,8 @@ static size_t rows_walk(const plan_t *k, size_t n_slots, bool dry, float *params
             g = sum;
         }
         if (!dry) {
-            k->kernel(k, params + off, g, slots == NULL ? NULL : slots + off, stride, row_len);
+            run_kernel(k, params + off, g, slots == NULL ? NULL : slots + off, stride, row_len,
+                       NULL);
             continue;
         }
         bad =

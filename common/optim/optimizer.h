@@ -72,10 +72,24 @@ void optimizer_apply_dense(const optimizer_config_t *c, int64_t step, float *par
 
 /* The same on elements [first, first + count) of the n-element tensor (params, grad and slots
  * are the whole tensor's, slots laid out for n): updates of disjoint parts may run at once, on
- * threads of their own, and together make optimizer_apply_dense's. */
+ * threads of their own, and together make optimizer_apply_dense's. When out is not NULL (an
+ * n-element array) out[first, first + count) receives the updated parameters in the same pass:
+ * the values a pull after the push returns, with no second pass over memory. */
 void optimizer_apply_dense_part(const optimizer_config_t *c, int64_t step, float *params,
                                 const float *grad, float *slots, size_t n, size_t first,
-                                size_t count);
+                                size_t count, float *out);
+
+/* The instruction set the kernels run with ("base", "avx2", "avx512"): the widest that was
+ * built and that the CPU has, unless optimizer_set_isa chose another. Every one gives the same
+ * bits. */
+const char *optimizer_isa(void);
+
+/* Makes every later update run the kernels built for `name` (tests, benchmarks): fails naming
+ * the builds when there is none of that name, or when this CPU cannot run it. */
+status_t optimizer_set_isa(const char *name, status_msg_t *err);
+
+/* The builds this CPU can run, widest first, into names[0..cap); returns how many there are. */
+size_t optimizer_isa_list(const char **names, size_t cap);
 
 /* Bytes of scratch optimizer_apply_rows() needs for n_idx indices of rows of row_len floats;
  * SIZE_MAX if that does not fit in size_t. */

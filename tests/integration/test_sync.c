@@ -232,14 +232,29 @@ static char *submit(cluster_t *c, const char *job)
     return id;
 }
 
-static char *calm_then_submit(cluster_t *c, const char *job, int ms, char **ret_calm)
+/* Runs job undisturbed to its end (*ret_calm: what watch printed), submits it again and returns
+ * once the chief has logged the end of its first epoch (after_epoch_1), or after ms
+ * milliseconds: the moment to disturb it. */
+static char *calm_then_submit(cluster_t *c, const char *job, bool after_epoch_1, int ms,
+                              char **ret_calm)
 {
     int rc = submit_watch(c, job, ret_calm);
-    char *id;
+    char *id, log[700], mark[200];
+    double t0;
 
     ck_assert_msg(rc == 0, "exit %d: %s", rc, *ret_calm);
     id = submit(c, job);
-    usleep((useconds_t)ms * 1000);
+    t0 = clock_now_s();
+    if (!after_epoch_1) {
+        usleep((useconds_t)ms * 1000);
+        return id;
+    }
+    snprintf(log, sizeof(log), "%s/sync-chief.log", harness_tmpdir());
+    snprintf(mark, sizeof(mark), "job %s: epoch 1:", id);
+    while (!harness_file_contains(log, mark)) {
+        ck_assert_msg(clock_now_s() - t0 < 60, "no '%s' in %s after 60 s", mark, log);
+        usleep(10000);
+    }
     return id;
 }
 
@@ -274,7 +289,7 @@ START_TEST(sync_worker_killed_the_job_finishes_on_the_other_at_the_same_numbers)
     /* with Dropout: the survivor draws the lost worker's slice as it would have */
     id = calm_then_submit(
         &c, mlp_job_of("mwms-kill", "multi_worker_mirrored", 32, 4, (mlp_more_t){.dropout = true}),
-        1500, &calm);
+        true, 0, &calm);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     expect_calm_numbers(&c, id, calm, "worker killed",
                         (const char *[]){"worker 1 (", "lost", "3752 steps", NULL});
@@ -292,13 +307,13 @@ START_TEST(sync_worker_restarted_rejoins_the_ring)
 
     start_cluster(&c);
     id = calm_then_submit(
-        &c, mlp_job_of("mwms-back", "multi_worker_mirrored", 32, 6, (mlp_more_t){.dropout = true}),
-        1000, &calm);
+        &c, mlp_job_of("mwms-back", "multi_worker_mirrored", 32, 12, (mlp_more_t){.dropout = true}),
+        true, 0, &calm);
     snprintf(listen, sizeof(listen), "--listen=%s", c.worker[1].listen);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     harness_start(&c.worker[1], "tessera-worker", "sync-w1-again", "--task-index=1", listen, NULL);
     expect_calm_numbers(&c, id, calm, "worker restarted",
-                        (const char *[]){"lost", "is back", "5628 steps", NULL});
+                        (const char *[]){"lost", "is back", "11256 steps", NULL});
     stop_cluster(&c);
 }
 END_TEST
@@ -314,7 +329,7 @@ START_TEST(sync_worker_hung_is_noticed_and_taken_back)
     double t0;
 
     start_cluster_with(&c, "--worker-timeout=3s");
-    id = calm_then_submit(&c, mlp_job("mwms-hung", "multi_worker_mirrored", 32, 8, NULL), 1000,
+    id = calm_then_submit(&c, mlp_job("mwms-hung", "multi_worker_mirrored", 32, 8, NULL), true, 0,
                           &calm);
     ck_assert_int_eq(kill(c.worker[1].pid, SIGSTOP), 0);
     t0 = clock_now_s();
@@ -579,7 +594,8 @@ START_TEST(sync_embedding_rows_sum_over_the_workers)
     free(one);
     /* a worker killed mid-job: the other steps on both slices, their rows summed as well */
     char *calm = NULL,
-         *id = calm_then_submit(&c, text_job("text-kill", "multi_worker_mirrored", 32), 400, &calm);
+         *id = calm_then_submit(&c, text_job("text-kill", "multi_worker_mirrored", 32), false, 400,
+                                &calm);
     launch_stop(&c.worker[1], SIGKILL, 5000, NULL);
     expect_calm_numbers(&c, id, calm, "text model, worker killed",
                         (const char *[]){"worker 1 (", "lost", "939 steps", NULL});

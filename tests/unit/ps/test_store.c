@@ -346,6 +346,58 @@ START_TEST(store_dense_push_applies_adam_with_the_shard_version_as_step)
 }
 END_TEST
 
+/* A shard large enough to be spread over the pool's threads: each push-pull returns the values
+ * it leaves, and both are the kernels' own, bit for bit, as if one thread had applied them. */
+START_TEST(store_push_pull_over_a_pool_matches_the_kernels_bit_for_bit)
+{
+    enum { ROWS = 1001, COLS = 517, N = ROWS * COLS }; /* ~2 MiB: eight parts, a ragged last */
+    store_t *s = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp = spec("w", ROWS, COLS, 0, 1);
+    int64_t shape[2] = {ROWS, COLS};
+    float *slots = calloc(2 * N, sizeof(float)), *g = malloc(N * sizeof(float)), *want;
+    store_push_item_t it = {.key = {"w", 0}, .rank = 2, .shape = shape, .grad = g};
+    pool_t *pool;
+    status_msg_t perr;
+
+    ck_assert_int_eq(pool_new(7, &pool, &perr), STATUS_OK);
+    store_set_pool(s, pool);
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    want = pull_all(s, "job", "w", 0, NULL, NULL);
+    optimizer_slots_init(&opt, slots, N);
+    for (int step = 0; step < 3; step++) {
+        store_value_t val;
+        store_err_t err;
+        uint64_t version;
+        void *buf = NULL;
+        size_t len = 0;
+        float *got;
+        for (size_t i = 0; i < N; i++)
+            g[i] = (float)((int)((i * 7 + (size_t)step) % 23) - 11) * 0.125f;
+        g[N - 1] = (float)(40 + step); /* the largest, in the last part */
+        ck_assert_msg(store_push(s, "job", &it, 1, true, &version, &val, &buf, &len, &err) ==
+                          STATUS_OK,
+                      "%s", err.msg.text);
+        ck_assert_uint_eq(version, (uint64_t)step + 1);
+        ck_assert_uint_eq(val.version, version);
+        ck_assert_uint_eq(len, N * sizeof(float));
+        ck_assert_int_eq(val.shape[0], ROWS);
+        ck_assert_int_eq(val.shape[1], COLS);
+        optimizer_apply_dense(&opt, step, want, g, slots, N);
+        assert_floats_eq(buf, want, N);
+        free(buf);
+        got = pull_all(s, "job", "w", 0, NULL, NULL);
+        assert_floats_eq(got, want, N);
+        free(got);
+    }
+    free(want);
+    free(g);
+    free(slots);
+    store_free(s);
+    pool_free(pool);
+}
+END_TEST
+
 START_TEST(store_row_push_applies_adam_to_the_touched_rows_only)
 {
     store_t *s = new_store();
@@ -958,6 +1010,7 @@ int main(void)
     tcase_add_test(tc, store_create_rejects_bad_descriptions_and_names_the_culprit);
     tcase_add_test(tc, store_limits_refuse_whole_requests);
     tcase_add_test(tc, store_dense_push_applies_adam_with_the_shard_version_as_step);
+    tcase_add_test(tc, store_push_pull_over_a_pool_matches_the_kernels_bit_for_bit);
     tcase_add_test(tc, store_row_push_applies_adam_to_the_touched_rows_only);
     tcase_add_test(tc, store_learning_rate_schedule_runs_on_each_shard_version);
     tcase_add_test(tc, store_pull_of_rows_returns_them_in_request_order);

@@ -564,11 +564,103 @@ START_TEST(dense_parts_together_equal_the_whole_update)
         optimizer_apply_dense(&c, step, whole_p, g, whole_s, N);
         for (size_t k = 0; k + 1 < sizeof(cuts) / sizeof(cuts[0]); k++)
             optimizer_apply_dense_part(&c, step, part_p, g, part_s, N, cuts[k],
-                                       cuts[k + 1] - cuts[k]);
+                                       cuts[k + 1] - cuts[k], NULL);
     }
     ck_assert_msg(memcmp(part_p, whole_p, sizeof(whole_p)) == 0, "config %d: values differ", _i);
     ck_assert_msg(memcmp(part_s, whole_s, optimizer_slot_count(&c) * N * sizeof(float)) == 0,
                   "config %d: slots differ", _i);
+}
+END_TEST
+
+/* Long enough for every vector width's main loop and an odd tail. */
+enum { WIDE = 1037 };
+
+/* Gradients and values over many magnitudes, both signs. */
+static float wide_value(size_t i, int salt)
+{
+    double m = ldexp(1.0, (int)((i * 5 + (size_t)salt * 3) % 41) - 30);
+    return (float)(((i + (size_t)salt) % 3 == 0 ? -m : m) * (1.0 + (double)(i % 97) / 97.0));
+}
+
+/* Five updates of a WIDE tensor with the kernels of `isa`, the values also copied out as a pull
+ * after the push reads them. */
+static void run_wide(const optimizer_config_t *c, const char *isa, float *p, float *s, float *out)
+{
+    float g[WIDE];
+    status_msg_t err;
+
+    ck_assert_msg(optimizer_set_isa(isa, &err) == STATUS_OK, "%s", err.text);
+    for (size_t i = 0; i < WIDE; i++)
+        p[i] = wide_value(i, 1);
+    optimizer_slots_init(c, s, WIDE);
+    for (int step = 0; step < 5; step++) {
+        for (size_t i = 0; i < WIDE; i++)
+            g[i] = wide_value(i, step + 2);
+        optimizer_apply_dense_part(c, step, p, g, s, WIDE, 0, WIDE, out);
+    }
+}
+
+/* The AVX2 and AVX-512 builds of the kernels give the baseline's bits, values and slots, for
+ * every optimizer (the builds that this CPU runs); the value copied out is the value kept. */
+START_TEST(every_instruction_set_gives_the_bits_of_the_baseline)
+{
+    optimizer_config_t c = row_config(_i);
+    static float base_p[WIDE], base_s[MAX_SLOTS * WIDE], p[WIDE], s[MAX_SLOTS * WIDE], out[WIDE];
+    const char *isas[8];
+    const char *was = optimizer_isa();
+    size_t n = optimizer_isa_list(isas, 8);
+    status_msg_t err;
+
+    ck_assert_uint_ge(n, 1);
+    ck_assert_str_eq(isas[n - 1], "base");
+    ck_assert_str_eq(isas[0], was); /* the widest is the one chosen */
+    run_wide(&c, "base", base_p, base_s, NULL);
+    for (size_t k = 0; k < n; k++) {
+        memset(out, 0, sizeof(out));
+        run_wide(&c, isas[k], p, s, out);
+        ck_assert_msg(memcmp(p, base_p, sizeof(p)) == 0, "config %d: %s values differ", _i,
+                      isas[k]);
+        ck_assert_msg(memcmp(s, base_s, optimizer_slot_count(&c) * WIDE * sizeof(float)) == 0,
+                      "config %d: %s slots differ", _i, isas[k]);
+        ck_assert_msg(memcmp(out, p, sizeof(p)) == 0, "config %d: %s copied out other values", _i,
+                      isas[k]);
+        ck_assert(optimizer_max_abs(p, WIDE) == optimizer_max_abs(base_p, WIDE));
+    }
+    ck_assert_int_eq(optimizer_set_isa(was, &err), STATUS_OK);
+}
+END_TEST
+
+START_TEST(max_abs_is_the_same_on_every_instruction_set)
+{
+    static float v[WIDE];
+    const char *isas[8];
+    size_t n = optimizer_isa_list(isas, 8);
+    const char *was = optimizer_isa();
+    status_msg_t err;
+
+    for (size_t i = 0; i < WIDE; i++)
+        v[i] = wide_value(i, 7);
+    v[WIDE - 1] = -1e30f; /* in the tail of every vector width */
+    for (size_t k = 0; k < n; k++) {
+        ck_assert_int_eq(optimizer_set_isa(isas[k], &err), STATUS_OK);
+        ck_assert(optimizer_max_abs(v, WIDE) == 1e30f);
+        v[WIDE - 2] = NAN;
+        ck_assert(isinf(optimizer_max_abs(v, WIDE)));
+        v[WIDE - 2] = 0;
+    }
+    ck_assert_int_eq(optimizer_set_isa(was, &err), STATUS_OK);
+}
+END_TEST
+
+START_TEST(an_unknown_instruction_set_is_refused_by_name)
+{
+    status_msg_t err;
+    const char *was = optimizer_isa();
+
+    ck_assert_int_eq(optimizer_set_isa("sse9", &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.text, "'sse9'"));
+    ck_assert_ptr_nonnull(strstr(err.text, "base"));
+    ck_assert_str_eq(optimizer_isa(), was);
 }
 END_TEST
 
@@ -889,6 +981,9 @@ int main(void)
     tcase_add_test(tc, rmsprop_adds_epsilon_inside_the_square_root);
     tcase_add_loop_test(tc, rows_touching_every_row_once_equal_the_dense_update, 0, N_ROW_CONFIGS);
     tcase_add_loop_test(tc, dense_parts_together_equal_the_whole_update, 0, N_ROW_CONFIGS);
+    tcase_add_loop_test(tc, every_instruction_set_gives_the_bits_of_the_baseline, 0, N_ROW_CONFIGS);
+    tcase_add_test(tc, max_abs_is_the_same_on_every_instruction_set);
+    tcase_add_test(tc, an_unknown_instruction_set_is_refused_by_name);
     tcase_add_test(tc, rows_leave_untouched_rows_and_their_slots_alone);
     tcase_add_test(tc, rows_sum_duplicate_indices_before_the_update);
     tcase_add_test(tc, rows_with_caller_scratch_match_rows_that_allocate);
