@@ -331,7 +331,7 @@ double harness_metric(const launch_proc_t *p, const char *series)
 
 char *harness_result(const char *out)
 {
-    const char *at = strstr(out, "); loss ");
+    const char *at = strstr(out, "; loss "); /* after "(training …)", if the job trained */
     ck_assert_msg(at != NULL, "no result line: %s", out);
-    return strndup(at + 3, strcspn(at + 3, "\n"));
+    return strndup(at + 2, strcspn(at + 2, "\n"));
 }

@@ -34,7 +34,8 @@ int harness_try_start(launch_proc_t *p, const char *program, const char *name, c
 void harness_stop(launch_proc_t *p);
 
 /* "loss ..., accuracy ...; test loss ..., test accuracy ..." of the CLI's result line in out
- * (after "...); "), malloc'd; fails the test when there is none. */
+ * (after "; ", which follows "(training ...)" only when the job trained), malloc'd; fails the
+ * test when there is none. */
 char *harness_result(const char *out);
 
 /* The value of a series ("name" or "name{label=\"value\"}") on a task's /metrics; fails the

@@ -117,14 +117,6 @@ static const char *write_job(const char *name, const char *dir, const char *trai
     return path;
 }
 
-/* "loss …, accuracy …; test loss …, test accuracy …" of the CLI's result line. */
-static char *result_of(const char *out)
-{
-    const char *at = strstr(out, "); loss ");
-    ck_assert_msg(at != NULL, "no result line: %s", out);
-    return strndup(at + 3, strcspn(at + 3, "\n"));
-}
-
 /* The newest complete checkpoint loads: its manifest parses, names both PS files, and every part
  * of every variable is in them with its slots and iterations, and reads. Returns its step. */
 static int64_t check_loadable(const char *dir)
@@ -209,7 +201,7 @@ START_TEST(ps_checkpoint_killed_at_random_moments_resumes_to_identical_numbers)
     start_cluster(&c, 2);
     rc = tessera((char *[]){"submit", (char *)whole, c.chief_flag, "--watch", NULL}, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    expected = result_of(out);
+    expected = harness_result(out);
     free(out);
     stop_cluster(&c);
     ck_assert_int_eq(check_loadable(whole_dir), STEPS);
@@ -243,7 +235,7 @@ START_TEST(ps_checkpoint_killed_at_random_moments_resumes_to_identical_numbers)
     start_cluster(&c, 2);
     rc = tessera((char *[]){"submit", (char *)cut, c.chief_flag, "--watch", NULL}, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    got = result_of(out);
+    got = harness_result(out);
     ck_assert_msg(strcmp(got, expected) == 0, "resumed: %s\nuninterrupted: %s\n%s", got, expected,
                   out);
     ck_assert_int_eq(check_loadable(cut_dir), STEPS);
