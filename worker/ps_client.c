@@ -620,6 +620,11 @@ void ps_client_refresh(ps_client_t *c)
     atomic_store(&c->lost_ps, -1);
 }
 
+void ps_client_begin_closure(ps_client_t *c)
+{
+    atomic_store(&c->lost_ps, -1);
+}
+
 int ps_client_lost_ps(const ps_client_t *c)
 {
     return atomic_load(&c->lost_ps);

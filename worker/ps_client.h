@@ -51,11 +51,18 @@ status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err)
 /* How many packs a step's gradients go out in. */
 size_t ps_client_packs(const ps_client_t *c);
 
-/* Makes the next pull fetch the values again: call at the start of a closure, so that what
- * other workers pushed in between is seen. */
+/* Makes the next pull fetch the values again (before an evaluation: it sees one snapshot of
+ * every variable as it stands now), and forgets the lost PS. */
 void ps_client_refresh(ps_client_t *c);
 
-/* The PS a pull or push could not reach since the last ps_client_refresh, or -1. */
+/* A training closure begins. The values the worker's last successful push-pull brought back
+ * serve its first step, as they serve every later step of a closure: they miss only what other
+ * workers pushed since (with one worker, nothing), so a closure of one step costs one round trip,
+ * not two. Anything else (a first closure, a failed call, a new configuration) pulls again. Forgets
+ * the lost PS. */
+void ps_client_begin_closure(ps_client_t *c);
+
+/* The PS a pull or push could not reach since the last refresh or closure start, or -1. */
 int ps_client_lost_ps(const ps_client_t *c);
 
 #endif

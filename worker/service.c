@@ -493,7 +493,7 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task
                                (long long)t->data_batch, (long long)t->data_epoch, j->num_workers);
         STATUS_CHECK(trainer_seek(j->trainer, shard, t->data_epoch, t->data_batch, err));
     }
-    ps_client_refresh(j->ps);
+    ps_client_begin_closure(j->ps);
     /* a closure's window of accumulate_steps starts empty (a closure run again, or on another
      * worker, adds nothing twice) */
     trainer_drop_window(j->trainer);
