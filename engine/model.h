@@ -85,6 +85,10 @@ typedef void (*model_backward_fn)(void *arg, model_backward_event_t ev, size_t f
 /* Installs fn (NULL removes it). */
 void model_on_backward(model_t *m, model_backward_fn fn, void *arg);
 
+/* Seconds the last training step (or slice) spent in forward with the loss, and in backward
+ * (with the callbacks of model_on_backward), for a per-step breakdown. */
+void model_step_seconds(const model_t *m, double *ret_forward, double *ret_backward);
+
 /* Forward and loss without dropout or gradients. */
 status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
                         model_stats_t *ret_stats, status_msg_t *err);

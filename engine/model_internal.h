@@ -22,6 +22,7 @@ struct model {
     float *probs;           /* outputs after the folded activation */
     model_backward_fn on_backward;
     void *on_backward_arg;
+    double forward_s, backward_s; /* of the last training step (model_step_seconds) */
     /* memory: every buffer is the backend's, counted against max_bytes (layer_alloc) */
     void **buffers; /* to free with the model */
     size_t n_buffers, cap_buffers;

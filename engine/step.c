@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 
+#include "base/clock.h"
 #include "model_internal.h"
 
 static status_t forward(model_t *m, const float *x, int batch, bool training, status_msg_t *err)
@@ -90,9 +91,14 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
     if (total < batch)
         return status_fail(err, STATUS_INVALID_USAGE, "a slice of %d examples of a batch of %d",
                            batch, total);
+    double t0 = clock_now_s(), t1;
+
+    m->forward_s = m->backward_s = 0;
     STATUS_CHECK(forward(m, x, batch, true, err));
     STATUS_CHECK(model_loss(m, y, batch, total, dy, &st, err));
     *ret_stats = st;
+    t1 = clock_now_s();
+    m->forward_s = t1 - t0;
     /* Before backward, so that a caller sending gradients as they come sends none of these. */
     if (!isfinite(st.loss_sum))
         return status_fail(err, STATUS_INVALID_ARGUMENT,
@@ -120,6 +126,7 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
     }
     /* the loss holds the term once in the mean over the whole batch, as Keras's loss does */
     ret_stats->loss_sum += reg * batch;
+    m->backward_s = clock_now_s() - t1;
     return STATUS_OK;
 }
 
@@ -127,6 +134,12 @@ void model_on_backward(model_t *m, model_backward_fn fn, void *arg)
 {
     m->on_backward = fn;
     m->on_backward_arg = arg;
+}
+
+void model_step_seconds(const model_t *m, double *ret_forward, double *ret_backward)
+{
+    *ret_forward = m->forward_s;
+    *ret_backward = m->backward_s;
 }
 
 status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,

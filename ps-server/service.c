@@ -9,6 +9,7 @@
 #include "service.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,7 +30,16 @@
 /* Room left in a message for the fields beside the payload. */
 #define REPLY_HEADROOM (64u << 10)
 
+/* What Push and PushPull calls took, summed: their RPC phases and the store's updates. */
+typedef struct push_totals {
+    uint64_t calls;
+    double receive, decode, handle, total, apply;
+} push_totals_t;
+
 typedef struct ps_service {
+    rpc_server_t *srv;
+    pthread_mutex_t mark_mu;
+    push_totals_t mark; /* at the last DropJob: its log line tells what came since */
     store_t *store;
     pool_t *pool;         /* the updates' threads beside the handlers' (--apply-threads) */
     const roots_t *roots; /* where checkpoints may go (--data-root) */
@@ -582,6 +592,53 @@ static status_t on_push_pull(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
 
 /* ---- DropJob, Stats, Save, Restore -------------------------------------------------------- */
 
+static void push_totals(ps_service_t *st, push_totals_t *t)
+{
+    static const rpc_method_id_t ids[] = {RPC_PS_PUSH, RPC_PS_PUSH_PULL};
+
+    memset(t, 0, sizeof(*t));
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        rpc_method_stats_t ms;
+        rpc_server_stats(st->srv, ids[i], &ms);
+        t->calls += ms.calls;
+        t->receive += ms.receive_seconds;
+        t->decode += ms.decode_seconds;
+        t->handle += ms.handle_seconds;
+        t->total += ms.seconds;
+    }
+    t->apply = store_apply_seconds(st->store);
+}
+
+/* "job 'X': dropped N shards", and where the time of the pushes since the last drop went: per
+ * call, its RPC phases and the optimizer's part of the handler (one job at a time: that job's). */
+static void log_pushes(ps_service_t *st, const char *job, size_t shards)
+{
+    push_totals_t now, d;
+    double n;
+
+    pthread_mutex_lock(&st->mark_mu);
+    push_totals(st, &now);
+    d = (push_totals_t){.calls = now.calls - st->mark.calls,
+                        .receive = now.receive - st->mark.receive,
+                        .decode = now.decode - st->mark.decode,
+                        .handle = now.handle - st->mark.handle,
+                        .total = now.total - st->mark.total,
+                        .apply = now.apply - st->mark.apply};
+    st->mark = now;
+    pthread_mutex_unlock(&st->mark_mu);
+    if (d.calls == 0) {
+        LOG_INFO(PS, "job '%s': dropped %zu shards", job, shards);
+        return;
+    }
+    n = (double)d.calls / 1e3; /* milliseconds per call */
+    LOG_INFO(PS,
+             "job '%s': dropped %zu shards; since the last drop %" PRIu64
+             " pushes, per push %.2f ms: receive %.2f ms, decode %.2f ms, handle %.2f ms (of it "
+             "the optimizer's update %.2f ms), reply %.2f ms",
+             job, shards, d.calls, d.total / n, d.receive / n, d.decode / n, d.handle / n,
+             d.apply / n, (d.total - d.receive - d.decode - d.handle) / n);
+}
+
 static status_t on_drop_job(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
 {
     const Tessera__V1__DropJobRequest *req = (const void *)msg;
@@ -594,7 +651,7 @@ static status_t on_drop_job(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *u
     if (store_drop_job(st->store, req->job, &shards, &err) != STATUS_OK)
         return fail_store(ctx, &err);
     update_gauges(st);
-    LOG_INFO(PS, "job '%s': dropped %zu shards", req->job, shards);
+    log_pushes(st, req->job, shards);
     resp.shards = (int32_t)shards;
     return rpc_ctx_respond(ctx, &resp.base, NULL, 0);
 }
@@ -874,6 +931,8 @@ status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_
         return err->status;
     }
     st->max_message_bytes = mm;
+    st->srv = srv;
+    pthread_mutex_init(&st->mark_mu, NULL);
     st->roots = daemon_roots(d);
     lim.max_bytes =
         o->max_memory_bytes > 0 ? (uint64_t)o->max_memory_bytes : memory_physical_bytes();
@@ -918,6 +977,7 @@ void ps_service_teardown(void *state)
         return;
     store_free(st->store);
     pool_free(st->pool);
+    pthread_mutex_destroy(&st->mark_mu);
     free(st);
 }
 

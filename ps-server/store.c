@@ -179,6 +179,11 @@ void store_set_pool(store_t *s, pool_t *pool)
     s->pool = pool;
 }
 
+double store_apply_seconds(const store_t *s)
+{
+    return (double)atomic_load(&s->apply_micros) * 1e-6;
+}
+
 void store_shard_free(shard_t *sh)
 {
     if (sh == NULL)

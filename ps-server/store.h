@@ -110,6 +110,10 @@ store_t *store_new(const store_limits_t *limits, metric_t *apply_seconds);
  * the store; set it before the first push. */
 void store_set_pool(store_t *s, pool_t *pool);
 
+/* Seconds the optimizer's updates (with the values they write for a pull) have taken, summed
+ * over every push since the store was made. */
+double store_apply_seconds(const store_t *s);
+
 /* Frees the store and every job in it. NULL-safe; no other call may be running. */
 void store_free(store_t *s);
 

@@ -57,7 +57,8 @@ struct store {
     pthread_rwlock_t lock; /* guards the jobs, their variables and shard sets, the totals */
     store_limits_t limits;
     metric_t *apply_seconds;
-    pool_t *pool; /* NULL: updates on the handler's thread */
+    pool_t *pool;                  /* NULL: updates on the handler's thread */
+    _Atomic uint64_t apply_micros; /* the updates' time, summed (store_apply_seconds) */
     sjob_t **jobs;
     size_t n_jobs, cap_jobs;
     uint64_t param_bytes, slot_bytes, overhead_bytes;

@@ -306,7 +306,9 @@ static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
         sh->bounds = c->next;
     else
         optimizer_bounds_measure(opt, sh->values, sh->slots, sh->n, &sh->bounds);
-    metric_observe(s->apply_seconds, clock_now_s() - t0);
+    t0 = clock_now_s() - t0;
+    metric_observe(s->apply_seconds, t0);
+    atomic_fetch_add_explicit(&s->apply_micros, (uint64_t)(t0 * 1e6), memory_order_relaxed);
     *ret_version = sh->version;
     if (pull_after && it->has_rows)
         read_value(sh, true, it->rows, it->n_rows, dst, val);

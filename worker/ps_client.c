@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "model.h"
 #include "rpc/client.h"
@@ -67,6 +68,9 @@ typedef struct lane {
     bool sent;        /* the last lane_push made a request */
     status_t rc;
     status_msg_t err;
+    /* seconds in calls to the PS, and copying the values they brought into the model, since
+     * ps_client_take_times (written by the lane's runner only) */
+    double call_s, values_s;
 } lane_t;
 
 struct ps_client {
@@ -379,6 +383,7 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
     rpc_error_t rerr;
     size_t n = 0, n_iov = 0;
     uint64_t off = 0;
+    double t0, t1;
     status_t rc;
 
     for (size_t k = 0; k < l->n_items; k++) {
@@ -399,10 +404,14 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
     req.n_items = n;
     req.items = l->pull_ptrs;
     opts = lane_call_opts(l, n_iov, true);
+    t0 = clock_now_s();
     rc = rpc_ps_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
+    t1 = clock_now_s();
+    l->call_s += t1 - t0;
     if (rc != STATUS_OK)
         return lane_failed(c, l, rc, "pull", &rerr, err);
     rc = apply_values(c, l, resp->values, resp->n_values, n, &payload, "pull", err);
+    l->values_s += clock_now_s() - t1;
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     return rc;
@@ -418,6 +427,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     rpc_error_t rerr;
     size_t n = 0, n_iov = 0;
     uint64_t off = 0;
+    double t0;
     status_t rc;
 
     l->sent = false;
@@ -470,8 +480,10 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     req.items = l->push_ptrs;
     opts = lane_call_opts(l, n_iov, c->push_pull);
     l->sent = true;
+    t0 = clock_now_s();
     if (!c->push_pull) {
         rc = rpc_ps_push(l->ch, &req, &opts, &resp, NULL, &rerr);
+        l->call_s += clock_now_s() - t0;
         if (rc != STATUS_OK)
             return lane_failed(c, l, rc, "push", &rerr, err);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -480,6 +492,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     /* One round trip instead of two: the values come back updated, for the next step. */
     req.pull_after = true;
     rc = rpc_ps_push_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
+    l->call_s += clock_now_s() - t0;
     if (rc != STATUS_OK)
         return lane_failed(c, l, rc, "push", &rerr, err);
     if (pack != ALL_PACKS) { /* backward may still be reading the old values */
@@ -488,7 +501,9 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
             pthread_cond_wait(&c->values_cv, &c->mu);
         pthread_mutex_unlock(&c->mu);
     }
+    t0 = clock_now_s();
     rc = apply_values(c, l, resp->values, resp->n_values, n, &payload, "push-pull", err);
+    l->values_s += clock_now_s() - t0;
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     return rc;
@@ -731,6 +746,16 @@ status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err)
     memset(&c->info, 0, sizeof(c->info));
     c->fresh = rc == STATUS_OK && c->push_pull;
     return rc;
+}
+
+void ps_client_take_times(ps_client_t *c, double *ret_calls, double *ret_values)
+{
+    *ret_calls = *ret_values = 0;
+    for (size_t i = 0; i < c->n_lanes; i++) {
+        *ret_calls += c->lanes[i].call_s;
+        *ret_values += c->lanes[i].values_s;
+        c->lanes[i].call_s = c->lanes[i].values_s = 0;
+    }
 }
 
 size_t ps_client_packs(const ps_client_t *c)

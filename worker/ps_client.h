@@ -62,6 +62,11 @@ void ps_client_refresh(ps_client_t *c);
  * the lost PS. */
 void ps_client_begin_closure(ps_client_t *c);
 
+/* Seconds spent since the last call of this, summed over the PS lanes: in calls to the PS
+ * (sending, the PS's work, receiving; pushes overlap backward), and copying the values they
+ * brought into the model; then zeroes them. Call between steps, when no lane is busy. */
+void ps_client_take_times(ps_client_t *c, double *ret_calls, double *ret_values);
+
 /* The PS a pull or push could not reach since the last refresh or closure start, or -1. */
 int ps_client_lost_ps(const ps_client_t *c);
 

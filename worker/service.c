@@ -42,6 +42,13 @@ typedef struct closure_task {
     char job[128];
 } closure_task_t;
 
+/* A parameter-server training step's phases on the training thread, which add up to the step:
+ * the batch from the input pipeline, waiting for a pull, forward with the loss, backward (the
+ * packs of gradients leaving as it goes), and waiting for the pushes still under way. */
+enum { PHASE_INPUT, PHASE_PULL, PHASE_FORWARD, PHASE_BACKWARD, PHASE_PUSH, STEP_PHASES };
+static const char *const phase_names[STEP_PHASES] = {"input", "pull", "forward", "backward",
+                                                     "push"};
+
 typedef struct wjob {
     char id[128];
     job_t job;
@@ -56,6 +63,10 @@ typedef struct wjob {
     pb_buf_t resumed; /* multi_worker_mirrored: the manifest of the checkpoint restored, or empty */
     tb_run_t *tb;     /* multi_worker_mirrored with histogram_freq: the histograms' run */
     _Atomic bool cancelled;
+    /* parameter_server: the training steps' seconds by phase, summed (logged at the end) */
+    int64_t timed_steps;
+    double phase_s[STEP_PHASES];
+    double ps_call_s, ps_values_s;
 } wjob_t;
 
 typedef struct worker_service {
@@ -72,15 +83,38 @@ typedef struct worker_service {
     /* Prometheus */
     metric_t *steps, *examples, *compute_seconds, *wait_seconds, *push_requests, *push_early;
     metric_t *allreduces, *allreduce_early;
+    metric_t *phase_seconds[STEP_PHASES], *ps_call_seconds, *ps_values_seconds;
     announcer_t *announcer; /* --chief */
 } worker_service_t;
 
 /* ---- jobs --------------------------------------------------------------------------------- */
 
+/* "job X: N steps here, per step: input a ms, ..." for a job that trained with a PS. */
+static void log_step_phases(const wjob_t *j)
+{
+    char line[512];
+    double sum = 0, n = (double)j->timed_steps;
+    size_t used = 0;
+
+    if (j->timed_steps == 0)
+        return;
+    for (int p = 0; p < STEP_PHASES; p++) {
+        used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %.2f ms", p ? ", " : "",
+                                 phase_names[p], j->phase_s[p] / n * 1e3);
+        sum += j->phase_s[p];
+    }
+    LOG_INFO(WORKER,
+             "job %s: %lld training steps here; per step %.2f ms: %s; beside them, in calls to "
+             "the parameter servers %.2f ms and copying their values in %.2f ms",
+             j->id, (long long)j->timed_steps, sum / n * 1e3, line, j->ps_call_s / n * 1e3,
+             j->ps_values_s / n * 1e3);
+}
+
 static void wjob_free(wjob_t *j)
 {
     if (j == NULL)
         return;
+    log_step_phases(j);
     ps_client_free(j->ps);
     sync_free(j->sync);
     tb_close(j->tb, NULL);
@@ -466,16 +500,38 @@ static status_t on_cancel(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *use
 
 /* ---- closures ----------------------------------------------------------------------------- */
 
+/* Adds seconds to phase p of the step breakdown. */
+static void add_phase(worker_service_t *w, wjob_t *j, int p, double seconds)
+{
+    j->phase_s[p] += seconds;
+    metric_add(w->phase_seconds[p], seconds);
+}
+
 static status_t push(worker_service_t *w, wjob_t *j, status_msg_t *err)
 {
     ps_push_info_t info;
-    double t0 = clock_now_s();
+    double t0 = clock_now_s(), waited;
+    status_t rc = ps_client_push(j->ps, &info, err);
 
-    STATUS_CHECK(ps_client_push(j->ps, &info, err));
-    metric_add(w->wait_seconds, clock_now_s() - t0);
+    waited = clock_now_s() - t0;
+    add_phase(w, j, PHASE_PUSH, waited);
+    STATUS_CHECK(rc);
+    metric_add(w->wait_seconds, waited);
     metric_add(w->push_requests, info.requests);
     metric_add(w->push_early, info.during_backward);
     return STATUS_OK;
+}
+
+/* The lanes' seconds since the last step, once they are idle. */
+static void take_lane_times(worker_service_t *w, wjob_t *j)
+{
+    double calls, values;
+
+    ps_client_take_times(j->ps, &calls, &values);
+    j->ps_call_s += calls;
+    j->ps_values_s += values;
+    metric_add(w->ps_call_seconds, calls);
+    metric_add(w->ps_values_seconds, values);
 }
 
 static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task_t *t,
@@ -500,28 +556,40 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task
     for (; done < steps; done++) {
         data_batch_t b;
         model_stats_t st;
+        double t_in = clock_now_s(), t0, t1, t2, fwd, bwd;
         if (atomic_load(&j->cancelled))
             return status_fail(err, STATUS_CANCELLED, "job %s was cancelled", j->id);
         if (!trainer_next_of(j->trainer, shard, &b))
             break;
-        double t0 = clock_now_s(), t1;
+        t0 = clock_now_s();
         STATUS_CHECK(ps_client_pull(j->ps, b.features, b.size, err));
         t1 = clock_now_s();
         /* Sends gradients while backward runs (ps_client packs); no gradient of a step whose
          * loss is not finite leaves the worker. */
         STATUS_CHECK(trainer_step(j->trainer, &b, &st, err));
+        t2 = clock_now_s();
+        model_step_seconds(j->model, &fwd, &bwd);
+        fwd = fwd < t2 - t1 ? fwd : t2 - t1;
+        add_phase(w, j, PHASE_INPUT, t0 - t_in);
+        add_phase(w, j, PHASE_PULL, t1 - t0);
+        add_phase(w, j, PHASE_FORWARD, fwd);
+        add_phase(w, j, PHASE_BACKWARD, t2 - t1 - fwd); /* with the trainer's own work */
+        j->timed_steps++;
         metric_inc(w->steps);
         metric_add(w->examples, st.examples);
-        metric_add(w->compute_seconds, clock_now_s() - t1);
+        metric_add(w->compute_seconds, t2 - t1);
         metric_add(w->wait_seconds, t1 - t0);
         if (trainer_accumulate(j->trainer)) /* the window's mean: the push */
             STATUS_CHECK(push(w, j, err));
+        take_lane_times(w, j);
         loss += st.loss_sum;
         correct += st.correct;
         examples += st.examples;
     }
-    if (trainer_close_window(j->trainer)) /* the closure ended inside a window */
+    if (trainer_close_window(j->trainer)) { /* the closure ended inside a window */
         STATUS_CHECK(push(w, j, err));
+        take_lane_times(w, j);
+    }
     resp->steps = done;
     resp->examples = examples;
     resp->loss_sum = loss;
@@ -733,8 +801,27 @@ static status_t make_metrics(worker_service_t *w, metrics_t *m, status_msg_t *er
                                          "step's backward pass was still running (train: "
                                          "bytes_per_pack).",
                                          NULL);
+    for (int p = 0; p < STEP_PHASES; p++)
+        if ((w->phase_seconds[p] = metrics_counter(
+                 m, "tessera_worker_step_phase_seconds_total",
+                 "Seconds of parameter-server training steps on the training thread, by phase: "
+                 "input (the next batch), pull (waiting for values), forward (with the loss), "
+                 "backward (gradients leaving in packs as it goes), push (waiting for the packs "
+                 "still under way). The phases add up to the steps' time.",
+                 (const char *[]){"phase", phase_names[p], NULL})) == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "worker: cannot register the metrics");
+    w->ps_call_seconds = metrics_counter(
+        m, "tessera_worker_ps_call_seconds_total",
+        "Seconds in Pull, Push and PushPull calls, summed over the parameter servers' threads: "
+        "sending, the server's work, receiving. Pushes overlap backward.",
+        NULL);
+    w->ps_values_seconds = metrics_counter(m, "tessera_worker_ps_values_seconds_total",
+                                           "Seconds copying the values that pulls and push-pulls "
+                                           "brought into the model, summed over the threads.",
+                                           NULL);
     if (!w->steps || !w->examples || !w->compute_seconds || !w->wait_seconds || !w->push_requests ||
-        !w->push_early || !w->allreduces || !w->allreduce_early)
+        !w->push_early || !w->allreduces || !w->allreduce_early || !w->ps_call_seconds ||
+        !w->ps_values_seconds)
         return status_fail(err, STATUS_NO_MEMORY, "worker: cannot register the metrics");
     return STATUS_OK;
 }

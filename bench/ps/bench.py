@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -90,15 +91,65 @@ def run_tessera(args, spe, jobdir, pack=0, tessera=None):
     with open(path, "w") as f:
         f.write(JOB % {"steps": args.steps, "spe": spe, "pack": pack,
                        "hidden": hidden_layers(args.hidden)})
+    logs = os.path.join(jobdir, "logs-%d-%d" % (spe, pack))
     cmd = [tessera or args.tessera, "run", "--local", "--ps", "1", "--workers", "1",
-           "--log-dir", os.path.join(jobdir, "logs"), path]
+           "--log-dir", logs, path]
     rc, out, err, _ = train_bench.run_child(cmd, dict(os.environ), RUN_TIMEOUT_S)
     # The printed steps/s is rounded to a whole number: compute it from the steps and seconds.
     m = re.search(r"(\d+) steps in [0-9.]+ s \(training ([0-9.]+) s,", out)
     if rc != 0 or m is None or float(m.group(2)) <= 0:
         tail = (err.strip() or out.strip()).splitlines()[-3:]
         return {"error": "%s: exit %d: %s" % (" ".join(cmd), rc, " | ".join(tail))}
-    return {"rate": int(m.group(1)) / float(m.group(2))}
+    r = {"rate": int(m.group(1)) / float(m.group(2))}
+    r.update(step_breakdown(logs))
+    shutil.rmtree(logs, ignore_errors=True)
+    return r
+
+
+# The lines the worker and the PS log when a job ends: where a training step's time went.
+WORKER_LINE = re.compile(r"training steps here; per step ([0-9.]+) ms: (.*?); beside them, in "
+                         r"calls to the parameter servers ([0-9.]+) ms and copying their values "
+                         r"in ([0-9.]+) ms")
+PS_LINE = re.compile(r"pushes, per push ([0-9.]+) ms: receive ([0-9.]+) ms, decode ([0-9.]+) ms, "
+                     r"handle ([0-9.]+) ms \(of it the optimizer's update ([0-9.]+) ms\), reply "
+                     r"([0-9.]+) ms")
+
+
+def step_breakdown(logs):
+    """The worker's and the PS's breakdown of the run's steps, from their logs ({} if absent)."""
+    found = {}
+    for name, pattern, key in [("worker-0.log", WORKER_LINE, "worker"),
+                               ("ps-0.log", PS_LINE, "ps")]:
+        try:
+            with open(os.path.join(logs, name), errors="replace") as f:
+                m = None
+                for line in f:
+                    m = pattern.search(line) or m
+        except OSError:
+            continue
+        if m is not None:
+            found[key] = m.groups()
+    return found
+
+
+def print_breakdown(label, results):
+    """The per-step breakdown of the round with the median rate."""
+    ok = sorted((r for r in results if "rate" in r and "worker" in r), key=lambda r: r["rate"])
+    if not ok:
+        return
+    r = ok[len(ok) // 2]
+    step, phases, calls, values = r["worker"]
+    parts = [p.rsplit(" ", 2) for p in phases.split(", ")]
+    total = sum(float(v) for _, v, _ in parts)
+    print("\nWhere a step goes: %s (%.1f steps/s, the median round)" % (label, r["rate"]))
+    print("  worker, training thread: %s ms a step = %s (sum %.2f ms)"
+          % (step, " + ".join("%s %s" % (n, v) for n, v, _ in parts), total))
+    print("  worker, PS threads:      %s ms in calls to the PS (overlapping backward), %s ms "
+          "copying values in" % (calls, values))
+    if "ps" in r:
+        push, rec, dec, han, opt, rep = r["ps"]
+        print("  PS, per push:            %s ms = receive %s + decode %s + handle %s (optimizer %s)"
+              " + reply %s" % (push, rec, dec, han, opt, rep))
 
 
 def run_peer(python, script, extra):
@@ -208,6 +259,10 @@ def main(argv):
                     log(r["error"])
                 cells.append("%12s" % (rate_str(r["rate"]) if "rate" in r else "FAILED"))
             print("  %5d %s" % (rnd, " ".join(cells)), flush=True)
+
+    for key, label, missing, _ in sides:
+        if key.startswith("tessera") and not missing:
+            print_breakdown(label, results[key])
 
     print("\nMedians")
     for key, label, missing, _ in sides:

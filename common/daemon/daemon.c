@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -170,13 +171,23 @@ static double rpc_metric_value(void *arg)
         return (double)st.bytes_out;
     case 4:
         return st.seconds;
-    default:
+    case 5:
         return (double)st.denied;
+    case 6:
+        return st.receive_seconds;
+    case 7:
+        return st.decode_seconds;
+    case 8:
+        return st.handle_seconds;
+    default: /* the reply: what the parts before it leave */
+        return fmax(0.0, st.seconds - st.receive_seconds - st.decode_seconds - st.handle_seconds);
     }
 }
 
-#define RPC_METRIC_FIELDS 6
-static rpc_metric_arg_t rpc_metric_args[RPC_METHOD_COUNT_][RPC_METRIC_FIELDS];
+#define RPC_METRIC_FIELDS 6 /* one series per method of each */
+#define RPC_PHASE_FIRST   6 /* then the phases of rpc_phase_seconds_total */
+#define RPC_PHASES        4
+static rpc_metric_arg_t rpc_metric_args[RPC_METHOD_COUNT_][RPC_METRIC_FIELDS + RPC_PHASES];
 
 static double handshake_failures(void *arg)
 {
@@ -184,8 +195,24 @@ static double handshake_failures(void *arg)
     return (double)rpc_security_handshake_failures();
 }
 
+/* Whether d serves unary method m (health and diagnostics: every daemon). */
+static bool serves(const daemon_t *d, const rpc_method_t *m)
+{
+    bool served = strcmp(m->service, RPC_SVC_HEALTH) == 0 || strcmp(m->service, RPC_SVC_DIAG) == 0;
+    for (const char *const *s = d->spec->services; s && *s; s++)
+        served |= strcmp(*s, m->service) == 0;
+    return served && m->kind == RPC_KIND_UNARY;
+}
+
 static status_t register_rpc_metrics(daemon_t *d)
 {
+    static const char *const phases[RPC_PHASES] = {"receive", "decode", "handle", "reply"};
+    static const char *const phase_help =
+        "Seconds of handling_seconds_total by phase, summed, by method: receive (from the "
+        "accept to the whole request's arrival: the request on the wire), decode (the payload "
+        "assembled from gRPC's slices, the message unpacked), handle (the handler: for a PS "
+        "push, the checks and the optimizer's update that also writes the pulled values), reply "
+        "(encoding and sending the answer). The four add up to handling_seconds_total.";
     static const char *const names[] = {"requests_total",         "errors_total",
                                         "received_bytes_total",   "sent_bytes_total",
                                         "handling_seconds_total", "denied_total"};
@@ -206,21 +233,22 @@ static status_t register_rpc_metrics(daemon_t *d)
                            "another CA, plaintext or a TLS version below 1.3.",
                            NULL, handshake_failures, NULL) == NULL)
         return STATUS_INTERNAL;
-    for (int f = 0; f < RPC_METRIC_FIELDS; f++) {
-        snprintf(name, sizeof(name), "tessera_%s_rpc_%s", d->spec->role, names[f]);
+    for (int f = 0; f < RPC_METRIC_FIELDS + RPC_PHASES; f++) {
+        bool phase = f >= RPC_PHASE_FIRST;
+        snprintf(name, sizeof(name), "tessera_%s_rpc_%s", d->spec->role,
+                 phase ? "phase_seconds_total" : names[f]);
         for (int i = 0; i < RPC_METHOD_COUNT_; i++) {
             const rpc_method_t *m = rpc_method_get((rpc_method_id_t)i);
-            const char *labels[] = {"method", m->path, NULL};
-            int served = 0;
-            if (strcmp(m->service, RPC_SVC_HEALTH) == 0 || strcmp(m->service, RPC_SVC_DIAG) == 0)
-                served = 1;
-            for (const char *const *s = d->spec->services; s && *s; s++)
-                served |= strcmp(*s, m->service) == 0;
-            if (!served || m->kind != RPC_KIND_UNARY)
+            const char *labels[5] = {"method", m->path, NULL, NULL, NULL};
+            if (!serves(d, m))
                 continue;
+            if (phase) {
+                labels[2] = "phase";
+                labels[3] = phases[f - RPC_PHASE_FIRST];
+            }
             rpc_metric_args[i][f] = (rpc_metric_arg_t){d, (rpc_method_id_t)i, f};
-            if (metrics_counter_fn(d->metrics, name, helps[f], labels, rpc_metric_value,
-                                   &rpc_metric_args[i][f]) == NULL)
+            if (metrics_counter_fn(d->metrics, name, phase ? phase_help : helps[f], labels,
+                                   rpc_metric_value, &rpc_metric_args[i][f]) == NULL)
                 return STATUS_INTERNAL;
         }
     }

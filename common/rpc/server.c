@@ -195,12 +195,22 @@ static size_t request_limit(const rpc_server_t *s, rpc_method_id_t id)
     }
 }
 
+/* Adds the seconds since *since to counter, and moves *since to now. */
+static void count_phase(_Atomic uint64_t *counter, double *since)
+{
+    double now = clock_now_s();
+    atomic_fetch_add(counter, (uint64_t)((now - *since) * 1e6));
+    *since = now;
+}
+
 void server_on_recv(rpc_ctx_t *c, bool ok)
 {
     server_thread_t *t = c->thread;
     rpc_server_t *s = c->server;
+    method_counters_t *mc = &s->counters[c->method->id];
     ProtobufCMessage *req = NULL;
     status_msg_t why = {0};
+    double phase;
     status_t rc;
 
     if (!ok || c->recv_bb == NULL) {
@@ -211,6 +221,8 @@ void server_on_recv(rpc_ctx_t *c, bool ok)
         server_ctx_unref(c);
         return;
     }
+    phase = c->started;
+    count_phase(&mc->receive_micros, &phase);
     c->bytes_in = grpc_byte_buffer_length(c->recv_bb);
     if (c->bytes_in > request_limit(s, c->method->id)) {
         grpc_byte_buffer_destroy(c->recv_bb);
@@ -227,6 +239,7 @@ void server_on_recv(rpc_ctx_t *c, bool ok)
                     &why);
     grpc_byte_buffer_destroy(c->recv_bb);
     c->recv_bb = NULL;
+    count_phase(&mc->decode_micros, &phase);
     if (rc == STATUS_OK && c->payload.owned && c->payload.len <= RECV_BUF_KEEP_MAX &&
         c->payload.len > t->recv_cap) {
         /* Keep the larger buffer for the next calls on this thread: fresh multi-megabyte
@@ -249,6 +262,7 @@ void server_on_recv(rpc_ctx_t *c, bool ok)
         return;
     }
     rc = s->handlers[c->method->id].cb(c, req, s->handlers[c->method->id].user);
+    count_phase(&mc->handle_micros, &phase);
     protobuf_c_message_free_unpacked(req, NULL);
     if (!c->deferred) {
         if (rc != STATUS_OK && !atomic_exchange(&c->replied, true)) {
@@ -487,6 +501,9 @@ void rpc_server_stats(const rpc_server_t *s, rpc_method_id_t id, rpc_method_stat
     ret->bytes_out = atomic_load(&mc->bytes_out);
     ret->seconds = (double)atomic_load(&mc->micros) * 1e-6;
     ret->denied = atomic_load(&mc->denied);
+    ret->receive_seconds = (double)atomic_load(&mc->receive_micros) * 1e-6;
+    ret->decode_seconds = (double)atomic_load(&mc->decode_micros) * 1e-6;
+    ret->handle_seconds = (double)atomic_load(&mc->handle_micros) * 1e-6;
 }
 
 /* Waits up to DEFERRED_WAIT_MS for the deferred calls that other threads still hold to be

@@ -66,6 +66,10 @@ typedef struct rpc_method_stats {
     uint64_t calls, errors, bytes_in, bytes_out;
     uint64_t denied; /* refused before the handler: no TLS, or the caller's role may not */
     double seconds;  /* summed handler + transfer time */
+    /* Its parts, summed: from the accept to the whole request's arrival (the request on the
+     * wire), decoding it (the payload assembled from gRPC's slices, the message unpacked), the
+     * handler; the rest of `seconds` is the reply's encoding and sending. */
+    double receive_seconds, decode_seconds, handle_seconds;
 } rpc_method_stats_t;
 void rpc_server_stats(const rpc_server_t *s, rpc_method_id_t id, rpc_method_stats_t *ret);
 

@@ -44,6 +44,8 @@ typedef struct server_peers {
 
 typedef struct method_counters {
     _Atomic uint64_t calls, errors, bytes_in, bytes_out, micros, denied;
+    /* the parts of micros up to the handler's return (rpc_method_stats_t) */
+    _Atomic uint64_t receive_micros, decode_micros, handle_micros;
 } method_counters_t;
 
 struct rpc_server {

@@ -441,6 +441,56 @@ START_TEST(ps_training_gradient_packs_overlap_backward_and_change_nothing)
 }
 END_TEST
 
+/* The step breakdown: the worker's phases of its training steps add up to within 10% of the
+ * training time the chief measured (one worker, closures of 50 steps: the closures' own overhead
+ * is small), and the PS's phases of its PushPull calls add up to their whole time, the handler's
+ * phase holding the optimizer's updates. */
+START_TEST(ps_training_step_phases_add_up_to_the_step)
+{
+    static const char *const phases[] = {"input", "pull", "forward", "backward", "push"};
+    static const char *const rpc_phases[] = {"receive", "decode", "handle", "reply"};
+    const char *pp = "/tessera.v1.ParameterServer/PushPull";
+    char series[256], *out = NULL;
+    double sum = 0, train, each, rpc_sum = 0, rpc_total;
+    const char *at;
+    cluster_t c;
+    int rc;
+
+    start_cluster_of(&c, 1);
+    rc = run_job_of(&c, "{adam: {learning_rate: 0.001}}", 64,
+                    "steps: 400, steps_per_execution: 50, bytes_per_pack: 65536", &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg((at = strstr(out, "(training ")) != NULL, "%s", out);
+    train = strtod(at + strlen("(training "), NULL);
+    for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+        snprintf(series, sizeof(series), "tessera_worker_step_phase_seconds_total{phase=\"%s\"}",
+                 phases[i]);
+        each = harness_metric(&c.worker[0], series);
+        ck_assert_msg(each >= 0, "%s = %g", series, each);
+        sum += each;
+    }
+    printf("step phases: %.3f s of the chief's %.3f s of training\n", sum, train);
+    ck_assert_msg(sum <= train * 1.001 + 0.01 && sum >= 0.9 * train,
+                  "the phases add up to %.3f s, the chief measured %.3f s", sum, train);
+    ck_assert(harness_metric(&c.worker[0], "tessera_worker_ps_call_seconds_total") > 0);
+
+    for (size_t i = 0; i < sizeof(rpc_phases) / sizeof(rpc_phases[0]); i++) {
+        snprintf(series, sizeof(series),
+                 "tessera_ps_rpc_phase_seconds_total{method=\"%s\",phase=\"%s\"}", pp,
+                 rpc_phases[i]);
+        each = harness_metric(&c.ps[0], series);
+        ck_assert_msg(each >= 0, "%s = %g", series, each);
+        rpc_sum += each;
+    }
+    snprintf(series, sizeof(series), "tessera_ps_rpc_handling_seconds_total{method=\"%s\"}", pp);
+    rpc_total = harness_metric(&c.ps[0], series);
+    ck_assert_msg(rpc_total > 0 && fabs(rpc_sum - rpc_total) <= 0.01 * rpc_total + 1e-3,
+                  "PushPull phases %.4f s, handling %.4f s", rpc_sum, rpc_total);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* A number after `key` in the CLI's result line. */
 static double result_number(const char *result, const char *key)
 {
@@ -503,6 +553,7 @@ int main(void)
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);
     tcase_add_test(tc, ps_training_accumulated_batches_push_as_one_larger_batch);
     tcase_add_test(tc, ps_training_gradient_packs_overlap_backward_and_change_nothing);
+    tcase_add_test(tc, ps_training_step_phases_add_up_to_the_step);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();
