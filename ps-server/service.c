@@ -130,18 +130,22 @@ typedef struct where {
 
 /* A checked view of a request tensor: its dtype is `want`, its shape has at most
  * STORE_MAX_RANK non-negative dimensions whose product times the element size is byte_length,
- * it is whole (chunk_offset 0) and lies inside the payload. The data is aligned for its type
- * (copied to scratch when the sender's offset is not). *end_max grows to the tensor's end. */
+ * it is whole (chunk_offset 0), or with chunk_ok a chunk of whole elements inside it, and lies
+ * inside the payload. The data is aligned for its type (copied to scratch when the sender's
+ * offset is not). *end_max grows to the tensor's end. */
 typedef struct view {
     const void *data;
-    size_t count; /* elements */
+    size_t count; /* elements sent */
     size_t rank;
     const int64_t *shape;
+    size_t full;        /* elements of the whole tensor */
+    size_t chunk_first; /* the element the chunk starts at (0 when whole) */
+    bool chunk;
 } view_t;
 
-static status_t tensor_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int want,
-                            const where_t *w, const uint8_t *payload, size_t len, scratch_t *sc,
-                            uint64_t *end_max, view_t *ret)
+static status_t tensor_view_of(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int want,
+                               bool chunk_ok, const where_t *w, const uint8_t *payload, size_t len,
+                               scratch_t *sc, uint64_t *end_max, view_t *ret)
 {
     size_t elem = want == TESSERA__V1__DTYPE__DTYPE_INT64 ? 8 : 4;
     uint64_t count = 1, bytes;
@@ -170,16 +174,27 @@ static status_t tensor_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int
                             "variable '%s' shard %d: %s has %" PRIu64
                             " elements of %zu bytes, more than 2^64 bytes",
                             w->variable, w->shard, w->field, count, elem);
-    if (bytes != t->byte_length)
+    ret->chunk = t->chunk_offset != 0 || bytes != t->byte_length;
+    if (ret->chunk && !chunk_ok && bytes != t->byte_length)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
                             "variable '%s' shard %d: %s declares %" PRIu64
                             " bytes, but its shape and dtype make %" PRIu64,
                             w->variable, w->shard, w->field, (uint64_t)t->byte_length, bytes);
-    if (t->chunk_offset != 0)
+    if (ret->chunk && !chunk_ok)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
                             "variable '%s' shard %d: %s is a chunk (offset %" PRIu64
-                            "); the parameter server takes whole tensors",
+                            "); only a dense gradient may come in chunks",
                             w->variable, w->shard, w->field, (uint64_t)t->chunk_offset);
+    if (ret->chunk &&
+        (t->chunk_offset > bytes || t->byte_length > bytes - t->chunk_offset ||
+         t->chunk_offset % elem != 0 || t->byte_length % elem != 0 || t->byte_length == 0))
+        return rpc_ctx_fail(
+            ctx, STATUS_INVALID_ARGUMENT, w->variable,
+            "variable '%s' shard %d: %s is a chunk of bytes [%" PRIu64 ", +%" PRIu64
+            ") that is empty, not whole elements or not inside the tensor's %" PRIu64,
+            w->variable, w->shard, w->field, (uint64_t)t->chunk_offset, (uint64_t)t->byte_length,
+            bytes);
+    bytes = t->byte_length;
     if (t->payload_offset > len || t->byte_length > len - t->payload_offset)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
                             "variable '%s' shard %d: %s covers payload bytes [%" PRIu64
@@ -196,12 +211,21 @@ static status_t tensor_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int
         if ((ret->data = scratch_copy(sc, ret->data, (size_t)bytes)) == NULL)
             return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory for a request tensor");
     }
-    ret->count = (size_t)count;
+    ret->full = (size_t)count;
+    ret->count = (size_t)(bytes / elem);
+    ret->chunk_first = (size_t)(t->chunk_offset / elem);
     ret->rank = t->n_shape;
     ret->shape = t->shape;
     if (t->payload_offset + t->byte_length > *end_max)
         *end_max = t->payload_offset + t->byte_length;
     return STATUS_OK;
+}
+
+static status_t tensor_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int want,
+                            const where_t *w, const uint8_t *payload, size_t len, scratch_t *sc,
+                            uint64_t *end_max, view_t *ret)
+{
+    return tensor_view_of(ctx, t, want, false, w, payload, len, sc, end_max, ret);
 }
 
 /* Row indices: an int64 tensor of rank 1. */
@@ -278,6 +302,7 @@ static bool values_init(values_reply_t *r, const store_value_t *vals, const stor
         r->refs[i].shape = (int64_t *)vals[i].shape;
         r->refs[i].payload_offset = vals[i].offset;
         r->refs[i].byte_length = vals[i].bytes;
+        r->refs[i].chunk_offset = vals[i].chunk_offset;
         r->values[i].key = &r->keys[i];
         r->values[i].value = &r->refs[i];
         r->values[i].version = vals[i].version;
@@ -500,8 +525,21 @@ static status_t push_item(rpc_ctx_t *ctx, const Tessera__V1__PushItem *it, size_
     ret->key = (store_key_t){it->key->variable, it->key->shard};
     switch (it->gradient_case) {
     case TESSERA__V1__PUSH_ITEM__GRADIENT_DENSE:
-        STATUS_CHECK(tensor_view(ctx, it->dense, TESSERA__V1__DTYPE__DTYPE_FLOAT32, &w, payload,
-                                 len, sc, end_max, &g));
+        STATUS_CHECK(tensor_view_of(ctx, it->dense, TESSERA__V1__DTYPE__DTYPE_FLOAT32, true, &w,
+                                    payload, len, sc, end_max, &g));
+        if (g.chunk) { /* whole rows of the tensor; the store checks that they are whole blocks */
+            size_t row = g.rank > 0 && g.shape[0] > 0 ? g.full / (size_t)g.shape[0] : 0;
+            if (row == 0 || g.chunk_first % row != 0 || g.count % row != 0)
+                return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w.variable,
+                                    "variable '%s' shard %d: dense declares %zu bytes at offset "
+                                    "%zu of the %zu its shape makes: a chunk must be whole "
+                                    "rows of %zu elements",
+                                    w.variable, w.shard, g.count * sizeof(float),
+                                    g.chunk_first * sizeof(float), g.full * sizeof(float), row);
+            ret->has_chunk = true;
+            ret->chunk_row = g.chunk_first / row;
+            ret->chunk_rows = g.count / row;
+        }
         break;
     case TESSERA__V1__PUSH_ITEM__GRADIENT_ROWS:
         if (it->rows == NULL)
@@ -894,8 +932,9 @@ static status_t make_metrics(ps_service_t *st, metrics_t *m, status_msg_t *err)
     st->variables =
         metrics_gauge(m, "tessera_ps_variables", "Variables with shards held, all jobs.", NULL);
     st->apply_seconds = metrics_histogram(m, "tessera_ps_apply_duration_seconds",
-                                          "Time to apply one gradient to one shard.", NULL, bounds,
-                                          sizeof(bounds) / sizeof(bounds[0]));
+                                          "Time to apply one push: its blocks' optimizer updates, "
+                                          "with the values a pull after it returns.",
+                                          NULL, bounds, sizeof(bounds) / sizeof(bounds[0]));
     if (!st->push_requests || !st->pull_requests || !st->pushed_bytes || !st->pulled_bytes ||
         !st->param_bytes || !st->slot_bytes || !st->variables || !st->apply_seconds)
         return status_fail(err, STATUS_NO_MEMORY, "ps: cannot register the metrics");

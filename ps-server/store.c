@@ -179,6 +179,17 @@ void store_set_pool(store_t *s, pool_t *pool)
     s->pool = pool;
 }
 
+uint64_t store_shard_version(const shard_t *sh)
+{
+    uint64_t v = atomic_load(&sh->blocks[0].version);
+
+    for (size_t b = 1; b < sh->n_blocks; b++) {
+        uint64_t w = atomic_load(&sh->blocks[b].version);
+        v = w < v ? w : v;
+    }
+    return v;
+}
+
 double store_apply_seconds(const store_t *s)
 {
     return (double)atomic_load(&s->apply_micros) * 1e-6;
@@ -188,7 +199,9 @@ void store_shard_free(shard_t *sh)
 {
     if (sh == NULL)
         return;
-    pthread_rwlock_destroy(&sh->lock);
+    for (size_t b = 0; sh->blocks != NULL && b < sh->n_blocks; b++)
+        pthread_mutex_destroy(&sh->blocks[b].mu);
+    free(sh->blocks);
     free(sh->values);
     free(sh->slots);
     free(sh);
@@ -278,9 +291,7 @@ static void job_stats(const sjob_t *j, store_stats_cb cb, void *arg)
                 .bytes_pulled = atomic_load_explicit(&sh->bytes_pulled, memory_order_relaxed),
                 .bytes_pushed = atomic_load_explicit(&sh->bytes_pushed, memory_order_relaxed),
             };
-            pthread_rwlock_rdlock(&sh->lock);
-            st.version = sh->version;
-            pthread_rwlock_unlock(&sh->lock);
+            st.version = store_shard_version(sh);
             cb(&st, arg);
         }
     }

@@ -79,9 +79,9 @@ typedef struct store_pull_item {
     size_t n_rows;
 } store_pull_item_t;
 
-/* A gradient for one shard: dense (every element of the shard, shape the shard's) or rows
- * (n_rows rows of the shard, shape [n_rows, the shard's shape[1:]...]); duplicate rows are
- * summed before the update. Pointers are aligned for their types. */
+/* A gradient for one shard: dense (every element of the shard, or a chunk of its rows; shape
+ * the shard's) or rows (n_rows rows of the shard, shape [n_rows, the shard's shape[1:]...]);
+ * duplicate rows are summed before the update. Pointers are aligned for their types. */
 typedef struct store_push_item {
     store_key_t key;
     size_t rank;
@@ -90,12 +90,17 @@ typedef struct store_push_item {
     bool has_rows;
     const int64_t *rows;
     size_t n_rows;
+    /* A chunk of a dense gradient (rpc/types.h): rows [chunk_row, chunk_row + chunk_rows) of the
+     * shard, whole blocks; grad holds those rows only, shape is the shard's. */
+    bool has_chunk;
+    size_t chunk_row, chunk_rows;
 } store_push_item_t;
 
 /* One value returned by a pull: bytes [offset, offset + bytes) of the reply buffer, of the
  * given shape (the shard's, or [n, row...] for rows), and the shard's version when read. */
 typedef struct store_value {
     size_t offset, bytes;
+    size_t chunk_offset; /* where in the shard's bytes they start: a chunk's rows, else 0 */
     size_t rank;
     int64_t shape[STORE_MAX_RANK];
     uint64_t version;
@@ -135,12 +140,15 @@ status_t store_create(store_t *s, const char *job, const optimizer_config_t *opt
 status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items, size_t n,
                     store_value_t *ret_values, void **ret_buf, size_t *ret_len, store_err_t *err);
 
-/* Applies n gradients, each under its shard's write lock, after checking all of them (keys,
- * shapes, row indices, finite values); ret_versions[n] gets each shard's version after its
- * update. With pull_after, also reads each updated shard (or the pushed rows, in push order)
- * in the same critical section, into ret_values and *ret_buf as store_pull does; otherwise
- * ret_values and ret_buf may be NULL. Errors as store_pull, and INVALID_ARGUMENT for a
- * gradient whose shape differs from the shard's or that holds NaN or infinity. */
+/* Applies n gradients block by block (store_internal.h), each block under its lock, spread over
+ * the pool, after checking all of them (keys, shapes, chunks, row indices, finite values);
+ * ret_versions[n] gets each item's version after its update (its blocks' fewest). With
+ * pull_after, each updated block's values (or the pushed rows, in push order) are also written,
+ * in the same pass, into ret_values and *ret_buf as store_pull does (a chunk's value is its rows,
+ * chunk_offset saying where); otherwise ret_values and ret_buf may be NULL. Errors as store_pull,
+ * and INVALID_ARGUMENT for a gradient whose shape differs from the shard's, that holds NaN or
+ * infinity, a chunk that is not whole blocks of its shard, or two items that update the same
+ * rows. */
 status_t store_push(store_t *s, const char *job, const store_push_item_t *items, size_t n,
                     bool pull_after, uint64_t *ret_versions, store_value_t *ret_values,
                     void **ret_buf, size_t *ret_len, store_err_t *err);

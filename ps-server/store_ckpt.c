@@ -101,12 +101,18 @@ static status_t save_locked(const sjob_t *j, const char *path, uint64_t *ret_byt
     for (size_t i = 0; i < l.n_shards && rc == STATUS_OK; i++) {
         shard_t *sh = l.shards[i];
         int64_t version;
-        pthread_rwlock_rdlock(&sh->lock);
-        memcpy(stage, sh->values, sh->n * sizeof(float));
-        if (sh->n_slots)
-            memcpy(stage + sh->n, sh->slots, sh->n * sh->n_slots * sizeof(float));
-        version = (int64_t)sh->version;
-        pthread_rwlock_unlock(&sh->lock);
+        /* block by block: a push waits at most for the copy of one block */
+        version = (int64_t)store_shard_version(sh);
+        for (size_t b = 0; b < sh->n_blocks; b++) {
+            size_t first = block_first_row(sh, b) * sh->row_len;
+            size_t count = block_n_rows(sh, b) * sh->row_len;
+            pthread_mutex_lock(&sh->blocks[b].mu);
+            memcpy(stage + first, sh->values + first, count * sizeof(float));
+            for (size_t k = 0; k < sh->n_slots; k++)
+                memcpy(stage + (1 + k) * sh->n + first, sh->slots + k * sh->n + first,
+                       count * sizeof(float));
+            pthread_mutex_unlock(&sh->blocks[b].mu);
+        }
         rc = st_write_data(w, stage, sh->n * sizeof(float) * (1 + sh->n_slots), &msg);
         if (rc == STATUS_OK)
             rc = st_write_data(w, &version, sizeof(version), &msg);
@@ -215,13 +221,19 @@ static status_t restore_locked(const sjob_t *j, const st_file_t *f, size_t *ret_
         rc = read_shard(f, j, &l, i, first, stage, &version, err);
         if (rc != STATUS_OK)
             break;
-        pthread_rwlock_wrlock(&sh->lock);
+        for (size_t b = 0; b < sh->n_blocks; b++) /* in order, as everyone locks several */
+            pthread_mutex_lock(&sh->blocks[b].mu);
         memcpy(sh->values, stage, sh->n * sizeof(float));
         if (sh->n_slots)
             memcpy(sh->slots, stage + sh->n, sh->n * sh->n_slots * sizeof(float));
-        sh->version = (uint64_t)version;
-        optimizer_bounds_measure(&j->opt, sh->values, sh->slots, sh->n, &sh->bounds);
-        pthread_rwlock_unlock(&sh->lock);
+        for (size_t b = 0; b < sh->n_blocks; b++) {
+            atomic_store(&sh->blocks[b].version, (uint64_t)version);
+            optimizer_bounds_measure_part(&j->opt, sh->values, sh->slots, sh->n,
+                                          block_first_row(sh, b) * sh->row_len,
+                                          block_n_rows(sh, b) * sh->row_len, &sh->blocks[b].bounds);
+        }
+        for (size_t b = sh->n_blocks; b-- > 0;)
+            pthread_mutex_unlock(&sh->blocks[b].mu);
         first += 2 + sh->n_slots;
     }
     if (rc == STATUS_OK && ret_shards != NULL)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "job/initializer.h"
+#include "rpc/types.h"
 #include "job/partitioner.h"
 #include "store_internal.h"
 
@@ -291,11 +292,15 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     sh->n_rows = sp->rank ? (size_t)sp->shape[0] : 1;
     sh->row_len = n / sh->n_rows;
     sh->n_slots = optimizer_slot_count(opt);
+    sh->block_rows = sp->sparse ? sh->n_rows : rpc_block_rows(sh->row_len * sizeof(float));
+    sh->n_blocks = sh->n_rows > 0 ? (sh->n_rows + sh->block_rows - 1) / sh->block_rows : 1;
     sh->values = alloc_floats(n);
     sh->slots = sh->n_slots ? alloc_floats(sh->n_slots * n) : NULL;
-    if (sh->values == NULL || (sh->n_slots && sh->slots == NULL)) {
+    sh->blocks = calloc(sh->n_blocks, sizeof(*sh->blocks));
+    if (sh->values == NULL || (sh->n_slots && sh->slots == NULL) || sh->blocks == NULL) {
         free(sh->values);
         free(sh->slots);
+        free(sh->blocks);
         free(sh);
         return NULL;
     }
@@ -313,8 +318,13 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     *ret_finite = optimizer_first_non_finite(sh->values, n) == n;
     if (sh->slots)
         optimizer_slots_init(opt, sh->slots, n);
-    optimizer_bounds_measure(opt, sh->values, sh->slots, n, &sh->bounds);
-    store_rwlock_init(&sh->lock);
+    for (size_t b = 0; b < sh->n_blocks; b++) {
+        pthread_mutex_init(&sh->blocks[b].mu, NULL);
+        atomic_init(&sh->blocks[b].version, 0);
+        optimizer_bounds_measure_part(opt, sh->values, sh->slots, n,
+                                      block_first_row(sh, b) * sh->row_len,
+                                      block_n_rows(sh, b) * sh->row_len, &sh->blocks[b].bounds);
+    }
     return sh;
 }
 

@@ -13,6 +13,16 @@
 
 typedef struct var var_t;
 
+/* A block of a shard's rows: the unit a push may send alone (a chunk is whole blocks), with its
+ * own lock, update count and bounds, so that chunks of one shard are applied at once on several
+ * threads. A dense shard is cut into blocks of RPC_BLOCK_BYTES of rows (rpc_block_rows); a
+ * sparse one (updated by rows) is one block. */
+typedef struct block {
+    pthread_mutex_t mu;        /* guards its rows of values and slots, and bounds */
+    _Atomic uint64_t version;  /* updates applied to it (written under mu) */
+    optimizer_bounds_t bounds; /* on |values| and |slots| of its rows */
+} block_t;
+
 typedef struct shard {
     var_t *var;
     int index;
@@ -25,11 +35,28 @@ typedef struct shard {
     float *values;
     float *slots; /* optimizer_slot_count arrays of n, slot-major; NULL when none */
     size_t n_slots;
-    pthread_rwlock_t lock; /* guards values, slots, version and bounds */
-    uint64_t version;
-    optimizer_bounds_t bounds; /* on |values| and |slots|: most pushes are proven safe by them */
+    /* Each block has its lock; what reads or changes several blocks at once (rows of a pull,
+     * a restore) locks them all in order, and what holds one block never waits for another. */
+    size_t block_rows, n_blocks; /* rows per block (the last may have fewer) */
+    block_t *blocks;
     atomic_uint_fast64_t pulls, pushes, bytes_pulled, bytes_pushed;
 } shard_t;
+
+/* The shard's version: the fewest updates any of its blocks has had (they differ only while
+ * the chunks of a push are being applied). */
+uint64_t store_shard_version(const shard_t *sh);
+
+/* Block b's first row and its number of rows. */
+static inline size_t block_first_row(const shard_t *sh, size_t b)
+{
+    return b * sh->block_rows;
+}
+
+static inline size_t block_n_rows(const shard_t *sh, size_t b)
+{
+    size_t first = b * sh->block_rows;
+    return sh->n_rows - first < sh->block_rows ? sh->n_rows - first : sh->block_rows;
+}
 
 struct var {
     char *name;
@@ -68,7 +95,7 @@ struct store {
 /* What a shard and a variable cost beyond their values and slots: the structures, the index and
  * the allocator's headers. They count against --max-memory-bytes, so that a million tiny shards
  * cannot grow the server past its limit 4 bytes at a time. */
-#define SHARD_OVERHEAD (sizeof(shard_t) + 3 * sizeof(void *) + 64)
+#define SHARD_OVERHEAD (sizeof(shard_t) + sizeof(block_t) + 3 * sizeof(void *) + 64)
 #define VAR_OVERHEAD   (sizeof(var_t) + 4 * sizeof(size_t) + 64)
 
 /* Fills *err (when not NULL) with st, the message and the culprit, and returns st. */

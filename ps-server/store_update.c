@@ -1,7 +1,10 @@
 /* Pulls (reading values, whole shards or rows) and pushes (applying gradients with the job's
- * optimizer), each under its shards' locks. A push is checked whole before any shard changes. */
+ * optimizer), block by block under each block's lock (store_internal.h). A push is checked
+ * whole before any block changes; its blocks are then updated on the store's pool, each in one
+ * pass that also writes the values a pull after the push returns. */
 #define _GNU_SOURCE
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +32,12 @@ static status_t check_rows(const sjob_t *j, const shard_t *sh, const int64_t *ro
     return STATUS_OK;
 }
 
-/* Bytes a read of the shard (or of n rows) returns, added to *total within the reply limit. */
-static status_t add_reply(const store_t *s, const shard_t *sh, bool has_rows, size_t n_rows,
-                          size_t *ret_bytes, size_t *total, store_err_t *err)
+/* Bytes a read of `elems` elements returns, added to *total within the reply limit. */
+static status_t add_reply(const store_t *s, const shard_t *sh, size_t elems, size_t *ret_bytes,
+                          size_t *total, store_err_t *err)
 {
-    size_t bytes = has_rows ? n_rows * sh->row_len * sizeof(float) : sh->n * sizeof(float);
+    size_t bytes = elems > SIZE_MAX / sizeof(float) ? SIZE_MAX : elems * sizeof(float);
 
-    if (has_rows && n_rows > SIZE_MAX / sizeof(float) / (sh->row_len ? sh->row_len : 1))
-        bytes = SIZE_MAX;
     if (bytes > s->limits.max_reply_bytes || *total > s->limits.max_reply_bytes - bytes)
         return store_fail(err, STATUS_RESOURCE_EXHAUSTED, sh->var->name,
                           "the reply would exceed %" PRIu64
@@ -48,116 +49,59 @@ static status_t add_reply(const store_t *s, const shard_t *sh, bool has_rows, si
     return STATUS_OK;
 }
 
-/* Describes the value a read of the shard (or of n_rows rows) returns (shard lock held). */
+/* Elements a read returns: the rows asked for, else the shard (or a chunk's rows). */
+static size_t reply_elems(const shard_t *sh, bool has_rows, size_t n_rows)
+{
+    if (has_rows)
+        return n_rows > SIZE_MAX / (sh->row_len ? sh->row_len : 1) ? SIZE_MAX
+                                                                   : n_rows * sh->row_len;
+    return sh->n;
+}
+
+/* Describes the value a read returns: the shard's shape (with n_rows first for rows). */
 static void describe_value(const shard_t *sh, bool has_rows, size_t n_rows, store_value_t *ret)
 {
-    ret->version = sh->version;
+    ret->version = store_shard_version(sh);
     ret->rank = sh->rank;
     memcpy(ret->shape, sh->shape, sh->rank * sizeof(int64_t));
     if (has_rows)
         ret->shape[0] = (int64_t)n_rows;
 }
 
-/* Copies the shard, or the rows, to dst (shard lock held) and describes the value. */
-static void read_value(const shard_t *sh, bool has_rows, const int64_t *rows, size_t n_rows,
-                       char *dst, store_value_t *ret)
+static void lock_blocks(shard_t *sh)
+{
+    for (size_t b = 0; b < sh->n_blocks; b++)
+        pthread_mutex_lock(&sh->blocks[b].mu);
+}
+
+static void unlock_blocks(shard_t *sh)
+{
+    for (size_t b = sh->n_blocks; b-- > 0;)
+        pthread_mutex_unlock(&sh->blocks[b].mu);
+}
+
+/* Copies the shard (block by block, each under its lock), or the rows (every block locked, in
+ * order), to dst and describes the value. */
+static void read_value(shard_t *sh, bool has_rows, const int64_t *rows, size_t n_rows, char *dst,
+                       store_value_t *ret)
 {
     size_t row_bytes = sh->row_len * sizeof(float);
 
     describe_value(sh, has_rows, n_rows, ret);
     if (!has_rows) {
-        memcpy(dst, sh->values, sh->n * sizeof(float));
+        for (size_t b = 0; b < sh->n_blocks; b++) {
+            size_t first = block_first_row(sh, b) * sh->row_len;
+            pthread_mutex_lock(&sh->blocks[b].mu);
+            memcpy(dst + first * sizeof(float), sh->values + first,
+                   block_n_rows(sh, b) * row_bytes);
+            pthread_mutex_unlock(&sh->blocks[b].mu);
+        }
         return;
     }
+    lock_blocks(sh);
     for (size_t r = 0; r < n_rows; r++)
         memcpy(dst + r * row_bytes, sh->values + (size_t)rows[r] * sh->row_len, row_bytes);
-}
-
-/* ---- work spread over the pool ------------------------------------------------------------- */
-
-/* Dense work is split into parts of at least this many elements (a quarter megabyte of values:
- * more parts cost more in handing out than they gain), one per thread at most, cut at 64-byte
- * boundaries so that no two threads write one cache line. */
-#define PART_MIN_ELEMS ((size_t)1 << 16)
-#define PART_ALIGN     16
-#define MAX_PARTS      64
-
-static size_t part_size(const store_t *s, size_t n, size_t *ret_parts)
-{
-    size_t parts = (size_t)pool_threads(s->pool) + 1, size;
-
-    if (parts > MAX_PARTS)
-        parts = MAX_PARTS;
-    if (parts > n / PART_MIN_ELEMS)
-        parts = n / PART_MIN_ELEMS > 0 ? n / PART_MIN_ELEMS : 1;
-    size = (n + parts - 1) / parts;
-    size = (size + PART_ALIGN - 1) / PART_ALIGN * PART_ALIGN;
-    *ret_parts = size > 0 ? (n + size - 1) / size : 1;
-    return size > 0 ? size : 1;
-}
-
-typedef struct dense_update {
-    const optimizer_config_t *opt;
-    int64_t step;
-    float *values, *slots, *out;
-    const float *grad;
-    size_t n, part;
-} dense_update_t;
-
-static void update_part(void *arg, size_t i)
-{
-    const dense_update_t *u = arg;
-    size_t first = i * u->part, count = u->n - first < u->part ? u->n - first : u->part;
-
-    optimizer_apply_dense_part(u->opt, u->step, u->values, u->grad, u->slots, u->n, first, count,
-                               u->out);
-}
-
-/* One dense update of the whole shard (its write lock held), in one pass over values, slots and
- * gradient per element, spread over the pool; out (may be NULL) gets the new values as they are
- * written. */
-static void update_dense(const store_t *s, const optimizer_config_t *opt, shard_t *sh,
-                         const float *grad, float *out)
-{
-    dense_update_t u = {.opt = opt,
-                        .step = (int64_t)sh->version,
-                        .values = sh->values,
-                        .slots = sh->slots,
-                        .out = out,
-                        .grad = grad,
-                        .n = sh->n};
-    size_t parts;
-
-    u.part = part_size(s, sh->n, &parts);
-    pool_run(s->pool, parts, update_part, &u);
-}
-
-typedef struct max_abs_job {
-    const float *v;
-    size_t n, part;
-    double max[MAX_PARTS];
-} max_abs_job_t;
-
-static void max_abs_part(void *arg, size_t i)
-{
-    max_abs_job_t *m = arg;
-    size_t first = i * m->part, count = m->n - first < m->part ? m->n - first : m->part;
-
-    m->max[i] = optimizer_max_abs(m->v + first, count);
-}
-
-/* optimizer_max_abs over the pool. */
-static double max_abs(const store_t *s, const float *v, size_t n)
-{
-    max_abs_job_t m = {.v = v, .n = n};
-    size_t parts;
-    double best = 0;
-
-    m.part = part_size(s, n, &parts);
-    pool_run(s->pool, parts, max_abs_part, &m);
-    for (size_t i = 0; i < parts; i++)
-        best = m.max[i] > best ? m.max[i] : best;
-    return best;
+    unlock_blocks(sh);
 }
 
 status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items, size_t n,
@@ -179,9 +123,10 @@ status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items,
         if (it->has_rows)
             STATUS_CHECK_GOTO(check_rows(j, shards[i], it->rows, it->n_rows, err), rc, out);
         ret_values[i].offset = total;
-        STATUS_CHECK_GOTO(
-            add_reply(s, shards[i], it->has_rows, it->n_rows, &ret_values[i].bytes, &total, err),
-            rc, out);
+        ret_values[i].chunk_offset = 0;
+        STATUS_CHECK_GOTO(add_reply(s, shards[i], reply_elems(shards[i], it->has_rows, it->n_rows),
+                                    &ret_values[i].bytes, &total, err),
+                          rc, out);
     }
     if (total > 0 && (buf = rpc_buffer_alloc(total)) == NULL) {
         rc = store_fail(err, STATUS_NO_MEMORY, NULL, "out of memory for a %zu-byte reply", total);
@@ -189,10 +134,8 @@ status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items,
     }
     for (size_t i = 0; i < n; i++) {
         shard_t *sh = shards[i];
-        pthread_rwlock_rdlock(&sh->lock);
         read_value(sh, items[i].has_rows, items[i].rows, items[i].n_rows,
                    buf != NULL ? buf + ret_values[i].offset : NULL, &ret_values[i]);
-        pthread_rwlock_unlock(&sh->lock);
         atomic_fetch_add_explicit(&sh->pulls, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->bytes_pulled, ret_values[i].bytes, memory_order_relaxed);
     }
@@ -205,6 +148,15 @@ out:
     free(buf);
     free(shards);
     return rc;
+}
+
+/* ---- pushes: checking the request --------------------------------------------------------- */
+
+/* The rows [first, end) of its shard that an item updates: all of them, or its chunk's. */
+static void item_span(const shard_t *sh, const store_push_item_t *it, size_t *first, size_t *end)
+{
+    *first = it->has_chunk ? it->chunk_row : 0;
+    *end = it->has_chunk ? it->chunk_row + it->chunk_rows : sh->n_rows;
 }
 
 static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_push_item_t *it,
@@ -224,158 +176,318 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                           "variable '%s' shard %d: the gradient's shape %s is not %s", v, sh->index,
                           store_shape_str(it->shape, it->rank, a, sizeof(a)),
                           store_shape_str(want, sh->rank, b, sizeof(b)));
+    if (!it->has_chunk)
+        return STATUS_OK;
+    if (it->has_rows || sh->rank == 0)
+        return store_fail(err, STATUS_INVALID_ARGUMENT, v,
+                          "variable '%s' shard %d: only a dense gradient of rows may come in "
+                          "chunks",
+                          v, sh->index);
+    if (it->chunk_rows == 0 || it->chunk_row >= sh->n_rows ||
+        it->chunk_rows > sh->n_rows - it->chunk_row)
+        return store_fail(err, STATUS_INVALID_ARGUMENT, v,
+                          "variable '%s' shard %d: the chunk of rows [%zu, +%zu) is outside the "
+                          "shard's %zu rows",
+                          v, sh->index, it->chunk_row, it->chunk_rows, sh->n_rows);
+    if (it->chunk_row % sh->block_rows != 0 ||
+        ((it->chunk_row + it->chunk_rows) % sh->block_rows != 0 &&
+         it->chunk_row + it->chunk_rows != sh->n_rows))
+        return store_fail(err, STATUS_INVALID_ARGUMENT, v,
+                          "variable '%s' shard %d: the chunk of rows [%zu, +%zu) is not whole "
+                          "blocks of %zu rows",
+                          v, sh->index, it->chunk_row, it->chunk_rows, sh->block_rows);
     return STATUS_OK;
 }
 
-/* What a push item's check found: the version it was made at, the largest gradient magnitude,
- * and whether the shard's bounds proved the update safe (then `next` are the bounds after it). */
-typedef struct check {
-    uint64_t version;
-    double gmax;
-    bool proven;
-    optimizer_bounds_t next;
-} check_t;
+/* Orders the dense items' spans by shard, then first row, to find overlaps. */
+typedef struct span {
+    const shard_t *sh;
+    size_t first, end, item;
+} span_t;
 
-/* Marks an update not checked yet: versions count pushes and never get there. */
+static int span_cmp(const void *pa, const void *pb)
+{
+    const span_t *a = pa, *b = pb;
+    if (a->sh != b->sh)
+        return (uintptr_t)a->sh < (uintptr_t)b->sh ? -1 : 1;
+    return a->first < b->first ? -1 : a->first > b->first;
+}
+
+/* Two dense items of one request may not update the same rows: a duplicated or overlapping
+ * chunk (or a chunk beside its whole shard) is refused with the whole request. */
+static status_t check_overlaps(shard_t **shards, const store_push_item_t *items, size_t n,
+                               store_err_t *err)
+{
+    span_t *sp = malloc((n ? n : 1) * sizeof(*sp));
+    size_t m = 0;
+    status_t rc = STATUS_OK;
+
+    if (sp == NULL)
+        return store_fail(err, STATUS_NO_MEMORY, NULL, "out of memory for %zu push items", n);
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].has_rows)
+            continue;
+        sp[m] = (span_t){.sh = shards[i], .item = i};
+        item_span(shards[i], &items[i], &sp[m].first, &sp[m].end);
+        m++;
+    }
+    qsort(sp, m, sizeof(*sp), span_cmp);
+    for (size_t i = 1; i < m && rc == STATUS_OK; i++)
+        if (sp[i].sh == sp[i - 1].sh && sp[i].first < sp[i - 1].end)
+            rc = store_fail(err, STATUS_INVALID_ARGUMENT, sp[i].sh->var->name,
+                            "variable '%s' shard %d: items %zu and %zu both update rows [%zu, "
+                            "%zu); nothing was applied",
+                            sp[i].sh->var->name, sp[i].sh->index, sp[i - 1].item, sp[i].item,
+                            sp[i].first, sp[i].end < sp[i - 1].end ? sp[i].end : sp[i - 1].end);
+    free(sp);
+    return rc;
+}
+
+/* ---- pushes: one task per block ------------------------------------------------------------ */
+
+/* Marks a block not checked yet: versions count updates and never get there. */
 #define NOT_CHECKED UINT64_MAX
 
-/* Whether the update of it would keep every value and slot of sh finite in float32: proven from
- * the shard's bounds and the gradient's largest magnitude (c->gmax) when they allow, else by a
- * dry run of the optimizer on copies (optimizer_check_*). A NaN or infinite gradient fails it too
- * (every kernel carries the gradient into the value), and only then is the gradient scanned to say
- * so. Caller holds sh's lock, either kind. */
-static status_t check_update(const optimizer_config_t *opt, const shard_t *sh,
-                             const store_push_item_t *it, check_t *c, store_err_t *err)
+/* One block of one item: where its gradient rows are, what its check found (the version it was
+ * made at, the gradient's largest magnitude, whether the block's bounds proved the update safe
+ * and then the bounds after it), and its version after the update. */
+typedef struct task {
+    size_t item;
+    shard_t *sh;
+    size_t block;
+    const float *grad; /* the block's rows of the gradient (dense), or the item's rows */
+    float *out;        /* the block's rows of the reply (dense push-pull), or NULL */
+    void *scratch;     /* a row update's own (optimizer_rows_scratch_size) */
+    uint64_t version;  /* checked at; NOT_CHECKED */
+    double gmax;       /* < 0: not measured yet */
+    bool proven;
+    optimizer_bounds_t next;
+    bool applied;
+    uint64_t after;
+} task_t;
+
+typedef struct push_run {
+    const store_push_item_t *items;
+    const optimizer_config_t *opt;
+    task_t *tasks;
+    char *scratch; /* the row updates', one piece each */
+    bool pull_after;
+    char *buf;
+    store_value_t *values;
+    pthread_mutex_t err_mu;
+    store_err_t *err;
+    bool failed;
+} push_run_t;
+
+/* Records the first failure of a push's tasks (any thread). */
+static void task_fail(push_run_t *r, status_t st, const shard_t *sh, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void task_fail(push_run_t *r, status_t st, const shard_t *sh, const char *fmt, ...)
 {
-    size_t bad, nan_at, n = it->has_rows ? it->n_rows * sh->row_len : sh->n;
+    va_list ap;
+
+    pthread_mutex_lock(&r->err_mu);
+    if (!r->failed && r->err != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(r->err->msg.text, sizeof(r->err->msg.text), fmt, ap);
+        va_end(ap);
+        r->err->msg.status = st;
+        snprintf(r->err->culprit, sizeof(r->err->culprit), "%s", sh->var->name);
+    }
+    r->failed = true;
+    pthread_mutex_unlock(&r->err_mu);
+}
+
+/* Elements of task t's rows, and the first of them in the shard. */
+static size_t task_elems(const push_run_t *r, const task_t *t, size_t *ret_first)
+{
+    const store_push_item_t *it = &r->items[t->item];
+
+    *ret_first = block_first_row(t->sh, t->block) * t->sh->row_len;
+    if (it->has_rows)
+        return it->n_rows * t->sh->row_len;
+    return block_n_rows(t->sh, t->block) * t->sh->row_len;
+}
+
+/* Whether t's update keeps every value and slot of its block finite in float32: proven from
+ * the block's bounds and the gradient's largest magnitude when they allow, else by a dry run of
+ * the optimizer on copies. A NaN or infinite gradient fails it too (every kernel carries the
+ * gradient into the value), and only then is the gradient scanned to say so. Block lock held. */
+static bool check_task(push_run_t *r, task_t *t)
+{
+    const store_push_item_t *it = &r->items[t->item];
+    shard_t *sh = t->sh;
+    block_t *bl = &sh->blocks[t->block];
+    size_t first, n = task_elems(r, t, &first), bad, nan_at;
+    int64_t step = (int64_t)atomic_load(&bl->version);
     status_msg_t m;
 
-    c->version = sh->version;
-    c->proven = optimizer_bounds_step(opt, (int64_t)sh->version, c->gmax, &sh->bounds, &c->next);
-    if (c->proven)
-        return STATUS_OK;
+    if (t->gmax < 0) /* summed duplicate rows are at most as large as all of them together */
+        t->gmax = optimizer_max_abs(t->grad, n) * (it->has_rows ? (double)it->n_rows : 1.0);
+    t->version = (uint64_t)step;
+    t->proven = optimizer_bounds_step(r->opt, step, t->gmax, &bl->bounds, &t->next);
+    if (t->proven)
+        return true;
     if (it->has_rows) {
         status_t rc =
-            optimizer_check_rows(opt, (int64_t)sh->version, sh->values, sh->n_rows, sh->row_len,
-                                 it->rows, it->grad, it->n_rows, sh->slots, NULL, &bad, &m);
-        if (rc != STATUS_OK)
-            return store_fail(err, rc, sh->var->name, "variable '%s' shard %d: %s", sh->var->name,
-                              sh->index, m.text);
+            optimizer_check_rows(r->opt, step, sh->values, sh->n_rows, sh->row_len, it->rows,
+                                 it->grad, it->n_rows, sh->slots, NULL, &bad, &m);
+        if (rc != STATUS_OK) {
+            task_fail(r, rc, sh, "variable '%s' shard %d: %s", sh->var->name, sh->index, m.text);
+            return false;
+        }
     } else {
-        bad = optimizer_check_dense(opt, (int64_t)sh->version, sh->values, it->grad, sh->slots,
-                                    sh->n);
+        bad = optimizer_check_dense_at(r->opt, step, sh->values + first, t->grad,
+                                       sh->slots != NULL ? sh->slots + first : NULL, sh->n, n);
     }
-    if (bad < n && (nan_at = optimizer_first_non_finite(it->grad, n)) < n)
-        return store_fail(err, STATUS_INVALID_ARGUMENT, sh->var->name,
-                          "variable '%s' shard %d: the gradient holds %g at element %zu",
-                          sh->var->name, sh->index, (double)it->grad[nan_at], nan_at);
-    if (bad < n)
-        return store_fail(
-            err, STATUS_INVALID_ARGUMENT, sh->var->name,
-            "variable '%s' shard %d: gradient element %zu (%g) at learning rate %g would "
-            "make the variable or its optimizer slots overflow float32 or turn NaN",
-            sh->var->name, sh->index, bad, (double)it->grad[bad],
-            optimizer_learning_rate(opt, (int64_t)sh->version));
-    return STATUS_OK;
-}
-
-/* One update of one shard, and the read-back of push-pull, under the shard's write lock. The
- * update was checked at version c->version (or NOT_CHECKED); if another push got there first, it
- * is checked now and, should it not be safe, not applied (false). Afterwards the shard's bounds
- * are the proven ones, or, after a dry run, measured anew. */
-static bool apply_one(store_t *s, const optimizer_config_t *opt, shard_t *sh,
-                      const store_push_item_t *it, check_t *c, void *scratch, bool pull_after,
-                      char *dst, store_value_t *val, uint64_t *ret_version, store_err_t *err)
-{
-    uint64_t wire;
-    double t0;
-
-    pthread_rwlock_wrlock(&sh->lock);
-    if (sh->version != c->version && check_update(opt, sh, it, c, err) != STATUS_OK) {
-        pthread_rwlock_unlock(&sh->lock);
-        return false;
-    }
-    t0 = clock_now_s();
-    if (it->has_rows) /* indices were checked: it cannot fail */
-        optimizer_apply_rows(opt, (int64_t)sh->version, sh->values, sh->n_rows, sh->row_len,
-                             it->rows, it->grad, it->n_rows, sh->slots, scratch, NULL);
-    else /* the values a pull after the push returns are written as they are updated */
-        update_dense(s, opt, sh, it->grad, pull_after ? (float *)dst : NULL);
-    sh->version++;
-    if (c->proven)
-        sh->bounds = c->next;
+    if (bad >= n)
+        return true;
+    if ((nan_at = optimizer_first_non_finite(t->grad, n)) < n)
+        task_fail(r, STATUS_INVALID_ARGUMENT, sh,
+                  "variable '%s' shard %d: the gradient holds %g at element %zu", sh->var->name,
+                  sh->index, (double)t->grad[nan_at], (it->has_rows ? 0 : first) + nan_at);
     else
-        optimizer_bounds_measure(opt, sh->values, sh->slots, sh->n, &sh->bounds);
-    t0 = clock_now_s() - t0;
-    metric_observe(s->apply_seconds, t0);
-    atomic_fetch_add_explicit(&s->apply_micros, (uint64_t)(t0 * 1e6), memory_order_relaxed);
-    *ret_version = sh->version;
-    if (pull_after && it->has_rows)
-        read_value(sh, true, it->rows, it->n_rows, dst, val);
-    else if (pull_after)
-        describe_value(sh, false, 0, val);
-    pthread_rwlock_unlock(&sh->lock);
-
-    wire = it->has_rows ? it->n_rows * (sizeof(int64_t) + sh->row_len * sizeof(float))
-                        : sh->n * sizeof(float);
-    atomic_fetch_add_explicit(&sh->pushes, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&sh->bytes_pushed, wire, memory_order_relaxed);
-    if (pull_after) {
-        atomic_fetch_add_explicit(&sh->pulls, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&sh->bytes_pulled, val->bytes, memory_order_relaxed);
-    }
-    return true;
+        task_fail(r, STATUS_INVALID_ARGUMENT, sh,
+                  "variable '%s' shard %d: gradient element %zu (%g) at learning rate %g would "
+                  "make the variable or its optimizer slots overflow float32 or turn NaN",
+                  sh->var->name, sh->index, (it->has_rows ? 0 : first) + bad, (double)t->grad[bad],
+                  optimizer_learning_rate(r->opt, step));
+    return false;
 }
 
-/* Checks every item and sizes the scratch and reply (store lock held). */
-static status_t validate_push(const store_t *s, const sjob_t *j, const store_push_item_t *items,
-                              size_t n, bool pull_after, shard_t **shards, check_t *checks,
-                              store_value_t *ret_values, size_t *ret_total, size_t *ret_scratch,
-                              store_err_t *err)
+/* Pool part: checks one task under its block's lock, before any block changes. */
+static void check_part(void *arg, size_t i)
 {
-    size_t total = 0, scratch = 0;
+    push_run_t *r = arg;
+    task_t *t = &r->tasks[i];
+    block_t *bl = &t->sh->blocks[t->block];
+
+    pthread_mutex_lock(&bl->mu);
+    check_task(r, t);
+    pthread_mutex_unlock(&bl->mu);
+}
+
+/* Pool part: one task's update under its block's lock, the reply's rows written in the same
+ * pass. Checked again first if another push updated the block since its check (or it was not
+ * checked: a push of one block is checked only here); if that check fails it is not applied. */
+static void apply_part(void *arg, size_t i)
+{
+    push_run_t *r = arg;
+    task_t *t = &r->tasks[i];
+    const store_push_item_t *it = &r->items[t->item];
+    shard_t *sh = t->sh;
+    block_t *bl = &sh->blocks[t->block];
+    size_t first, n = task_elems(r, t, &first);
+    int64_t step;
+
+    pthread_mutex_lock(&bl->mu);
+    if (atomic_load(&bl->version) != t->version && !check_task(r, t)) {
+        pthread_mutex_unlock(&bl->mu);
+        return;
+    }
+    step = (int64_t)t->version;
+    if (it->has_rows) /* indices were checked: it cannot fail */
+        optimizer_apply_rows(r->opt, step, sh->values, sh->n_rows, sh->row_len, it->rows, it->grad,
+                             it->n_rows, sh->slots, t->scratch, NULL);
+    else
+        optimizer_apply_dense_at(r->opt, step, sh->values + first, t->grad,
+                                 sh->slots != NULL ? sh->slots + first : NULL, sh->n, n, t->out);
+    if (t->proven)
+        bl->bounds = t->next;
+    else
+        optimizer_bounds_measure_part(r->opt, sh->values, sh->slots, sh->n, first,
+                                      block_n_rows(sh, t->block) * sh->row_len, &bl->bounds);
+    t->after = (uint64_t)step + 1;
+    atomic_store(&bl->version, t->after);
+    if (r->pull_after && it->has_rows) { /* a sparse shard is one block: all of it is locked */
+        size_t row_bytes = sh->row_len * sizeof(float);
+        char *dst = r->buf + r->values[t->item].offset;
+        for (size_t k = 0; k < it->n_rows; k++)
+            memcpy(dst + k * row_bytes, sh->values + (size_t)it->rows[k] * sh->row_len, row_bytes);
+    }
+    t->applied = true;
+    pthread_mutex_unlock(&bl->mu);
+}
+
+/* ---- pushes ------------------------------------------------------------------------------- */
+
+/* The scratch a row item's update takes, in a piece that keeps the next one aligned. */
+static size_t scratch_of(const store_push_item_t *it, const shard_t *sh)
+{
+    size_t need = optimizer_rows_scratch_size(it->n_rows, sh->row_len);
+    return need > SIZE_MAX - 64 ? SIZE_MAX : (need + 63) / 64 * 64;
+}
+
+/* Checks every item, sizes the reply and the row scratch, and counts the tasks (store lock
+ * held). */
+static status_t validate_push(const store_t *s, const sjob_t *j, const store_push_item_t *items,
+                              size_t n, bool pull_after, shard_t **shards,
+                              store_value_t *ret_values, size_t *ret_total, size_t *ret_scratch,
+                              size_t *ret_tasks, store_err_t *err)
+{
+    size_t total = 0, scratch = 0, tasks = 0;
 
     for (size_t i = 0; i < n; i++) {
         const store_push_item_t *it = &items[i];
-        status_t rc;
+        size_t first, end;
         STATUS_CHECK(store_lookup_shard(j, &it->key, &shards[i], err));
         STATUS_CHECK(check_gradient(j, shards[i], it, err));
-        /* One item is checked under its write lock, just before it is applied: checked once,
-         * even while other pushes hold the shard. Several are all checked first, so that one
-         * that would fail leaves the others unapplied. */
-        checks[i].version = NOT_CHECKED;
-        /* Summed duplicate rows are at most as large as all of them together. */
-        checks[i].gmax =
-            max_abs(s, it->grad, it->has_rows ? it->n_rows * shards[i]->row_len : shards[i]->n) *
-            (it->has_rows ? (double)it->n_rows : 1.0);
-        if (n > 1) {
-            pthread_rwlock_rdlock(&shards[i]->lock);
-            rc = check_update(&j->opt, shards[i], it, &checks[i], err);
-            pthread_rwlock_unlock(&shards[i]->lock);
-            if (rc != STATUS_OK && err != NULL) {
-                size_t used = strlen(err->msg.text);
-                snprintf(err->msg.text + used, sizeof(err->msg.text) - used,
-                         "; nothing was applied");
-            }
-            STATUS_CHECK(rc);
-        }
+        item_span(shards[i], it, &first, &end);
+        tasks +=
+            it->has_rows ? 1 : (end - first + shards[i]->block_rows - 1) / shards[i]->block_rows;
         if (it->has_rows) {
-            size_t need = optimizer_rows_scratch_size(it->n_rows, shards[i]->row_len);
-            if (need == SIZE_MAX)
+            size_t need = scratch_of(it, shards[i]);
+            if (need == SIZE_MAX || scratch > SIZE_MAX - need)
                 return store_fail(err, STATUS_RESOURCE_EXHAUSTED, it->key.variable,
                                   "variable '%s': %zu rows are too many for one push",
                                   it->key.variable, it->n_rows);
-            scratch = need > scratch ? need : scratch;
+            scratch += need;
         }
         if (pull_after) {
             ret_values[i].offset = total;
-            STATUS_CHECK(add_reply(s, shards[i], it->has_rows, it->n_rows, &ret_values[i].bytes,
-                                   &total, err));
+            ret_values[i].chunk_offset = first * shards[i]->row_len * sizeof(float);
+            STATUS_CHECK(add_reply(s, shards[i],
+                                   it->has_rows ? reply_elems(shards[i], true, it->n_rows)
+                                                : (end - first) * shards[i]->row_len,
+                                   &ret_values[i].bytes, &total, err));
         }
     }
+    STATUS_CHECK(check_overlaps(shards, items, n, err));
     *ret_total = total;
     *ret_scratch = scratch;
+    *ret_tasks = tasks;
     return STATUS_OK;
+}
+
+/* The tasks of every item: one per block a dense item covers, one per row item. */
+static void make_tasks(push_run_t *r, shard_t **shards, size_t n)
+{
+    size_t k = 0, scratch = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const store_push_item_t *it = &r->items[i];
+        shard_t *sh = shards[i];
+        size_t first, end;
+        item_span(sh, it, &first, &end);
+        for (size_t b = first / sh->block_rows; b * sh->block_rows < end || it->has_rows; b++) {
+            size_t from = (block_first_row(sh, b) - first) * sh->row_len;
+            task_t *t = &r->tasks[k++];
+            *t = (task_t){.item = i,
+                          .sh = sh,
+                          .block = it->has_rows ? 0 : b,
+                          .grad = it->has_rows ? it->grad : it->grad + from,
+                          .version = NOT_CHECKED,
+                          .gmax = -1};
+            if (r->pull_after && !it->has_rows)
+                t->out = (float *)(r->buf + r->values[i].offset) + from;
+            if (it->has_rows) {
+                t->scratch = r->scratch + scratch;
+                scratch += scratch_of(it, sh);
+                break;
+            }
+        }
+    }
 }
 
 status_t store_push(store_t *s, const char *job, const store_push_item_t *items, size_t n,
@@ -383,35 +495,79 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
                     void **ret_buf, size_t *ret_len, store_err_t *err)
 {
     shard_t **shards = malloc((n ? n : 1) * sizeof(*shards));
-    check_t *checks = malloc((n ? n : 1) * sizeof(*checks));
-    size_t total = 0, scratch_len = 0, applied = 0;
-    char *buf = NULL;
-    void *scratch = NULL;
+    push_run_t r = {.items = items, .pull_after = pull_after, .values = ret_values, .err = err};
+    size_t total = 0, scratch_len = 0, n_tasks = 0, applied = 0;
     sjob_t *j;
     status_t rc;
+    double t0;
 
-    if (shards == NULL || checks == NULL) {
-        free(shards);
-        free(checks);
+    if (shards == NULL)
         return store_fail(err, STATUS_NO_MEMORY, NULL, "out of memory for %zu push items", n);
-    }
+    pthread_mutex_init(&r.err_mu, NULL);
     pthread_rwlock_rdlock(&s->lock);
     STATUS_CHECK_GOTO(store_lookup_job(s, job, &j, err), rc, out);
-    STATUS_CHECK_GOTO(validate_push(s, j, items, n, pull_after, shards, checks, ret_values, &total,
-                                    &scratch_len, err),
+    r.opt = &j->opt;
+    STATUS_CHECK_GOTO(validate_push(s, j, items, n, pull_after, shards, ret_values, &total,
+                                    &scratch_len, &n_tasks, err),
                       rc, out);
-    if ((scratch_len > 0 && (scratch = malloc(scratch_len)) == NULL) ||
-        (total > 0 && (buf = rpc_buffer_alloc(total)) == NULL)) {
+    if ((r.tasks = calloc(n_tasks ? n_tasks : 1, sizeof(*r.tasks))) == NULL ||
+        (scratch_len > 0 && (r.scratch = aligned_alloc(64, scratch_len)) == NULL) ||
+        (pull_after && total > 0 && (r.buf = rpc_buffer_alloc(total)) == NULL)) {
         rc = store_fail(err, STATUS_NO_MEMORY, NULL, "out of memory for a push of %zu items", n);
         goto out;
     }
+    make_tasks(&r, shards, n);
+    /* One block is checked under its lock just before it is applied: checked once, even while
+     * other pushes hold it. Several are all checked first, so that one that would fail leaves
+     * the others unapplied. */
+    if (n_tasks > 1) {
+        pool_run(s->pool, n_tasks, check_part, &r);
+        if (r.failed) {
+            rc = err != NULL ? err->msg.status : STATUS_INVALID_ARGUMENT;
+            if (err != NULL) {
+                size_t used = strlen(err->msg.text);
+                snprintf(err->msg.text + used, sizeof(err->msg.text) - used,
+                         "; nothing was applied");
+            }
+            goto out;
+        }
+    }
+    t0 = clock_now_s();
+    pool_run(s->pool, n_tasks, apply_part, &r);
+    t0 = clock_now_s() - t0;
+    metric_observe(s->apply_seconds, t0);
+    atomic_fetch_add_explicit(&s->apply_micros, (uint64_t)(t0 * 1e6), memory_order_relaxed);
     for (size_t i = 0; i < n; i++)
-        applied += apply_one(s, &j->opt, shards[i], &items[i], &checks[i], scratch, pull_after,
-                             pull_after && buf != NULL ? buf + ret_values[i].offset : NULL,
-                             pull_after ? &ret_values[i] : NULL, &ret_versions[i], err);
-    if (applied < n) {
-        /* A single item checked at its update, or (rarely) one that a concurrent push changed
-         * between the check of all items and its update. */
+        ret_versions[i] = UINT64_MAX;
+    for (size_t k = 0; k < n_tasks; k++) {
+        task_t *t = &r.tasks[k];
+        applied += t->applied;
+        if (t->applied && t->after < ret_versions[t->item])
+            ret_versions[t->item] = t->after;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const store_push_item_t *it = &items[i];
+        size_t first, end;
+        item_span(shards[i], it, &first, &end);
+        if (pull_after) {
+            describe_value(shards[i], it->has_rows, it->n_rows, &ret_values[i]);
+            ret_values[i].version = ret_versions[i];
+        }
+        atomic_fetch_add_explicit(&shards[i]->pushes, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(
+            &shards[i]->bytes_pushed,
+            it->has_rows ? it->n_rows * (sizeof(int64_t) + shards[i]->row_len * sizeof(float))
+                         : (end - first) * shards[i]->row_len * sizeof(float),
+            memory_order_relaxed);
+        if (pull_after) {
+            atomic_fetch_add_explicit(&shards[i]->pulls, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&shards[i]->bytes_pulled, ret_values[i].bytes,
+                                      memory_order_relaxed);
+        }
+    }
+    if (applied < n_tasks) {
+        /* A single block checked at its update, or (rarely) one that a concurrent push changed
+         * between the check of all blocks and its update. */
         rc = err != NULL ? err->msg.status : STATUS_INVALID_ARGUMENT;
         if (err != NULL) {
             size_t used = strlen(err->msg.text);
@@ -420,23 +576,24 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
                          "; nothing was applied");
             else
                 snprintf(err->msg.text + used, sizeof(err->msg.text) - used,
-                         " (after a concurrent push; %zu of the %zu items were applied)", applied,
-                         n);
+                         " (after a concurrent push; %zu of the %zu blocks were applied)", applied,
+                         n_tasks);
         }
         goto out;
     }
     if (pull_after) {
-        *ret_buf = buf;
+        *ret_buf = r.buf;
         *ret_len = total;
-        buf = NULL;
+        r.buf = NULL;
     }
     rc = STATUS_OK;
 out:
     pthread_rwlock_unlock(&s->lock);
-    free(scratch);
-    free(buf);
+    pthread_mutex_destroy(&r.err_mu);
+    free(r.scratch);
+    free(r.buf);
+    free(r.tasks);
     free(shards);
-    free(checks);
     return rc;
 }
 

@@ -185,13 +185,23 @@ void optimizer_apply_dense_part(const optimizer_config_t *c, int64_t step, float
                                 const float *grad, float *slots, size_t n, size_t first,
                                 size_t count, float *out)
 {
-    plan_t k;
-
     if (count == 0 || first >= n || count > n - first)
         return;
+    optimizer_apply_dense_at(c, step, params + first, grad + first,
+                             slots != NULL ? slots + first : NULL, n, count,
+                             out != NULL ? out + first : NULL);
+}
+
+void optimizer_apply_dense_at(const optimizer_config_t *c, int64_t step, float *params,
+                              const float *grad, float *slots, size_t stride, size_t count,
+                              float *out)
+{
+    plan_t k;
+
+    if (count == 0)
+        return;
     plan_init(c, step, &k);
-    run_kernel(&k, params + first, grad + first, slots + first, n, count, /* stride, count */
-               out != NULL ? out + first : NULL);
+    run_kernel(&k, params, grad, slots, stride, count, out);
 }
 
 /* ---- checks before an update -------------------------------------------------------------------
@@ -257,12 +267,18 @@ static size_t trial(const plan_t *k, size_t n_slots, const float *params, const 
 size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const float *params,
                              const float *grad, const float *slots, size_t n)
 {
+    return optimizer_check_dense_at(c, step, params, grad, slots, n, n);
+}
+
+size_t optimizer_check_dense_at(const optimizer_config_t *c, int64_t step, const float *params,
+                                const float *grad, const float *slots, size_t stride, size_t count)
+{
     plan_t k;
 
-    if (n == 0)
-        return n;
+    if (count == 0)
+        return count;
     plan_init(c, step, &k);
-    return trial(&k, optimizer_slot_count(c), params, grad, slots, n, n);
+    return trial(&k, optimizer_slot_count(c), params, grad, slots, stride, count);
 }
 
 /* ---- bounds: proving an update safe without a dry run ------------------------------------------
@@ -286,11 +302,18 @@ double optimizer_max_abs(const float *v, size_t n)
 void optimizer_bounds_measure(const optimizer_config_t *c, const float *params, const float *slots,
                               size_t n, optimizer_bounds_t *ret)
 {
+    optimizer_bounds_measure_part(c, params, slots, n, 0, n, ret);
+}
+
+void optimizer_bounds_measure_part(const optimizer_config_t *c, const float *params,
+                                   const float *slots, size_t n, size_t first, size_t count,
+                                   optimizer_bounds_t *ret)
+{
     size_t n_slots = optimizer_slot_count(c);
 
-    *ret = (optimizer_bounds_t){.value = optimizer_max_abs(params, n)};
+    *ret = (optimizer_bounds_t){.value = optimizer_max_abs(params + first, count)};
     for (size_t k = 0; k < n_slots && k < OPTIMIZER_MAX_SLOTS; k++)
-        ret->slot[k] = optimizer_max_abs(slots + k * n, n);
+        ret->slot[k] = optimizer_max_abs(slots + k * n + first, count);
 }
 
 /* The bounds after an Adam or AMSGrad step: m stays a convex mix of m and g, v of v and g^2, and

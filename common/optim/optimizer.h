@@ -79,6 +79,13 @@ void optimizer_apply_dense_part(const optimizer_config_t *c, int64_t step, float
                                 const float *grad, float *slots, size_t n, size_t first,
                                 size_t count, float *out);
 
+/* The update of `count` elements at params, grad (and out), with slot k of element i at
+ * slots[k * stride + i]: a part of a tensor of `stride` elements, given by pointers into it
+ * (the gradient of a chunk need not be part of a whole gradient's array). */
+void optimizer_apply_dense_at(const optimizer_config_t *c, int64_t step, float *params,
+                              const float *grad, float *slots, size_t stride, size_t count,
+                              float *out);
+
 /* The instruction set the kernels run with ("base", "avx2", "avx512"): the widest that was
  * built and that the CPU has, unless optimizer_set_isa chose another. Every one gives the same
  * bits. */
@@ -113,6 +120,11 @@ status_t optimizer_apply_rows(const optimizer_config_t *c, int64_t step, float *
  * and fails as apply_rows does on bad indices. */
 size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const float *params,
                              const float *grad, const float *slots, size_t n);
+/* check_dense on `count` elements whose slot k is at slots[k * stride] (a part of a larger
+ * tensor, as optimizer_apply_dense_at takes it): the index of the first element that would
+ * break, or count. */
+size_t optimizer_check_dense_at(const optimizer_config_t *c, int64_t step, const float *params,
+                                const float *grad, const float *slots, size_t stride, size_t count);
 status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
                               size_t n_rows, size_t row_len, const int64_t *indices,
                               const float *grads, size_t n_idx, const float *slots, void *scratch,
@@ -138,6 +150,11 @@ double optimizer_max_abs(const float *v, size_t n);
 /* The exact bounds of n parameters and their slots (laid out as for optimizer_apply_dense). */
 void optimizer_bounds_measure(const optimizer_config_t *c, const float *params, const float *slots,
                               size_t n, optimizer_bounds_t *ret);
+
+/* The same for elements [first, first + count) of n (slots laid out for n). */
+void optimizer_bounds_measure_part(const optimizer_config_t *c, const float *params,
+                                   const float *slots, size_t n, size_t first, size_t count,
+                                   optimizer_bounds_t *ret);
 
 /* Whether the update after `step` steps, with every gradient element (summed, for rows) of
  * magnitude at most gmax, provably keeps every parameter and slot finite given bounds b; then

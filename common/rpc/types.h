@@ -67,4 +67,17 @@ typedef struct rpc_error {
 /* Routes gRPC's own log lines into Tessera's log (subsystem grpc). Call before grpc_init(). */
 void rpc_log_init(void);
 
+/* Chunks. A push may send the gradient of a dense shard in chunks (TensorRef.chunk_offset and
+ * byte_length), each applied, and answered by a push-pull with the same rows' new values, as it
+ * arrives. A shard is cut into blocks of rpc_block_rows() rows, RPC_BLOCK_BYTES of them (at
+ * least one row); a chunk is whole blocks: it starts at a block's first row and ends at a
+ * block's end or the shard's. The parameter server keeps each block's update count, so the
+ * chunks of one step may come in any order, on any connection, and each is one update. */
+#define RPC_BLOCK_BYTES ((size_t)1 << 20)
+
+static inline size_t rpc_block_rows(size_t row_bytes)
+{
+    return row_bytes >= RPC_BLOCK_BYTES || row_bytes == 0 ? 1 : RPC_BLOCK_BYTES / row_bytes;
+}
+
 #endif

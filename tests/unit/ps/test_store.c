@@ -14,6 +14,7 @@
 #include "job/initializer.h"
 #include "optim/optimizer.h"
 #include "job/partitioner.h"
+#include "rpc/types.h"
 #include "store.h"
 #include "store_stats.h"
 
@@ -395,6 +396,130 @@ START_TEST(store_push_pull_over_a_pool_matches_the_kernels_bit_for_bit)
     free(slots);
     store_free(s);
     pool_free(pool);
+}
+END_TEST
+
+/* A [ROWS, 64] shard is cut into blocks of rpc_block_rows(256) rows: three, the last short. */
+enum { C_COLS = 64, C_ROWS = 10000, C_N = C_ROWS * C_COLS };
+
+static store_push_item_t chunk_item(const int64_t *shape, const float *g, size_t row, size_t rows)
+{
+    return (store_push_item_t){.key = {"w", 0},
+                               .rank = 2,
+                               .shape = shape,
+                               .grad = g + row * C_COLS,
+                               .has_chunk = true,
+                               .chunk_row = row,
+                               .chunk_rows = rows};
+}
+
+/* A dense gradient sent as chunks of whole blocks, in any order and over several calls, makes
+ * the values a whole push makes, bit for bit; each push-pull of a chunk returns that chunk's
+ * rows, where they are in the shard, as they are after its update. */
+START_TEST(store_chunked_pushes_equal_whole_pushes_bit_for_bit)
+{
+    store_t *whole = new_store(), *chunked = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp = spec("w", C_ROWS, C_COLS, 0, 1);
+    int64_t shape[2] = {C_ROWS, C_COLS};
+    size_t br = rpc_block_rows(C_COLS * sizeof(float));
+    /* [0, br) and [2br, end) in one call, then [br, 2br) in another */
+    size_t cuts[3][2] = {{0, br}, {2 * br, C_ROWS - 2 * br}, {br, br}};
+    float *g = malloc(C_N * sizeof(float)), *a, *b;
+
+    ck_assert_uint_eq(br, 4096);
+    create_ok(whole, "job", &opt, &sp, 1, 1);
+    create_ok(chunked, "job", &opt, &sp, 1, 1);
+    for (int step = 0; step < 3; step++) {
+        store_push_item_t items[2];
+        store_value_t vals[2];
+        uint64_t versions[2];
+        store_err_t err;
+        void *buf = NULL;
+        size_t len = 0;
+        for (size_t i = 0; i < C_N; i++)
+            g[i] = (float)((int)((i * 13 + (size_t)step * 5) % 29) - 14) * 0.0625f;
+        push_dense(whole, "job", "w", 0, shape, 2, g, (uint64_t)step + 1);
+        items[0] = chunk_item(shape, g, cuts[0][0], cuts[0][1]);
+        items[1] = chunk_item(shape, g, cuts[1][0], cuts[1][1]);
+        ck_assert_msg(store_push(chunked, "job", items, 2, true, versions, vals, &buf, &len,
+                                 &err) == STATUS_OK,
+                      "%s", err.msg.text);
+        ck_assert_uint_eq(len, (br + C_ROWS - 2 * br) * C_COLS * sizeof(float));
+        ck_assert_uint_eq(vals[1].chunk_offset, 2 * br * C_COLS * sizeof(float));
+        ck_assert_uint_eq(vals[1].bytes, (C_ROWS - 2 * br) * C_COLS * sizeof(float));
+        ck_assert_uint_eq(versions[0], (uint64_t)step + 1);
+        a = pull_all(chunked, "job", "w", 0, NULL, NULL);
+        ck_assert(memcmp((char *)buf + vals[1].offset, (char *)a + vals[1].chunk_offset,
+                         vals[1].bytes) == 0);
+        free(a);
+        free(buf);
+        items[0] = chunk_item(shape, g, cuts[2][0], cuts[2][1]);
+        ck_assert_msg(store_push(chunked, "job", items, 1, false, versions, NULL, NULL, NULL,
+                                 &err) == STATUS_OK,
+                      "%s", err.msg.text);
+    }
+    a = pull_all(whole, "job", "w", 0, NULL, NULL);
+    b = pull_all(chunked, "job", "w", 0, NULL, NULL);
+    ck_assert(memcmp(a, b, C_N * sizeof(float)) == 0);
+    free(a);
+    free(b);
+    free(g);
+    store_free(whole);
+    store_free(chunked);
+}
+END_TEST
+
+/* A chunk outside the shard, not whole blocks, duplicated or overlapping another item of the
+ * request, on a row gradient, is refused with the whole request: nothing changes. */
+START_TEST(store_bad_chunks_are_refused_whole)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(0.5);
+    store_shard_spec_t sp = spec("w", C_ROWS, C_COLS, 0, 1);
+    int64_t shape[2] = {C_ROWS, C_COLS};
+    size_t br = rpc_block_rows(C_COLS * sizeof(float));
+    float *g = calloc(C_N, sizeof(float)), *before, *after;
+    const struct {
+        size_t row[2], rows[2];
+        int n;
+        const char *says;
+    } bad[] = {
+        {{0, 0}, {br + 1, 0}, 1, "not whole blocks"},
+        {{1, 0}, {br - 1, 0}, 1, "not whole blocks"},
+        {{2 * br, 0}, {C_ROWS - 1, 0}, 1, "outside"},
+        {{0, 0}, {0, 0}, 1, "outside"},
+        {{0, 0}, {br, br}, 2, "both update rows"},      /* duplicated */
+        {{0, br}, {2 * br, br}, 2, "both update rows"}, /* overlapping */
+        {{br, 0}, {br, C_ROWS}, 2, "both update rows"}, /* beside the whole shard */
+    };
+    store_err_t err;
+    uint64_t versions[2];
+
+    for (size_t i = 0; i < C_N; i++)
+        g[i] = 1.0f;
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    before = pull_all(s, "job", "w", 0, NULL, NULL);
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        store_push_item_t items[2];
+        for (int i = 0; i < bad[k].n; i++) {
+            items[i] = chunk_item(shape, g, bad[k].row[i], bad[k].rows[i]);
+            if (bad[k].rows[i] == C_ROWS) { /* the whole shard */
+                items[i].has_chunk = false;
+                items[i].grad = g;
+            }
+        }
+        ck_assert_msg(store_push(s, "job", items, (size_t)bad[k].n, false, versions, NULL, NULL,
+                                 NULL, &err) == STATUS_INVALID_ARGUMENT,
+                      "case %zu was taken", k);
+        ck_assert_msg(strstr(err.msg.text, bad[k].says) != NULL, "case %zu: %s", k, err.msg.text);
+    }
+    after = pull_all(s, "job", "w", 0, NULL, NULL);
+    ck_assert(memcmp(before, after, C_N * sizeof(float)) == 0);
+    free(before);
+    free(after);
+    free(g);
+    store_free(s);
 }
 END_TEST
 
@@ -1011,6 +1136,8 @@ int main(void)
     tcase_add_test(tc, store_limits_refuse_whole_requests);
     tcase_add_test(tc, store_dense_push_applies_adam_with_the_shard_version_as_step);
     tcase_add_test(tc, store_push_pull_over_a_pool_matches_the_kernels_bit_for_bit);
+    tcase_add_test(tc, store_chunked_pushes_equal_whole_pushes_bit_for_bit);
+    tcase_add_test(tc, store_bad_chunks_are_refused_whole);
     tcase_add_test(tc, store_row_push_applies_adam_to_the_touched_rows_only);
     tcase_add_test(tc, store_learning_rate_schedule_runs_on_each_shard_version);
     tcase_add_test(tc, store_pull_of_rows_returns_them_in_request_order);
