@@ -37,18 +37,38 @@ typedef struct var_ref {
     size_t n_ids;
 } var_ref_t;
 
+/* What a push sends as one item: a dense shard's chunk of whole blocks (rpc/types.h), a whole
+ * small dense shard, or an embedding shard's rows of the step. */
+typedef struct piece {
+    var_ref_t *v;
+    shard_ref_t *s;
+    int ps;
+    size_t row, rows; /* shard-local rows of a dense chunk */
+    bool chunk;       /* less than the whole shard */
+    size_t pack;
+    size_t key; /* its shard's item in its PS's lanes (lane_t.keys) */
+} piece_t;
+
 typedef enum { OP_PULL, OP_PUSH } lane_op_t;
 
-/* One parameter server: its channel and the request it builds each step. */
+/* One connection to a parameter server, on its own thread, and the requests it builds. A PS has
+ * PS_CONNECTIONS of them when the gradients go out in several packs, so that the packs of one
+ * step are on the wire, and applied on the PS, at once. */
 typedef struct lane {
     struct ps_client *c;
-    int index;
+    int index; /* the PS */
+    int conn;  /* which of its connections */
     rpc_channel_t *ch;
     char address[256];
-    /* per shard placed on this PS */
+    /* per shard placed on this PS: what a pull asks for */
     size_t n_items;
     shard_ref_t **shard_of; /* item -> shard */
     var_ref_t **var_of;     /* item -> variable */
+    piece_t *whole;         /* item -> the whole shard, as a pull returns it */
+    /* per piece placed on this PS, in order: what pushes send */
+    size_t n_pieces;
+    piece_t **piece_of;
+    piece_t **sent; /* the pieces of the request in flight, in item order */
     Tessera__V1__PullItem *pull_items;
     Tessera__V1__PullItem **pull_ptrs;
     Tessera__V1__PushItem *push_items;
@@ -56,16 +76,16 @@ typedef struct lane {
     Tessera__V1__ShardKey *keys;
     Tessera__V1__TensorRef *refs_a, *refs_b;
     Tessera__V1__RowSlices *slices;
-    int64_t *shapes; /* 4 per item */
-    rpc_iov_t *iov;  /* up to 2 per item */
+    int64_t *shapes;  /* 4 per item */
+    rpc_iov_t *iov;   /* up to 2 per item */
+    size_t cap_items; /* of the arrays above: the larger of n_items and n_pieces */
     void *recv_buf;
     size_t recv_cap;
     /* thread handoff */
     pthread_t tid;
     bool has_thread, has_work, stop;
     lane_op_t op;
-    size_t next_pack; /* the next pack of this step to send */
-    bool sent;        /* the last lane_push made a request */
+    bool made_request; /* the last lane_push made a request */
     status_t rc;
     status_msg_t err;
     /* seconds in calls to the PS, and copying the values they brought into the model, since
@@ -73,13 +93,26 @@ typedef struct lane {
     double call_s, values_s;
 } lane_t;
 
+/* Connections per PS when the gradients go out in several packs. Measured with the wide MLP
+ * of bench/ps (784-2048-2048-10, 1 PS, 1 worker, 2 cores, loopback), medians of 3 runs: 1, 2,
+ * 3, 4, 6 and 8 connections gave 32, 38, 40, 41, 42 and 40 steps/s. */
+#define PS_CONNECTIONS 4
+
+/* Per PS: the packs of this step its connections have taken, and finished. */
+typedef struct ps_progress {
+    size_t next_pack, packs_done;
+} ps_progress_t;
+
 struct ps_client {
     char job[128];
     model_t *model;
     var_ref_t *vars;
     size_t n_vars;
-    lane_t *lanes;
-    size_t n_lanes;
+    lane_t *lanes; /* PS-major: lane i is connection i % per_ps of PS i / per_ps */
+    size_t n_lanes, n_ps, per_ps;
+    ps_progress_t *progress; /* per PS */
+    piece_t *pieces;
+    size_t n_pieces;
     const float *features;
     int batch;
     size_t feature_len;
@@ -91,14 +124,13 @@ struct ps_client {
      * push-pull brings back wait until backward no longer reads the old ones. With one pack, the
      * push waits for the end of backward and runs lane 0 on the caller's thread. */
     size_t n_packs;
-    bool early;           /* packs leave during backward (else all after it) */
-    size_t *pack_of;      /* var -> pack */
-    size_t *pack_first;   /* pack -> its lowest var index: ready once backward has done that var */
-    size_t packs_ready;   /* packs of this step handed to the lanes */
-    size_t values_free;   /* vars from this index on may take new values */
-    size_t lanes_through; /* lanes that have sent every pack of this step */
-    bool backward_done;   /* ps_client_push has been called for this step */
-    ps_push_info_t info;  /* this step's */
+    bool early;          /* packs leave during backward (else all after it) */
+    size_t *pack_first;  /* pack -> its lowest var index: ready once backward has done that var */
+    size_t packs_ready;  /* packs of this step handed to the lanes */
+    size_t values_free;  /* vars from this index on may take new values */
+    size_t ps_through;   /* PS tasks all of whose packs of this step are done */
+    bool backward_done;  /* ps_client_push has been called for this step */
+    ps_push_info_t info; /* this step's */
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv, values_cv;
     int pending;
@@ -125,10 +157,10 @@ static status_t place(ps_client_t *c, const Tessera__V1__ConfigureJobRequest *re
             return status_fail(err, STATUS_INVALID_ARGUMENT,
                                "placement names variable '%s', which the model does not have",
                                pl->variable);
-        if (pl->ps_task < 0 || (size_t)pl->ps_task >= c->n_lanes)
+        if (pl->ps_task < 0 || (size_t)pl->ps_task >= c->n_ps)
             return status_fail(err, STATUS_INVALID_ARGUMENT,
                                "placement of %s shard %d: ps task %d of %zu", pl->variable,
-                               pl->shard, pl->ps_task, c->n_lanes);
+                               pl->shard, pl->ps_task, c->n_ps);
         s = realloc(v->shards, (size_t)(v->n_shards + 1) * sizeof(*s));
         if (s == NULL)
             return status_fail(err, STATUS_NO_MEMORY, "out of memory");
@@ -179,28 +211,59 @@ static status_t place(ps_client_t *c, const Tessera__V1__ConfigureJobRequest *re
     return STATUS_OK;
 }
 
-static bool same_layer(const char *a, const char *b)
+/* The push's pieces, variable by variable: each dense shard in chunks of one block, the
+ * parameter server's unit of update (rpc/types.h), so that a chunk is applied while the next is
+ * on the wire; each embedding shard whole. */
+static status_t make_pieces(ps_client_t *c, status_msg_t *err)
 {
-    size_t n = strcspn(a, "/");
-    return strncmp(a, b, n) == 0 && (b[n] == '/' || b[n] == '\0');
+    size_t n = 0;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < c->n_vars; i++) {
+            var_ref_t *v = &c->vars[i];
+            size_t step = rpc_block_rows(v->row_len * sizeof(float));
+            for (int k = 0; k < v->n_shards; k++) {
+                shard_ref_t *s = &v->shards[k];
+                size_t rows = (size_t)s->rows, each = v->p->sparse ? rows : step;
+                for (size_t r = 0; r < rows; r += each) {
+                    if (pass == 1)
+                        c->pieces[n] = (piece_t){.v = v,
+                                                 .s = s,
+                                                 .ps = s->ps,
+                                                 .row = r,
+                                                 .rows = rows - r < each ? rows - r : each,
+                                                 .chunk = each < rows};
+                    n++;
+                }
+            }
+        }
+        if (pass == 0) {
+            c->n_pieces = n;
+            n = 0;
+            if ((c->pieces = calloc(c->n_pieces + 1, sizeof(*c->pieces))) == NULL)
+                return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        }
+    }
+    return STATUS_OK;
 }
 
-/* Packs of at least `cap` gradient bytes, walking back from the last layer, cut only between
- * layers. Embedding rows count nothing: how many there are changes by the batch. */
+/* Packs of at least `cap` gradient bytes, walking back from the last variable's pieces: the
+ * last layers' first, as backward makes them. Embedding rows count nothing: how many there are
+ * changes by the batch. pack_first[p] is the lowest variable of pack p: backward has made the
+ * pack once it is done with that variable. */
 static status_t plan_packs(ps_client_t *c, size_t cap, status_msg_t *err)
 {
     size_t bytes = 0, pack = 0;
 
-    c->pack_of = calloc(c->n_vars + 1, sizeof(*c->pack_of));
-    c->pack_first = calloc(c->n_vars + 1, sizeof(*c->pack_first));
-    if (c->pack_of == NULL || c->pack_first == NULL)
+    c->pack_first = calloc(c->n_pieces + 1, sizeof(*c->pack_first));
+    if (c->pack_first == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    for (size_t i = c->n_vars; i-- > 0;) {
-        const model_param_t *p = c->vars[i].p;
-        c->pack_of[i] = pack;
-        c->pack_first[pack] = i;
-        bytes += p->sparse ? 0 : p->n * sizeof(float);
-        if (i > 0 && bytes >= cap && !same_layer(c->vars[i - 1].p->name, p->name)) {
+    for (size_t i = c->n_pieces; i-- > 0;) {
+        piece_t *p = &c->pieces[i];
+        p->pack = pack;
+        c->pack_first[pack] = (size_t)(p->v - c->vars);
+        bytes += p->v->p->sparse ? 0 : p->rows * p->v->row_len * sizeof(float);
+        if (i > 0 && bytes >= cap && !(p->v->p->sparse && c->pieces[i - 1].v == p->v)) {
             pack++;
             bytes = 0;
         }
@@ -211,29 +274,36 @@ static status_t plan_packs(ps_client_t *c, size_t cap, status_msg_t *err)
 
 static status_t lane_init(ps_client_t *c, lane_t *l, status_msg_t *err)
 {
-    size_t n = 0, k = 0;
+    size_t n = 0, k = 0, m = 0, cap;
     rpc_channel_opts_t co = {.timeout_ms = PS_CALL_TIMEOUT_MS};
 
     STATUS_CHECK(rpc_channel_new(l->address, &co, &l->ch, err));
     for (size_t i = 0; i < c->n_vars; i++)
         for (int s = 0; s < c->vars[i].n_shards; s++)
             n += c->vars[i].shards[s].ps == l->index;
+    for (size_t i = 0; i < c->n_pieces; i++)
+        m += c->pieces[i].ps == l->index;
     l->n_items = n;
+    l->n_pieces = m;
+    l->cap_items = cap = n > m ? n : m;
     l->shard_of = calloc(n + 1, sizeof(*l->shard_of));
     l->var_of = calloc(n + 1, sizeof(*l->var_of));
+    l->piece_of = calloc(m + 1, sizeof(*l->piece_of));
+    l->whole = calloc(n + 1, sizeof(*l->whole));
+    l->sent = calloc(cap + 1, sizeof(*l->sent));
     l->pull_items = calloc(n + 1, sizeof(*l->pull_items));
     l->pull_ptrs = calloc(n + 1, sizeof(*l->pull_ptrs));
-    l->push_items = calloc(n + 1, sizeof(*l->push_items));
-    l->push_ptrs = calloc(n + 1, sizeof(*l->push_ptrs));
+    l->push_items = calloc(cap + 1, sizeof(*l->push_items));
+    l->push_ptrs = calloc(cap + 1, sizeof(*l->push_ptrs));
     l->keys = calloc(n + 1, sizeof(*l->keys));
-    l->refs_a = calloc(n + 1, sizeof(*l->refs_a));
-    l->refs_b = calloc(n + 1, sizeof(*l->refs_b));
-    l->slices = calloc(n + 1, sizeof(*l->slices));
-    l->shapes = calloc(4 * n + 4, sizeof(*l->shapes));
-    l->iov = calloc(2 * n + 2, sizeof(*l->iov));
-    if (!l->shard_of || !l->var_of || !l->pull_items || !l->pull_ptrs || !l->push_items ||
-        !l->push_ptrs || !l->keys || !l->refs_a || !l->refs_b || !l->slices || !l->shapes ||
-        !l->iov)
+    l->refs_a = calloc(cap + 1, sizeof(*l->refs_a));
+    l->refs_b = calloc(cap + 1, sizeof(*l->refs_b));
+    l->slices = calloc(cap + 1, sizeof(*l->slices));
+    l->shapes = calloc(4 * cap + 4, sizeof(*l->shapes));
+    l->iov = calloc(2 * cap + 2, sizeof(*l->iov));
+    if (!l->shard_of || !l->var_of || !l->piece_of || !l->whole || !l->sent || !l->pull_items ||
+        !l->pull_ptrs || !l->push_items || !l->push_ptrs || !l->keys || !l->refs_a || !l->refs_b ||
+        !l->slices || !l->shapes || !l->iov)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < c->n_vars; i++) {
         for (int s = 0; s < c->vars[i].n_shards; s++) {
@@ -242,11 +312,23 @@ static status_t lane_init(ps_client_t *c, lane_t *l, status_msg_t *err)
                 continue;
             l->shard_of[k] = sh;
             l->var_of[k] = &c->vars[i];
+            l->whole[k] = (piece_t){
+                .v = &c->vars[i], .s = sh, .ps = l->index, .key = k, .rows = (size_t)sh->rows};
             tessera__v1__shard_key__init(&l->keys[k]);
             l->keys[k].variable = c->vars[i].p->name;
             l->keys[k].shard = sh->shard;
             k++;
         }
+    }
+    m = 0;
+    for (size_t i = 0; i < c->n_pieces; i++) {
+        piece_t *p = &c->pieces[i];
+        if (p->ps != l->index)
+            continue;
+        l->piece_of[m++] = p;
+        for (size_t j = 0; j < n; j++)
+            if (l->shard_of[j] == p->s)
+                p->key = j;
     }
     return STATUS_OK;
 }
@@ -256,6 +338,9 @@ static void lane_done(lane_t *l)
     rpc_channel_free(l->ch);
     free(l->shard_of);
     free(l->var_of);
+    free(l->piece_of);
+    free(l->whole);
+    free(l->sent);
     free(l->pull_items);
     free(l->pull_ptrs);
     free(l->push_items);
@@ -283,9 +368,11 @@ static void tensor_ref(Tessera__V1__TensorRef *r, int64_t *shape, int rank, uint
 }
 
 /* Copies pulled values (whole dense shards, or the requested rows) into the model. */
-static status_t apply_values(ps_client_t *c, lane_t *l, Tessera__V1__PulledValue **values,
-                             size_t n_values, size_t expected, rpc_payload_t *payload,
-                             const char *what, status_msg_t *err)
+/* Copies pulled values into the model: value i must be what item i of the request asked for
+ * (l->sent[i]): a dense shard or its chunk, whole, or the rows of an embedding shard. */
+static status_t apply_values(lane_t *l, Tessera__V1__PulledValue **values, size_t n_values,
+                             size_t expected, rpc_payload_t *payload, const char *what,
+                             status_msg_t *err)
 {
     status_t rc = STATUS_OK;
 
@@ -294,14 +381,15 @@ static status_t apply_values(ps_client_t *c, lane_t *l, Tessera__V1__PulledValue
                          l->index, l->address, what, n_values, expected);
     for (size_t i = 0; i < n_values && rc == STATUS_OK; i++) {
         const Tessera__V1__PulledValue *v = values[i];
-        var_ref_t *var = v->key ? find_var(c, v->key->variable) : NULL;
-        shard_ref_t *s = NULL;
+        const piece_t *p = l->sent[i];
+        var_ref_t *var = p->v;
+        shard_ref_t *s = p->s;
         const Tessera__V1__TensorRef *t = v->value;
-        for (int k = 0; var != NULL && k < var->n_shards; k++)
-            if (var->shards[k].shard == v->key->shard)
-                s = &var->shards[k];
-        if (s == NULL || t == NULL || t->payload_offset > payload->len ||
-            t->byte_length > payload->len - t->payload_offset) {
+        size_t row_bytes = var->row_len * sizeof(float);
+        if (v->key == NULL || v->key->variable == NULL ||
+            strcmp(v->key->variable, var->p->name) != 0 || v->key->shard != s->shard || t == NULL ||
+            t->payload_offset > payload->len || t->byte_length > payload->len - t->payload_offset ||
+            t->chunk_offset != p->row * row_bytes) {
             rc = status_fail(err, STATUS_RPC,
                              "ps %d (%s) answered a %s with a value that "
                              "does not match the request",
@@ -310,23 +398,23 @@ static status_t apply_values(ps_client_t *c, lane_t *l, Tessera__V1__PulledValue
         }
         const float *src = (const float *)((const char *)payload->data + t->payload_offset);
         if (!var->p->sparse) {
-            size_t want = (size_t)s->rows * var->row_len * sizeof(float);
+            size_t want = p->rows * row_bytes;
             if (t->byte_length != want) {
                 rc = status_fail(err, STATUS_RPC, "ps %d sent %llu bytes for %s shard %d, not %zu",
                                  l->index, (unsigned long long)t->byte_length, var->p->name,
                                  s->shard, want);
                 break;
             }
-            memcpy(var->p->value + (size_t)s->row_offset * var->row_len, src, want);
+            memcpy(var->p->value + ((size_t)s->row_offset + p->row) * var->row_len, src, want);
         } else {
-            if (t->byte_length != s->n_local * var->row_len * sizeof(float)) {
+            if (t->byte_length != s->n_local * row_bytes) {
                 rc = status_fail(err, STATUS_RPC, "ps %d sent the wrong number of rows of %s",
                                  l->index, var->p->name);
                 break;
             }
             for (size_t r = 0; r < s->n_local; r++)
                 memcpy(var->p->value + (size_t)(s->row_offset + s->local[r]) * var->row_len,
-                       src + r * var->row_len, var->row_len * sizeof(float));
+                       src + r * var->row_len, row_bytes);
         }
     }
     if (payload->owned && payload->len <= (64u << 20)) { /* keep the larger buffer for next time */
@@ -338,10 +426,11 @@ static status_t apply_values(ps_client_t *c, lane_t *l, Tessera__V1__PulledValue
     return rc;
 }
 
-/* The ids of shard k's rows this step, as the next tensor of l's payload at *off. */
-static Tessera__V1__TensorRef *ids_ref(lane_t *l, size_t k, uint64_t *off, size_t *n_iov)
+/* The ids of shard s's rows this step, as the next tensor of l's payload at *off (request item
+ * k's tensor and shape slots). */
+static Tessera__V1__TensorRef *ids_ref(lane_t *l, const shard_ref_t *s, size_t k, uint64_t *off,
+                                       size_t *n_iov)
 {
-    const shard_ref_t *s = l->shard_of[k];
     size_t bytes = s->n_local * sizeof(int64_t);
 
     l->shapes[4 * k] = (int64_t)s->n_local;
@@ -394,8 +483,9 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
         if (l->var_of[k]->p->sparse) {
             if (s->n_local == 0)
                 continue;
-            it->rows = ids_ref(l, k, &off, &n_iov);
+            it->rows = ids_ref(l, s, n, &off, &n_iov);
         }
+        l->sent[n] = &l->whole[k];
         l->pull_ptrs[n++] = it;
     }
     if (n == 0)
@@ -410,7 +500,7 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
     l->call_s += t1 - t0;
     if (rc != STATUS_OK)
         return lane_failed(c, l, rc, "pull", &rerr, err);
-    rc = apply_values(c, l, resp->values, resp->n_values, n, &payload, "pull", err);
+    rc = apply_values(l, resp->values, resp->n_values, n, &payload, "pull", err);
     l->values_s += clock_now_s() - t1;
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -430,27 +520,30 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     double t0;
     status_t rc;
 
-    l->sent = false;
-    for (size_t k = 0; k < l->n_items; k++) {
-        shard_ref_t *s = l->shard_of[k];
-        var_ref_t *v = l->var_of[k];
+    l->made_request = false;
+    for (size_t k = 0; k < l->n_pieces; k++) {
+        piece_t *p = l->piece_of[k];
+        shard_ref_t *s = p->s;
+        var_ref_t *v = p->v;
         Tessera__V1__PushItem *it = &l->push_items[n];
-        if (pack != ALL_PACKS && c->pack_of[v - c->vars] != pack)
+        if (pack != ALL_PACKS && p->pack != pack)
             continue;
         tessera__v1__push_item__init(it);
-        it->key = &l->keys[k];
+        it->key = &l->keys[p->key];
         if (!v->p->sparse) {
-            size_t bytes = (size_t)s->rows * v->row_len * sizeof(float);
-            /* The shard's own shape: its rows, then the variable's other dimensions. */
-            l->shapes[4 * k] = s->rows;
+            size_t row_bytes = v->row_len * sizeof(float), bytes = p->rows * row_bytes;
+            /* The shard's own shape: its rows, then the variable's other dimensions; a chunk
+             * says which of its bytes it holds. */
+            l->shapes[4 * n] = s->rows;
             for (int d = 1; d < v->p->rank; d++)
-                l->shapes[4 * k + (size_t)d] = v->p->shape[d];
-            tensor_ref(&l->refs_a[k], &l->shapes[4 * k], v->p->rank, off, bytes,
+                l->shapes[4 * n + (size_t)d] = v->p->shape[d];
+            tensor_ref(&l->refs_a[n], &l->shapes[4 * n], v->p->rank, off, bytes,
                        TESSERA__V1__DTYPE__DTYPE_FLOAT32);
+            l->refs_a[n].chunk_offset = p->row * row_bytes;
             it->gradient_case = TESSERA__V1__PUSH_ITEM__GRADIENT_DENSE;
-            it->dense = &l->refs_a[k];
-            l->iov[n_iov++] =
-                (rpc_iov_t){v->p->grad + (size_t)s->row_offset * v->row_len, bytes, NULL, NULL};
+            it->dense = &l->refs_a[n];
+            l->iov[n_iov++] = (rpc_iov_t){
+                v->p->grad + ((size_t)s->row_offset + p->row) * v->row_len, bytes, NULL, NULL};
             off += bytes;
         } else {
             size_t vb = s->n_local * v->row_len * sizeof(float);
@@ -460,17 +553,18 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
                 memcpy(s->values + r * v->row_len,
                        v->p->rows_grad + (size_t)s->slot[r] * v->row_len,
                        v->row_len * sizeof(float));
-            tessera__v1__row_slices__init(&l->slices[k]);
-            l->slices[k].indices = ids_ref(l, k, &off, &n_iov);
-            l->shapes[4 * k + 1] = (int64_t)v->row_len;
-            tensor_ref(&l->refs_b[k], &l->shapes[4 * k], 2, off, vb,
+            tessera__v1__row_slices__init(&l->slices[n]);
+            l->slices[n].indices = ids_ref(l, s, n, &off, &n_iov);
+            l->shapes[4 * n + 1] = (int64_t)v->row_len;
+            tensor_ref(&l->refs_b[n], &l->shapes[4 * n], 2, off, vb,
                        TESSERA__V1__DTYPE__DTYPE_FLOAT32);
-            l->slices[k].values = &l->refs_b[k];
+            l->slices[n].values = &l->refs_b[n];
             it->gradient_case = TESSERA__V1__PUSH_ITEM__GRADIENT_ROWS;
-            it->rows = &l->slices[k];
+            it->rows = &l->slices[n];
             l->iov[n_iov++] = (rpc_iov_t){s->values, vb, NULL, NULL};
             off += vb;
         }
+        l->sent[n] = p;
         l->push_ptrs[n++] = it;
     }
     if (n == 0)
@@ -479,7 +573,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     req.n_items = n;
     req.items = l->push_ptrs;
     opts = lane_call_opts(l, n_iov, c->push_pull);
-    l->sent = true;
+    l->made_request = true;
     t0 = clock_now_s();
     if (!c->push_pull) {
         rc = rpc_ps_push(l->ch, &req, &opts, &resp, NULL, &rerr);
@@ -502,7 +596,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
         pthread_mutex_unlock(&c->mu);
     }
     t0 = clock_now_s();
-    rc = apply_values(c, l, resp->values, resp->n_values, n, &payload, "push-pull", err);
+    rc = apply_values(l, resp->values, resp->n_values, n, &payload, "push-pull", err);
     l->values_s += clock_now_s() - t0;
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -518,13 +612,14 @@ static void *lane_main(void *arg)
 {
     lane_t *l = arg;
     ps_client_t *c = l->c;
+    ps_progress_t *pg = &c->progress[l->index];
     sigset_t all;
 
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!l->has_work && !l->stop && l->next_pack >= c->packs_ready)
+        while (!l->has_work && !l->stop && pg->next_pack >= c->packs_ready)
             pthread_cond_wait(&c->work_cv, &c->mu);
         if (l->stop)
             break;
@@ -537,31 +632,33 @@ static void *lane_main(void *arg)
                 pthread_cond_broadcast(&c->done_cv);
             continue;
         }
-        /* The next pack of the step; after a failure the rest are passed over. */
-        size_t pack = l->next_pack++;
+        /* The next pack of the step for this PS, whichever of its connections is free; after
+         * a failure the rest are passed over. */
+        size_t pack = pg->next_pack++;
         bool early = !c->backward_done;
         pthread_mutex_unlock(&c->mu);
-        l->sent = false;
+        l->made_request = false;
         if (l->rc == STATUS_OK)
             l->rc = lane_push(c, l, pack, &l->err);
         pthread_mutex_lock(&c->mu);
-        c->info.requests += l->sent;
-        c->info.during_backward += l->sent && early;
-        if (l->next_pack == c->n_packs && ++c->lanes_through == c->n_lanes)
+        c->info.requests += l->made_request;
+        c->info.during_backward += l->made_request && early;
+        if (++pg->packs_done == c->n_packs && ++c->ps_through == c->n_ps)
             pthread_cond_broadcast(&c->done_cv);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
-/* Runs op on every PS at once: lanes 1.. on their threads, lane 0 here. */
+/* Runs op on every PS at once, on each one's first connection: PS 1.. on their threads, PS 0
+ * here. */
 static status_t run_all(ps_client_t *c, lane_op_t op, status_msg_t *err)
 {
     status_t rc;
 
     pthread_mutex_lock(&c->mu);
-    c->pending = (int)c->n_lanes - 1;
-    for (size_t i = 1; i < c->n_lanes; i++) {
+    c->pending = (int)c->n_ps - 1;
+    for (size_t i = c->per_ps; i < c->n_lanes; i += c->per_ps) {
         c->lanes[i].op = op;
         c->lanes[i].has_work = true;
     }
@@ -573,7 +670,7 @@ static status_t run_all(ps_client_t *c, lane_op_t op, status_msg_t *err)
     while (c->pending > 0)
         pthread_cond_wait(&c->done_cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
-    for (size_t i = 0; i < c->n_lanes; i++) {
+    for (size_t i = 0; i < c->n_lanes; i += c->per_ps) {
         rc = c->lanes[i].rc;
         if (rc != STATUS_OK) {
             if (err != NULL)
@@ -669,14 +766,17 @@ static void publish_packs(ps_client_t *c, size_t first)
 {
     size_t ready = c->packs_ready;
 
-    while (ready < c->n_packs && c->pack_first[ready] >= first) {
-        for (size_t i = c->pack_first[ready]; i < c->n_vars && c->pack_of[i] == ready; i++)
-            if (c->vars[i].p->sparse)
-                split_rows(&c->vars[i]);
+    while (ready < c->n_packs && c->pack_first[ready] >= first)
         ready++;
-    }
     if (ready == c->packs_ready)
         return;
+    /* An embedding's pieces are all in one pack: its rows are found once, before it leaves. */
+    for (size_t i = 0; i < c->n_pieces; i++) {
+        piece_t *p = &c->pieces[i];
+        if (p->v->p->sparse && p->pack >= c->packs_ready && p->pack < ready &&
+            (i == 0 || c->pieces[i - 1].v != p->v))
+            split_rows(p->v);
+    }
     pthread_mutex_lock(&c->mu);
     c->packs_ready = ready;
     pthread_cond_broadcast(&c->work_cv);
@@ -715,7 +815,7 @@ status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err)
         c->info.during_backward = 0;
         c->info.requests = 0;
         for (size_t i = 0; i < c->n_lanes; i++)
-            c->info.requests += c->lanes[i].sent;
+            c->info.requests += c->lanes[i].made_request;
     } else {
         pthread_mutex_lock(&c->mu);
         c->backward_done = true;
@@ -723,14 +823,14 @@ status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err)
         publish_packs(c, 0);
         set_values_free(c, 0);
         pthread_mutex_lock(&c->mu);
-        while (c->lanes_through < c->n_lanes)
+        while (c->ps_through < c->n_ps)
             pthread_cond_wait(&c->done_cv, &c->mu);
-        c->lanes_through = 0;
+        c->ps_through = 0;
         c->packs_ready = 0;
         c->values_free = c->n_vars;
         c->backward_done = false;
-        for (size_t i = 0; i < c->n_lanes; i++)
-            c->lanes[i].next_pack = 0;
+        for (size_t i = 0; i < c->n_ps; i++)
+            c->progress[i] = (ps_progress_t){0};
         pthread_mutex_unlock(&c->mu);
         for (size_t i = 0; i < c->n_lanes; i++) {
             if (c->lanes[i].rc != STATUS_OK && rc == STATUS_OK) {
@@ -785,13 +885,14 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
     c->feature_len = model_input_len(model);
     c->n_vars = model_param_count(model);
     c->vars = calloc(c->n_vars + 1, sizeof(*c->vars));
-    c->n_lanes = req->n_ps;
-    c->lanes = calloc(c->n_lanes + 1, sizeof(*c->lanes));
-    if (c->vars == NULL || c->lanes == NULL) {
+    c->n_ps = req->n_ps;
+    c->lanes = calloc(c->n_ps * PS_CONNECTIONS + 1, sizeof(*c->lanes));
+    c->progress = calloc(c->n_ps + 1, sizeof(*c->progress));
+    if (c->vars == NULL || c->lanes == NULL || c->progress == NULL) {
         ps_client_free(c);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
-    if (c->n_lanes == 0) {
+    if (c->n_ps == 0) {
         ps_client_free(c);
         return status_fail(err, STATUS_INVALID_ARGUMENT, "the job names no parameter servers");
     }
@@ -801,16 +902,23 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         c->vars[i].row_len = c->vars[i].p->n / (size_t)c->vars[i].p->shape[0];
         c->push_pull &= !c->vars[i].p->sparse; /* the next batch needs other rows */
     }
-    for (size_t i = 0; i < c->n_lanes; i++) {
-        c->lanes[i].c = c;
-        c->lanes[i].index = (int)i;
-        snprintf(c->lanes[i].address, sizeof(c->lanes[i].address), "%s", req->ps[i]);
-    }
     rc = place(c, req, err);
     c->values_free = c->n_vars;
     if (rc == STATUS_OK)
+        rc = make_pieces(c, err);
+    if (rc == STATUS_OK)
         rc = plan_packs(c, bytes_per_pack > 0 ? (size_t)bytes_per_pack : PS_AUTO_BYTES_PER_PACK,
                         err);
+    /* Several connections per PS when several packs are in flight at once. */
+    c->per_ps = c->n_packs > 1 ? PS_CONNECTIONS : 1;
+    c->n_lanes = rc == STATUS_OK ? c->n_ps * c->per_ps : 0;
+    for (size_t i = 0; i < c->n_lanes; i++) {
+        lane_t *l = &c->lanes[i];
+        l->c = c;
+        l->index = (int)(i / c->per_ps);
+        l->conn = (int)(i % c->per_ps);
+        snprintf(l->address, sizeof(l->address), "%s", req->ps[l->index]);
+    }
     for (size_t i = 0; rc == STATUS_OK && i < c->n_lanes; i++)
         rc = lane_init(c, &c->lanes[i], err);
     /* Lane 0 runs on the caller's thread, except for packs sent while backward goes on. */
@@ -861,7 +969,8 @@ void ps_client_free(ps_client_t *c)
     }
     free(c->vars);
     free(c->lanes);
-    free(c->pack_of);
+    free(c->pieces);
+    free(c->progress);
     free(c->pack_first);
     pthread_cond_destroy(&c->work_cv);
     pthread_cond_destroy(&c->done_cv);

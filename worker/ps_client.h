@@ -5,9 +5,12 @@
  * and for embeddings only the rows the batch's token ids touch. Push sends the model's last
  * gradients: dense shards straight from the gradient buffers (no copy), embedding rows as
  * (shard-local index, row) pairs; for a model without embeddings, the push also returns the
- * updated values, which saves the next step's pull. One thread per PS beyond the first makes the
- * calls to all PS tasks at once; when the gradients go out in several packs, during backward,
- * the first PS gets a thread too. Not thread-safe: one step at a time. */
+ * updated values, which saves the next step's pull. Dense shards go in chunks of whole blocks
+ * (rpc/types.h: 1 MiB of rows), each applied by the PS as it arrives. One thread per PS beyond
+ * the first makes the calls to all PS tasks at once; when the gradients go out in several packs,
+ * each PS gets PS_CONNECTIONS connections, each on its own thread, which take the step's packs
+ * in turn: several are on the wire, and being applied, at once. Not thread-safe: one step at a
+ * time. */
 #ifndef TESSERA_PS_CLIENT_H
 #define TESSERA_PS_CLIENT_H
 
@@ -22,7 +25,7 @@ typedef struct ps_client ps_client_t;
 
 /* Connects to req->ps and records req->placement for the variables of model. Every model
  * variable must be placed completely (its shards' rows tile axis 0). The gradients go out in
- * packs of at least bytes_per_pack bytes (0: automatic), cut between layers; when there is more
+ * packs of at least bytes_per_pack bytes (0: automatic), cut between chunks; when there is more
  * than one and during_backward, each is pushed as soon as backward has made it
  * (model_on_backward), while the backward pass goes on, and the values a push-pull returns are
  * taken in once backward is done with the old ones. Without during_backward (gradients that are

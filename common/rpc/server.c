@@ -262,7 +262,10 @@ void server_on_recv(rpc_ctx_t *c, bool ok)
         return;
     }
     rc = s->handlers[c->method->id].cb(c, req, s->handlers[c->method->id].user);
-    count_phase(&mc->handle_micros, &phase);
+    /* up to its reply, if it made one here: sending that is the reply's phase */
+    atomic_fetch_add(
+        &mc->handle_micros,
+        (uint64_t)(((c->respond_at > phase ? c->respond_at : clock_now_s()) - phase) * 1e6));
     protobuf_c_message_free_unpacked(req, NULL);
     if (!c->deferred) {
         if (rc != STATUS_OK && !atomic_exchange(&c->replied, true)) {

@@ -103,6 +103,7 @@ struct rpc_ctx {
     bool deferred;
     rpc_payload_t payload;
     double started;
+    double respond_at; /* when the handler called rpc_ctx_respond (0: not yet) */
     size_t bytes_in, bytes_out;
     status_t fail_status;
     char fail_text[512];

@@ -11,6 +11,7 @@
 
 #include <grpc/support/log.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "tessera/v1/common.pb-c.h"
 
@@ -188,6 +189,7 @@ status_t rpc_ctx_respond(rpc_ctx_t *c, const ProtobufCMessage *resp, const rpc_i
         return STATUS_INVALID_USAGE;
     if (atomic_exchange(&c->replied, true))
         return STATUS_INVALID_USAGE;
+    c->respond_at = clock_now_s(); /* the handler's work ends, the reply's begins */
     if (resp->descriptor != c->method->response) {
         atomic_store(&c->replied, false);
         return rpc_ctx_fail(c, STATUS_INTERNAL, NULL, "%s: handler replied with a %s",
