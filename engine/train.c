@@ -30,6 +30,12 @@ static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t
                            "submit); tessera train runs one_device, mirrored and central_storage "
                            "jobs (and parameter_server jobs, as one worker)",
                            job->path ? job->path : "job");
+    if (job->wire_bf16)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: train.wire_dtype bfloat16 is what gradients and values take on "
+                           "the wire to parameter servers, and tessera train has none: submit "
+                           "the job to a chief (tessera run --local --ps N), or leave the key out",
+                           job->path ? job->path : "job");
     if (job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE)
         *ret_replicas = trainer_local_replicas(job);
     return STATUS_OK;

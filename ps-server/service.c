@@ -147,7 +147,9 @@ static status_t tensor_view_of(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, 
                                bool chunk_ok, const where_t *w, const uint8_t *payload, size_t len,
                                scratch_t *sc, uint64_t *end_max, view_t *ret)
 {
-    size_t elem = want == TESSERA__V1__DTYPE__DTYPE_INT64 ? 8 : 4;
+    size_t elem = want == TESSERA__V1__DTYPE__DTYPE_INT64      ? 8
+                  : want == TESSERA__V1__DTYPE__DTYPE_BFLOAT16 ? 2
+                                                               : 4;
     uint64_t count = 1, bytes;
 
     if (t == NULL)
@@ -297,7 +299,8 @@ static bool values_init(values_reply_t *r, const store_value_t *vals, const stor
         tessera__v1__tensor_ref__init(&r->refs[i]);
         r->keys[i].variable = (char *)keys[i].variable;
         r->keys[i].shard = keys[i].shard;
-        r->refs[i].dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+        r->refs[i].dtype =
+            vals[i].bf16 ? TESSERA__V1__DTYPE__DTYPE_BFLOAT16 : TESSERA__V1__DTYPE__DTYPE_FLOAT32;
         r->refs[i].n_shape = vals[i].rank;
         r->refs[i].shape = (int64_t *)vals[i].shape;
         r->refs[i].payload_offset = vals[i].offset;
@@ -519,14 +522,19 @@ static status_t push_item(rpc_ctx_t *ctx, const Tessera__V1__PushItem *it, size_
 {
     where_t w;
     view_t g, rows;
+    bool bf16 = false;
 
     STATUS_CHECK(check_key(ctx, it->key, i));
     w = (where_t){it->key->variable, it->key->shard, "dense"};
     ret->key = (store_key_t){it->key->variable, it->key->shard};
     switch (it->gradient_case) {
     case TESSERA__V1__PUSH_ITEM__GRADIENT_DENSE:
-        STATUS_CHECK(tensor_view_of(ctx, it->dense, TESSERA__V1__DTYPE__DTYPE_FLOAT32, true, &w,
-                                    payload, len, sc, end_max, &g));
+        /* float32, or bfloat16 (train.wire_dtype), widened by the store block by block */
+        bf16 = it->dense != NULL && it->dense->dtype == TESSERA__V1__DTYPE__DTYPE_BFLOAT16;
+        STATUS_CHECK(tensor_view_of(ctx, it->dense,
+                                    bf16 ? TESSERA__V1__DTYPE__DTYPE_BFLOAT16
+                                         : TESSERA__V1__DTYPE__DTYPE_FLOAT32,
+                                    true, &w, payload, len, sc, end_max, &g));
         if (g.chunk) { /* whole rows of the tensor; the store checks that they are whole blocks */
             size_t row = g.rank > 0 && g.shape[0] > 0 ? g.full / (size_t)g.shape[0] : 0;
             if (row == 0 || g.chunk_first % row != 0 || g.count % row != 0)
@@ -559,7 +567,10 @@ static status_t push_item(rpc_ctx_t *ctx, const Tessera__V1__PushItem *it, size_
                             "variable '%s' shard %d: the item carries no gradient", w.variable,
                             w.shard);
     }
-    ret->grad = g.data;
+    if (bf16)
+        ret->grad_bf16 = g.data;
+    else
+        ret->grad = g.data;
     ret->rank = g.rank;
     ret->shape = g.shape;
     return STATUS_OK;
@@ -596,8 +607,19 @@ static status_t do_push(rpc_ctx_t *ctx, const Tessera__V1__PushRequest *req, ps_
         keys[i] = items[i].key;
     }
     STATUS_CHECK_GOTO(check_payload_used(ctx, end_max, len), rc, out);
-    if (store_push(st->store, req->job, items, n, pull_after, versions, vals, &buf, &out_len,
-                   &err) != STATUS_OK) {
+    if (req->pull_dtype != TESSERA__V1__DTYPE__DTYPE_INVALID &&
+        req->pull_dtype != TESSERA__V1__DTYPE__DTYPE_FLOAT32 &&
+        req->pull_dtype != TESSERA__V1__DTYPE__DTYPE_BFLOAT16) {
+        rc = rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "pull_dtype",
+                          "pull_dtype %s (%d): values are pulled as float32 or bfloat16",
+                          dtype_name((int)req->pull_dtype), (int)req->pull_dtype);
+        goto out;
+    }
+    if (store_push(st->store, req->job, items, n,
+                   !pull_after                                             ? STORE_PUSH_ONLY
+                   : req->pull_dtype == TESSERA__V1__DTYPE__DTYPE_BFLOAT16 ? STORE_PULL_BFLOAT16
+                                                                           : STORE_PULL_FLOAT32,
+                   versions, vals, &buf, &out_len, &err) != STATUS_OK) {
         rc = fail_store(ctx, &err);
         goto out;
     }

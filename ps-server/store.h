@@ -87,6 +87,7 @@ typedef struct store_push_item {
     size_t rank;
     const int64_t *shape; /* the gradient's shape as sent */
     const float *grad;
+    const uint16_t *grad_bf16; /* instead of grad: a dense gradient sent as bfloat16 */
     bool has_rows;
     const int64_t *rows;
     size_t n_rows;
@@ -101,6 +102,7 @@ typedef struct store_push_item {
 typedef struct store_value {
     size_t offset, bytes;
     size_t chunk_offset; /* where in the shard's bytes they start: a chunk's rows, else 0 */
+    bool bf16;           /* bfloat16 values (STORE_PULL_BFLOAT16), else float32 */
     size_t rank;
     int64_t shape[STORE_MAX_RANK];
     uint64_t version;
@@ -145,13 +147,21 @@ status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items,
  * ret_versions[n] gets each item's version after its update (its blocks' fewest). With
  * pull_after, each updated block's values (or the pushed rows, in push order) are also written,
  * in the same pass, into ret_values and *ret_buf as store_pull does (a chunk's value is its rows,
- * chunk_offset saying where); otherwise ret_values and ret_buf may be NULL. Errors as store_pull,
+ * chunk_offset saying where; in bfloat16 with STORE_PULL_BFLOAT16, which row items refuse);
+ * otherwise ret_values and ret_buf may be NULL. A gradient may be bfloat16 (grad_bf16): each
+ * block's is widened to float32 before its update. Errors as store_pull,
  * and INVALID_ARGUMENT for a gradient whose shape differs from the shard's, that holds NaN or
  * infinity, a chunk that is not whole blocks of its shard, or two items that update the same
  * rows. */
+typedef enum {
+    STORE_PUSH_ONLY,     /* false */
+    STORE_PULL_FLOAT32,  /* true: the values after the update, float32 */
+    STORE_PULL_BFLOAT16, /* the same rounded to bfloat16 (dense items only) */
+} store_pull_after_t;
+
 status_t store_push(store_t *s, const char *job, const store_push_item_t *items, size_t n,
-                    bool pull_after, uint64_t *ret_versions, store_value_t *ret_values,
-                    void **ret_buf, size_t *ret_len, store_err_t *err);
+                    store_pull_after_t pull_after, uint64_t *ret_versions,
+                    store_value_t *ret_values, void **ret_buf, size_t *ret_len, store_err_t *err);
 
 /* Writes every shard of `job` held here, with its optimizer slots and version, to the
  * safetensors file `path` (atomically: files/atomic.h; the caller fsyncs the directory), names as

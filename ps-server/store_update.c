@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bf16.h"
 #include "base/clock.h"
 #include "rpc/types.h"
 #include "store_internal.h"
@@ -32,11 +33,12 @@ static status_t check_rows(const sjob_t *j, const shard_t *sh, const int64_t *ro
     return STATUS_OK;
 }
 
-/* Bytes a read of `elems` elements returns, added to *total within the reply limit. */
-static status_t add_reply(const store_t *s, const shard_t *sh, size_t elems, size_t *ret_bytes,
-                          size_t *total, store_err_t *err)
+/* Bytes a read of `elems` elements of `esize` bytes returns, added to *total within the reply
+ * limit. */
+static status_t add_reply(const store_t *s, const shard_t *sh, size_t elems, size_t esize,
+                          size_t *ret_bytes, size_t *total, store_err_t *err)
 {
-    size_t bytes = elems > SIZE_MAX / sizeof(float) ? SIZE_MAX : elems * sizeof(float);
+    size_t bytes = elems > SIZE_MAX / esize ? SIZE_MAX : elems * esize;
 
     if (bytes > s->limits.max_reply_bytes || *total > s->limits.max_reply_bytes - bytes)
         return store_fail(err, STATUS_RESOURCE_EXHAUSTED, sh->var->name,
@@ -124,8 +126,9 @@ status_t store_pull(store_t *s, const char *job, const store_pull_item_t *items,
             STATUS_CHECK_GOTO(check_rows(j, shards[i], it->rows, it->n_rows, err), rc, out);
         ret_values[i].offset = total;
         ret_values[i].chunk_offset = 0;
+        ret_values[i].bf16 = false;
         STATUS_CHECK_GOTO(add_reply(s, shards[i], reply_elems(shards[i], it->has_rows, it->n_rows),
-                                    &ret_values[i].bytes, &total, err),
+                                    sizeof(float), &ret_values[i].bytes, &total, err),
                           rc, out);
     }
     if (total > 0 && (buf = rpc_buffer_alloc(total)) == NULL) {
@@ -176,6 +179,9 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                           "variable '%s' shard %d: the gradient's shape %s is not %s", v, sh->index,
                           store_shape_str(it->shape, it->rank, a, sizeof(a)),
                           store_shape_str(want, sh->rank, b, sizeof(b)));
+    if (it->has_rows && it->grad_bf16 != NULL)
+        return store_fail(err, STATUS_INVALID_ARGUMENT, v,
+                          "variable '%s' shard %d: a row gradient is float32", v, sh->index);
     if (!it->has_chunk)
         return STATUS_OK;
     if (it->has_rows || sh->rank == 0)
@@ -255,11 +261,14 @@ typedef struct task {
     size_t item;
     shard_t *sh;
     size_t block;
-    const float *grad; /* the block's rows of the gradient (dense), or the item's rows */
-    float *out;        /* the block's rows of the reply (dense push-pull), or NULL */
-    void *scratch;     /* a row update's own (optimizer_rows_scratch_size) */
-    uint64_t version;  /* checked at; NOT_CHECKED */
-    double gmax;       /* < 0: not measured yet */
+    const float *grad;         /* the block's rows of the gradient (dense), or the item's rows */
+    const uint16_t *grad_bf16; /* the block's rows of a bfloat16 gradient: widened into wide */
+    float *wide;
+    float *out;         /* the block's rows of the reply (dense push-pull), or NULL */
+    uint16_t *out_bf16; /* the same in bfloat16 (STORE_PULL_BFLOAT16) */
+    void *scratch;      /* a row update's own (optimizer_rows_scratch_size) */
+    uint64_t version;   /* checked at; NOT_CHECKED */
+    double gmax;        /* < 0: not measured yet */
     bool proven;
     optimizer_bounds_t next;
     bool applied;
@@ -271,7 +280,7 @@ typedef struct push_run {
     const optimizer_config_t *opt;
     task_t *tasks;
     char *scratch; /* the row updates', one piece each */
-    bool pull_after;
+    bool pull_after, pull_bf16;
     char *buf;
     store_value_t *values;
     pthread_mutex_t err_mu;
@@ -310,6 +319,21 @@ static size_t task_elems(const push_run_t *r, const task_t *t, size_t *ret_first
     return block_n_rows(t->sh, t->block) * t->sh->row_len;
 }
 
+/* A bfloat16 gradient's block widened to float32 (once per task); false when out of memory. */
+static bool task_grad(push_run_t *r, task_t *t, size_t n)
+{
+    if (t->grad != NULL)
+        return true;
+    if ((t->wide = malloc((n ? n : 1) * sizeof(float))) == NULL) {
+        task_fail(r, STATUS_NO_MEMORY, t->sh,
+                  "out of memory widening a bfloat16 gradient of %zu elements", n);
+        return false;
+    }
+    bf16_to_floats(t->wide, t->grad_bf16, n);
+    t->grad = t->wide;
+    return true;
+}
+
 /* Whether t's update keeps every value and slot of its block finite in float32: proven from
  * the block's bounds and the gradient's largest magnitude when they allow, else by a dry run of
  * the optimizer on copies. A NaN or infinite gradient fails it too (every kernel carries the
@@ -323,6 +347,8 @@ static bool check_task(push_run_t *r, task_t *t)
     int64_t step = (int64_t)atomic_load(&bl->version);
     status_msg_t m;
 
+    if (!task_grad(r, t, n))
+        return false;
     if (t->gmax < 0) /* summed duplicate rows are at most as large as all of them together */
         t->gmax = optimizer_max_abs(t->grad, n) * (it->has_rows ? (double)it->n_rows : 1.0);
     t->version = (uint64_t)step;
@@ -382,7 +408,7 @@ static void apply_part(void *arg, size_t i)
     int64_t step;
 
     pthread_mutex_lock(&bl->mu);
-    if (atomic_load(&bl->version) != t->version && !check_task(r, t)) {
+    if (!task_grad(r, t, n) || (atomic_load(&bl->version) != t->version && !check_task(r, t))) {
         pthread_mutex_unlock(&bl->mu);
         return;
     }
@@ -398,6 +424,8 @@ static void apply_part(void *arg, size_t i)
     else
         optimizer_bounds_measure_part(r->opt, sh->values, sh->slots, sh->n, first,
                                       block_n_rows(sh, t->block) * sh->row_len, &bl->bounds);
+    if (t->out_bf16 != NULL) /* the block is in the cache: narrowed in a second pass */
+        bf16_from_floats(t->out_bf16, sh->values + first, n);
     t->after = (uint64_t)step + 1;
     atomic_store(&bl->version, t->after);
     if (r->pull_after && it->has_rows) { /* a sparse shard is one block: all of it is locked */
@@ -422,7 +450,7 @@ static size_t scratch_of(const store_push_item_t *it, const shard_t *sh)
 /* Checks every item, sizes the reply and the row scratch, and counts the tasks (store lock
  * held). */
 static status_t validate_push(const store_t *s, const sjob_t *j, const store_push_item_t *items,
-                              size_t n, bool pull_after, shard_t **shards,
+                              size_t n, store_pull_after_t pull_after, shard_t **shards,
                               store_value_t *ret_values, size_t *ret_total, size_t *ret_scratch,
                               size_t *ret_tasks, store_err_t *err)
 {
@@ -444,13 +472,19 @@ static status_t validate_push(const store_t *s, const sjob_t *j, const store_pus
                                   it->key.variable, it->n_rows);
             scratch += need;
         }
-        if (pull_after) {
+        if (pull_after != STORE_PUSH_ONLY) {
+            size_t esize = pull_after == STORE_PULL_BFLOAT16 ? sizeof(uint16_t) : sizeof(float);
+            if (it->has_rows && esize != sizeof(float))
+                return store_fail(err, STATUS_INVALID_ARGUMENT, it->key.variable,
+                                  "variable '%s': rows are pulled as float32, not bfloat16",
+                                  it->key.variable);
             ret_values[i].offset = total;
-            ret_values[i].chunk_offset = first * shards[i]->row_len * sizeof(float);
+            ret_values[i].chunk_offset = first * shards[i]->row_len * esize;
+            ret_values[i].bf16 = esize != sizeof(float);
             STATUS_CHECK(add_reply(s, shards[i],
                                    it->has_rows ? reply_elems(shards[i], true, it->n_rows)
                                                 : (end - first) * shards[i]->row_len,
-                                   &ret_values[i].bytes, &total, err));
+                                   esize, &ret_values[i].bytes, &total, err));
         }
     }
     STATUS_CHECK(check_overlaps(shards, items, n, err));
@@ -476,10 +510,15 @@ static void make_tasks(push_run_t *r, shard_t **shards, size_t n)
             *t = (task_t){.item = i,
                           .sh = sh,
                           .block = it->has_rows ? 0 : b,
-                          .grad = it->has_rows ? it->grad : it->grad + from,
                           .version = NOT_CHECKED,
                           .gmax = -1};
-            if (r->pull_after && !it->has_rows)
+            if (it->grad_bf16 != NULL)
+                t->grad_bf16 = it->grad_bf16 + from;
+            else
+                t->grad = it->has_rows ? it->grad : it->grad + from;
+            if (r->pull_after && !it->has_rows && r->pull_bf16)
+                t->out_bf16 = (uint16_t *)(r->buf + r->values[i].offset) + from;
+            else if (r->pull_after && !it->has_rows)
                 t->out = (float *)(r->buf + r->values[i].offset) + from;
             if (it->has_rows) {
                 t->scratch = r->scratch + scratch;
@@ -491,11 +530,15 @@ static void make_tasks(push_run_t *r, shard_t **shards, size_t n)
 }
 
 status_t store_push(store_t *s, const char *job, const store_push_item_t *items, size_t n,
-                    bool pull_after, uint64_t *ret_versions, store_value_t *ret_values,
-                    void **ret_buf, size_t *ret_len, store_err_t *err)
+                    store_pull_after_t pull_after, uint64_t *ret_versions,
+                    store_value_t *ret_values, void **ret_buf, size_t *ret_len, store_err_t *err)
 {
     shard_t **shards = malloc((n ? n : 1) * sizeof(*shards));
-    push_run_t r = {.items = items, .pull_after = pull_after, .values = ret_values, .err = err};
+    push_run_t r = {.items = items,
+                    .pull_after = pull_after != STORE_PUSH_ONLY,
+                    .pull_bf16 = pull_after == STORE_PULL_BFLOAT16,
+                    .values = ret_values,
+                    .err = err};
     size_t total = 0, scratch_len = 0, n_tasks = 0, applied = 0;
     sjob_t *j;
     status_t rc;
@@ -512,7 +555,7 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
                       rc, out);
     if ((r.tasks = calloc(n_tasks ? n_tasks : 1, sizeof(*r.tasks))) == NULL ||
         (scratch_len > 0 && (r.scratch = aligned_alloc(64, scratch_len)) == NULL) ||
-        (pull_after && total > 0 && (r.buf = rpc_buffer_alloc(total)) == NULL)) {
+        (r.pull_after && total > 0 && (r.buf = rpc_buffer_alloc(total)) == NULL)) {
         rc = store_fail(err, STATUS_NO_MEMORY, NULL, "out of memory for a push of %zu items", n);
         goto out;
     }
@@ -549,7 +592,7 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
         const store_push_item_t *it = &items[i];
         size_t first, end;
         item_span(shards[i], it, &first, &end);
-        if (pull_after) {
+        if (r.pull_after) {
             describe_value(shards[i], it->has_rows, it->n_rows, &ret_values[i]);
             ret_values[i].version = ret_versions[i];
         }
@@ -557,9 +600,9 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
         atomic_fetch_add_explicit(
             &shards[i]->bytes_pushed,
             it->has_rows ? it->n_rows * (sizeof(int64_t) + shards[i]->row_len * sizeof(float))
-                         : (end - first) * shards[i]->row_len * sizeof(float),
+                         : (end - first) * shards[i]->row_len * (it->grad_bf16 ? 2 : sizeof(float)),
             memory_order_relaxed);
-        if (pull_after) {
+        if (r.pull_after) {
             atomic_fetch_add_explicit(&shards[i]->pulls, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&shards[i]->bytes_pulled, ret_values[i].bytes,
                                       memory_order_relaxed);
@@ -581,7 +624,7 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
         }
         goto out;
     }
-    if (pull_after) {
+    if (r.pull_after) {
         *ret_buf = r.buf;
         *ret_len = total;
         r.buf = NULL;
@@ -590,6 +633,8 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
 out:
     pthread_rwlock_unlock(&s->lock);
     pthread_mutex_destroy(&r.err_mu);
+    for (size_t k = 0; r.tasks != NULL && k < n_tasks; k++)
+        free(r.tasks[k].wide);
     free(r.scratch);
     free(r.buf);
     free(r.tasks);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/bf16.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "model.h"
@@ -35,6 +36,7 @@ typedef struct var_ref {
     int32_t *mark; /* sparse: id -> slot in `ids` this step, -1 otherwise */
     int64_t *ids;  /* sparse: the step's distinct ids */
     size_t n_ids;
+    float *residual; /* bfloat16 on the wire with error feedback: what rounding dropped */
 } var_ref_t;
 
 /* What a push sends as one item: a dense shard's chunk of whole blocks (rpc/types.h), a whole
@@ -81,6 +83,7 @@ typedef struct lane {
     size_t cap_items; /* of the arrays above: the larger of n_items and n_pieces */
     void *recv_buf;
     size_t recv_cap;
+    uint16_t *stage; /* bfloat16 on the wire: the pack's gradients, cast */
     /* thread handoff */
     pthread_t tid;
     bool has_thread, has_work, stop;
@@ -117,6 +120,7 @@ struct ps_client {
     int batch;
     size_t feature_len;
     bool push_pull;      /* every variable dense: each push brings the updated values back */
+    bool bf16, feedback; /* train.wire_dtype bfloat16, train.wire_error_feedback */
     bool fresh;          /* the model holds what the last push-pull brought */
     _Atomic int lost_ps; /* the PS whose call failed unreachable (UNAVAILABLE, TIMEOUT); -1 */
     /* The gradients go out in packs, the last layers' first: each as soon as backward has made
@@ -272,6 +276,26 @@ static status_t plan_packs(ps_client_t *c, size_t cap, status_msg_t *err)
     return STATUS_OK;
 }
 
+/* bfloat16 on the wire: room for the largest pack's dense gradients on l's PS, cast. */
+static status_t lane_stage(ps_client_t *c, lane_t *l, status_msg_t *err)
+{
+    size_t *elems = calloc(c->n_packs + 1, sizeof(*elems)), most = 0;
+
+    if (elems == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < c->n_pieces; i++) {
+        const piece_t *p = &c->pieces[i];
+        if (p->ps == l->index && !p->v->p->sparse)
+            elems[p->pack] += p->rows * p->v->row_len;
+    }
+    for (size_t k = 0; k < c->n_packs; k++)
+        most = elems[k] > most ? elems[k] : most;
+    free(elems);
+    if ((l->stage = malloc((most ? most : 1) * sizeof(*l->stage))) == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory for %zu bfloat16 gradients", most);
+    return STATUS_OK;
+}
+
 static status_t lane_init(ps_client_t *c, lane_t *l, status_msg_t *err)
 {
     size_t n = 0, k = 0, m = 0, cap;
@@ -330,7 +354,7 @@ static status_t lane_init(ps_client_t *c, lane_t *l, status_msg_t *err)
             if (l->shard_of[j] == p->s)
                 p->key = j;
     }
-    return STATUS_OK;
+    return c->bf16 ? lane_stage(c, l, err) : STATUS_OK;
 }
 
 static void lane_done(lane_t *l)
@@ -352,6 +376,7 @@ static void lane_done(lane_t *l)
     free(l->shapes);
     free(l->iov);
     free(l->recv_buf);
+    free(l->stage);
 }
 
 /* ---- one PS's part of a step -------------------------------------------------------------- */
@@ -371,9 +396,11 @@ static void tensor_ref(Tessera__V1__TensorRef *r, int64_t *shape, int rank, uint
 /* Copies pulled values into the model: value i must be what item i of the request asked for
  * (l->sent[i]): a dense shard or its chunk, whole, or the rows of an embedding shard. */
 static status_t apply_values(lane_t *l, Tessera__V1__PulledValue **values, size_t n_values,
-                             size_t expected, rpc_payload_t *payload, const char *what,
+                             size_t expected, bool bf16, rpc_payload_t *payload, const char *what,
                              status_msg_t *err)
 {
+    Tessera__V1__DType dense_dtype =
+        bf16 ? TESSERA__V1__DTYPE__DTYPE_BFLOAT16 : TESSERA__V1__DTYPE__DTYPE_FLOAT32;
     status_t rc = STATUS_OK;
 
     if (n_values != expected)
@@ -386,10 +413,13 @@ static status_t apply_values(lane_t *l, Tessera__V1__PulledValue **values, size_
         shard_ref_t *s = p->s;
         const Tessera__V1__TensorRef *t = v->value;
         size_t row_bytes = var->row_len * sizeof(float);
+        size_t wire_row = var->p->sparse ? row_bytes : var->row_len * (bf16 ? 2 : sizeof(float));
         if (v->key == NULL || v->key->variable == NULL ||
             strcmp(v->key->variable, var->p->name) != 0 || v->key->shard != s->shard || t == NULL ||
             t->payload_offset > payload->len || t->byte_length > payload->len - t->payload_offset ||
-            t->chunk_offset != p->row * row_bytes) {
+            t->chunk_offset != p->row * wire_row ||
+            t->dtype != (var->p->sparse ? TESSERA__V1__DTYPE__DTYPE_FLOAT32 : dense_dtype) ||
+            (t->payload_offset % (bf16 ? 2 : sizeof(float))) != 0) {
             rc = status_fail(err, STATUS_RPC,
                              "ps %d (%s) answered a %s with a value that "
                              "does not match the request",
@@ -398,14 +428,18 @@ static status_t apply_values(lane_t *l, Tessera__V1__PulledValue **values, size_
         }
         const float *src = (const float *)((const char *)payload->data + t->payload_offset);
         if (!var->p->sparse) {
-            size_t want = p->rows * row_bytes;
+            size_t want = p->rows * wire_row;
+            float *dst = var->p->value + ((size_t)s->row_offset + p->row) * var->row_len;
             if (t->byte_length != want) {
                 rc = status_fail(err, STATUS_RPC, "ps %d sent %llu bytes for %s shard %d, not %zu",
                                  l->index, (unsigned long long)t->byte_length, var->p->name,
                                  s->shard, want);
                 break;
             }
-            memcpy(var->p->value + ((size_t)s->row_offset + p->row) * var->row_len, src, want);
+            if (bf16)
+                bf16_to_floats(dst, (const uint16_t *)(const void *)src, p->rows * var->row_len);
+            else
+                memcpy(dst, src, want);
         } else {
             if (t->byte_length != s->n_local * row_bytes) {
                 rc = status_fail(err, STATUS_RPC, "ps %d sent the wrong number of rows of %s",
@@ -500,7 +534,7 @@ static status_t lane_pull(ps_client_t *c, lane_t *l, status_msg_t *err)
     l->call_s += t1 - t0;
     if (rc != STATUS_OK)
         return lane_failed(c, l, rc, "pull", &rerr, err);
-    rc = apply_values(l, resp->values, resp->n_values, n, &payload, "pull", err);
+    rc = apply_values(l, resp->values, resp->n_values, n, false, &payload, "pull", err);
     l->values_s += clock_now_s() - t1;
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -515,7 +549,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     rpc_call_opts_t opts = {0};
     rpc_payload_t payload = {0};
     rpc_error_t rerr;
-    size_t n = 0, n_iov = 0;
+    size_t n = 0, n_iov = 0, staged = 0;
     uint64_t off = 0;
     double t0;
     status_t rc;
@@ -531,19 +565,30 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
         tessera__v1__push_item__init(it);
         it->key = &l->keys[p->key];
         if (!v->p->sparse) {
-            size_t row_bytes = v->row_len * sizeof(float), bytes = p->rows * row_bytes;
+            size_t esize = c->bf16 ? 2 : sizeof(float), elems = p->rows * v->row_len;
+            size_t at = ((size_t)s->row_offset + p->row) * v->row_len, bytes = elems * esize;
+            const void *data = v->p->grad + at;
+            if (c->bf16) { /* cast here, on the lane's thread, while backward goes on */
+                uint16_t *dst = l->stage + staged;
+                if (c->feedback)
+                    bf16_from_floats_feedback(dst, v->p->grad + at, v->residual + at, elems);
+                else
+                    bf16_from_floats(dst, v->p->grad + at, elems);
+                data = dst;
+                staged += elems;
+            }
             /* The shard's own shape: its rows, then the variable's other dimensions; a chunk
              * says which of its bytes it holds. */
             l->shapes[4 * n] = s->rows;
             for (int d = 1; d < v->p->rank; d++)
                 l->shapes[4 * n + (size_t)d] = v->p->shape[d];
             tensor_ref(&l->refs_a[n], &l->shapes[4 * n], v->p->rank, off, bytes,
-                       TESSERA__V1__DTYPE__DTYPE_FLOAT32);
-            l->refs_a[n].chunk_offset = p->row * row_bytes;
+                       c->bf16 ? TESSERA__V1__DTYPE__DTYPE_BFLOAT16
+                               : TESSERA__V1__DTYPE__DTYPE_FLOAT32);
+            l->refs_a[n].chunk_offset = p->row * v->row_len * esize;
             it->gradient_case = TESSERA__V1__PUSH_ITEM__GRADIENT_DENSE;
             it->dense = &l->refs_a[n];
-            l->iov[n_iov++] = (rpc_iov_t){
-                v->p->grad + ((size_t)s->row_offset + p->row) * v->row_len, bytes, NULL, NULL};
+            l->iov[n_iov++] = (rpc_iov_t){data, bytes, NULL, NULL};
             off += bytes;
         } else {
             size_t vb = s->n_local * v->row_len * sizeof(float);
@@ -585,6 +630,8 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     }
     /* One round trip instead of two: the values come back updated, for the next step. */
     req.pull_after = true;
+    if (c->bf16)
+        req.pull_dtype = TESSERA__V1__DTYPE__DTYPE_BFLOAT16;
     rc = rpc_ps_push_pull(l->ch, &req, &opts, &resp, &payload, &rerr);
     l->call_s += clock_now_s() - t0;
     if (rc != STATUS_OK)
@@ -596,7 +643,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
         pthread_mutex_unlock(&c->mu);
     }
     t0 = clock_now_s();
-    rc = apply_values(l, resp->values, resp->n_values, n, &payload, "push-pull", err);
+    rc = apply_values(l, resp->values, resp->n_values, n, c->bf16, &payload, "push-pull", err);
     l->values_s += clock_now_s() - t0;
     rpc_payload_done(&payload);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -866,9 +913,9 @@ size_t ps_client_packs(const ps_client_t *c)
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
 status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *req,
-                       int64_t bytes_per_pack, bool during_backward, ps_client_t **ret,
-                       status_msg_t *err)
+                       const ps_client_opts_t *opts, ps_client_t **ret, status_msg_t *err)
 {
+    int64_t bytes_per_pack = opts->bytes_per_pack;
     ps_client_t *c = calloc(1, sizeof(*c));
     status_t rc = STATUS_OK;
 
@@ -897,10 +944,19 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         return status_fail(err, STATUS_INVALID_ARGUMENT, "the job names no parameter servers");
     }
     c->push_pull = true;
+    c->bf16 = opts->wire_bf16;
+    c->feedback = opts->wire_bf16 && opts->error_feedback;
     for (size_t i = 0; i < c->n_vars; i++) {
-        c->vars[i].p = model_param(model, i);
-        c->vars[i].row_len = c->vars[i].p->n / (size_t)c->vars[i].p->shape[0];
-        c->push_pull &= !c->vars[i].p->sparse; /* the next batch needs other rows */
+        var_ref_t *v = &c->vars[i];
+        v->p = model_param(model, i);
+        v->row_len = v->p->n / (size_t)v->p->shape[0];
+        c->push_pull &= !v->p->sparse; /* the next batch needs other rows */
+        if (c->feedback && !v->p->sparse && (v->residual = calloc(v->p->n, sizeof(float))) == NULL)
+            rc = status_fail(err, STATUS_NO_MEMORY, "out of memory for the rounding residuals");
+    }
+    if (rc != STATUS_OK) {
+        ps_client_free(c);
+        return rc;
     }
     rc = place(c, req, err);
     c->values_free = c->n_vars;
@@ -932,7 +988,7 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         ps_client_free(c);
         return rc;
     }
-    c->early = c->n_packs > 1 && during_backward;
+    c->early = c->n_packs > 1 && opts->during_backward;
     if (c->early)
         model_on_backward(model, on_backward, c);
     *ret = c;
@@ -966,6 +1022,7 @@ void ps_client_free(ps_client_t *c)
         free(v->shards);
         free(v->mark);
         free(v->ids);
+        free(v->residual);
     }
     free(c->vars);
     free(c->lanes);

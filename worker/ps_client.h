@@ -25,14 +25,22 @@ typedef struct ps_client ps_client_t;
 
 /* Connects to req->ps and records req->placement for the variables of model. Every model
  * variable must be placed completely (its shards' rows tile axis 0). The gradients go out in
- * packs of at least bytes_per_pack bytes (0: automatic), cut between chunks; when there is more
+ * packs of at least opts->bytes_per_pack bytes, cut between chunks; when there is more
  * than one and during_backward, each is pushed as soon as backward has made it
  * (model_on_backward), while the backward pass goes on, and the values a push-pull returns are
  * taken in once backward is done with the old ones. Without during_backward (gradients that are
  * summed over several steps before they leave) the packs go out together at ps_client_push. */
+typedef struct ps_client_opts {
+    int64_t bytes_per_pack; /* 0: PS_AUTO_BYTES_PER_PACK */
+    bool during_backward;
+    /* train.wire_dtype bfloat16: dense gradients are cast to bfloat16 as their pack is written
+     * (with error_feedback, what rounding drops is added to the next step's), and push-pulls ask
+     * for the values back in bfloat16, widened into the model; embeddings stay float32. */
+    bool wire_bf16, error_feedback;
+} ps_client_opts_t;
+
 status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *req,
-                       int64_t bytes_per_pack, bool during_backward, ps_client_t **ret,
-                       status_msg_t *err);
+                       const ps_client_opts_t *opts, ps_client_t **ret, status_msg_t *err);
 void ps_client_free(ps_client_t *c);
 
 /* Pulls what a step on this batch needs into the model's variables; nothing when the model

@@ -388,8 +388,11 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
         }
         ps_client_free(j->ps);
         j->ps = NULL;
-        rc = ps_client_new(j->model, req, j->job.bytes_per_pack, j->job.accumulate_steps <= 1,
-                           &j->ps, &err);
+        ps_client_opts_t po = {.bytes_per_pack = j->job.bytes_per_pack,
+                               .during_backward = j->job.accumulate_steps <= 1,
+                               .wire_bf16 = j->job.wire_bf16,
+                               .error_feedback = j->job.wire_error_feedback};
+        rc = ps_client_new(j->model, req, &po, &j->ps, &err);
         if (rc == STATUS_OK)
             LOG_INFO(WORKER, "job %s: %zu parameter servers, gradients pushed in %zu pack%s", j->id,
                      req->n_ps, ps_client_packs(j->ps), ps_client_packs(j->ps) == 1 ? "" : "s");

@@ -559,8 +559,9 @@ static status_t parse_data(job_ctx_t *c, const job_node_t *n, job_data_t *d)
 static status_t parse_train(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
     static const char *const train_keys[] = {
-        "epochs",        "steps",          "steps_per_execution",
-        "max_staleness", "bytes_per_pack", "accumulate_steps"};
+        "epochs",           "steps",      "steps_per_execution", "max_staleness", "bytes_per_pack",
+        "accumulate_steps", "wire_dtype", "wire_error_feedback"};
+    const char *wire = NULL;
 
     STATUS_CHECK(job_tree_check_map(c, n, train_keys, JOB_N_OF(train_keys), false));
     if (job_tree_given(job_tree_child(n, "epochs")) == job_tree_given(job_tree_child(n, "steps")))
@@ -573,7 +574,24 @@ static status_t parse_train(job_ctx_t *c, const job_node_t *n, job_t *job)
         job_tree_get_int(c, n, "steps_per_execution", false, 1, &job->steps_per_execution));
     STATUS_CHECK(job_tree_get_i64(c, n, "max_staleness", false, 0, &job->max_staleness));
     STATUS_CHECK(job_tree_get_int(c, n, "accumulate_steps", false, 1, &job->accumulate_steps));
-    return job_tree_get_i64(c, n, "bytes_per_pack", false, 0, &job->bytes_per_pack);
+    STATUS_CHECK(job_tree_get_i64(c, n, "bytes_per_pack", false, 0, &job->bytes_per_pack));
+    STATUS_CHECK(job_tree_get_string(c, n, "wire_dtype", false, &wire));
+    STATUS_CHECK(job_tree_get_bool(c, n, "wire_error_feedback", &job->wire_error_feedback));
+    if (wire != NULL && strcmp(wire, "float32") != 0 && strcmp(wire, "bfloat16") != 0)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(n, "wire_dtype")->line,
+                             "%s.wire_dtype: '%s' is not float32 or bfloat16", c->path, wire);
+    job->wire_bf16 = wire != NULL && strcmp(wire, "bfloat16") == 0;
+    /* Only gradients that travel to a parameter server are cast (a chief runs one_device jobs
+     * that way too; tessera train refuses the key): elsewhere it would be read and do nothing. */
+    if (job->wire_bf16 && job_is_synchronous(job))
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(n, "wire_dtype")->line,
+                             "%s.wire_dtype: bfloat16 is for parameter_server jobs (gradients "
+                             "and values on the wire to the PS)",
+                             c->path);
+    if (job->wire_error_feedback && !job->wire_bf16)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(n, "wire_error_feedback")->line,
+                             "%s.wire_error_feedback: it is for wire_dtype: bfloat16", c->path);
+    return STATUS_OK;
 }
 
 static status_t parse_partitioner(job_ctx_t *c, const job_node_t *n, job_partitioner_t *p)

@@ -122,13 +122,17 @@ typedef struct job {
     job_data_t data;
     int64_t epochs; /* train: {epochs: N} or {steps: N}; one of them is > 0 */
     int64_t steps;
-    int steps_per_execution; /* default 1 */
-    int accumulate_steps;    /* the optimizer applies the mean gradient of this many batches
-                              * (Keras 3's gradient_accumulation_steps); 0 or 1: every batch */
-    int64_t max_staleness;   /* parameter_server: 0 = off */
-    int64_t bytes_per_pack;  /* parameter_server: gradients go to the PS in packs of at least
-                              * this many bytes, each as soon as backward has made it; 0 =
-                              * automatic */
+    int steps_per_execution;  /* default 1 */
+    int accumulate_steps;     /* the optimizer applies the mean gradient of this many batches
+                               * (Keras 3's gradient_accumulation_steps); 0 or 1: every batch */
+    int64_t max_staleness;    /* parameter_server: 0 = off */
+    int64_t bytes_per_pack;   /* parameter_server: gradients go to the PS in packs of at least
+                               * this many bytes, each as soon as backward has made it; 0 =
+                               * automatic */
+    bool wire_bf16;           /* parameter_server: train.wire_dtype bfloat16: dense gradients
+                               * and the values pulled back travel as bfloat16 */
+    bool wire_error_feedback; /* with wire_bf16: each worker adds what rounding dropped from its
+                               * last gradient to the next (train.wire_error_feedback) */
     bool evaluate; /* evaluate on the test split after each epoch (default: when a test split is
                       given) */
     job_partitioner_t partitioner;

@@ -491,6 +491,41 @@ START_TEST(ps_training_step_phases_add_up_to_the_step)
 }
 END_TEST
 
+/* train.wire_dtype: bfloat16: gradients and pulled values travel as bfloat16 (half the bytes
+ * each way) and the job learns as well as in float32, with error feedback or without. */
+START_TEST(ps_training_bfloat16_on_the_wire_halves_the_bytes_and_learns)
+{
+    static const char *const trains[] = {
+        "steps: 300, bytes_per_pack: 65536",
+        "steps: 300, bytes_per_pack: 65536, wire_dtype: bfloat16",
+        "steps: 300, bytes_per_pack: 65536, wire_dtype: bfloat16, wire_error_feedback: true"};
+    double bytes[3], acc[3];
+    char *out = NULL;
+    cluster_t c;
+    int rc;
+
+    start_cluster_of(&c, 1);
+    for (int k = 0; k < 3; k++) {
+        double before = harness_metric(&c.ps[0], "tessera_ps_pushed_bytes_total") +
+                        harness_metric(&c.ps[0], "tessera_ps_pulled_bytes_total");
+        rc = run_job_of(&c, "{adam: {learning_rate: 0.001}}", 64, trains[k], &out);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+        acc[k] = test_accuracy(out);
+        bytes[k] = harness_metric(&c.ps[0], "tessera_ps_pushed_bytes_total") +
+                   harness_metric(&c.ps[0], "tessera_ps_pulled_bytes_total") - before;
+        free(out);
+    }
+    printf("float32 %.4f (%.0f bytes), bfloat16 %.4f (%.0f), with error feedback %.4f (%.0f)\n",
+           acc[0], bytes[0], acc[1], bytes[1], acc[2], bytes[2]);
+    for (int k = 1; k < 3; k++) {
+        ck_assert_msg(fabs(bytes[k] / bytes[0] - 0.5) < 0.02, "bytes %.0f against %.0f", bytes[k],
+                      bytes[0]);
+        ck_assert_msg(fabs(acc[k] - acc[0]) < 0.02, "accuracy %.4f against %.4f", acc[k], acc[0]);
+    }
+    stop_cluster(&c);
+}
+END_TEST
+
 /* A number after `key` in the CLI's result line. */
 static double result_number(const char *result, const char *key)
 {
@@ -554,6 +589,7 @@ int main(void)
     tcase_add_test(tc, ps_training_accumulated_batches_push_as_one_larger_batch);
     tcase_add_test(tc, ps_training_gradient_packs_overlap_backward_and_change_nothing);
     tcase_add_test(tc, ps_training_step_phases_add_up_to_the_step);
+    tcase_add_test(tc, ps_training_bfloat16_on_the_wire_halves_the_bytes_and_learns);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();

@@ -174,6 +174,13 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
                              "\nloss: mse\ndata: {batch_size: 8, train: {format: synthetic, "
                              "examples: 16, shape: [784], classes: 2}}\n"),
                    "strategy multi_worker_mirrored trains on a cluster of workers", NULL);
+    /* so is a key that only means something on the wire to a parameter server */
+    expect_failure(write_job("wire.yaml",
+                             "model:\n" MLP
+                             "\nloss: mse\ndata: {batch_size: 8, train: {format: synthetic, "
+                             "examples: 16, shape: [784], classes: 2}}\n"
+                             "train: {epochs: 1, wire_dtype: bfloat16}\n"),
+                   "train.wire_dtype bfloat16 is what gradients and values take on the wire", NULL);
     expect_failure(job_with("flag.yaml", MLP, FM "train-images-idx3-ubyte.gz",
                             FM "train-labels-idx1-ubyte.gz", "adam"),
                    "--bogus", "--bogus");

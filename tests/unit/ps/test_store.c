@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/bf16.h"
 #include "check_run.h"
 #include "job/initializer.h"
 #include "optim/optimizer.h"
@@ -520,6 +521,68 @@ START_TEST(store_bad_chunks_are_refused_whole)
     free(after);
     free(g);
     store_free(s);
+}
+END_TEST
+
+/* A bfloat16 gradient (in chunks too) gives the values its float32 widening gives, bit for bit,
+ * and a push-pull in bfloat16 returns the float32 values the PS keeps, rounded to nearest even. */
+START_TEST(store_bfloat16_pushes_are_their_widened_float32_pushes)
+{
+    store_t *wide = new_store(), *narrow = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp = spec("w", C_ROWS, C_COLS, 0, 1);
+    int64_t shape[2] = {C_ROWS, C_COLS};
+    size_t br = rpc_block_rows(C_COLS * sizeof(float));
+    float *g = malloc(C_N * sizeof(float)), *a, *b;
+    uint16_t *h = malloc(C_N * sizeof(uint16_t));
+
+    create_ok(wide, "job", &opt, &sp, 1, 1);
+    create_ok(narrow, "job", &opt, &sp, 1, 1);
+    for (int step = 0; step < 3; step++) {
+        store_push_item_t items[2] = {{.key = {"w", 0},
+                                       .rank = 2,
+                                       .shape = shape,
+                                       .grad_bf16 = h,
+                                       .has_chunk = true,
+                                       .chunk_row = 0,
+                                       .chunk_rows = br},
+                                      {.key = {"w", 0},
+                                       .rank = 2,
+                                       .shape = shape,
+                                       .grad_bf16 = h + br * C_COLS,
+                                       .has_chunk = true,
+                                       .chunk_row = br,
+                                       .chunk_rows = C_ROWS - br}};
+        store_value_t vals[2];
+        uint64_t versions[2];
+        store_err_t err;
+        void *buf = NULL;
+        size_t len = 0;
+        for (size_t i = 0; i < C_N; i++)
+            h[i] = bf16_from_float((float)sin((double)(i + (size_t)step * 7)) * 0.3f);
+        bf16_to_floats(g, h, C_N);
+        push_dense(wide, "job", "w", 0, shape, 2, g, (uint64_t)step + 1);
+        ck_assert_msg(store_push(narrow, "job", items, 2, STORE_PULL_BFLOAT16, versions, vals, &buf,
+                                 &len, &err) == STATUS_OK,
+                      "%s", err.msg.text);
+        ck_assert_uint_eq(len, C_N * sizeof(uint16_t));
+        ck_assert(vals[0].bf16 && vals[1].bf16);
+        ck_assert_uint_eq(vals[1].chunk_offset, br * C_COLS * sizeof(uint16_t));
+        a = pull_all(narrow, "job", "w", 0, NULL, NULL);
+        for (size_t i = 0; i < C_N; i++)
+            ck_assert_uint_eq(((uint16_t *)buf)[i], bf16_from_float(a[i]));
+        free(a);
+        free(buf);
+    }
+    a = pull_all(wide, "job", "w", 0, NULL, NULL);
+    b = pull_all(narrow, "job", "w", 0, NULL, NULL);
+    ck_assert(memcmp(a, b, C_N * sizeof(float)) == 0);
+    free(a);
+    free(b);
+    free(g);
+    free(h);
+    store_free(wide);
+    store_free(narrow);
 }
 END_TEST
 
@@ -1138,6 +1201,7 @@ int main(void)
     tcase_add_test(tc, store_push_pull_over_a_pool_matches_the_kernels_bit_for_bit);
     tcase_add_test(tc, store_chunked_pushes_equal_whole_pushes_bit_for_bit);
     tcase_add_test(tc, store_bad_chunks_are_refused_whole);
+    tcase_add_test(tc, store_bfloat16_pushes_are_their_widened_float32_pushes);
     tcase_add_test(tc, store_row_push_applies_adam_to_the_touched_rows_only);
     tcase_add_test(tc, store_learning_rate_schedule_runs_on_each_shard_version);
     tcase_add_test(tc, store_pull_of_rows_returns_them_in_request_order);

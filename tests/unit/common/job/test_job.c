@@ -215,7 +215,8 @@ static const char full_yaml[] =
     "  seed: 5\n"
     "  drop_remainder: true\n"
     "  prefetch: 0\n"
-    "train: {steps: 1000, steps_per_execution: 10, max_staleness: 4, bytes_per_pack: 65536}\n"
+    "train: {steps: 1000, steps_per_execution: 10, max_staleness: 4, bytes_per_pack: 65536,\n"
+    "        wire_dtype: bfloat16, wire_error_feedback: true}\n"
     "evaluate: false\n"
     "partitioner: {max_size: {max_shard_bytes: 1048576, max_shards: 4}}\n";
 
@@ -290,6 +291,7 @@ START_TEST(every_key_of_a_job_is_read)
     ck_assert_int_eq(job.steps_per_execution, 10);
     ck_assert_int_eq(job.max_staleness, 4);
     ck_assert_int_eq(job.bytes_per_pack, 65536);
+    ck_assert(job.wire_bf16 && job.wire_error_feedback);
     ck_assert(!job.evaluate);
     ck_assert_int_eq(job.partitioner.kind, JOB_PARTITIONER_MAX_SIZE);
     ck_assert_int_eq(job.partitioner.max_shard_bytes, 1048576);
@@ -539,6 +541,15 @@ START_TEST(train_takes_epochs_or_steps_not_both)
                "train.epochs must be a positive integer, got '0'");
     ASSERT_BAD(MODEL TAIL "train: {epochs: 1, bytes_per_pack: -1}\n",
                "train.bytes_per_pack must be");
+    ASSERT_BAD(MODEL TAIL "train: {epochs: 1, wire_dtype: float16}\n",
+               "train.wire_dtype: 'float16' is not float32 or bfloat16");
+    /* the synchronous strategies send no gradient to a PS */
+    ASSERT_BAD("strategy: multi_worker_mirrored\n" MODEL TAIL
+               "train: {epochs: 1, wire_dtype: bfloat16}\n",
+               "train.wire_dtype: bfloat16 is for parameter_server jobs");
+    ASSERT_BAD("strategy: parameter_server\n" MODEL TAIL
+               "train: {epochs: 1, wire_error_feedback: true}\n",
+               "train.wire_error_feedback: it is for wire_dtype: bfloat16");
 }
 END_TEST
 
