@@ -38,7 +38,9 @@ for p in "${programs[@]}"; do
 done
 # every library the programs load, at the path the loader looks for it: what they link, and
 # OpenBLAS, which the engine opens at run time (engine/blas.c), with what it links
-openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ {print $NF; exit}')
+# awk reads to the end: one that exits at the first match makes ldconfig die of SIGPIPE, which
+# pipefail turns into a failure whenever ldconfig was still writing
+openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found {print $NF; found = 1}')
 [ -n "$openblas" ] || { echo "build.sh: libopenblas.so.0 not found (install libopenblas0)" >&2; exit 1; }
 { ldd "${programs[@]/#/$build/}" "$openblas"; echo "$openblas => $openblas (0x0)"; } |
   awk '/=> \// {print $3} /^\t\/[^ ]+ \(/ {print $1}' | sort -u |
