@@ -41,6 +41,7 @@
 #include "../../ps-server/service.h"
 #include "../../worker/service.h"
 #include "daemon/daemon.h"
+#include "base/bf16.h"
 #include "fuzz_common.h"
 #include "rpc/internal.h"
 #include "rpc/offline.h"
@@ -168,20 +169,37 @@ static void check_values(const rpc_method_t *m, Tessera__V1__PulledValue *const 
 {
     for (size_t i = 0; i < n; i++) {
         const Tessera__V1__TensorRef *t = values[i]->value;
-        uint64_t count = 1;
+        uint64_t count = 1, esize, sent;
         if (t == NULL)
             fuzz_fail("rpc", "%s: reply value %zu has no tensor", m->path, i);
+        if (t->dtype != TESSERA__V1__DTYPE__DTYPE_FLOAT32 &&
+            t->dtype != TESSERA__V1__DTYPE__DTYPE_BFLOAT16)
+            fuzz_fail("rpc", "%s: reply value %zu has dtype %d", m->path, i, (int)t->dtype);
+        esize = t->dtype == TESSERA__V1__DTYPE__DTYPE_BFLOAT16 ? 2 : 4;
         for (size_t d = 0; d < t->n_shape; d++)
             count *= (uint64_t)t->shape[d];
-        if (t->byte_length != count * 4 || t->payload_offset > p->len ||
-            t->byte_length > p->len - t->payload_offset || t->payload_offset % 4 != 0)
+        /* the whole tensor, or a chunk of it (a push-pull of a chunk's rows) */
+        if (t->byte_length % esize != 0 || t->chunk_offset % esize != 0 ||
+            t->byte_length > count * esize || t->chunk_offset > count * esize - t->byte_length ||
+            t->payload_offset > p->len || t->byte_length > p->len - t->payload_offset ||
+            t->payload_offset % esize != 0)
             fuzz_fail("rpc",
-                      "%s: reply value %zu: %llu bytes at %llu for %llu floats, payload of %zu",
+                      "%s: reply value %zu: %llu bytes at %llu (chunk at %llu) for %llu "
+                      "elements of %llu bytes, payload of %zu",
                       m->path, i, (unsigned long long)t->byte_length,
-                      (unsigned long long)t->payload_offset, (unsigned long long)count, p->len);
-        for (uint64_t k = 0; k < count; k++) {
+                      (unsigned long long)t->payload_offset, (unsigned long long)t->chunk_offset,
+                      (unsigned long long)count, (unsigned long long)esize, p->len);
+        sent = t->byte_length / esize;
+        for (uint64_t k = 0; k < sent; k++) {
+            const uint8_t *at = (const uint8_t *)p->data + t->payload_offset + esize * k;
             float v;
-            memcpy(&v, (const uint8_t *)p->data + t->payload_offset + 4 * k, sizeof(v));
+            if (esize == 2) {
+                uint16_t h;
+                memcpy(&h, at, sizeof(h));
+                v = bf16_to_float(h);
+            } else {
+                memcpy(&v, at, sizeof(v));
+            }
             if (!isfinite(v))
                 fuzz_fail("rpc", "%s: reply value %zu holds %g at element %llu", m->path, i, v,
                           (unsigned long long)k);

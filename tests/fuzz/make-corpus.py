@@ -7,8 +7,8 @@ Usage: tests/fuzz/make-corpus.py [BUILD_DIR]   (default build-fuzz; needs python
   job        examples/*.yaml as written and as JSON, and jobs that bring a Keras file along
              (fuzz_job.c: "\\n#@file PATH\\n" before each file)
   keras      tests/fixtures/keras/*.json
-  tf_config  the TF_CONFIG strings of tests/unit/common/test_cluster.c
-  config     deploy/config/*.yaml and the YAML strings of tests/unit/common/test_config.c
+  tf_config  the TF_CONFIG strings of tests/unit/common/daemon/test_cluster.c
+  config     deploy/config/*.yaml and the YAML strings of tests/unit/common/daemon/test_config.c
   idx        tiny IDX files, plain and gzipped (fuzz_idx.c: "@@LABELS@@" between the two)
   rpc, error_detail   written by BUILD_DIR/tests/fuzz/fuzz_make_rpc_corpus (rpc_seeds.c)
 
@@ -99,7 +99,7 @@ def keras_corpus():
 
 def tf_config_corpus():
     d = fresh("tf_config")
-    test = ROOT / "tests" / "unit" / "common" / "test_cluster.c"
+    test = ROOT / "tests" / "unit" / "common" / "daemon" / "test_cluster.c"
     strings = c_strings(test, r"\b(?:parse_ok|parse_fails_naming|cluster_spec_parse_tf_config)\(")
     write_all(d, (("test-%02d.json" % i, s) for i, s in enumerate(dict.fromkeys(strings))))
 
@@ -108,7 +108,7 @@ def config_corpus():
     d = fresh("config")
     for f in sorted((ROOT / "deploy" / "config").glob("*.yaml")):
         shutil.copyfile(f, d / ("deploy-" + f.name))
-    test = ROOT / "tests" / "unit" / "common" / "test_config.c"
+    test = ROOT / "tests" / "unit" / "common" / "daemon" / "test_config.c"
     strings = c_strings(test, r"\bwrite_temp\(") + c_strings(test, r"\bload_yaml\(&o, &err,")
     write_all(d, (("test-%02d.yaml" % i, s) for i, s in enumerate(dict.fromkeys(strings))))
 

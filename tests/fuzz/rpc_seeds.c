@@ -228,6 +228,17 @@ static void add_push(seeds_t *s)
     req.pull_after = true;
     add(s, "push-pull-after", RPC_PS_PUSH, &req.base, &payload, sizeof(payload));
     add(s, "push-pull", RPC_PS_PUSH_PULL, &req.base, &payload, sizeof(payload));
+    /* the kernel's gradient as a chunk of its rows (the server checks them against its blocks),
+     * and as bfloat16 with the values asked back in bfloat16 */
+    kref.chunk_offset = 3 * sizeof(float);
+    kref.byte_length = 6 * sizeof(float);
+    req.n_items = 1;
+    add(s, "push-pull-chunk", RPC_PS_PUSH_PULL, &req.base, &payload, 6 * sizeof(float));
+    kref.dtype = TESSERA__V1__DTYPE__DTYPE_BFLOAT16;
+    kref.chunk_offset = 0;
+    kref.byte_length = 12 * sizeof(uint16_t);
+    req.pull_dtype = TESSERA__V1__DTYPE__DTYPE_BFLOAT16;
+    add(s, "push-pull-bf16", RPC_PS_PUSH_PULL, &req.base, &payload, 12 * sizeof(uint16_t));
 }
 
 static void add_ps_admin(seeds_t *s)
