@@ -14,9 +14,9 @@
  *     the plaintext one, and the ratio of the two.
  * After the timed calls of each round it checks that the values pulled are the ones SGD gives.
  *
- * It reports against the issue's target (push+pull >= 50% of iperf3) without failing on it: the
- * exit status is 0 unless something failed to run or a check found wrong values. Run it through
- * bench/ps/run.sh. */
+ * It reports against the issue's target (push+pull >= 80% of iperf3, issue 14) without failing on
+ * it: the exit status is 0 unless something failed to run or a check found wrong values. Run it
+ * through bench/ps/run.sh. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -38,7 +38,7 @@
 #define LEARNING_RATE   0x1p-10 /* exact in float: the expected values are exact too */
 #define MIN_BIG_CALLS   3
 #define CALL_TIMEOUT_MS 60000
-#define TARGET_RATIO    0.50
+#define TARGET_RATIO    0.80
 #define TARGET_TLS      0.70 /* push+pull over mTLS against plaintext */
 #define MAX_CLIENTS     256
 
@@ -472,7 +472,7 @@ static void print_summary(const bench_opts_t *o, results_t *r)
     else
         snprintf(line, sizeof(line), "%s / %s MB/s = %.1f%%", NUM(big), NUM(iperf),
                  100 * big / iperf);
-    printf("  %ld MiB push+pull >= 50%% of iperf3   %-36s %s\n", o->big_mib, line,
+    printf("  %ld MiB push+pull >= 80%% of iperf3   %-36s %s\n", o->big_mib, line,
            isnan(iperf)                  ? "n/a"
            : big >= TARGET_RATIO * iperf ? "PASS"
                                          : "MISS");

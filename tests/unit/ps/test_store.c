@@ -400,6 +400,17 @@ START_TEST(store_push_pull_over_a_pool_matches_the_kernels_bit_for_bit)
 }
 END_TEST
 
+/* Shard 0 of `var` of "job" holds the same n values, bit for bit, in stores a and b. */
+static void assert_same_values(store_t *a, store_t *b, const char *var, size_t n)
+{
+    float *va = pull_all(a, "job", var, 0, NULL, NULL),
+          *vb = pull_all(b, "job", var, 0, NULL, NULL);
+
+    ck_assert(memcmp(va, vb, n * sizeof(float)) == 0);
+    free(va);
+    free(vb);
+}
+
 /* A [ROWS, 64] shard is cut into blocks of rpc_block_rows(256) rows: three, the last short. */
 enum { C_COLS = 64, C_ROWS = 10000, C_N = C_ROWS * C_COLS };
 
@@ -426,7 +437,7 @@ START_TEST(store_chunked_pushes_equal_whole_pushes_bit_for_bit)
     size_t br = rpc_block_rows(C_COLS * sizeof(float));
     /* [0, br) and [2br, end) in one call, then [br, 2br) in another */
     size_t cuts[3][2] = {{0, br}, {2 * br, C_ROWS - 2 * br}, {br, br}};
-    float *g = malloc(C_N * sizeof(float)), *a, *b;
+    float *g = malloc(C_N * sizeof(float)), *a;
 
     ck_assert_uint_eq(br, 4096);
     create_ok(whole, "job", &opt, &sp, 1, 1);
@@ -460,11 +471,7 @@ START_TEST(store_chunked_pushes_equal_whole_pushes_bit_for_bit)
                                  &err) == STATUS_OK,
                       "%s", err.msg.text);
     }
-    a = pull_all(whole, "job", "w", 0, NULL, NULL);
-    b = pull_all(chunked, "job", "w", 0, NULL, NULL);
-    ck_assert(memcmp(a, b, C_N * sizeof(float)) == 0);
-    free(a);
-    free(b);
+    assert_same_values(whole, chunked, "w", C_N);
     free(g);
     store_free(whole);
     store_free(chunked);
@@ -533,7 +540,7 @@ START_TEST(store_bfloat16_pushes_are_their_widened_float32_pushes)
     store_shard_spec_t sp = spec("w", C_ROWS, C_COLS, 0, 1);
     int64_t shape[2] = {C_ROWS, C_COLS};
     size_t br = rpc_block_rows(C_COLS * sizeof(float));
-    float *g = malloc(C_N * sizeof(float)), *a, *b;
+    float *g = malloc(C_N * sizeof(float)), *a;
     uint16_t *h = malloc(C_N * sizeof(uint16_t));
 
     create_ok(wide, "job", &opt, &sp, 1, 1);
@@ -574,11 +581,7 @@ START_TEST(store_bfloat16_pushes_are_their_widened_float32_pushes)
         free(a);
         free(buf);
     }
-    a = pull_all(wide, "job", "w", 0, NULL, NULL);
-    b = pull_all(narrow, "job", "w", 0, NULL, NULL);
-    ck_assert(memcmp(a, b, C_N * sizeof(float)) == 0);
-    free(a);
-    free(b);
+    assert_same_values(wide, narrow, "w", C_N);
     free(g);
     free(h);
     store_free(wide);
