@@ -45,8 +45,7 @@ typedef struct piece {
     var_ref_t *v;
     shard_ref_t *s;
     int ps;
-    size_t row, rows; /* shard-local rows of a dense chunk */
-    bool chunk;       /* less than the whole shard */
+    size_t row, rows; /* shard-local rows of a dense chunk: all of them for embeddings */
     size_t pack;
     size_t key; /* its shard's item in its PS's lanes (lane_t.keys) */
 } piece_t;
@@ -235,8 +234,7 @@ static status_t make_pieces(ps_client_t *c, status_msg_t *err)
                                                  .s = s,
                                                  .ps = s->ps,
                                                  .row = r,
-                                                 .rows = rows - r < each ? rows - r : each,
-                                                 .chunk = each < rows};
+                                                 .rows = rows - r < each ? rows - r : each};
                     n++;
                 }
             }
