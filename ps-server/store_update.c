@@ -60,10 +60,12 @@ static size_t reply_elems(const shard_t *sh, bool has_rows, size_t n_rows)
     return sh->n;
 }
 
-/* Describes the value a read returns: the shard's shape (with n_rows first for rows). */
-static void describe_value(const shard_t *sh, bool has_rows, size_t n_rows, store_value_t *ret)
+/* Describes the value a read returns: the shard's shape (with n_rows first for rows), at
+ * `version`. */
+static void describe_value(const shard_t *sh, bool has_rows, size_t n_rows, uint64_t version,
+                           store_value_t *ret)
 {
-    ret->version = store_shard_version(sh);
+    ret->version = version;
     ret->rank = sh->rank;
     memcpy(ret->shape, sh->shape, sh->rank * sizeof(int64_t));
     if (has_rows)
@@ -89,7 +91,7 @@ static void read_value(shard_t *sh, bool has_rows, const int64_t *rows, size_t n
 {
     size_t row_bytes = sh->row_len * sizeof(float);
 
-    describe_value(sh, has_rows, n_rows, ret);
+    describe_value(sh, has_rows, n_rows, store_shard_version(sh), ret);
     if (!has_rows) {
         for (size_t b = 0; b < sh->n_blocks; b++) {
             size_t first = block_first_row(sh, b) * sh->row_len;
@@ -592,10 +594,8 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
         const store_push_item_t *it = &items[i];
         size_t first, end;
         item_span(shards[i], it, &first, &end);
-        if (r.pull_after) {
-            describe_value(shards[i], it->has_rows, it->n_rows, &ret_values[i]);
-            ret_values[i].version = ret_versions[i];
-        }
+        if (r.pull_after)
+            describe_value(shards[i], it->has_rows, it->n_rows, ret_versions[i], &ret_values[i]);
         atomic_fetch_add_explicit(&shards[i]->pushes, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(
             &shards[i]->bytes_pushed,

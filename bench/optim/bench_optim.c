@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/parse.h"
 #include "base/pool.h"
 #include "bench_util.h"
 #include "optim/optimizer.h"
@@ -75,13 +76,13 @@ static size_t parts_of(size_t n, unsigned threads, size_t *ret_part)
 }
 
 /* The median seconds of reps calls of fn over parts. */
-static double time_parts(pool_t *pool, size_t parts, pool_fn fn, run_t *r, long reps)
+static double time_parts(pool_t *pool, size_t parts, pool_fn fn, run_t *r, int64_t reps)
 {
     samples_t s = {0};
     double med;
 
     pool_run(pool, parts, fn, r); /* warm: pages touched, caches as in steady state */
-    for (long i = 0; i < reps; i++) {
+    for (int64_t i = 0; i < reps; i++) {
         double t0 = clock_now_s();
         pool_run(pool, parts, fn, r);
         samples_add(&s, clock_now_s() - t0);
@@ -97,14 +98,14 @@ static size_t round_up(size_t bytes)
     return (bytes + 63) / 64 * 64;
 }
 
-static bool parse_long(const char *a, const char *name, long *ret)
+/* "--name=N" into *ret (N a positive integer, the project's strict parse); false when a is
+ * another option. */
+static bool parse_option(const char *a, const char *name, int64_t *ret)
 {
     size_t len = strlen(name);
-    char *end;
     if (strncmp(a, name, len) != 0 || a[len] != '=')
         return false;
-    *ret = strtol(a + len + 1, &end, 10);
-    if (*end != '\0' || *ret <= 0) {
+    if (parse_int(a + len + 1, 1, INT64_MAX, ret) != 0) {
         fprintf(stderr, "bench-optim: %s wants a positive integer\n", name);
         exit(2);
     }
@@ -113,7 +114,7 @@ static bool parse_long(const char *a, const char *name, long *ret)
 
 int main(int argc, char **argv)
 {
-    long params = 16L << 20, reps = 9;
+    int64_t params = 16L << 20, reps = 9;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned thread_counts[2] = {1, cpus > 1 ? (unsigned)cpus : 1};
     size_t n_counts = cpus > 1 ? 2 : 1;
@@ -126,7 +127,8 @@ int main(int argc, char **argv)
     size_t n;
 
     for (int i = 1; i < argc; i++)
-        if (!parse_long(argv[i], "--params", &params) && !parse_long(argv[i], "--reps", &reps)) {
+        if (!parse_option(argv[i], "--params", &params) &&
+            !parse_option(argv[i], "--reps", &reps)) {
             fprintf(stderr, "usage: bench-optim [--params=N] [--reps=N]\n");
             return 2;
         }
@@ -150,7 +152,7 @@ int main(int argc, char **argv)
 
     printf("Optimizer updates as tessera-ps applies them (bench/optim)\n");
     printf("  %s parameters (%s MB of values), median of %ld; kernels built and runnable here:",
-           NUM((double)n), NUM((double)n * 4 / MB), reps);
+           NUM((double)n), NUM((double)n * 4 / MB), (long)reps);
     for (size_t i = 0; i < n_isas; i++)
         printf(" %s%s", isas[i], strcmp(isas[i], chosen) == 0 ? " (chosen)" : "");
     printf("\n  CPU flags:");
