@@ -391,7 +391,8 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
         ps_client_opts_t po = {.bytes_per_pack = j->job.bytes_per_pack,
                                .during_backward = j->job.accumulate_steps <= 1,
                                .wire_bf16 = j->job.wire_bf16,
-                               .error_feedback = j->job.wire_error_feedback};
+                               .error_feedback = j->job.wire_error_feedback,
+                               .clip = &j->job.optimizer};
         rc = ps_client_new(j->model, req, &po, &j->ps, &err);
         if (rc == STATUS_OK)
             LOG_INFO(WORKER, "job %s: %zu parameter servers, gradients pushed in %zu pack%s", j->id,
@@ -411,6 +412,10 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
             return rc;
         }
     }
+    if (req->num_workers > RPC_MAX_WORKERS)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "num_workers",
+                            "num_workers %d is more than the %d a job may have", req->num_workers,
+                            RPC_MAX_WORKERS);
     if (req->num_workers < 1 || req->worker_index < 0 || req->worker_index >= req->num_workers)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "worker_index",
                             "worker_index %d is not in [0, num_workers %d)", req->worker_index,

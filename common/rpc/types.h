@@ -75,6 +75,10 @@ void rpc_log_init(void);
  * chunks of one step may come in any order, on any connection, and each is one update. */
 #define RPC_BLOCK_BYTES ((size_t)1 << 20)
 
+/* The most workers a job may name (ConfigureJobRequest.num_workers): a worker keeps a data reader
+ * and counts per worker's shard, so a hostile count must not size its allocations. */
+#define RPC_MAX_WORKERS 65536
+
 static inline size_t rpc_block_rows(size_t row_bytes)
 {
     return row_bytes >= RPC_BLOCK_BYTES || row_bytes == 0 ? 1 : RPC_BLOCK_BYTES / row_bytes;
