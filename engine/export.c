@@ -161,29 +161,40 @@ static cJSON *layer_config(const job_layer_t *l)
     return object("keras.layers", keras_class[l->kind], c);
 }
 
+/* A Keras float option that is None when off (0). */
+static void add_or_null(cJSON *c, const char *key, double v)
+{
+    if (v != 0)
+        cJSON_AddNumberToObject(c, key, v);
+    else
+        cJSON_AddNullToObject(c, key);
+}
+
 static cJSON *optimizer_config(const optimizer_config_t *o, int64_t iterations)
 {
-    static const char *const classes[] = {
-        [OPTIMIZER_SGD] = "SGD",
-        [OPTIMIZER_ADAM] = "Adam",
-        [OPTIMIZER_ADAGRAD] = "Adagrad",
-        [OPTIMIZER_RMSPROP] = "RMSprop",
-    };
     cJSON *c = cJSON_CreateObject();
 
-    cJSON_AddStringToObject(c, "name", optimizer_kind_name(o->kind));
+    cJSON_AddStringToObject(c, "name", optimizer_keras_name(o->kind));
     /* The rate the next step would take: a schedule is not carried over. */
     cJSON_AddNumberToObject(c, "learning_rate", optimizer_learning_rate(o, iterations));
+    add_or_null(c, "weight_decay", o->weight_decay);
+    add_or_null(c, "clipnorm", o->clipnorm);
+    add_or_null(c, "global_clipnorm", o->global_clipnorm);
+    add_or_null(c, "clipvalue", o->clipvalue);
     switch (o->kind) {
     case OPTIMIZER_SGD:
         cJSON_AddNumberToObject(c, "momentum", o->momentum);
         cJSON_AddBoolToObject(c, "nesterov", o->nesterov);
         break;
     case OPTIMIZER_ADAM:
+    case OPTIMIZER_ADAMW:
+    case OPTIMIZER_NADAM:
+    case OPTIMIZER_ADAMAX:
         cJSON_AddNumberToObject(c, "beta_1", o->beta_1);
         cJSON_AddNumberToObject(c, "beta_2", o->beta_2);
         cJSON_AddNumberToObject(c, "epsilon", o->epsilon);
-        cJSON_AddBoolToObject(c, "amsgrad", o->amsgrad);
+        if (o->kind == OPTIMIZER_ADAM || o->kind == OPTIMIZER_ADAMW)
+            cJSON_AddBoolToObject(c, "amsgrad", o->amsgrad);
         break;
     case OPTIMIZER_ADAGRAD:
         cJSON_AddNumberToObject(c, "initial_accumulator_value", o->initial_accumulator_value);
@@ -195,8 +206,22 @@ static cJSON *optimizer_config(const optimizer_config_t *o, int64_t iterations)
         cJSON_AddNumberToObject(c, "epsilon", o->epsilon);
         cJSON_AddBoolToObject(c, "centered", o->centered);
         break;
+    case OPTIMIZER_LION:
+        cJSON_AddNumberToObject(c, "beta_1", o->beta_1);
+        cJSON_AddNumberToObject(c, "beta_2", o->beta_2);
+        break;
+    case OPTIMIZER_FTRL:
+        cJSON_AddNumberToObject(c, "learning_rate_power", o->learning_rate_power);
+        cJSON_AddNumberToObject(c, "initial_accumulator_value", o->initial_accumulator_value);
+        cJSON_AddNumberToObject(c, "l1_regularization_strength", o->l1);
+        cJSON_AddNumberToObject(c, "l2_regularization_strength", o->l2);
+        cJSON_AddNumberToObject(c, "l2_shrinkage_regularization_strength", o->l2_shrinkage);
+        cJSON_AddNumberToObject(c, "beta", o->beta);
+        break;
+    case OPTIMIZER_KINDS:
+        break;
     }
-    return object("keras.optimizers", classes[o->kind], c);
+    return object("keras.optimizers", optimizer_keras_class(o->kind), c);
 }
 
 static cJSON *loss_config(const job_t *job)
@@ -309,14 +334,17 @@ static keras_tensor_t tensor_of(const model_param_t *p, const float *data)
     return t;
 }
 
-/* The optimizer's slot variables in Keras's order: Adam's momentum and velocity per variable,
- * then (AMSGrad) every velocity_hat; RMSprop's velocities, then momentums, then average
- * gradients; SGD's and Adagrad's one slot per variable. */
+/* The optimizer's slot variables in Keras's order: the two slots of Adam, AdamW, Nadam, Adamax
+ * and Ftrl per variable (momentum and velocity, momentum and norm, accumulator and linear), then
+ * (AMSGrad) every velocity_hat; RMSprop's velocities, then momentums, then average gradients;
+ * SGD's, Adagrad's and Lion's one slot per variable. Nadam's u_product follows its slots. */
 static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *const *slots,
-                             keras_tensor_t *out)
+                             const float *u_product, keras_tensor_t *out)
 {
     size_t n = model_param_count(m), k = optimizer_slot_count(o), count = 0;
-    bool interleave = o->kind == OPTIMIZER_ADAM;
+    bool interleave = o->kind == OPTIMIZER_ADAM || o->kind == OPTIMIZER_ADAMW ||
+                      o->kind == OPTIMIZER_NADAM || o->kind == OPTIMIZER_ADAMAX ||
+                      o->kind == OPTIMIZER_FTRL;
 
     if (interleave)
         for (size_t i = 0; i < n; i++)
@@ -325,6 +353,8 @@ static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *con
     for (size_t s = interleave ? 2 : 0; s < k; s++)
         for (size_t i = 0; i < n; i++)
             out[count++] = tensor_of(model_param(m, i), slots[i] + s * model_param(m, i)->n);
+    if (o->kind == OPTIMIZER_NADAM)
+        out[count++] = (keras_tensor_t){.rank = 0, .data = u_product};
     return count;
 }
 
@@ -383,6 +413,9 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
     keras_tensor_t *opt = calloc(n * OPTIMIZER_MAX_SLOTS + 1, sizeof(*opt));
     char *config = export_keras_config(job, st->iterations), path[4096];
     optimizer_config_t o = job_optimizer(job);
+    /* Nadam's u_product after the updates made so far (1 before the first) */
+    float u_product =
+        st->iterations > 0 ? (float)optimizer_nadam_u_product(&o, st->iterations - 1) : 1.0f;
     status_t rc = STATUS_OK;
 
     if (layers == NULL || vars == NULL || opt == NULL || config == NULL)
@@ -394,12 +427,12 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
                              .model_name = "sequential",
                              .layers = layers,
                              .n_layers = job->model.n_layers,
-                             .optimizer = optimizer_kind_name(job->optimizer.kind),
+                             .optimizer = optimizer_keras_name(job->optimizer.kind),
                              .iterations = st->iterations,
                              .learning_rate = (float)optimizer_learning_rate(&o, st->iterations)};
         layer_vars(job, st->model, layers, vars);
         if (st->slots != NULL)
-            a.n_optimizer_vars = optimizer_vars(&o, st->model, st->slots, opt);
+            a.n_optimizer_vars = optimizer_vars(&o, st->model, st->slots, &u_product, opt);
         a.optimizer_vars = opt;
         snprintf(path, sizeof(path), "%s/model.keras", dir);
         rc = keras_archive_write(path, &a, err);

@@ -43,10 +43,15 @@ struct replicas {
     _Atomic bool caller_sleeps;   /* the caller blocked on done */
     _Atomic bool quit;
     int m; /* this step's examples */
-    /* per param: the sparse gradient rows of every replica, end to end (NULL: a dense param) */
+    /* per param: the sparse gradient rows of every replica, an id's summed (NULL: a dense
+     * param); cat_* and refs: every replica's rows end to end, and their order by id, as
+     * gather_rows merges them (room for the largest table's) */
     int64_t **rows_index;
     float **rows_grad;
     size_t *n_rows;
+    int64_t *cat_index;
+    float *cat_grad;
+    struct row_ref *refs;
     /* the task: a step (fn NULL), or fn(arg, q, n) on every replica q */
     replicas_fn fn;
     void *arg;
@@ -187,6 +192,9 @@ void replicas_free(replicas_t *r)
     free(r->rows_index);
     free(r->rows_grad);
     free(r->n_rows);
+    free(r->cat_index);
+    free(r->cat_grad);
+    free(r->refs);
     pthread_cond_destroy(&r->go);
     pthread_cond_destroy(&r->done);
     pthread_cond_destroy(&r->sliced);
@@ -194,11 +202,25 @@ void replicas_free(replicas_t *r)
     free(r);
 }
 
+typedef struct row_ref {
+    int64_t id;
+    size_t pos; /* in cat_index */
+} row_ref_t;
+
+static int row_ref_cmp(const void *a, const void *b)
+{
+    const row_ref_t *x = a, *y = b;
+
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
 /* Room for every replica's sparse gradient rows of each Embedding table: a replica's batch
  * gives at most per * ids-per-example rows. */
 static status_t make_rows(replicas_t *r, status_msg_t *err)
 {
-    size_t np = model_param_count(r->first), ids = model_input_len(r->first);
+    size_t np = model_param_count(r->first), ids = model_input_len(r->first), most = 0;
 
     r->rows_index = calloc(np + 1, sizeof(*r->rows_index));
     r->rows_grad = calloc(np + 1, sizeof(*r->rows_grad));
@@ -216,17 +238,27 @@ static status_t make_rows(replicas_t *r, status_msg_t *err)
         if (r->rows_index[i] == NULL || r->rows_grad[i] == NULL)
             return status_fail(err, STATUS_NO_MEMORY, "out of memory for the gradient rows");
         r->bytes += rows * (sizeof(int64_t) + len * sizeof(float));
+        most = rows * len > most ? rows * len : most;
     }
+    if (most == 0)
+        return STATUS_OK;
+    r->cat_index = malloc((most + 1) * sizeof(int64_t));
+    r->cat_grad = malloc((most + 1) * sizeof(float));
+    r->refs = malloc((most + 1) * sizeof(row_ref_t));
+    if (r->cat_index == NULL || r->cat_grad == NULL || r->refs == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory for the gradient rows");
+    r->bytes += most * (sizeof(int64_t) + sizeof(float) + sizeof(row_ref_t));
     return STATUS_OK;
 }
 
-/* Every replica's sparse gradient rows of each Embedding table, end to end, in replica order:
- * the optimizer sums the rows of an id that several replicas touched. */
+/* Every replica's sparse gradient rows of each Embedding table, one row per id, the rows of an
+ * id several replicas touched summed in replica order (as the optimizer would sum them, to the
+ * same bits): the gradient one device's model makes, whose norm a clipping measures. */
 static void gather_rows(replicas_t *r)
 {
     for (size_t i = 0; i < model_param_count(r->first); i++) {
         model_param_t *p0 = model_param(r->first, i);
-        size_t len, n = 0;
+        size_t len, n = 0, out = 0;
         if (!p0->sparse)
             continue;
         len = p0->n / (size_t)p0->shape[0];
@@ -234,16 +266,30 @@ static void gather_rows(replicas_t *r)
             const model_param_t *p = model_param(r->reps[q].model, i);
             if (r->reps[q].n == 0)
                 continue;
-            memcpy(r->rows_index[i] + n, p->rows_index, p->n_rows * sizeof(int64_t));
-            memcpy(r->rows_grad[i] + n * len, p->rows_grad, p->n_rows * len * sizeof(float));
+            memcpy(r->cat_index + n, p->rows_index, p->n_rows * sizeof(int64_t));
+            memcpy(r->cat_grad + n * len, p->rows_grad, p->n_rows * len * sizeof(float));
             n += p->n_rows;
         }
-        r->n_rows[i] = n;
+        for (size_t j = 0; j < n; j++)
+            r->refs[j] = (row_ref_t){r->cat_index[j], j};
+        qsort(r->refs, n, sizeof(r->refs[0]), row_ref_cmp);
+        for (size_t j = 0; j < n; out++) {
+            float *dst = r->rows_grad[i] + out * len;
+            const row_ref_t *first = &r->refs[j];
+            memcpy(dst, r->cat_grad + first->pos * len, len * sizeof(float));
+            r->rows_index[i][out] = first->id;
+            for (j++; j < n && r->refs[j].id == first->id; j++) {
+                const float *g = r->cat_grad + r->refs[j].pos * len;
+                for (size_t k = 0; k < len; k++)
+                    dst[k] += g[k];
+            }
+        }
+        r->n_rows[i] = out;
     }
 }
 
-bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index,
-                   const float **ret_grad, size_t *ret_n)
+bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index, float **ret_grad,
+                   size_t *ret_n)
 {
     if (r->rows_index[param] == NULL)
         return false;

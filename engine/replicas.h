@@ -35,11 +35,11 @@ size_t replicas_bytes(const replicas_t *r); /* of the copies, replica 0 not coun
 status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_stats,
                        status_msg_t *err);
 
-/* After a step, param's sparse gradient (an Embedding table's): every replica's rows end to
- * end (an id several replicas touched appears once per replica; the optimizer sums them).
+/* After a step, param's sparse gradient (an Embedding table's): one row per id any replica
+ * touched, the replicas' rows of it summed; the caller may change them in place (clipping).
  * false for a dense param, whose sum is in replica 0's gradient. */
-bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index,
-                   const float **ret_grad, size_t *ret_n);
+bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index, float **ret_grad,
+                   size_t *ret_n);
 
 /* Runs fn(arg, q, n) on every replica's thread (q = 0 on the caller's) and waits for all: work
  * split n ways between the steps, such as the optimizer's update of replica 0's variables. */

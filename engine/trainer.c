@@ -597,17 +597,51 @@ static void update_part(void *arg, int q, int n)
     }
 }
 
+/* The optimizer's gradient clipping over every gradient of the step (after the replicas' sum
+ * and the window's mean: the gradient the update is about to take). */
+static status_t clip_gradients(trainer_t *t, status_msg_t *err)
+{
+    size_t n = model_param_count(t->model);
+    float **grads = malloc((n + 1) * sizeof(*grads));
+    size_t *lens = malloc((n + 1) * sizeof(*lens));
+
+    if (grads == NULL || lens == NULL) {
+        free(grads);
+        free(lens);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory for clipping the gradients");
+    }
+    for (size_t i = 0; i < n; i++) {
+        model_param_t *p = model_param(t->model, i);
+        const int64_t *index;
+        size_t rows;
+        grads[i] = p->grad;
+        lens[i] = p->n;
+        if (t->reps != NULL && replicas_rows(t->reps, i, &index, &grads[i], &rows))
+            lens[i] = rows * (size_t)p->shape[1];
+        else if (p->sparse) {
+            grads[i] = p->rows_grad;
+            lens[i] = p->n_rows * (size_t)p->shape[1];
+        }
+    }
+    optimizer_clip(&t->opt, grads, lens, n);
+    free(grads);
+    free(lens);
+    return STATUS_OK;
+}
+
 status_t trainer_update(trainer_t *t, status_msg_t *err)
 {
     if (t->slots == NULL)
         return status_fail(err, STATUS_INVALID_USAGE,
                            "this trainer sends its gradients away: it has no optimizer");
+    if (optimizer_clips(&t->opt))
+        STATUS_CHECK(clip_gradients(t, err));
     if (t->reps != NULL) { /* every replica's thread updates its part; the rows here */
         replicas_parallel(t->reps, update_part, t);
         for (size_t i = 0; i < model_param_count(t->model); i++) {
             model_param_t *p = model_param(t->model, i);
             const int64_t *index;
-            const float *grad;
+            float *grad;
             size_t n;
             if (replicas_rows(t->reps, i, &index, &grad, &n))
                 STATUS_CHECK(optimizer_apply_rows(&t->opt, t->applied[i], p->value,

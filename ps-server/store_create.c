@@ -122,26 +122,6 @@ static bool same_variable(const store_shard_spec_t *a, const store_shard_spec_t 
            a->num_shards == b->num_shards && a->sparse == b->sparse;
 }
 
-static bool opt_equal(const optimizer_config_t *a, const optimizer_config_t *b)
-{
-    const lr_schedule_t *x = &a->schedule, *y = &b->schedule;
-
-    if (x->kind != y->kind || x->lr != y->lr || x->initial_lr != y->initial_lr ||
-        x->warmup_steps != y->warmup_steps || x->decay_steps != y->decay_steps ||
-        x->decay_rate != y->decay_rate || x->staircase != y->staircase ||
-        x->n_boundaries != y->n_boundaries)
-        return false;
-    for (size_t i = 0; i < x->n_boundaries && i < LR_MAX_PIECES; i++)
-        if (x->boundaries[i] != y->boundaries[i] || x->values[i] != y->values[i] ||
-            x->values[i + 1] != y->values[i + 1])
-            return false;
-    return a->kind == b->kind && a->lr_scale == b->lr_scale && a->momentum == b->momentum &&
-           a->nesterov == b->nesterov && a->beta_1 == b->beta_1 && a->beta_2 == b->beta_2 &&
-           a->amsgrad == b->amsgrad && a->epsilon == b->epsilon &&
-           a->initial_accumulator_value == b->initial_accumulator_value && a->rho == b->rho &&
-           a->centered == b->centered;
-}
-
 /* ---- create: planning --------------------------------------------------------------------- */
 
 typedef struct plan {
@@ -481,7 +461,7 @@ static status_t check_optimizer(const sjob_t *j, const char *job, const optimize
         return store_fail(
             err, STATUS_INVALID_ARGUMENT, job,
             "job '%s' is new here: its first CreateVariables must carry the optimizer", job);
-    if (j != NULL && opt != NULL && !opt_equal(&j->opt, opt))
+    if (j != NULL && opt != NULL && !optimizer_config_equal(&j->opt, opt))
         return store_fail(
             err, STATUS_ALREADY_EXISTS, job,
             "job '%s' already uses another optimizer configuration (%s); drop the job to "
@@ -582,7 +562,7 @@ status_t store_create(store_t *s, const char *job, const optimizer_config_t *opt
     pthread_rwlock_wrlock(&s->lock);
     j = store_find_job(s, job, NULL);
     rc = check_optimizer(j, job, opt, err);
-    if (rc == STATUS_OK && (j ? !opt_equal(&j->opt, &job_opt) : false))
+    if (rc == STATUS_OK && (j ? !optimizer_config_equal(&j->opt, &job_opt) : false))
         rc = store_fail(err, STATUS_ALREADY_EXISTS, job,
                         "job '%s' was re-created with another optimizer meanwhile; retry", job);
     if (rc == STATUS_OK)

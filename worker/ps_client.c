@@ -134,6 +134,13 @@ struct ps_client {
     size_t ps_through;   /* PS tasks all of whose packs of this step are done */
     bool backward_done;  /* ps_client_push has been called for this step */
     ps_push_info_t info; /* this step's */
+    /* The optimizer's gradient clipping (clips), done here as packs are published: vars from
+     * clipped_from on are clipped this step; clip_grads and clip_lens are its arguments. */
+    optimizer_config_t clip;
+    bool clips;
+    size_t clipped_from;
+    float **clip_grads;
+    size_t *clip_lens;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv, values_cv;
     int pending;
@@ -806,6 +813,23 @@ static void split_rows(var_ref_t *v)
     }
 }
 
+/* Clips the gradients of vars [lo, c->clipped_from) (optimizer_clip: each by its own norm, or
+ * all of them by their global norm when that is the job's clipping, and then lo is 0). */
+static void clip_vars(ps_client_t *c, size_t lo)
+{
+    size_t n = 0;
+
+    if (!c->clips || lo >= c->clipped_from)
+        return;
+    for (size_t i = lo; i < c->clipped_from; i++, n++) {
+        model_param_t *p = c->vars[i].p;
+        c->clip_grads[n] = p->sparse ? p->rows_grad : p->grad;
+        c->clip_lens[n] = p->sparse ? p->n_rows * c->vars[i].row_len : p->n;
+    }
+    optimizer_clip(&c->clip, c->clip_grads, c->clip_lens, n);
+    c->clipped_from = lo;
+}
+
 /* Hands the lanes every pack whose variables backward has finished (from `first` on). */
 static void publish_packs(ps_client_t *c, size_t first)
 {
@@ -815,6 +839,7 @@ static void publish_packs(ps_client_t *c, size_t first)
         ready++;
     if (ready == c->packs_ready)
         return;
+    clip_vars(c, c->pack_first[ready - 1]);
     /* An embedding's pieces are all in one pack: its rows are found once, before it leaves. */
     for (size_t i = 0; i < c->n_pieces; i++) {
         piece_t *p = &c->pieces[i];
@@ -853,6 +878,7 @@ status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err)
 
     c->fresh = false;
     if (c->n_packs <= 1) {
+        clip_vars(c, 0);
         for (size_t i = 0; i < c->n_vars; i++)
             if (c->vars[i].p->sparse)
                 split_rows(&c->vars[i]);
@@ -889,6 +915,7 @@ status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err)
     if (info != NULL)
         *info = c->info;
     memset(&c->info, 0, sizeof(c->info));
+    c->clipped_from = c->n_vars;
     c->fresh = rc == STATUS_OK && c->push_pull;
     return rc;
 }
@@ -942,6 +969,17 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         return status_fail(err, STATUS_INVALID_ARGUMENT, "the job names no parameter servers");
     }
     c->push_pull = true;
+    c->clips = opts->clip != NULL && optimizer_clips(opts->clip);
+    c->clipped_from = c->n_vars;
+    if (c->clips) {
+        c->clip = *opts->clip;
+        c->clip_grads = calloc(c->n_vars + 1, sizeof(*c->clip_grads));
+        c->clip_lens = calloc(c->n_vars + 1, sizeof(*c->clip_lens));
+        if (c->clip_grads == NULL || c->clip_lens == NULL) {
+            ps_client_free(c);
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        }
+    }
     c->bf16 = opts->wire_bf16;
     c->feedback = opts->wire_bf16 && opts->error_feedback;
     for (size_t i = 0; i < c->n_vars; i++) {
@@ -986,7 +1024,9 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         ps_client_free(c);
         return rc;
     }
-    c->early = c->n_packs > 1 && opts->during_backward;
+    /* A global norm needs every gradient of the step: its packs leave after backward. */
+    c->early = c->n_packs > 1 && opts->during_backward &&
+               !(c->clips && optimizer_clips_globally(&c->clip));
     if (c->early)
         model_on_backward(model, on_backward, c);
     *ret = c;
@@ -1027,6 +1067,8 @@ void ps_client_free(ps_client_t *c)
     free(c->pieces);
     free(c->progress);
     free(c->pack_first);
+    free(c->clip_grads);
+    free(c->clip_lens);
     pthread_cond_destroy(&c->work_cv);
     pthread_cond_destroy(&c->done_cv);
     pthread_cond_destroy(&c->values_cv);

@@ -16,6 +16,7 @@
 
 #include "job/job.h"
 #include "model.h"
+#include "optim/optimizer.h"
 #include "rpc/types.h"
 
 typedef struct ps_client ps_client_t;
@@ -37,6 +38,11 @@ typedef struct ps_client_opts {
      * (with error_feedback, what rounding drops is added to the next step's), and push-pulls ask
      * for the values back in bfloat16, widened into the model; embeddings stay float32. */
     bool wire_bf16, error_feedback;
+    /* The job's optimizer, for its gradient clipping (optimizer_clip), which happens here, on
+     * the worker, before gradients leave (as TensorFlow's optimizer clips in the worker's step
+     * function): each variable's as its pack is published, or all of them at once with
+     * global_clipnorm, whose packs then wait for the whole of backward. NULL: none. */
+    const optimizer_config_t *clip;
 } ps_client_opts_t;
 
 status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *req,

@@ -39,6 +39,11 @@ static const kind_t kinds[] = {
     {"adam amsgrad", OPTIMIZER_ADAM, 0, true, false},
     {"adagrad", OPTIMIZER_ADAGRAD, 0, false, false},
     {"rmsprop", OPTIMIZER_RMSPROP, 0, false, false},
+    {"adamw", OPTIMIZER_ADAMW, 0, false, false},
+    {"nadam", OPTIMIZER_NADAM, 0, false, false},
+    {"adamax", OPTIMIZER_ADAMAX, 0, false, false},
+    {"lion", OPTIMIZER_LION, 0, false, false},
+    {"ftrl", OPTIMIZER_FTRL, 0, false, false},
 };
 
 typedef struct run {

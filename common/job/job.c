@@ -225,35 +225,54 @@ static status_t parse_learning_rate(job_ctx_t *c, const job_node_t *n, lr_schedu
     return rc;
 }
 
-static const char *const optimizer_names[] = {"sgd", "adam", "adagrad", "rmsprop"};
+/* In optimizer_kind_t order. */
+static const char *const optimizer_names[] = {"sgd",   "adam",   "adagrad", "rmsprop", "adamw",
+                                              "nadam", "adamax", "lion",    "ftrl"};
 
-/* Option keys per optimizer, in optimizer_kind_t order. */
-static const char *const sgd_keys[] = {"learning_rate", "scale_learning_rate", "momentum",
-                                       "nesterov"};
-static const char *const adam_keys[] = {
-    "learning_rate", "scale_learning_rate", "beta_1", "beta_2", "epsilon", "amsgrad"};
-static const char *const adagrad_keys[] = {"learning_rate", "scale_learning_rate",
-                                           "initial_accumulator_value", "epsilon"};
-static const char *const rmsprop_keys[] = {
-    "learning_rate", "scale_learning_rate", "rho", "momentum", "epsilon", "centered"};
+/* Option keys per optimizer, in optimizer_kind_t order; every kind also takes common_keys. */
+static const char *const sgd_keys[] = {"momentum", "nesterov"};
+static const char *const adam_keys[] = {"beta_1", "beta_2", "epsilon", "amsgrad"};
+static const char *const adagrad_keys[] = {"initial_accumulator_value", "epsilon"};
+static const char *const rmsprop_keys[] = {"rho", "momentum", "epsilon", "centered"};
+static const char *const adamw_keys[] = {"beta_1", "beta_2", "epsilon", "amsgrad"};
+static const char *const nadam_keys[] = {"beta_1", "beta_2", "epsilon"};
+static const char *const adamax_keys[] = {"beta_1", "beta_2", "epsilon"};
+static const char *const lion_keys[] = {"beta_1", "beta_2"};
+static const char *const ftrl_keys[] = {"learning_rate_power",
+                                        "initial_accumulator_value",
+                                        "l1_regularization_strength",
+                                        "l2_regularization_strength",
+                                        "l2_shrinkage_regularization_strength",
+                                        "beta"};
+static const char *const common_keys[] = {"learning_rate", "scale_learning_rate", "weight_decay",
+                                          "clipnorm",      "global_clipnorm",     "clipvalue"};
 
 static const struct {
     const char *const *keys;
     size_t n;
 } optimizer_keys[] = {
-    {sgd_keys, JOB_N_OF(sgd_keys)},
-    {adam_keys, JOB_N_OF(adam_keys)},
-    {adagrad_keys, JOB_N_OF(adagrad_keys)},
-    {rmsprop_keys, JOB_N_OF(rmsprop_keys)},
+    {sgd_keys, JOB_N_OF(sgd_keys)},         {adam_keys, JOB_N_OF(adam_keys)},
+    {adagrad_keys, JOB_N_OF(adagrad_keys)}, {rmsprop_keys, JOB_N_OF(rmsprop_keys)},
+    {adamw_keys, JOB_N_OF(adamw_keys)},     {nadam_keys, JOB_N_OF(nadam_keys)},
+    {adamax_keys, JOB_N_OF(adamax_keys)},   {lion_keys, JOB_N_OF(lion_keys)},
+    {ftrl_keys, JOB_N_OF(ftrl_keys)},
 };
+_Static_assert(JOB_N_OF(optimizer_names) == OPTIMIZER_KINDS &&
+                   JOB_N_OF(optimizer_keys) == OPTIMIZER_KINDS,
+               "a name and a key table for every optimizer kind");
 
 static status_t optimizer_options(job_ctx_t *c, const job_node_t *opts, optimizer_config_t *o)
 {
     const job_node_t *lr = job_tree_child(opts, "learning_rate");
     bool scale = false;
 
-    STATUS_CHECK(
-        job_tree_check_map(c, opts, optimizer_keys[o->kind].keys, optimizer_keys[o->kind].n, true));
+    const char *keys[JOB_N_OF(common_keys) + JOB_N_OF(ftrl_keys)];
+    size_t n_keys = JOB_N_OF(common_keys);
+
+    memcpy(keys, common_keys, sizeof(common_keys));
+    for (size_t k = 0; k < optimizer_keys[o->kind].n; k++)
+        keys[n_keys++] = optimizer_keys[o->kind].keys[k];
+    STATUS_CHECK(job_tree_check_map(c, opts, keys, n_keys, true));
     if (job_tree_given(lr)) {
         size_t old = job_tree_push_key(c, "learning_rate");
         status_t rc = parse_learning_rate(c, lr, &o->schedule);
@@ -271,7 +290,18 @@ static status_t optimizer_options(job_ctx_t *c, const job_node_t *opts, optimize
     STATUS_CHECK(job_tree_get_double(c, opts, "initial_accumulator_value", false,
                                      &o->initial_accumulator_value));
     STATUS_CHECK(job_tree_get_double(c, opts, "rho", false, &o->rho));
-    return job_tree_get_bool(c, opts, "centered", &o->centered);
+    STATUS_CHECK(job_tree_get_bool(c, opts, "centered", &o->centered));
+    STATUS_CHECK(
+        job_tree_get_double(c, opts, "learning_rate_power", false, &o->learning_rate_power));
+    STATUS_CHECK(job_tree_get_double(c, opts, "l1_regularization_strength", false, &o->l1));
+    STATUS_CHECK(job_tree_get_double(c, opts, "l2_regularization_strength", false, &o->l2));
+    STATUS_CHECK(job_tree_get_double(c, opts, "l2_shrinkage_regularization_strength", false,
+                                     &o->l2_shrinkage));
+    STATUS_CHECK(job_tree_get_double(c, opts, "beta", false, &o->beta));
+    STATUS_CHECK(job_tree_get_double(c, opts, "weight_decay", false, &o->weight_decay));
+    STATUS_CHECK(job_tree_get_double(c, opts, "clipnorm", false, &o->clipnorm));
+    STATUS_CHECK(job_tree_get_double(c, opts, "global_clipnorm", false, &o->global_clipnorm));
+    return job_tree_get_double(c, opts, "clipvalue", false, &o->clipvalue);
 }
 
 static status_t parse_optimizer(job_ctx_t *c, const job_node_t *n, optimizer_config_t *ret)

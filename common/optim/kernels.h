@@ -18,6 +18,12 @@ typedef struct optim_plan {
     float alpha; /* Adam's bias-corrected step size */
     float epsilon;
     float rho, one_minus_rho;
+    float decay; /* weight_decay * lr: w -= w * decay first (0: no decay) */
+    float beta_1, beta_2;
+    float nadam_m, nadam_g;           /* Nadam: m_hat = m * nadam_m + g * nadam_g */
+    float bias;                       /* Nadam: 1 - beta_2^t; Adamax: 1 - beta_1^t */
+    float lr_power;                   /* Ftrl: -learning_rate_power */
+    float l1, l2_twice, shrink_twice; /* Ftrl: l1, 2 * (l2 + beta / (2 lr)), 2 * l2_shrinkage */
 } optim_plan_t;
 
 typedef enum {
@@ -31,6 +37,11 @@ typedef enum {
     OPTIM_KERNEL_RMSPROP_MOMENTUM,
     OPTIM_KERNEL_RMSPROP_CENTERED,
     OPTIM_KERNEL_RMSPROP_CENTERED_MOMENTUM,
+    OPTIM_KERNEL_NADAM,
+    OPTIM_KERNEL_ADAMAX,
+    OPTIM_KERNEL_LION,
+    OPTIM_KERNEL_FTRL,      /* any learning_rate_power, with powf */
+    OPTIM_KERNEL_FTRL_SQRT, /* learning_rate_power -0.5 (the default), with square roots */
     OPTIM_KERNEL_COUNT
 } optim_kernel_t;
 

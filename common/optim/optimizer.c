@@ -5,6 +5,9 @@
  *   keras/src/optimizers/adam.py      Adam (amsgrad)
  *   keras/src/optimizers/adagrad.py   Adagrad
  *   keras/src/optimizers/rmsprop.py   RMSprop (centered, momentum)
+ *   keras/src/optimizers/adamw.py, nadam.py, adamax.py, lion.py, ftrl.py
+ *   keras/src/optimizers/base_optimizer.py's _apply_weight_decay, _clip_gradients,
+ *                                                   clip_by_global_norm
  *   keras/src/optimizers/base_optimizer.py          the schedule sees `iterations` before the
  *                                                   update; Adam's bias correction uses + 1
  *   keras/src/optimizers/schedules/learning_rate_schedule.py   ExponentialDecay,
@@ -147,6 +150,14 @@ static void plan_init(const optimizer_config_t *c, int64_t step, plan_t *k)
     k->rho = (float)c->rho;
     k->one_minus_rho = (float)(1.0 - c->rho);
     k->alpha = 0.0f;
+    k->decay = (float)(c->weight_decay * lr);
+    k->beta_1 = (float)c->beta_1;
+    k->beta_2 = (float)c->beta_2;
+    k->nadam_m = k->nadam_g = k->bias = 0.0f;
+    k->lr_power = (float)-c->learning_rate_power;
+    k->l1 = (float)c->l1;
+    k->l2_twice = (float)(2.0 * (c->l2 + c->beta / (2.0 * lr)));
+    k->shrink_twice = (float)(2.0 * c->l2_shrinkage);
     switch (c->kind) {
     case OPTIMIZER_SGD:
         /* Keras keeps no velocity, and ignores nesterov, when momentum is 0. */
@@ -155,16 +166,39 @@ static void plan_init(const optimizer_config_t *c, int64_t step, plan_t *k)
         else
             k->kernel = c->nesterov ? OPTIM_KERNEL_SGD_NESTEROV : OPTIM_KERNEL_SGD_MOMENTUM;
         break;
-    case OPTIMIZER_ADAM: {
+    case OPTIMIZER_ADAM:
+    case OPTIMIZER_ADAMW: {
         double t = (double)(step < 0 ? 0 : step) + 1.0;
         k->alpha = (float)(lr * sqrt(1.0 - pow(c->beta_2, t)) / (1.0 - pow(c->beta_1, t)));
         k->kernel = c->amsgrad ? OPTIM_KERNEL_AMSGRAD : OPTIM_KERNEL_ADAM;
         break;
     }
+    case OPTIMIZER_NADAM: {
+        double t = (double)(step < 0 ? 0 : step) + 1.0;
+        double u_t = c->beta_1 * (1.0 - 0.5 * pow(0.96, t));
+        double u_next = c->beta_1 * (1.0 - 0.5 * pow(0.96, t + 1.0));
+        double prod = optimizer_nadam_u_product(c, step);
+        k->nadam_m = (float)(u_next / (1.0 - prod * u_next));
+        k->nadam_g = (float)((1.0 - u_t) / (1.0 - prod));
+        k->bias = (float)(1.0 - pow(c->beta_2, t));
+        k->kernel = OPTIM_KERNEL_NADAM;
+        break;
+    }
+    case OPTIMIZER_ADAMAX:
+        k->bias = (float)(1.0 - pow(c->beta_1, (double)(step < 0 ? 0 : step) + 1.0));
+        k->kernel = OPTIM_KERNEL_ADAMAX;
+        break;
+    case OPTIMIZER_LION:
+        k->kernel = OPTIM_KERNEL_LION;
+        break;
+    case OPTIMIZER_FTRL:
+        k->kernel = c->learning_rate_power == -0.5 ? OPTIM_KERNEL_FTRL_SQRT : OPTIM_KERNEL_FTRL;
+        break;
     case OPTIMIZER_ADAGRAD:
         k->kernel = OPTIM_KERNEL_ADAGRAD;
         break;
     case OPTIMIZER_RMSPROP:
+    case OPTIMIZER_KINDS:
     default:
         if (c->centered)
             k->kernel = c->momentum > 0 ? OPTIM_KERNEL_RMSPROP_CENTERED_MOMENTUM
@@ -317,7 +351,8 @@ void optimizer_bounds_measure_part(const optimizer_config_t *c, const float *par
 }
 
 /* The bounds after an Adam or AMSGrad step: m stays a convex mix of m and g, v of v and g^2, and
- * the step is at most alpha * |m| / eps. */
+ * the step is at most alpha * |m| / eps. next->value holds the value's bound after the weight
+ * decay; the step is added to it. */
 static bool adam_bounds(const plan_t *k, bool ams, double G, const optimizer_bounds_t *b,
                         optimizer_bounds_t *next)
 {
@@ -329,8 +364,32 @@ static bool adam_bounds(const plan_t *k, bool ams, double G, const optimizer_bou
     next->slot[1] = V;
     if (ams)
         next->slot[2] = fmax(b->slot[2], V);
-    next->value = b->value + M * fabs((double)k->alpha) / k->epsilon;
+    next->value += M * fabs((double)k->alpha) / k->epsilon;
     return M * fabs((double)k->alpha) <= BOUND_LIMIT;
+}
+
+/* Nadam and Adamax: m a convex mix of m and g; Nadam's v of v and g^2, Adamax's u at most
+ * max(u, |g|). Nadam's step is at most (|nadam_m| M + |nadam_g| G) lr / eps (the square root is
+ * not negative), Adamax's lr M / (bias eps). */
+static bool adamax_nadam_bounds(const optimizer_config_t *c, const plan_t *k, double G,
+                                const optimizer_bounds_t *b, optimizer_bounds_t *next)
+{
+    double M = fmax(b->slot[0], G), lr = fabs((double)k->lr), step;
+
+    if (!(k->epsilon > 0) || G + b->slot[0] > BOUND_LIMIT || G * G + b->slot[1] > BOUND_LIMIT)
+        return false;
+    next->slot[0] = M;
+    if (c->kind == OPTIMIZER_NADAM) {
+        next->slot[1] = fmax(b->slot[1], G * G);
+        step = (fabs((double)k->nadam_m) * M + fabs((double)k->nadam_g) * G) * lr / k->epsilon;
+    } else {
+        next->slot[1] = fmax(b->slot[1], G);
+        if (!(k->bias > 0))
+            return false;
+        step = lr * M / ((double)k->bias * k->epsilon);
+    }
+    next->value += step;
+    return step <= BOUND_LIMIT;
 }
 
 /* Adagrad and RMSprop without centering: the accumulator grows by at most g^2 (RMSprop keeps a
@@ -347,7 +406,7 @@ static bool square_bounds(const optimizer_config_t *c, const plan_t *k, double G
         next->slot[1] = (double)k->momentum * b->slot[1] + step;
         step = next->slot[1];
     }
-    next->value = b->value + step;
+    next->value += step;
     return next->slot[0] <= BOUND_LIMIT;
 }
 
@@ -365,24 +424,41 @@ bool optimizer_bounds_step(const optimizer_config_t *c, int64_t step, double gma
     if (!isfinite(k.lr) || !isfinite(k.alpha))
         return false;
     lr_g = (double)k.lr * gmax;
+    /* The weight decay first: |w - w d| <= |w| max(1, |1 - d|). */
+    next.value = b->value * fmax(1.0, fabs(1.0 - (double)k.decay));
     switch (c->kind) {
     case OPTIMIZER_SGD:
         /* velocity = mu * velocity - lr * g; w += velocity (Nesterov: + mu * velocity - lr * g) */
         if (c->momentum != 0.0) {
             next.slot[0] = (double)k.momentum * b->slot[0] + lr_g;
-            next.value = b->value + next.slot[0] + (c->nesterov ? lr_g : 0);
+            next.value += next.slot[0] + (c->nesterov ? lr_g : 0);
         } else {
-            next.value = b->value + lr_g;
+            next.value += lr_g;
         }
         ok = lr_g <= BOUND_LIMIT && next.slot[0] <= BOUND_LIMIT;
         break;
     case OPTIMIZER_ADAM:
+    case OPTIMIZER_ADAMW:
         ok = adam_bounds(&k, c->amsgrad, gmax, b, &next);
+        break;
+    case OPTIMIZER_NADAM:
+    case OPTIMIZER_ADAMAX:
+        ok = adamax_nadam_bounds(c, &k, gmax, b, &next);
+        break;
+    case OPTIMIZER_LION:
+        /* the step is lr, the momentum a convex mix of momentum and gradient */
+        next.slot[0] = fmax(b->slot[0], gmax);
+        next.value += fabs((double)k.lr);
+        ok = true;
+        break;
+    case OPTIMIZER_FTRL:
+        ok = false; /* the new value is a quotient no simple bound covers: the dry run decides */
         break;
     case OPTIMIZER_ADAGRAD:
         ok = square_bounds(c, &k, gmax, b, &next);
         break;
     case OPTIMIZER_RMSPROP:
+    case OPTIMIZER_KINDS:
     default:
         /* Centered RMSprop takes the square root of velocity - average^2, which rounding can
          * make negative: no bound proves it, the dry run decides. */
@@ -555,11 +631,19 @@ size_t optimizer_slot_count(const optimizer_config_t *c)
     case OPTIMIZER_SGD:
         return c->momentum != 0.0 ? 1 : 0;
     case OPTIMIZER_ADAM:
+    case OPTIMIZER_ADAMW:
         return c->amsgrad ? 3 : 2;
     case OPTIMIZER_ADAGRAD:
+    case OPTIMIZER_LION:
         return 1;
     case OPTIMIZER_RMSPROP:
         return 1 + (c->momentum > 0 ? 1 : 0) + (c->centered ? 1 : 0);
+    case OPTIMIZER_NADAM:
+    case OPTIMIZER_ADAMAX:
+    case OPTIMIZER_FTRL:
+        return 2;
+    case OPTIMIZER_KINDS:
+        break;
     }
     return 0;
 }
@@ -567,11 +651,13 @@ size_t optimizer_slot_count(const optimizer_config_t *c)
 void optimizer_slots_init(const optimizer_config_t *c, float *slots, size_t n)
 {
     size_t total = optimizer_slot_count(c) * n;
-    /* Keras starts every slot at zero except Adagrad's accumulator. */
-    float v = c->kind == OPTIMIZER_ADAGRAD ? (float)c->initial_accumulator_value : 0.0f;
+    /* Keras starts every slot at zero except Adagrad's and Ftrl's accumulators (Ftrl's first
+     * slot; its linear slot starts at zero). */
+    bool acc = c->kind == OPTIMIZER_ADAGRAD || c->kind == OPTIMIZER_FTRL;
+    float v = acc ? (float)c->initial_accumulator_value : 0.0f;
 
     for (size_t i = 0; i < total; i++)
-        slots[i] = v;
+        slots[i] = c->kind == OPTIMIZER_FTRL && i >= n ? 0.0f : v;
 }
 
 /* ---- learning rate -----------------------------------------------------------------------------
@@ -632,7 +718,11 @@ void optimizer_config_default(optimizer_kind_t kind, optimizer_config_t *c)
         .initial_accumulator_value = 0.1,
         .rho = 0.9,
         .centered = false,
+        .learning_rate_power = -0.5,
+        .weight_decay = kind == OPTIMIZER_ADAMW ? 0.004 : 0.0,
     };
+    if (kind == OPTIMIZER_LION)
+        c->beta_2 = 0.99;
 }
 
 /* The comparisons are written so that NaN fails them. The kernels compute in float32, so a
@@ -757,19 +847,66 @@ static status_t check_peak_rate(const optimizer_config_t *c, status_msg_t *err)
     return STATUS_OK;
 }
 
+/* weight_decay and the clipping options, which every kind takes. */
+static status_t validate_common(const optimizer_config_t *c, status_msg_t *err)
+{
+    int clips = (c->clipnorm != 0) + (c->global_clipnorm != 0) + (c->clipvalue != 0);
+
+    STATUS_CHECK(need_non_negative(c->weight_decay, "weight_decay", err));
+    if (c->kind == OPTIMIZER_ADAMW && c->weight_decay == 0)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.weight_decay: adamw needs a weight decay above 0 (adam is "
+                           "adamw without one)");
+    STATUS_CHECK(need_non_negative(c->clipnorm, "clipnorm", err));
+    STATUS_CHECK(need_non_negative(c->global_clipnorm, "global_clipnorm", err));
+    STATUS_CHECK(need_non_negative(c->clipvalue, "clipvalue", err));
+    if (clips > 1)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer: give at most one of clipnorm, global_clipnorm and "
+                           "clipvalue (as Keras)");
+    return STATUS_OK;
+}
+
+static status_t validate_ftrl(const optimizer_config_t *c, status_msg_t *err)
+{
+    if (!(c->learning_rate_power <= 0.0) || !(c->learning_rate_power >= -FLT_MAX))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "optimizer.learning_rate_power must be <= 0, got %g",
+                           c->learning_rate_power);
+    STATUS_CHECK(need_non_negative(c->initial_accumulator_value, "initial_accumulator_value", err));
+    STATUS_CHECK(need_non_negative(c->l1, "l1_regularization_strength", err));
+    STATUS_CHECK(need_non_negative(c->l2, "l2_regularization_strength", err));
+    STATUS_CHECK(need_non_negative(c->l2_shrinkage, "l2_shrinkage_regularization_strength", err));
+    return need_non_negative(c->beta, "beta", err);
+}
+
 status_t optimizer_config_validate(const optimizer_config_t *c, status_msg_t *err)
 {
     STATUS_CHECK(validate_schedule(&c->schedule, err));
     STATUS_CHECK(need_positive(c->lr_scale, "lr_scale", err));
     STATUS_CHECK(check_peak_rate(c, err));
+    STATUS_CHECK(validate_common(c, err));
     switch (c->kind) {
     case OPTIMIZER_SGD:
         /* Keras's SGD accepts momentum in [0, 1]. */
         return need_fraction(c->momentum, false, "momentum", err);
     case OPTIMIZER_ADAM:
+    case OPTIMIZER_ADAMW:
+    case OPTIMIZER_NADAM:
+    case OPTIMIZER_ADAMAX:
         STATUS_CHECK(need_fraction(c->beta_1, true, "beta_1", err));
         STATUS_CHECK(need_fraction(c->beta_2, true, "beta_2", err));
         return need_epsilon(c->epsilon, err);
+    case OPTIMIZER_LION:
+        /* Keras refuses beta_1 outside (0, 1] (at 0 Lion is sign SGD) */
+        if (!(c->beta_1 > 0.0) || !(c->beta_1 <= 1.0))
+            return status_fail(err, STATUS_BAD_CONFIG, "optimizer.beta_1 must be in (0, 1], got %g",
+                               c->beta_1);
+        return need_fraction(c->beta_2, false, "beta_2", err);
+    case OPTIMIZER_FTRL:
+        return validate_ftrl(c, err);
+    case OPTIMIZER_KINDS:
+        break;
     case OPTIMIZER_ADAGRAD:
         STATUS_CHECK(
             need_non_negative(c->initial_accumulator_value, "initial_accumulator_value", err));
@@ -793,8 +930,136 @@ const char *optimizer_kind_name(optimizer_kind_t kind)
         return "adagrad";
     case OPTIMIZER_RMSPROP:
         return "rmsprop";
+    case OPTIMIZER_ADAMW:
+        return "adamw";
+    case OPTIMIZER_NADAM:
+        return "nadam";
+    case OPTIMIZER_ADAMAX:
+        return "adamax";
+    case OPTIMIZER_LION:
+        return "lion";
+    case OPTIMIZER_FTRL:
+        return "ftrl";
+    case OPTIMIZER_KINDS:
+        break;
     }
     return "unknown";
+}
+
+static const char *const keras_classes[OPTIMIZER_KINDS] = {
+    [OPTIMIZER_SGD] = "SGD",         [OPTIMIZER_ADAM] = "Adam",   [OPTIMIZER_ADAGRAD] = "Adagrad",
+    [OPTIMIZER_RMSPROP] = "RMSprop", [OPTIMIZER_ADAMW] = "AdamW", [OPTIMIZER_NADAM] = "Nadam",
+    [OPTIMIZER_ADAMAX] = "Adamax",   [OPTIMIZER_LION] = "Lion",   [OPTIMIZER_FTRL] = "Ftrl",
+};
+
+const char *optimizer_keras_class(optimizer_kind_t kind)
+{
+    return (unsigned)kind < OPTIMIZER_KINDS ? keras_classes[kind] : "unknown";
+}
+
+const char *optimizer_keras_name(optimizer_kind_t kind)
+{
+    /* Keras names an optimizer after its class in snake case: AdamW is adam_w. */
+    return kind == OPTIMIZER_ADAMW ? "adam_w" : optimizer_kind_name(kind);
+}
+
+bool optimizer_config_equal(const optimizer_config_t *a, const optimizer_config_t *b)
+{
+    const lr_schedule_t *x = &a->schedule, *y = &b->schedule;
+
+    if (x->kind != y->kind || x->lr != y->lr || x->initial_lr != y->initial_lr ||
+        x->warmup_steps != y->warmup_steps || x->decay_steps != y->decay_steps ||
+        x->decay_rate != y->decay_rate || x->staircase != y->staircase ||
+        x->n_boundaries != y->n_boundaries)
+        return false;
+    for (size_t i = 0; i < x->n_boundaries && i < LR_MAX_PIECES; i++)
+        if (x->boundaries[i] != y->boundaries[i] || x->values[i] != y->values[i] ||
+            x->values[i + 1] != y->values[i + 1])
+            return false;
+    return a->kind == b->kind && a->lr_scale == b->lr_scale && a->momentum == b->momentum &&
+           a->nesterov == b->nesterov && a->beta_1 == b->beta_1 && a->beta_2 == b->beta_2 &&
+           a->amsgrad == b->amsgrad && a->epsilon == b->epsilon &&
+           a->initial_accumulator_value == b->initial_accumulator_value && a->rho == b->rho &&
+           a->centered == b->centered && a->learning_rate_power == b->learning_rate_power &&
+           a->l1 == b->l1 && a->l2 == b->l2 && a->l2_shrinkage == b->l2_shrinkage &&
+           a->beta == b->beta && a->weight_decay == b->weight_decay && a->clipnorm == b->clipnorm &&
+           a->global_clipnorm == b->global_clipnorm && a->clipvalue == b->clipvalue;
+}
+
+/* ---- clipping ----------------------------------------------------------------------------------
+ */
+
+bool optimizer_clips(const optimizer_config_t *c)
+{
+    return c->clipnorm > 0 || c->global_clipnorm > 0 || c->clipvalue > 0;
+}
+
+bool optimizer_clips_globally(const optimizer_config_t *c)
+{
+    return c->clipnorm == 0 && c->global_clipnorm > 0;
+}
+
+static double sum_squares(const float *g, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[i] * g[i];
+    return s;
+}
+
+static void scale(float *g, size_t n, float f)
+{
+    for (size_t i = 0; i < n; i++)
+        g[i] *= f;
+}
+
+void optimizer_clip(const optimizer_config_t *c, float *const *grads, const size_t *lens,
+                    size_t count)
+{
+    /* Keras's order of precedence: clipnorm, then global_clipnorm, then clipvalue. */
+    if (c->clipnorm > 0) {
+        /* g * clipnorm / max(||g||, clipnorm): unchanged below the norm; an infinite norm
+         * makes the finite elements 0 and the others NaN, a NaN norm every element NaN */
+        for (size_t t = 0; t < count; t++) {
+            double norm = sqrt(sum_squares(grads[t], lens[t]));
+            if (!(norm <= c->clipnorm))
+                scale(grads[t], lens[t], (float)(c->clipnorm / norm));
+        }
+    } else if (c->global_clipnorm > 0) {
+        /* clip_by_global_norm: scale = clip * min(1 / norm, 1 / clip), NaN for a non-finite
+         * norm */
+        double sq = 0, norm;
+        for (size_t t = 0; t < count; t++)
+            sq += sum_squares(grads[t], lens[t]);
+        norm = sqrt(sq);
+        if (!isfinite(norm))
+            for (size_t t = 0; t < count; t++)
+                scale(grads[t], lens[t], NAN);
+        else if (norm > c->global_clipnorm)
+            for (size_t t = 0; t < count; t++)
+                scale(grads[t], lens[t], (float)(c->global_clipnorm / norm));
+    } else if (c->clipvalue > 0) {
+        float v = (float)c->clipvalue;
+        for (size_t t = 0; t < count; t++)
+            for (size_t i = 0; i < lens[t]; i++) {
+                float x = grads[t][i];
+                grads[t][i] = x > v ? v : (x < -v ? -v : x);
+            }
+    }
+}
+
+double optimizer_nadam_u_product(const optimizer_config_t *c, int64_t step)
+{
+    /* prod over i = 1..step+1 of beta_1 (1 - 0.5 * 0.96^i): past i = 1000, 0.96^i is below
+     * 1e-17 and each factor is beta_1 in double, so the rest is a power. */
+    int64_t t = (step < 0 ? 0 : step) + 1, direct = t < 1000 ? t : 1000;
+    double prod = 1.0, d = 1.0;
+
+    for (int64_t i = 1; i <= direct; i++) {
+        d *= 0.96;
+        prod *= c->beta_1 * (1.0 - 0.5 * d);
+    }
+    return t > direct ? prod * pow(c->beta_1, (double)(t - direct)) : prod;
 }
 
 const char *optimizer_slot_name(const optimizer_config_t *c, size_t k)
@@ -807,9 +1072,20 @@ const char *optimizer_slot_name(const optimizer_config_t *c, size_t k)
     case OPTIMIZER_SGD:
         return "momentum";
     case OPTIMIZER_ADAM:
+    case OPTIMIZER_ADAMW:
         return adam[k];
     case OPTIMIZER_ADAGRAD:
         return "accumulator";
+    case OPTIMIZER_NADAM:
+        return k == 0 ? "momentum" : "velocity";
+    case OPTIMIZER_ADAMAX:
+        return k == 0 ? "momentum" : "norm";
+    case OPTIMIZER_LION:
+        return "momentum";
+    case OPTIMIZER_FTRL:
+        return k == 0 ? "accumulator" : "linear";
+    case OPTIMIZER_KINDS:
+        break;
     case OPTIMIZER_RMSPROP:
         /* velocity, then momentum when there is some, then average_gradient when centered */
         if (k == 0)

@@ -2,8 +2,10 @@
  * the parameter servers, which apply pushed gradients with exactly these functions.
  *
  * Semantics follow Keras 3 (keras.optimizers.*) so a model trained here and in Keras take the
- * same steps: SGD with momentum and Nesterov, Adam (optionally AMSGrad), Adagrad, RMSprop
- * (optionally centered and with momentum). Row updates (sparse embedding gradients) are lazy:
+ * same steps: SGD with momentum and Nesterov, Adam (optionally AMSGrad) and AdamW, Adagrad,
+ * RMSprop (optionally centered and with momentum), Nadam, Adamax, Lion and Ftrl; every kind
+ * takes Keras's decoupled `weight_decay` and its gradient clipping (clipnorm, global_clipnorm,
+ * clipvalue: optimizer_clip). Row updates (sparse embedding gradients) are lazy:
  * only the touched rows and their slots change, as in LazyAdam / PyTorch's SparseAdam;
  * duplicate row indices are summed first. All kernels are single-threaded and lock-free, and
  * allocate nothing unless optimizer_apply_rows() is given no scratch; callers serialize updates
@@ -23,6 +25,12 @@ typedef enum {
     OPTIMIZER_ADAM,
     OPTIMIZER_ADAGRAD,
     OPTIMIZER_RMSPROP,
+    OPTIMIZER_ADAMW, /* Adam with weight_decay (Keras's default 0.004) */
+    OPTIMIZER_NADAM,
+    OPTIMIZER_ADAMAX,
+    OPTIMIZER_LION,
+    OPTIMIZER_FTRL,
+    OPTIMIZER_KINDS
 } optimizer_kind_t;
 
 typedef struct optimizer_config {
@@ -32,21 +40,32 @@ typedef struct optimizer_config {
     /* SGD */
     double momentum; /* also RMSprop's momentum */
     bool nesterov;
-    /* Adam */
+    /* Adam, AdamW, Nadam, Adamax, Lion */
     double beta_1, beta_2;
-    bool amsgrad;
-    /* Adam, Adagrad, RMSprop */
+    bool amsgrad; /* Adam, AdamW */
+    /* Adam, AdamW, Adagrad, RMSprop, Nadam, Adamax */
     double epsilon;
-    /* Adagrad */
+    /* Adagrad, Ftrl */
     double initial_accumulator_value;
     /* RMSprop */
     double rho;
     bool centered;
+    /* Ftrl */
+    double learning_rate_power; /* <= 0 */
+    double l1, l2, l2_shrinkage, beta;
+    /* Every kind: decoupled weight decay, w -= w * weight_decay * lr before the update (0: none) */
+    double weight_decay;
+    /* Every kind, on the gradients before the update (0: off; at most one is set): each
+     * gradient tensor scaled to an L2 norm of at most clipnorm; all of a step's gradients
+     * scaled together to a global norm of at most global_clipnorm; each element clipped to
+     * [-clipvalue, clipvalue]. */
+    double clipnorm, global_clipnorm, clipvalue;
 } optimizer_config_t;
 
 /* Fills c with Keras's defaults for kind (learning rate 0.01 for SGD and 0.001 for the others,
  * Adam beta_1 0.9, beta_2 0.999, epsilon 1e-7, Adagrad initial accumulator 0.1, RMSprop rho
- * 0.9), constant schedule, lr_scale 1. */
+ * 0.9, AdamW weight decay 0.004, Lion beta_2 0.99, Ftrl learning_rate_power -0.5), constant
+ * schedule, lr_scale 1, no clipping. */
 void optimizer_config_default(optimizer_kind_t kind, optimizer_config_t *c);
 
 /* Checks ranges (rates > 0, betas in [0, 1), epsilon >= 0, increasing piecewise boundaries ...);
@@ -57,8 +76,8 @@ status_t optimizer_config_validate(const optimizer_config_t *c, status_msg_t *er
  * lr_scale applied. */
 double optimizer_learning_rate(const optimizer_config_t *c, int64_t step);
 
-/* Slot arrays the optimizer keeps per parameter (0 for plain SGD, 1 for momentum/Adagrad, 2 for
- * Adam, 3 for AMSGrad; RMSprop 1 + momentum + centered). */
+/* Slot arrays the optimizer keeps per parameter (0 for plain SGD, 1 for momentum/Adagrad/Lion,
+ * 2 for Adam/AdamW/Nadam/Adamax/Ftrl, 3 for AMSGrad; RMSprop 1 + momentum + centered). */
 size_t optimizer_slot_count(const optimizer_config_t *c);
 
 /* Initializes the slots of n parameters: slots is slot_count arrays of n floats laid end to end
@@ -163,10 +182,35 @@ void optimizer_bounds_measure_part(const optimizer_config_t *c, const float *par
 bool optimizer_bounds_step(const optimizer_config_t *c, int64_t step, double gmax,
                            const optimizer_bounds_t *b, optimizer_bounds_t *ret_next);
 
+/* Whether a and b describe the same optimizer: kind, schedule and every option. */
+bool optimizer_config_equal(const optimizer_config_t *a, const optimizer_config_t *b);
+
+/* The job file's name of a kind ("sgd", "adamw", ...). */
 const char *optimizer_kind_name(optimizer_kind_t kind);
 
-/* Keras's name of slot k (momentum, velocity, velocity_hat, accumulator, average_gradient), as
- * checkpoints store it; NULL past optimizer_slot_count(). */
+/* Keras's class ("AdamW") and its default `name` ("adam_w"), as model.keras files hold them. */
+const char *optimizer_keras_class(optimizer_kind_t kind);
+const char *optimizer_keras_name(optimizer_kind_t kind);
+
+/* Whether c clips gradients at all, and whether it needs every gradient of a step at once
+ * (global_clipnorm) before any may be clipped. */
+bool optimizer_clips(const optimizer_config_t *c);
+bool optimizer_clips_globally(const optimizer_config_t *c);
+
+/* Clips the gradient tensors grads[0..count) (lens[i] floats each) as Keras's optimizers do
+ * before an update: with clipnorm each tensor by its own L2 norm, with global_clipnorm all of
+ * them by their global norm (a non-finite norm leaves non-finite gradients, as Keras's does,
+ * which the update's checks then refuse), with clipvalue each element. No-op without clipping.
+ * The norms are summed in double. */
+void optimizer_clip(const optimizer_config_t *c, float *const *grads, const size_t *lens,
+                    size_t count);
+
+/* Nadam's product of momentum-cache factors after step + 1 updates, as Keras keeps it in its
+ * `u_product` variable (exported with the model). */
+double optimizer_nadam_u_product(const optimizer_config_t *c, int64_t step);
+
+/* Keras's name of slot k (momentum, velocity, velocity_hat, accumulator, average_gradient, norm,
+ * linear), as checkpoints store it; NULL past optimizer_slot_count(). */
 const char *optimizer_slot_name(const optimizer_config_t *c, size_t k);
 
 #endif

@@ -54,6 +54,7 @@ void optimizer_to_proto(const optimizer_config_t *o, double scale, optimizer_msg
         break;
     }
     }
+    p->weight_decay = o->weight_decay;
     switch (o->kind) {
     case OPTIMIZER_SGD: {
         Tessera__V1__OptimizerConfig__Sgd *x = sub;
@@ -64,15 +65,25 @@ void optimizer_to_proto(const optimizer_config_t *o, double scale, optimizer_msg
         p->sgd = x;
         break;
     }
-    case OPTIMIZER_ADAM: {
+    case OPTIMIZER_ADAM:
+    case OPTIMIZER_ADAMW:
+    case OPTIMIZER_ADAMAX: {
         Tessera__V1__OptimizerConfig__Adam *x = sub;
         tessera__v1__optimizer_config__adam__init(x);
         x->beta_1 = o->beta_1;
         x->beta_2 = o->beta_2;
         x->epsilon = o->epsilon;
         x->amsgrad = o->amsgrad;
-        p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAM;
-        p->adam = x;
+        if (o->kind == OPTIMIZER_ADAM) {
+            p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAM;
+            p->adam = x;
+        } else if (o->kind == OPTIMIZER_ADAMW) {
+            p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAMW;
+            p->adamw = x;
+        } else {
+            p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAMAX;
+            p->adamax = x;
+        }
         break;
     }
     case OPTIMIZER_ADAGRAD: {
@@ -95,6 +106,40 @@ void optimizer_to_proto(const optimizer_config_t *o, double scale, optimizer_msg
         p->rmsprop = x;
         break;
     }
+    case OPTIMIZER_NADAM: {
+        Tessera__V1__OptimizerConfig__Nadam *x = sub;
+        tessera__v1__optimizer_config__nadam__init(x);
+        x->beta_1 = o->beta_1;
+        x->beta_2 = o->beta_2;
+        x->epsilon = o->epsilon;
+        p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_NADAM;
+        p->nadam = x;
+        break;
+    }
+    case OPTIMIZER_LION: {
+        Tessera__V1__OptimizerConfig__Lion *x = sub;
+        tessera__v1__optimizer_config__lion__init(x);
+        x->beta_1 = o->beta_1;
+        x->beta_2 = o->beta_2;
+        p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_LION;
+        p->lion = x;
+        break;
+    }
+    case OPTIMIZER_FTRL: {
+        Tessera__V1__OptimizerConfig__Ftrl *x = sub;
+        tessera__v1__optimizer_config__ftrl__init(x);
+        x->learning_rate_power = o->learning_rate_power;
+        x->initial_accumulator_value = o->initial_accumulator_value;
+        x->l1_regularization_strength = o->l1;
+        x->l2_regularization_strength = o->l2;
+        x->l2_shrinkage_regularization_strength = o->l2_shrinkage;
+        x->beta = o->beta;
+        p->kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_FTRL;
+        p->ftrl = x;
+        break;
+    }
+    case OPTIMIZER_KINDS:
+        break;
     }
 }
 
@@ -145,9 +190,15 @@ static status_t schedule_from_proto(const Tessera__V1__LearningRateSchedule *p, 
     }
 }
 
-static double or_default(double v, double dflt)
+/* The Adam message's fields, which AdamW and Adamax share. */
+static void adam_from_proto(const Tessera__V1__OptimizerConfig__Adam *a, optimizer_kind_t kind,
+                            optimizer_config_t *c)
 {
-    return v != 0 ? v : dflt;
+    optimizer_config_default(kind, c);
+    c->beta_1 = a->beta_1;
+    c->beta_2 = a->beta_2;
+    c->epsilon = a->epsilon;
+    c->amsgrad = kind != OPTIMIZER_ADAMAX && a->amsgrad;
 }
 
 status_t optimizer_from_proto(const Tessera__V1__OptimizerConfig *p, optimizer_config_t *c,
@@ -160,30 +211,53 @@ status_t optimizer_from_proto(const Tessera__V1__OptimizerConfig *p, optimizer_c
         c->nesterov = p->sgd->nesterov;
         break;
     case TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAM:
-        optimizer_config_default(OPTIMIZER_ADAM, c);
-        c->beta_1 = or_default(p->adam->beta_1, c->beta_1);
-        c->beta_2 = or_default(p->adam->beta_2, c->beta_2);
-        c->epsilon = or_default(p->adam->epsilon, c->epsilon);
-        c->amsgrad = p->adam->amsgrad;
+        adam_from_proto(p->adam, OPTIMIZER_ADAM, c);
+        break;
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAMW:
+        adam_from_proto(p->adamw, OPTIMIZER_ADAMW, c);
+        break;
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAMAX:
+        adam_from_proto(p->adamax, OPTIMIZER_ADAMAX, c);
         break;
     case TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAGRAD:
         optimizer_config_default(OPTIMIZER_ADAGRAD, c);
-        c->initial_accumulator_value =
-            or_default(p->adagrad->initial_accumulator_value, c->initial_accumulator_value);
-        c->epsilon = or_default(p->adagrad->epsilon, c->epsilon);
+        c->initial_accumulator_value = p->adagrad->initial_accumulator_value;
+        c->epsilon = p->adagrad->epsilon;
         break;
     case TESSERA__V1__OPTIMIZER_CONFIG__KIND_RMSPROP:
         optimizer_config_default(OPTIMIZER_RMSPROP, c);
-        c->rho = or_default(p->rmsprop->rho, c->rho);
+        c->rho = p->rmsprop->rho;
         c->momentum = p->rmsprop->momentum;
-        c->epsilon = or_default(p->rmsprop->epsilon, c->epsilon);
+        c->epsilon = p->rmsprop->epsilon;
         c->centered = p->rmsprop->centered;
+        break;
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_NADAM:
+        optimizer_config_default(OPTIMIZER_NADAM, c);
+        c->beta_1 = p->nadam->beta_1;
+        c->beta_2 = p->nadam->beta_2;
+        c->epsilon = p->nadam->epsilon;
+        break;
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_LION:
+        optimizer_config_default(OPTIMIZER_LION, c);
+        c->beta_1 = p->lion->beta_1;
+        c->beta_2 = p->lion->beta_2;
+        break;
+    case TESSERA__V1__OPTIMIZER_CONFIG__KIND_FTRL:
+        optimizer_config_default(OPTIMIZER_FTRL, c);
+        c->learning_rate_power = p->ftrl->learning_rate_power;
+        c->initial_accumulator_value = p->ftrl->initial_accumulator_value;
+        c->l1 = p->ftrl->l1_regularization_strength;
+        c->l2 = p->ftrl->l2_regularization_strength;
+        c->l2_shrinkage = p->ftrl->l2_shrinkage_regularization_strength;
+        c->beta = p->ftrl->beta;
         break;
     default:
         return status_fail(err, STATUS_INVALID_ARGUMENT,
-                           "optimizer: no kind given (sgd, adam, adagrad or rmsprop)");
+                           "optimizer: no kind given (sgd, adam, adagrad, rmsprop, adamw, nadam, "
+                           "adamax, lion or ftrl)");
     }
-    c->lr_scale = or_default(p->scale, 1.0);
+    c->weight_decay = p->weight_decay;
+    c->lr_scale = p->scale != 0 ? p->scale : 1.0;
     STATUS_CHECK(schedule_from_proto(p->learning_rate, &c->schedule, err));
     return optimizer_config_validate(c, err);
 }

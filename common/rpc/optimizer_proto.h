@@ -16,6 +16,9 @@ typedef struct optimizer_msg {
         Tessera__V1__OptimizerConfig__Adam adam;
         Tessera__V1__OptimizerConfig__Adagrad adagrad;
         Tessera__V1__OptimizerConfig__RmsProp rmsprop;
+        Tessera__V1__OptimizerConfig__Nadam nadam;
+        Tessera__V1__OptimizerConfig__Lion lion;
+        Tessera__V1__OptimizerConfig__Ftrl ftrl;
     } sub;
     union {
         Tessera__V1__LearningRateSchedule__Constant constant;
@@ -30,9 +33,9 @@ typedef struct optimizer_msg {
  * alive while the message is used. */
 void optimizer_to_proto(const optimizer_config_t *o, double scale, optimizer_msg_t *ret);
 
-/* Reads an OptimizerConfig: zero-valued fields take Keras's defaults (proto3 scalars have no
- * presence), a scale of 0 means 1; the result is validated (optimizer_config_validate), and err
- * names what is wrong. */
+/* Reads an OptimizerConfig: every field is taken as it is (0 included: the sender fills them
+ * all), except a learning rate of 0, which means the kind's default, and a scale of 0, which
+ * means 1; the result is validated (optimizer_config_validate), and err names what is wrong. */
 status_t optimizer_from_proto(const Tessera__V1__OptimizerConfig *p, optimizer_config_t *ret,
                               status_msg_t *err);
 

@@ -136,6 +136,16 @@ static void add_create(seeds_t *s)
     req.n_shards = 3;
     req.shards = pv;
     add(s, "create-adam", RPC_PS_CREATE_VARIABLES, &req.base, NULL, 0);
+    /* the same variables under Ftrl with weight decay (another job: a job keeps its optimizer) */
+    optimizer_config_default(OPTIMIZER_FTRL, &opt);
+    opt.weight_decay = 0.01;
+    opt.l1 = 0.1;
+    optimizer_to_proto(&opt, 1.0, &om);
+    req.job = "f";
+    add(s, "create-ftrl", RPC_PS_CREATE_VARIABLES, &req.base, NULL, 0);
+    optimizer_config_default(OPTIMIZER_ADAM, &opt);
+    optimizer_to_proto(&opt, 1.0, &om);
+    req.job = "j";
 
     /* A second job, with SGD and momentum, for drops and stats. */
     optimizer_config_default(OPTIMIZER_SGD, &opt);

@@ -52,6 +52,10 @@ void ps_opt_desc(opt_desc_t *o, bool adam, double lr)
     o->msg.learning_rate = &o->lr;
     if (adam) {
         tessera__v1__optimizer_config__adam__init(&o->adam);
+        /* every field is a value on the wire: Keras's defaults */
+        o->adam.beta_1 = 0.9;
+        o->adam.beta_2 = 0.999;
+        o->adam.epsilon = 1e-7;
         o->msg.kind_case = TESSERA__V1__OPTIMIZER_CONFIG__KIND_ADAM;
         o->msg.adam = &o->adam;
     } else {

@@ -508,6 +508,54 @@ START_TEST(misspelt_key_names_file_line_path_and_suggestion)
 }
 END_TEST
 
+/* Keras 3's other optimizers by their names and keys, weight decay and clipping on any kind;
+ * a key of another kind is refused by name. */
+START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
+{
+    job_t job;
+
+    parse_ok(MODEL TAIL "optimizer: {adamw: {learning_rate: 0.01, weight_decay: 0.05, "
+                        "amsgrad: true, global_clipnorm: 1.0}}\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_ADAMW);
+    ck_assert_double_eq_tol(job.optimizer.weight_decay, 0.05, 1e-15);
+    ck_assert_double_eq_tol(job.optimizer.global_clipnorm, 1.0, 1e-15);
+    ck_assert(job.optimizer.amsgrad);
+    job_done(&job);
+    parse_ok(MODEL TAIL "optimizer: {adamw: {}}\n", "j.yaml", &job);
+    ck_assert_double_eq_tol(job.optimizer.weight_decay, 0.004, 1e-15); /* Keras's default */
+    job_done(&job);
+    parse_ok(MODEL TAIL "optimizer: {ftrl: {learning_rate_power: -0.25, "
+                        "l1_regularization_strength: 0.01, l2_regularization_strength: 0.02, "
+                        "l2_shrinkage_regularization_strength: 0.03, beta: 0.5, "
+                        "initial_accumulator_value: 0.2, clipvalue: 3}}\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_FTRL);
+    ck_assert_double_eq_tol(job.optimizer.learning_rate_power, -0.25, 1e-15);
+    ck_assert_double_eq_tol(job.optimizer.l1, 0.01, 1e-15);
+    ck_assert_double_eq_tol(job.optimizer.l2, 0.02, 1e-15);
+    ck_assert_double_eq_tol(job.optimizer.l2_shrinkage, 0.03, 1e-15);
+    ck_assert_double_eq_tol(job.optimizer.beta, 0.5, 1e-15);
+    ck_assert_double_eq_tol(job.optimizer.clipvalue, 3, 1e-15);
+    job_done(&job);
+    parse_ok(MODEL TAIL "optimizer: {lion: {beta_1: 0.95, beta_2: 0.98, weight_decay: 0.1}}\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_LION);
+    ck_assert_double_eq_tol(job.optimizer.beta_2, 0.98, 1e-15);
+    job_done(&job);
+    parse_ok(MODEL TAIL "optimizer: {sgd: {momentum: 0.9, clipnorm: 2}}\n", "j.yaml", &job);
+    ck_assert_double_eq_tol(job.optimizer.clipnorm, 2, 1e-15);
+    job_done(&job);
+    ASSERT_BAD(MODEL TAIL "optimizer: {lion: {epsilon: 1e-7}}\n", "epsilon");
+    ASSERT_BAD(MODEL TAIL "optimizer: {nadam: {amsgrad: true}}\n", "amsgrad");
+    ASSERT_BAD(MODEL TAIL "optimizer: {adam: {clipnorm: 1, clipvalue: 1}}\n",
+               "at most one of clipnorm, global_clipnorm and clipvalue");
+    ASSERT_BAD(MODEL TAIL "optimizer: {adamw: {weight_decay: 0}}\n",
+               "adamw needs a weight decay above 0");
+    ASSERT_BAD(MODEL TAIL "optimizer: {adam: {use_ema: true}}\n", "use_ema");
+}
+END_TEST
+
 START_TEST(unknown_names_are_listed_with_the_known_ones)
 {
     ASSERT_BAD("model: [{dence: {units: 1}, input_shape: [4]}]\n" TAIL,
@@ -519,8 +567,9 @@ START_TEST(unknown_names_are_listed_with_the_known_ones)
     ASSERT_BAD(MODEL "loss: categorical_crossentropy\n",
                "job.yaml:2: loss: unknown loss 'categorical_crossentropy'",
                "known losses: mse, mean_squared_error, sparse_categorical_crossentropy");
-    ASSERT_BAD(MODEL TAIL "optimizer: {adamw: {}}\n",
-               "unknown optimizer 'adamw' (did you mean 'adam'?)", "sgd, adam, adagrad, rmsprop");
+    ASSERT_BAD(MODEL TAIL "optimizer: {adamwx: {}}\n",
+               "unknown optimizer 'adamwx' (did you mean 'adamw'?)",
+               "sgd, adam, adagrad, rmsprop, adamw, nadam, adamax, lion, ftrl");
     ASSERT_BAD(MODEL TAIL "strategy: tpu\n", "strategy: unknown strategy 'tpu'");
     ASSERT_BAD(MODEL TAIL "metrics: [auc]\n", "metrics[0]: unknown metric 'auc'");
     ASSERT_BAD(
@@ -876,6 +925,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, keras_json_is_read_relative_to_the_job_file);
     tcase_add_test(tc, misspelt_key_names_file_line_path_and_suggestion);
     tcase_add_test(tc, unknown_names_are_listed_with_the_known_ones);
+    tcase_add_test(tc, newer_optimizers_weight_decay_and_clipping_are_read);
     tcase_add_test(tc, train_takes_epochs_or_steps_not_both);
     tcase_add_test(tc, global_batch_size_splits_over_the_replicas);
     tcase_add_test(tc, missing_required_keys_are_named);

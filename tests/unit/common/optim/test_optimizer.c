@@ -480,25 +480,177 @@ START_TEST(rmsprop_adds_epsilon_inside_the_square_root)
 }
 END_TEST
 
+/* ---- the optimizers Keras 3 adds, weight decay, clipping -------------------------------------
+ */
+
+START_TEST(newer_kinds_take_keras_defaults_and_names)
+{
+    optimizer_config_t c;
+    status_msg_t err;
+
+    optimizer_config_default(OPTIMIZER_ADAMW, &c);
+    ASSERT_CLOSE(c.weight_decay, 0.004);
+    ASSERT_CLOSE(c.beta_2, 0.999);
+    ck_assert_uint_eq(optimizer_slot_count(&c), 2);
+    ck_assert_str_eq(optimizer_keras_class(c.kind), "AdamW");
+    ck_assert_str_eq(optimizer_keras_name(c.kind), "adam_w");
+    ck_assert_int_eq(optimizer_config_validate(&c, &err), STATUS_OK);
+    optimizer_config_default(OPTIMIZER_LION, &c);
+    ASSERT_CLOSE(c.beta_1, 0.9);
+    ASSERT_CLOSE(c.beta_2, 0.99);
+    ASSERT_CLOSE(c.weight_decay, 0.0);
+    ck_assert_uint_eq(optimizer_slot_count(&c), 1);
+    ck_assert_str_eq(optimizer_slot_name(&c, 0), "momentum");
+    optimizer_config_default(OPTIMIZER_FTRL, &c);
+    ASSERT_CLOSE(c.learning_rate_power, -0.5);
+    ASSERT_CLOSE(c.initial_accumulator_value, 0.1);
+    ck_assert_str_eq(optimizer_slot_name(&c, 0), "accumulator");
+    ck_assert_str_eq(optimizer_slot_name(&c, 1), "linear");
+    optimizer_config_default(OPTIMIZER_ADAMAX, &c);
+    ck_assert_str_eq(optimizer_slot_name(&c, 1), "norm");
+    ck_assert_str_eq(optimizer_kind_name(OPTIMIZER_NADAM), "nadam");
+    ck_assert_str_eq(optimizer_keras_name(OPTIMIZER_NADAM), "nadam");
+    ck_assert_str_eq(optimizer_keras_class(OPTIMIZER_FTRL), "Ftrl");
+}
+END_TEST
+
+/* Ftrl's accumulator starts at initial_accumulator_value, its linear slot at zero. */
+START_TEST(ftrl_slots_start_at_the_accumulator_value_and_zero)
+{
+    optimizer_config_t c;
+    float slots[6];
+
+    optimizer_config_default(OPTIMIZER_FTRL, &c);
+    c.initial_accumulator_value = 0.25;
+    optimizer_slots_init(&c, slots, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(slots[i] == 0.25f);
+        ck_assert(slots[3 + i] == 0.0f);
+    }
+}
+END_TEST
+
+/* p = [1, 2], g = [0.5, -1], lr 0.1, weight_decay 0.5: the decay comes first, w -= w * 0.05,
+ * then plain SGD: [0.95 - 0.05, 1.9 + 0.1] = [0.9, 2.0]. */
+START_TEST(weight_decay_shrinks_the_weights_before_the_update)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    float p[2], none[1];
+
+    c.weight_decay = 0.5;
+    run_two_params(&c, 1, p, none);
+    assert_params(p, (const double[]){0.9, 2.0}, 2);
+}
+END_TEST
+
+/* Lion steps by the learning rate times the sign of the interpolated momentum: from m = 0,
+ * sign(0.1 * g) = sign(g); m becomes 0.01 * g. */
+START_TEST(lion_steps_by_the_sign_of_the_interpolated_momentum)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_LION, 0.1);
+    float p[2], slots[2];
+
+    run_two_params(&c, 1, p, slots);
+    assert_params(p, (const double[]){0.9, 2.1}, 2);
+    ck_assert(close_enough(slots[0], 0.005) && close_enough(slots[1], -0.01));
+}
+END_TEST
+
+START_TEST(clipping_follows_keras)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    float a[2] = {3, 4}, b[1] = {12}, *grads[2] = {a, b};
+    size_t lens[2] = {2, 1};
+
+    /* clipnorm 1: each tensor by its own norm (5 and 12) */
+    c.clipnorm = 1;
+    ck_assert(optimizer_clips(&c) && !optimizer_clips_globally(&c));
+    optimizer_clip(&c, grads, lens, 2);
+    ck_assert(close_enough(a[0], 0.6) && close_enough(a[1], 0.8) && close_enough(b[0], 1));
+    /* global_clipnorm 6.5: the norm of (3, 4, 12) is 13, every element halved */
+    a[0] = 3, a[1] = 4, b[0] = 12;
+    c.clipnorm = 0;
+    c.global_clipnorm = 6.5;
+    ck_assert(optimizer_clips_globally(&c));
+    optimizer_clip(&c, grads, lens, 2);
+    ck_assert(close_enough(a[0], 1.5) && close_enough(a[1], 2) && close_enough(b[0], 6));
+    /* under the norm: unchanged; a non-finite norm: NaN everywhere, as Keras */
+    optimizer_clip(&c, grads, lens, 2);
+    ck_assert(close_enough(a[0], 1.5) && close_enough(b[0], 6));
+    a[1] = INFINITY;
+    optimizer_clip(&c, grads, lens, 2);
+    ck_assert(isnan(a[0]) && isnan(b[0]));
+    /* clipvalue 2.5: each element */
+    a[0] = -3, a[1] = 1, b[0] = 12;
+    c.global_clipnorm = 0;
+    c.clipvalue = 2.5;
+    optimizer_clip(&c, grads, lens, 2);
+    ck_assert(a[0] == -2.5f && a[1] == 1.0f && b[0] == 2.5f);
+}
+END_TEST
+
+START_TEST(validate_names_the_newer_options)
+{
+    optimizer_config_t c = config_with_lr(OPTIMIZER_ADAMW, 0.1);
+
+    c.weight_decay = 0;
+    assert_rejected(&c, "adamw needs a weight decay above 0");
+    c = config_with_lr(OPTIMIZER_SGD, 0.1);
+    c.weight_decay = -1;
+    assert_rejected(&c, "optimizer.weight_decay must be >= 0, got -1");
+    c.weight_decay = 0;
+    c.clipnorm = 1;
+    c.clipvalue = 1;
+    assert_rejected(&c, "at most one of clipnorm, global_clipnorm and clipvalue");
+    c.clipvalue = 0;
+    c.clipnorm = -1;
+    assert_rejected(&c, "optimizer.clipnorm must be >= 0, got -1");
+    c = config_with_lr(OPTIMIZER_LION, 0.1);
+    c.beta_1 = 0;
+    assert_rejected(&c, "optimizer.beta_1 must be in (0, 1], got 0");
+    c = config_with_lr(OPTIMIZER_FTRL, 0.1);
+    c.learning_rate_power = 0.5;
+    assert_rejected(&c, "optimizer.learning_rate_power must be <= 0, got 0.5");
+    c.learning_rate_power = -0.5;
+    c.l2_shrinkage = -1;
+    assert_rejected(&c, "optimizer.l2_shrinkage_regularization_strength must be >= 0, got -1");
+}
+END_TEST
+
 /* ---- row updates --------------------------------------------------------------------------------
  */
 
-enum { N_ROW_CONFIGS = 10 };
+enum { N_ROW_CONFIGS = 17 };
 
-/* Every kernel: SGD, momentum, Nesterov, Adam, AMSGrad, Adagrad and the four RMSprop variants. */
+/* Every kernel: SGD, momentum, Nesterov, Adam, AMSGrad, Adagrad, the four RMSprop variants,
+ * AdamW, Nadam, Adamax, Lion, Ftrl with square roots and with powf, and a weight decay on
+ * SGD with momentum. */
 static optimizer_config_t row_config(int i)
 {
     static const optimizer_kind_t kinds[N_ROW_CONFIGS] = {
         OPTIMIZER_SGD,     OPTIMIZER_SGD,     OPTIMIZER_SGD,     OPTIMIZER_ADAM,
         OPTIMIZER_ADAM,    OPTIMIZER_ADAGRAD, OPTIMIZER_RMSPROP, OPTIMIZER_RMSPROP,
-        OPTIMIZER_RMSPROP, OPTIMIZER_RMSPROP,
+        OPTIMIZER_RMSPROP, OPTIMIZER_RMSPROP, OPTIMIZER_ADAMW,   OPTIMIZER_NADAM,
+        OPTIMIZER_ADAMAX,  OPTIMIZER_LION,    OPTIMIZER_FTRL,    OPTIMIZER_FTRL,
+        OPTIMIZER_SGD,
     };
     optimizer_config_t c = config_with_lr(kinds[i], 0.05);
 
-    c.momentum = (i == 1 || i == 2 || i == 7 || i == 9) ? 0.9 : 0.0;
+    c.momentum = (i == 1 || i == 2 || i == 7 || i == 9 || i == 16) ? 0.9 : 0.0;
     c.nesterov = i == 2;
     c.amsgrad = i == 4;
     c.centered = i == 8 || i == 9;
+    if (i == 10)
+        c.weight_decay = 0.1;
+    if (i == 15) {
+        c.learning_rate_power = -0.3;
+        c.l1 = 0.01;
+        c.l2 = 0.02;
+        c.l2_shrinkage = 0.03;
+        c.beta = 0.1;
+    }
+    if (i == 16)
+        c.weight_decay = 0.2;
     return c;
 }
 
@@ -849,12 +1001,23 @@ START_TEST(bounds_that_prove_an_update_safe_are_never_wrong)
         optimizer_kind_t kind;
         double momentum;
         bool nesterov, amsgrad, centered;
+        double weight_decay;
     } cases[] = {
-        {OPTIMIZER_SGD, 0, false, false, false},     {OPTIMIZER_SGD, 0.9, false, false, false},
-        {OPTIMIZER_SGD, 0.9, true, false, false},    {OPTIMIZER_ADAM, 0, false, false, false},
-        {OPTIMIZER_ADAM, 0, false, true, false},     {OPTIMIZER_ADAGRAD, 0, false, false, false},
-        {OPTIMIZER_RMSPROP, 0, false, false, false}, {OPTIMIZER_RMSPROP, 0.5, false, false, false},
-        {OPTIMIZER_RMSPROP, 0, false, false, true},
+        {OPTIMIZER_SGD, 0, false, false, false, 0},
+        {OPTIMIZER_SGD, 0.9, false, false, false, 0},
+        {OPTIMIZER_SGD, 0.9, true, false, false, 0},
+        {OPTIMIZER_ADAM, 0, false, false, false, 0},
+        {OPTIMIZER_ADAM, 0, false, true, false, 0},
+        {OPTIMIZER_ADAGRAD, 0, false, false, false, 0},
+        {OPTIMIZER_RMSPROP, 0, false, false, false, 0},
+        {OPTIMIZER_RMSPROP, 0.5, false, false, false, 0},
+        {OPTIMIZER_RMSPROP, 0, false, false, true, 0},
+        {OPTIMIZER_ADAMW, 0, false, false, false, 0.004},
+        {OPTIMIZER_NADAM, 0, false, false, false, 0},
+        {OPTIMIZER_ADAMAX, 0, false, false, false, 0},
+        {OPTIMIZER_LION, 0, false, false, false, 0},
+        {OPTIMIZER_SGD, 0.9, false, false, false, 3.0}, /* a decay factor past 1 flips signs */
+        {OPTIMIZER_LION, 0, false, false, false, 0.5},
     };
     uint64_t rng = 12345;
     int proven = 0, tried = 0;
@@ -871,6 +1034,7 @@ START_TEST(bounds_that_prove_an_update_safe_are_never_wrong)
             c.nesterov = cases[k].nesterov;
             c.amsgrad = cases[k].amsgrad;
             c.centered = cases[k].centered;
+            c.weight_decay = cases[k].weight_decay;
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             scale_p = pow(10.0, (double)(rng >> 40) / (double)(1ull << 24) * 39 - 3);
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -992,6 +1156,12 @@ int main(void)
     tcase_add_test(tc, validate_names_bad_rates_and_factors);
     tcase_add_test(tc, checks_find_the_first_element_an_update_would_break);
     tcase_add_test(tc, bounds_that_prove_an_update_safe_are_never_wrong);
+    tcase_add_test(tc, newer_kinds_take_keras_defaults_and_names);
+    tcase_add_test(tc, ftrl_slots_start_at_the_accumulator_value_and_zero);
+    tcase_add_test(tc, weight_decay_shrinks_the_weights_before_the_update);
+    tcase_add_test(tc, lion_steps_by_the_sign_of_the_interpolated_momentum);
+    tcase_add_test(tc, clipping_follows_keras);
+    tcase_add_test(tc, validate_names_the_newer_options);
     suite_add_tcase(s, tc);
     return check_run(s, CK_FORK);
 }

@@ -59,6 +59,45 @@ START_TEST(optimizer_proto_round_trips_every_kind_and_option)
 }
 END_TEST
 
+/* Every kind with options away from their defaults, zeros included (a zero is a value on the
+ * wire, not "the default": Adam's epsilon 0 stays 0), and the weight decay. The clipping stays
+ * on the worker and does not travel. */
+START_TEST(optimizer_proto_round_trips_the_newer_kinds_and_zeros)
+{
+    optimizer_config_t o, b;
+
+    for (int k = 0; k < OPTIMIZER_KINDS; k++) {
+        optimizer_config_default((optimizer_kind_t)k, &o);
+        o.weight_decay = 0.25;
+        o.beta_1 = 0.5;
+        o.beta_2 = 0.75;
+        o.epsilon = 0;
+        o.initial_accumulator_value = 0;
+        o.learning_rate_power = -0.125;
+        o.l1 = 0.5;
+        o.l2 = 0.25;
+        o.l2_shrinkage = 0.125;
+        o.beta = 2;
+        o.amsgrad = k == OPTIMIZER_ADAM || k == OPTIMIZER_ADAMW;
+        b = round_trip(&o, 1);
+        /* what the kind does not read keeps its default on the way back */
+        if (k != OPTIMIZER_FTRL) {
+            b.learning_rate_power = o.learning_rate_power;
+            b.l1 = o.l1, b.l2 = o.l2, b.l2_shrinkage = o.l2_shrinkage, b.beta = o.beta;
+        }
+        if (k != OPTIMIZER_ADAM && k != OPTIMIZER_ADAMW && k != OPTIMIZER_NADAM &&
+            k != OPTIMIZER_ADAMAX && k != OPTIMIZER_LION)
+            b.beta_1 = o.beta_1, b.beta_2 = o.beta_2;
+        if (k != OPTIMIZER_ADAGRAD && k != OPTIMIZER_FTRL)
+            b.initial_accumulator_value = o.initial_accumulator_value;
+        if (k == OPTIMIZER_SGD || k == OPTIMIZER_LION || k == OPTIMIZER_FTRL)
+            b.epsilon = o.epsilon;
+        ck_assert_msg(optimizer_config_equal(&o, &b), "%s changed on the wire",
+                      optimizer_kind_name((optimizer_kind_t)k));
+    }
+}
+END_TEST
+
 START_TEST(optimizer_proto_round_trips_every_schedule)
 {
     optimizer_config_t o, b;
@@ -106,6 +145,7 @@ int main(void)
     TCase *tc = tcase_create("optimizer_proto");
 
     tcase_add_test(tc, optimizer_proto_round_trips_every_kind_and_option);
+    tcase_add_test(tc, optimizer_proto_round_trips_the_newer_kinds_and_zeros);
     tcase_add_test(tc, optimizer_proto_round_trips_every_schedule);
     tcase_add_test(tc, optimizer_proto_rejects_a_config_without_a_kind);
     suite_add_tcase(s, tc);
