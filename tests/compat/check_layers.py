@@ -1,0 +1,190 @@
+"""Tessera's layers, activations, regularizers and losses against Keras itself (the Keras 3 that
+tensorflow-cpu installs): for each case a small Keras model is built, its weights set to fixed
+random values, and Keras computes one training step on fixed inputs (the output with
+training=True, the loss with its regularization terms, and every variable's gradient, through
+tf.GradientTape). Tessera gets the same model as the JSON of model.to_json() (written to the
+case's directory: the fixture each case is), the same weights and inputs, and runs the step
+through its engine (tests/compat/layer_steps.c). Outputs and gradients must agree within 1e-5
+relative (absolute below 1), the loss within 1e-5 relative."""
+import os
+import subprocess
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+from keras import layers as L  # noqa: E402
+
+from compat import BUILD, check, finish  # noqa: E402
+
+BATCH = 5
+TOL = 1e-5
+
+ACTIVATIONS = ["relu", "sigmoid", "tanh", "linear", "gelu", "elu", "selu", "softplus",
+               "softsign", "swish", "silu", "leaky_relu", "relu6", "hard_sigmoid", "hard_swish",
+               "hard_silu", "exponential", "mish", "log_softmax", "softmax"]
+
+
+def dense_mse(act):
+    return ([keras.Input((6,)), L.Dense(4, activation=act), L.Dense(1)], "mse", "regression")
+
+
+def cases():
+    """(name, layers, job loss, labels: 'regression' | ('classes', k) | 'binary' | 'sign' |
+    'counts')"""
+    out = [("activation " + a, *dense_mse(a)) for a in ACTIVATIONS]
+    reg = keras.regularizers
+    out += [
+        ("dense l2 kernel", [keras.Input((6,)), L.Dense(4, activation="tanh",
+                                                       kernel_regularizer=reg.L2(0.01)),
+                             L.Dense(1)], "mse", "regression"),
+        ("dense l1l2 kernel, l1 bias", [keras.Input((6,)), L.Dense(
+            4, activation="relu", kernel_regularizer=reg.L1L2(0.01, 0.02),
+            bias_regularizer=reg.L1(0.03)), L.Dense(1)], "mse", "regression"),
+        ("conv2d valid + max pooling", [keras.Input((6, 6, 2)), L.Conv2D(3, 3, activation="relu"),
+                                        L.MaxPooling2D(2), L.Flatten(), L.Dense(1)],
+         "mse", "regression"),
+        ("conv2d same strided + average pooling", [
+            keras.Input((7, 7, 2)), L.Conv2D(4, 3, strides=2, padding="same",
+                                             activation="tanh"),
+            L.AveragePooling2D(2, padding="same"), L.Flatten(), L.Dense(1)], "mse", "regression"),
+        ("conv2d l2 + global average pooling 2d", [
+            keras.Input((5, 5, 3)), L.Conv2D(2, 2, kernel_regularizer=reg.L2(0.05)),
+            L.GlobalAveragePooling2D(), L.Dense(1)], "mse", "regression"),
+        ("reshape + activation layer + rescaling", [
+            keras.Input((12,)), L.Rescaling(0.5, offset=0.25), L.Reshape((3, 4)), L.Flatten(),
+            L.Dense(3), L.Activation("elu"), L.Dense(1)], "mse", "regression"),
+        ("embedding + global average pooling 1d", [
+            keras.Input((4,), dtype="int32"), L.Embedding(10, 3), L.GlobalAveragePooling1D(),
+            L.Dense(1)], "mse", ("ids", 10)),
+        ("sparse categorical cross-entropy from logits", [
+            keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
+         "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),
+        ("sparse categorical cross-entropy on softmax", [
+            keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3, activation="softmax")],
+         "sparse_categorical_crossentropy", ("classes", 3)),
+        ("binary cross-entropy from logits", [keras.Input((6,)), L.Dense(4, activation="tanh"),
+                                              L.Dense(1)],
+         "{binary_crossentropy: {from_logits: true}}", "binary"),
+        ("binary cross-entropy on sigmoid", [keras.Input((6,)), L.Dense(4, activation="tanh"),
+                                             L.Dense(1, activation="sigmoid")],
+         "binary_crossentropy", "binary"),
+        ("mean absolute error", *dense_mse("tanh")[:1], "mae", "regression"),
+        ("huber", *dense_mse("tanh")[:1], "{huber: {delta: 0.5}}", "regression"),
+        ("log_cosh", *dense_mse("tanh")[:1], "log_cosh", "regression"),
+        ("hinge", *dense_mse("tanh")[:1], "hinge", "sign"),
+        ("squared hinge", *dense_mse("tanh")[:1], "squared_hinge", "sign"),
+        ("poisson", [keras.Input((6,)), L.Dense(4, activation="tanh"),
+                     L.Dense(1, activation="exponential")], "poisson", "counts"),
+    ]
+    return out
+
+
+KERAS_LOSS = {
+    "mse": lambda: keras.losses.MeanSquaredError(),
+    "mae": lambda: keras.losses.MeanAbsoluteError(),
+    "{huber: {delta: 0.5}}": lambda: keras.losses.Huber(delta=0.5),
+    "log_cosh": lambda: keras.losses.LogCosh(),
+    "hinge": lambda: keras.losses.Hinge(),
+    "squared_hinge": lambda: keras.losses.SquaredHinge(),
+    "poisson": lambda: keras.losses.Poisson(),
+    "{sparse_categorical_crossentropy: {from_logits: true}}":
+        lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    "sparse_categorical_crossentropy": lambda: keras.losses.SparseCategoricalCrossentropy(),
+    "{binary_crossentropy: {from_logits: true}}":
+        lambda: keras.losses.BinaryCrossentropy(from_logits=True),
+    "binary_crossentropy": lambda: keras.losses.BinaryCrossentropy(),
+}
+
+
+def data(rng, model, labels):
+    shape = (BATCH,) + tuple(model.input_shape[1:])
+    if labels[0] == "ids":
+        x = rng.integers(0, labels[1], shape).astype(np.float32)
+    else:
+        x = rng.normal(0, 1, shape).astype(np.float32)
+    if labels == "regression":
+        y = rng.normal(0, 1, BATCH)
+    elif labels == "binary":
+        y = rng.integers(0, 2, BATCH)
+    elif labels == "sign":
+        y = rng.choice([-1.0, 1.0], BATCH)
+    elif labels == "counts":
+        y = rng.integers(0, 4, BATCH)
+    elif labels[0] == "classes":
+        y = rng.integers(0, labels[1], BATCH)
+    else:
+        y = rng.normal(0, 1, BATCH)
+    return x, y.astype(np.float32)
+
+
+def close(a, b):
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1.0))) if a.size else 0.0
+
+
+def run_case(name, layers, loss, labels, rng, tmp):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(layers)
+    for v in model.weights:
+        v.assign(rng.normal(0, 0.4, v.shape).astype(np.float32))
+    x, y = data(rng, model, labels)
+    y_in = y.reshape(-1, 1) if model.output_shape[-1] == 1 else y
+    xin = x.astype(np.int32) if labels[0] == "ids" else x
+    with tf.GradientTape() as tape:
+        out = model(xin, training=True)
+        value = KERAS_LOSS[loss]()(y_in, out) + sum(model.losses)
+    grads = tape.gradient(value, model.trainable_variables)
+    # each variable by Tessera's name for it, "<layer>/<variable>"
+    names = {id(v): "%s/%s" % (layer.name, v.name) for layer in model.layers
+             for v in layer.trainable_weights}
+
+    d = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
+    os.makedirs(d)
+    with open(os.path.join(d, "model.json"), "w") as f:
+        f.write(model.to_json())
+    with open(os.path.join(d, "job.yaml"), "w") as f:
+        f.write("model: {keras_json: %s}\nloss: %s\ndata: {batch_size: %d, train: {format: "
+                "synthetic, examples: 8, shape: [1], classes: 2}}\n" % (
+                    os.path.join(d, "model.json"), loss, BATCH))
+    for v in model.trainable_variables:
+        np.asarray(v.numpy(), dtype="<f4").tofile(
+            os.path.join(d, names[id(v)].replace("/", "__") + ".f32"))
+    x.astype("<f4").tofile(os.path.join(d, "x.f32"))
+    y.astype("<f4").tofile(os.path.join(d, "y.f32"))
+    run = subprocess.run([os.path.join(BUILD, "tests", "layer_steps"), d, str(BATCH)],
+                         capture_output=True, text=True)
+    check(run.returncode == 0, "%s: layer_steps: %s" % (name, run.stderr.strip()))
+    if run.returncode != 0:
+        return 0.0
+    ours = np.fromfile(os.path.join(d, "out.f32"), dtype="<f4").reshape(np.shape(out))
+    worst = close(ours, np.asarray(out))
+    check(worst <= TOL, "%s: outputs differ by %.2e" % (name, worst))
+    ours_loss = float(open(os.path.join(d, "loss.txt")).read())
+    lerr = abs(ours_loss - float(value)) / max(abs(float(value)), 1.0)
+    check(lerr <= TOL, "%s: loss %.7g, keras %.7g" % (name, ours_loss, float(value)))
+    for v, g in zip(model.trainable_variables, grads):
+        mine = np.fromfile(os.path.join(d, names[id(v)].replace("/", "__") + ".grad.f32"),
+                           dtype="<f4").reshape(v.shape)
+        theirs = tf.convert_to_tensor(g).numpy()
+        e = close(mine, theirs)
+        worst = max(worst, e)
+        check(e <= TOL, "%s: gradient of %s differs by %.2e" % (name, names[id(v)], e))
+        check(np.abs(theirs).max() > 0,
+              "%s: the gradient of %s is 0: nothing is compared" % (name, names[id(v)]))
+    print("%-52s output, loss and %d gradients agree (largest relative difference %.1e)" % (
+        name, len(grads), max(worst, lerr)))
+    return max(worst, lerr)
+
+
+def main():
+    rng = np.random.default_rng(15)
+    worst, all_cases = 0.0, cases()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, layers, loss, labels in all_cases:
+            worst = max(worst, run_case(name, layers, loss, labels, rng, tmp))
+    finish("%d models agree with Keras %s: outputs, losses, gradients (largest relative "
+           "difference %.1e)" % (len(all_cases), keras.__version__, worst))
+
+
+main()

@@ -1,0 +1,151 @@
+/* Runs one training step of a Keras model through Tessera's engine, for
+ * tests/compat/check_layers.py, which has Keras compute the same and compares:
+ *
+ *   layer_steps DIR BATCH
+ *
+ * DIR/job.yaml is a job whose model and loss are under test (its data section is not read).
+ * For each of the model's variables NAME ("dense/kernel"), DIR/NAME.f32 (with '/' as "__") holds
+ * its values, float32 little-endian in Keras's layout. DIR/x.f32 holds BATCH inputs and
+ * DIR/y.f32 BATCH labels (one float an example: every loss takes one). One step of forward, loss
+ * and backward in training mode; written: DIR/out.f32, the model's output [BATCH, outputs],
+ * DIR/loss.txt, the mean loss, and DIR/NAME.grad.f32, each variable's gradient of the mean loss. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job/job.h"
+#include "model.h"
+
+static char dir[4096];
+
+static void path_of(const char *name, const char *suffix, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s/", dir);
+    for (const char *c = name; *c != '\0' && (size_t)n + 3 < len; c++) {
+        if (*c == '/') {
+            out[n++] = '_';
+            out[n++] = '_';
+        } else {
+            out[n++] = *c;
+        }
+    }
+    snprintf(out + n, len - (size_t)n, "%s", suffix);
+}
+
+static void *read_all(const char *path, size_t *ret_len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long len;
+
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
+        fseek(f, 0, SEEK_SET) != 0 || (buf = malloc((size_t)len + 1)) == NULL ||
+        fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        fprintf(stderr, "layer_steps: cannot read %s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    fclose(f);
+    buf[len] = '\0';
+    *ret_len = (size_t)len;
+    return buf;
+}
+
+/* Reads exactly n floats from path into dst. */
+static void read_floats(const char *path, float *dst, size_t n)
+{
+    size_t len;
+    float *v = read_all(path, &len);
+
+    if (len != n * sizeof(float)) {
+        fprintf(stderr, "layer_steps: %s holds %zu bytes, want %zu\n", path, len,
+                n * sizeof(float));
+        exit(2);
+    }
+    memcpy(dst, v, len);
+    free(v);
+}
+
+static void write_floats(const char *path, const float *v, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(v, sizeof(float), n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "layer_steps: cannot write %s\n", path);
+        exit(2);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    char path[4096 + 128], *text;
+    size_t len, in_len, label_len;
+    job_t job;
+    model_t *m;
+    model_stats_t st;
+    status_msg_t err;
+    float *x, *y;
+    int batch;
+    FILE *f;
+
+    if (argc != 3) {
+        fprintf(stderr, "usage: layer_steps DIR BATCH\n");
+        return 2;
+    }
+    snprintf(dir, sizeof(dir), "%s", argv[1]);
+    batch = atoi(argv[2]);
+    snprintf(path, sizeof(path), "%s/job.yaml", dir);
+    text = read_all(path, &len);
+    if (job_parse(text, len, path, &job, &err) != STATUS_OK ||
+        model_new(&job.model, job.loss, job.from_logits, batch, 1, 0, &m, &err) != STATUS_OK) {
+        fprintf(stderr, "layer_steps: %s\n", err.text);
+        return 1;
+    }
+    free(text);
+    model_set_huber_delta(m, job.huber_delta);
+    for (size_t i = 0; i < model_param_count(m); i++) {
+        model_param_t *p = model_param(m, i);
+        path_of(p->name, ".f32", path, sizeof(path));
+        read_floats(path, p->value, p->n);
+    }
+    in_len = model_input_len(m);
+    label_len = 1; /* every loss takes one label an example (a class, a target, a count) */
+    x = malloc((size_t)batch * in_len * sizeof(float) + 1);
+    y = malloc((size_t)batch * label_len * sizeof(float) + 1);
+    if (x == NULL || y == NULL)
+        return 2;
+    snprintf(path, sizeof(path), "%s/x.f32", dir);
+    read_floats(path, x, (size_t)batch * in_len);
+    snprintf(path, sizeof(path), "%s/y.f32", dir);
+    read_floats(path, y, (size_t)batch * label_len);
+    if (model_train_step(m, x, y, batch, &st, &err) != STATUS_OK) {
+        fprintf(stderr, "layer_steps: %s\n", err.text);
+        return 1;
+    }
+    snprintf(path, sizeof(path), "%s/out.f32", dir);
+    write_floats(path, model_output(m), (size_t)batch * model_output_len(m));
+    for (size_t i = 0; i < model_param_count(m); i++) {
+        model_param_t *p = model_param(m, i);
+        float *g = p->grad;
+        path_of(p->name, ".grad.f32", path, sizeof(path));
+        if (p->sparse) { /* an Embedding's rows, as the dense gradient Keras's densifies to */
+            size_t row = p->n / (size_t)p->shape[0];
+            if ((g = calloc(p->n + 1, sizeof(float))) == NULL)
+                return 2;
+            for (size_t r = 0; r < p->n_rows; r++)
+                for (size_t k = 0; k < row; k++)
+                    g[(size_t)p->rows_index[r] * row + k] += p->rows_grad[r * row + k];
+        }
+        write_floats(path, g, p->n);
+        if (g != p->grad)
+            free(g);
+    }
+    snprintf(path, sizeof(path), "%s/loss.txt", dir);
+    if ((f = fopen(path, "w")) == NULL || fprintf(f, "%.9g\n", st.loss_sum / batch) < 0 ||
+        fclose(f) != 0)
+        return 2;
+    free(x);
+    free(y);
+    model_free(m);
+    job_done(&job);
+    return 0;
+}
