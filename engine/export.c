@@ -48,6 +48,7 @@ static const char *const keras_class[] = {
     [JOB_LAYER_GLOBAL_AVERAGE_POOLING2D] = "GlobalAveragePooling2D",
     [JOB_LAYER_ACTIVATION] = "Activation",
     [JOB_LAYER_RESCALING] = "Rescaling",
+    [JOB_LAYER_LAYER_NORMALIZATION] = "LayerNormalization",
 };
 
 _Static_assert(sizeof(keras_class) / sizeof(keras_class[0]) == JOB_LAYER_KINDS,
@@ -151,6 +152,13 @@ static cJSON *layer_config(const job_layer_t *l)
     case JOB_LAYER_RESCALING:
         cJSON_AddNumberToObject(c, "scale", l->scale);
         cJSON_AddNumberToObject(c, "offset", l->offset);
+        break;
+    case JOB_LAYER_LAYER_NORMALIZATION:
+        cJSON_AddItemToObject(c, "axis", ints((const int[]){-1}, 1, false));
+        cJSON_AddNumberToObject(c, "epsilon", l->epsilon);
+        cJSON_AddBoolToObject(c, "center", l->center);
+        cJSON_AddBoolToObject(c, "scale", l->scale_gamma);
+        cJSON_AddBoolToObject(c, "rms_scaling", false);
         break;
     case JOB_LAYER_FLATTEN:
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:

@@ -247,6 +247,11 @@ static status_t check_rule(kctx_t *k, const cJSON *v, job_keras_rule_t rule)
         return all_ones(v) ? STATUS_OK : kfail(k, "%s other than 1 is not supported", key);
     case JOB_KERAS_DTYPE:
         return check_dtype(k, key, v);
+    case JOB_KERAS_LAST_AXIS:
+        if (is_int(v, -1, -1) ||
+            (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && is_int(v->child, -1, -1)))
+            return STATUS_OK;
+        return kfail(k, "%s other than -1 (the last axis) is not supported", key);
     default:
         return STATUS_OK;
     }

@@ -95,6 +95,22 @@ static status_t read_rescaling(job_layer_reader_t *r, job_layer_t *l, int *ret_i
     return STATUS_OK;
 }
 
+/* LayerNormalization over the last axis: Keras's defaults epsilon 0.001, center and scale. */
+static status_t read_layer_normalization(job_layer_reader_t *r, job_layer_t *l,
+                                         int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->epsilon = 1e-3;
+    l->center = l->scale_gamma = true;
+    STATUS_CHECK(r->ops->get_number(r, "epsilon", false, &l->epsilon));
+    if (!(l->epsilon > 0) || !isfinite((float)l->epsilon) || (float)l->epsilon == 0)
+        return r->ops->invalid(r, "epsilon", "a positive float32 number");
+    STATUS_CHECK(r->ops->get_bool(r, "center", &l->center));
+    STATUS_CHECK(r->ops->get_bool(r, "scale", &l->scale_gamma));
+    STATUS_CHECK(r->ops->get_init(r, "gamma_initializer", &l->kernel_init));
+    return r->ops->get_init(r, "beta_initializer", &l->bias_init);
+}
+
 static status_t read_nothing(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
     (void)r, (void)l, (void)ret_input_length;
@@ -129,6 +145,8 @@ static const char *const embedding_keys[] = {"input_dim", "output_dim", "embeddi
                                              "input_length"};
 static const char *const activation_keys[] = {"activation"};
 static const char *const rescaling_keys[] = {"scale", "offset"};
+static const char *const layer_norm_keys[] = {"epsilon", "center", "scale", "gamma_initializer",
+                                              "beta_initializer"};
 
 /* Keras options of Dense and Conv2D that must stay off. */
 #define WEIGHTS_OFF                                                                                \
@@ -161,6 +179,12 @@ static const job_keras_key_t global_pool_fixed[] = {
     {"keepdims", JOB_KERAS_FALSE},
 };
 
+static const job_keras_key_t layer_norm_fixed[] = {
+    {"axis", JOB_KERAS_LAST_AXIS},         {"rms_scaling", JOB_KERAS_FALSE},
+    {"gamma_regularizer", JOB_KERAS_NULL}, {"beta_regularizer", JOB_KERAS_NULL},
+    {"gamma_constraint", JOB_KERAS_NULL},  {"beta_constraint", JOB_KERAS_NULL},
+};
+
 static const job_layer_info_t table[] = {
     [JOB_LAYER_DENSE] = {"dense", "Dense", KEYS(dense_keys), KEYS(dense_fixed), read_dense},
     [JOB_LAYER_CONV2D] = {"conv2d", "Conv2D", KEYS(conv_keys), KEYS(conv_fixed), read_conv2d},
@@ -182,6 +206,9 @@ static const job_layer_info_t table[] = {
                               read_activation},
     [JOB_LAYER_RESCALING] = {"rescaling", "Rescaling", KEYS(rescaling_keys), NULL, 0,
                              read_rescaling},
+    [JOB_LAYER_LAYER_NORMALIZATION] = {"layer_normalization", "LayerNormalization",
+                                       KEYS(layer_norm_keys), KEYS(layer_norm_fixed),
+                                       read_layer_normalization},
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");

@@ -21,6 +21,7 @@ typedef enum {
     JOB_KERAS_ONES,          /* 1 or a list of 1s (dilation_rate, groups) */
     JOB_KERAS_DTYPE,         /* a float32 dtype policy */
     JOB_KERAS_IGNORED,       /* accepted whatever it holds (lora_alpha without lora_rank) */
+    JOB_KERAS_LAST_AXIS,     /* -1 or [-1]: the last axis (normalization layers) */
 } job_keras_rule_t;
 
 typedef struct job_keras_key {

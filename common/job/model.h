@@ -26,6 +26,7 @@ typedef enum {
     JOB_LAYER_GLOBAL_AVERAGE_POOLING2D,
     JOB_LAYER_ACTIVATION,
     JOB_LAYER_RESCALING,
+    JOB_LAYER_LAYER_NORMALIZATION,
     JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
@@ -77,8 +78,11 @@ typedef struct job_layer {
     double scale, offset;                   /* rescaling: x * scale + offset */
     uint64_t dropout_seed;                  /* dropout: 0 = from the job seed */
     int input_dim, output_dim;              /* embedding */
-    job_init_t kernel_init, bias_init;      /* dense, conv2d; embedding uses kernel_init */
+    job_init_t kernel_init, bias_init;      /* dense, conv2d; embedding uses kernel_init;
+                                             * layer_normalization: gamma's, beta's */
     job_regularizer_t kernel_reg, bias_reg; /* dense, conv2d (Keras's L1, L2, L1L2) */
+    double epsilon;                         /* layer_normalization (Keras: 0.001) */
+    bool center, scale_gamma;               /* layer_normalization: beta, gamma (Keras: both) */
 } job_layer_t;
 
 typedef struct job_model {

@@ -21,6 +21,7 @@ static const layer_ops_t *const layer_table[] = {
     [JOB_LAYER_GLOBAL_AVERAGE_POOLING2D] = &layer_global_average_pooling2d,
     [JOB_LAYER_ACTIVATION] = &layer_activation,
     [JOB_LAYER_RESCALING] = &layer_rescaling,
+    [JOB_LAYER_LAYER_NORMALIZATION] = &layer_layer_normalization,
 };
 
 _Static_assert(sizeof(layer_table) / sizeof(layer_table[0]) == JOB_LAYER_KINDS,

@@ -33,6 +33,8 @@ typedef struct layer {
     int32_t *slot_of_row; /* Embedding: row -> slot in rows_index during backward */
     int64_t *ids;         /* Embedding: the batch's ids */
     int32_t *slots;       /* Embedding: each id's slot in rows_index */
+    float *xhat;          /* LayerNormalization: the normalized input, [max_batch, in_len] */
+    float *inv_std;       /* LayerNormalization: 1 / sqrt(variance + epsilon) of each row */
 } layer_t;
 
 /* Where a layer is being planned: for its buffers and its errors. */
@@ -63,7 +65,7 @@ typedef struct layer_ops {
 
 extern const layer_ops_t layer_dense, layer_conv2d, layer_max_pooling2d, layer_average_pooling2d,
     layer_flatten, layer_reshape, layer_dropout, layer_embedding, layer_global_average_pooling1d,
-    layer_global_average_pooling2d, layer_activation, layer_rescaling;
+    layer_global_average_pooling2d, layer_activation, layer_rescaling, layer_layer_normalization;
 
 /* The table's row for a kind. */
 const layer_ops_t *layer_ops(job_layer_kind_t kind);

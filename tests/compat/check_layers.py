@@ -5,8 +5,12 @@ training=True, the loss with its regularization terms, and every variable's grad
 tf.GradientTape). Tessera gets the same model as the JSON of model.to_json() (written to the
 case's directory: the fixture each case is), the same weights and inputs, and runs the step
 through its engine (tests/compat/layer_steps.c). Outputs and gradients must agree within 1e-5
-relative (absolute below 1), the loss within 1e-5 relative."""
+relative (absolute below 1), the loss within 1e-5 relative.
+
+Then an MLP with the newer layers goes through tessera train and tessera export, and Keras
+loads the .keras file and evaluates it to Tessera's test accuracy."""
 import os
+import re
 import subprocess
 import tempfile
 
@@ -16,7 +20,7 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 from keras import layers as L  # noqa: E402
 
-from compat import BUILD, check, finish  # noqa: E402
+from compat import BUILD, SOURCE, check, fashion, finish, tessera  # noqa: E402
 
 BATCH = 5
 TOL = 1e-5
@@ -58,6 +62,12 @@ def cases():
         ("embedding + global average pooling 1d", [
             keras.Input((4,), dtype="int32"), L.Embedding(10, 3), L.GlobalAveragePooling1D(),
             L.Dense(1)], "mse", ("ids", 10)),
+        ("layer normalization of sequences", [
+            keras.Input((4, 6)), L.LayerNormalization(), L.Dense(3, activation="tanh"),
+            L.LayerNormalization(epsilon=0.01), L.Flatten(), L.Dense(1)], "mse", "regression"),
+        ("layer normalization without beta, without gamma", [
+            keras.Input((6,)), L.Dense(5), L.LayerNormalization(center=False), L.Dense(4),
+            L.LayerNormalization(scale=False), L.Dense(1)], "mse", "regression"),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
          "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),
@@ -177,12 +187,38 @@ def run_case(name, layers, loss, labels, rng, tmp):
     return max(worst, lerr)
 
 
+def exported(tmp):
+    """A model with the newer layers trained by tessera train and exported: Keras loads it and
+    evaluates the test split to Tessera's accuracy."""
+    with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
+        job = f.read().replace("train: {epochs: 5}", "train: {steps: 300}").replace(
+            "  - {dense: {units: 128, activation: relu}, input_shape: [784]}\n",
+            "  - {dense: {units: 128, activation: gelu}, input_shape: [784]}\n"
+            "  - {layer_normalization: {epsilon: 0.01}}\n")
+    path = os.path.join(tmp, "ln.yaml")
+    with open(path, "w") as f:
+        f.write(job + "\ncheckpoint: {dir: ckpt-ln}\n")
+    out = tessera("train", path, cwd=tmp)
+    m = re.search(r"test accuracy ([0-9.]+)", out)
+    ours = float(m.group(1)) if m else -1.0
+    tessera("export", path, "--out", os.path.join(tmp, "export-ln"), cwd=tmp)
+    model = keras.saving.load_model(os.path.join(tmp, "export-ln", "model.keras"))
+    x = fashion("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
+    y = fashion("t10k-labels-idx1-ubyte.gz", 8)
+    theirs = model.evaluate(x, y, verbose=0, return_dict=True, batch_size=256)["accuracy"]
+    print("exported MLP with LayerNormalization: tessera %.4f, keras %.4f" % (ours, theirs))
+    check(type(model.layers[1]).__name__ == "LayerNormalization",
+          "the export's second layer is %s" % type(model.layers[1]).__name__)
+    check(abs(theirs - ours) <= 0.001 + 1e-9, "Keras evaluates %.4f, Tessera %.4f" % (theirs, ours))
+
+
 def main():
     rng = np.random.default_rng(15)
     worst, all_cases = 0.0, cases()
     with tempfile.TemporaryDirectory() as tmp:
         for name, layers, loss, labels in all_cases:
             worst = max(worst, run_case(name, layers, loss, labels, rng, tmp))
+        exported(tmp)
     finish("%d models agree with Keras %s: outputs, losses, gradients (largest relative "
            "difference %.1e)" % (len(all_cases), keras.__version__, worst))
 

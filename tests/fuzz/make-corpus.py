@@ -154,7 +154,7 @@ def write_dict(name, words, extra=()):
 
 
 def dicts():
-    keras = identifiers("common/job/keras.c")
+    keras = identifiers("common/job/keras.c", "common/job/layers.c")
     write_dict("keras", keras)
     write_dict("job", sorted(set(identifiers("common/job/job.c", "common/job/tree.c")) | set(keras)),
                ['"\\x0a#@file fuzz/"', '"keras_json: m.json"'])

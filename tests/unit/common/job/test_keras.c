@@ -333,6 +333,41 @@ START_TEST(job_files_and_keras_json_read_every_layer_kind_alike)
 }
 END_TEST
 
+/* LayerNormalization as Keras 3 writes it (axis [-1], rms_scaling false, its initializers) and
+ * as a job file does; another axis, RMS scaling or a gamma regularizer are refused by name. */
+START_TEST(layer_normalization_is_read_from_both_formats)
+{
+    static const char *const refused[][2] = {
+        {"\"axis\": [1]", "axis other than -1 (the last axis) is not supported"},
+        {"\"axis\": [-1], \"rms_scaling\": true", "rms_scaling true is not supported"},
+        {"\"gamma_regularizer\": {\"class_name\": \"L2\", \"config\": {\"l2\": 0.1}}",
+         "gamma_regularizer is not supported"},
+        {"\"epsilon\": 0", "epsilon must be a positive float32 number"},
+    };
+    char json[1024];
+
+    assert_same_model(
+        "  - {dense: {units: 4}, input_shape: [3]}\n"
+        "  - {layer_normalization: {epsilon: 0.01, center: false, gamma_initializer: zeros}}\n"
+        "  - layer_normalization\n",
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 3]}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"units\": 4}},"
+        "{\"class_name\": \"LayerNormalization\", \"config\": {\"axis\": [-1], \"epsilon\": "
+        "0.01, \"center\": false, \"scale\": true, \"rms_scaling\": false, "
+        "\"gamma_initializer\": {\"class_name\": \"Zeros\", \"config\": {}}, "
+        "\"beta_regularizer\": null, \"gamma_constraint\": null}},"
+        "{\"class_name\": \"LayerNormalization\", \"config\": {\"axis\": -1}}");
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        snprintf(json, sizeof(json),
+                 "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
+                 "\"InputLayer\", \"config\": {\"batch_shape\": [null, 3]}}, {\"class_name\": "
+                 "\"LayerNormalization\", \"config\": {\"name\": \"ln\", %s}}]}}",
+                 refused[i][0]);
+        assert_rejected(json, "m.json", "layer 'ln'", refused[i][1], NULL);
+    }
+}
+END_TEST
+
 /* The seeds' Dense(..., kernel_regularizer=L2(1e-4)), as Keras 2 and 3 write it, is read; a
  * regularizer Tessera does not build is refused by name. */
 START_TEST(kernel_regularizer_is_read_as_keras_wrote_it)
@@ -620,6 +655,7 @@ static Suite *keras_suite(void)
     tcase_add_loop_test(tc, text_fixture_takes_integer_ids_into_an_embedding, 0, 2);
     tcase_add_loop_test(tc, layers_fixture_reads_every_other_layer_and_initializer, 0, 2);
     tcase_add_test(tc, job_files_and_keras_json_read_every_layer_kind_alike);
+    tcase_add_test(tc, layer_normalization_is_read_from_both_formats);
     tcase_add_loop_test(tc, kernel_regularizer_is_read_as_keras_wrote_it, 0, 2);
     tcase_add_loop_test(tc, options_tessera_does_not_implement_are_rejected_by_name, 0, 2);
     tcase_add_test(tc, unknown_config_key_is_rejected_with_the_keys_tessera_reads);
