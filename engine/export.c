@@ -49,6 +49,11 @@ static const char *const keras_class[] = {
     [JOB_LAYER_ACTIVATION] = "Activation",
     [JOB_LAYER_RESCALING] = "Rescaling",
     [JOB_LAYER_LAYER_NORMALIZATION] = "LayerNormalization",
+    [JOB_LAYER_CONV1D] = "Conv1D",
+    [JOB_LAYER_MAX_POOLING1D] = "MaxPooling1D",
+    [JOB_LAYER_AVERAGE_POOLING1D] = "AveragePooling1D",
+    [JOB_LAYER_GLOBAL_MAX_POOLING1D] = "GlobalMaxPooling1D",
+    [JOB_LAYER_GLOBAL_MAX_POOLING2D] = "GlobalMaxPooling2D",
 };
 
 _Static_assert(sizeof(keras_class) / sizeof(keras_class[0]) == JOB_LAYER_KINDS,
@@ -77,9 +82,16 @@ static cJSON *object(const char *module, const char *class_name, cJSON *config)
     return o;
 }
 
+/* A 1D layer's window: the width of [1, width]. */
+static bool one_d(const job_layer_t *l)
+{
+    return l->kind == JOB_LAYER_CONV1D || l->kind == JOB_LAYER_MAX_POOLING1D ||
+           l->kind == JOB_LAYER_AVERAGE_POOLING1D;
+}
+
 static void add_window(cJSON *c, const job_layer_t *l)
 {
-    cJSON_AddItemToObject(c, "strides", ints(l->strides, 2, false));
+    cJSON_AddItemToObject(c, "strides", ints(l->strides + one_d(l), one_d(l) ? 1 : 2, false));
     cJSON_AddStringToObject(c, "padding", l->padding_same ? "same" : "valid");
     cJSON_AddStringToObject(c, "data_format", "channels_last");
 }
@@ -121,8 +133,10 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
         break;
     case JOB_LAYER_CONV2D:
+    case JOB_LAYER_CONV1D:
         cJSON_AddNumberToObject(c, "filters", l->filters);
-        cJSON_AddItemToObject(c, "kernel_size", ints(l->kernel_size, 2, false));
+        cJSON_AddItemToObject(c, "kernel_size",
+                              ints(l->kernel_size + one_d(l), one_d(l) ? 1 : 2, false));
         add_window(c, l);
         cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
         cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
@@ -131,7 +145,10 @@ static cJSON *layer_config(const job_layer_t *l)
         break;
     case JOB_LAYER_MAX_POOLING2D:
     case JOB_LAYER_AVERAGE_POOLING2D:
-        cJSON_AddItemToObject(c, "pool_size", ints(l->pool_size, 2, false));
+    case JOB_LAYER_MAX_POOLING1D:
+    case JOB_LAYER_AVERAGE_POOLING1D:
+        cJSON_AddItemToObject(c, "pool_size",
+                              ints(l->pool_size + one_d(l), one_d(l) ? 1 : 2, false));
         add_window(c, l);
         break;
     case JOB_LAYER_RESHAPE:
@@ -163,6 +180,8 @@ static cJSON *layer_config(const job_layer_t *l)
     case JOB_LAYER_FLATTEN:
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING2D:
+    case JOB_LAYER_GLOBAL_MAX_POOLING1D:
+    case JOB_LAYER_GLOBAL_MAX_POOLING2D:
     case JOB_LAYER_KINDS:
         break;
     }

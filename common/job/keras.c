@@ -116,6 +116,21 @@ static status_t get_pair(kctx_t *k, const cJSON *cfg, const char *key, bool requ
     return STATUS_OK;
 }
 
+/* A 1D window's size: a positive integer or a list of one (Keras writes [3]). */
+static status_t get_length(kctx_t *k, const cJSON *cfg, const char *key, bool required, int *ret)
+{
+    const cJSON *v = kget(cfg, key);
+
+    if (v == NULL || cJSON_IsNull(v))
+        return required ? kfail(k, "%s is missing", key) : STATUS_OK;
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
+        v = cJSON_GetArrayItem(v, 0);
+    if (!is_int(v, 1, INT_MAX))
+        return type_error(k, key, kget(cfg, key), "a positive integer or a list of one");
+    *ret = (int)v->valuedouble;
+    return STATUS_OK;
+}
+
 static status_t get_bool(kctx_t *k, const cJSON *cfg, const char *key, bool *ret)
 {
     const cJSON *v = kget(cfg, key);
@@ -580,10 +595,16 @@ static status_t json_invalid(job_layer_reader_t *r, const char *key, const char 
     return type_error(j->k, key, kget(j->cfg, key), expected);
 }
 
+static status_t json_get_length(job_layer_reader_t *r, const char *key, bool required, int *ret)
+{
+    json_reader_t *j = json_reader(r);
+    return get_length(j->k, j->cfg, key, required, ret);
+}
+
 static const job_layer_reader_ops_t json_reader_ops = {
     json_get_int,  json_get_seed,        json_get_number,     json_get_bool,
     json_get_pair, json_get_shape,       json_get_activation, json_get_padding,
-    json_get_init, json_get_regularizer, json_invalid,
+    json_get_init, json_get_regularizer, json_invalid,        json_get_length,
 };
 
 /* Sets the model's input shape from a batch shape, or checks it against the one already set

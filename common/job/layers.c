@@ -43,6 +43,31 @@ static status_t read_conv2d(job_layer_reader_t *r, job_layer_t *l, int *ret_inpu
     return read_weights(r, l);
 }
 
+/* Conv1D: a Conv2D of height 1 (kernel_size [1, k], strides [1, s]). */
+static status_t read_conv1d(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->use_bias = true;
+    l->kernel_size[0] = l->strides[0] = l->strides[1] = 1;
+    STATUS_CHECK(r->ops->get_int(r, "filters", true, 1, &l->filters));
+    STATUS_CHECK(r->ops->get_length(r, "kernel_size", true, &l->kernel_size[1]));
+    STATUS_CHECK(r->ops->get_length(r, "strides", false, &l->strides[1]));
+    STATUS_CHECK(r->ops->get_padding(r, "padding", &l->padding_same));
+    return read_weights(r, l);
+}
+
+/* MaxPooling1D and AveragePooling1D: Keras's defaults, a window of 2, strides equal to it. */
+static status_t read_pooling1d(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->pool_size[0] = l->strides[0] = 1;
+    l->pool_size[1] = 2;
+    STATUS_CHECK(r->ops->get_length(r, "pool_size", false, &l->pool_size[1]));
+    l->strides[1] = l->pool_size[1];
+    STATUS_CHECK(r->ops->get_length(r, "strides", false, &l->strides[1]));
+    return r->ops->get_padding(r, "padding", &l->padding_same);
+}
+
 /* Keras's defaults: a 2x2 window, strides equal to the window. */
 static status_t read_pooling2d(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
@@ -209,6 +234,15 @@ static const job_layer_info_t table[] = {
     [JOB_LAYER_LAYER_NORMALIZATION] = {"layer_normalization", "LayerNormalization",
                                        KEYS(layer_norm_keys), KEYS(layer_norm_fixed),
                                        read_layer_normalization},
+    [JOB_LAYER_CONV1D] = {"conv1d", "Conv1D", KEYS(conv_keys), KEYS(conv_fixed), read_conv1d},
+    [JOB_LAYER_MAX_POOLING1D] = {"max_pooling1d", "MaxPooling1D", KEYS(pool_keys),
+                                 KEYS(channels_last), read_pooling1d},
+    [JOB_LAYER_AVERAGE_POOLING1D] = {"average_pooling1d", "AveragePooling1D", KEYS(pool_keys),
+                                     KEYS(channels_last), read_pooling1d},
+    [JOB_LAYER_GLOBAL_MAX_POOLING1D] = {"global_max_pooling1d", "GlobalMaxPooling1D", NULL, 0,
+                                        KEYS(global_pool_fixed), read_nothing},
+    [JOB_LAYER_GLOBAL_MAX_POOLING2D] = {"global_max_pooling2d", "GlobalMaxPooling2D", NULL, 0,
+                                        KEYS(global_pool_fixed), read_nothing},
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");

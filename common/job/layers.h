@@ -48,6 +48,8 @@ typedef struct job_layer_reader_ops {
     status_t (*get_init)(job_layer_reader_t *r, const char *key, job_init_t *ret);
     status_t (*get_regularizer)(job_layer_reader_t *r, const char *key, job_regularizer_t *ret);
     status_t (*invalid)(job_layer_reader_t *r, const char *key, const char *expected);
+    /* a 1D window's size or stride: a positive integer or a list of one */
+    status_t (*get_length)(job_layer_reader_t *r, const char *key, bool required, int *ret);
 } job_layer_reader_ops_t;
 
 /* Embedded first in each format's reader, which holds its own context after it. */

@@ -231,10 +231,16 @@ static status_t tree_invalid(job_layer_reader_t *r, const char *key, const char 
     return rc;
 }
 
+static status_t tree_get_length(job_layer_reader_t *r, const char *key, bool required, int *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    return job_tree_get_length(t->c, t->opts, key, required, ret);
+}
+
 static const job_layer_reader_ops_t tree_reader_ops = {
     tree_get_int,  tree_get_seed,        tree_get_number,     tree_get_bool,
     tree_get_pair, tree_get_shape,       tree_get_activation, tree_get_padding,
-    tree_get_init, tree_get_regularizer, tree_invalid,
+    tree_get_init, tree_get_regularizer, tree_invalid,        tree_get_length,
 };
 
 /* Reads a layer's options: its name, then what its kind reads. */

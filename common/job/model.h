@@ -27,6 +27,11 @@ typedef enum {
     JOB_LAYER_ACTIVATION,
     JOB_LAYER_RESCALING,
     JOB_LAYER_LAYER_NORMALIZATION,
+    JOB_LAYER_CONV1D,
+    JOB_LAYER_MAX_POOLING1D,
+    JOB_LAYER_AVERAGE_POOLING1D,
+    JOB_LAYER_GLOBAL_MAX_POOLING1D,
+    JOB_LAYER_GLOBAL_MAX_POOLING2D,
     JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
@@ -68,10 +73,10 @@ typedef struct job_layer {
     bool use_bias;                  /* dense, conv2d (default true) */
     int units;                      /* dense */
     int filters;                    /* conv2d */
-    int kernel_size[2];             /* conv2d */
-    int strides[2];                 /* conv2d, pooling (pooling default = pool_size) */
+    int kernel_size[2];             /* conv2d; conv1d: [1, width] */
+    int strides[2];                 /* conv2d, pooling (pooling default = pool_size); 1D: [1, s] */
     bool padding_same;              /* conv2d, pooling: "same" (true) or "valid" */
-    int pool_size[2];               /* pooling */
+    int pool_size[2];               /* pooling; 1D: [1, width] */
     int target_shape[JOB_MAX_RANK]; /* reshape (without the batch dimension) */
     int target_rank;
     double rate;                            /* dropout */

@@ -507,6 +507,21 @@ status_t job_tree_pair(job_ctx_t *c, const job_node_t *n, int ret[2])
     return STATUS_OK;
 }
 
+status_t job_tree_length(job_ctx_t *c, const job_node_t *n, int *ret)
+{
+    int64_t v;
+    int count;
+
+    if (n->kind == JOB_NODE_SEQ) {
+        if (n->n != 1)
+            return job_tree_type_error(c, n, "a positive integer or a list of one");
+        return job_tree_ints(c, n, 1, 1, false, ret, &count);
+    }
+    STATUS_CHECK(job_tree_int(c, n, 1, INT_MAX, &v));
+    *ret = (int)v;
+    return STATUS_OK;
+}
+
 /* A name from names[0..n): an unknown one is listed with the known ones. */
 status_t job_tree_name(job_ctx_t *c, const job_node_t *n, const char *what,
                        const char *const *names, size_t n_names, int *ret_index)
@@ -619,6 +634,12 @@ status_t job_tree_get_string(job_ctx_t *c, const job_node_t *map, const char *ke
                              const char **ret)
 {
     GETTER(job_tree_string, ret);
+}
+
+status_t job_tree_get_length(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                             int *ret)
+{
+    GETTER(job_tree_length, ret);
 }
 
 status_t job_tree_get_pair(job_ctx_t *c, const job_node_t *map, const char *key, bool required,

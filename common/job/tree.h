@@ -93,6 +93,8 @@ status_t job_tree_string(job_ctx_t *c, const job_node_t *n, const char **ret);
 status_t job_tree_ints(job_ctx_t *c, const job_node_t *n, int max, int lo, bool allow_minus_one,
                        int *ret, int *ret_count);
 status_t job_tree_pair(job_ctx_t *c, const job_node_t *n, int ret[2]);
+/* A positive integer or a list of one (a 1D window's size). */
+status_t job_tree_length(job_ctx_t *c, const job_node_t *n, int *ret);
 status_t job_tree_name(job_ctx_t *c, const job_node_t *n, const char *what,
                        const char *const *names, size_t n_names, int *ret_index);
 
@@ -115,6 +117,8 @@ status_t job_tree_get_double(job_ctx_t *c, const job_node_t *map, const char *ke
 status_t job_tree_get_bool(job_ctx_t *c, const job_node_t *map, const char *key, bool *ret);
 status_t job_tree_get_string(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
                              const char **ret);
+status_t job_tree_get_length(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
+                             int *ret);
 status_t job_tree_get_pair(job_ctx_t *c, const job_node_t *map, const char *key, bool required,
                            int ret[2]);
 status_t job_tree_get_shape(job_ctx_t *c, const job_node_t *map, const char *key, bool required,

@@ -1,4 +1,6 @@
-/* Conv2D: im2col, then one matrix product with the kernel [kh, kw, in, filters]. */
+/* Conv2D: im2col, then one matrix product with the kernel [kh, kw, in, filters]. Conv1D is the
+ * same on an image of height 1: input (steps, channels), kernel [k, in, filters] (Keras's shape,
+ * the same floats as [1, k, in, filters]). */
 #include "job/initializer.h"
 #include "layers/layer.h"
 
@@ -13,12 +15,17 @@ static status_t conv_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
     backend_window_t *g = &l->win;
     int kshape[4], bshape[1] = {s->filters};
 
-    if (l->in_rank != 3)
+    bool one_d = s->kind == JOB_LAYER_CONV1D;
+
+    if (one_d && l->in_rank != 2)
+        return layer_plan_error(p, err, "Conv1D needs input (batch, steps, channels), got %s",
+                                p->in_s);
+    if (!one_d && l->in_rank != 3)
         return layer_plan_error(
             p, err, "Conv2D needs input (batch, height, width, channels), got %s", p->in_s);
-    *g = (backend_window_t){.h = l->in_shape[0],
-                            .w = l->in_shape[1],
-                            .c = l->in_shape[2],
+    *g = (backend_window_t){.h = one_d ? 1 : l->in_shape[0],
+                            .w = l->in_shape[one_d ? 0 : 1],
+                            .c = l->in_shape[one_d ? 1 : 2],
                             .kh = s->kernel_size[0],
                             .kw = s->kernel_size[1],
                             .sh = s->strides[0] > 0 ? s->strides[0] : 1,
@@ -28,11 +35,18 @@ static status_t conv_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
     if (g->oh <= 0 || g->ow <= 0 || s->filters <= 0)
         return layer_plan_error(p, err, "a %dx%d kernel does not fit input %s", g->kh, g->kw,
                                 p->in_s);
-    l->out_shape[0] = g->oh;
-    l->out_shape[1] = g->ow;
-    l->out_shape[2] = s->filters;
-    kshape[0] = g->kh, kshape[1] = g->kw, kshape[2] = g->c, kshape[3] = s->filters;
-    l->w = layer_add_param(p, "kernel", kshape, 4, false, &s->kernel_init, JOB_INIT_GLOROT_UNIFORM);
+    if (one_d) {
+        l->out_shape[0] = g->ow;
+        l->out_shape[1] = s->filters;
+        kshape[0] = g->kw, kshape[1] = g->c, kshape[2] = s->filters;
+    } else {
+        l->out_shape[0] = g->oh;
+        l->out_shape[1] = g->ow;
+        l->out_shape[2] = s->filters;
+        kshape[0] = g->kh, kshape[1] = g->kw, kshape[2] = g->c, kshape[3] = s->filters;
+    }
+    l->w = layer_add_param(p, "kernel", kshape, one_d ? 3 : 4, false, &s->kernel_init,
+                           JOB_INIT_GLOROT_UNIFORM);
     if (l->w == NULL)
         return layer_plan_failed(p, err);
     initializer_fill(&s->kernel_init, JOB_INIT_GLOROT_UNIFORM, l->w->value, l->w->n,
@@ -84,6 +98,15 @@ static void conv_backward_input(layer_t *l, int batch, const float *dy, float *d
 }
 
 const layer_ops_t layer_conv2d = {
+    .param_count = conv_params,
+    .plan = conv_plan,
+    .forward = conv_forward,
+    .backward_params = conv_backward_params,
+    .backward_input = conv_backward_input,
+    .activation = true,
+};
+
+const layer_ops_t layer_conv1d = {
     .param_count = conv_params,
     .plan = conv_plan,
     .forward = conv_forward,

@@ -22,6 +22,11 @@ static const layer_ops_t *const layer_table[] = {
     [JOB_LAYER_ACTIVATION] = &layer_activation,
     [JOB_LAYER_RESCALING] = &layer_rescaling,
     [JOB_LAYER_LAYER_NORMALIZATION] = &layer_layer_normalization,
+    [JOB_LAYER_CONV1D] = &layer_conv1d,
+    [JOB_LAYER_MAX_POOLING1D] = &layer_max_pooling1d,
+    [JOB_LAYER_AVERAGE_POOLING1D] = &layer_average_pooling1d,
+    [JOB_LAYER_GLOBAL_MAX_POOLING1D] = &layer_global_max_pooling1d,
+    [JOB_LAYER_GLOBAL_MAX_POOLING2D] = &layer_global_max_pooling2d,
 };
 
 _Static_assert(sizeof(layer_table) / sizeof(layer_table[0]) == JOB_LAYER_KINDS,

@@ -65,7 +65,9 @@ typedef struct layer_ops {
 
 extern const layer_ops_t layer_dense, layer_conv2d, layer_max_pooling2d, layer_average_pooling2d,
     layer_flatten, layer_reshape, layer_dropout, layer_embedding, layer_global_average_pooling1d,
-    layer_global_average_pooling2d, layer_activation, layer_rescaling, layer_layer_normalization;
+    layer_global_average_pooling2d, layer_activation, layer_rescaling, layer_layer_normalization,
+    layer_conv1d, layer_max_pooling1d, layer_average_pooling1d, layer_global_max_pooling1d,
+    layer_global_max_pooling2d;
 
 /* The table's row for a kind. */
 const layer_ops_t *layer_ops(job_layer_kind_t kind);

@@ -68,6 +68,18 @@ def cases():
         ("layer normalization without beta, without gamma", [
             keras.Input((6,)), L.Dense(5), L.LayerNormalization(center=False), L.Dense(4),
             L.LayerNormalization(scale=False), L.Dense(1)], "mse", "regression"),
+        ("conv1d valid + max pooling 1d", [
+            keras.Input((9, 3)), L.Conv1D(4, 3, activation="relu"), L.MaxPooling1D(2),
+            L.Flatten(), L.Dense(1)], "mse", "regression"),
+        ("conv1d same strided + average pooling 1d same", [
+            keras.Input((10, 2)), L.Conv1D(3, 4, strides=2, padding="same",
+                                           kernel_regularizer=reg.L2(0.01)),
+            L.AveragePooling1D(3, strides=1, padding="same"), L.Flatten(), L.Dense(1)],
+         "mse", "regression"),
+        ("global max pooling 1d", [keras.Input((7, 3)), L.Conv1D(4, 2, activation="tanh"),
+                                   L.GlobalMaxPooling1D(), L.Dense(1)], "mse", "regression"),
+        ("global max pooling 2d", [keras.Input((5, 5, 2)), L.Conv2D(3, 2), L.GlobalMaxPooling2D(),
+                                   L.Dense(1)], "mse", "regression"),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
          "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),
@@ -187,29 +199,44 @@ def run_case(name, layers, loss, labels, rng, tmp):
     return max(worst, lerr)
 
 
+EXPORTS = [
+    ("MLP with LayerNormalization",
+     "  - {dense: {units: 128, activation: gelu}, input_shape: [784]}\n"
+     "  - {layer_normalization: {epsilon: 0.01}}\n"
+     "  - {dense: {units: 10}}\n", "LayerNormalization"),
+    ("rows as sequences, Conv1D and 1D poolings",
+     "  - {reshape: {target_shape: [28, 28]}, input_shape: [784]}\n"
+     "  - {conv1d: {filters: 16, kernel_size: 3, activation: relu}}\n"
+     "  - {max_pooling1d: {pool_size: 2}}\n"
+     "  - {average_pooling1d: {pool_size: 2, padding: same}}\n"
+     "  - global_max_pooling1d\n"
+     "  - {dense: {units: 10}}\n", "Conv1D"),
+]
+
+
 def exported(tmp):
-    """A model with the newer layers trained by tessera train and exported: Keras loads it and
+    """Models with the newer layers trained by tessera train and exported: Keras loads them and
     evaluates the test split to Tessera's accuracy."""
     with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
-        job = f.read().replace("train: {epochs: 5}", "train: {steps: 300}").replace(
-            "  - {dense: {units: 128, activation: relu}, input_shape: [784]}\n",
-            "  - {dense: {units: 128, activation: gelu}, input_shape: [784]}\n"
-            "  - {layer_normalization: {epsilon: 0.01}}\n")
-    path = os.path.join(tmp, "ln.yaml")
-    with open(path, "w") as f:
-        f.write(job + "\ncheckpoint: {dir: ckpt-ln}\n")
-    out = tessera("train", path, cwd=tmp)
-    m = re.search(r"test accuracy ([0-9.]+)", out)
-    ours = float(m.group(1)) if m else -1.0
-    tessera("export", path, "--out", os.path.join(tmp, "export-ln"), cwd=tmp)
-    model = keras.saving.load_model(os.path.join(tmp, "export-ln", "model.keras"))
+        base = f.read().replace("train: {epochs: 5}", "train: {steps: 300}")
+    start, end = base.index("model:\n") + len("model:\n"), base.index("\nloss:")
     x = fashion("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
     y = fashion("t10k-labels-idx1-ubyte.gz", 8)
-    theirs = model.evaluate(x, y, verbose=0, return_dict=True, batch_size=256)["accuracy"]
-    print("exported MLP with LayerNormalization: tessera %.4f, keras %.4f" % (ours, theirs))
-    check(type(model.layers[1]).__name__ == "LayerNormalization",
-          "the export's second layer is %s" % type(model.layers[1]).__name__)
-    check(abs(theirs - ours) <= 0.001 + 1e-9, "Keras evaluates %.4f, Tessera %.4f" % (theirs, ours))
+    for n, (what, layers, cls) in enumerate(EXPORTS):
+        path = os.path.join(tmp, "export-%d.yaml" % n)
+        with open(path, "w") as f:
+            f.write(base[:start] + layers + base[end:] + "\ncheckpoint: {dir: ckpt-%d}\n" % n)
+        out = tessera("train", path, cwd=tmp)
+        m = re.search(r"test accuracy ([0-9.]+)", out)
+        ours = float(m.group(1)) if m else -1.0
+        tessera("export", path, "--out", os.path.join(tmp, "export-%d" % n), cwd=tmp)
+        model = keras.saving.load_model(os.path.join(tmp, "export-%d" % n, "model.keras"))
+        theirs = model.evaluate(x, y, verbose=0, return_dict=True, batch_size=256)["accuracy"]
+        print("exported %s: tessera %.4f, keras %.4f" % (what, ours, theirs))
+        check(any(type(layer).__name__ == cls for layer in model.layers),
+              "%s: no %s in the export" % (what, cls))
+        check(abs(theirs - ours) <= 0.001 + 1e-9,
+              "%s: Keras evaluates %.4f, Tessera %.4f" % (what, theirs, ours))
 
 
 def main():

@@ -333,6 +333,45 @@ START_TEST(job_files_and_keras_json_read_every_layer_kind_alike)
 }
 END_TEST
 
+/* The 1D layers as Keras 3 writes them (windows as lists of one) and as job files do; a window of
+ * two numbers and causal padding are refused by name. */
+START_TEST(one_d_layers_are_read_from_both_formats)
+{
+    static const char *const refused[][2] = {
+        {"\"Conv1D\", \"config\": {\"name\": \"c\", \"filters\": 2, \"kernel_size\": [3, 3]}",
+         "kernel_size must be a positive integer or a list of one"},
+        {"\"Conv1D\", \"config\": {\"name\": \"c\", \"filters\": 2, \"kernel_size\": 3, "
+         "\"padding\": \"causal\"}",
+         "padding"},
+        {"\"MaxPooling1D\", \"config\": {\"name\": \"c\", \"pool_size\": [0]}", "pool_size"},
+    };
+    char json[1024];
+
+    assert_same_model(
+        "  - {conv1d: {filters: 2, kernel_size: 3, strides: 2, padding: same}, input_shape: [9, "
+        "2]}\n"
+        "  - {max_pooling1d: {pool_size: 2}}\n"
+        "  - {average_pooling1d: {pool_size: [3], strides: 1}}\n"
+        "  - global_max_pooling1d\n",
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 9, 2]}},"
+        "{\"class_name\": \"Conv1D\", \"config\": {\"filters\": 2, \"kernel_size\": [3], "
+        "\"strides\": [2], \"padding\": \"same\", \"data_format\": \"channels_last\", "
+        "\"dilation_rate\": [1], \"groups\": 1}},"
+        "{\"class_name\": \"MaxPooling1D\", \"config\": {\"pool_size\": [2], \"strides\": [2]}},"
+        "{\"class_name\": \"AveragePooling1D\", \"config\": {\"pool_size\": 3, \"strides\": "
+        "1}},"
+        "{\"class_name\": \"GlobalMaxPooling1D\", \"config\": {\"keepdims\": false}}");
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        snprintf(json, sizeof(json),
+                 "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
+                 "\"InputLayer\", \"config\": {\"batch_shape\": [null, 9, 2]}}, {\"class_name\": "
+                 "%s}]}}",
+                 refused[i][0]);
+        assert_rejected(json, "m.json", "layer 'c'", refused[i][1], NULL);
+    }
+}
+END_TEST
+
 /* LayerNormalization as Keras 3 writes it (axis [-1], rms_scaling false, its initializers) and
  * as a job file does; another axis, RMS scaling or a gamma regularizer are refused by name. */
 START_TEST(layer_normalization_is_read_from_both_formats)
@@ -656,6 +695,7 @@ static Suite *keras_suite(void)
     tcase_add_loop_test(tc, layers_fixture_reads_every_other_layer_and_initializer, 0, 2);
     tcase_add_test(tc, job_files_and_keras_json_read_every_layer_kind_alike);
     tcase_add_test(tc, layer_normalization_is_read_from_both_formats);
+    tcase_add_test(tc, one_d_layers_are_read_from_both_formats);
     tcase_add_loop_test(tc, kernel_regularizer_is_read_as_keras_wrote_it, 0, 2);
     tcase_add_loop_test(tc, options_tessera_does_not_implement_are_rejected_by_name, 0, 2);
     tcase_add_test(tc, unknown_config_key_is_rejected_with_the_keys_tessera_reads);
