@@ -2,6 +2,7 @@
 #include "export.h"
 
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,15 @@ static const char *const keras_class[] = {
     [JOB_LAYER_AVERAGE_POOLING1D] = "AveragePooling1D",
     [JOB_LAYER_GLOBAL_MAX_POOLING1D] = "GlobalMaxPooling1D",
     [JOB_LAYER_GLOBAL_MAX_POOLING2D] = "GlobalMaxPooling2D",
+    [JOB_LAYER_RELU] = "ReLU",
+    [JOB_LAYER_LEAKY_RELU] = "LeakyReLU",
+    [JOB_LAYER_ELU] = "ELU",
+    [JOB_LAYER_SOFTMAX] = "Softmax",
+    [JOB_LAYER_ZERO_PADDING2D] = "ZeroPadding2D",
+    [JOB_LAYER_CROPPING2D] = "Cropping2D",
+    [JOB_LAYER_UP_SAMPLING2D] = "UpSampling2D",
+    [JOB_LAYER_PERMUTE] = "Permute",
+    [JOB_LAYER_REPEAT_VECTOR] = "RepeatVector",
 };
 
 _Static_assert(sizeof(keras_class) / sizeof(keras_class[0]) == JOB_LAYER_KINDS,
@@ -176,6 +186,43 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddBoolToObject(c, "center", l->center);
         cJSON_AddBoolToObject(c, "scale", l->scale_gamma);
         cJSON_AddBoolToObject(c, "rms_scaling", false);
+        break;
+    case JOB_LAYER_RELU:
+        if (isnan(l->max_value))
+            cJSON_AddNullToObject(c, "max_value");
+        else
+            cJSON_AddNumberToObject(c, "max_value", l->max_value);
+        cJSON_AddNumberToObject(c, "negative_slope", l->negative_slope);
+        cJSON_AddNumberToObject(c, "threshold", l->threshold);
+        break;
+    case JOB_LAYER_LEAKY_RELU:
+        cJSON_AddNumberToObject(c, "negative_slope", l->negative_slope);
+        break;
+    case JOB_LAYER_ELU:
+        cJSON_AddNumberToObject(c, "alpha", l->alpha);
+        break;
+    case JOB_LAYER_SOFTMAX:
+        cJSON_AddNumberToObject(c, "axis", -1);
+        break;
+    case JOB_LAYER_ZERO_PADDING2D:
+    case JOB_LAYER_CROPPING2D: {
+        cJSON *m =
+            cJSON_AddArrayToObject(c, l->kind == JOB_LAYER_ZERO_PADDING2D ? "padding" : "cropping");
+        cJSON_AddItemToArray(m, ints(l->margins, 2, false));
+        cJSON_AddItemToArray(m, ints(l->margins + 2, 2, false));
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        break;
+    }
+    case JOB_LAYER_UP_SAMPLING2D:
+        cJSON_AddItemToObject(c, "size", ints(l->size, 2, false));
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        cJSON_AddStringToObject(c, "interpolation", "nearest");
+        break;
+    case JOB_LAYER_PERMUTE:
+        cJSON_AddItemToObject(c, "dims", ints(l->dims, l->n_dims, false));
+        break;
+    case JOB_LAYER_REPEAT_VECTOR:
+        cJSON_AddNumberToObject(c, "n", l->repeat);
         break;
     case JOB_LAYER_FLATTEN:
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:

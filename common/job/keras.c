@@ -116,6 +116,38 @@ static status_t get_pair(kctx_t *k, const cJSON *cfg, const char *key, bool requ
     return STATUS_OK;
 }
 
+/* Margins: N, [H, W] or [[top, bottom], [left, right]], non-negative integers. */
+static status_t get_margins(kctx_t *k, const cJSON *cfg, const char *key, int ret[4])
+{
+    const cJSON *v = kget(cfg, key), *a, *b;
+    const char *expected = "a non-negative integer, a list of two, or two lists of two";
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (is_int(v, 0, INT_MAX)) {
+        ret[0] = ret[1] = ret[2] = ret[3] = (int)v->valuedouble;
+        return STATUS_OK;
+    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+        return type_error(k, key, v, expected);
+    a = cJSON_GetArrayItem(v, 0), b = cJSON_GetArrayItem(v, 1);
+    if (is_int(a, 0, INT_MAX) && is_int(b, 0, INT_MAX)) {
+        ret[0] = ret[1] = (int)a->valuedouble;
+        ret[2] = ret[3] = (int)b->valuedouble;
+        return STATUS_OK;
+    }
+    for (int i = 0; i < 2; i++) {
+        const cJSON *p = i == 0 ? a : b;
+        if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2 ||
+            !is_int(cJSON_GetArrayItem(p, 0), 0, INT_MAX) ||
+            !is_int(cJSON_GetArrayItem(p, 1), 0, INT_MAX))
+            return type_error(k, key, v, expected);
+        ret[2 * i] = (int)cJSON_GetArrayItem(p, 0)->valuedouble;
+        ret[2 * i + 1] = (int)cJSON_GetArrayItem(p, 1)->valuedouble;
+    }
+    return STATUS_OK;
+}
+
 /* A 1D window's size: a positive integer or a list of one (Keras writes [3]). */
 static status_t get_length(kctx_t *k, const cJSON *cfg, const char *key, bool required, int *ret)
 {
@@ -262,6 +294,10 @@ static status_t check_rule(kctx_t *k, const cJSON *v, job_keras_rule_t rule)
         return all_ones(v) ? STATUS_OK : kfail(k, "%s other than 1 is not supported", key);
     case JOB_KERAS_DTYPE:
         return check_dtype(k, key, v);
+    case JOB_KERAS_NEAREST:
+        if (cJSON_IsString(v) && strcmp(v->valuestring, "nearest") == 0)
+            return STATUS_OK;
+        return kfail(k, "%s other than \"nearest\" is not supported", key);
     case JOB_KERAS_LAST_AXIS:
         if (is_int(v, -1, -1) ||
             (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && is_int(v->child, -1, -1)))
@@ -601,10 +637,16 @@ static status_t json_get_length(job_layer_reader_t *r, const char *key, bool req
     return get_length(j->k, j->cfg, key, required, ret);
 }
 
+static status_t json_get_margins(job_layer_reader_t *r, const char *key, int ret[4])
+{
+    json_reader_t *j = json_reader(r);
+    return get_margins(j->k, j->cfg, key, ret);
+}
+
 static const job_layer_reader_ops_t json_reader_ops = {
-    json_get_int,  json_get_seed,        json_get_number,     json_get_bool,
-    json_get_pair, json_get_shape,       json_get_activation, json_get_padding,
-    json_get_init, json_get_regularizer, json_invalid,        json_get_length,
+    json_get_int,   json_get_seed,       json_get_number,  json_get_bool, json_get_pair,
+    json_get_shape, json_get_activation, json_get_padding, json_get_init, json_get_regularizer,
+    json_invalid,   json_get_length,     json_get_margins,
 };
 
 /* Sets the model's input shape from a batch shape, or checks it against the one already set

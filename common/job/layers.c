@@ -136,6 +136,93 @@ static status_t read_layer_normalization(job_layer_reader_t *r, job_layer_t *l,
     return r->ops->get_init(r, "beta_initializer", &l->bias_init);
 }
 
+/* The ReLU layer: Keras's relu(x, negative_slope, max_value, threshold), no cap by default. */
+static status_t read_relu(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->max_value = NAN;
+    STATUS_CHECK(r->ops->get_number(r, "max_value", false, &l->max_value));
+    STATUS_CHECK(r->ops->get_number(r, "negative_slope", false, &l->negative_slope));
+    STATUS_CHECK(r->ops->get_number(r, "threshold", false, &l->threshold));
+    if (!isnan(l->max_value) && !(l->max_value >= 0 && isfinite((float)l->max_value)))
+        return r->ops->invalid(r, "max_value", "a float32 number >= 0, or null");
+    if (!(l->negative_slope >= 0) || !isfinite((float)l->negative_slope))
+        return r->ops->invalid(r, "negative_slope", "a float32 number >= 0");
+    if (!isfinite((float)l->threshold))
+        return r->ops->invalid(r, "threshold", "a float32 number");
+    return STATUS_OK;
+}
+
+static status_t read_leaky_relu(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->negative_slope = 0.3;
+    l->max_value = NAN;
+    STATUS_CHECK(r->ops->get_number(r, "negative_slope", false, &l->negative_slope));
+    if (!(l->negative_slope >= 0) || !isfinite((float)l->negative_slope))
+        return r->ops->invalid(r, "negative_slope", "a float32 number >= 0");
+    return STATUS_OK;
+}
+
+static status_t read_elu(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->alpha = 1.0;
+    STATUS_CHECK(r->ops->get_number(r, "alpha", false, &l->alpha));
+    if (!isfinite((float)l->alpha))
+        return r->ops->invalid(r, "alpha", "a float32 number");
+    return STATUS_OK;
+}
+
+/* The Softmax layer is the softmax activation over the last axis. */
+static status_t read_softmax(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)r, (void)ret_input_length;
+    l->activation = JOB_ACT_SOFTMAX;
+    return STATUS_OK;
+}
+
+static status_t read_zero_padding(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->margins[0] = l->margins[1] = l->margins[2] = l->margins[3] = 1;
+    return r->ops->get_margins(r, "padding", l->margins);
+}
+
+static status_t read_cropping(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    return r->ops->get_margins(r, "cropping", l->margins);
+}
+
+static status_t read_up_sampling(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->size[0] = l->size[1] = 2;
+    return r->ops->get_pair(r, "size", false, l->size);
+}
+
+/* dims must be a permutation of 1..rank; the rank is checked when the model is built. */
+static status_t read_permute(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    int seen = 0;
+
+    (void)ret_input_length;
+    STATUS_CHECK(r->ops->get_shape(r, "dims", l->dims, &l->n_dims));
+    for (int i = 0; i < l->n_dims; i++) {
+        if (l->dims[i] < 1 || l->dims[i] > l->n_dims || (seen & (1 << l->dims[i])))
+            return r->ops->invalid(r, "dims", "a permutation of 1 .. its length");
+        seen |= 1 << l->dims[i];
+    }
+    return STATUS_OK;
+}
+
+static status_t read_repeat(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    return r->ops->get_int(r, "n", true, 1, &l->repeat);
+}
+
 static status_t read_nothing(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
     (void)r, (void)l, (void)ret_input_length;
@@ -170,6 +257,17 @@ static const char *const embedding_keys[] = {"input_dim", "output_dim", "embeddi
                                              "input_length"};
 static const char *const activation_keys[] = {"activation"};
 static const char *const rescaling_keys[] = {"scale", "offset"};
+static const char *const relu_keys[] = {"max_value", "negative_slope", "threshold"};
+static const char *const leaky_relu_keys[] = {"negative_slope"};
+static const char *const elu_keys[] = {"alpha"};
+static const job_keras_key_t softmax_fixed[] = {{"axis", JOB_KERAS_LAST_AXIS}};
+static const char *const zero_padding_keys[] = {"padding"};
+static const char *const cropping_keys[] = {"cropping"};
+static const char *const up_sampling_keys[] = {"size"};
+static const job_keras_key_t up_sampling_fixed[] = {{"data_format", JOB_KERAS_CHANNELS_LAST},
+                                                    {"interpolation", JOB_KERAS_NEAREST}};
+static const char *const permute_keys[] = {"dims"};
+static const char *const repeat_keys[] = {"n"};
 static const char *const layer_norm_keys[] = {"epsilon", "center", "scale", "gamma_initializer",
                                               "beta_initializer"};
 
@@ -243,6 +341,20 @@ static const job_layer_info_t table[] = {
                                         KEYS(global_pool_fixed), read_nothing},
     [JOB_LAYER_GLOBAL_MAX_POOLING2D] = {"global_max_pooling2d", "GlobalMaxPooling2D", NULL, 0,
                                         KEYS(global_pool_fixed), read_nothing},
+    [JOB_LAYER_RELU] = {"relu", "ReLU", KEYS(relu_keys), NULL, 0, read_relu},
+    [JOB_LAYER_LEAKY_RELU] = {"leaky_relu", "LeakyReLU", KEYS(leaky_relu_keys), NULL, 0,
+                              read_leaky_relu},
+    [JOB_LAYER_ELU] = {"elu", "ELU", KEYS(elu_keys), NULL, 0, read_elu},
+    [JOB_LAYER_SOFTMAX] = {"softmax", "Softmax", NULL, 0, KEYS(softmax_fixed), read_softmax},
+    [JOB_LAYER_ZERO_PADDING2D] = {"zero_padding2d", "ZeroPadding2D", KEYS(zero_padding_keys),
+                                  KEYS(channels_last), read_zero_padding},
+    [JOB_LAYER_CROPPING2D] = {"cropping2d", "Cropping2D", KEYS(cropping_keys), KEYS(channels_last),
+                              read_cropping},
+    [JOB_LAYER_UP_SAMPLING2D] = {"up_sampling2d", "UpSampling2D", KEYS(up_sampling_keys),
+                                 KEYS(up_sampling_fixed), read_up_sampling},
+    [JOB_LAYER_PERMUTE] = {"permute", "Permute", KEYS(permute_keys), NULL, 0, read_permute},
+    [JOB_LAYER_REPEAT_VECTOR] = {"repeat_vector", "RepeatVector", KEYS(repeat_keys), NULL, 0,
+                                 read_repeat},
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");

@@ -22,6 +22,7 @@ typedef enum {
     JOB_KERAS_DTYPE,         /* a float32 dtype policy */
     JOB_KERAS_IGNORED,       /* accepted whatever it holds (lora_alpha without lora_rank) */
     JOB_KERAS_LAST_AXIS,     /* -1 or [-1]: the last axis (normalization layers) */
+    JOB_KERAS_NEAREST,       /* "nearest" (UpSampling2D's interpolation) */
 } job_keras_rule_t;
 
 typedef struct job_keras_key {
@@ -50,6 +51,9 @@ typedef struct job_layer_reader_ops {
     status_t (*invalid)(job_layer_reader_t *r, const char *key, const char *expected);
     /* a 1D window's size or stride: a positive integer or a list of one */
     status_t (*get_length)(job_layer_reader_t *r, const char *key, bool required, int *ret);
+    /* margins of an image: N (all four), [H, W] or [[top, bottom], [left, right]], each >= 0,
+     * into ret = {top, bottom, left, right} */
+    status_t (*get_margins)(job_layer_reader_t *r, const char *key, int ret[4]);
 } job_layer_reader_ops_t;
 
 /* Embedded first in each format's reader, which holds its own context after it. */

@@ -237,10 +237,16 @@ static status_t tree_get_length(job_layer_reader_t *r, const char *key, bool req
     return job_tree_get_length(t->c, t->opts, key, required, ret);
 }
 
+static status_t tree_get_margins(job_layer_reader_t *r, const char *key, int ret[4])
+{
+    tree_reader_t *t = tree_reader(r);
+    return job_tree_get_margins(t->c, t->opts, key, ret);
+}
+
 static const job_layer_reader_ops_t tree_reader_ops = {
-    tree_get_int,  tree_get_seed,        tree_get_number,     tree_get_bool,
-    tree_get_pair, tree_get_shape,       tree_get_activation, tree_get_padding,
-    tree_get_init, tree_get_regularizer, tree_invalid,        tree_get_length,
+    tree_get_int,   tree_get_seed,       tree_get_number,  tree_get_bool, tree_get_pair,
+    tree_get_shape, tree_get_activation, tree_get_padding, tree_get_init, tree_get_regularizer,
+    tree_invalid,   tree_get_length,     tree_get_margins,
 };
 
 /* Reads a layer's options: its name, then what its kind reads. */

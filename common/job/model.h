@@ -32,6 +32,15 @@ typedef enum {
     JOB_LAYER_AVERAGE_POOLING1D,
     JOB_LAYER_GLOBAL_MAX_POOLING1D,
     JOB_LAYER_GLOBAL_MAX_POOLING2D,
+    JOB_LAYER_RELU,       /* the ReLU layer: max_value, negative_slope, threshold */
+    JOB_LAYER_LEAKY_RELU, /* negative_slope (Keras: 0.3) */
+    JOB_LAYER_ELU,        /* alpha (Keras: 1) */
+    JOB_LAYER_SOFTMAX,    /* over the last axis */
+    JOB_LAYER_ZERO_PADDING2D,
+    JOB_LAYER_CROPPING2D,
+    JOB_LAYER_UP_SAMPLING2D,
+    JOB_LAYER_PERMUTE,
+    JOB_LAYER_REPEAT_VECTOR,
     JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
@@ -88,6 +97,14 @@ typedef struct job_layer {
     job_regularizer_t kernel_reg, bias_reg; /* dense, conv2d (Keras's L1, L2, L1L2) */
     double epsilon;                         /* layer_normalization (Keras: 0.001) */
     bool center, scale_gamma;               /* layer_normalization: beta, gamma (Keras: both) */
+    double negative_slope, threshold;       /* relu, leaky_relu */
+    double max_value;                       /* relu: NaN for none */
+    double alpha;                           /* elu */
+    int margins[4];         /* zero_padding2d, cropping2d: top, bottom, left, right */
+    int size[2];            /* up_sampling2d (Keras: 2, 2) */
+    int dims[JOB_MAX_RANK]; /* permute: 1-based axes, a permutation */
+    int n_dims;
+    int repeat; /* repeat_vector: n */
 } job_layer_t;
 
 typedef struct job_model {

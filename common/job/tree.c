@@ -507,6 +507,37 @@ status_t job_tree_pair(job_ctx_t *c, const job_node_t *n, int ret[2])
     return STATUS_OK;
 }
 
+status_t job_tree_margins(job_ctx_t *c, const job_node_t *n, int ret[4])
+{
+    const char *expected = "a non-negative integer, a list of two, or two lists of two";
+    int64_t v;
+    int count;
+
+    if (n->kind != JOB_NODE_SEQ) {
+        STATUS_CHECK(job_tree_int(c, n, 0, INT_MAX, &v));
+        ret[0] = ret[1] = ret[2] = ret[3] = (int)v;
+        return STATUS_OK;
+    }
+    if (n->n != 2)
+        return job_tree_type_error(c, n, expected);
+    if (n->items[0]->kind != JOB_NODE_SEQ && n->items[1]->kind != JOB_NODE_SEQ) {
+        int hw[2];
+        STATUS_CHECK(job_tree_ints(c, n, 2, 0, false, hw, &count));
+        ret[0] = ret[1] = hw[0];
+        ret[2] = ret[3] = hw[1];
+        return STATUS_OK;
+    }
+    for (size_t i = 0; i < 2; i++) {
+        size_t old = job_tree_push_index(c, i);
+        status_t rc = n->items[i]->kind == JOB_NODE_SEQ && n->items[i]->n == 2
+                          ? job_tree_ints(c, n->items[i], 2, 0, false, ret + 2 * i, &count)
+                          : job_tree_type_error(c, n->items[i], "a list of two");
+        job_tree_pop(c, old);
+        STATUS_CHECK(rc);
+    }
+    return STATUS_OK;
+}
+
 status_t job_tree_length(job_ctx_t *c, const job_node_t *n, int *ret)
 {
     int64_t v;
@@ -634,6 +665,12 @@ status_t job_tree_get_string(job_ctx_t *c, const job_node_t *map, const char *ke
                              const char **ret)
 {
     GETTER(job_tree_string, ret);
+}
+
+status_t job_tree_get_margins(job_ctx_t *c, const job_node_t *map, const char *key, int ret[4])
+{
+    const bool required = false;
+    GETTER(job_tree_margins, ret);
 }
 
 status_t job_tree_get_length(job_ctx_t *c, const job_node_t *map, const char *key, bool required,

@@ -93,6 +93,9 @@ status_t job_tree_string(job_ctx_t *c, const job_node_t *n, const char **ret);
 status_t job_tree_ints(job_ctx_t *c, const job_node_t *n, int max, int lo, bool allow_minus_one,
                        int *ret, int *ret_count);
 status_t job_tree_pair(job_ctx_t *c, const job_node_t *n, int ret[2]);
+/* Margins: N, [H, W] or [[top, bottom], [left, right]] into {top, bottom, left, right}. */
+status_t job_tree_margins(job_ctx_t *c, const job_node_t *n, int ret[4]);
+status_t job_tree_get_margins(job_ctx_t *c, const job_node_t *map, const char *key, int ret[4]);
 /* A positive integer or a list of one (a 1D window's size). */
 status_t job_tree_length(job_ctx_t *c, const job_node_t *n, int *ret);
 status_t job_tree_name(job_ctx_t *c, const job_node_t *n, const char *what,

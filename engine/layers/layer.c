@@ -27,6 +27,15 @@ static const layer_ops_t *const layer_table[] = {
     [JOB_LAYER_AVERAGE_POOLING1D] = &layer_average_pooling1d,
     [JOB_LAYER_GLOBAL_MAX_POOLING1D] = &layer_global_max_pooling1d,
     [JOB_LAYER_GLOBAL_MAX_POOLING2D] = &layer_global_max_pooling2d,
+    [JOB_LAYER_RELU] = &layer_relu,
+    [JOB_LAYER_LEAKY_RELU] = &layer_leaky_relu,
+    [JOB_LAYER_ELU] = &layer_elu,
+    [JOB_LAYER_SOFTMAX] = &layer_activation, /* its activation: softmax */
+    [JOB_LAYER_ZERO_PADDING2D] = &layer_zero_padding2d,
+    [JOB_LAYER_CROPPING2D] = &layer_cropping2d,
+    [JOB_LAYER_UP_SAMPLING2D] = &layer_up_sampling2d,
+    [JOB_LAYER_PERMUTE] = &layer_permute,
+    [JOB_LAYER_REPEAT_VECTOR] = &layer_repeat_vector,
 };
 
 _Static_assert(sizeof(layer_table) / sizeof(layer_table[0]) == JOB_LAYER_KINDS,

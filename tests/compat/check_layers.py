@@ -80,6 +80,22 @@ def cases():
                                    L.GlobalMaxPooling1D(), L.Dense(1)], "mse", "regression"),
         ("global max pooling 2d", [keras.Input((5, 5, 2)), L.Conv2D(3, 2), L.GlobalMaxPooling2D(),
                                    L.Dense(1)], "mse", "regression"),
+        ("relu layers: capped, sloped, thresholded", [
+            keras.Input((6,)), L.Dense(5), L.ReLU(max_value=0.5), L.Dense(5),
+            L.ReLU(negative_slope=0.1, threshold=0.2), L.Dense(5),
+            L.ReLU(max_value=1.0, negative_slope=0.3), L.Dense(1)], "mse", "regression"),
+        ("leaky relu, elu and softmax layers", [
+            keras.Input((6,)), L.Dense(5), L.LeakyReLU(), L.Dense(5), L.ELU(alpha=0.7),
+            L.Dense(4), L.LeakyReLU(negative_slope=0.05), L.Softmax(), L.Dense(1)],
+         "mse", "regression"),
+        ("zero padding, cropping, up sampling", [
+            keras.Input((5, 4, 2)), L.ZeroPadding2D(((1, 2), (0, 1))), L.Conv2D(3, 2),
+            L.Cropping2D(((1, 0), (1, 1))), L.UpSampling2D((2, 3)), L.Conv2D(2, 3, strides=2),
+            L.Flatten(), L.Dense(1)], "mse", "regression"),
+        ("permute and repeat vector", [
+            keras.Input((3, 4, 2)), L.Permute((3, 1, 2)), L.Conv2D(2, 2), L.Flatten(),
+            L.Dense(3), L.RepeatVector(4), L.Permute((2, 1)), L.Conv1D(2, 2), L.Flatten(),
+            L.Dense(1)], "mse", "regression"),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
          "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),
@@ -211,6 +227,22 @@ EXPORTS = [
      "  - {average_pooling1d: {pool_size: 2, padding: same}}\n"
      "  - global_max_pooling1d\n"
      "  - {dense: {units: 10}}\n", "Conv1D"),
+    ("a CNN with the shape and activation layers",
+     "  - {reshape: {target_shape: [28, 28, 1]}, input_shape: [784]}\n"
+     "  - {zero_padding2d: {padding: 1}}\n"
+     "  - {conv2d: {filters: 8, kernel_size: 3}}\n"
+     "  - leaky_relu\n"
+     "  - {max_pooling2d: {pool_size: 2}}\n"
+     "  - {cropping2d: {cropping: [[1, 1], [1, 1]]}}\n"
+     "  - {up_sampling2d: {size: 2}}\n"
+     "  - {permute: {dims: [2, 1, 3]}}\n"
+     "  - global_max_pooling2d\n"
+     "  - {repeat_vector: {n: 2}}\n"
+     "  - flatten\n"
+     "  - {dense: {units: 32}}\n"
+     "  - {relu: {max_value: 6.0, negative_slope: 0.01}}\n"
+     "  - {elu: {alpha: 0.5}}\n"
+     "  - {dense: {units: 10}}\n", "UpSampling2D"),
 ]
 
 

@@ -372,6 +372,63 @@ START_TEST(one_d_layers_are_read_from_both_formats)
 }
 END_TEST
 
+/* The shape and activation layers as Keras 3 writes them and as job files do; what Tessera does
+ * not build is refused by name. */
+START_TEST(shape_and_activation_layers_are_read_from_both_formats)
+{
+    static const char *const refused[][2] = {
+        {"\"UpSampling2D\", \"config\": {\"name\": \"c\", \"interpolation\": \"bilinear\"}",
+         "interpolation other than \"nearest\" is not supported"},
+        {"\"Permute\", \"config\": {\"name\": \"c\", \"dims\": [1, 1, 2]}",
+         "dims must be a permutation of 1 .. its length"},
+        {"\"ZeroPadding2D\", \"config\": {\"name\": \"c\", \"padding\": [[1, 2, 3], [0, 0]]}",
+         "padding must be a non-negative integer, a list of two, or two lists of two"},
+        {"\"Softmax\", \"config\": {\"name\": \"c\", \"axis\": 1}",
+         "axis other than -1 (the last axis) is not supported"},
+        {"\"ReLU\", \"config\": {\"name\": \"c\", \"max_value\": -1}",
+         "max_value must be a float32 number >= 0, or null"},
+    };
+    char json[1024];
+
+    assert_same_model(
+        "  - {zero_padding2d: {padding: [[1, 2], [0, 1]]}, input_shape: [5, 5, 2]}\n"
+        "  - {cropping2d: {cropping: [1, 2]}}\n"
+        "  - {up_sampling2d: {size: [2, 3]}}\n"
+        "  - {permute: {dims: [2, 1, 3]}}\n"
+        "  - relu\n"
+        "  - {relu: {max_value: 6, negative_slope: 0.1, threshold: 0.5}}\n"
+        "  - {leaky_relu: {negative_slope: 0.2}}\n"
+        "  - {elu: {alpha: 0.5}}\n"
+        "  - softmax\n"
+        "  - global_max_pooling2d\n"
+        "  - {repeat_vector: {n: 3}}\n",
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 5, 5, 2]}},"
+        "{\"class_name\": \"ZeroPadding2D\", \"config\": {\"padding\": [[1, 2], [0, 1]], "
+        "\"data_format\": \"channels_last\"}},"
+        "{\"class_name\": \"Cropping2D\", \"config\": {\"cropping\": [[1, 1], [2, 2]]}},"
+        "{\"class_name\": \"UpSampling2D\", \"config\": {\"size\": [2, 3], \"interpolation\": "
+        "\"nearest\"}},"
+        "{\"class_name\": \"Permute\", \"config\": {\"dims\": [2, 1, 3]}},"
+        "{\"class_name\": \"ReLU\", \"config\": {\"name\": \"relu\", \"max_value\": null, "
+        "\"negative_slope\": 0.0, \"threshold\": 0.0}},"
+        "{\"class_name\": \"ReLU\", \"config\": {\"max_value\": 6.0, \"negative_slope\": 0.1, "
+        "\"threshold\": 0.5}},"
+        "{\"class_name\": \"LeakyReLU\", \"config\": {\"negative_slope\": 0.2}},"
+        "{\"class_name\": \"ELU\", \"config\": {\"alpha\": 0.5}},"
+        "{\"class_name\": \"Softmax\", \"config\": {\"axis\": -1}},"
+        "{\"class_name\": \"GlobalMaxPooling2D\", \"config\": {}},"
+        "{\"class_name\": \"RepeatVector\", \"config\": {\"n\": 3}}");
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        snprintf(json, sizeof(json),
+                 "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
+                 "\"InputLayer\", \"config\": {\"batch_shape\": [null, 5, 5, 2]}}, "
+                 "{\"class_name\": %s}]}}",
+                 refused[i][0]);
+        assert_rejected(json, "m.json", "layer 'c'", refused[i][1], NULL);
+    }
+}
+END_TEST
+
 /* LayerNormalization as Keras 3 writes it (axis [-1], rms_scaling false, its initializers) and
  * as a job file does; another axis, RMS scaling or a gamma regularizer are refused by name. */
 START_TEST(layer_normalization_is_read_from_both_formats)
@@ -696,6 +753,7 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, job_files_and_keras_json_read_every_layer_kind_alike);
     tcase_add_test(tc, layer_normalization_is_read_from_both_formats);
     tcase_add_test(tc, one_d_layers_are_read_from_both_formats);
+    tcase_add_test(tc, shape_and_activation_layers_are_read_from_both_formats);
     tcase_add_loop_test(tc, kernel_regularizer_is_read_as_keras_wrote_it, 0, 2);
     tcase_add_loop_test(tc, options_tessera_does_not_implement_are_rejected_by_name, 0, 2);
     tcase_add_test(tc, unknown_config_key_is_rejected_with_the_keys_tessera_reads);

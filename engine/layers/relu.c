@@ -1,0 +1,101 @@
+/* The activation layers with options: ReLU (Keras's relu(x, negative_slope, max_value,
+ * threshold)), LeakyReLU and ELU. Each keeps nothing: backward reads the layer's input, which
+ * the layer before keeps until the next forward pass.
+ *
+ * ReLU as Keras computes it: pos = x above the threshold (else 0; plain relu for threshold 0),
+ * clipped to [0, max_value] when there is one; neg = relu(threshold - x); y = pos -
+ * negative_slope * neg. Its gradient: 1 where pos passes x through (inside the clip, bounds
+ * included, as tf.clip_by_value's), plus negative_slope below the threshold. */
+#include <math.h>
+
+#include "layers/layer.h"
+
+static float relu_of(const job_layer_t *s, float x, float *ret_grad)
+{
+    float thr = (float)s->threshold, slope = (float)s->negative_slope, pos, grad;
+    bool pass = s->threshold != 0 ? x > thr : x > 0.0f;
+
+    pos = pass ? x : 0.0f;
+    grad = pass ? 1.0f : 0.0f;
+    if (!isnan(s->max_value)) {
+        float cap = (float)s->max_value;
+        if (pos < 0.0f || pos > cap)
+            grad = 0.0f;
+        pos = pos < 0.0f ? 0.0f : (pos > cap ? cap : pos);
+    }
+    if (slope != 0.0f && x < thr) {
+        pos -= slope * (thr - x);
+        grad += slope;
+    }
+    *ret_grad = grad;
+    return pos;
+}
+
+static status_t relu_forward(layer_t *l, int batch, bool training, status_msg_t *err)
+{
+    size_t n = (size_t)batch * l->in_len;
+    float g;
+
+    (void)training, (void)err;
+    for (size_t i = 0; i < n; i++)
+        l->out[i] = relu_of(&l->spec, l->in[i], &g);
+    return STATUS_OK;
+}
+
+static void relu_backward_input(layer_t *l, int batch, const float *dy, float *dx)
+{
+    size_t n = (size_t)batch * l->in_len;
+    float g;
+
+    for (size_t i = 0; i < n; i++) {
+        (void)relu_of(&l->spec, l->in[i], &g);
+        dx[i] = dy[i] * g;
+    }
+}
+
+/* LeakyReLU: x, or negative_slope * x below 0 */
+static status_t leaky_forward(layer_t *l, int batch, bool training, status_msg_t *err)
+{
+    size_t n = (size_t)batch * l->in_len;
+    float slope = (float)l->spec.negative_slope;
+
+    (void)training, (void)err;
+    for (size_t i = 0; i < n; i++)
+        l->out[i] = l->in[i] >= 0.0f ? l->in[i] : slope * l->in[i];
+    return STATUS_OK;
+}
+
+static void leaky_backward_input(layer_t *l, int batch, const float *dy, float *dx)
+{
+    size_t n = (size_t)batch * l->in_len;
+    float slope = (float)l->spec.negative_slope;
+
+    for (size_t i = 0; i < n; i++)
+        dx[i] = l->in[i] > 0.0f ? dy[i] : dy[i] * slope;
+}
+
+/* ELU: x above 0, alpha * (exp(x) - 1) below; the gradient below 0 is alpha * exp(x). */
+static status_t elu_forward(layer_t *l, int batch, bool training, status_msg_t *err)
+{
+    size_t n = (size_t)batch * l->in_len;
+    float alpha = (float)l->spec.alpha;
+
+    (void)training, (void)err;
+    for (size_t i = 0; i < n; i++)
+        l->out[i] = l->in[i] > 0.0f ? l->in[i] : alpha * expm1f(l->in[i]);
+    return STATUS_OK;
+}
+
+static void elu_backward_input(layer_t *l, int batch, const float *dy, float *dx)
+{
+    size_t n = (size_t)batch * l->in_len;
+    float alpha = (float)l->spec.alpha;
+
+    for (size_t i = 0; i < n; i++)
+        dx[i] = l->in[i] > 0.0f ? dy[i] : dy[i] * alpha * expf(l->in[i]);
+}
+
+const layer_ops_t layer_relu = {.forward = relu_forward, .backward_input = relu_backward_input};
+const layer_ops_t layer_leaky_relu = {.forward = leaky_forward,
+                                      .backward_input = leaky_backward_input};
+const layer_ops_t layer_elu = {.forward = elu_forward, .backward_input = elu_backward_input};
