@@ -126,7 +126,21 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
 
     /* The archive is unpacked in a child process: only the safetensors file it leaves is read
      * here, so a hostile file cannot crash the chief. */
+    size_t nl = j->job.model.n_layers;
+    char(*paths)[96] = calloc(nl + 1, sizeof(*paths));
+    const char **names = calloc(nl + 1, sizeof(*names)), **at = calloc(nl + 1, sizeof(*at));
+
     rc = init_weights_open(j->job.init_from, &w, err);
+    if (rc == STATUS_OK && (paths == NULL || names == NULL || at == NULL))
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    if (rc == STATUS_OK) { /* a .keras file's layers are found by their class paths */
+        job_keras_paths(j->job.model.layers, nl, paths);
+        for (size_t l = 0; l < nl; l++) {
+            names[l] = j->job.model.layers[l].name;
+            at[l] = paths[l];
+        }
+        init_weights_map_layers(&w, names, at, nl);
+    }
     if (rc == STATUS_OK)
         rc = describe(vars, &v, err);
     if (rc == STATUS_OK)
@@ -171,6 +185,9 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
             status_fail(err, STATUS_INTERNAL, "init_from: the plan's shard %zu is out of order", k);
     free(v);
     init_weights_close(&w);
+    free(paths);
+    free(names);
+    free(at);
     return rc;
 }
 

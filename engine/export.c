@@ -64,6 +64,10 @@ static const char *const keras_class[] = {
     [JOB_LAYER_UP_SAMPLING2D] = "UpSampling2D",
     [JOB_LAYER_PERMUTE] = "Permute",
     [JOB_LAYER_REPEAT_VECTOR] = "RepeatVector",
+    [JOB_LAYER_PRELU] = "PReLU",
+    [JOB_LAYER_SPATIAL_DROPOUT1D] = "SpatialDropout1D",
+    [JOB_LAYER_SPATIAL_DROPOUT2D] = "SpatialDropout2D",
+    [JOB_LAYER_GAUSSIAN_NOISE] = "GaussianNoise",
 };
 
 _Static_assert(sizeof(keras_class) / sizeof(keras_class[0]) == JOB_LAYER_KINDS,
@@ -133,7 +137,9 @@ static cJSON *layer_config(const job_layer_t *l)
     cJSON *c = cJSON_CreateObject();
 
     cJSON_AddStringToObject(c, "name", l->name);
-    cJSON_AddBoolToObject(c, "trainable", true);
+    /* Keras's SpatialDropout1D/2D take no `trainable` (their configs have none) */
+    if (l->kind != JOB_LAYER_SPATIAL_DROPOUT1D && l->kind != JOB_LAYER_SPATIAL_DROPOUT2D)
+        cJSON_AddBoolToObject(c, "trainable", true);
     switch (l->kind) {
     case JOB_LAYER_DENSE:
         cJSON_AddNumberToObject(c, "units", l->units);
@@ -164,7 +170,27 @@ static cJSON *layer_config(const job_layer_t *l)
     case JOB_LAYER_RESHAPE:
         cJSON_AddItemToObject(c, "target_shape", ints(l->target_shape, l->target_rank, false));
         break;
+    case JOB_LAYER_PRELU: {
+        cJSON *axes = cJSON_CreateArray();
+        for (int i = 1; i <= JOB_MAX_RANK; i++)
+            if ((l->shared_axes >> i) & 1)
+                cJSON_AddItemToArray(axes, cJSON_CreateNumber(i));
+        if (cJSON_GetArraySize(axes) == 0) {
+            cJSON_Delete(axes);
+            cJSON_AddNullToObject(c, "shared_axes");
+        } else {
+            cJSON_AddItemToObject(c, "shared_axes", axes);
+        }
+        break;
+    }
+    case JOB_LAYER_GAUSSIAN_NOISE:
+        cJSON_AddNumberToObject(c, "stddev", l->stddev);
+        if (l->dropout_seed != 0)
+            cJSON_AddNumberToObject(c, "seed", (double)l->dropout_seed);
+        break;
     case JOB_LAYER_DROPOUT:
+    case JOB_LAYER_SPATIAL_DROPOUT1D:
+    case JOB_LAYER_SPATIAL_DROPOUT2D:
         cJSON_AddNumberToObject(c, "rate", l->rate);
         if (l->dropout_seed != 0)
             cJSON_AddNumberToObject(c, "seed", (double)l->dropout_seed);
@@ -432,16 +458,18 @@ static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *con
     return count;
 }
 
-/* Each layer's variables: the params named "<layer>/..." in model order. */
+/* Each layer's variables: the params named "<layer>/..." in model order, under its Keras path
+ * (export_keras_paths). paths holds 96 bytes a layer. */
 static void layer_vars(const job_t *job, model_t *m, keras_layer_vars_t *layers,
-                       keras_tensor_t *vars)
+                       keras_tensor_t *vars, char (*paths)[96])
 {
     size_t next = 0;
 
+    job_keras_paths(job->model.layers, job->model.n_layers, paths);
     for (size_t l = 0; l < job->model.n_layers; l++) {
         const char *name = job->model.layers[l].name;
         size_t len = strlen(name);
-        layers[l] = (keras_layer_vars_t){.name = name, .vars = &vars[next]};
+        layers[l] = (keras_layer_vars_t){.name = paths[l], .vars = &vars[next]};
         for (size_t i = 0; i < model_param_count(m); i++) {
             const model_param_t *p = model_param(m, i);
             if (strncmp(p->name, name, len) == 0 && p->name[len] == '/') {
@@ -483,6 +511,7 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
 {
     size_t n = model_param_count(st->model);
     keras_layer_vars_t *layers = calloc(job->model.n_layers + 1, sizeof(*layers));
+    char(*paths)[96] = calloc(job->model.n_layers + 1, sizeof(*paths));
     keras_tensor_t *vars = calloc(n + 1, sizeof(*vars));
     keras_tensor_t *opt = calloc(n * OPTIMIZER_MAX_SLOTS + 1, sizeof(*opt));
     char *config = export_keras_config(job, st->iterations), path[4096];
@@ -492,7 +521,7 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
         st->iterations > 0 ? (float)optimizer_nadam_u_product(&o, st->iterations - 1) : 1.0f;
     status_t rc = STATUS_OK;
 
-    if (layers == NULL || vars == NULL || opt == NULL || config == NULL)
+    if (layers == NULL || vars == NULL || opt == NULL || config == NULL || paths == NULL)
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
     if (rc == STATUS_OK)
         rc = files_mkdirs(dir, err);
@@ -504,7 +533,7 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
                              .optimizer = optimizer_keras_name(job->optimizer.kind),
                              .iterations = st->iterations,
                              .learning_rate = (float)optimizer_learning_rate(&o, st->iterations)};
-        layer_vars(job, st->model, layers, vars);
+        layer_vars(job, st->model, layers, vars, paths);
         if (st->slots != NULL)
             a.n_optimizer_vars = optimizer_vars(&o, st->model, st->slots, &u_product, opt);
         a.optimizer_vars = opt;
@@ -516,6 +545,7 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
         rc = write_safetensors(st->model, path, err);
     }
     free(layers);
+    free(paths);
     free(vars);
     free(opt);
     free(config);

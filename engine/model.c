@@ -160,11 +160,11 @@ void model_summary(const model_t *m, char *buf, size_t len)
         snprintf(buf + n, len - n, "  total parameters: %zu", total);
 }
 
-/* The i-th layer that draws random numbers in training (Dropout), or NULL. */
+/* The i-th layer that draws random numbers in training (layer_draws), or NULL. */
 static layer_t *random_layer(model_t *m, size_t i)
 {
     for (size_t k = 0; k < m->n_layers; k++)
-        if (m->layers[k].spec.kind == JOB_LAYER_DROPOUT && i-- == 0)
+        if (layer_draws(m->layers[k].spec.kind) && i-- == 0)
             return &m->layers[k];
     return NULL;
 }

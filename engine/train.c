@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "export.h"
 #include "files/init_weights.h"
 #include "files/tensorboard.h"
+#include "model_internal.h"
 #include "trainer.h"
 
 /* multi_worker_mirrored needs worker processes (a chief's cluster): running it here would be a
@@ -267,19 +269,38 @@ static status_t find_resume(const job_t *job, bool resume, char **ret_path, ckpt
     return STATUS_OK;
 }
 
-/* Checks the starting weights against the model, then copies every variable in. */
-static status_t apply_init_weights(const init_weights_t *w, model_t *m, status_msg_t *err)
+/* Checks the starting weights against the model, then copies every variable in; a .keras
+ * file's layers are found by their class paths (job_keras_paths). */
+static status_t apply_init_weights(init_weights_t *w, model_t *m, status_msg_t *err)
 {
-    size_t n = model_param_count(m);
+    size_t n = model_param_count(m), nl = m->n_layers;
     st_tensor_t *vars = export_tensors(m);
-    status_t rc;
+    job_layer_t *specs = calloc(nl + 1, sizeof(*specs));
+    char(*paths)[96] = calloc(nl + 1, sizeof(*paths));
+    const char **names = calloc(nl + 1, sizeof(*names)), **at = calloc(nl + 1, sizeof(*at));
+    status_t rc = STATUS_OK;
 
-    if (vars == NULL)
-        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    rc = init_weights_check(w, vars, n, err);
+    if (vars == NULL || specs == NULL || paths == NULL || names == NULL || at == NULL)
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    if (rc == STATUS_OK) {
+        for (size_t l = 0; l < nl; l++)
+            specs[l] = m->layers[l].spec;
+        job_keras_paths(specs, nl, paths);
+        for (size_t l = 0; l < nl; l++) {
+            names[l] = m->layers[l].spec.name;
+            at[l] = paths[l];
+        }
+        init_weights_map_layers(w, names, at, nl);
+        rc = init_weights_check(w, vars, n, err);
+    }
     for (size_t i = 0; i < n && rc == STATUS_OK; i++)
         rc = init_weights_read(w, vars, n, i, model_param(m, i)->value, err);
+    init_weights_map_layers(w, NULL, NULL, 0);
     free(vars);
+    free(specs);
+    free(paths);
+    free(names);
+    free(at);
     return rc;
 }
 

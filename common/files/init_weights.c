@@ -66,22 +66,37 @@ void init_weights_close(init_weights_t *w)
     memset(w, 0, sizeof(*w));
 }
 
+void init_weights_map_layers(init_weights_t *w, const char *const *names, const char *const *paths,
+                             size_t n)
+{
+    w->layer_names = names;
+    w->layer_paths = paths;
+    w->n_layers = n;
+}
+
 /* The name variable i has in the file. */
 static void file_name(const init_weights_t *w, const st_tensor_t *vars, size_t i, char *buf,
                       size_t len)
 {
-    const char *name = vars[i].name, *slash = strchr(name, '/');
-    size_t layer_len = slash ? (size_t)(slash - name) : strlen(name), k = 0;
+    const char *name = vars[i].name, *slash = strchr(name, '/'), *layer = name;
+    size_t layer_len = slash ? (size_t)(slash - name) : strlen(name), k = 0, shown = layer_len;
 
     if (!w->keras) {
         snprintf(buf, len, "%s", name);
         return;
     }
-    /* "<layer>/<k>": the k-th variable of its layer, as the layer creates them */
+    /* "<path>/<k>": the k-th variable of its layer, as the layer creates them */
     for (size_t j = 0; j < i; j++)
         if (strncmp(vars[j].name, name, layer_len + 1) == 0)
             k++;
-    snprintf(buf, len, "%.*s/%zu", (int)layer_len, name, k);
+    for (size_t l = 0; l < w->n_layers; l++)
+        if (strlen(w->layer_names[l]) == layer_len &&
+            strncmp(w->layer_names[l], name, layer_len) == 0) {
+            layer = w->layer_paths[l];
+            shown = strlen(layer);
+            break;
+        }
+    snprintf(buf, len, "%.*s/%zu", (int)shown, layer, k);
 }
 
 static void shape_text(const uint64_t *shape, int rank, char *buf, size_t len)

@@ -23,11 +23,20 @@ typedef struct init_weights {
     st_file_t *file;
     bool keras;   /* tensors named "<layer>/<index>", as a .keras archive numbers them */
     char *tmpdir; /* where a .keras archive's weights were unpacked; removed on close */
+    /* init_weights_map_layers: a .keras file's path of each named layer */
+    const char *const *layer_names, *const *layer_paths;
+    size_t n_layers;
 } init_weights_t;
 
 /* Opens the file (a .keras archive is unpacked in a child process, see
  * keras_archive_read_weights) before the caller starts threads. */
 status_t init_weights_open(const char *path, init_weights_t *ret, status_msg_t *err);
+
+/* A .keras file keeps a layer's variables under a path of its class (job_keras_paths), not its
+ * name: variable "<names[i]>/<what>" is looked for under paths[i]. Both arrays stay the
+ * caller's, alive while w is used. */
+void init_weights_map_layers(init_weights_t *w, const char *const *names, const char *const *paths,
+                             size_t n);
 
 /* Checks the file against the model's variables vars[0..n): the same count, each one there
  * as float32 of its shape. */

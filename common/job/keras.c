@@ -643,10 +643,36 @@ static status_t json_get_margins(job_layer_reader_t *r, const char *key, int ret
     return get_margins(j->k, j->cfg, key, ret);
 }
 
+static status_t json_get_axes(job_layer_reader_t *r, const char *key, int *ret, int *ret_n)
+{
+    json_reader_t *j = json_reader(r);
+    const cJSON *v = kget(j->cfg, key), *item;
+    int n = 0;
+
+    *ret_n = 0;
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (is_int(v, 1, INT_MAX)) {
+        ret[0] = (int)v->valuedouble;
+        *ret_n = 1;
+        return STATUS_OK;
+    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1 || cJSON_GetArraySize(v) > JOB_MAX_RANK)
+        return type_error(j->k, key, v, "a list of 1 to 4 positive integers");
+    cJSON_ArrayForEach(item, v)
+    {
+        if (!is_int(item, 1, INT_MAX))
+            return type_error(j->k, key, v, "a list of 1 to 4 positive integers");
+        ret[n++] = (int)item->valuedouble;
+    }
+    *ret_n = n;
+    return STATUS_OK;
+}
+
 static const job_layer_reader_ops_t json_reader_ops = {
     json_get_int,   json_get_seed,       json_get_number,  json_get_bool, json_get_pair,
     json_get_shape, json_get_activation, json_get_padding, json_get_init, json_get_regularizer,
-    json_invalid,   json_get_length,     json_get_margins,
+    json_invalid,   json_get_length,     json_get_margins, json_get_axes,
 };
 
 /* Sets the model's input shape from a batch shape, or checks it against the one already set

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "job/layers.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,11 +154,13 @@ static status_t read_relu(job_layer_reader_t *r, job_layer_t *l, int *ret_input_
     return STATUS_OK;
 }
 
+/* Keras 3's negative_slope, or Keras 2's alpha (the same number). */
 static status_t read_leaky_relu(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
     (void)ret_input_length;
     l->negative_slope = 0.3;
     l->max_value = NAN;
+    STATUS_CHECK(r->ops->get_number(r, "alpha", false, &l->negative_slope));
     STATUS_CHECK(r->ops->get_number(r, "negative_slope", false, &l->negative_slope));
     if (!(l->negative_slope >= 0) || !isfinite((float)l->negative_slope))
         return r->ops->invalid(r, "negative_slope", "a float32 number >= 0");
@@ -223,6 +226,31 @@ static status_t read_repeat(job_layer_reader_t *r, job_layer_t *l, int *ret_inpu
     return r->ops->get_int(r, "n", true, 1, &l->repeat);
 }
 
+/* PReLU: alpha per value of an example, one per group along the shared axes. */
+static status_t read_prelu(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    int axes[JOB_MAX_RANK], n = 0;
+
+    (void)ret_input_length;
+    STATUS_CHECK(r->ops->get_init(r, "alpha_initializer", &l->kernel_init));
+    STATUS_CHECK(r->ops->get_axes(r, "shared_axes", axes, &n));
+    for (int i = 0; i < n; i++) {
+        if (axes[i] > JOB_MAX_RANK)
+            return r->ops->invalid(r, "shared_axes", "axes 1 to 4 (1: the first after the batch)");
+        l->shared_axes |= 1u << axes[i];
+    }
+    return STATUS_OK;
+}
+
+static status_t read_gaussian_noise(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    STATUS_CHECK(r->ops->get_number(r, "stddev", true, &l->stddev));
+    if (!(l->stddev >= 0) || !isfinite((float)l->stddev))
+        return r->ops->invalid(r, "stddev", "a float32 number >= 0");
+    return r->ops->get_seed(r, "seed", &l->dropout_seed);
+}
+
 static status_t read_nothing(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
     (void)r, (void)l, (void)ret_input_length;
@@ -258,7 +286,11 @@ static const char *const embedding_keys[] = {"input_dim", "output_dim", "embeddi
 static const char *const activation_keys[] = {"activation"};
 static const char *const rescaling_keys[] = {"scale", "offset"};
 static const char *const relu_keys[] = {"max_value", "negative_slope", "threshold"};
-static const char *const leaky_relu_keys[] = {"negative_slope"};
+static const char *const leaky_relu_keys[] = {"negative_slope", "alpha"};
+static const char *const prelu_keys[] = {"alpha_initializer", "shared_axes"};
+static const job_keras_key_t prelu_fixed[] = {{"alpha_regularizer", JOB_KERAS_NULL},
+                                              {"alpha_constraint", JOB_KERAS_NULL}};
+static const char *const gaussian_noise_keys[] = {"stddev", "seed"};
 static const char *const elu_keys[] = {"alpha"};
 static const job_keras_key_t softmax_fixed[] = {{"axis", JOB_KERAS_LAST_AXIS}};
 static const char *const zero_padding_keys[] = {"padding"};
@@ -288,6 +320,8 @@ static const job_keras_key_t conv_fixed[] = {
 };
 static const job_keras_key_t channels_last[] = {{"data_format", JOB_KERAS_CHANNELS_LAST}};
 static const job_keras_key_t dropout_fixed[] = {{"noise_shape", JOB_KERAS_NULL}};
+static const job_keras_key_t spatial_dropout2d_fixed[] = {{"noise_shape", JOB_KERAS_NULL},
+                                                          {"data_format", JOB_KERAS_CHANNELS_LAST}};
 static const job_keras_key_t embedding_fixed[] = {
     {"embeddings_regularizer", JOB_KERAS_NULL},
     {"embeddings_constraint", JOB_KERAS_NULL},
@@ -355,9 +389,58 @@ static const job_layer_info_t table[] = {
     [JOB_LAYER_PERMUTE] = {"permute", "Permute", KEYS(permute_keys), NULL, 0, read_permute},
     [JOB_LAYER_REPEAT_VECTOR] = {"repeat_vector", "RepeatVector", KEYS(repeat_keys), NULL, 0,
                                  read_repeat},
+    [JOB_LAYER_PRELU] = {"prelu", "PReLU", KEYS(prelu_keys), KEYS(prelu_fixed), read_prelu},
+    [JOB_LAYER_SPATIAL_DROPOUT1D] = {"spatial_dropout1d", "SpatialDropout1D", KEYS(dropout_keys),
+                                     KEYS(dropout_fixed), read_dropout},
+    [JOB_LAYER_SPATIAL_DROPOUT2D] = {"spatial_dropout2d", "SpatialDropout2D", KEYS(dropout_keys),
+                                     KEYS(spatial_dropout2d_fixed), read_dropout},
+    [JOB_LAYER_GAUSSIAN_NOISE] = {"gaussian_noise", "GaussianNoise", KEYS(gaussian_noise_keys),
+                                  NULL, 0, read_gaussian_noise},
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");
+
+/* Keras's naming.to_snake_case of a class name: "_" before a capital that starts a lowercase
+ * run (not at the start), then between a lowercase letter and a capital; lowercased
+ * ("MaxPooling2D" -> "max_pooling2d", "PReLU" -> "p_re_lu"). */
+static void snake_case(const char *cls, char *out, size_t cap)
+{
+    char mid[128];
+    size_t n = strlen(cls), m = 0, o = 0;
+
+    for (size_t i = 0; i < n && m + 3 < sizeof(mid);) {
+        if (i + 2 < n && isupper((unsigned char)cls[i + 1]) && islower((unsigned char)cls[i + 2])) {
+            mid[m++] = cls[i++];
+            mid[m++] = '_';
+            mid[m++] = cls[i++];
+            while (i < n && islower((unsigned char)cls[i]) && m + 1 < sizeof(mid))
+                mid[m++] = cls[i++];
+        } else {
+            mid[m++] = cls[i++];
+        }
+    }
+    for (size_t i = 0; i < m && o + 3 < cap; i++) {
+        out[o++] = (char)tolower((unsigned char)mid[i]);
+        if (islower((unsigned char)mid[i]) && i + 1 < m && isupper((unsigned char)mid[i + 1]))
+            out[o++] = '_';
+    }
+    out[o] = '\0';
+}
+
+void job_keras_paths(const job_layer_t *layers, size_t n, char (*paths)[96])
+{
+    for (size_t l = 0; l < n; l++) {
+        int same = 0;
+        char base[80];
+        snake_case(table[layers[l].kind].keras_class, base, sizeof(base));
+        for (size_t k = 0; k < l; k++)
+            same += layers[k].kind == layers[l].kind;
+        if (same == 0)
+            snprintf(paths[l], sizeof(paths[l]), "%s", base);
+        else
+            snprintf(paths[l], sizeof(paths[l]), "%s_%d", base, same);
+    }
+}
 
 const job_layer_info_t *job_layer_info(job_layer_kind_t kind)
 {

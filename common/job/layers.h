@@ -54,6 +54,8 @@ typedef struct job_layer_reader_ops {
     /* margins of an image: N (all four), [H, W] or [[top, bottom], [left, right]], each >= 0,
      * into ret = {top, bottom, left, right} */
     status_t (*get_margins)(job_layer_reader_t *r, const char *key, int ret[4]);
+    /* an optional list of 1 to JOB_MAX_RANK positive integers (or one): *ret_n 0 when absent */
+    status_t (*get_axes)(job_layer_reader_t *r, const char *key, int *ret, int *ret_n);
 } job_layer_reader_ops_t;
 
 /* Embedded first in each format's reader, which holds its own context after it. */

@@ -3,6 +3,7 @@
  * the files supplied with the job first, then from disk). Each layer's options are read through
  * the layer table (layers.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,10 +244,33 @@ static status_t tree_get_margins(job_layer_reader_t *r, const char *key, int ret
     return job_tree_get_margins(t->c, t->opts, key, ret);
 }
 
+static status_t tree_get_axes(job_layer_reader_t *r, const char *key, int *ret, int *ret_n)
+{
+    tree_reader_t *t = tree_reader(r);
+    const job_node_t *n = job_tree_child(t->opts, key);
+    size_t old;
+    status_t rc;
+    int64_t v;
+
+    *ret_n = 0;
+    if (!job_tree_given(n))
+        return STATUS_OK;
+    old = job_tree_push_key(t->c, key);
+    if (n->kind == JOB_NODE_SEQ) {
+        rc = job_tree_ints(t->c, n, JOB_MAX_RANK, 1, false, ret, ret_n);
+    } else {
+        rc = job_tree_int(t->c, n, 1, INT_MAX, &v);
+        ret[0] = (int)v;
+        *ret_n = rc == STATUS_OK;
+    }
+    job_tree_pop(t->c, old);
+    return rc;
+}
+
 static const job_layer_reader_ops_t tree_reader_ops = {
     tree_get_int,   tree_get_seed,       tree_get_number,  tree_get_bool, tree_get_pair,
     tree_get_shape, tree_get_activation, tree_get_padding, tree_get_init, tree_get_regularizer,
-    tree_invalid,   tree_get_length,     tree_get_margins,
+    tree_invalid,   tree_get_length,     tree_get_margins, tree_get_axes,
 };
 
 /* Reads a layer's options: its name, then what its kind reads. */

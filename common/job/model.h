@@ -41,6 +41,10 @@ typedef enum {
     JOB_LAYER_UP_SAMPLING2D,
     JOB_LAYER_PERMUTE,
     JOB_LAYER_REPEAT_VECTOR,
+    JOB_LAYER_PRELU,
+    JOB_LAYER_SPATIAL_DROPOUT1D,
+    JOB_LAYER_SPATIAL_DROPOUT2D,
+    JOB_LAYER_GAUSSIAN_NOISE,
     JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
@@ -88,10 +92,10 @@ typedef struct job_layer {
     int pool_size[2];               /* pooling; 1D: [1, width] */
     int target_shape[JOB_MAX_RANK]; /* reshape (without the batch dimension) */
     int target_rank;
-    double rate;                            /* dropout */
-    double scale, offset;                   /* rescaling: x * scale + offset */
-    uint64_t dropout_seed;                  /* dropout: 0 = from the job seed */
-    int input_dim, output_dim;              /* embedding */
+    double rate;               /* dropout, spatial_dropout1d/2d */
+    double scale, offset;      /* rescaling: x * scale + offset */
+    uint64_t dropout_seed;     /* dropout, spatial dropout, gaussian_noise: 0 = the job seed */
+    int input_dim, output_dim; /* embedding */
     job_init_t kernel_init, bias_init;      /* dense, conv2d; embedding uses kernel_init;
                                              * layer_normalization: gamma's, beta's */
     job_regularizer_t kernel_reg, bias_reg; /* dense, conv2d (Keras's L1, L2, L1L2) */
@@ -105,6 +109,9 @@ typedef struct job_layer {
     int dims[JOB_MAX_RANK]; /* permute: 1-based axes, a permutation */
     int n_dims;
     int repeat; /* repeat_vector: n */
+    /* prelu: bit i set when axis i (1 = the first after the batch) shares one alpha */
+    unsigned shared_axes;
+    double stddev; /* gaussian_noise */
 } job_layer_t;
 
 typedef struct job_model {
@@ -123,6 +130,12 @@ status_t job_parse_keras_json(const char *text, size_t len, const char *path,
                               job_model_t *ret_model, status_msg_t *err);
 
 void job_model_done(job_model_t *m);
+
+/* The path a Keras 3 .keras file keeps each layer's variables at (layers/PATH/vars): its class in
+ * snake case made unique by _1, _2 ... in layer order, as Keras's saving_lib addresses a
+ * Sequential's layers by class, never by name ("p_re_lu", "dense_1"). paths[i] for
+ * layers[0..n). */
+void job_keras_paths(const job_layer_t *layers, size_t n, char (*paths)[96]);
 
 /* The job-file name of a kind ("dense") and of an activation ("relu"). */
 const char *job_layer_kind_name(job_layer_kind_t k);

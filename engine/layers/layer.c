@@ -36,7 +36,17 @@ static const layer_ops_t *const layer_table[] = {
     [JOB_LAYER_UP_SAMPLING2D] = &layer_up_sampling2d,
     [JOB_LAYER_PERMUTE] = &layer_permute,
     [JOB_LAYER_REPEAT_VECTOR] = &layer_repeat_vector,
+    [JOB_LAYER_PRELU] = &layer_prelu,
+    [JOB_LAYER_SPATIAL_DROPOUT1D] = &layer_spatial_dropout,
+    [JOB_LAYER_SPATIAL_DROPOUT2D] = &layer_spatial_dropout,
+    [JOB_LAYER_GAUSSIAN_NOISE] = &layer_gaussian_noise,
 };
+
+bool layer_draws(job_layer_kind_t kind)
+{
+    return kind == JOB_LAYER_DROPOUT || kind == JOB_LAYER_SPATIAL_DROPOUT1D ||
+           kind == JOB_LAYER_SPATIAL_DROPOUT2D || kind == JOB_LAYER_GAUSSIAN_NOISE;
+}
 
 _Static_assert(sizeof(layer_table) / sizeof(layer_table[0]) == JOB_LAYER_KINDS,
                "every layer kind of the job parser has a row here");

@@ -8,6 +8,7 @@
  * included, as tf.clip_by_value's), plus negative_slope below the threshold. */
 #include <math.h>
 
+#include "job/initializer.h"
 #include "layers/layer.h"
 
 static float relu_of(const job_layer_t *s, float x, float *ret_grad)
@@ -94,6 +95,92 @@ static void elu_backward_input(layer_t *l, int batch, const float *dy, float *dx
     for (size_t i = 0; i < n; i++)
         dx[i] = l->in[i] > 0.0f ? dy[i] : dy[i] * alpha * expf(l->in[i]);
 }
+
+/* PReLU: x above 0, alpha * x below, alpha a trainable variable of the example's shape with the
+ * shared axes of size 1 (Keras: relu(x) - alpha * relu(-x)). dalpha sums dy * min(x, 0) over
+ * the batch and the shared axes. */
+static size_t prelu_params(const job_layer_t *s)
+{
+    (void)s;
+    return 1;
+}
+
+static status_t prelu_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
+{
+    int shape[JOB_MAX_RANK];
+
+    if (l->spec.shared_axes >> (l->in_rank + 1))
+        return layer_plan_error(p, err, "shared_axes names an axis past the input %s", p->in_s);
+    for (int i = 0; i < l->in_rank; i++)
+        shape[i] = (l->spec.shared_axes >> (i + 1)) & 1 ? 1 : l->in_shape[i];
+    l->w =
+        layer_add_param(p, "alpha", shape, l->in_rank, false, &l->spec.kernel_init, JOB_INIT_ZEROS);
+    if (l->w == NULL)
+        return layer_plan_failed(p, err);
+    initializer_fill(&l->spec.kernel_init, JOB_INIT_ZEROS, l->w->value, l->w->n, 1, 1, p->seed);
+    return STATUS_OK;
+}
+
+/* The place in alpha of value i of an example (the shared axes' coordinates dropped). */
+static size_t alpha_at(const layer_t *l, size_t i)
+{
+    size_t at = 0, stride = 1;
+
+    for (int d = l->in_rank - 1; d >= 0; d--) {
+        size_t coord = i % (size_t)l->in_shape[d];
+        i /= (size_t)l->in_shape[d];
+        if (!((l->spec.shared_axes >> (d + 1)) & 1)) {
+            at += coord * stride;
+            stride *= (size_t)l->in_shape[d];
+        }
+    }
+    return at;
+}
+
+static status_t prelu_forward(layer_t *l, int batch, bool training, status_msg_t *err)
+{
+    const float *alpha = l->w->value;
+
+    (void)training, (void)err;
+    for (int b = 0; b < batch; b++)
+        for (size_t i = 0; i < l->in_len; i++) {
+            float x = l->in[(size_t)b * l->in_len + i];
+            l->out[(size_t)b * l->in_len + i] = x > 0.0f ? x : alpha[alpha_at(l, i)] * x;
+        }
+    return STATUS_OK;
+}
+
+static void prelu_backward_params(layer_t *l, int batch, const float *dy)
+{
+    float *g = l->w->grad;
+
+    for (size_t k = 0; k < l->w->n; k++)
+        g[k] = 0;
+    for (int b = 0; b < batch; b++)
+        for (size_t i = 0; i < l->in_len; i++) {
+            float x = l->in[(size_t)b * l->in_len + i];
+            if (x < 0.0f)
+                g[alpha_at(l, i)] += dy[(size_t)b * l->in_len + i] * x;
+        }
+}
+
+static void prelu_backward_input(layer_t *l, int batch, const float *dy, float *dx)
+{
+    const float *alpha = l->w->value;
+
+    for (int b = 0; b < batch; b++)
+        for (size_t i = 0; i < l->in_len; i++) {
+            size_t k = (size_t)b * l->in_len + i;
+            float x = l->in[k];
+            dx[k] = x > 0.0f ? dy[k] : (x < 0.0f ? dy[k] * alpha[alpha_at(l, i)] : 0.0f);
+        }
+}
+
+const layer_ops_t layer_prelu = {.param_count = prelu_params,
+                                 .plan = prelu_plan,
+                                 .forward = prelu_forward,
+                                 .backward_params = prelu_backward_params,
+                                 .backward_input = prelu_backward_input};
 
 const layer_ops_t layer_relu = {.forward = relu_forward, .backward_input = relu_backward_input};
 const layer_ops_t layer_leaky_relu = {.forward = leaky_forward,

@@ -96,6 +96,9 @@ def cases():
             keras.Input((3, 4, 2)), L.Permute((3, 1, 2)), L.Conv2D(2, 2), L.Flatten(),
             L.Dense(3), L.RepeatVector(4), L.Permute((2, 1)), L.Conv1D(2, 2), L.Flatten(),
             L.Dense(1)], "mse", "regression"),
+        ("prelu, per value and shared", [
+            keras.Input((4, 3, 2)), L.Conv2D(3, 2), L.PReLU(), L.Conv2D(2, 2),
+            L.PReLU(shared_axes=[1, 2]), L.Flatten(), L.Dense(1)], "mse", "regression"),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
          "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),
@@ -217,9 +220,9 @@ def run_case(name, layers, loss, labels, rng, tmp):
 
 EXPORTS = [
     ("MLP with LayerNormalization",
-     "  - {dense: {units: 128, activation: gelu}, input_shape: [784]}\n"
-     "  - {layer_normalization: {epsilon: 0.01}}\n"
-     "  - {dense: {units: 10}}\n", "LayerNormalization"),
+     "  - {dense: {units: 128, activation: gelu, name: hidden}, input_shape: [784]}\n"
+     "  - {layer_normalization: {epsilon: 0.01, name: norm}}\n"
+     "  - {dense: {units: 10, name: logits}}\n", "LayerNormalization"),
     ("rows as sequences, Conv1D and 1D poolings",
      "  - {reshape: {target_shape: [28, 28]}, input_shape: [784]}\n"
      "  - {conv1d: {filters: 16, kernel_size: 3, activation: relu}}\n"
@@ -230,7 +233,10 @@ EXPORTS = [
     ("a CNN with the shape and activation layers",
      "  - {reshape: {target_shape: [28, 28, 1]}, input_shape: [784]}\n"
      "  - {zero_padding2d: {padding: 1}}\n"
+     "  - {gaussian_noise: {stddev: 0.05}}\n"
      "  - {conv2d: {filters: 8, kernel_size: 3}}\n"
+     "  - {prelu: {shared_axes: [1, 2]}}\n"
+     "  - {spatial_dropout2d: {rate: 0.1}}\n"
      "  - leaky_relu\n"
      "  - {max_pooling2d: {pool_size: 2}}\n"
      "  - {cropping2d: {cropping: [[1, 1], [1, 1]]}}\n"
@@ -247,8 +253,10 @@ EXPORTS = [
 
 
 def exported(tmp):
-    """Models with the newer layers trained by tessera train and exported: Keras loads them and
-    evaluates the test split to Tessera's accuracy."""
+    """Models with the newer layers (and layers named by the user: Keras finds weights by class,
+    not by name) trained by tessera train and exported: Keras loads them and evaluates the test
+    split to Tessera's accuracy, and tessera train --init-from reads the export back to the same
+    accuracy."""
     with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
         base = f.read().replace("train: {epochs: 5}", "train: {steps: 300}")
     start, end = base.index("model:\n") + len("model:\n"), base.index("\nloss:")
@@ -269,6 +277,12 @@ def exported(tmp):
               "%s: no %s in the export" % (what, cls))
         check(abs(theirs - ours) <= 0.001 + 1e-9,
               "%s: Keras evaluates %.4f, Tessera %.4f" % (what, theirs, ours))
+        out = tessera("train", path, "--init-from",
+                      os.path.join(tmp, "export-%d" % n, "model.keras"), "--evaluate", cwd=tmp)
+        m = re.search(r"test accuracy ([0-9.]+)", out)
+        back = float(m.group(1)) if m else -1.0
+        check(abs(back - ours) <= 0.001 + 1e-9,
+              "%s: --init-from the export evaluates %.4f, Tessera trained %.4f" % (what, back, ours))
 
 
 def main():

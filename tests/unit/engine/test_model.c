@@ -463,6 +463,66 @@ START_TEST(model_dropout_drops_in_training_only_and_rescales)
 }
 END_TEST
 
+/* SpatialDropout2D drops whole channels: every pixel of an example's channel kept (and scaled
+ * by 1 / (1 - rate)) or dropped together, about rate of them dropped; outside training the output
+ * is the input. Its gradient is the mask's. */
+START_TEST(model_spatial_dropout_drops_whole_channels)
+{
+    fixture_t f;
+    job_layer_t drop = {.kind = JOB_LAYER_SPATIAL_DROPOUT2D, .rate = 0.5};
+    job_layer_t l[] = {conv(50, 1, 1, false, JOB_ACT_LINEAR), drop, plain(JOB_LAYER_FLATTEN),
+                       dense(1, JOB_ACT_LINEAR)};
+    model_stats_t st;
+    status_msg_t err;
+    size_t dropped = 0, channels = 0;
+
+    build(&f, (int[]){3, 3, 2}, 3, JOB_LOSS_MSE, false, 4, l, 4);
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, 4, &st, &err), STATUS_OK);
+    for (int b = 0; b < 4; b++)
+        for (int c = 0; c < 50; c++) {
+            const float *in = f.m->layers[0].out + (size_t)b * 450 + (size_t)c;
+            const float *out = f.m->layers[1].out + (size_t)b * 450 + (size_t)c;
+            bool zero = out[0] == 0.0f && in[0] != 0.0f;
+            for (int p = 0; p < 9; p++)
+                ck_assert(zero ? out[p * 50] == 0.0f
+                               : fabsf(out[p * 50] - 2.0f * in[p * 50]) < 1e-6f);
+            dropped += zero;
+            channels++;
+        }
+    ck_assert_uint_gt(dropped, channels * 3 / 10);
+    ck_assert_uint_lt(dropped, channels * 7 / 10);
+    check_gradients(&f);
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, 4, &st, &err), STATUS_OK);
+    ck_assert_int_eq(memcmp(f.m->layers[0].out, f.m->layers[1].out, 4 * 450 * sizeof(float)), 0);
+    teardown(&f);
+}
+END_TEST
+
+/* GaussianNoise adds N(0, stddev^2) in training only; its gradient passes through. */
+START_TEST(model_gaussian_noise_adds_normal_noise_in_training_only)
+{
+    fixture_t f;
+    job_layer_t noise = {.kind = JOB_LAYER_GAUSSIAN_NOISE, .stddev = 0.5};
+    job_layer_t l[] = {dense(500, JOB_ACT_LINEAR), noise, dense(1, JOB_ACT_LINEAR)};
+    model_stats_t st;
+    status_msg_t err;
+    double sum = 0, sq = 0, n = 4 * 500;
+
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 3);
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, 4, &st, &err), STATUS_OK);
+    for (size_t i = 0; i < 4 * 500; i++) {
+        double d = (double)f.m->layers[1].out[i] - f.m->layers[0].out[i];
+        sum += d;
+        sq += d * d;
+    }
+    ck_assert_msg(fabs(sum / n) < 0.05 && fabs(sqrt(sq / n) - 0.5) < 0.05, "mean %g, stddev %g",
+                  sum / n, sqrt(sq / n));
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, 4, &st, &err), STATUS_OK);
+    ck_assert_int_eq(memcmp(f.m->layers[0].out, f.m->layers[1].out, 4 * 500 * sizeof(float)), 0);
+    teardown(&f);
+}
+END_TEST
+
 START_TEST(model_rejects_shapes_that_do_not_chain)
 {
     job_model_t spec = {0};
@@ -707,6 +767,8 @@ int main(void)
     tcase_add_test(tc, model_embedding_gap1d_sparse_gradients_match);
     tcase_add_test(tc, model_reshape_activation_dropout_gradients_match);
     tcase_add_test(tc, model_dropout_drops_in_training_only_and_rescales);
+    tcase_add_test(tc, model_spatial_dropout_drops_whole_channels);
+    tcase_add_test(tc, model_gaussian_noise_adds_normal_noise_in_training_only);
     tcase_add_test(tc, model_rejects_shapes_that_do_not_chain);
     tcase_add_test(tc, model_refuses_buffers_past_its_memory_limit);
     tcase_add_test(tc, model_rejects_labels_and_token_ids_out_of_range);

@@ -418,6 +418,25 @@ START_TEST(shape_and_activation_layers_are_read_from_both_formats)
         "{\"class_name\": \"Softmax\", \"config\": {\"axis\": -1}},"
         "{\"class_name\": \"GlobalMaxPooling2D\", \"config\": {}},"
         "{\"class_name\": \"RepeatVector\", \"config\": {\"n\": 3}}");
+    assert_same_model(
+        "  - {prelu: {shared_axes: [1, 2], alpha_initializer: zeros}, input_shape: [5, 5, 2]}\n"
+        "  - {spatial_dropout2d: {rate: 0.25, seed: 3}}\n"
+        "  - {gaussian_noise: {stddev: 0.1}}\n"
+        "  - {reshape: {target_shape: [25, 2]}}\n"
+        "  - {spatial_dropout1d: {rate: 0.5}}\n"
+        "  - {leaky_relu: {negative_slope: 0.25}}\n",
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 5, 5, "
+        "2]}},"
+        "{\"class_name\": \"PReLU\", \"config\": {\"alpha_initializer\": {\"class_name\": "
+        "\"Zeros\", \"config\": {}}, \"alpha_regularizer\": null, \"alpha_constraint\": "
+        "null, \"shared_axes\": [1, 2]}},"
+        "{\"class_name\": \"SpatialDropout2D\", \"config\": {\"rate\": 0.25, \"seed\": 3, "
+        "\"data_format\": \"channels_last\"}},"
+        "{\"class_name\": \"GaussianNoise\", \"config\": {\"stddev\": 0.1, \"seed\": "
+        "null}},"
+        "{\"class_name\": \"Reshape\", \"config\": {\"target_shape\": [25, 2]}},"
+        "{\"class_name\": \"SpatialDropout1D\", \"config\": {\"rate\": 0.5}},"
+        "{\"class_name\": \"LeakyReLU\", \"config\": {\"alpha\": 0.25}}");
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         snprintf(json, sizeof(json),
                  "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
