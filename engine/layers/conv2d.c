@@ -105,12 +105,3 @@ const layer_ops_t layer_conv2d = {
     .backward_input = conv_backward_input,
     .activation = true,
 };
-
-const layer_ops_t layer_conv1d = {
-    .param_count = conv_params,
-    .plan = conv_plan,
-    .forward = conv_forward,
-    .backward_params = conv_backward_params,
-    .backward_input = conv_backward_input,
-    .activation = true,
-};

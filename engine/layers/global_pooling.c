@@ -88,13 +88,7 @@ static void gmp_backward_input(layer_t *l, int batch, const float *dy, float *dx
     }
 }
 
-const layer_ops_t layer_global_max_pooling1d = {
-    .plan = gmp_plan,
-    .forward = gmp_forward,
-    .backward_input = gmp_backward_input,
-};
-
-const layer_ops_t layer_global_max_pooling2d = {
+const layer_ops_t layer_global_max_pooling = {
     .plan = gmp_plan,
     .forward = gmp_forward,
     .backward_input = gmp_backward_input,

@@ -66,8 +66,7 @@ typedef struct layer_ops {
 extern const layer_ops_t layer_dense, layer_conv2d, layer_max_pooling2d, layer_average_pooling2d,
     layer_flatten, layer_reshape, layer_dropout, layer_embedding, layer_global_average_pooling1d,
     layer_global_average_pooling2d, layer_activation, layer_rescaling, layer_layer_normalization,
-    layer_conv1d, layer_max_pooling1d, layer_average_pooling1d, layer_global_max_pooling1d,
-    layer_global_max_pooling2d, layer_relu, layer_leaky_relu, layer_elu, layer_zero_padding2d,
+    layer_global_max_pooling, layer_relu, layer_leaky_relu, layer_elu, layer_zero_padding2d,
     layer_cropping2d, layer_up_sampling2d, layer_permute, layer_repeat_vector, layer_prelu,
     layer_spatial_dropout, layer_gaussian_noise;
 

@@ -78,15 +78,3 @@ const layer_ops_t layer_average_pooling2d = {
     .forward = average_forward,
     .backward_input = average_backward_input,
 };
-
-const layer_ops_t layer_max_pooling1d = {
-    .plan = max_plan,
-    .forward = max_forward,
-    .backward_input = max_backward_input,
-};
-
-const layer_ops_t layer_average_pooling1d = {
-    .plan = pool_plan,
-    .forward = average_forward,
-    .backward_input = average_backward_input,
-};
