@@ -68,6 +68,8 @@ static const char *const keras_class[] = {
     [JOB_LAYER_SPATIAL_DROPOUT1D] = "SpatialDropout1D",
     [JOB_LAYER_SPATIAL_DROPOUT2D] = "SpatialDropout2D",
     [JOB_LAYER_GAUSSIAN_NOISE] = "GaussianNoise",
+    [JOB_LAYER_DEPTHWISE_CONV2D] = "DepthwiseConv2D",
+    [JOB_LAYER_SEPARABLE_CONV2D] = "SeparableConv2D",
 };
 
 _Static_assert(sizeof(keras_class) / sizeof(keras_class[0]) == JOB_LAYER_KINDS,
@@ -169,6 +171,20 @@ static cJSON *layer_config(const job_layer_t *l)
         break;
     case JOB_LAYER_RESHAPE:
         cJSON_AddItemToObject(c, "target_shape", ints(l->target_shape, l->target_rank, false));
+        break;
+    case JOB_LAYER_DEPTHWISE_CONV2D:
+    case JOB_LAYER_SEPARABLE_CONV2D:
+        if (l->kind == JOB_LAYER_SEPARABLE_CONV2D)
+            cJSON_AddNumberToObject(c, "filters", l->filters);
+        cJSON_AddNumberToObject(c, "depth_multiplier", l->depth_multiplier);
+        cJSON_AddItemToObject(c, "kernel_size", ints(l->kernel_size, 2, false));
+        add_window(c, l);
+        cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
+        cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
+        cJSON_AddItemToObject(c, "depthwise_regularizer", regularizer(&l->kernel_reg));
+        if (l->kind == JOB_LAYER_SEPARABLE_CONV2D)
+            cJSON_AddItemToObject(c, "pointwise_regularizer", regularizer(&l->pointwise_reg));
+        cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
         break;
     case JOB_LAYER_PRELU: {
         cJSON *axes = cJSON_CreateArray();

@@ -150,7 +150,7 @@ void model_summary(const model_t *m, char *buf, size_t len)
     for (size_t i = 0; i < m->n_layers && n < len; i++) {
         const layer_t *l = &m->layers[i];
         char shape[96];
-        size_t params = (l->w ? l->w->n : 0) + (l->b ? l->b->n : 0);
+        size_t params = (l->w ? l->w->n : 0) + (l->w2 ? l->w2->n : 0) + (l->b ? l->b->n : 0);
         layer_shape_str(l->out_shape, l->out_rank, shape, sizeof(shape));
         n += (size_t)snprintf(buf + n, len - n, "  %-28s %-22s %10zu\n", l->spec.name, shape,
                               params);

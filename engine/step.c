@@ -68,7 +68,8 @@ static double regularization(model_t *m)
 
     for (size_t i = 0; i < m->n_layers; i++) {
         layer_t *l = &m->layers[i];
-        sum += regularize(l->w, &l->spec.kernel_reg, 0) + regularize(l->b, &l->spec.bias_reg, 0);
+        sum += regularize(l->w, &l->spec.kernel_reg, 0) + regularize(l->b, &l->spec.bias_reg, 0) +
+               regularize(l->w2, &l->spec.pointwise_reg, 0);
     }
     return sum;
 }
@@ -113,7 +114,8 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
         /* before the gradients leave (a PS push, an all-reduce bucket) */
         reg += regularize(l->w, &l->spec.kernel_reg, share) +
-               regularize(l->b, &l->spec.bias_reg, share);
+               regularize(l->b, &l->spec.bias_reg, share) +
+               regularize(l->w2, &l->spec.pointwise_reg, share);
         if (has_params && m->on_backward != NULL)
             m->on_backward(m->on_backward_arg, MODEL_GRADS_READY, first);
         dx = layer_backward_input(l, batch, dy, i > 0 ? spare : NULL);

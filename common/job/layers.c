@@ -44,6 +44,31 @@ static status_t read_conv2d(job_layer_reader_t *r, job_layer_t *l, int *ret_inpu
     return read_weights(r, l);
 }
 
+/* DepthwiseConv2D and SeparableConv2D: Conv2D's window, depth_multiplier, the depthwise kernel's
+ * options (in kernel_init and kernel_reg) and, separable, the pointwise kernel's and filters. */
+static status_t read_depthwise(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->use_bias = true;
+    l->strides[0] = l->strides[1] = 1;
+    l->depth_multiplier = 1;
+    if (l->kind == JOB_LAYER_SEPARABLE_CONV2D) {
+        STATUS_CHECK(r->ops->get_int(r, "filters", true, 1, &l->filters));
+        STATUS_CHECK(r->ops->get_init(r, "pointwise_initializer", &l->pointwise_init));
+        STATUS_CHECK(r->ops->get_regularizer(r, "pointwise_regularizer", &l->pointwise_reg));
+    }
+    STATUS_CHECK(r->ops->get_int(r, "depth_multiplier", false, 1, &l->depth_multiplier));
+    STATUS_CHECK(r->ops->get_pair(r, "kernel_size", true, l->kernel_size));
+    STATUS_CHECK(r->ops->get_pair(r, "strides", false, l->strides));
+    STATUS_CHECK(r->ops->get_padding(r, "padding", &l->padding_same));
+    STATUS_CHECK(r->ops->get_activation(r, "activation", false, &l->activation));
+    STATUS_CHECK(r->ops->get_bool(r, "use_bias", &l->use_bias));
+    STATUS_CHECK(r->ops->get_init(r, "depthwise_initializer", &l->kernel_init));
+    STATUS_CHECK(r->ops->get_init(r, "bias_initializer", &l->bias_init));
+    STATUS_CHECK(r->ops->get_regularizer(r, "depthwise_regularizer", &l->kernel_reg));
+    return r->ops->get_regularizer(r, "bias_regularizer", &l->bias_reg);
+}
+
 /* Conv1D: a Conv2D of height 1 (kernel_size [1, k], strides [1, s]). */
 static status_t read_conv1d(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
@@ -293,6 +318,34 @@ static const job_keras_key_t prelu_fixed[] = {{"alpha_regularizer", JOB_KERAS_NU
 static const char *const gaussian_noise_keys[] = {"stddev", "seed"};
 static const char *const elu_keys[] = {"alpha"};
 static const job_keras_key_t softmax_fixed[] = {{"axis", JOB_KERAS_LAST_AXIS}};
+static const char *const depthwise_keys[] = {"depth_multiplier",
+                                             "kernel_size",
+                                             "strides",
+                                             "padding",
+                                             "activation",
+                                             "use_bias",
+                                             "depthwise_initializer",
+                                             "bias_initializer",
+                                             "depthwise_regularizer",
+                                             "bias_regularizer"};
+static const char *const separable_keys[] = {"filters",
+                                             "depth_multiplier",
+                                             "kernel_size",
+                                             "strides",
+                                             "padding",
+                                             "activation",
+                                             "use_bias",
+                                             "depthwise_initializer",
+                                             "pointwise_initializer",
+                                             "bias_initializer",
+                                             "depthwise_regularizer",
+                                             "pointwise_regularizer",
+                                             "bias_regularizer"};
+static const job_keras_key_t depthwise_fixed[] = {{"data_format", JOB_KERAS_CHANNELS_LAST},
+                                                  {"dilation_rate", JOB_KERAS_ONES},
+                                                  {"depthwise_constraint", JOB_KERAS_NULL},
+                                                  {"pointwise_constraint", JOB_KERAS_NULL},
+                                                  {"bias_constraint", JOB_KERAS_NULL}};
 static const char *const zero_padding_keys[] = {"padding"};
 static const char *const cropping_keys[] = {"cropping"};
 static const char *const up_sampling_keys[] = {"size"};
@@ -396,6 +449,10 @@ static const job_layer_info_t table[] = {
                                      KEYS(spatial_dropout2d_fixed), read_dropout},
     [JOB_LAYER_GAUSSIAN_NOISE] = {"gaussian_noise", "GaussianNoise", KEYS(gaussian_noise_keys),
                                   NULL, 0, read_gaussian_noise},
+    [JOB_LAYER_DEPTHWISE_CONV2D] = {"depthwise_conv2d", "DepthwiseConv2D", KEYS(depthwise_keys),
+                                    KEYS(depthwise_fixed), read_depthwise},
+    [JOB_LAYER_SEPARABLE_CONV2D] = {"separable_conv2d", "SeparableConv2D", KEYS(separable_keys),
+                                    KEYS(depthwise_fixed), read_depthwise},
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");

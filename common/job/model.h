@@ -45,6 +45,8 @@ typedef enum {
     JOB_LAYER_SPATIAL_DROPOUT1D,
     JOB_LAYER_SPATIAL_DROPOUT2D,
     JOB_LAYER_GAUSSIAN_NOISE,
+    JOB_LAYER_DEPTHWISE_CONV2D,
+    JOB_LAYER_SEPARABLE_CONV2D,
     JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
@@ -112,6 +114,11 @@ typedef struct job_layer {
     /* prelu: bit i set when axis i (1 = the first after the batch) shares one alpha */
     unsigned shared_axes;
     double stddev; /* gaussian_noise */
+    /* depthwise_conv2d, separable_conv2d (which read kernel_* as depthwise_*): channels per
+     * input channel (Keras: 1); separable's pointwise kernel */
+    int depth_multiplier;
+    job_init_t pointwise_init;
+    job_regularizer_t pointwise_reg;
 } job_layer_t;
 
 typedef struct job_model {

@@ -41,6 +41,8 @@ static const layer_ops_t *const layer_table[] = {
     [JOB_LAYER_SPATIAL_DROPOUT1D] = &layer_spatial_dropout,
     [JOB_LAYER_SPATIAL_DROPOUT2D] = &layer_spatial_dropout,
     [JOB_LAYER_GAUSSIAN_NOISE] = &layer_gaussian_noise,
+    [JOB_LAYER_DEPTHWISE_CONV2D] = &layer_depthwise_conv2d,
+    [JOB_LAYER_SEPARABLE_CONV2D] = &layer_depthwise_conv2d,
 };
 
 bool layer_draws(job_layer_kind_t kind)

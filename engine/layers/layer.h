@@ -20,6 +20,7 @@ typedef struct layer {
     int out_shape[JOB_MAX_RANK], out_rank;
     size_t in_len, out_len; /* per example */
     model_param_t *w, *b;
+    model_param_t *w2;    /* SeparableConv2D: the pointwise kernel (between w and b) */
     float *out;           /* [max_batch, out_len]; the input itself when the kind is an alias */
     float *pre;           /* the activation's input, for one whose gradient needs it */
     const float *in;      /* input of the last forward pass */
@@ -35,6 +36,7 @@ typedef struct layer {
     int32_t *slots;       /* Embedding: each id's slot in rows_index */
     float *xhat;          /* LayerNormalization: the normalized input, [max_batch, in_len] */
     float *inv_std;       /* LayerNormalization: 1 / sqrt(variance + epsilon) of each row */
+    float *mid, *dmid;    /* SeparableConv2D: the depthwise step's output and its gradient */
 } layer_t;
 
 /* Where a layer is being planned: for its buffers and its errors. */
@@ -68,7 +70,7 @@ extern const layer_ops_t layer_dense, layer_conv2d, layer_max_pooling2d, layer_a
     layer_global_average_pooling2d, layer_activation, layer_rescaling, layer_layer_normalization,
     layer_global_max_pooling, layer_relu, layer_leaky_relu, layer_elu, layer_zero_padding2d,
     layer_cropping2d, layer_up_sampling2d, layer_permute, layer_repeat_vector, layer_prelu,
-    layer_spatial_dropout, layer_gaussian_noise;
+    layer_spatial_dropout, layer_gaussian_noise, layer_depthwise_conv2d;
 
 /* Whether a kind draws random numbers in training (Dropout, the spatial dropouts,
  * GaussianNoise): its stream is saved with checkpoints, its draws keyed per batch slice. */

@@ -99,6 +99,16 @@ def cases():
         ("prelu, per value and shared", [
             keras.Input((4, 3, 2)), L.Conv2D(3, 2), L.PReLU(), L.Conv2D(2, 2),
             L.PReLU(shared_axes=[1, 2]), L.Flatten(), L.Dense(1)], "mse", "regression"),
+        ("depthwise conv2d", [
+            keras.Input((6, 5, 2)), L.DepthwiseConv2D(3, depth_multiplier=2, activation="relu"),
+            L.DepthwiseConv2D((2, 3), strides=2, padding="same",
+                              depthwise_regularizer=reg.L2(0.01)),
+            L.Flatten(), L.Dense(1)], "mse", "regression"),
+        ("separable conv2d", [
+            keras.Input((7, 6, 3)), L.SeparableConv2D(4, 3, depth_multiplier=2, activation="tanh",
+                                                      pointwise_regularizer=reg.L1(0.01)),
+            L.SeparableConv2D(2, 2, strides=2, padding="same", use_bias=False), L.Flatten(),
+            L.Dense(1)], "mse", "regression"),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
          "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),
@@ -249,6 +259,14 @@ EXPORTS = [
      "  - {relu: {max_value: 6.0, negative_slope: 0.01}}\n"
      "  - {elu: {alpha: 0.5}}\n"
      "  - {dense: {units: 10}}\n", "UpSampling2D"),
+    ("a MobileNet-style block",
+     "  - {reshape: {target_shape: [28, 28, 1]}, input_shape: [784]}\n"
+     "  - {conv2d: {filters: 8, kernel_size: 3, strides: 2, activation: relu}}\n"
+     "  - {depthwise_conv2d: {kernel_size: 3, depth_multiplier: 2, padding: same}}\n"
+     "  - {relu: {max_value: 6.0}}\n"
+     "  - {separable_conv2d: {filters: 16, kernel_size: 3, activation: relu}}\n"
+     "  - global_average_pooling2d\n"
+     "  - {dense: {units: 10}}\n", "SeparableConv2D"),
 ]
 
 

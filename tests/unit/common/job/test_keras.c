@@ -447,6 +447,31 @@ START_TEST(shape_and_activation_layers_are_read_from_both_formats)
 }
 END_TEST
 
+/* DepthwiseConv2D and SeparableConv2D as Keras 3 writes them and as job files do. */
+START_TEST(depthwise_and_separable_convolutions_are_read_from_both_formats)
+{
+    assert_same_model(
+        "  - {depthwise_conv2d: {kernel_size: 3, depth_multiplier: 2, strides: 2, padding: same, "
+        "depthwise_regularizer: {l2: 0.01}}, input_shape: [8, 8, 2]}\n"
+        "  - {separable_conv2d: {filters: 4, kernel_size: [2, 3], activation: relu, "
+        "pointwise_regularizer: {l1: 0.5}, use_bias: false}}\n",
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8, 8, 2]}},"
+        "{\"class_name\": \"DepthwiseConv2D\", \"config\": {\"depth_multiplier\": 2, "
+        "\"kernel_size\": [3, 3], \"strides\": [2, 2], \"padding\": \"same\", \"data_format\": "
+        "\"channels_last\", \"dilation_rate\": [1, 1], \"depthwise_regularizer\": "
+        "{\"class_name\": \"L2\", \"config\": {\"l2\": 0.01}}, \"depthwise_constraint\": "
+        "null}},"
+        "{\"class_name\": \"SeparableConv2D\", \"config\": {\"filters\": 4, \"kernel_size\": "
+        "[2, 3], \"activation\": \"relu\", \"use_bias\": false, \"pointwise_regularizer\": "
+        "{\"class_name\": \"L1\", \"config\": {\"l1\": 0.5}}, \"pointwise_constraint\": "
+        "null}}");
+    assert_layer_refused("8, 8, 2",
+                         "\"DepthwiseConv2D\", \"config\": {\"name\": \"c\", \"kernel_size\": 3, "
+                         "\"dilation_rate\": [2, 2]}",
+                         "dilation_rate other than 1 is not supported");
+}
+END_TEST
+
 /* LayerNormalization as Keras 3 writes it (axis [-1], rms_scaling false, its initializers) and
  * as a job file does; another axis, RMS scaling or a gamma regularizer are refused by name. */
 START_TEST(layer_normalization_is_read_from_both_formats)
@@ -767,6 +792,7 @@ static Suite *keras_suite(void)
     tcase_add_loop_test(tc, layers_fixture_reads_every_other_layer_and_initializer, 0, 2);
     tcase_add_test(tc, job_files_and_keras_json_read_every_layer_kind_alike);
     tcase_add_test(tc, layer_normalization_is_read_from_both_formats);
+    tcase_add_test(tc, depthwise_and_separable_convolutions_are_read_from_both_formats);
     tcase_add_test(tc, one_d_layers_are_read_from_both_formats);
     tcase_add_test(tc, shape_and_activation_layers_are_read_from_both_formats);
     tcase_add_loop_test(tc, kernel_regularizer_is_read_as_keras_wrote_it, 0, 2);
