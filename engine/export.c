@@ -214,6 +214,7 @@ static cJSON *layer_config(const job_layer_t *l)
     case JOB_LAYER_EMBEDDING:
         cJSON_AddNumberToObject(c, "input_dim", l->input_dim);
         cJSON_AddNumberToObject(c, "output_dim", l->output_dim);
+        cJSON_AddBoolToObject(c, "mask_zero", l->mask_zero);
         break;
     case JOB_LAYER_ACTIVATION:
         cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);

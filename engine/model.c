@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "base/log.h"
 #include "layers/layer.h"
 #include "model_internal.h"
 
@@ -21,12 +22,56 @@ static size_t count_params(const job_model_t *spec)
     return n;
 }
 
+/* Keras's masks, for an Embedding with mask_zero: the layers that support masking and keep the
+ * steps pass the mask on, GlobalAveragePooling1D uses it (and ends it), a Softmax would apply it
+ * (refused), any other layer drops it as Keras does (with a warning). *mask: the mask alive after
+ * l, NULL when none. */
+static status_t carry_mask(model_t *m, layer_t *l, const float **mask, status_msg_t *err)
+{
+    (void)m;
+    if (l->spec.kind == JOB_LAYER_EMBEDDING) {
+        *mask = l->spec.mask_zero ? l->mask : NULL;
+        return STATUS_OK;
+    }
+    if (*mask == NULL)
+        return STATUS_OK;
+    switch (l->spec.kind) {
+    case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:
+        l->seq_mask = *mask;
+        *mask = NULL;
+        return STATUS_OK;
+    case JOB_LAYER_DENSE:
+    case JOB_LAYER_ACTIVATION:
+    case JOB_LAYER_DROPOUT:
+    case JOB_LAYER_LAYER_NORMALIZATION:
+    case JOB_LAYER_RELU:
+    case JOB_LAYER_LEAKY_RELU:
+    case JOB_LAYER_PRELU:
+    case JOB_LAYER_ELU:
+    case JOB_LAYER_RESCALING:
+    case JOB_LAYER_GAUSSIAN_NOISE:
+        return STATUS_OK; /* the steps stay: so does the mask */
+    case JOB_LAYER_SOFTMAX:
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "layer %s: a Softmax under the mask of mask_zero is not supported",
+                           l->spec.name);
+    default:
+        LOG_WARNING(TRAIN,
+                    "layer %s (%s) does not support masking: the mask of mask_zero stops there, as "
+                    "in Keras",
+                    l->spec.name, job_layer_kind_name(l->spec.kind));
+        *mask = NULL;
+        return STATUS_OK;
+    }
+}
+
 status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logits, int max_batch,
                    uint64_t seed, uint64_t max_bytes, model_t **ret_model, status_msg_t *err)
 {
     const backend_t *be = backend_cpu();
     model_t *m;
     size_t max_len;
+    const float *mask = NULL; /* of an Embedding with mask_zero, while layers carry it */
     status_t rc;
 
     if (spec->n_layers == 0 || spec->input_rank < 1 || max_batch < 1)
@@ -77,6 +122,17 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
             max_len = l->in_len;
         if (l->out_len > max_len)
             max_len = l->out_len;
+        if ((rc = carry_mask(m, l, &mask, err)) != STATUS_OK) {
+            model_free(m);
+            return rc;
+        }
+    }
+    if (mask != NULL) {
+        rc = status_fail(err, STATUS_BAD_CONFIG,
+                         "the mask of the Embedding's mask_zero reaches the model's output: a "
+                         "GlobalAveragePooling1D must use it (masking a loss is not supported)");
+        model_free(m);
+        return rc;
     }
     m->out_len = m->layers[m->n_layers - 1].out_len;
     rc = model_check_loss(m, err);

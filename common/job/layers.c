@@ -123,6 +123,7 @@ static status_t read_dropout(job_layer_reader_t *r, job_layer_t *l, int *ret_inp
 
 static status_t read_embedding(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
+    STATUS_CHECK(r->ops->get_bool(r, "mask_zero", &l->mask_zero));
     STATUS_CHECK(r->ops->get_int(r, "input_dim", true, 1, &l->input_dim));
     STATUS_CHECK(r->ops->get_int(r, "output_dim", true, 1, &l->output_dim));
     STATUS_CHECK(r->ops->get_init(r, "embeddings_initializer", &l->kernel_init));
@@ -307,7 +308,7 @@ static const char *const pool_keys[] = {"pool_size", "strides", "padding"};
 static const char *const reshape_keys[] = {"target_shape"};
 static const char *const dropout_keys[] = {"rate", "seed"};
 static const char *const embedding_keys[] = {"input_dim", "output_dim", "embeddings_initializer",
-                                             "input_length"};
+                                             "input_length", "mask_zero"};
 static const char *const activation_keys[] = {"activation"};
 static const char *const rescaling_keys[] = {"scale", "offset"};
 static const char *const relu_keys[] = {"max_value", "negative_slope", "threshold"};
@@ -378,7 +379,6 @@ static const job_keras_key_t spatial_dropout2d_fixed[] = {{"noise_shape", JOB_KE
 static const job_keras_key_t embedding_fixed[] = {
     {"embeddings_regularizer", JOB_KERAS_NULL},
     {"embeddings_constraint", JOB_KERAS_NULL},
-    {"mask_zero", JOB_KERAS_FALSE},
     {"sparse", JOB_KERAS_FALSE},
     {"lora_rank", JOB_KERAS_NULL},
     {"lora_alpha", JOB_KERAS_IGNORED},

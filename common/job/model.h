@@ -117,6 +117,7 @@ typedef struct job_layer {
     /* depthwise_conv2d, separable_conv2d (which read kernel_* as depthwise_*): channels per
      * input channel (Keras: 1); separable's pointwise kernel */
     int depth_multiplier;
+    bool mask_zero; /* embedding: id 0 is padding, masked in GlobalAveragePooling1D */
     job_init_t pointwise_init;
     job_regularizer_t pointwise_reg;
 } job_layer_t;

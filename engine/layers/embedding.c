@@ -1,5 +1,7 @@
 /* Embedding: each token id selects a row of the table [input_dim, output_dim]. Its gradient is
- * sparse: one row per distinct id of the batch (model_param_t's rows_*). The first layer only. */
+ * sparse: one row per distinct id of the batch (model_param_t's rows_*). The first layer only.
+ * With mask_zero, id 0 is padding: the layer keeps the mask of each example's steps, which the
+ * model hands to the layers that use it (model.c). */
 #include <string.h>
 
 #include "job/initializer.h"
@@ -35,7 +37,10 @@ static status_t embedding_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
     l->slot_of_row = layer_alloc(p->m, (size_t)s->input_dim, sizeof(int32_t));
     l->ids = layer_alloc(p->m, max_rows, sizeof(int64_t));
     l->slots = layer_alloc(p->m, max_rows, sizeof(int32_t));
-    if (!l->w->rows_index || !l->w->rows_grad || !l->slot_of_row || !l->ids || !l->slots)
+    if (s->mask_zero) /* a step is kept (1) unless its id is 0 */
+        l->mask = layer_floats(p->m, max_rows);
+    if (!l->w->rows_index || !l->w->rows_grad || !l->slot_of_row || !l->ids || !l->slots ||
+        (s->mask_zero && l->mask == NULL))
         return layer_plan_failed(p, err);
     for (int i = 0; i < s->input_dim; i++)
         l->slot_of_row[i] = -1;
@@ -56,6 +61,8 @@ static status_t embedding_forward(layer_t *l, int batch, bool training, status_m
                                "[0, %d)",
                                l->spec.name, (double)f, i / l->in_len, l->spec.input_dim);
         l->ids[i] = id;
+        if (l->mask != NULL)
+            l->mask[i] = id != 0 ? 1.0f : 0.0f;
     }
     l->be->gather_rows(l->w->value, (size_t)l->spec.output_dim, l->ids, n, l->out);
     return STATUS_OK;

@@ -30,17 +30,57 @@ static status_t gap2d_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
     return STATUS_OK;
 }
 
+/* With a mask (Keras's masked GlobalAveragePooling1D): the sum over the kept steps divided by
+ * their count (0 / 0 when an example has none, as Keras's). */
+static void masked_mean(const layer_t *l, int batch, float *out)
+{
+    size_t channels = (size_t)l->out_shape[0], steps = l->in_len / channels;
+
+    for (int b = 0; b < batch; b++) {
+        const float *x = l->in + (size_t)b * l->in_len, *mk = l->seq_mask + (size_t)b * steps;
+        float *y = out + (size_t)b * channels, count = 0;
+        for (size_t c = 0; c < channels; c++)
+            y[c] = 0;
+        for (size_t s = 0; s < steps; s++) {
+            count += mk[s];
+            for (size_t c = 0; mk[s] != 0 && c < channels; c++)
+                y[c] += x[s * channels + c];
+        }
+        for (size_t c = 0; c < channels; c++)
+            y[c] /= count;
+    }
+}
+
 static status_t gap_forward(layer_t *l, int batch, bool training, status_msg_t *err)
 {
     size_t channels = (size_t)l->out_shape[0];
-    l->be->mean_steps(l->in, batch, l->in_len / channels, channels, l->out);
+
+    (void)training, (void)err;
+    if (l->seq_mask != NULL)
+        masked_mean(l, batch, l->out);
+    else
+        l->be->mean_steps(l->in, batch, l->in_len / channels, channels, l->out);
     return STATUS_OK;
 }
 
 static void gap_backward_input(layer_t *l, int batch, const float *dy, float *dx)
 {
-    size_t channels = (size_t)l->out_shape[0];
-    l->be->mean_steps_backward(dy, batch, l->in_len / channels, channels, dx);
+    size_t channels = (size_t)l->out_shape[0], steps = l->in_len / channels;
+
+    if (l->seq_mask == NULL) {
+        l->be->mean_steps_backward(dy, batch, steps, channels, dx);
+        return;
+    }
+    for (int b = 0; b < batch; b++) { /* dx = mask * dy / count */
+        const float *mk = l->seq_mask + (size_t)b * steps;
+        float count = 0;
+        for (size_t s = 0; s < steps; s++)
+            count += mk[s];
+        for (size_t s = 0; s < steps; s++)
+            for (size_t c = 0; c < channels; c++)
+                dx[(size_t)b * l->in_len + s * channels + c] =
+                    mk[s] != 0 ? dy[(size_t)b * channels + c] / count : 0.0f;
+    }
 }
 
 static status_t gmp_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)

@@ -37,6 +37,9 @@ typedef struct layer {
     float *xhat;          /* LayerNormalization: the normalized input, [max_batch, in_len] */
     float *inv_std;       /* LayerNormalization: 1 / sqrt(variance + epsilon) of each row */
     float *mid, *dmid;    /* SeparableConv2D: the depthwise step's output and its gradient */
+    /* GlobalAveragePooling1D: the mask of the steps (1 kept, 0 masked) that an Embedding with
+     * mask_zero makes (its `mask`), when it reaches this layer; NULL: none */
+    const float *seq_mask;
 } layer_t;
 
 /* Where a layer is being planned: for its buffers and its errors. */

@@ -109,6 +109,10 @@ def cases():
                                                       pointwise_regularizer=reg.L1(0.01)),
             L.SeparableConv2D(2, 2, strides=2, padding="same", use_bias=False), L.Flatten(),
             L.Dense(1)], "mse", "regression"),
+        ("embedding with mask_zero, masked average pooling", [
+            keras.Input((6,), dtype="int32"), L.Embedding(10, 3, mask_zero=True),
+            L.Dense(4, activation="tanh"), L.LayerNormalization(), L.GlobalAveragePooling1D(),
+            L.Dense(1)], "mse", ("ids", 10)),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
          "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),

@@ -523,6 +523,52 @@ START_TEST(model_gaussian_noise_adds_normal_noise_in_training_only)
 }
 END_TEST
 
+/* An Embedding with mask_zero: GlobalAveragePooling1D averages the steps whose id is not 0 (its
+ * gradient goes to them alone); a mask that reaches the output is refused, and one a layer
+ * without masking meets (Flatten) stops there, as in Keras. */
+START_TEST(model_mask_zero_masks_the_average_pooling)
+{
+    fixture_t f;
+    job_layer_t emb = {
+        .kind = JOB_LAYER_EMBEDDING, .input_dim = 5, .output_dim = 3, .mask_zero = true};
+    job_layer_t l[] = {emb, plain(JOB_LAYER_GLOBAL_AVERAGE_POOLING1D), dense(1, JOB_ACT_LINEAR)};
+    job_layer_t to_output[] = {emb, dense(1, JOB_ACT_LINEAR)};
+    job_layer_t flattened[] = {emb, plain(JOB_LAYER_FLATTEN), dense(1, JOB_ACT_LINEAR)};
+    model_stats_t st;
+    status_msg_t err;
+    job_model_t spec = {.input_rank = 1, .input_shape = {4}, .input_is_int = true};
+    model_t *m;
+
+    build(&f, (int[]){4}, 1, JOB_LOSS_MSE, false, 2, l, 3);
+    /* example 0: ids 1 0 2 0 (two kept), example 1: 3 3 0 4 (three kept) */
+    memcpy(f.x, (float[]){1, 0, 2, 0, 3, 3, 0, 4}, 8 * sizeof(float));
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, 2, &st, &err), STATUS_OK);
+    for (int b = 0; b < 2; b++)
+        for (int c = 0; c < 3; c++) {
+            const float *table = f.m->layers[0].w->value;
+            float want = b == 0 ? (table[1 * 3 + c] + table[2 * 3 + c]) / 2
+                                : (2 * table[3 * 3 + c] + table[4 * 3 + c]) / 3;
+            ck_assert_msg(fabsf(f.m->layers[1].out[b * 3 + c] - want) < 1e-6f,
+                          "example %d channel %d: %g, want %g", b, c,
+                          (double)f.m->layers[1].out[b * 3 + c], (double)want);
+        }
+    for (size_t r = 0; r < f.m->layers[0].w->n_rows; r++) /* padding learns nothing */
+        if (f.m->layers[0].w->rows_index[r] == 0)
+            for (int c = 0; c < 3; c++)
+                ck_assert(f.m->layers[0].w->rows_grad[r * 3 + c] == 0.0f);
+    teardown(&f);
+
+    spec.layers = to_output;
+    spec.n_layers = 2;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "reaches the model's output") != NULL, "%s", err.text);
+    spec.layers = flattened;
+    spec.n_layers = 3;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_OK);
+    model_free(m);
+}
+END_TEST
+
 START_TEST(model_rejects_shapes_that_do_not_chain)
 {
     job_model_t spec = {0};
@@ -769,6 +815,7 @@ int main(void)
     tcase_add_test(tc, model_dropout_drops_in_training_only_and_rescales);
     tcase_add_test(tc, model_spatial_dropout_drops_whole_channels);
     tcase_add_test(tc, model_gaussian_noise_adds_normal_noise_in_training_only);
+    tcase_add_test(tc, model_mask_zero_masks_the_average_pooling);
     tcase_add_test(tc, model_rejects_shapes_that_do_not_chain);
     tcase_add_test(tc, model_refuses_buffers_past_its_memory_limit);
     tcase_add_test(tc, model_rejects_labels_and_token_ids_out_of_range);
