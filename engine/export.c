@@ -112,6 +112,33 @@ static void add_window(cJSON *c, const job_layer_t *l)
     cJSON_AddStringToObject(c, "data_format", "channels_last");
 }
 
+/* A constraint as Keras 3 serializes it (null when there is none). */
+static cJSON *constraint(const job_constraint_t *k)
+{
+    cJSON *o, *c, *axes;
+
+    if (k->kind == JOB_CONSTRAINT_NONE)
+        return cJSON_CreateNull();
+    o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "module", "keras.constraints");
+    cJSON_AddStringToObject(o, "class_name", job_constraint_classes[k->kind - 1]);
+    c = cJSON_AddObjectToObject(o, "config");
+    if (k->kind != JOB_CONSTRAINT_NON_NEG) {
+        if (k->kind != JOB_CONSTRAINT_UNIT_NORM)
+            cJSON_AddNumberToObject(c, "max_value", k->max_value);
+        if (k->kind == JOB_CONSTRAINT_MIN_MAX_NORM) {
+            cJSON_AddNumberToObject(c, "min_value", k->min_value);
+            cJSON_AddNumberToObject(c, "rate", k->rate);
+        }
+        axes = cJSON_AddArrayToObject(c, "axis");
+        for (int d = 0; d < JOB_MAX_RANK; d++)
+            if ((k->axes >> d) & 1)
+                cJSON_AddItemToArray(axes, cJSON_CreateNumber(d));
+    }
+    cJSON_AddNullToObject(o, "registered_name");
+    return o;
+}
+
 /* A regularizer as Keras 3 serializes it (null when there is none). */
 static cJSON *regularizer(const job_regularizer_t *r)
 {
@@ -149,6 +176,13 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
         cJSON_AddItemToObject(c, "kernel_regularizer", regularizer(&l->kernel_reg));
         cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
+        cJSON_AddItemToObject(c,
+                              l->kind == JOB_LAYER_DEPTHWISE_CONV2D ||
+                                      l->kind == JOB_LAYER_SEPARABLE_CONV2D
+                                  ? "depthwise_constraint"
+                                  : "kernel_constraint",
+                              constraint(&l->kernel_constraint));
+        cJSON_AddItemToObject(c, "bias_constraint", constraint(&l->bias_constraint));
         break;
     case JOB_LAYER_CONV2D:
     case JOB_LAYER_CONV1D:
@@ -160,6 +194,13 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
         cJSON_AddItemToObject(c, "kernel_regularizer", regularizer(&l->kernel_reg));
         cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
+        cJSON_AddItemToObject(c,
+                              l->kind == JOB_LAYER_DEPTHWISE_CONV2D ||
+                                      l->kind == JOB_LAYER_SEPARABLE_CONV2D
+                                  ? "depthwise_constraint"
+                                  : "kernel_constraint",
+                              constraint(&l->kernel_constraint));
+        cJSON_AddItemToObject(c, "bias_constraint", constraint(&l->bias_constraint));
         break;
     case JOB_LAYER_MAX_POOLING2D:
     case JOB_LAYER_AVERAGE_POOLING2D:
@@ -185,6 +226,13 @@ static cJSON *layer_config(const job_layer_t *l)
         if (l->kind == JOB_LAYER_SEPARABLE_CONV2D)
             cJSON_AddItemToObject(c, "pointwise_regularizer", regularizer(&l->pointwise_reg));
         cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
+        cJSON_AddItemToObject(c,
+                              l->kind == JOB_LAYER_DEPTHWISE_CONV2D ||
+                                      l->kind == JOB_LAYER_SEPARABLE_CONV2D
+                                  ? "depthwise_constraint"
+                                  : "kernel_constraint",
+                              constraint(&l->kernel_constraint));
+        cJSON_AddItemToObject(c, "bias_constraint", constraint(&l->bias_constraint));
         break;
     case JOB_LAYER_PRELU: {
         cJSON *axes = cJSON_CreateArray();

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,20 @@ size_t model_output_len(const model_t *m)
 const float *model_output(const model_t *m)
 {
     return m->fused ? m->probs : m->layers[m->n_layers - 1].out;
+}
+
+bool model_constrain(model_t *m)
+{
+    bool any = false;
+
+    for (size_t i = 0; i < model_param_count(m); i++) {
+        model_param_t *p = model_param(m, i);
+        if (p->constraint.kind == JOB_CONSTRAINT_NONE)
+            continue;
+        job_constraint_apply(&p->constraint, p->value, p->shape, p->rank, p->n);
+        any = true;
+    }
+    return any;
 }
 
 void model_summary(const model_t *m, char *buf, size_t len)

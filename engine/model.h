@@ -26,6 +26,7 @@ typedef struct model_param {
     /* How the values start: the layer's initializer, and the kind used when it says default */
     job_init_t init;
     job_init_kind_t init_default;
+    job_constraint_t constraint; /* applied after each update (model_constrain) */
     /* Sparse gradient of the last step: rows_grad[j] belongs to row rows_index[j]. */
     int64_t *rows_index;
     float *rows_grad;
@@ -116,6 +117,10 @@ void model_set_draw_key(model_t *m, uint64_t key);
 /* The key of the batch number `index` of `epoch`, computed as slice `slice` (a replica's or a
  * worker's share of it; a PS worker's shard). */
 uint64_t model_draw_key(int64_t epoch, int64_t index, int slice);
+
+/* Applies each variable's constraint (Keras's kernel_constraint, bias_constraint) to its values,
+ * as Keras does after every optimizer update. false when no variable has one. */
+bool model_constrain(model_t *m);
 
 /* Writes a one-line-per-layer summary (name, output shape, parameters) like Keras's. */
 void model_summary(const model_t *m, char *buf, size_t len);

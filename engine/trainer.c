@@ -649,6 +649,7 @@ status_t trainer_update(trainer_t *t, status_msg_t *err)
                                                   grad, n, t->slots[i], NULL, err));
             t->applied[i]++;
         }
+        model_constrain(t->model);
         return STATUS_OK;
     }
     for (size_t i = 0; i < model_param_count(t->model); i++) {
@@ -661,6 +662,7 @@ status_t trainer_update(trainer_t *t, status_msg_t *err)
             optimizer_apply_dense(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n);
         t->applied[i]++;
     }
+    model_constrain(t->model); /* after every update, as Keras */
     return STATUS_OK;
 }
 

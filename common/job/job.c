@@ -776,6 +776,15 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
             job_tree_child(job_tree_child(root, "data"), "global_batch_size")->line,
             "data.global_batch_size: each step of parameter_server training is one worker's "
             "batch, no global one: give data.batch_size");
+    for (size_t i = 0; job->strategy == JOB_STRATEGY_PARAMETER_SERVER && i < job->model.n_layers;
+         i++)
+        if (job->model.layers[i].kernel_constraint.kind != JOB_CONSTRAINT_NONE ||
+            job->model.layers[i].bias_constraint.kind != JOB_CONSTRAINT_NONE)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
+                                 "model: layer %s has a weight constraint, which parameter_server "
+                                 "training does not apply yet (the parameter servers would): "
+                                 "train it with another strategy",
+                                 job->model.layers[i].name);
     SECTION("train", false, parse_train, job);
     job->evaluate = job->data.test.present;
     STATUS_CHECK(job_tree_get_bool(c, root, "evaluate", &job->evaluate));

@@ -669,10 +669,82 @@ static status_t json_get_axes(job_layer_reader_t *r, const char *key, int *ret, 
     return STATUS_OK;
 }
 
+/* A constraint as Keras serializes it: {"class_name": "MaxNorm", "config": {"max_value": 2,
+ * "axis": 0}} (module and registered_name allowed), or a name ("non_neg", "max_norm", ...). */
+static status_t json_get_constraint(job_layer_reader_t *r, const char *key, job_constraint_t *ret)
+{
+    static const char *const wrapper_keys[] = {"class_name", "config", "module", "registered_name"};
+    static const char *const names[] = {"non_neg", "max_norm", "unit_norm", "min_max_norm"};
+    json_reader_t *j = json_reader(r);
+    kctx_t *k = j->k;
+    const cJSON *v = kget(j->cfg, key), *cfg = NULL, *item, *axis;
+    job_constraint_t c = {0};
+    const char *name, *bad;
+    int kind = -1;
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (cJSON_IsObject(v)) {
+        STATUS_CHECK(check_keys(k, v, key, wrapper_keys, JOB_N_OF(wrapper_keys)));
+        name = cJSON_GetStringValue(kget(v, "class_name"));
+        cfg = kget(v, "config");
+        if (cfg != NULL && !cJSON_IsObject(cfg) && !cJSON_IsNull(cfg))
+            return type_error(k, key, v, "a constraint whose config is an object");
+    } else {
+        name = cJSON_GetStringValue(v);
+    }
+    if (name == NULL)
+        return type_error(k, key, v, "a constraint");
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, job_constraint_classes[i]) == 0 || strcmp(name, names[i]) == 0)
+            kind = i;
+    if (kind < 0)
+        return kfail(k,
+                     "%s: constraint %.60s is not supported (NonNeg, MaxNorm, UnitNorm and "
+                     "MinMaxNorm are)",
+                     key, name);
+    c.kind = (job_constraint_kind_t)(JOB_CONSTRAINT_NON_NEG + kind);
+    job_constraint_default(&c);
+    cJSON_ArrayForEach(item, cfg)
+    {
+        const char *p = item->string;
+        bool known = (strcmp(p, "axis") == 0 && c.kind != JOB_CONSTRAINT_NON_NEG) ||
+                     (strcmp(p, "max_value") == 0 && (c.kind == JOB_CONSTRAINT_MAX_NORM ||
+                                                      c.kind == JOB_CONSTRAINT_MIN_MAX_NORM)) ||
+                     ((strcmp(p, "min_value") == 0 || strcmp(p, "rate") == 0) &&
+                      c.kind == JOB_CONSTRAINT_MIN_MAX_NORM);
+        if (!known)
+            return kfail(k, "%s: unknown %s parameter '%.40s'", key, name, p);
+    }
+    STATUS_CHECK(init_param(k, key, cfg, "max_value", &c.max_value));
+    STATUS_CHECK(init_param(k, key, cfg, "min_value", &c.min_value));
+    STATUS_CHECK(init_param(k, key, cfg, "rate", &c.rate));
+    axis = cfg != NULL ? kget(cfg, "axis") : NULL;
+    if (axis != NULL && !cJSON_IsNull(axis)) {
+        c.axes = 0;
+        if (is_int(axis, 0, JOB_MAX_RANK - 1)) {
+            c.axes = 1u << (int)axis->valuedouble;
+        } else if (cJSON_IsArray(axis) && cJSON_GetArraySize(axis) >= 1) {
+            cJSON_ArrayForEach(item, axis)
+            {
+                if (!is_int(item, 0, JOB_MAX_RANK - 1))
+                    return type_error(k, key, axis, "an axis 0 to 3, or a list of them");
+                c.axes |= 1u << (int)item->valuedouble;
+            }
+        } else {
+            return type_error(k, key, axis, "an axis 0 to 3, or a list of them");
+        }
+    }
+    if (!job_constraint_valid(&c, &bad))
+        return kfail(k, "%s: %s %s is out of range", key, name, bad);
+    *ret = c;
+    return STATUS_OK;
+}
+
 static const job_layer_reader_ops_t json_reader_ops = {
     json_get_int,   json_get_seed,       json_get_number,  json_get_bool, json_get_pair,
     json_get_shape, json_get_activation, json_get_padding, json_get_init, json_get_regularizer,
-    json_invalid,   json_get_length,     json_get_margins, json_get_axes,
+    json_invalid,   json_get_length,     json_get_margins, json_get_axes, json_get_constraint,
 };
 
 /* Sets the model's input shape from a batch shape, or checks it against the one already set

@@ -13,7 +13,79 @@
 
 /* ---- what each kind reads ---- */
 
-/* activation, use_bias and the two initializers: Dense and Conv2D. */
+const char *const job_constraint_names[4] = {"non_neg", "max_norm", "unit_norm", "min_max_norm"};
+const char *const job_constraint_classes[4] = {"NonNeg", "MaxNorm", "UnitNorm", "MinMaxNorm"};
+
+void job_constraint_default(job_constraint_t *c)
+{
+    c->min_value = 0;
+    c->max_value = c->kind == JOB_CONSTRAINT_MAX_NORM ? 2.0 : 1.0;
+    c->rate = 1.0;
+    c->axes = 1u; /* axis 0 */
+}
+
+bool job_constraint_valid(const job_constraint_t *c, const char **ret_bad)
+{
+    *ret_bad = NULL;
+    if (!(c->max_value >= 0) || !isfinite((float)c->max_value))
+        *ret_bad = "max_value";
+    else if (!(c->min_value >= 0) || !(c->min_value <= c->max_value))
+        *ret_bad = "min_value";
+    else if (!(c->rate >= 0 && c->rate <= 1))
+        *ret_bad = "rate";
+    else if (c->axes == 0 || c->axes >= (1u << JOB_MAX_RANK))
+        *ret_bad = "axis";
+    return *ret_bad == NULL;
+}
+
+/* One constraint on a weight of `shape`: the norm ones scale each slice along c->axes (Keras's
+ * w * desired / (epsilon + norm), epsilon 1e-7, norms summed in double). */
+void job_constraint_apply(const job_constraint_t *c, float *v, const int *shape, int rank, size_t n)
+{
+    size_t outer = 1, stride[JOB_MAX_RANK];
+    double *sq;
+
+    if (c->kind == JOB_CONSTRAINT_NON_NEG) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+        return;
+    }
+    /* the slot of element i: its coordinates on the other axes, in row-major order */
+    for (int d = rank - 1; d >= 0; d--) {
+        stride[d] = (c->axes >> d) & 1 ? 0 : outer;
+        outer *= (c->axes >> d) & 1 ? 1 : (size_t)shape[d];
+    }
+    if ((sq = calloc(outer + 1, sizeof(*sq))) == NULL)
+        return; /* out of memory: the values stay as the update left them */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n; i++) {
+            size_t rest = i, slot = 0;
+            for (int d = rank - 1; d >= 0; d--) {
+                slot += (rest % (size_t)shape[d]) * stride[d];
+                rest /= (size_t)shape[d];
+            }
+            if (pass == 0) {
+                sq[slot] += (double)v[i] * v[i];
+            } else {
+                float norm = (float)sqrt(sq[slot]), desired;
+                if (c->kind == JOB_CONSTRAINT_UNIT_NORM)
+                    desired = 1.0f;
+                else if (c->kind == JOB_CONSTRAINT_MAX_NORM)
+                    desired = norm < (float)c->max_value ? norm : (float)c->max_value;
+                else
+                    desired =
+                        (float)c->rate *
+                            (norm < (float)c->min_value
+                                 ? (float)c->min_value
+                                 : (norm > (float)c->max_value ? (float)c->max_value : norm)) +
+                        (1.0f - (float)c->rate) * norm;
+                v[i] = v[i] * (desired / (1e-7f + norm));
+            }
+        }
+    free(sq);
+}
+
+/* activation, use_bias, the two initializers, regularizers and constraints: Dense and Conv2D. */
 static status_t read_weights(job_layer_reader_t *r, job_layer_t *l)
 {
     STATUS_CHECK(r->ops->get_activation(r, "activation", false, &l->activation));
@@ -21,7 +93,9 @@ static status_t read_weights(job_layer_reader_t *r, job_layer_t *l)
     STATUS_CHECK(r->ops->get_init(r, "kernel_initializer", &l->kernel_init));
     STATUS_CHECK(r->ops->get_init(r, "bias_initializer", &l->bias_init));
     STATUS_CHECK(r->ops->get_regularizer(r, "kernel_regularizer", &l->kernel_reg));
-    return r->ops->get_regularizer(r, "bias_regularizer", &l->bias_reg);
+    STATUS_CHECK(r->ops->get_regularizer(r, "bias_regularizer", &l->bias_reg));
+    STATUS_CHECK(r->ops->get_constraint(r, "kernel_constraint", &l->kernel_constraint));
+    return r->ops->get_constraint(r, "bias_constraint", &l->bias_constraint);
 }
 
 static status_t read_dense(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
@@ -66,6 +140,8 @@ static status_t read_depthwise(job_layer_reader_t *r, job_layer_t *l, int *ret_i
     STATUS_CHECK(r->ops->get_init(r, "depthwise_initializer", &l->kernel_init));
     STATUS_CHECK(r->ops->get_init(r, "bias_initializer", &l->bias_init));
     STATUS_CHECK(r->ops->get_regularizer(r, "depthwise_regularizer", &l->kernel_reg));
+    STATUS_CHECK(r->ops->get_constraint(r, "depthwise_constraint", &l->kernel_constraint));
+    STATUS_CHECK(r->ops->get_constraint(r, "bias_constraint", &l->bias_constraint));
     return r->ops->get_regularizer(r, "bias_regularizer", &l->bias_reg);
 }
 
@@ -293,7 +369,9 @@ static const char *const dense_keys[] = {"units",
                                          "kernel_initializer",
                                          "bias_initializer",
                                          "kernel_regularizer",
-                                         "bias_regularizer"};
+                                         "bias_regularizer",
+                                         "kernel_constraint",
+                                         "bias_constraint"};
 static const char *const conv_keys[] = {"filters",
                                         "kernel_size",
                                         "strides",
@@ -303,7 +381,9 @@ static const char *const conv_keys[] = {"filters",
                                         "kernel_initializer",
                                         "bias_initializer",
                                         "kernel_regularizer",
-                                        "bias_regularizer"};
+                                        "bias_regularizer",
+                                        "kernel_constraint",
+                                        "bias_constraint"};
 static const char *const pool_keys[] = {"pool_size", "strides", "padding"};
 static const char *const reshape_keys[] = {"target_shape"};
 static const char *const dropout_keys[] = {"rate", "seed"};
@@ -328,7 +408,9 @@ static const char *const depthwise_keys[] = {"depth_multiplier",
                                              "depthwise_initializer",
                                              "bias_initializer",
                                              "depthwise_regularizer",
-                                             "bias_regularizer"};
+                                             "bias_regularizer",
+                                             "depthwise_constraint",
+                                             "bias_constraint"};
 static const char *const separable_keys[] = {"filters",
                                              "depth_multiplier",
                                              "kernel_size",
@@ -341,12 +423,12 @@ static const char *const separable_keys[] = {"filters",
                                              "bias_initializer",
                                              "depthwise_regularizer",
                                              "pointwise_regularizer",
-                                             "bias_regularizer"};
+                                             "bias_regularizer",
+                                             "depthwise_constraint",
+                                             "bias_constraint"};
 static const job_keras_key_t depthwise_fixed[] = {{"data_format", JOB_KERAS_CHANNELS_LAST},
                                                   {"dilation_rate", JOB_KERAS_ONES},
-                                                  {"depthwise_constraint", JOB_KERAS_NULL},
-                                                  {"pointwise_constraint", JOB_KERAS_NULL},
-                                                  {"bias_constraint", JOB_KERAS_NULL}};
+                                                  {"pointwise_constraint", JOB_KERAS_NULL}};
 static const char *const zero_padding_keys[] = {"padding"};
 static const char *const cropping_keys[] = {"cropping"};
 static const char *const up_sampling_keys[] = {"size"};
@@ -359,8 +441,7 @@ static const char *const layer_norm_keys[] = {"epsilon", "center", "scale", "gam
 
 /* Keras options of Dense and Conv2D that must stay off. */
 #define WEIGHTS_OFF                                                                                \
-    {"kernel_constraint", JOB_KERAS_NULL}, {"bias_constraint", JOB_KERAS_NULL},                    \
-        {"lora_rank", JOB_KERAS_NULL}, {"lora_alpha", JOB_KERAS_IGNORED},                          \
+    {"lora_rank", JOB_KERAS_NULL}, {"lora_alpha", JOB_KERAS_IGNORED},                              \
     {                                                                                              \
         "quantization_config", JOB_KERAS_NULL                                                      \
     }

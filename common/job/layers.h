@@ -56,6 +56,7 @@ typedef struct job_layer_reader_ops {
     status_t (*get_margins)(job_layer_reader_t *r, const char *key, int ret[4]);
     /* an optional list of 1 to JOB_MAX_RANK positive integers (or one): *ret_n 0 when absent */
     status_t (*get_axes)(job_layer_reader_t *r, const char *key, int *ret, int *ret_n);
+    status_t (*get_constraint)(job_layer_reader_t *r, const char *key, job_constraint_t *ret);
 } job_layer_reader_ops_t;
 
 /* Embedded first in each format's reader, which holds its own context after it. */
@@ -64,7 +65,7 @@ struct job_layer_reader {
 };
 
 /* The most options one kind reads (besides name). */
-#define JOB_LAYER_MAX_KEYS 12
+#define JOB_LAYER_MAX_KEYS 16
 
 typedef struct job_layer_info {
     const char *name;        /* in job files: "dense" */

@@ -267,10 +267,72 @@ static status_t tree_get_axes(job_layer_reader_t *r, const char *key, int *ret, 
     return rc;
 }
 
+/* A constraint: a bare name (non_neg, max_norm, unit_norm, min_max_norm) or {NAME: {max_value,
+ * min_value, rate, axis}} as Keras names them (axis: an axis or a list of axes of the weight). */
+static status_t tree_get_constraint(job_layer_reader_t *r, const char *key, job_constraint_t *ret)
+{
+    static const char *const keys[] = {"max_value", "min_value", "rate", "axis"};
+    tree_reader_t *t = tree_reader(r);
+    const job_node_t *n = job_tree_child(t->opts, key), *opts = NULL, *axis;
+    size_t old, old2;
+    job_constraint_t c = {0};
+    const char *bad;
+    int kind, axes[JOB_MAX_RANK], n_axes = 0;
+    status_t rc;
+
+    if (!job_tree_given(n))
+        return STATUS_OK;
+    old = job_tree_push_key(t->c, key);
+    old2 = t->c->path_len;
+    rc = job_tree_variant(t->c, n, "constraint", job_constraint_names, 4, true, &kind, &opts);
+    if (rc == STATUS_OK) {
+        c.kind = (job_constraint_kind_t)(JOB_CONSTRAINT_NON_NEG + kind);
+        job_constraint_default(&c);
+        if (opts != NULL)
+            rc = job_tree_check_map(t->c, opts, keys, c.kind == JOB_CONSTRAINT_NON_NEG ? 0 : 4,
+                                    false);
+    }
+    if (rc == STATUS_OK && opts != NULL) {
+        rc = job_tree_get_double(t->c, opts, "max_value", false, &c.max_value);
+        if (rc == STATUS_OK)
+            rc = job_tree_get_double(t->c, opts, "min_value", false, &c.min_value);
+        if (rc == STATUS_OK)
+            rc = job_tree_get_double(t->c, opts, "rate", false, &c.rate);
+        axis = job_tree_child(opts, "axis");
+        if (rc == STATUS_OK && job_tree_given(axis)) {
+            size_t old3 = job_tree_push_key(t->c, "axis");
+            int64_t v;
+            if (axis->kind == JOB_NODE_SEQ) {
+                rc = job_tree_ints(t->c, axis, JOB_MAX_RANK, 0, false, axes, &n_axes);
+            } else {
+                rc = job_tree_int(t->c, axis, 0, JOB_MAX_RANK - 1, &v);
+                axes[0] = (int)v;
+                n_axes = 1;
+            }
+            c.axes = 0;
+            for (int i = 0; rc == STATUS_OK && i < n_axes; i++) {
+                if (axes[i] >= JOB_MAX_RANK)
+                    rc = job_tree_type_error(t->c, axis, "axes 0 to 3");
+                else
+                    c.axes |= 1u << axes[i];
+            }
+            job_tree_pop(t->c, old3);
+        }
+    }
+    if (rc == STATUS_OK && !job_constraint_valid(&c, &bad))
+        rc = job_tree_fail(t->c, STATUS_BAD_CONFIG, n->line, "%s: %s is out of range", t->c->path,
+                           bad);
+    job_tree_pop(t->c, old2);
+    job_tree_pop(t->c, old);
+    if (rc == STATUS_OK)
+        *ret = c;
+    return rc;
+}
+
 static const job_layer_reader_ops_t tree_reader_ops = {
     tree_get_int,   tree_get_seed,       tree_get_number,  tree_get_bool, tree_get_pair,
     tree_get_shape, tree_get_activation, tree_get_padding, tree_get_init, tree_get_regularizer,
-    tree_invalid,   tree_get_length,     tree_get_margins, tree_get_axes,
+    tree_invalid,   tree_get_length,     tree_get_margins, tree_get_axes, tree_get_constraint,
 };
 
 /* Reads a layer's options: its name, then what its kind reads. */
@@ -281,6 +343,9 @@ static status_t layer_options(job_ctx_t *c, const job_node_t *opts, job_layer_t 
     const char *keys[JOB_LAYER_MAX_KEYS + 1], *name = NULL;
     tree_reader_t reader = {{&tree_reader_ops}, c, opts};
 
+    if (info->n_keys > JOB_LAYER_MAX_KEYS) /* a table row past the bound: a bug, never a crash */
+        return status_fail(c->err, STATUS_INTERNAL, "layer kind %s reads %zu options, over %d",
+                           info->name, info->n_keys, JOB_LAYER_MAX_KEYS);
     for (size_t i = 0; i < info->n_keys; i++)
         keys[i] = info->keys[i];
     keys[info->n_keys] = "name";

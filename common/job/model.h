@@ -81,6 +81,39 @@ typedef struct job_regularizer {
     double l1, l2;
 } job_regularizer_t;
 
+/* Keras's weight constraints, applied to a weight after each update: non_neg max(w, 0); the norm
+ * ones scale each slice of the weight along `axes` (bit d: axis d of the weight; Keras's `axis`,
+ * 0 by default) to norm at most max_value (max_norm), 1 (unit_norm), or rate * clip(norm,
+ * min_value, max_value) + (1 - rate) * norm (min_max_norm), dividing by epsilon 1e-7 + norm. */
+typedef enum {
+    JOB_CONSTRAINT_NONE,
+    JOB_CONSTRAINT_NON_NEG,
+    JOB_CONSTRAINT_MAX_NORM,
+    JOB_CONSTRAINT_UNIT_NORM,
+    JOB_CONSTRAINT_MIN_MAX_NORM,
+} job_constraint_kind_t;
+
+typedef struct job_constraint {
+    job_constraint_kind_t kind;
+    double min_value, max_value, rate;
+    unsigned axes;
+} job_constraint_t;
+
+/* The constraint names of job files ("non_neg", "max_norm", "unit_norm", "min_max_norm"), by
+ * job_constraint_kind_t from JOB_CONSTRAINT_NON_NEG on, and Keras's classes ("NonNeg" ...). */
+extern const char *const job_constraint_names[4], *const job_constraint_classes[4];
+
+/* Fills c's defaults for its kind (Keras's: max_value 2 for max_norm, min 0 max 1 rate 1 for
+ * min_max_norm, axis 0) and checks the values read into it; *ret_bad names a bad field. */
+void job_constraint_default(job_constraint_t *c);
+bool job_constraint_valid(const job_constraint_t *c, const char **ret_bad);
+
+/* Applies c to the n values of a weight of `shape` (rank dims), Keras's formula: the norm kinds
+ * scale each slice along c->axes by desired / (1e-7 + norm), norms summed in double; out of
+ * memory leaves the values as they are. */
+void job_constraint_apply(const job_constraint_t *c, float *v, const int *shape, int rank,
+                          size_t n);
+
 typedef struct job_layer {
     job_layer_kind_t kind;
     char name[64];
@@ -118,6 +151,8 @@ typedef struct job_layer {
      * input channel (Keras: 1); separable's pointwise kernel */
     int depth_multiplier;
     bool mask_zero; /* embedding: id 0 is padding, masked in GlobalAveragePooling1D */
+    /* dense, conv1d/2d (kernel, bias), depthwise_conv2d (depthwise kernel, bias) */
+    job_constraint_t kernel_constraint, bias_constraint;
     job_init_t pointwise_init;
     job_regularizer_t pointwise_reg;
 } job_layer_t;

@@ -79,6 +79,17 @@ status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, status_msg
     memcpy(l->out_shape, l->in_shape, sizeof(l->out_shape));
     if (ops->plan != NULL)
         STATUS_CHECK(ops->plan(&p, l, err));
+    /* the weights' constraints; an axis past a weight's rank is Keras's error too */
+    for (int k = 0; k < 2; k++) {
+        model_param_t *w = k == 0 ? l->w : l->b;
+        const job_constraint_t *c = k == 0 ? &l->spec.kernel_constraint : &l->spec.bias_constraint;
+        if (w == NULL || c->kind == JOB_CONSTRAINT_NONE)
+            continue;
+        if (c->kind != JOB_CONSTRAINT_NON_NEG && (c->axes >> w->rank) != 0)
+            return layer_plan_error(&p, err, "%s's constraint names an axis past its rank %d",
+                                    w->name, w->rank);
+        w->constraint = *c;
+    }
     l->in_len = layer_shape_len(l->in_shape, l->in_rank);
     l->out_len = layer_shape_len(l->out_shape, l->out_rank);
     if (!ops->alias) {

@@ -234,7 +234,8 @@ def run_case(name, layers, loss, labels, rng, tmp):
 
 EXPORTS = [
     ("MLP with LayerNormalization",
-     "  - {dense: {units: 128, activation: gelu, name: hidden}, input_shape: [784]}\n"
+     "  - {dense: {units: 128, activation: gelu, name: hidden, kernel_constraint: {max_norm: "
+     "{max_value: 2.0, axis: 0}}, bias_constraint: non_neg}, input_shape: [784]}\n"
      "  - {layer_normalization: {epsilon: 0.01, name: norm}}\n"
      "  - {dense: {units: 10, name: logits}}\n", "LayerNormalization"),
     ("rows as sequences, Conv1D and 1D poolings",
@@ -297,6 +298,16 @@ def exported(tmp):
         print("exported %s: tessera %.4f, keras %.4f" % (what, ours, theirs))
         check(any(type(layer).__name__ == cls for layer in model.layers),
               "%s: no %s in the export" % (what, cls))
+        if n == 0:  # the constraints travel, and Tessera's weights obey them
+            dense = model.layers[0]
+            check(type(dense.kernel_constraint).__name__ == "MaxNorm" and
+                  type(dense.bias_constraint).__name__ == "NonNeg",
+                  "constraints in the export: %s, %s" % (dense.kernel_constraint,
+                                                        dense.bias_constraint))
+            norms = np.sqrt((dense.kernel.numpy() ** 2).sum(axis=0))
+            check(norms.max() <= 2.0 + 1e-5 and dense.bias.numpy().min() >= 0,
+                  "the exported weights break their constraints: norm %g, bias %g" % (
+                      norms.max(), dense.bias.numpy().min()))
         check(abs(theirs - ours) <= 0.001 + 1e-9,
               "%s: Keras evaluates %.4f, Tessera %.4f" % (what, theirs, ours))
         out = tessera("train", path, "--init-from",

@@ -60,10 +60,25 @@ CASES = [
     ("RMSprop", "rmsprop", {"learning_rate": 0.01, "clipvalue": 0.1}),
 ]
 
+# The weight constraints Keras applies after each update (kernel_constraint ...), on the same
+# [6, 5] variable with SGD: (Keras's constraint, Tessera's options)
+CONSTRAINTS = [
+    (lambda: keras.constraints.NonNeg(), ["constraint=non_neg"]),
+    (lambda: keras.constraints.MaxNorm(1.5, axis=0),
+     ["constraint=max_norm", "constraint_max=1.5", "constraint_axis=0"]),
+    (lambda: keras.constraints.MaxNorm(1.0, axis=1),
+     ["constraint=max_norm", "constraint_max=1.0", "constraint_axis=1"]),
+    (lambda: keras.constraints.UnitNorm(axis=0), ["constraint=unit_norm", "constraint_axis=0"]),
+    (lambda: keras.constraints.MinMaxNorm(0.5, 1.2, rate=0.7, axis=1),
+     ["constraint=min_max_norm", "constraint_min=0.5", "constraint_max=1.2",
+      "constraint_rate=0.7", "constraint_axis=1"]),
+]
 
-def keras_steps(cls, options, params, grads):
+
+def keras_steps(cls, options, params, grads, constraint=None):
     """The variable after each of Keras's updates, [STEPS, N]."""
     var = keras.Variable(params.reshape(ROWS, ROW_LEN), dtype="float32")
+    var.constraint = constraint  # what add_weight(constraint=) sets; apply() applies it
     opt = getattr(keras.optimizers, cls)(**options)
     out = []
     for g in grads:
@@ -72,7 +87,7 @@ def keras_steps(cls, options, params, grads):
     return np.stack(out)
 
 
-def tessera_steps(name, options, params, grads, rows):
+def tessera_steps(name, options, params, grads, rows, extra=()):
     """Tessera's values after each update, [STEPS, N]; rows: feed the gradients as rows."""
     with tempfile.TemporaryDirectory() as d:
         params.astype("<f4").tofile(os.path.join(d, "params.f32"))
@@ -95,6 +110,7 @@ def tessera_steps(name, options, params, grads, rows):
             grads.astype("<f4").tofile(os.path.join(d, "grads.f32"))
         for k, v in options.items():
             args.append("%s=%s" % (k, str(v).lower() if isinstance(v, bool) else repr(v)))
+        args.extend(extra)
         out = subprocess.run(args, capture_output=True, text=True)
         check(out.returncode == 0, "%s: %s" % (" ".join(args[2:]), out.stderr))
         if out.returncode != 0:
@@ -181,10 +197,21 @@ def main():
             check(err.max() <= 1e-5, "%s: step %d differs by %.2e: tessera %s, keras %s" % (
                 what, step + 1, err.max(), ours[step][:4], theirs[step][:4]))
             check(np.abs(ours[-1] - params).max() > 1e-4, what + ": the values did not move")
+    for make, extra in CONSTRAINTS:
+        params = rng.normal(0, 1, N).astype(np.float32)
+        grads = rng.normal(0, 1, (STEPS, N)).astype(np.float32)
+        theirs = keras_steps("SGD", {"learning_rate": 0.05}, params, grads, make())
+        ours = tessera_steps("sgd", {"learning_rate": 0.05}, params, grads, False, extra)
+        if ours is None:
+            continue
+        err = np.abs(ours - theirs) / np.maximum(np.abs(theirs), 1.0)
+        worst = max(worst, float(err.max()))
+        print("%-100s max relative difference %.2e" % ("SGD with " + " ".join(extra), err.max()))
+        check(err.max() <= 1e-5, "%s: differs by %.2e" % (" ".join(extra), err.max()))
     exports()
-    finish("%d optimizer configurations match Keras %s over %d steps (largest relative "
-           "difference %.2e); %d newer optimizers export into Keras" % (
-               len(CASES), keras.__version__, STEPS, worst, len(EXPORTS)))
+    finish("%d optimizer configurations and %d constraints match Keras %s over %d steps "
+           "(largest relative difference %.2e); %d newer optimizers export into Keras" % (
+               len(CASES), len(CONSTRAINTS), keras.__version__, STEPS, worst, len(EXPORTS)))
 
 
 main()

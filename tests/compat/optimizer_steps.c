@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "job/model.h"
 #include "optim/optimizer.h"
 
 static void *read_file(const char *dir, const char *name, size_t bytes)
@@ -34,6 +35,36 @@ static void *read_file(const char *dir, const char *name, size_t bytes)
     }
     fclose(f);
     return buf;
+}
+
+/* The weight's constraint (applied after each update, as Keras): constraint=KIND with
+ * constraint_max, constraint_min, constraint_rate and constraint_axis (0 or 1: the [rows,
+ * row_len] variable's axis). */
+static job_constraint_t constraint;
+
+static bool set_constraint(const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    double v = eq != NULL ? strtod(eq + 1, NULL) : 0;
+
+    if (strncmp(arg, "constraint=", 11) == 0) {
+        for (int i = 0; i < 4; i++)
+            if (strcmp(arg + 11, job_constraint_names[i]) == 0)
+                constraint.kind = (job_constraint_kind_t)(JOB_CONSTRAINT_NON_NEG + i);
+        job_constraint_default(&constraint);
+        return true;
+    }
+    if (strncmp(arg, "constraint_max=", 15) == 0)
+        constraint.max_value = v;
+    else if (strncmp(arg, "constraint_min=", 15) == 0)
+        constraint.min_value = v;
+    else if (strncmp(arg, "constraint_rate=", 16) == 0)
+        constraint.rate = v;
+    else if (strncmp(arg, "constraint_axis=", 16) == 0)
+        constraint.axes = 1u << (int)v;
+    else
+        return false;
+    return true;
 }
 
 /* key=value into c; exits naming an unknown key. */
@@ -122,7 +153,8 @@ int main(int argc, char **argv)
         return 2;
     }
     for (int i = (int)opt; i < argc; i++)
-        set_option(&c, argv[i]);
+        if (!set_constraint(argv[i]))
+            set_option(&c, argv[i]);
     if (optimizer_config_validate(&c, &err) != STATUS_OK) {
         fprintf(stderr, "optimizer_steps: %s\n", err.text);
         return 2;
@@ -146,6 +178,10 @@ int main(int argc, char **argv)
                                       g, k, slots, NULL, &err) != STATUS_OK) {
             fprintf(stderr, "optimizer_steps: %s\n", err.text);
             return 1;
+        }
+        if (constraint.kind != JOB_CONSTRAINT_NONE) {
+            int shape[2] = {row_len ? (int)(n / row_len) : 6, row_len ? (int)row_len : (int)n / 6};
+            job_constraint_apply(&constraint, params, shape, 2, n);
         }
         memcpy(out + s * n, params, n * sizeof(float));
     }

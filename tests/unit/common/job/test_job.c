@@ -553,6 +553,11 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
     ASSERT_BAD(MODEL TAIL "optimizer: {adamw: {weight_decay: 0}}\n",
                "adamw needs a weight decay above 0");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {use_ema: true}}\n", "use_ema");
+    /* constraints: parameter_server does not apply them yet */
+    ASSERT_BAD("strategy: parameter_server\nmodel: [{dense: {units: 1, kernel_constraint: "
+               "non_neg}, input_shape: [4]}]\n" TAIL,
+               "layer dense has a weight constraint, which parameter_server training does not "
+               "apply yet");
 }
 END_TEST
 

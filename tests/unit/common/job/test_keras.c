@@ -472,6 +472,36 @@ START_TEST(depthwise_and_separable_convolutions_are_read_from_both_formats)
 }
 END_TEST
 
+/* Keras's weight constraints as Keras 3 writes them and as job files do; one Tessera does not
+ * know, and a parameter of another constraint, are refused by name. */
+START_TEST(constraints_are_read_from_both_formats)
+{
+    assert_same_model(
+        "  - {dense: {units: 4, kernel_constraint: {max_norm: {max_value: 3, axis: [0, 1]}}, "
+        "bias_constraint: non_neg}, input_shape: [3]}\n"
+        "  - {dense: {units: 2, kernel_constraint: {min_max_norm: {min_value: 0.5, rate: 0.5}}, "
+        "bias_constraint: unit_norm}}\n",
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 3]}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"units\": 4, \"kernel_constraint\": "
+        "{\"module\": \"keras.constraints\", \"class_name\": \"MaxNorm\", \"config\": "
+        "{\"max_value\": 3, \"axis\": [0, 1]}, \"registered_name\": null}, \"bias_constraint\": "
+        "{\"class_name\": \"NonNeg\", \"config\": {}}}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"units\": 2, \"kernel_constraint\": "
+        "{\"class_name\": \"MinMaxNorm\", \"config\": {\"min_value\": 0.5, \"max_value\": 1.0, "
+        "\"rate\": 0.5, \"axis\": 0}}, \"bias_constraint\": \"unit_norm\"}}");
+    assert_layer_refused("3",
+                         "\"Dense\", \"config\": {\"name\": \"c\", \"units\": 2, "
+                         "\"kernel_constraint\": {\"class_name\": \"RadialConstraint\", "
+                         "\"config\": {}}}",
+                         "constraint RadialConstraint is not supported");
+    assert_layer_refused("3",
+                         "\"Dense\", \"config\": {\"name\": \"c\", \"units\": 2, "
+                         "\"kernel_constraint\": {\"class_name\": \"NonNeg\", \"config\": "
+                         "{\"max_value\": 2}}}",
+                         "unknown NonNeg parameter 'max_value'");
+}
+END_TEST
+
 /* LayerNormalization as Keras 3 writes it (axis [-1], rms_scaling false, its initializers) and
  * as a job file does; another axis, RMS scaling or a gamma regularizer are refused by name. */
 START_TEST(layer_normalization_is_read_from_both_formats)
@@ -549,8 +579,8 @@ START_TEST(options_tessera_does_not_implement_are_rejected_by_name)
     assert_mutation_rejected(fx, 7, "trainable", "false", "layer 'dense_1'",
                              "trainable false is not supported");
     assert_mutation_rejected(fx, 7, "bias_constraint",
-                             "{\"class_name\": \"NonNeg\", \"config\": {}}", "layer 'dense_1'",
-                             "bias_constraint is not supported");
+                             "{\"class_name\": \"RadialConstraint\", \"config\": {}}",
+                             "layer 'dense_1'", "constraint RadialConstraint is not supported");
     assert_mutation_rejected(fx, 7, "activity_regularizer",
                              "{\"class_name\": \"L1\", \"config\": {\"l1\": 0.01}}",
                              "layer 'dense_1'", "activity_regularizer is not supported");
@@ -800,6 +830,7 @@ static Suite *keras_suite(void)
     tcase_add_loop_test(tc, layers_fixture_reads_every_other_layer_and_initializer, 0, 2);
     tcase_add_test(tc, job_files_and_keras_json_read_every_layer_kind_alike);
     tcase_add_test(tc, layer_normalization_is_read_from_both_formats);
+    tcase_add_test(tc, constraints_are_read_from_both_formats);
     tcase_add_test(tc, depthwise_and_separable_convolutions_are_read_from_both_formats);
     tcase_add_test(tc, one_d_layers_are_read_from_both_formats);
     tcase_add_test(tc, shape_and_activation_layers_are_read_from_both_formats);
