@@ -13,6 +13,7 @@
 
 #include "check_run.h"
 #include "job/job.h"
+#include "job/layers.h"
 
 static const char *const generations[] = {"keras2", "keras3"};
 
@@ -502,6 +503,20 @@ START_TEST(constraints_are_read_from_both_formats)
 }
 END_TEST
 
+/* Every row of the layer table reads at most JOB_LAYER_MAX_KEYS options (the readers size their
+ * key lists by it), and every kind has its names. */
+START_TEST(every_layer_kind_fits_the_readers)
+{
+    for (int k = 0; k < JOB_LAYER_KINDS; k++) {
+        const job_layer_info_t *info = job_layer_info((job_layer_kind_t)k);
+        ck_assert_ptr_nonnull(info);
+        ck_assert_msg(info->n_keys <= JOB_LAYER_MAX_KEYS, "%s reads %zu options", info->name,
+                      info->n_keys);
+        ck_assert(info->name != NULL && info->keras_class != NULL && info->read != NULL);
+    }
+}
+END_TEST
+
 /* LayerNormalization as Keras 3 writes it (axis [-1], rms_scaling false, its initializers) and
  * as a job file does; another axis, RMS scaling or a gamma regularizer are refused by name. */
 START_TEST(layer_normalization_is_read_from_both_formats)
@@ -830,6 +845,7 @@ static Suite *keras_suite(void)
     tcase_add_loop_test(tc, layers_fixture_reads_every_other_layer_and_initializer, 0, 2);
     tcase_add_test(tc, job_files_and_keras_json_read_every_layer_kind_alike);
     tcase_add_test(tc, layer_normalization_is_read_from_both_formats);
+    tcase_add_test(tc, every_layer_kind_fits_the_readers);
     tcase_add_test(tc, constraints_are_read_from_both_formats);
     tcase_add_test(tc, depthwise_and_separable_convolutions_are_read_from_both_formats);
     tcase_add_test(tc, one_d_layers_are_read_from_both_formats);
