@@ -44,6 +44,8 @@ static status_t carry_mask(model_t *m, layer_t *l, const float **mask, status_ms
     case JOB_LAYER_DENSE:
     case JOB_LAYER_ACTIVATION:
     case JOB_LAYER_DROPOUT:
+    case JOB_LAYER_SPATIAL_DROPOUT1D:
+    case JOB_LAYER_SPATIAL_DROPOUT2D:
     case JOB_LAYER_LAYER_NORMALIZATION:
     case JOB_LAYER_RELU:
     case JOB_LAYER_LEAKY_RELU:

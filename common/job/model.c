@@ -260,8 +260,10 @@ static status_t tree_get_axes(job_layer_reader_t *r, const char *key, int *ret, 
         rc = job_tree_ints(t->c, n, JOB_MAX_RANK, 1, false, ret, ret_n);
     } else {
         rc = job_tree_int(t->c, n, 1, INT_MAX, &v);
-        ret[0] = (int)v;
-        *ret_n = rc == STATUS_OK;
+        if (rc == STATUS_OK) {
+            ret[0] = (int)v;
+            *ret_n = 1;
+        }
     }
     job_tree_pop(t->c, old);
     return rc;

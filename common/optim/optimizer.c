@@ -376,20 +376,26 @@ static bool adamax_nadam_bounds(const optimizer_config_t *c, const plan_t *k, do
 {
     double M = fmax(b->slot[0], G), lr = fabs((double)k->lr), step;
 
+    double numerator;
+
     if (!(k->epsilon > 0) || G + b->slot[0] > BOUND_LIMIT || G * G + b->slot[1] > BOUND_LIMIT)
         return false;
     next->slot[0] = M;
+    /* the kernels' products before the division must stay finite too: Nadam's (m_hat * lr),
+     * Adamax's lr * m */
     if (c->kind == OPTIMIZER_NADAM) {
         next->slot[1] = fmax(b->slot[1], G * G);
-        step = (fabs((double)k->nadam_m) * M + fabs((double)k->nadam_g) * G) * lr / k->epsilon;
+        numerator = (fabs((double)k->nadam_m) * M + fabs((double)k->nadam_g) * G) * lr;
+        step = numerator / k->epsilon;
     } else {
         next->slot[1] = fmax(b->slot[1], G);
         if (!(k->bias > 0))
             return false;
-        step = lr * M / ((double)k->bias * k->epsilon);
+        numerator = lr * M;
+        step = numerator / ((double)k->bias * k->epsilon);
     }
     next->value += step;
-    return step <= BOUND_LIMIT;
+    return numerator <= BOUND_LIMIT && step <= BOUND_LIMIT;
 }
 
 /* Adagrad and RMSprop without centering: the accumulator grows by at most g^2 (RMSprop keeps a
@@ -853,10 +859,6 @@ static status_t validate_common(const optimizer_config_t *c, status_msg_t *err)
     int clips = (c->clipnorm != 0) + (c->global_clipnorm != 0) + (c->clipvalue != 0);
 
     STATUS_CHECK(need_non_negative(c->weight_decay, "weight_decay", err));
-    if (c->kind == OPTIMIZER_ADAMW && c->weight_decay == 0)
-        return status_fail(err, STATUS_BAD_CONFIG,
-                           "optimizer.weight_decay: adamw needs a weight decay above 0 (adam is "
-                           "adamw without one)");
     STATUS_CHECK(need_non_negative(c->clipnorm, "clipnorm", err));
     STATUS_CHECK(need_non_negative(c->global_clipnorm, "global_clipnorm", err));
     STATUS_CHECK(need_non_negative(c->clipvalue, "clipvalue", err));

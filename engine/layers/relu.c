@@ -1,6 +1,6 @@
 /* The activation layers with options: ReLU (Keras's relu(x, negative_slope, max_value,
- * threshold)), LeakyReLU and ELU. Each keeps nothing: backward reads the layer's input, which
- * the layer before keeps until the next forward pass.
+ * threshold)), LeakyReLU, PReLU and ELU. Each keeps nothing: backward reads the layer's input,
+ * which the layer before keeps until the next forward pass.
  *
  * ReLU as Keras computes it: pos = x above the threshold (else 0; plain relu for threshold 0),
  * clipped to [0, max_value] when there is one; neg = relu(threshold - x); y = pos -
@@ -20,7 +20,9 @@ static float relu_of(const job_layer_t *s, float x, float *ret_grad)
     grad = pass ? 1.0f : 0.0f;
     if (!isnan(s->max_value)) {
         float cap = (float)s->max_value;
-        if (pos < 0.0f || pos > cap)
+        /* Keras takes relu6 for a cap of 6 without threshold: its gradient is 0 at 6 itself */
+        bool relu6 = s->max_value == 6.0 && s->threshold == 0;
+        if (pos < 0.0f || pos > cap || (relu6 && pos == cap))
             grad = 0.0f;
         pos = pos < 0.0f ? 0.0f : (pos > cap ? cap : pos);
     }

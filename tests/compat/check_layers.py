@@ -111,7 +111,8 @@ def cases():
             L.Dense(1)], "mse", "regression"),
         ("embedding with mask_zero, masked average pooling", [
             keras.Input((6,), dtype="int32"), L.Embedding(10, 3, mask_zero=True),
-            L.Dense(4, activation="tanh"), L.LayerNormalization(), L.GlobalAveragePooling1D(),
+            L.Dense(4, activation="tanh"), L.LayerNormalization(), L.SpatialDropout1D(0.0),
+            L.GlobalAveragePooling1D(),
             L.Dense(1)], "mse", ("ids", 10)),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],

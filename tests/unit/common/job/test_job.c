@@ -550,8 +550,6 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
     ASSERT_BAD(MODEL TAIL "optimizer: {nadam: {amsgrad: true}}\n", "amsgrad");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {clipnorm: 1, clipvalue: 1}}\n",
                "at most one of clipnorm, global_clipnorm and clipvalue");
-    ASSERT_BAD(MODEL TAIL "optimizer: {adamw: {weight_decay: 0}}\n",
-               "adamw needs a weight decay above 0");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {use_ema: true}}\n", "use_ema");
     /* constraints: parameter_server does not apply them yet */
     ASSERT_BAD("strategy: parameter_server\nmodel: [{dense: {units: 1, kernel_constraint: "
