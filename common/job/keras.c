@@ -411,11 +411,35 @@ static status_t init_param(kctx_t *k, const char *key, const cJSON *cfg, const c
     return STATUS_OK;
 }
 
+/* A serialized Keras object v (of key): {"class_name": NAME, "config": {...}} with or without
+ * module and registered_name, or a name string. *ret_name gets NAME (NULL when v is neither)
+ * and *ret_cfg the config (NULL for a name or a null config); `what` names the kind of object
+ * in errors ("an initializer"). */
+static status_t unwrap(kctx_t *k, const cJSON *v, const char *key, const char *what,
+                       const char **ret_name, const cJSON **ret_cfg)
+{
+    static const char *const wrapper_keys[] = {"class_name", "config", "module", "registered_name"};
+    char expected[96];
+
+    *ret_cfg = NULL;
+    if (!cJSON_IsObject(v)) {
+        *ret_name = cJSON_GetStringValue(v);
+        return STATUS_OK;
+    }
+    STATUS_CHECK(check_keys(k, v, key, wrapper_keys, JOB_N_OF(wrapper_keys)));
+    *ret_name = cJSON_GetStringValue(kget(v, "class_name"));
+    *ret_cfg = kget(v, "config");
+    if (*ret_cfg != NULL && !cJSON_IsObject(*ret_cfg) && !cJSON_IsNull(*ret_cfg)) {
+        snprintf(expected, sizeof(expected), "%s whose config is an object", what);
+        return type_error(k, key, v, expected);
+    }
+    return STATUS_OK;
+}
+
 /* An initializer: {"class_name": "GlorotUniform", "config": {"seed": null}} with or without
  * module and registered_name, or a name string ("glorot_uniform"). */
 static status_t get_init(kctx_t *k, const cJSON *cfg, const char *key, job_init_t *ret)
 {
-    static const char *const wrapper_keys[] = {"class_name", "config", "module", "registered_name"};
     const cJSON *v = kget(cfg, key), *icfg = NULL, *item;
     const job_init_info_t *info;
     const char *name;
@@ -425,15 +449,7 @@ static status_t get_init(kctx_t *k, const cJSON *cfg, const char *key, job_init_
 
     if (v == NULL || cJSON_IsNull(v))
         return STATUS_OK;
-    if (cJSON_IsObject(v)) {
-        STATUS_CHECK(check_keys(k, v, key, wrapper_keys, JOB_N_OF(wrapper_keys)));
-        name = cJSON_GetStringValue(kget(v, "class_name"));
-        icfg = kget(v, "config");
-        if (icfg != NULL && !cJSON_IsObject(icfg) && !cJSON_IsNull(icfg))
-            return type_error(k, key, v, "an initializer whose config is an object");
-    } else {
-        name = cJSON_GetStringValue(v);
-    }
+    STATUS_CHECK(unwrap(k, v, key, "an initializer", &name, &icfg));
     info = name != NULL ? job_init_find(name) : NULL;
     if (info == NULL) {
         size_t n;
@@ -575,7 +591,6 @@ static status_t json_get_init(job_layer_reader_t *r, const char *key, job_init_t
  * "l1_l2": Keras's defaults, 0.01). */
 static status_t json_get_regularizer(job_layer_reader_t *r, const char *key, job_regularizer_t *ret)
 {
-    static const char *const wrapper_keys[] = {"class_name", "config", "module", "registered_name"};
     json_reader_t *j = json_reader(r);
     kctx_t *k = j->k;
     const cJSON *v = kget(j->cfg, key), *cfg = NULL, *item;
@@ -585,14 +600,8 @@ static status_t json_get_regularizer(job_layer_reader_t *r, const char *key, job
 
     if (v == NULL || cJSON_IsNull(v))
         return STATUS_OK;
-    if (cJSON_IsObject(v)) {
-        STATUS_CHECK(check_keys(k, v, key, wrapper_keys, JOB_N_OF(wrapper_keys)));
-        name = cJSON_GetStringValue(kget(v, "class_name"));
-        cfg = kget(v, "config");
-        if (cfg != NULL && !cJSON_IsObject(cfg) && !cJSON_IsNull(cfg))
-            return type_error(k, key, v, "a regularizer whose config is an object");
-    } else {
-        name = cJSON_GetStringValue(v);
+    STATUS_CHECK(unwrap(k, v, key, "a regularizer", &name, &cfg));
+    if (!cJSON_IsObject(v)) { /* Keras's names for its default regularizers */
         if (name != NULL && strcmp(name, "l1") == 0)
             name = "L1";
         else if (name != NULL && strcmp(name, "l2") == 0)
@@ -673,7 +682,6 @@ static status_t json_get_axes(job_layer_reader_t *r, const char *key, int *ret, 
  * "axis": 0}} (module and registered_name allowed), or a name ("non_neg", "max_norm", ...). */
 static status_t json_get_constraint(job_layer_reader_t *r, const char *key, job_constraint_t *ret)
 {
-    static const char *const wrapper_keys[] = {"class_name", "config", "module", "registered_name"};
     static const char *const names[] = {"non_neg", "max_norm", "unit_norm", "min_max_norm"};
     json_reader_t *j = json_reader(r);
     kctx_t *k = j->k;
@@ -684,15 +692,7 @@ static status_t json_get_constraint(job_layer_reader_t *r, const char *key, job_
 
     if (v == NULL || cJSON_IsNull(v))
         return STATUS_OK;
-    if (cJSON_IsObject(v)) {
-        STATUS_CHECK(check_keys(k, v, key, wrapper_keys, JOB_N_OF(wrapper_keys)));
-        name = cJSON_GetStringValue(kget(v, "class_name"));
-        cfg = kget(v, "config");
-        if (cfg != NULL && !cJSON_IsObject(cfg) && !cJSON_IsNull(cfg))
-            return type_error(k, key, v, "a constraint whose config is an object");
-    } else {
-        name = cJSON_GetStringValue(v);
-    }
+    STATUS_CHECK(unwrap(k, v, key, "a constraint", &name, &cfg));
     if (name == NULL)
         return type_error(k, key, v, "a constraint");
     for (int i = 0; i < 4; i++)

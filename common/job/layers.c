@@ -106,15 +106,21 @@ static status_t read_dense(job_layer_reader_t *r, job_layer_t *l, int *ret_input
     return read_weights(r, l);
 }
 
+/* A 2D convolution's window: kernel_size, strides (1 by default) and padding. */
+static status_t read_window(job_layer_reader_t *r, job_layer_t *l)
+{
+    l->strides[0] = l->strides[1] = 1;
+    STATUS_CHECK(r->ops->get_pair(r, "kernel_size", true, l->kernel_size));
+    STATUS_CHECK(r->ops->get_pair(r, "strides", false, l->strides));
+    return r->ops->get_padding(r, "padding", &l->padding_same);
+}
+
 static status_t read_conv2d(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
     (void)ret_input_length;
     l->use_bias = true;
-    l->strides[0] = l->strides[1] = 1;
     STATUS_CHECK(r->ops->get_int(r, "filters", true, 1, &l->filters));
-    STATUS_CHECK(r->ops->get_pair(r, "kernel_size", true, l->kernel_size));
-    STATUS_CHECK(r->ops->get_pair(r, "strides", false, l->strides));
-    STATUS_CHECK(r->ops->get_padding(r, "padding", &l->padding_same));
+    STATUS_CHECK(read_window(r, l));
     return read_weights(r, l);
 }
 
@@ -124,7 +130,6 @@ static status_t read_depthwise(job_layer_reader_t *r, job_layer_t *l, int *ret_i
 {
     (void)ret_input_length;
     l->use_bias = true;
-    l->strides[0] = l->strides[1] = 1;
     l->depth_multiplier = 1;
     if (l->kind == JOB_LAYER_SEPARABLE_CONV2D) {
         STATUS_CHECK(r->ops->get_int(r, "filters", true, 1, &l->filters));
@@ -132,9 +137,7 @@ static status_t read_depthwise(job_layer_reader_t *r, job_layer_t *l, int *ret_i
         STATUS_CHECK(r->ops->get_regularizer(r, "pointwise_regularizer", &l->pointwise_reg));
     }
     STATUS_CHECK(r->ops->get_int(r, "depth_multiplier", false, 1, &l->depth_multiplier));
-    STATUS_CHECK(r->ops->get_pair(r, "kernel_size", true, l->kernel_size));
-    STATUS_CHECK(r->ops->get_pair(r, "strides", false, l->strides));
-    STATUS_CHECK(r->ops->get_padding(r, "padding", &l->padding_same));
+    STATUS_CHECK(read_window(r, l));
     STATUS_CHECK(r->ops->get_activation(r, "activation", false, &l->activation));
     STATUS_CHECK(r->ops->get_bool(r, "use_bias", &l->use_bias));
     STATUS_CHECK(r->ops->get_init(r, "depthwise_initializer", &l->kernel_init));
