@@ -85,17 +85,29 @@ void job_constraint_apply(const job_constraint_t *c, float *v, const int *shape,
     free(sq);
 }
 
-/* activation, use_bias, the two initializers, regularizers and constraints: Dense and Conv2D. */
-static status_t read_weights(job_layer_reader_t *r, job_layer_t *l)
+/* activation, use_bias, and the initializer, regularizer and constraint of the kernel (named
+ * by `kernel`: "kernel", or "depthwise" for the depthwise convolutions) and of the bias. */
+static status_t read_weights_of(job_layer_reader_t *r, job_layer_t *l, const char *kernel)
 {
+    char key[64];
+
     STATUS_CHECK(r->ops->get_activation(r, "activation", false, &l->activation));
     STATUS_CHECK(r->ops->get_bool(r, "use_bias", &l->use_bias));
-    STATUS_CHECK(r->ops->get_init(r, "kernel_initializer", &l->kernel_init));
+    snprintf(key, sizeof(key), "%s_initializer", kernel);
+    STATUS_CHECK(r->ops->get_init(r, key, &l->kernel_init));
     STATUS_CHECK(r->ops->get_init(r, "bias_initializer", &l->bias_init));
-    STATUS_CHECK(r->ops->get_regularizer(r, "kernel_regularizer", &l->kernel_reg));
+    snprintf(key, sizeof(key), "%s_regularizer", kernel);
+    STATUS_CHECK(r->ops->get_regularizer(r, key, &l->kernel_reg));
     STATUS_CHECK(r->ops->get_regularizer(r, "bias_regularizer", &l->bias_reg));
-    STATUS_CHECK(r->ops->get_constraint(r, "kernel_constraint", &l->kernel_constraint));
+    snprintf(key, sizeof(key), "%s_constraint", kernel);
+    STATUS_CHECK(r->ops->get_constraint(r, key, &l->kernel_constraint));
     return r->ops->get_constraint(r, "bias_constraint", &l->bias_constraint);
+}
+
+/* Dense's and the convolutions' weights. */
+static status_t read_weights(job_layer_reader_t *r, job_layer_t *l)
+{
+    return read_weights_of(r, l, "kernel");
 }
 
 static status_t read_dense(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
@@ -138,14 +150,7 @@ static status_t read_depthwise(job_layer_reader_t *r, job_layer_t *l, int *ret_i
     }
     STATUS_CHECK(r->ops->get_int(r, "depth_multiplier", false, 1, &l->depth_multiplier));
     STATUS_CHECK(read_window(r, l));
-    STATUS_CHECK(r->ops->get_activation(r, "activation", false, &l->activation));
-    STATUS_CHECK(r->ops->get_bool(r, "use_bias", &l->use_bias));
-    STATUS_CHECK(r->ops->get_init(r, "depthwise_initializer", &l->kernel_init));
-    STATUS_CHECK(r->ops->get_init(r, "bias_initializer", &l->bias_init));
-    STATUS_CHECK(r->ops->get_regularizer(r, "depthwise_regularizer", &l->kernel_reg));
-    STATUS_CHECK(r->ops->get_constraint(r, "depthwise_constraint", &l->kernel_constraint));
-    STATUS_CHECK(r->ops->get_constraint(r, "bias_constraint", &l->bias_constraint));
-    return r->ops->get_regularizer(r, "bias_regularizer", &l->bias_reg);
+    return read_weights_of(r, l, "depthwise");
 }
 
 /* Conv1D: a Conv2D of height 1 (kernel_size [1, k], strides [1, s]). */
