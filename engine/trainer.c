@@ -45,6 +45,9 @@ struct trainer {
     float **acc;
     int acc_count, last_batch;
     double acc_examples;
+    /* optimizer_clip's arguments, made at the first clipped update */
+    float **clip_grads;
+    size_t *clip_lens;
 };
 
 void trainer_free(trainer_t *t)
@@ -56,6 +59,8 @@ void trainer_free(trainer_t *t)
             free(t->slots[i]);
     free(t->slots);
     free(t->applied);
+    free(t->clip_grads);
+    free(t->clip_lens);
     for (size_t i = 0; t->acc != NULL && i < model_param_count(t->model); i++)
         free(t->acc[i]);
     free(t->acc);
@@ -602,14 +607,17 @@ static void update_part(void *arg, int q, int n)
 static status_t clip_gradients(trainer_t *t, status_msg_t *err)
 {
     size_t n = model_param_count(t->model);
-    float **grads = malloc((n + 1) * sizeof(*grads));
-    size_t *lens = malloc((n + 1) * sizeof(*lens));
+    float **grads;
+    size_t *lens;
 
-    if (grads == NULL || lens == NULL) {
-        free(grads);
-        free(lens);
+    if (t->clip_grads == NULL)
+        t->clip_grads = malloc((n + 1) * sizeof(*t->clip_grads));
+    if (t->clip_lens == NULL)
+        t->clip_lens = malloc((n + 1) * sizeof(*t->clip_lens));
+    if (t->clip_grads == NULL || t->clip_lens == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory for clipping the gradients");
-    }
+    grads = t->clip_grads;
+    lens = t->clip_lens;
     for (size_t i = 0; i < n; i++) {
         model_param_t *p = model_param(t->model, i);
         const int64_t *index;
@@ -624,8 +632,6 @@ static status_t clip_gradients(trainer_t *t, status_msg_t *err)
         }
     }
     optimizer_clip(&t->opt, grads, lens, n);
-    free(grads);
-    free(lens);
     return STATUS_OK;
 }
 

@@ -10,7 +10,6 @@ relative (absolute below 1), the loss within 1e-5 relative.
 Then an MLP with the newer layers goes through tessera train and tessera export, and Keras
 loads the .keras file and evaluates it to Tessera's test accuracy."""
 import os
-import re
 import subprocess
 import tempfile
 
@@ -20,7 +19,8 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 from keras import layers as L  # noqa: E402
 
-from compat import BUILD, SOURCE, check, fashion, finish, tessera  # noqa: E402
+from compat import (BUILD, SOURCE, check, fashion_test, finish, tessera,  # noqa: E402
+                    test_accuracy)
 
 BATCH = 5
 TOL = 1e-5
@@ -284,15 +284,12 @@ def exported(tmp):
     with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
         base = f.read().replace("train: {epochs: 5}", "train: {steps: 300}")
     start, end = base.index("model:\n") + len("model:\n"), base.index("\nloss:")
-    x = fashion("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
-    y = fashion("t10k-labels-idx1-ubyte.gz", 8)
+    x, y = fashion_test()
     for n, (what, layers, cls) in enumerate(EXPORTS):
         path = os.path.join(tmp, "export-%d.yaml" % n)
         with open(path, "w") as f:
             f.write(base[:start] + layers + base[end:] + "\ncheckpoint: {dir: ckpt-%d}\n" % n)
-        out = tessera("train", path, cwd=tmp)
-        m = re.search(r"test accuracy ([0-9.]+)", out)
-        ours = float(m.group(1)) if m else -1.0
+        ours = test_accuracy(tessera("train", path, cwd=tmp))
         tessera("export", path, "--out", os.path.join(tmp, "export-%d" % n), cwd=tmp)
         model = keras.saving.load_model(os.path.join(tmp, "export-%d" % n, "model.keras"))
         theirs = model.evaluate(x, y, verbose=0, return_dict=True, batch_size=256)["accuracy"]
@@ -311,10 +308,9 @@ def exported(tmp):
                       norms.max(), dense.bias.numpy().min()))
         check(abs(theirs - ours) <= 0.001 + 1e-9,
               "%s: Keras evaluates %.4f, Tessera %.4f" % (what, theirs, ours))
-        out = tessera("train", path, "--init-from",
-                      os.path.join(tmp, "export-%d" % n, "model.keras"), "--evaluate", cwd=tmp)
-        m = re.search(r"test accuracy ([0-9.]+)", out)
-        back = float(m.group(1)) if m else -1.0
+        back = test_accuracy(tessera("train", path, "--init-from",
+                                     os.path.join(tmp, "export-%d" % n, "model.keras"),
+                                     "--evaluate", cwd=tmp))
         check(abs(back - ours) <= 0.001 + 1e-9,
               "%s: --init-from the export evaluates %.4f, Tessera trained %.4f" % (what, back, ours))
 

@@ -25,7 +25,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
 
-from compat import BUILD, SOURCE, check, fashion, finish, tessera  # noqa: E402
+from compat import (BUILD, SOURCE, check, fashion_test, finish, tessera,  # noqa: E402
+                    test_accuracy)
 
 STEPS, ROWS, ROW_LEN = 10, 6, 5
 N = ROWS * ROW_LEN
@@ -132,8 +133,7 @@ EXPORTS = [
 
 def exports():
     """Each newer optimizer through tessera train and export into Keras."""
-    x = fashion("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
-    y = fashion("t10k-labels-idx1-ubyte.gz", 8)
+    x, y = fashion_test()
     with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
         base = f.read().replace("train: {epochs: 5}", "train: {steps: 300}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,9 +142,7 @@ def exports():
             with open(job, "w") as f:
                 f.write(re.sub(r"optimizer: .*", "optimizer: " + spec, base) +
                         "\ncheckpoint: {dir: ckpt-%d}\n" % n)
-            out = tessera("train", job, cwd=tmp)
-            m = re.search(r"test accuracy ([0-9.]+)", out)
-            ours = float(m.group(1)) if m else -1.0
+            ours = test_accuracy(tessera("train", job, cwd=tmp))
             tessera("export", job, "--out", os.path.join(tmp, "export-%d" % n), cwd=tmp)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")

@@ -43,6 +43,19 @@ def result(out):
     return m.group(1) if m else out
 
 
+def test_accuracy(out):
+    """The test accuracy a tessera command printed last, or -1."""
+    found = re.findall(r"test accuracy ([0-9.]+)", out)
+    return float(found[-1]) if found else -1.0
+
+
+def fashion_test():
+    """Fashion-MNIST's test split as the MLP examples read it: [10000, 784] floats in [0, 1] and
+    the labels."""
+    x = fashion("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype("float32") / 255
+    return x, fashion("t10k-labels-idx1-ubyte.gz", 8)
+
+
 def finish(message):
     """Exits 1 after the failed checks, or prints message and exits 0."""
     if failures:

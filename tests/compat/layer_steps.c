@@ -9,11 +9,11 @@
  * DIR/y.f32 BATCH labels (one float an example: every loss takes one). One step of forward, loss
  * and backward in training mode; written: DIR/out.f32, the model's output [BATCH, outputs],
  * DIR/loss.txt, the mean loss, and DIR/NAME.grad.f32, each variable's gradient of the mean loss. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "job/job.h"
 #include "model.h"
 
@@ -35,19 +35,13 @@ static void path_of(const char *name, const char *suffix, char *out, size_t len)
 
 static void *read_all(const char *path, size_t *ret_len)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long len;
+    char *buf;
+    status_msg_t err;
 
-    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0 || (buf = malloc((size_t)len + 1)) == NULL ||
-        fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        fprintf(stderr, "layer_steps: cannot read %s: %s\n", path, strerror(errno));
+    if (file_read_all(path, "input", (size_t)1 << 30, &buf, ret_len, &err) != STATUS_OK) {
+        fprintf(stderr, "layer_steps: %s\n", err.text);
         exit(2);
     }
-    fclose(f);
-    buf[len] = '\0';
-    *ret_len = (size_t)len;
     return buf;
 }
 

@@ -10,30 +10,32 @@
  * optimizer's options say (optimizer_clip, the one tensor) and applies it; DIR/out.f32 gets the
  * params after every step (STEPS x N). The options are the job file's keys of that optimizer;
  * learning_rate is a constant rate. */
-#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "job/model.h"
 #include "optim/optimizer.h"
 
+/* DIR/name, which must hold exactly `bytes` bytes. */
 static void *read_file(const char *dir, const char *name, size_t bytes)
 {
-    char path[4096];
-    void *buf = malloc(bytes + 1);
-    FILE *f;
+    char path[4096], *buf;
+    size_t len = 0;
+    status_msg_t err;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    f = fopen(path, "rb");
-    if (buf == NULL || f == NULL || fread(buf, 1, bytes, f) != bytes) {
-        fprintf(stderr, "optimizer_steps: cannot read %zu bytes of %s: %s\n", bytes, path,
-                strerror(errno));
+    if (file_read_all(path, "input", bytes, &buf, &len, &err) != STATUS_OK) {
+        fprintf(stderr, "optimizer_steps: %s\n", err.text);
         exit(2);
     }
-    fclose(f);
+    if (len != bytes) {
+        fprintf(stderr, "optimizer_steps: %s holds %zu bytes, want %zu\n", path, len, bytes);
+        exit(2);
+    }
     return buf;
 }
 
