@@ -36,45 +36,6 @@ static const char *const keras_activation[] = {
     [JOB_ACT_LOG_SOFTMAX] = "log_softmax",
 };
 
-static const char *const keras_class[] = {
-    [JOB_LAYER_DENSE] = "Dense",
-    [JOB_LAYER_CONV2D] = "Conv2D",
-    [JOB_LAYER_MAX_POOLING2D] = "MaxPooling2D",
-    [JOB_LAYER_AVERAGE_POOLING2D] = "AveragePooling2D",
-    [JOB_LAYER_FLATTEN] = "Flatten",
-    [JOB_LAYER_RESHAPE] = "Reshape",
-    [JOB_LAYER_DROPOUT] = "Dropout",
-    [JOB_LAYER_EMBEDDING] = "Embedding",
-    [JOB_LAYER_GLOBAL_AVERAGE_POOLING1D] = "GlobalAveragePooling1D",
-    [JOB_LAYER_GLOBAL_AVERAGE_POOLING2D] = "GlobalAveragePooling2D",
-    [JOB_LAYER_ACTIVATION] = "Activation",
-    [JOB_LAYER_RESCALING] = "Rescaling",
-    [JOB_LAYER_LAYER_NORMALIZATION] = "LayerNormalization",
-    [JOB_LAYER_CONV1D] = "Conv1D",
-    [JOB_LAYER_MAX_POOLING1D] = "MaxPooling1D",
-    [JOB_LAYER_AVERAGE_POOLING1D] = "AveragePooling1D",
-    [JOB_LAYER_GLOBAL_MAX_POOLING1D] = "GlobalMaxPooling1D",
-    [JOB_LAYER_GLOBAL_MAX_POOLING2D] = "GlobalMaxPooling2D",
-    [JOB_LAYER_RELU] = "ReLU",
-    [JOB_LAYER_LEAKY_RELU] = "LeakyReLU",
-    [JOB_LAYER_ELU] = "ELU",
-    [JOB_LAYER_SOFTMAX] = "Softmax",
-    [JOB_LAYER_ZERO_PADDING2D] = "ZeroPadding2D",
-    [JOB_LAYER_CROPPING2D] = "Cropping2D",
-    [JOB_LAYER_UP_SAMPLING2D] = "UpSampling2D",
-    [JOB_LAYER_PERMUTE] = "Permute",
-    [JOB_LAYER_REPEAT_VECTOR] = "RepeatVector",
-    [JOB_LAYER_PRELU] = "PReLU",
-    [JOB_LAYER_SPATIAL_DROPOUT1D] = "SpatialDropout1D",
-    [JOB_LAYER_SPATIAL_DROPOUT2D] = "SpatialDropout2D",
-    [JOB_LAYER_GAUSSIAN_NOISE] = "GaussianNoise",
-    [JOB_LAYER_DEPTHWISE_CONV2D] = "DepthwiseConv2D",
-    [JOB_LAYER_SEPARABLE_CONV2D] = "SeparableConv2D",
-};
-
-_Static_assert(sizeof(keras_class) / sizeof(keras_class[0]) == JOB_LAYER_KINDS,
-               "a Keras class per layer kind");
-
 static cJSON *ints(const int *v, int n, bool batch)
 {
     cJSON *a = cJSON_CreateArray();
@@ -315,6 +276,15 @@ static cJSON *layer_config(const job_layer_t *l)
     case JOB_LAYER_REPEAT_VECTOR:
         cJSON_AddNumberToObject(c, "n", l->repeat);
         break;
+    case JOB_LAYER_CONCATENATE:
+        cJSON_AddNumberToObject(c, "axis", l->axis);
+        break;
+    case JOB_LAYER_ADD:
+    case JOB_LAYER_SUBTRACT:
+    case JOB_LAYER_MULTIPLY:
+    case JOB_LAYER_AVERAGE:
+    case JOB_LAYER_MAXIMUM:
+    case JOB_LAYER_MINIMUM:
     case JOB_LAYER_FLATTEN:
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:
     case JOB_LAYER_GLOBAL_AVERAGE_POOLING2D:
@@ -323,7 +293,7 @@ static cJSON *layer_config(const job_layer_t *l)
     case JOB_LAYER_KINDS:
         break;
     }
-    return object("keras.layers", keras_class[l->kind], c);
+    return object("keras.layers", job_layer_keras_class(l->kind), c);
 }
 
 /* A Keras float option that is None when off (0). */
@@ -459,24 +429,88 @@ static optimizer_config_t job_optimizer(const job_t *job)
     return o;
 }
 
+/* [LAYER, 0, 0]: a layer's output, as Functional configs name tensors. */
+static cJSON *tensor_ref(const char *layer)
+{
+    cJSON *t = cJSON_CreateArray();
+
+    cJSON_AddItemToArray(t, cJSON_CreateString(layer));
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(0));
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(0));
+    return t;
+}
+
+/* A Functional model's entry of layer i: its config, its name, and what it reads in the form
+ * Keras 3 still loads from Keras 2, [[[LAYER, 0, 0, {}], ...]] (no shapes to repeat). */
+static cJSON *graph_entry(const job_model_t *m, size_t i, const char *input_name)
+{
+    cJSON *entry = layer_config(&m->layers[i]), *nodes, *node;
+    int n = job_layer_is_merge(m->layers[i].kind) ? m->layers[i].n_inputs : 1;
+
+    cJSON_AddStringToObject(entry, "name", m->layers[i].name);
+    nodes = cJSON_AddArrayToObject(entry, "inbound_nodes");
+    node = cJSON_CreateArray();
+    cJSON_AddItemToArray(nodes, node);
+    for (int k = 0; k < n; k++) {
+        int src = job_layer_input(m, i, k);
+        cJSON *t = tensor_ref(src == JOB_INPUT_MODEL ? input_name : m->layers[src].name);
+        cJSON_AddItemToArray(t, cJSON_CreateObject());
+        cJSON_AddItemToArray(node, t);
+    }
+    return entry;
+}
+
+/* A name for the InputLayer that no layer has ("input_layer", as Keras names it, if free). */
+static void input_layer_name(const job_model_t *m, char *buf, size_t len)
+{
+    for (int k = 0;; k++) {
+        bool taken = false;
+        if (k == 0)
+            snprintf(buf, len, "input_layer");
+        else
+            snprintf(buf, len, "input_layer_%d", k);
+        for (size_t i = 0; i < m->n_layers && !taken; i++)
+            taken = strcmp(m->layers[i].name, buf) == 0;
+        if (!taken)
+            return;
+    }
+}
+
 char *export_keras_config(const job_t *job, int64_t iterations)
 {
     const job_model_t *m = &job->model;
     cJSON *config = cJSON_CreateObject(), *layers = cJSON_CreateArray(), *input, *build, *model;
-    char *text;
+    bool graph = job_model_is_graph(m);
+    char input_name[64], *text;
 
+    input_layer_name(m, input_name, sizeof(input_name));
     input = cJSON_CreateObject();
     cJSON_AddItemToObject(input, "batch_shape", ints(m->input_shape, m->input_rank, true));
     cJSON_AddStringToObject(input, "dtype", m->input_is_int ? "int32" : "float32");
     cJSON_AddBoolToObject(input, "sparse", false);
-    cJSON_AddStringToObject(input, "name", "input_layer");
-    cJSON_AddItemToArray(layers, object("keras.layers", "InputLayer", input));
+    cJSON_AddStringToObject(input, "name", input_name);
+    input = object("keras.layers", "InputLayer", input);
+    if (graph) {
+        cJSON_AddStringToObject(input, "name", input_name);
+        cJSON_AddArrayToObject(input, "inbound_nodes");
+    }
+    cJSON_AddItemToArray(layers, input);
     for (size_t i = 0; i < m->n_layers; i++)
-        cJSON_AddItemToArray(layers, layer_config(&m->layers[i]));
-    cJSON_AddStringToObject(config, "name", "sequential");
+        cJSON_AddItemToArray(layers,
+                             graph ? graph_entry(m, i, input_name) : layer_config(&m->layers[i]));
+    cJSON_AddStringToObject(config, "name", graph ? "functional" : "sequential");
     cJSON_AddBoolToObject(config, "trainable", true);
     cJSON_AddItemToObject(config, "layers", layers);
-    model = object("keras", "Sequential", config);
+    if (graph) {
+        cJSON_AddItemToObject(config, "input_layers", tensor_ref(input_name));
+        cJSON_AddItemToObject(config, "output_layers", tensor_ref(m->layers[m->n_layers - 1].name));
+    }
+    if (graph) { /* where Keras 3 keeps the class, as its own saves name it */
+        model = object("keras.src.models.functional", "Functional", config);
+        cJSON_ReplaceItemInObject(model, "registered_name", cJSON_CreateString("Functional"));
+    } else {
+        model = object("keras", "Sequential", config);
+    }
     build = cJSON_CreateObject();
     cJSON_AddItemToObject(build, "input_shape", ints(m->input_shape, m->input_rank, true));
     cJSON_AddItemToObject(model, "build_config", build);

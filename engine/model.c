@@ -1,5 +1,6 @@
-/* Sequential models: the layers planned in order (each kind's shape, parameters and buffers,
- * layers/), on the model's backend, and what the model tells its users about itself. */
+/* Models: the layers planned in order (each kind's shape, parameters and buffers, layers/), each
+ * reading the one before it (Sequential) or the layers its graph names (Functional), on the
+ * model's backend, and what the model tells its users about itself. */
 #define _POSIX_C_SOURCE 200809L
 #include "model.h"
 
@@ -68,13 +69,62 @@ static status_t carry_mask(model_t *m, layer_t *l, const float **mask, status_ms
     }
 }
 
+/* Sets what layer i reads: its sources, their shapes (the first's is its input shape) and the
+ * mask of mask_zero that comes with them (*ret_mask; a merge takes none). */
+static status_t wire(model_t *m, const job_model_t *spec, size_t i, const float **masks,
+                     const float **ret_mask, status_msg_t *err)
+{
+    layer_t *l = &m->layers[i];
+
+    l->n_ins = job_layer_is_merge(l->spec.kind) ? l->spec.n_inputs : 1;
+    for (int k = 0; k < l->n_ins; k++) {
+        int src = job_layer_input(spec, i, k);
+        if (src >= (int)i || src < JOB_INPUT_MODEL)
+            return status_fail(err, STATUS_BAD_CONFIG, "layer %s reads a layer after it",
+                               l->spec.name);
+        l->src[k] = src;
+        if (src == JOB_INPUT_MODEL) {
+            l->ins_rank[k] = spec->input_rank;
+            memcpy(l->ins_shape[k], spec->input_shape, sizeof(l->ins_shape[k]));
+            continue;
+        }
+        l->ins_rank[k] = m->layers[src].out_rank;
+        memcpy(l->ins_shape[k], m->layers[src].out_shape, sizeof(l->ins_shape[k]));
+        if (masks[src] != NULL && l->n_ins > 1)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %s: merging under the mask of mask_zero is not supported",
+                               l->spec.name);
+        *ret_mask = masks[src];
+    }
+    l->in_rank = l->ins_rank[0];
+    memcpy(l->in_shape, l->ins_shape[0], sizeof(l->in_shape));
+    return STATUS_OK;
+}
+
+/* A graph's gradient buffers: one for the output of each layer that others read. */
+static status_t graph_buffers(model_t *m, status_msg_t *err)
+{
+    m->gbuf = calloc(m->n_layers, sizeof(*m->gbuf));
+    m->grad_of = calloc(m->n_layers, sizeof(*m->grad_of));
+    if (m->gbuf == NULL || m->grad_of == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i + 1 < m->n_layers; i++) {
+        m->gbuf[i] = layer_floats(m, layer_mul_sat((size_t)m->max_batch, m->layers[i].out_len));
+        if (m->gbuf[i] == NULL) {
+            layer_plan_t at = {.m = m, .index = (int)i, .name = m->layers[i].spec.name};
+            return layer_plan_failed(&at, err);
+        }
+    }
+    return STATUS_OK;
+}
+
 status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logits, int max_batch,
                    uint64_t seed, uint64_t max_bytes, model_t **ret_model, status_msg_t *err)
 {
     const backend_t *be = backend_cpu();
     model_t *m;
     size_t max_len;
-    const float *mask = NULL; /* of an Embedding with mask_zero, while layers carry it */
+    const float **masks; /* of an Embedding with mask_zero: alive after each layer, or NULL */
     status_t rc;
 
     if (spec->n_layers == 0 || spec->input_rank < 1 || max_batch < 1)
@@ -97,7 +147,10 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     m->n_layers = spec->n_layers;
     m->layers = calloc(spec->n_layers, sizeof(*m->layers));
     m->params = calloc(count_params(spec) + 1, sizeof(*m->params));
-    if (m->layers == NULL || m->params == NULL) {
+    m->graph = job_model_is_graph(spec);
+    masks = calloc(spec->n_layers, sizeof(*masks));
+    if (m->layers == NULL || m->params == NULL || masks == NULL) {
+        free(masks);
         model_free(m);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
@@ -105,35 +158,36 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     m->in_len = max_len;
     for (size_t i = 0; i < spec->n_layers; i++) {
         layer_t *l = &m->layers[i];
+        const float *mask = NULL;
         l->spec = spec->layers[i];
-        if (i == 0) {
-            l->in_rank = spec->input_rank;
-            memcpy(l->in_shape, spec->input_shape, sizeof(l->in_shape));
-        } else {
-            l->in_rank = m->layers[i - 1].out_rank;
-            memcpy(l->in_shape, m->layers[i - 1].out_shape, sizeof(l->in_shape));
-        }
         if (!l->spec.name[0])
             snprintf(l->spec.name, sizeof(l->spec.name), "%s_%zu",
                      job_layer_kind_name(l->spec.kind), i);
-        rc = layer_plan(m, l, (int)i, seed + 1000003ull * (i + 1), err);
+        rc = wire(m, spec, i, masks, &mask, err);
+        if (rc == STATUS_OK)
+            rc = layer_plan(m, l, (int)i, seed + 1000003ull * (i + 1), err);
+        if (rc == STATUS_OK)
+            rc = carry_mask(m, l, &mask, err);
         if (rc != STATUS_OK) {
+            free(masks);
             model_free(m);
             return rc;
         }
+        masks[i] = mask;
         if (l->in_len > max_len)
             max_len = l->in_len;
         if (l->out_len > max_len)
             max_len = l->out_len;
-        if ((rc = carry_mask(m, l, &mask, err)) != STATUS_OK) {
-            model_free(m);
-            return rc;
-        }
     }
-    if (mask != NULL) {
-        rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "the mask of the Embedding's mask_zero reaches the model's output: a "
-                         "GlobalAveragePooling1D must use it (masking a loss is not supported)");
+    rc = masks[spec->n_layers - 1] == NULL
+             ? STATUS_OK
+             : status_fail(err, STATUS_BAD_CONFIG,
+                           "the mask of the Embedding's mask_zero reaches the model's output: a "
+                           "GlobalAveragePooling1D must use it (masking a loss is not supported)");
+    free(masks);
+    if (rc == STATUS_OK && m->graph)
+        rc = graph_buffers(m, err);
+    if (rc != STATUS_OK) {
         model_free(m);
         return rc;
     }
@@ -163,6 +217,8 @@ void model_free(model_t *m)
     for (size_t i = 0; i < m->n_buffers; i++)
         m->be->free(m->buffers[i]);
     free(m->buffers);
+    free(m->gbuf);
+    free(m->grad_of);
     free(m->layers);
     free(m->params);
     free(m);

@@ -19,7 +19,12 @@ struct model {
     bool from_logits;
     bool fused;             /* the last softmax/sigmoid is folded into the loss */
     float *grad_a, *grad_b; /* gradient ping-pong buffers */
-    float *probs;           /* outputs after the folded activation */
+    /* A Functional model's graph (not one chain of layers): backward gathers each layer's
+     * output gradient in grad_of[i] (its own gbuf[i], or a consumer's buffer it passes on), the
+     * last layer's in grad_a; grad_b is the scratch that a second consumer's part lands in. */
+    bool graph;
+    float **gbuf, **grad_of;
+    float *probs; /* outputs after the folded activation */
     model_backward_fn on_backward;
     void *on_backward_arg;
     double forward_s, backward_s; /* of the last training step (model_step_seconds) */

@@ -2,6 +2,7 @@
  * caller as each layer's gradients are ready (model_on_backward). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <string.h>
 
 #include "base/clock.h"
 #include "model_internal.h"
@@ -14,11 +15,61 @@ static status_t forward(model_t *m, const float *x, int batch, bool training, st
                            m->max_batch);
     for (size_t i = 0; i < m->n_layers; i++) {
         layer_t *l = &m->layers[i];
+        if (m->graph) {
+            for (int k = 0; k < l->n_ins; k++)
+                l->ins[k] = l->src[k] == JOB_INPUT_MODEL ? x : m->layers[l->src[k]].out;
+            in = l->ins[0];
+        }
         l->in = in;
         STATUS_CHECK(layer_forward(l, batch, training, m->fused && i == m->n_layers - 1, err));
         in = l->out;
     }
     return STATUS_OK;
+}
+
+/* In a graph, the part of layer `src`'s output gradient that one of its readers computed: the
+ * first part stays where it is (dx), the next ones add to it. */
+static void gather_grad(model_t *m, int src, float *dx, int batch)
+{
+    float *sum = m->grad_of[src];
+    size_t n = (size_t)batch * m->layers[src].out_len;
+
+    if (sum == NULL) {
+        m->grad_of[src] = dx;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        sum[i] += dx[i];
+}
+
+/* In a graph, the gradients for what layer l reads, from dy (its output's): each lands in its
+ * source's own buffer when it is the first part there, else in the scratch buffer to add. A
+ * layer that passes gradients through hands dy itself on: nothing else writes it any more, as
+ * every reader of l came before. */
+static void backward_graph(model_t *m, layer_t *l, int batch, float *dy)
+{
+    const layer_ops_t *ops = layer_ops(l->spec.kind);
+
+    for (int k = 0; k < l->n_ins; k++) {
+        int src = l->src[k];
+        float *dst, *dx;
+
+        if (src == JOB_INPUT_MODEL) {
+            if (l->n_ins == 1)
+                layer_backward_input(l, batch, dy, NULL); /* nothing to compute */
+            continue;
+        }
+        dst = m->grad_of[src] == NULL ? m->gbuf[src] : m->grad_b;
+        if (ops->backward_inputs != NULL) {
+            float *dxs[JOB_MAX_INPUTS] = {0};
+            dxs[k] = dst;
+            ops->backward_inputs(l, batch, dy, dxs);
+            dx = dst;
+        } else {
+            dx = layer_backward_input(l, batch, dy, dst);
+        }
+        gather_grad(m, src, dx, batch);
+    }
 }
 
 /* sum of |v[k]| (l1) or v[k]^2 (!l1), in 8 lanes the compiler can keep in one vector */
@@ -105,12 +156,18 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "the loss became %s: lower the learning rate or check the data",
                            isnan(st.loss_sum) ? "NaN" : "infinite");
+    if (m->graph) {
+        memset(m->grad_of, 0, m->n_layers * sizeof(*m->grad_of));
+        m->grad_of[m->n_layers - 1] = dy;
+    }
     for (size_t i = m->n_layers; i-- > 0;) {
         layer_t *l = &m->layers[i];
         bool has_params = l->w != NULL || l->b != NULL;
         size_t first = has_params ? (size_t)((l->w ? l->w : l->b) - m->params) : 0;
         float *dx;
 
+        if (m->graph)
+            dy = m->grad_of[i]; /* every layer is read by a later one (job_model_finish) */
         layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
         /* before the gradients leave (a PS push, an all-reduce bucket) */
         reg += regularize(l->w, &l->spec.kernel_reg, share) +
@@ -118,10 +175,15 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
                regularize(l->w2, &l->spec.pointwise_reg, share);
         if (has_params && m->on_backward != NULL)
             m->on_backward(m->on_backward_arg, MODEL_GRADS_READY, first);
-        dx = layer_backward_input(l, batch, dy, i > 0 ? spare : NULL);
+        if (m->graph) {
+            backward_graph(m, l, batch, dy);
+            dx = NULL;
+        } else {
+            dx = layer_backward_input(l, batch, dy, i > 0 ? spare : NULL);
+        }
         if (has_params && m->on_backward != NULL)
             m->on_backward(m->on_backward_arg, MODEL_VALUES_FREE, first);
-        if (dx == spare) { /* the input gradient landed in the spare buffer: swap */
+        if (dx != NULL && dx == spare) { /* the input gradient landed in the spare buffer: swap */
             spare = dy;
             dy = dx;
         }

@@ -1,7 +1,7 @@
-/* Keras `model.to_json()` documents for Sequential models, as Keras 2 (tf.keras up to TensorFlow
- * 2.15) and Keras 3 write them. Every config key a supported layer may carry is listed in the
- * tables below with what Tessera requires of it; a key outside the tables, a layer class
- * Tessera does not build, or an option it does not implement (a regularizer, a constraint,
+/* Keras `model.to_json()` documents for Sequential and Functional models, as Keras 2 (tf.keras up
+ * to TensorFlow 2.15) and Keras 3 write them. Every config key a supported layer may carry is
+ * listed in the tables below with what Tessera requires of it; a key outside the tables, a layer
+ * class Tessera does not build, or an option it does not implement (a regularizer, a constraint,
  * channels_first, dilation, LoRA, quantization, masking, a frozen layer) is an error naming the
  * layer, so a model never trains differently from what its file says. */
 #define _POSIX_C_SOURCE 200809L
@@ -793,11 +793,14 @@ static status_t parse_input_layer(kctx_t *k, const cJSON *cfg, job_model_t *m)
     return set_input_shape(k, m, shape->string, shape);
 }
 
-/* One entry of config.layers. */
-static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, job_model_t *m)
+/* One entry of config.layers (a Functional model's entries also have inbound_nodes, read by
+ * parse_inbound). */
+static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, bool functional,
+                            job_model_t *m)
 {
     static const char *const entry_keys[] = {"class_name",      "config",       "module",
-                                             "registered_name", "build_config", "name"};
+                                             "registered_name", "build_config", "name",
+                                             "inbound_nodes"};
     const char *cls_name = cJSON_GetStringValue(kget(entry, "class_name"));
     const cJSON *cfg = kget(entry, "config"), *v;
     const char *name = cJSON_GetStringValue(kget(cfg, "name"));
@@ -814,8 +817,12 @@ static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, job_mod
         snprintf(k->layer, sizeof(k->layer), "layers[%zu]", index);
     if (!cJSON_IsObject(entry) || cls_name == NULL || !cJSON_IsObject(cfg))
         return kfail(k, "a layer is {\"class_name\": ..., \"config\": {...}}");
-    STATUS_CHECK(check_keys(k, entry, "layer", entry_keys, JOB_N_OF(entry_keys)));
+    STATUS_CHECK(
+        check_keys(k, entry, "layer", entry_keys, JOB_N_OF(entry_keys) - (functional ? 0 : 1)));
     if (strcmp(cls_name, "InputLayer") == 0) {
+        if (functional && m->input_rank > 0)
+            return kfail(k, "a second InputLayer: models with several inputs are not supported "
+                            "yet");
         if (m->n_layers > 0 || m->input_rank > 0)
             return kfail(k, "an InputLayer must come first");
         return parse_input_layer(k, cfg, m);
@@ -868,13 +875,170 @@ static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t
         STATUS_CHECK(check_dtype(k, "dtype", v));
     if (!cJSON_IsArray(layers))
         return kfail(k, "config.layers must be a list");
-    cJSON_ArrayForEach(v, layers) STATUS_CHECK(parse_layer(k, v, i++, m));
+    cJSON_ArrayForEach(v, layers) STATUS_CHECK(parse_layer(k, v, i++, false, m));
     k->layer[0] = '\0';
     /* A model built from an input shape but saved without an InputLayer (some Keras 3
      * versions): the shape is in build_input_shape. */
     v = kget(cfg, "build_input_shape");
     if (m->input_rank == 0 && v != NULL && !cJSON_IsNull(v))
         STATUS_CHECK(set_input_shape(k, m, "build_input_shape", v));
+    return STATUS_OK;
+}
+
+/* ---- Functional models ---- */
+
+/* Keras 3 writes a layer's inputs as tensors that name where they come from: {"class_name":
+ * "__keras_tensor__", "config": {"shape", "dtype", "keras_history": [LAYER, NODE, TENSOR]}};
+ * Keras 2 as [LAYER, NODE, TENSOR, {kwargs}]. *ret: the index of the earlier layer, or
+ * JOB_INPUT_MODEL for the InputLayer. */
+static status_t resolve_tensor(kctx_t *k, const cJSON *t, const char *input_name,
+                               const job_model_t *m, int *ret)
+{
+    const cJSON *hist = t, *kw;
+    const char *name;
+
+    if (cJSON_IsObject(t)) {
+        const char *cls = cJSON_GetStringValue(kget(t, "class_name"));
+        if (cls == NULL || strcmp(cls, "__keras_tensor__") != 0)
+            return kfail(k, "an input of inbound_nodes is not a Keras tensor");
+        hist = kget(kget(t, "config"), "keras_history");
+    }
+    if (!cJSON_IsArray(hist) || cJSON_GetArraySize(hist) < 3 || cJSON_GetArraySize(hist) > 4 ||
+        (name = cJSON_GetStringValue(cJSON_GetArrayItem(hist, 0))) == NULL)
+        return kfail(k, "an input of inbound_nodes is not [LAYER, NODE, TENSOR]");
+    if (!is_int(cJSON_GetArrayItem(hist, 1), 0, 0))
+        return kfail(k,
+                     "reads the output of '%.60s' called a second time: shared layers are not "
+                     "supported yet",
+                     name);
+    if (!is_int(cJSON_GetArrayItem(hist, 2), 0, 0))
+        return kfail(k,
+                     "reads a second output of '%.60s': layers with several outputs are not "
+                     "supported",
+                     name);
+    kw = cJSON_GetArrayItem(hist, 3);
+    if (kw != NULL && !(cJSON_IsObject(kw) && kw->child == NULL))
+        return kfail(k, "call arguments (kwargs) are not supported");
+    if (input_name != NULL && strcmp(name, input_name) == 0) {
+        *ret = JOB_INPUT_MODEL;
+        return STATUS_OK;
+    }
+    /* the layer being read is the last one added: its inputs come before it */
+    for (size_t i = 0; i + 1 < m->n_layers; i++)
+        if (strcmp(m->layers[i].name, name) == 0) {
+            *ret = (int)i;
+            return STATUS_OK;
+        }
+    return kfail(k, "reads '%.60s', which is not a layer before it", name);
+}
+
+/* The inbound_nodes of the layer just added: one call (a second one is a shared layer) on one
+ * tensor, or on a list of them for a merge. Keras 3: [{"args": [TENSOR | [TENSOR...]], "kwargs":
+ * {}}]; Keras 2: [[[LAYER, 0, 0, {}], ...]]. */
+static status_t parse_inbound(kctx_t *k, const cJSON *nodes, const char *input_name, job_model_t *m)
+{
+    job_layer_t *l = &m->layers[m->n_layers - 1];
+    const cJSON *node, *args, *v;
+
+    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) == 0)
+        return kfail(k, "inbound_nodes must list the layer's call");
+    if (cJSON_GetArraySize(nodes) > 1)
+        return kfail(k, "is called %d times: shared layers are not supported yet",
+                     cJSON_GetArraySize(nodes));
+    node = cJSON_GetArrayItem(nodes, 0);
+    if (cJSON_IsObject(node)) {
+        static const char *const node_keys[] = {"args", "kwargs"};
+        const cJSON *kw = kget(node, "kwargs");
+        STATUS_CHECK(check_keys(k, node, "inbound node", node_keys, JOB_N_OF(node_keys)));
+        if (kw != NULL && !(cJSON_IsObject(kw) && kw->child == NULL))
+            return kfail(k, "call arguments (kwargs) are not supported");
+        args = kget(node, "args");
+        if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 1)
+            return kfail(k, "inbound_nodes args must hold one tensor or one list of them");
+        args = cJSON_GetArrayItem(args, 0);
+        if (!cJSON_IsArray(args)) { /* one tensor */
+            l->n_inputs = 1;
+            return resolve_tensor(k, args, input_name, m, &l->inputs[0]);
+        }
+    } else if (cJSON_IsArray(node)) {
+        args = node;
+    } else {
+        return kfail(k, "an inbound node must be an object or a list");
+    }
+    if (cJSON_GetArraySize(args) < 1 || cJSON_GetArraySize(args) > JOB_MAX_INPUTS)
+        return kfail(k, "reads %d inputs (1 to %d)", cJSON_GetArraySize(args), JOB_MAX_INPUTS);
+    l->n_inputs = 0;
+    cJSON_ArrayForEach(v, args)
+        STATUS_CHECK(resolve_tensor(k, v, input_name, m, &l->inputs[l->n_inputs++]));
+    return STATUS_OK;
+}
+
+/* input_layers or output_layers: one [LAYER, 0, 0] (Keras 3 writes it bare, Keras 2 in a list);
+ * *ret_name: LAYER. */
+static status_t one_endpoint(kctx_t *k, const cJSON *cfg, const char *key, const char **ret_name)
+{
+    const cJSON *v = kget(cfg, key);
+
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsArray(v->child))
+        v = v->child;
+    if (cJSON_IsArray(v) && cJSON_IsArray(v->child))
+        return kfail(k, "%s lists %d tensors: models with several %s are not supported yet", key,
+                     cJSON_GetArraySize(v),
+                     strcmp(key, "input_layers") == 0 ? "inputs" : "outputs");
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3 ||
+        (*ret_name = cJSON_GetStringValue(v->child)) == NULL ||
+        !is_int(cJSON_GetArrayItem(v, 1), 0, 0) || !is_int(cJSON_GetArrayItem(v, 2), 0, 0))
+        return kfail(k, "%s must be [LAYER, 0, 0]", key);
+    return STATUS_OK;
+}
+
+/* config of a Functional model (Keras 3 "Functional", Keras 2 "Functional" or "Model"): name,
+ * trainable, layers in the order Keras keeps them (each after the layers it reads), input_layers,
+ * output_layers. One input and one output, the last layer. */
+static status_t parse_functional_config(kctx_t *k, const cJSON *cfg, job_model_t *m)
+{
+    static const char *const config_keys[] = {"name",         "layers",        "trainable",
+                                              "input_layers", "output_layers", "dtype"};
+    const cJSON *layers = kget(cfg, "layers"), *v;
+    const char *input_name = NULL, *in_end, *out_end;
+    size_t i = 0;
+
+    STATUS_CHECK(check_keys(k, cfg, "Functional config", config_keys, JOB_N_OF(config_keys)));
+    v = kget(cfg, "trainable");
+    if (v != NULL && !cJSON_IsTrue(v))
+        return kfail(k, "trainable must be true (Tessera trains every layer)");
+    v = kget(cfg, "dtype");
+    if (v != NULL && !cJSON_IsNull(v))
+        STATUS_CHECK(check_dtype(k, "dtype", v));
+    if (!cJSON_IsArray(layers))
+        return kfail(k, "config.layers must be a list");
+    cJSON_ArrayForEach(v, layers)
+    {
+        const char *cls = cJSON_GetStringValue(kget(v, "class_name"));
+        size_t before = m->n_layers;
+        STATUS_CHECK(parse_layer(k, v, i++, true, m));
+        if (cls != NULL && strcmp(cls, "InputLayer") == 0) {
+            const cJSON *nodes = kget(v, "inbound_nodes");
+            input_name = cJSON_GetStringValue(kget(kget(v, "config"), "name"));
+            if (input_name == NULL)
+                return kfail(k, "the InputLayer has no name");
+            if (nodes != NULL && !(cJSON_IsArray(nodes) && cJSON_GetArraySize(nodes) == 0))
+                return kfail(k, "an InputLayer reads nothing: inbound_nodes must be empty");
+        } else if (m->n_layers > before) {
+            STATUS_CHECK(parse_inbound(k, kget(v, "inbound_nodes"), input_name, m));
+        }
+    }
+    k->layer[0] = '\0';
+    if (input_name == NULL)
+        return kfail(k, "a Functional model needs an InputLayer");
+    if (m->n_layers == 0)
+        return kfail(k, "the model has no layers");
+    STATUS_CHECK(one_endpoint(k, cfg, "input_layers", &in_end));
+    STATUS_CHECK(one_endpoint(k, cfg, "output_layers", &out_end));
+    if (strcmp(in_end, input_name) != 0)
+        return kfail(k, "input_layers names '%.60s', not the InputLayer", in_end);
+    if (strcmp(out_end, m->layers[m->n_layers - 1].name) != 0)
+        return kfail(k, "output_layers names '%.60s', not the last layer", out_end);
     return STATUS_OK;
 }
 
@@ -911,12 +1075,15 @@ status_t job_parse_keras_json(const char *text, size_t len, const char *path,
     cls = cJSON_GetStringValue(kget(root, "class_name"));
     if (!cJSON_IsObject(root) || cls == NULL)
         rc = kfail(&k, "not a Keras model: no class_name");
-    else if (strcmp(cls, "Sequential") != 0)
-        rc = kfail(&k, "only Sequential models are supported, not %.60s", cls);
+    else if (strcmp(cls, "Sequential") != 0 && strcmp(cls, "Functional") != 0 &&
+             strcmp(cls, "Model") != 0)
+        rc = kfail(&k, "only Sequential and Functional models are supported, not %.60s", cls);
     else
         rc = check_keys(&k, root, "model", top_keys, JOB_N_OF(top_keys));
-    if (rc == STATUS_OK)
+    if (rc == STATUS_OK && strcmp(cls, "Sequential") == 0)
         rc = parse_sequential_config(&k, kget(root, "config"), &m);
+    else if (rc == STATUS_OK)
+        rc = parse_functional_config(&k, kget(root, "config"), &m);
     if (rc == STATUS_OK)
         rc = job_model_finish(&m, k.file, err);
     if (rc == STATUS_OK) {

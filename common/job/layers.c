@@ -4,6 +4,7 @@
 #include "job/layers.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,6 +368,16 @@ static status_t read_nothing(job_layer_reader_t *r, job_layer_t *l, int *ret_inp
     return STATUS_OK;
 }
 
+static status_t read_concatenate(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
+{
+    (void)ret_input_length;
+    l->axis = -1;
+    STATUS_CHECK(r->ops->get_int(r, "axis", false, INT_MIN, &l->axis));
+    if (l->axis == 0 || l->axis < -JOB_MAX_RANK - 1 || l->axis > JOB_MAX_RANK)
+        return r->ops->invalid(r, "axis", "an axis other than the batch's (1 to 4, or -1 to -4)");
+    return STATUS_OK;
+}
+
 /* ---- the table ---- */
 
 #define KEYS(a) a, sizeof(a) / sizeof((a)[0])
@@ -444,6 +455,7 @@ static const job_keras_key_t up_sampling_fixed[] = {{"data_format", JOB_KERAS_CH
                                                     {"interpolation", JOB_KERAS_NEAREST}};
 static const char *const permute_keys[] = {"dims"};
 static const char *const repeat_keys[] = {"n"};
+static const char *const concatenate_keys[] = {"axis"};
 static const char *const layer_norm_keys[] = {"epsilon", "center", "scale", "gamma_initializer",
                                               "beta_initializer"};
 
@@ -542,6 +554,14 @@ static const job_layer_info_t table[] = {
                                     KEYS(depthwise_fixed), read_depthwise},
     [JOB_LAYER_SEPARABLE_CONV2D] = {"separable_conv2d", "SeparableConv2D", KEYS(separable_keys),
                                     KEYS(depthwise_fixed), read_depthwise},
+    [JOB_LAYER_ADD] = {"add", "Add", NULL, 0, NULL, 0, read_nothing},
+    [JOB_LAYER_SUBTRACT] = {"subtract", "Subtract", NULL, 0, NULL, 0, read_nothing},
+    [JOB_LAYER_MULTIPLY] = {"multiply", "Multiply", NULL, 0, NULL, 0, read_nothing},
+    [JOB_LAYER_AVERAGE] = {"average", "Average", NULL, 0, NULL, 0, read_nothing},
+    [JOB_LAYER_MAXIMUM] = {"maximum", "Maximum", NULL, 0, NULL, 0, read_nothing},
+    [JOB_LAYER_MINIMUM] = {"minimum", "Minimum", NULL, 0, NULL, 0, read_nothing},
+    [JOB_LAYER_CONCATENATE] = {"concatenate", "Concatenate", KEYS(concatenate_keys), NULL, 0,
+                               read_concatenate},
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");
@@ -597,6 +617,11 @@ void job_layer_names(const char *names[JOB_LAYER_KINDS], bool keras)
 {
     for (size_t i = 0; i < JOB_LAYER_KINDS; i++)
         names[i] = keras ? table[i].keras_class : table[i].name;
+}
+
+const char *job_layer_keras_class(job_layer_kind_t k)
+{
+    return (size_t)k < JOB_LAYER_KINDS ? table[k].keras_class : "unknown";
 }
 
 const char *job_layer_kind_name(job_layer_kind_t k)
@@ -666,6 +691,76 @@ static void name_layer(job_model_t *m, job_layer_t *l, int *next)
     (*next)++;
 }
 
+bool job_layer_is_merge(job_layer_kind_t k)
+{
+    return k >= JOB_LAYER_ADD && k <= JOB_LAYER_CONCATENATE;
+}
+
+int job_layer_input(const job_model_t *m, size_t i, int k)
+{
+    const job_layer_t *l = &m->layers[i];
+
+    if (l->n_inputs > 0)
+        return k < l->n_inputs ? l->inputs[k] : JOB_INPUT_MODEL;
+    return i == 0 ? JOB_INPUT_MODEL : (int)i - 1;
+}
+
+bool job_model_is_graph(const job_model_t *m)
+{
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (m->layers[i].n_inputs > 1 || job_layer_input(m, i, 0) != (int)i - 1)
+            return true;
+    return false;
+}
+
+/* The wiring of a graph: merges read two or more earlier layers (Subtract two), other layers one;
+ * every layer but the last (the output) is read by a later one; an integer input (ids) goes to
+ * Embedding layers only. */
+static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err)
+{
+    bool *read = calloc(m->n_layers + 1, sizeof(*read));
+
+    if (read == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", where);
+    for (size_t i = 0; i < m->n_layers; i++) {
+        const job_layer_t *l = &m->layers[i];
+        int n = l->n_inputs > 0 ? l->n_inputs : 1;
+        const char *why = NULL;
+
+        if (job_layer_is_merge(l->kind) && l->kind == JOB_LAYER_SUBTRACT && n != 2)
+            why = "takes exactly two inputs";
+        else if (job_layer_is_merge(l->kind) && n < 2)
+            why = "merges two or more inputs: only a Functional model's JSON (keras_json) "
+                  "wires them";
+        else if (!job_layer_is_merge(l->kind) && n > 1)
+            why = "takes one input";
+        for (int k = 0; why == NULL && k < n; k++) {
+            int src = job_layer_input(m, i, k);
+            if (src < JOB_INPUT_MODEL || src >= (int)i)
+                why = "reads a layer that does not come before it";
+            else if (src >= 0)
+                read[src] = true;
+            else if (m->input_is_int && l->kind != JOB_LAYER_EMBEDDING)
+                why = "reads the model's integer input, which only an embedding can";
+        }
+        if (why != NULL) {
+            free(read);
+            return status_fail(err, STATUS_BAD_CONFIG, "%s: layer '%s' (%s) %s", where, l->name,
+                               job_layer_kind_name(l->kind), why);
+        }
+    }
+    for (size_t i = 0; i + 1 < m->n_layers; i++)
+        if (!read[i]) {
+            free(read);
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: nothing reads the output of layer '%s': every layer must lead "
+                               "to the model's output, the last layer",
+                               where, m->layers[i].name);
+        }
+    free(read);
+    return STATUS_OK;
+}
+
 status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
 {
     int next[JOB_LAYER_KINDS] = {0};
@@ -677,11 +772,11 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
                            "%s: the model has no input shape: give input_shape on the first "
                            "layer (for example input_shape: [784])",
                            where);
-    for (size_t i = 1; i < m->n_layers; i++)
-        if (m->layers[i].kind == JOB_LAYER_EMBEDDING)
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == JOB_LAYER_EMBEDDING && job_layer_input(m, i, 0) != JOB_INPUT_MODEL)
             return status_fail(err, STATUS_BAD_CONFIG,
-                               "%s: layer %zu: embedding must be the first layer (its input is "
-                               "integer ids)",
+                               "%s: layer %zu: embedding must read the model's input (its input "
+                               "is integer ids)",
                                where, i);
     m->input_is_int = m->layers[0].kind == JOB_LAYER_EMBEDDING;
     for (size_t i = 0; i < m->n_layers; i++)
@@ -704,7 +799,7 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
     for (size_t i = 0; i < m->n_layers; i++)
         if (m->layers[i].name[0] == '\0')
             name_layer(m, &m->layers[i], &next[m->layers[i].kind]);
-    return STATUS_OK;
+    return check_graph(m, where, err);
 }
 
 void job_model_done(job_model_t *m)

@@ -12,6 +12,10 @@
 #include "job/initializer.h"
 
 #define JOB_MAX_RANK 4
+/* The most inputs one merge layer takes. */
+#define JOB_MAX_INPUTS 16
+/* In job_layer_t.inputs: the model's input, not a layer. */
+#define JOB_INPUT_MODEL (-1)
 
 typedef enum {
     JOB_LAYER_DENSE,
@@ -47,6 +51,15 @@ typedef enum {
     JOB_LAYER_GAUSSIAN_NOISE,
     JOB_LAYER_DEPTHWISE_CONV2D,
     JOB_LAYER_SEPARABLE_CONV2D,
+    /* the merge layers of Functional models: two or more inputs of one shape (Subtract: two),
+     * or joined along an axis (Concatenate) */
+    JOB_LAYER_ADD,
+    JOB_LAYER_SUBTRACT,
+    JOB_LAYER_MULTIPLY,
+    JOB_LAYER_AVERAGE,
+    JOB_LAYER_MAXIMUM,
+    JOB_LAYER_MINIMUM,
+    JOB_LAYER_CONCATENATE,
     JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
@@ -155,6 +168,12 @@ typedef struct job_layer {
     job_constraint_t kernel_constraint, bias_constraint;
     job_init_t pointwise_init;
     job_regularizer_t pointwise_reg;
+    int axis; /* concatenate: Keras's axis, the batch's counted (-1: the last) */
+    /* What the layer reads, in a Functional model's graph: inputs[k] is an earlier layer's index
+     * or JOB_INPUT_MODEL. n_inputs 0: the layer before it, or the model's input for the first
+     * (a Sequential model). */
+    int inputs[JOB_MAX_INPUTS];
+    int n_inputs;
 } job_layer_t;
 
 typedef struct job_model {
@@ -167,8 +186,8 @@ typedef struct job_model {
     char *keras_json_path; /* ... and its path, resolved against the job file */
 } job_model_t;
 
-/* Parses a Keras `model.to_json()` document (Keras 2 / tf.keras or Keras 3, Sequential) into
- * ret_model; `path` names it in messages. */
+/* Parses a Keras `model.to_json()` document (Keras 2 / tf.keras or Keras 3; Sequential, or
+ * Functional with one input and one output) into ret_model; `path` names it in messages. */
 status_t job_parse_keras_json(const char *text, size_t len, const char *path,
                               job_model_t *ret_model, status_msg_t *err);
 
@@ -179,6 +198,19 @@ void job_model_done(job_model_t *m);
  * Sequential's layers by class, never by name ("p_re_lu", "dense_1"). paths[i] for
  * layers[0..n). */
 void job_keras_paths(const job_layer_t *layers, size_t n, char (*paths)[96]);
+
+/* Whether a kind is a merge layer (Add ... Concatenate): it reads several inputs. */
+bool job_layer_is_merge(job_layer_kind_t k);
+
+/* The index of what layer i reads as its k-th input: an earlier layer, or JOB_INPUT_MODEL. */
+int job_layer_input(const job_model_t *m, size_t i, int k);
+
+/* Whether the layers are not one chain, each reading the one before it: a Functional model's
+ * graph, with branches and merges. */
+bool job_model_is_graph(const job_model_t *m);
+
+/* The Keras class of a kind ("Dense"). */
+const char *job_layer_keras_class(job_layer_kind_t k);
 
 /* The job-file name of a kind ("dense") and of an activation ("relu"). */
 const char *job_layer_kind_name(job_layer_kind_t k);

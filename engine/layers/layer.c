@@ -43,6 +43,13 @@ static const layer_ops_t *const layer_table[] = {
     [JOB_LAYER_GAUSSIAN_NOISE] = &layer_gaussian_noise,
     [JOB_LAYER_DEPTHWISE_CONV2D] = &layer_depthwise_conv2d,
     [JOB_LAYER_SEPARABLE_CONV2D] = &layer_depthwise_conv2d,
+    [JOB_LAYER_ADD] = &layer_merge,
+    [JOB_LAYER_SUBTRACT] = &layer_merge,
+    [JOB_LAYER_MULTIPLY] = &layer_merge,
+    [JOB_LAYER_AVERAGE] = &layer_merge,
+    [JOB_LAYER_MAXIMUM] = &layer_merge,
+    [JOB_LAYER_MINIMUM] = &layer_merge,
+    [JOB_LAYER_CONCATENATE] = &layer_concatenate,
 };
 
 bool layer_draws(job_layer_kind_t kind)

@@ -40,6 +40,13 @@ typedef struct layer {
     /* GlobalAveragePooling1D: the mask of the steps (1 kept, 0 masked) that an Embedding with
      * mask_zero makes (its `mask`), when it reaches this layer; NULL: none */
     const float *seq_mask;
+    /* What the layer reads: src[k] is a layer's index or JOB_INPUT_MODEL, n_ins of them (1 but
+     * for merges); a merge's inputs' values (ins[0] is `in`) and shapes; Concatenate's run of
+     * values of each input per step of the axes before the joined one, and how many steps */
+    int src[JOB_MAX_INPUTS], n_ins;
+    const float *ins[JOB_MAX_INPUTS];
+    int ins_shape[JOB_MAX_INPUTS][JOB_MAX_RANK], ins_rank[JOB_MAX_INPUTS];
+    size_t part[JOB_MAX_INPUTS], outer;
 } layer_t;
 
 /* Where a layer is being planned: for its buffers and its errors. */
@@ -63,6 +70,8 @@ typedef struct layer_ops {
     void (*backward_params)(layer_t *l, int batch, const float *dy);
     /* Puts the gradient for the input in dx. NULL: the input gradient is dy itself. */
     void (*backward_input)(layer_t *l, int batch, const float *dy, float *dx);
+    /* Merges: puts the gradient for input k in dx[k], for each k whose dx[k] is not NULL. */
+    void (*backward_inputs)(layer_t *l, int batch, const float *dy, float *const *dx);
     bool alias;         /* the output is the input (Flatten, Reshape) */
     bool activation;    /* the spec's activation applies to the output */
     bool no_input_grad; /* first layer only: nothing flows back (Embedding) */
@@ -73,7 +82,8 @@ extern const layer_ops_t layer_dense, layer_conv2d, layer_max_pooling2d, layer_a
     layer_global_average_pooling2d, layer_activation, layer_rescaling, layer_layer_normalization,
     layer_global_max_pooling, layer_relu, layer_leaky_relu, layer_elu, layer_zero_padding2d,
     layer_cropping2d, layer_up_sampling2d, layer_permute, layer_repeat_vector, layer_prelu,
-    layer_spatial_dropout, layer_gaussian_noise, layer_depthwise_conv2d;
+    layer_spatial_dropout, layer_gaussian_noise, layer_depthwise_conv2d, layer_merge,
+    layer_concatenate;
 
 /* Whether a kind draws random numbers in training (Dropout, the spatial dropouts,
  * GaussianNoise): its stream is saved with checkpoints, its draws keyed per batch slice. */

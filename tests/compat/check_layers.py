@@ -137,6 +137,70 @@ def cases():
     return out
 
 
+def resnet_block():
+    """Conv2D -> ReLU -> Conv2D -> Add (a 1x1 projection of the input) -> ReLU, twice: the
+    residual block of ResNet (without its BatchNormalization)."""
+    x = inp = keras.Input((6, 6, 2))
+    for filters in (3, 4):
+        y = L.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        y = L.Conv2D(filters, 3, padding="same")(y)
+        skip = L.Conv2D(filters, 1)(x)
+        x = L.ReLU()(L.Add()([y, skip]))
+    out = L.Dense(1)(L.GlobalAveragePooling2D()(x))
+    return keras.Model(inp, out)
+
+
+def every_merge():
+    """Three branches of the input merged every way, then joined."""
+    inp = keras.Input((6,))
+    a = L.Dense(4, activation="tanh")(inp)
+    b = L.Dense(4)(inp)
+    c = L.Dense(4, activation="sigmoid")(inp)
+    merged = [L.Add()([a, b, c]), L.Subtract()([a, c]), L.Multiply()([a, b, c]),
+              L.Average()([b, c]), L.Maximum()([a, b, c]), L.Minimum()([a, c])]
+    joined = L.Concatenate()(merged)
+    return keras.Model(inp, L.Dense(1)(joined))
+
+
+def concatenate_axes():
+    """Concatenate on an inner axis and the last; a Flatten read twice (a layer whose gradient
+    passes through, with two readers); the input itself in a merge; one tensor merged twice."""
+    inp = keras.Input((4, 3))
+    a = L.Conv1D(2, 2, padding="same")(inp)
+    b = L.Dense(3, activation="relu")(inp)
+    joined = L.Concatenate(axis=1)([inp, b])          # (8, 3)
+    wide = L.Concatenate(axis=-1)([inp, a, b])        # (4, 8)
+    flat = L.Flatten()(wide)
+    d1 = L.Dense(3)(flat)
+    d2 = L.Dense(3, activation="tanh")(flat)
+    twice = L.Add()([d1, d1, d2])
+    out = L.Concatenate()([L.Flatten()(joined), twice])
+    return keras.Model(inp, L.Dense(1)(out))
+
+
+def merges_of_merges():
+    """Merges reading merges and one tensor twice: the gradients of a layer read four times."""
+    inp = keras.Input((3,))
+    a = L.Dense(4, activation="tanh")(inp)
+    b = L.Dense(4)(inp)
+    prod = L.Multiply()([a, b, b])
+    top = L.Maximum()([a, prod])
+    diff = L.Subtract()([top, b])
+    mean = L.Average()([prod, diff, a])
+    joined = L.Concatenate()([prod, mean, top])
+    return keras.Model(inp, L.Dense(1)(joined))
+
+
+def functional_cases():
+    return [
+        ("functional: resnet-style blocks", resnet_block, "mse", "regression"),
+        ("functional: add subtract multiply average max min", every_merge, "mse", "regression"),
+        ("functional: merges of merges", merges_of_merges, "mse", "regression"),
+        ("functional: concatenate axes, fan-out, input merged",
+         concatenate_axes, "{huber: {delta: 0.5}}", "regression"),
+    ]
+
+
 KERAS_LOSS = {
     "mse": lambda: keras.losses.MeanSquaredError(),
     "mae": lambda: keras.losses.MeanAbsoluteError(),
@@ -181,7 +245,7 @@ def close(a, b):
 
 def run_case(name, layers, loss, labels, rng, tmp):
     keras.utils.set_random_seed(1)
-    model = keras.Sequential(layers)
+    model = layers() if callable(layers) else keras.Sequential(layers)
     for v in model.weights:
         v.assign(rng.normal(0, 0.4, v.shape).astype(np.float32))
     x, y = data(rng, model, labels)
@@ -317,7 +381,7 @@ def exported(tmp):
 
 def main():
     rng = np.random.default_rng(15)
-    worst, all_cases = 0.0, cases()
+    worst, all_cases = 0.0, cases() + functional_cases()
     with tempfile.TemporaryDirectory() as tmp:
         for name, layers, loss, labels in all_cases:
             worst = max(worst, run_case(name, layers, loss, labels, rng, tmp))

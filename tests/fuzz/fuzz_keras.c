@@ -1,9 +1,38 @@
 /* Fuzz target: Keras model.to_json() documents (common/job/keras.c, job_parse_keras_json). The
- * input is the document as is, not NUL-terminated. */
+ * input is the document as is, not NUL-terminated. A model that parses is built by the engine
+ * (model_new, within 8 MiB) and trains one step on a batch of two zero examples: the shapes,
+ * the graph's wiring and the layers' plans meet whatever the document says. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuzz_common.h"
 #include "job/job.h"
+#include "model.h"
+
+/* Builds the model (a loss for one output, or classes for several) and runs one step. */
+static void build_and_step(const job_model_t *spec)
+{
+    status_msg_t err = {0};
+    model_t *m = NULL;
+    model_stats_t st;
+    status_t rc;
+    float *x, y[2] = {0, 0};
+
+    rc = model_new(spec, JOB_LOSS_MSE, false, 2, 1, 8u << 20, &m, &err);
+    if (rc == STATUS_BAD_CONFIG && strstr(err.text, "one value per example") != NULL)
+        rc = model_new(spec, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, true, 2, 1, 8u << 20, &m,
+                       &err);
+    fuzz_check_error("keras model", rc, &err);
+    if (rc != STATUS_OK)
+        return;
+    x = calloc(2 * model_input_len(m) + 1, sizeof(float));
+    if (x != NULL) {
+        rc = model_train_step(m, x, y, 2, &st, &err);
+        fuzz_check_error("keras step", rc, &err);
+    }
+    free(x);
+    model_free(m);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -26,9 +55,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_fail("keras", "%zu layers but no layer array", m.n_layers);
         if (m.input_rank < 0 || m.input_rank > JOB_MAX_RANK)
             fuzz_fail("keras", "input rank %d", m.input_rank);
-        for (size_t i = 0; i < m.n_layers; i++)
+        for (size_t i = 0; i < m.n_layers; i++) {
             if (memchr(m.layers[i].name, '\0', sizeof(m.layers[i].name)) == NULL)
                 fuzz_fail("keras", "layer %zu: name not NUL-terminated", i);
+            if (m.layers[i].n_inputs < 0 || m.layers[i].n_inputs > JOB_MAX_INPUTS)
+                fuzz_fail("keras", "layer %zu: %d inputs", i, m.layers[i].n_inputs);
+            for (int k = 0; k < m.layers[i].n_inputs; k++)
+                if (m.layers[i].inputs[k] < JOB_INPUT_MODEL || m.layers[i].inputs[k] >= (int)i)
+                    fuzz_fail("keras", "layer %zu reads %d", i, m.layers[i].inputs[k]);
+        }
+        build_and_step(&m);
     }
     job_model_done(&m);
     return 0;

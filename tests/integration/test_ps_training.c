@@ -119,6 +119,32 @@ START_TEST(ps_training_cnn_pushes_4d_kernels_and_learns)
 }
 END_TEST
 
+/* The Functional example (a residual block: the Add's gradient reaches the first Conv2D by two
+ * ways) cut to 150 steps: its variables are placed and pushed as any model's. */
+START_TEST(ps_training_functional_model_learns)
+{
+    cluster_t c;
+    char path[512], cmd[2048], *out = NULL;
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/resnet.yaml", harness_tmpdir());
+    snprintf(cmd, sizeof(cmd),
+             "sed -e 's/^train: .*/train: {steps: 150}/' -e 's/^strategy: .*/strategy: "
+             "parameter_server/' -e 's#fashion-mnist-resnet.json#%s#' %s > %s",
+             harness_source("examples/fashion-mnist-resnet.json"),
+             harness_source("examples/fashion-mnist-resnet.yaml"), path);
+    ck_assert_int_eq(system(cmd), 0);
+    start_cluster(&c);
+    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("functional model, 150 steps on 2 workers and 2 ps: test accuracy %.4f\n",
+           test_accuracy(out));
+    ck_assert_msg(test_accuracy(out) >= 0.65, "test accuracy %.4f: %s", test_accuracy(out), out);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 static void write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -637,6 +663,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, ps_training_fashion_mnist_mlp_reaches_85_percent);
     tcase_add_test(tc, ps_training_cnn_pushes_4d_kernels_and_learns);
+    tcase_add_test(tc, ps_training_functional_model_learns);
     tcase_add_test(tc, ps_training_sparse_text_job_moves_only_touched_rows_and_learns);
     tcase_add_test(tc, ps_training_staleness_bound_holds_a_worker_that_runs_ahead);
     tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);

@@ -142,6 +142,24 @@ static char *expect_as_one_device(cluster_t *c, const char *job, const char *wha
     return out;
 }
 
+/* The Functional example cut to `steps`, with `strategy` and `batch`, in the test's dir. */
+static const char *resnet_job(const char *name, const char *strategy, int batch, int steps)
+{
+    static char path[2][600];
+    static int next;
+    char *out = path[next++ % 2], cmd[2048];
+
+    snprintf(out, sizeof(path[0]), "%s/%s.yaml", harness_tmpdir(), name);
+    snprintf(cmd, sizeof(cmd),
+             "sed -e 's/^train: .*/train: {steps: %d, steps_per_execution: 20}/' -e "
+             "'s/^strategy: .*/strategy: %s/' -e 's/^  batch_size: .*/  batch_size: %d/' -e "
+             "'s#fashion-mnist-resnet.json#%s#' %s > %s",
+             steps, strategy, batch, harness_source("examples/fashion-mnist-resnet.json"),
+             harness_source("examples/fashion-mnist-resnet.yaml"), out);
+    ck_assert_int_eq(system(cmd), 0);
+    return out;
+}
+
 START_TEST(sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers)
 {
     cluster_t c;
@@ -155,6 +173,25 @@ START_TEST(sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers)
     ck_assert_msg(strstr(out, "training on 2 workers (multi_worker_mirrored") != NULL, "%s", out);
     ck_assert_msg(test_accuracy(out) >= 0.86, "%s", out);
     free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
+/* A Functional model's steps split between two workers are one device's: the graph's gradients
+ * (a layer read by two, a merge) sum as the chain's do. */
+START_TEST(sync_functional_model_ends_where_one_device_does)
+{
+    cluster_t c;
+    char *one = NULL;
+    int rc;
+
+    rc =
+        tessera((char *[]){"train", (char *)resnet_job("res1", "one_device", 64, 100), NULL}, &one);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, one);
+    start_cluster(&c);
+    free(expect_as_one_device(&c, resnet_job("res2", "multi_worker_mirrored", 32, 100),
+                              "functional model, multi_worker_mirrored", one));
+    free(one);
     stop_cluster(&c);
 }
 END_TEST
@@ -655,6 +692,7 @@ static Suite *sync_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers);
     tcase_add_test(tc, sync_epoch_ends_where_one_device_does);
+    tcase_add_test(tc, sync_functional_model_ends_where_one_device_does);
     tcase_add_test(tc, sync_worker_killed_the_job_finishes_on_the_other_at_the_same_numbers);
     tcase_add_test(tc, sync_worker_restarted_rejoins_the_ring);
     tcase_add_test(tc, sync_worker_hung_is_noticed_and_taken_back);

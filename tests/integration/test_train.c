@@ -47,6 +47,18 @@ START_TEST(train_fashion_mnist_cnn_reaches_87_percent_in_2_epochs)
 }
 END_TEST
 
+/* A Keras Functional model (a residual block, a head joining two branches) from its JSON. */
+START_TEST(train_fashion_mnist_functional_resnet_reaches_87_percent_in_2_epochs)
+{
+    char *out = NULL;
+    int rc = train(harness_source("examples/fashion-mnist-resnet.yaml"), NULL, &out);
+    double acc = final_test_accuracy(out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(acc >= 0.87, "test accuracy %.4f < 0.87: %s", acc, out);
+    free(out);
+}
+END_TEST
+
 START_TEST(train_synthetic_text_model_learns_with_sparse_embedding_updates)
 {
     char *out = NULL;
@@ -229,6 +241,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, train_fashion_mnist_mlp_reaches_86_percent_in_5_epochs);
     tcase_add_test(tc, train_fashion_mnist_cnn_reaches_87_percent_in_2_epochs);
+    tcase_add_test(tc, train_fashion_mnist_functional_resnet_reaches_87_percent_in_2_epochs);
     tcase_add_test(tc, train_synthetic_text_model_learns_with_sparse_embedding_updates);
     tcase_add_test(tc, train_fashion_mnist_mlp_mirrored_ends_where_one_device_does);
     tcase_add_test(tc, train_rejects_bad_jobs_naming_the_culprit);

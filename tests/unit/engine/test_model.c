@@ -2,6 +2,8 @@
  * shape and input validation. */
 #include <check.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,6 +153,105 @@ static void check_gradients(fixture_t *f)
 {
     check_gradients_eps(f, 1e-2f);
 }
+
+/* A merge layer reading the layers `...` (indices, JOB_INPUT_MODEL for the input), -2 ends. */
+static job_layer_t merge(job_layer_kind_t kind, ...)
+{
+    job_layer_t l = plain(kind);
+    va_list ap;
+
+    va_start(ap, kind);
+    for (int src = va_arg(ap, int); src != -2; src = va_arg(ap, int))
+        l.inputs[l.n_inputs++] = src;
+    va_end(ap);
+    l.axis = -1;
+    return l;
+}
+
+static job_layer_t reads(job_layer_t l, int src)
+{
+    l.inputs[0] = src;
+    l.n_inputs = 1;
+    return l;
+}
+
+START_TEST(model_graph_of_merges_gradients_match)
+{
+    fixture_t f;
+    /* two branches of the input, merged every way, one merge read by two others */
+    job_layer_t l[] = {
+        reads(dense(4, JOB_ACT_TANH), JOB_INPUT_MODEL),
+        reads(dense(4, JOB_ACT_LINEAR), JOB_INPUT_MODEL),
+        merge(JOB_LAYER_MULTIPLY, 0, 1, 1, -2),
+        merge(JOB_LAYER_MAXIMUM, 0, 1, -2), /* of a kink only where the branches meet */
+        merge(JOB_LAYER_SUBTRACT, 3, 1, -2),
+        merge(JOB_LAYER_AVERAGE, 2, 4, 0, -2),
+        merge(JOB_LAYER_CONCATENATE, 2, 5, 3, -2),
+        dense(1, JOB_ACT_LINEAR),
+    };
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 8);
+    ck_assert(f.m->graph);
+    ck_assert_uint_eq(f.m->layers[6].out_len, 12);
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_graph_concatenates_an_inner_axis)
+{
+    fixture_t f;
+    job_layer_t l[] = {
+        reads(dense(2, JOB_ACT_TANH), JOB_INPUT_MODEL), /* (3, 2) */
+        merge(JOB_LAYER_CONCATENATE, JOB_INPUT_MODEL, 0, -2),
+        plain(JOB_LAYER_FLATTEN),
+        dense(1, JOB_ACT_LINEAR),
+    };
+    l[1].axis = 1; /* the steps: (3, 2) and (3, 2) make (6, 2) */
+    build(&f, (int[]){3, 2}, 2, JOB_LOSS_MSE, false, 2, l, 4);
+    ck_assert_int_eq(f.m->layers[1].out_shape[0], 6);
+    ck_assert_int_eq(f.m->layers[1].out_shape[1], 2);
+    {
+        model_stats_t st;
+        status_msg_t err;
+        ck_assert_int_eq(model_train_step(f.m, f.x, f.y, f.batch, &st, &err), STATUS_OK);
+        /* example 1's first three steps are its input, the next three the dense layer's */
+        const float *out = f.m->layers[1].out + 12;
+        for (int k = 0; k < 6; k++)
+            ck_assert_float_eq(out[k], f.x[6 + k]);
+        for (int k = 0; k < 6; k++)
+            ck_assert_float_eq(out[6 + k], f.m->layers[0].out[6 + k]);
+    }
+    check_gradients(&f);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_graph_merges_of_other_shapes_are_refused)
+{
+    job_layer_t l[] = {
+        reads(dense(4, JOB_ACT_TANH), JOB_INPUT_MODEL),
+        reads(dense(3, JOB_ACT_TANH), JOB_INPUT_MODEL),
+        merge(JOB_LAYER_ADD, 0, 1, -2),
+        dense(1, JOB_ACT_LINEAR),
+    };
+    job_model_t spec = {.layers = l, .n_layers = 4, .input_rank = 1, .input_shape = {3}};
+    status_msg_t err = {0};
+    model_t *m = NULL;
+
+    snprintf(l[2].name, sizeof(l[2].name), "sum");
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "sum") && strstr(err.text, "(batch, 4) and (batch, 3) differ"),
+                  "%s", err.text);
+    l[2] = merge(JOB_LAYER_CONCATENATE, 0, 1, -2);
+    l[2].axis = 1;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_OK);
+    ck_assert_uint_eq(m->layers[2].out_len, 7);
+    model_free(m);
+    l[2].axis = 2;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "axis 2 is not an axis"), "%s", err.text);
+}
+END_TEST
 
 START_TEST(model_dense_relu_softmax_crossentropy_gradients_match)
 {
@@ -800,6 +901,9 @@ int main(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, model_dense_relu_softmax_crossentropy_gradients_match);
+    tcase_add_test(tc, model_graph_of_merges_gradients_match);
+    tcase_add_test(tc, model_graph_concatenates_an_inner_axis);
+    tcase_add_test(tc, model_graph_merges_of_other_shapes_are_refused);
     tcase_add_test(tc, model_sigmoid_tanh_linear_mse_gradients_match);
     tcase_add_test(tc, model_keras_activations_compute_and_differentiate);
     tcase_add_test(tc, model_regularizers_join_the_loss_and_its_gradient);

@@ -125,6 +125,29 @@ START_TEST(tfrecord_example_is_the_mlp_on_tfrecord_shards)
 }
 END_TEST
 
+START_TEST(resnet_example_is_a_functional_graph_beside_it)
+{
+    static const job_layer_kind_t kinds[] = {JOB_LAYER_CONV2D,      JOB_LAYER_CONV2D,
+                                             JOB_LAYER_CONV2D,      JOB_LAYER_ADD,
+                                             JOB_LAYER_RELU,        JOB_LAYER_MAX_POOLING2D,
+                                             JOB_LAYER_FLATTEN,     JOB_LAYER_GLOBAL_MAX_POOLING2D,
+                                             JOB_LAYER_CONCATENATE, JOB_LAYER_DENSE};
+    job_t job;
+
+    /* keras_json names the model beside the job file */
+    load_example("examples/fashion-mnist-resnet.yaml", &job);
+    ck_assert_uint_eq(job.model.n_layers, 10);
+    for (size_t i = 0; i < 10; i++)
+        ck_assert_int_eq(job.model.layers[i].kind, kinds[i]);
+    ck_assert(job_model_is_graph(&job.model));
+    ck_assert_int_eq(job_layer_input(&job.model, 3, 0), 0); /* the block's skip */
+    ck_assert_int_eq(job_layer_input(&job.model, 3, 1), 2);
+    ck_assert_int_eq(job_layer_input(&job.model, 7, 0), 5); /* two readers of the pooling */
+    ck_assert_int_eq(job_layer_input(&job.model, 6, 0), 5);
+    job_done(&job);
+}
+END_TEST
+
 START_TEST(cnn_example_is_two_conv_blocks_and_a_dense_head)
 {
     static const job_layer_kind_t kinds[] = {
@@ -808,7 +831,7 @@ START_TEST(layer_structure_mistakes_are_explained)
                "model[0]: one layer per list item, got 'dense' and 'conv2d'");
     ASSERT_BAD("model: [{dense: {units: 1}, input_shape: [4]}, {embedding: {input_dim: 2, "
                "output_dim: 2}}]\n" TAIL,
-               "embedding must be the first layer");
+               "embedding must read the model's input");
     ASSERT_BAD("model: [{dense: {units: 1, name: x}, input_shape: [4]}, {dense: {units: 1, "
                "name: x}}]\n" TAIL,
                "two layers are named 'x'");
@@ -916,6 +939,7 @@ static Suite *job_suite(void)
     tcase_add_checked_fixture(tc, NULL, remove_tmp_dir);
     tcase_add_test(tc, mlp_example_is_the_keras_tutorial_model);
     tcase_add_test(tc, cnn_example_is_two_conv_blocks_and_a_dense_head);
+    tcase_add_test(tc, resnet_example_is_a_functional_graph_beside_it);
     tcase_add_test(tc, tfrecord_example_is_the_mlp_on_tfrecord_shards);
     tcase_add_test(tc, text_example_trains_an_embedding_on_synthetic_text);
     tcase_add_test(tc, every_key_of_a_job_is_read);

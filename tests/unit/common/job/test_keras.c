@@ -711,7 +711,7 @@ START_TEST(embedding_after_the_first_layer_is_rejected)
         "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", \"input_dim\": 9, "
         "\"output_dim\": 2}}]}}";
 
-    assert_rejected(text, "m.json", "embedding must be the first layer", NULL);
+    assert_rejected(text, "m.json", "embedding must read the model's input", NULL);
 }
 END_TEST
 
@@ -724,12 +724,137 @@ START_TEST(duplicate_layer_names_are_rejected)
 }
 END_TEST
 
-START_TEST(functional_models_are_rejected)
+/* A residual block and two poolings joined, as tf_keras 2.21 and Keras 3.15 write it. */
+START_TEST(functional_models_parse_into_a_graph)
 {
-    const char *text = "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", "
-                       "\"layers\": [], \"input_layers\": [], \"output_layers\": []}}";
+    static const job_layer_kind_t kinds[] = {JOB_LAYER_CONV2D,
+                                             JOB_LAYER_CONV2D,
+                                             JOB_LAYER_RELU,
+                                             JOB_LAYER_CONV2D,
+                                             JOB_LAYER_ADD,
+                                             JOB_LAYER_RELU,
+                                             JOB_LAYER_MAX_POOLING2D,
+                                             JOB_LAYER_GLOBAL_AVERAGE_POOLING2D,
+                                             JOB_LAYER_GLOBAL_MAX_POOLING2D,
+                                             JOB_LAYER_CONCATENATE,
+                                             JOB_LAYER_DENSE};
+    job_model_t m;
 
-    assert_rejected(text, "f.json", "only Sequential models are supported, not Functional", NULL);
+    for (int g = 0; g < 2; g++) {
+        parse_fixture(g, "resnet", &m);
+        ck_assert_uint_eq(m.n_layers, 11);
+        for (size_t i = 0; i < m.n_layers; i++)
+            ck_assert_int_eq(m.layers[i].kind, kinds[i]);
+        ck_assert(job_model_is_graph(&m));
+        ck_assert_int_eq(m.input_rank, 3);
+        ck_assert_int_eq(m.input_shape[0], 28);
+        ck_assert_int_eq(job_layer_input(&m, 0, 0), JOB_INPUT_MODEL);
+        ck_assert_int_eq(job_layer_input(&m, 1, 0), 0);
+        ck_assert_int_eq(m.layers[4].n_inputs, 2);
+        ck_assert_int_eq(job_layer_input(&m, 4, 0), 0); /* the skip */
+        ck_assert_int_eq(job_layer_input(&m, 4, 1), 3);
+        ck_assert_int_eq(job_layer_input(&m, 7, 0), 6);
+        ck_assert_int_eq(job_layer_input(&m, 8, 0), 6);
+        ck_assert_int_eq(job_layer_input(&m, 9, 0), 7);
+        ck_assert_int_eq(job_layer_input(&m, 9, 1), 8);
+        ck_assert_int_eq(m.layers[9].axis, -1);
+        ck_assert_str_eq(m.layers[4].name, "add");
+        job_model_done(&m);
+    }
+}
+END_TEST
+
+/* A Functional model in Keras 2's form: LAYERS are the entries after the InputLayer "x" (8
+ * values); IN and OUT are input_layers and output_layers. */
+static char *functional(const char *layers, const char *in, const char *out)
+{
+    static char text[4096];
+
+    snprintf(text, sizeof(text),
+             "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"layers\": ["
+             "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8], "
+             "\"name\": \"x\"}, \"name\": \"x\", \"inbound_nodes\": []}, %s], "
+             "\"input_layers\": %s, \"output_layers\": %s}}",
+             layers, in, out);
+    return text;
+}
+
+#define DENSE(name, from)                                                                          \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"" name "\", \"units\": 3}, "             \
+    "\"name\": \"" name "\", \"inbound_nodes\": [[[\"" from "\", 0, 0, {}]]]}"
+#define MERGE(cls, name, inputs)                                                                   \
+    "{\"class_name\": \"" cls "\", \"config\": {\"name\": \"" name "\"}, \"name\": \"" name        \
+    "\", \"inbound_nodes\": [[" inputs "]]}"
+
+START_TEST(functional_models_outside_what_is_built_are_rejected)
+{
+#define TWO DENSE("a", "x") ", " DENSE("b", "a")
+    const char *in = "[[\"x\", 0, 0]]", *two = TWO;
+    job_model_t m;
+    status_msg_t err = {0};
+    const char *ok = functional(two, in, "[[\"b\", 0, 0]]");
+
+    ck_assert_int_eq(job_parse_keras_json(ok, strlen(ok), "f.json", &m, &err), STATUS_OK);
+    ck_assert(!job_model_is_graph(&m)); /* a chain, as a Sequential model would be */
+    job_model_done(&m);
+
+    assert_rejected(functional(two, in, "[[\"a\", 0, 0], [\"b\", 0, 0]]"), "f.json",
+                    "output_layers lists 2 tensors: models with several outputs", NULL);
+    assert_rejected(functional(two, in, "[\"a\", 0, 0]"), "f.json",
+                    "output_layers names 'a', not the last layer", NULL);
+    assert_rejected(functional(two, "[[\"b\", 0, 0]]", "[\"b\", 0, 0]"), "f.json",
+                    "input_layers names 'b', not the InputLayer", NULL);
+    assert_rejected(
+        functional(DENSE("a", "x") ", " DENSE("b", "x") ", " DENSE("c", "a"), in, "[\"c\", 0, 0]"),
+        "f.json", "nothing reads the output of layer 'b'", NULL);
+    assert_rejected(functional(DENSE("a", "zz"), in, "[\"a\", 0, 0]"), "f.json",
+                    "layer 'a': reads 'zz', which is not a layer before it", NULL);
+    assert_rejected(functional(DENSE("a", "x") ", " DENSE("b", "b"), in, "[\"b\", 0, 0]"), "f.json",
+                    "reads 'b', which is not a layer before it", NULL);
+    assert_rejected(functional(TWO ", " MERGE("Add", "s", "[\"a\", 0, 0, {}], [\"b\", 1, 0, {}]"),
+                               in, "[\"s\", 0, 0]"),
+                    "f.json", "called a second time: shared layers are not supported yet", NULL);
+    assert_rejected(functional("{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", "
+                               "\"units\": 3}, \"name\": \"a\", \"inbound_nodes\": "
+                               "[[[\"x\", 0, 0, {}]], [[\"x\", 0, 0, {}]]]}",
+                               in, "[\"a\", 0, 0]"),
+                    "f.json", "is called 2 times: shared layers", NULL);
+    assert_rejected(functional("{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", "
+                               "\"units\": 3}, \"name\": \"a\", \"inbound_nodes\": "
+                               "[[[\"x\", 0, 0, {\"training\": true}]]]}",
+                               in, "[\"a\", 0, 0]"),
+                    "f.json", "call arguments (kwargs) are not supported", NULL);
+    assert_rejected(functional("{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", "
+                               "\"units\": 3}, \"name\": \"a\", \"inbound_nodes\": [{\"args\": "
+                               "[{\"class_name\": \"__keras_tensor__\", \"config\": "
+                               "{\"keras_history\": [\"x\", 0, 0]}}], \"kwargs\": {\"mask\": 1}}]}",
+                               in, "[\"a\", 0, 0]"),
+                    "f.json", "call arguments (kwargs) are not supported", NULL);
+    assert_rejected(functional(TWO ", " MERGE("Subtract", "s",
+                                              "[\"a\", 0, 0, {}], [\"b\", 0, 0, {}], "
+                                              "[\"b\", 0, 0, {}]"),
+                               in, "[\"s\", 0, 0]"),
+                    "f.json", "layer 's' (subtract) takes exactly two inputs", NULL);
+    assert_rejected(functional(DENSE("a", "x") ", {\"class_name\": \"Dense\", \"config\": "
+                                               "{\"name\": \"d\", \"units\": 3}, \"name\": \"d\", "
+                                               "\"inbound_nodes\": [[[\"a\", 0, 0, {}], "
+                                               "[\"x\", 0, 0, {}]]]}",
+                               in, "[\"d\", 0, 0]"),
+                    "f.json", "takes one input", NULL);
+    assert_rejected(functional(DENSE("a", "x") ", " MERGE("Add", "s", "[\"a\", 0, 0, {}]"), in,
+                               "[\"s\", 0, 0]"),
+                    "f.json", "layer 's' (add) merges two or more inputs", NULL);
+    assert_rejected(functional("{\"class_name\": \"InputLayer\", \"config\": "
+                               "{\"batch_input_shape\": [null, 8], \"name\": \"y\"}, \"name\": "
+                               "\"y\", \"inbound_nodes\": []}, " DENSE("a", "x"),
+                               in, "[\"a\", 0, 0]"),
+                    "f.json", "a second InputLayer: models with several inputs", NULL);
+    /* a merge in a Sequential model has nothing to merge */
+    assert_rejected("{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+                    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8]}},"
+                    "{\"class_name\": \"Add\", \"config\": {\"name\": \"s\"}}]}}",
+                    "m.json", "layer 's' (add) merges two or more inputs", NULL);
+#undef TWO
 }
 END_TEST
 
@@ -861,7 +986,8 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, model_without_input_shape_is_rejected);
     tcase_add_test(tc, embedding_after_the_first_layer_is_rejected);
     tcase_add_test(tc, duplicate_layer_names_are_rejected);
-    tcase_add_test(tc, functional_models_are_rejected);
+    tcase_add_test(tc, functional_models_parse_into_a_graph);
+    tcase_add_test(tc, functional_models_outside_what_is_built_are_rejected);
     tcase_add_test(tc, unknown_top_level_key_is_rejected);
     tcase_add_test(tc, invalid_json_is_rejected_with_its_line);
     tcase_add_test(tc, nodes_of_the_wrong_type_are_errors_not_crashes);
