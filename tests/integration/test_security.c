@@ -537,6 +537,26 @@ static char *submit_id(rpc_channel_t *ch, const char *job, status_t *ret_rc, rpc
     return id;
 }
 
+/* Waits up to a minute until job `id` leaves the queue (a busy machine may take a while). */
+static void wait_started(rpc_channel_t *ch, const char *id)
+{
+    Tessera__V1__GetJobRequest req = TESSERA__V1__GET_JOB_REQUEST__INIT;
+    Tessera__V1__JobState st = TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED;
+    rpc_error_t err;
+
+    req.id = (char *)id;
+    for (int tries = 0; st == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED && tries < 600; tries++) {
+        Tessera__V1__GetJobResponse *resp = NULL;
+        ck_assert_msg(rpc_coord_get_job(ch, &req, NULL, &resp, NULL, &err) == STATUS_OK, "%s",
+                      err.message);
+        st = resp->job->state;
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        if (st == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED)
+            nanosleep(&(struct timespec){0, 100000000}, NULL);
+    }
+    ck_assert_int_ne(st, TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED);
+}
+
 /* Each limit on what a client controls answers RESOURCE_EXHAUSTED naming the limit. */
 START_TEST(limits_answer_resource_exhausted_naming_the_limit)
 {
@@ -576,6 +596,8 @@ START_TEST(limits_answer_resource_exhausted_naming_the_limit)
     for (int i = 0; i < 2; i++) {
         id[i] = submit_id(ch, job, &rc, &err);
         ck_assert_msg(rc == STATUS_OK, "%s", err.message);
+        if (i == 0)
+            wait_started(ch, id[0]);
     }
     id[2] = submit_id(ch, job, &rc, &err);
     ck_assert_msg(rc == STATUS_RESOURCE_EXHAUSTED && strstr(err.message, "--max-queued-jobs 1"),
