@@ -239,6 +239,13 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddBoolToObject(c, "scale", l->scale_gamma);
         cJSON_AddBoolToObject(c, "rms_scaling", false);
         break;
+    case JOB_LAYER_BATCH_NORMALIZATION:
+        cJSON_AddNumberToObject(c, "axis", -1);
+        cJSON_AddNumberToObject(c, "momentum", l->momentum);
+        cJSON_AddNumberToObject(c, "epsilon", l->epsilon);
+        cJSON_AddBoolToObject(c, "center", l->center);
+        cJSON_AddBoolToObject(c, "scale", l->scale_gamma);
+        break;
     case JOB_LAYER_RELU:
         if (isnan(l->max_value))
             cJSON_AddNullToObject(c, "max_value");
@@ -545,13 +552,15 @@ static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *con
                       o->kind == OPTIMIZER_NADAM || o->kind == OPTIMIZER_ADAMAX ||
                       o->kind == OPTIMIZER_FTRL;
 
+    /* Keras's optimizer holds slots for the trainable variables only (no moving statistics) */
     if (interleave)
         for (size_t i = 0; i < n; i++)
-            for (size_t s = 0; s < 2; s++)
+            for (size_t s = 0; s < 2 && !model_param(m, i)->moving; s++)
                 out[count++] = tensor_of(model_param(m, i), slots[i] + s * model_param(m, i)->n);
     for (size_t s = interleave ? 2 : 0; s < k; s++)
         for (size_t i = 0; i < n; i++)
-            out[count++] = tensor_of(model_param(m, i), slots[i] + s * model_param(m, i)->n);
+            if (!model_param(m, i)->moving)
+                out[count++] = tensor_of(model_param(m, i), slots[i] + s * model_param(m, i)->n);
     if (o->kind == OPTIMIZER_NADAM)
         out[count++] = (keras_tensor_t){.rank = 0, .data = u_product};
     return count;

@@ -56,9 +56,10 @@ static status_t carry_mask(model_t *m, layer_t *l, const float **mask, status_ms
     case JOB_LAYER_GAUSSIAN_NOISE:
         return STATUS_OK; /* the steps stay: so does the mask */
     case JOB_LAYER_SOFTMAX:
+    case JOB_LAYER_BATCH_NORMALIZATION:
         return status_fail(err, STATUS_BAD_CONFIG,
-                           "layer %s: a Softmax under the mask of mask_zero is not supported",
-                           l->spec.name);
+                           "layer %s: a %s under the mask of mask_zero is not supported",
+                           l->spec.name, job_layer_keras_class(l->spec.kind));
     default:
         LOG_WARNING(TRAIN,
                     "layer %s (%s) does not support masking: the mask of mask_zero stops there, as "
@@ -77,6 +78,9 @@ static status_t wire(model_t *m, const job_model_t *spec, size_t i, const float 
     layer_t *l = &m->layers[i];
 
     l->n_ins = job_layer_is_merge(l->spec.kind) ? l->spec.n_inputs : 1;
+    if (l->n_ins < 1 || l->n_ins > JOB_MAX_INPUTS)
+        return status_fail(err, STATUS_BAD_CONFIG, "layer %s reads %d inputs (1 to %d)",
+                           l->spec.name, l->n_ins, JOB_MAX_INPUTS);
     for (int k = 0; k < l->n_ins; k++) {
         int src = job_layer_input(spec, i, k);
         if (src >= (int)i || src < JOB_INPUT_MODEL)
@@ -108,6 +112,19 @@ static status_t graph_buffers(model_t *m, status_msg_t *err)
     m->grad_of = calloc(m->n_layers, sizeof(*m->grad_of));
     if (m->gbuf == NULL || m->grad_of == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    /* backward needs every layer but the last read by a later one (job_model_finish checks it
+     * of a parsed model; model_new takes any spec) */
+    for (size_t i = 0; i + 1 < m->n_layers; i++) {
+        bool read = false;
+        for (size_t j = i + 1; j < m->n_layers && !read; j++)
+            for (int k = 0; k < m->layers[j].n_ins && !read; k++)
+                read = m->layers[j].src[k] == (int)i;
+        if (!read)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "nothing reads the output of layer %s: every layer must lead to "
+                               "the model's output, the last layer",
+                               m->layers[i].spec.name);
+    }
     for (size_t i = 0; i + 1 < m->n_layers; i++) {
         m->gbuf[i] = layer_floats(m, layer_mul_sat((size_t)m->max_batch, m->layers[i].out_len));
         if (m->gbuf[i] == NULL) {
@@ -279,7 +296,9 @@ void model_summary(const model_t *m, char *buf, size_t len)
     for (size_t i = 0; i < m->n_layers && n < len; i++) {
         const layer_t *l = &m->layers[i];
         char shape[96];
-        size_t params = (l->w ? l->w->n : 0) + (l->w2 ? l->w2->n : 0) + (l->b ? l->b->n : 0);
+        size_t params = 0;
+        for (size_t k = 0; k < l->n_params; k++)
+            params += l->params[k].n;
         layer_shape_str(l->out_shape, l->out_rank, shape, sizeof(shape));
         n += (size_t)snprintf(buf + n, len - n, "  %-28s %-22s %10zu\n", l->spec.name, shape,
                               params);

@@ -14,7 +14,7 @@
 #include "job/job.h"
 #include "base/status.h"
 
-/* One trainable variable: a Dense/Conv2D kernel or bias, or an Embedding table. */
+/* One variable: a Dense/Conv2D kernel or bias, an Embedding table, or a moving statistic. */
 typedef struct model_param {
     char name[96]; /* "dense_1/kernel" */
     float *value;
@@ -27,6 +27,11 @@ typedef struct model_param {
     job_init_t init;
     job_init_kind_t init_default;
     job_constraint_t constraint; /* applied after each update (model_constrain) */
+    /* Not trained: a moving average (BatchNormalization's moving statistics). A training pass
+     * puts the statistic in grad, weighted as gradients are; the update is
+     * value = value * momentum + grad * (1 - momentum), no optimizer, clipping or decay. */
+    bool moving;
+    float momentum;
     /* Sparse gradient of the last step: rows_grad[j] belongs to row rows_index[j]. */
     int64_t *rows_index;
     float *rows_grad;

@@ -162,12 +162,13 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
     }
     for (size_t i = m->n_layers; i-- > 0;) {
         layer_t *l = &m->layers[i];
-        bool has_params = l->w != NULL || l->b != NULL;
-        size_t first = has_params ? (size_t)((l->w ? l->w : l->b) - m->params) : 0;
+        bool has_params = l->n_params > 0;
+        size_t first = (size_t)(l->params - m->params);
         float *dx;
 
         if (m->graph)
             dy = m->grad_of[i]; /* every layer is read by a later one (job_model_finish) */
+        l->share = share;
         layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
         /* before the gradients leave (a PS push, an all-reduce bucket) */
         reg += regularize(l->w, &l->spec.kernel_reg, share) +

@@ -586,6 +586,16 @@ status_t trainer_apply(trainer_t *t, status_msg_t *err)
     return trainer_accumulate(t) ? trainer_update(t, err) : STATUS_OK;
 }
 
+/* A moving statistic's update from the statistic in its grad (model_param_t.moving), Keras's
+ * moving * momentum + statistic * (1 - momentum), in float32. */
+static void update_moving(model_param_t *p, size_t lo, size_t n)
+{
+    float m = p->momentum, rest = 1.0f - p->momentum;
+
+    for (size_t k = lo; k < lo + n; k++)
+        p->value[k] = p->value[k] * m + p->grad[k] * rest;
+}
+
 /* Replica q's part of every dense variable's update. */
 static void update_part(void *arg, int q, int n)
 {
@@ -597,8 +607,11 @@ static void update_part(void *arg, int q, int n)
         replicas_part(q, n, p->n, &lo, &hi);
         if (p->sparse)
             continue;
-        optimizer_apply_dense_part(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n, lo,
-                                   hi - lo, NULL);
+        if (p->moving)
+            update_moving(p, lo, hi - lo);
+        else
+            optimizer_apply_dense_part(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n,
+                                       lo, hi - lo, NULL);
     }
 }
 
@@ -623,7 +636,7 @@ static status_t clip_gradients(trainer_t *t, status_msg_t *err)
         const int64_t *index;
         size_t rows;
         grads[i] = p->grad;
-        lens[i] = p->n;
+        lens[i] = p->moving ? 0 : p->n; /* a moving statistic is no gradient */
         if (t->reps != NULL && replicas_rows(t->reps, i, &index, &grads[i], &rows))
             lens[i] = rows * (size_t)p->shape[1];
         else if (p->sparse) {
@@ -664,6 +677,8 @@ status_t trainer_update(trainer_t *t, status_msg_t *err)
             STATUS_CHECK(optimizer_apply_rows(&t->opt, t->applied[i], p->value, (size_t)p->shape[0],
                                               (size_t)p->shape[1], p->rows_index, p->rows_grad,
                                               p->n_rows, t->slots[i], NULL, err));
+        else if (p->moving)
+            update_moving(p, 0, p->n);
         else
             optimizer_apply_dense(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n);
         t->applied[i]++;

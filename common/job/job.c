@@ -785,6 +785,14 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
                                  "training does not apply yet (the parameter servers would): "
                                  "train it with another strategy",
                                  job->model.layers[i].name);
+    for (size_t i = 0; job->strategy == JOB_STRATEGY_PARAMETER_SERVER && i < job->model.n_layers;
+         i++)
+        if (job->model.layers[i].kind == JOB_LAYER_BATCH_NORMALIZATION)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
+                                 "model: layer %s is a BatchNormalization, whose moving "
+                                 "statistics parameter_server training does not keep yet: train "
+                                 "it with another strategy",
+                                 job->model.layers[i].name);
     SECTION("train", false, parse_train, job);
     job->evaluate = job->data.test.present;
     STATUS_CHECK(job_tree_get_bool(c, root, "evaluate", &job->evaluate));

@@ -741,10 +741,27 @@ static status_t json_get_constraint(job_layer_reader_t *r, const char *key, job_
     return STATUS_OK;
 }
 
+static status_t json_get_axis(job_layer_reader_t *r, const char *key, int *ret)
+{
+    json_reader_t *j = json_reader(r);
+    const cJSON *v = kget(j->cfg, key);
+
+    if (v == NULL)
+        return STATUS_OK;
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
+        v = v->child;
+    if (!is_int(v, -JOB_MAX_RANK, JOB_MAX_RANK) || v->valuedouble == 0)
+        return type_error(j->k, key, kget(j->cfg, key),
+                          "an axis other than the batch's: 1 to 4, or -1 to -4");
+    *ret = (int)v->valuedouble;
+    return STATUS_OK;
+}
+
 static const job_layer_reader_ops_t json_reader_ops = {
-    json_get_int,   json_get_seed,       json_get_number,  json_get_bool, json_get_pair,
-    json_get_shape, json_get_activation, json_get_padding, json_get_init, json_get_regularizer,
-    json_invalid,   json_get_length,     json_get_margins, json_get_axes, json_get_constraint,
+    json_get_int,     json_get_seed,        json_get_number,     json_get_bool,
+    json_get_pair,    json_get_shape,       json_get_activation, json_get_padding,
+    json_get_init,    json_get_regularizer, json_invalid,        json_get_length,
+    json_get_margins, json_get_axes,        json_get_constraint, json_get_axis,
 };
 
 /* Sets the model's input shape from a batch shape, or checks it against the one already set
@@ -887,6 +904,26 @@ static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t
 
 /* ---- Functional models ---- */
 
+/* A call's keyword arguments: none, or Keras 3's "mask": null (a layer that takes a mask, called
+ * without one). A mask tensor or any other argument is refused. */
+static status_t check_call_kwargs(kctx_t *k, const cJSON *kw)
+{
+    const cJSON *v;
+
+    if (!cJSON_IsObject(kw))
+        return kfail(k, "call arguments (kwargs) must be an object");
+    cJSON_ArrayForEach(v, kw)
+    {
+        if (strcmp(v->string, "mask") == 0 && cJSON_IsNull(v))
+            continue;
+        if (strcmp(v->string, "mask") == 0)
+            return kfail(k, "is called with a mask: masks in Functional models are not supported "
+                            "yet");
+        return kfail(k, "call argument '%.40s' (kwargs) is not supported", v->string);
+    }
+    return STATUS_OK;
+}
+
 /* Keras 3 writes a layer's inputs as tensors that name where they come from: {"class_name":
  * "__keras_tensor__", "config": {"shape", "dtype", "keras_history": [LAYER, NODE, TENSOR]}};
  * Keras 2 as [LAYER, NODE, TENSOR, {kwargs}]. *ret: the index of the earlier layer, or
@@ -917,8 +954,8 @@ static status_t resolve_tensor(kctx_t *k, const cJSON *t, const char *input_name
                      "supported",
                      name);
     kw = cJSON_GetArrayItem(hist, 3);
-    if (kw != NULL && !(cJSON_IsObject(kw) && kw->child == NULL))
-        return kfail(k, "call arguments (kwargs) are not supported");
+    if (kw != NULL)
+        STATUS_CHECK(check_call_kwargs(k, kw));
     if (input_name != NULL && strcmp(name, input_name) == 0) {
         *ret = JOB_INPUT_MODEL;
         return STATUS_OK;
@@ -950,8 +987,8 @@ static status_t parse_inbound(kctx_t *k, const cJSON *nodes, const char *input_n
         static const char *const node_keys[] = {"args", "kwargs"};
         const cJSON *kw = kget(node, "kwargs");
         STATUS_CHECK(check_keys(k, node, "inbound node", node_keys, JOB_N_OF(node_keys)));
-        if (kw != NULL && !(cJSON_IsObject(kw) && kw->child == NULL))
-            return kfail(k, "call arguments (kwargs) are not supported");
+        if (kw != NULL)
+            STATUS_CHECK(check_call_kwargs(k, kw));
         args = kget(node, "args");
         if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 1)
             return kfail(k, "inbound_nodes args must hold one tensor or one list of them");

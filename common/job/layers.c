@@ -372,10 +372,24 @@ static status_t read_concatenate(job_layer_reader_t *r, job_layer_t *l, int *ret
 {
     (void)ret_input_length;
     l->axis = -1;
-    STATUS_CHECK(r->ops->get_int(r, "axis", false, INT_MIN, &l->axis));
-    if (l->axis == 0 || l->axis < -JOB_MAX_RANK - 1 || l->axis > JOB_MAX_RANK)
-        return r->ops->invalid(r, "axis", "an axis other than the batch's (1 to 4, or -1 to -4)");
-    return STATUS_OK;
+    return r->ops->get_axis(r, "axis", &l->axis);
+}
+
+/* BatchNormalization over the last axis (the engine checks that `axis` names it). */
+static status_t read_batch_normalization(job_layer_reader_t *r, job_layer_t *l,
+                                         int *ret_input_length)
+{
+    l->axis = -1;
+    l->momentum = 0.99;
+    l->moving_mean_init.kind = JOB_INIT_ZEROS;
+    l->moving_variance_init.kind = JOB_INIT_ONES;
+    STATUS_CHECK(r->ops->get_axis(r, "axis", &l->axis));
+    STATUS_CHECK(r->ops->get_number(r, "momentum", false, &l->momentum));
+    if (!(l->momentum >= 0 && l->momentum <= 1))
+        return r->ops->invalid(r, "momentum", "a number from 0 to 1");
+    STATUS_CHECK(read_layer_normalization(r, l, ret_input_length));
+    STATUS_CHECK(r->ops->get_init(r, "moving_mean_initializer", &l->moving_mean_init));
+    return r->ops->get_init(r, "moving_variance_initializer", &l->moving_variance_init);
 }
 
 /* ---- the table ---- */
@@ -456,6 +470,23 @@ static const job_keras_key_t up_sampling_fixed[] = {{"data_format", JOB_KERAS_CH
 static const char *const permute_keys[] = {"dims"};
 static const char *const repeat_keys[] = {"n"};
 static const char *const concatenate_keys[] = {"axis"};
+static const char *const batch_norm_keys[] = {"axis",
+                                              "momentum",
+                                              "epsilon",
+                                              "center",
+                                              "scale",
+                                              "gamma_initializer",
+                                              "beta_initializer",
+                                              "moving_mean_initializer",
+                                              "moving_variance_initializer"};
+static const job_keras_key_t batch_norm_fixed[] = {
+    {"gamma_regularizer", JOB_KERAS_NULL},  {"beta_regularizer", JOB_KERAS_NULL},
+    {"gamma_constraint", JOB_KERAS_NULL},   {"beta_constraint", JOB_KERAS_NULL},
+    {"synchronized", JOB_KERAS_FALSE},      {"renorm", JOB_KERAS_FALSE},
+    {"renorm_clipping", JOB_KERAS_NULL},    {"renorm_momentum", JOB_KERAS_IGNORED},
+    {"virtual_batch_size", JOB_KERAS_NULL}, {"adjustment", JOB_KERAS_NULL},
+    {"fused", JOB_KERAS_IGNORED},
+};
 static const char *const layer_norm_keys[] = {"epsilon", "center", "scale", "gamma_initializer",
                                               "beta_initializer"};
 
@@ -562,6 +593,9 @@ static const job_layer_info_t table[] = {
     [JOB_LAYER_MINIMUM] = {"minimum", "Minimum", NULL, 0, NULL, 0, read_nothing},
     [JOB_LAYER_CONCATENATE] = {"concatenate", "Concatenate", KEYS(concatenate_keys), NULL, 0,
                                read_concatenate},
+    [JOB_LAYER_BATCH_NORMALIZATION] = {"batch_normalization", "BatchNormalization",
+                                       KEYS(batch_norm_keys), KEYS(batch_norm_fixed),
+                                       read_batch_normalization},
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) == JOB_LAYER_KINDS, "one row per job_layer_kind_t");
@@ -772,11 +806,12 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
                            "%s: the model has no input shape: give input_shape on the first "
                            "layer (for example input_shape: [784])",
                            where);
-    for (size_t i = 0; i < m->n_layers; i++)
-        if (m->layers[i].kind == JOB_LAYER_EMBEDDING && job_layer_input(m, i, 0) != JOB_INPUT_MODEL)
+    /* the first layer reads the model's input, whatever the graph */
+    for (size_t i = 1; i < m->n_layers; i++)
+        if (m->layers[i].kind == JOB_LAYER_EMBEDDING)
             return status_fail(err, STATUS_BAD_CONFIG,
-                               "%s: layer %zu: embedding must read the model's input (its input "
-                               "is integer ids)",
+                               "%s: layer %zu: embedding must be the first layer (its input is "
+                               "integer ids)",
                                where, i);
     m->input_is_int = m->layers[0].kind == JOB_LAYER_EMBEDDING;
     for (size_t i = 0; i < m->n_layers; i++)

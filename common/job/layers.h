@@ -57,6 +57,9 @@ typedef struct job_layer_reader_ops {
     /* an optional list of 1 to JOB_MAX_RANK positive integers (or one): *ret_n 0 when absent */
     status_t (*get_axes)(job_layer_reader_t *r, const char *key, int *ret, int *ret_n);
     status_t (*get_constraint)(job_layer_reader_t *r, const char *key, job_constraint_t *ret);
+    /* an axis counted with the batch's (-1: the last): a nonzero integer from -4 to 4, or (as
+     * Keras 2 writes a normalization's) a list of one; left alone when absent */
+    status_t (*get_axis)(job_layer_reader_t *r, const char *key, int *ret);
 } job_layer_reader_ops_t;
 
 /* Embedded first in each format's reader, which holds its own context after it. */

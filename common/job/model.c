@@ -269,6 +269,26 @@ static status_t tree_get_axes(job_layer_reader_t *r, const char *key, int *ret, 
     return rc;
 }
 
+static status_t tree_get_axis(job_layer_reader_t *r, const char *key, int *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    const job_node_t *n = job_tree_child(t->opts, key);
+    size_t old;
+    status_t rc;
+    int64_t v = 0;
+
+    if (!job_tree_given(n))
+        return STATUS_OK;
+    old = job_tree_push_key(t->c, key);
+    rc = job_tree_int(t->c, n, -JOB_MAX_RANK, JOB_MAX_RANK, &v);
+    if (rc == STATUS_OK && v == 0)
+        rc = job_tree_type_error(t->c, n, "an axis other than the batch's: 1 to 4, or -1 to -4");
+    job_tree_pop(t->c, old);
+    if (rc == STATUS_OK)
+        *ret = (int)v;
+    return rc;
+}
+
 /* A constraint: a bare name (non_neg, max_norm, unit_norm, min_max_norm) or {NAME: {max_value,
  * min_value, rate, axis}} as Keras names them (axis: an axis or a list of axes of the weight). */
 static status_t tree_get_constraint(job_layer_reader_t *r, const char *key, job_constraint_t *ret)
@@ -332,9 +352,10 @@ static status_t tree_get_constraint(job_layer_reader_t *r, const char *key, job_
 }
 
 static const job_layer_reader_ops_t tree_reader_ops = {
-    tree_get_int,   tree_get_seed,       tree_get_number,  tree_get_bool, tree_get_pair,
-    tree_get_shape, tree_get_activation, tree_get_padding, tree_get_init, tree_get_regularizer,
-    tree_invalid,   tree_get_length,     tree_get_margins, tree_get_axes, tree_get_constraint,
+    tree_get_int,     tree_get_seed,        tree_get_number,     tree_get_bool,
+    tree_get_pair,    tree_get_shape,       tree_get_activation, tree_get_padding,
+    tree_get_init,    tree_get_regularizer, tree_invalid,        tree_get_length,
+    tree_get_margins, tree_get_axes,        tree_get_constraint, tree_get_axis,
 };
 
 /* Reads a layer's options: its name, then what its kind reads. */

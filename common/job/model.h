@@ -60,6 +60,7 @@ typedef enum {
     JOB_LAYER_MAXIMUM,
     JOB_LAYER_MINIMUM,
     JOB_LAYER_CONCATENATE,
+    JOB_LAYER_BATCH_NORMALIZATION,
     JOB_LAYER_KINDS /* how many there are */
 } job_layer_kind_t;
 
@@ -145,10 +146,10 @@ typedef struct job_layer {
     uint64_t dropout_seed;     /* dropout, spatial dropout, gaussian_noise: 0 = the job seed */
     int input_dim, output_dim; /* embedding */
     job_init_t kernel_init, bias_init;      /* dense, conv2d; embedding uses kernel_init;
-                                             * layer_normalization: gamma's, beta's */
+                                             * the normalizations: gamma's, beta's */
     job_regularizer_t kernel_reg, bias_reg; /* dense, conv2d (Keras's L1, L2, L1L2) */
-    double epsilon;                         /* layer_normalization (Keras: 0.001) */
-    bool center, scale_gamma;               /* layer_normalization: beta, gamma (Keras: both) */
+    double epsilon;                         /* the normalizations (Keras: 0.001) */
+    bool center, scale_gamma;               /* the normalizations: beta, gamma (Keras: both) */
     double negative_slope, threshold;       /* relu, leaky_relu */
     double max_value;                       /* relu: NaN for none */
     double alpha;                           /* elu */
@@ -168,7 +169,9 @@ typedef struct job_layer {
     job_constraint_t kernel_constraint, bias_constraint;
     job_init_t pointwise_init;
     job_regularizer_t pointwise_reg;
-    int axis; /* concatenate: Keras's axis, the batch's counted (-1: the last) */
+    int axis;        /* concatenate, batch_normalization: Keras's axis, the batch's counted */
+    double momentum; /* batch_normalization: of the moving statistics (Keras: 0.99) */
+    job_init_t moving_mean_init, moving_variance_init; /* batch_normalization */
     /* What the layer reads, in a Functional model's graph: inputs[k] is an earlier layer's index
      * or JOB_INPUT_MODEL. n_inputs 0: the layer before it, or the model's input for the first
      * (a Sequential model). */

@@ -50,6 +50,7 @@ static const layer_ops_t *const layer_table[] = {
     [JOB_LAYER_MAXIMUM] = &layer_merge,
     [JOB_LAYER_MINIMUM] = &layer_merge,
     [JOB_LAYER_CONCATENATE] = &layer_concatenate,
+    [JOB_LAYER_BATCH_NORMALIZATION] = &layer_batch_normalization,
 };
 
 bool layer_draws(job_layer_kind_t kind)
@@ -84,8 +85,11 @@ status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, status_msg
                                 INT_MAX);
     l->out_rank = l->in_rank;
     memcpy(l->out_shape, l->in_shape, sizeof(l->out_shape));
+    l->in_len = layer_shape_len(l->in_shape, l->in_rank);
+    l->params = m->params + m->n_params;
     if (ops->plan != NULL)
         STATUS_CHECK(ops->plan(&p, l, err));
+    l->n_params = (size_t)(m->params + m->n_params - l->params);
     /* the weights' constraints; an axis past a weight's rank is Keras's error too */
     for (int k = 0; k < 2; k++) {
         model_param_t *w = k == 0 ? l->w : l->b;

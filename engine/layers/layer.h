@@ -44,6 +44,14 @@ typedef struct layer {
      * for merges); a merge's inputs' values (ins[0] is `in`) and shapes; Concatenate's run of
      * values of each input per step of the axes before the joined one, and how many steps */
     int src[JOB_MAX_INPUTS], n_ins;
+    /* the layer's parameters, in the model's list (layer_plan) */
+    model_param_t *params;
+    size_t n_params;
+    /* BatchNormalization: the batch's statistics per channel; share: the slice's part of the
+     * whole batch in this training step (model_train_slice), the weight of those statistics */
+    float *batch_mean, *batch_var;
+    double *sums; /* BatchNormalization: per-channel sums and factors, 3 a channel */
+    float share;
     const float *ins[JOB_MAX_INPUTS];
     int ins_shape[JOB_MAX_INPUTS][JOB_MAX_RANK], ins_rank[JOB_MAX_INPUTS];
     size_t part[JOB_MAX_INPUTS], outer;
@@ -83,7 +91,7 @@ extern const layer_ops_t layer_dense, layer_conv2d, layer_max_pooling2d, layer_a
     layer_global_max_pooling, layer_relu, layer_leaky_relu, layer_elu, layer_zero_padding2d,
     layer_cropping2d, layer_up_sampling2d, layer_permute, layer_repeat_vector, layer_prelu,
     layer_spatial_dropout, layer_gaussian_noise, layer_depthwise_conv2d, layer_merge,
-    layer_concatenate;
+    layer_concatenate, layer_batch_normalization;
 
 /* Whether a kind draws random numbers in training (Dropout, the spatial dropouts,
  * GaussianNoise): its stream is saved with checkpoints, its draws keyed per batch slice. */

@@ -2,6 +2,7 @@
  * inputs of one shape, and Concatenate along an axis. Values combine in Keras's order (the
  * running result with each next input, Average dividing the sum by the count), and gradients
  * follow TensorFlow's: Maximum's and Minimum's go to the first input that holds the extreme. */
+#include <limits.h>
 #include <string.h>
 
 #include "layers/layer.h"
@@ -134,8 +135,9 @@ static status_t concatenate_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
     if (axis < 1 || axis > rank)
         return layer_plan_error(p, err, "axis %d is not an axis of its input %s", l->spec.axis,
                                 p->in_s);
+    int64_t joined = 0;
+
     axis--; /* of the example's shape */
-    l->out_shape[axis] = 0;
     for (int k = 0; k < l->n_ins; k++) {
         bool fits = l->ins_rank[k] == rank;
         for (int d = 0; fits && d < rank; d++)
@@ -147,9 +149,13 @@ static status_t concatenate_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
                                     "one (%d)",
                                     p->in_s, shape, l->spec.axis);
         }
-        l->out_shape[axis] += l->ins_shape[k][axis];
+        joined += l->ins_shape[k][axis];
         l->part[k] = layer_shape_len(l->ins_shape[k] + axis, rank - axis);
     }
+    if (joined > INT_MAX)
+        return layer_plan_error(p, err, "joins %lld values along axis %d (at most %d)",
+                                (long long)joined, l->spec.axis, INT_MAX);
+    l->out_shape[axis] = (int)joined;
     l->outer = layer_shape_len(l->in_shape, axis);
     return STATUS_OK;
 }

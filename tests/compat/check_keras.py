@@ -38,7 +38,7 @@ CASES = [
     # example, train flags, input shape, integer input, variables
     ("fashion-mnist-mlp.yaml", ["--epochs", "1"], [28 * 28], False, 4),
     ("fashion-mnist-cnn.yaml", ["--steps", "300"], [28, 28, 1], False, 8),
-    ("fashion-mnist-resnet.yaml", ["--steps", "300"], [28, 28, 1], False, 8),
+    ("fashion-mnist-resnet.yaml", ["--steps", "300"], [28, 28, 1], False, 17),
     ("text-synthetic.yaml", ["--epochs", "1"], [100], True, 5),
 ]
 

@@ -114,6 +114,12 @@ def cases():
             L.Dense(4, activation="tanh"), L.LayerNormalization(), L.SpatialDropout1D(0.0),
             L.GlobalAveragePooling1D(),
             L.Dense(1)], "mse", ("ids", 10)),
+        ("batch normalization: conv, dense, without gamma or beta", [
+            keras.Input((6, 6, 2)), L.Conv2D(3, 3, use_bias=False), L.BatchNormalization(),
+            L.ReLU(), L.Conv2D(4, 2), L.BatchNormalization(momentum=0.9, epsilon=1e-5,
+                                                          center=False),
+            L.Flatten(), L.Dense(4), L.BatchNormalization(scale=False), L.Dense(1)],
+         "mse", "regression"),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
          "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),
@@ -148,6 +154,18 @@ def resnet_block():
         x = L.ReLU()(L.Add()([y, skip]))
     out = L.Dense(1)(L.GlobalAveragePooling2D()(x))
     return keras.Model(inp, out)
+
+
+def resnet_block_bn():
+    """ResNet's block as the issue writes it: Conv2D -> BatchNormalization -> ReLU -> Conv2D ->
+    BatchNormalization -> Add -> ReLU."""
+    inp = keras.Input((5, 5, 3))
+    x = L.Conv2D(3, 3, padding="same", use_bias=False)(inp)
+    x = L.ReLU()(L.BatchNormalization()(x))
+    x = L.Conv2D(3, 3, padding="same", use_bias=False)(x)
+    x = L.BatchNormalization()(x)
+    x = L.ReLU()(L.Add()([x, inp]))
+    return keras.Model(inp, L.Dense(1)(L.Flatten()(x)))
 
 
 def every_merge():
@@ -194,6 +212,8 @@ def merges_of_merges():
 def functional_cases():
     return [
         ("functional: resnet-style blocks", resnet_block, "mse", "regression"),
+        ("functional: resnet block with batch normalization", resnet_block_bn, "mse",
+         "regression"),
         ("functional: add subtract multiply average max min", every_merge, "mse", "regression"),
         ("functional: merges of merges", merges_of_merges, "mse", "regression"),
         ("functional: concatenate axes, fan-out, input merged",
@@ -248,16 +268,23 @@ def run_case(name, layers, loss, labels, rng, tmp):
     model = layers() if callable(layers) else keras.Sequential(layers)
     for v in model.weights:
         v.assign(rng.normal(0, 0.4, v.shape).astype(np.float32))
+    for layer in model.layers:  # a variance must be positive
+        if hasattr(layer, "moving_variance") and layer.moving_variance is not None:
+            layer.moving_variance.assign(rng.uniform(0.5, 2.0, layer.moving_variance.shape)
+                                         .astype(np.float32))
     x, y = data(rng, model, labels)
     y_in = y.reshape(-1, 1) if model.output_shape[-1] == 1 else y
     xin = x.astype(np.int32) if labels[0] == "ids" else x
+    out_eval = np.asarray(model(xin, training=False))
+    # every variable's value as the step starts (the step moves the moving statistics)
+    start = {id(v): np.asarray(v.numpy(), dtype="<f4") for v in model.weights}
     with tf.GradientTape() as tape:
         out = model(xin, training=True)
         value = KERAS_LOSS[loss]()(y_in, out) + sum(model.losses)
     grads = tape.gradient(value, model.trainable_variables)
     # each variable by Tessera's name for it, "<layer>/<variable>"
     names = {id(v): "%s/%s" % (layer.name, v.name) for layer in model.layers
-             for v in layer.trainable_weights}
+             for v in layer.weights}
 
     d = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
     os.makedirs(d)
@@ -267,9 +294,8 @@ def run_case(name, layers, loss, labels, rng, tmp):
         f.write("model: {keras_json: %s}\nloss: %s\ndata: {batch_size: %d, train: {format: "
                 "synthetic, examples: 8, shape: [1], classes: 2}}\n" % (
                     os.path.join(d, "model.json"), loss, BATCH))
-    for v in model.trainable_variables:
-        np.asarray(v.numpy(), dtype="<f4").tofile(
-            os.path.join(d, names[id(v)].replace("/", "__") + ".f32"))
+    for v in model.weights:
+        start[id(v)].tofile(os.path.join(d, names[id(v)].replace("/", "__") + ".f32"))
     x.astype("<f4").tofile(os.path.join(d, "x.f32"))
     y.astype("<f4").tofile(os.path.join(d, "y.f32"))
     run = subprocess.run([os.path.join(BUILD, "tests", "layer_steps"), d, str(BATCH)],
@@ -280,6 +306,16 @@ def run_case(name, layers, loss, labels, rng, tmp):
     ours = np.fromfile(os.path.join(d, "out.f32"), dtype="<f4").reshape(np.shape(out))
     worst = close(ours, np.asarray(out))
     check(worst <= TOL, "%s: outputs differ by %.2e" % (name, worst))
+    ours = np.fromfile(os.path.join(d, "out_eval.f32"), dtype="<f4").reshape(out_eval.shape)
+    e = close(ours, out_eval)
+    worst = max(worst, e)
+    check(e <= TOL, "%s: inference outputs differ by %.2e" % (name, e))
+    for v in model.non_trainable_variables:  # the moving statistics after the step
+        mine = np.fromfile(os.path.join(d, names[id(v)].replace("/", "__") + ".moved.f32"),
+                           dtype="<f4").reshape(v.shape)
+        e = close(mine, v.numpy())
+        worst = max(worst, e)
+        check(e <= TOL, "%s: %s after the step differs by %.2e" % (name, names[id(v)], e))
     ours_loss = float(open(os.path.join(d, "loss.txt")).read())
     lerr = abs(ours_loss - float(value)) / max(abs(float(value)), 1.0)
     check(lerr <= TOL, "%s: loss %.7g, keras %.7g" % (name, ours_loss, float(value)))

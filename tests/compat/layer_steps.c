@@ -8,7 +8,10 @@
  * its values, float32 little-endian in Keras's layout. DIR/x.f32 holds BATCH inputs and
  * DIR/y.f32 BATCH labels (one float an example: every loss takes one). One step of forward, loss
  * and backward in training mode; written: DIR/out.f32, the model's output [BATCH, outputs],
- * DIR/loss.txt, the mean loss, and DIR/NAME.grad.f32, each variable's gradient of the mean loss. */
+ * DIR/loss.txt, the mean loss, and DIR/NAME.grad.f32, each variable's gradient of the mean loss;
+ * for a moving statistic (BatchNormalization's) DIR/NAME.moved.f32 instead, its value after the
+ * step's moving-average update. Before the step, the same batch in inference mode (the moving
+ * statistics, no dropout): DIR/out_eval.f32. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +114,12 @@ int main(int argc, char **argv)
     read_floats(path, x, (size_t)batch * in_len);
     snprintf(path, sizeof(path), "%s/y.f32", dir);
     read_floats(path, y, (size_t)batch * label_len);
+    if (model_evaluate(m, x, y, batch, &st, &err) != STATUS_OK) {
+        fprintf(stderr, "layer_steps: %s\n", err.text);
+        return 1;
+    }
+    snprintf(path, sizeof(path), "%s/out_eval.f32", dir);
+    write_floats(path, model_output(m), (size_t)batch * model_output_len(m));
     if (model_train_step(m, x, y, batch, &st, &err) != STATUS_OK) {
         fprintf(stderr, "layer_steps: %s\n", err.text);
         return 1;
@@ -120,6 +129,13 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
         float *g = p->grad;
+        if (p->moving) { /* the trainer's update of a moving statistic, as Keras's */
+            for (size_t k = 0; k < p->n; k++)
+                p->value[k] = p->value[k] * p->momentum + p->grad[k] * (1.0f - p->momentum);
+            path_of(p->name, ".moved.f32", path, sizeof(path));
+            write_floats(path, p->value, p->n);
+            continue;
+        }
         path_of(p->name, ".grad.f32", path, sizeof(path));
         if (p->sparse) { /* an Embedding's rows, as the dense gradient Keras's densifies to */
             size_t row = p->n / (size_t)p->shape[0];

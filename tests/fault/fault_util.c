@@ -220,7 +220,9 @@ void expect_accuracy(const char *what, const char *out, double calm)
     double got = test_accuracy(out);
 
     printf("%s: test accuracy %.4f, undisturbed %.4f\n", what, got, calm);
-    /* two workers push asynchronously: undisturbed runs of the same job end 0.77 to 0.82 apart */
-    ck_assert_msg(got >= calm - 0.08, "%s: test accuracy %.4f, undisturbed %.4f: %s", what, got,
+    /* Two workers push asynchronously: undisturbed runs of the same job end between 0.77 and
+     * 0.82, and on a 2-core machine kept busy by other tests one worker's stale pushes have
+     * cost 0.10 more (0.68 against 0.78). A job that stopped learning ends near 0.1. */
+    ck_assert_msg(got >= calm - 0.13, "%s: test accuracy %.4f, undisturbed %.4f: %s", what, got,
                   calm, out);
 }

@@ -119,8 +119,9 @@ START_TEST(ps_training_cnn_pushes_4d_kernels_and_learns)
 }
 END_TEST
 
-/* The Functional example (a residual block: the Add's gradient reaches the first Conv2D by two
- * ways) cut to 150 steps: its variables are placed and pushed as any model's. */
+/* A Functional model (Keras's JSON of a residual block without BatchNormalization, which
+ * parameter_server does not take yet: the Add's gradient reaches the first Conv2D by two ways)
+ * in the example's job, cut to 150 steps: its variables are placed and pushed as any model's. */
 START_TEST(ps_training_functional_model_learns)
 {
     cluster_t c;
@@ -131,7 +132,7 @@ START_TEST(ps_training_functional_model_learns)
     snprintf(cmd, sizeof(cmd),
              "sed -e 's/^train: .*/train: {steps: 150}/' -e 's/^strategy: .*/strategy: "
              "parameter_server/' -e 's#fashion-mnist-resnet.json#%s#' %s > %s",
-             harness_source("examples/fashion-mnist-resnet.json"),
+             harness_source("tests/fixtures/keras/keras3_residual.json"),
              harness_source("examples/fashion-mnist-resnet.yaml"), path);
     ck_assert_int_eq(system(cmd), 0);
     start_cluster(&c);

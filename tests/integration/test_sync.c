@@ -142,8 +142,10 @@ static char *expect_as_one_device(cluster_t *c, const char *job, const char *wha
     return out;
 }
 
-/* The Functional example cut to `steps`, with `strategy` and `batch`, in the test's dir. */
-static const char *resnet_job(const char *name, const char *strategy, int batch, int steps)
+/* The Functional example's job cut to `steps`, with `strategy` and `batch`, in the test's dir,
+ * for the model `json` (a path under the source tree). */
+static const char *resnet_job(const char *name, const char *json, const char *strategy, int batch,
+                              int steps)
 {
     static char path[2][600];
     static int next;
@@ -154,7 +156,7 @@ static const char *resnet_job(const char *name, const char *strategy, int batch,
              "sed -e 's/^train: .*/train: {steps: %d, steps_per_execution: 20}/' -e "
              "'s/^strategy: .*/strategy: %s/' -e 's/^  batch_size: .*/  batch_size: %d/' -e "
              "'s#fashion-mnist-resnet.json#%s#' %s > %s",
-             steps, strategy, batch, harness_source("examples/fashion-mnist-resnet.json"),
+             steps, strategy, batch, harness_source(json),
              harness_source("examples/fashion-mnist-resnet.yaml"), out);
     ck_assert_int_eq(system(cmd), 0);
     return out;
@@ -178,19 +180,37 @@ START_TEST(sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers)
 END_TEST
 
 /* A Functional model's steps split between two workers are one device's: the graph's gradients
- * (a layer read by two, a merge) sum as the chain's do. */
+ * (a layer read by two, a merge) sum as the chain's do. With BatchNormalization (the example),
+ * each worker normalizes its 32 examples by their own statistics, as each of mirrored's replicas
+ * does, and the moving statistics take the mean of the workers' (TensorFlow's MEAN aggregation
+ * of a non-trainable variable): two workers end where two local replicas end. */
 START_TEST(sync_functional_model_ends_where_one_device_does)
 {
+    static const char *const plain = "tests/fixtures/keras/keras3_residual.json",
+                             *bn = "examples/fashion-mnist-resnet.json";
     cluster_t c;
-    char *one = NULL;
+    char *one = NULL, *mirrored = NULL, *out = NULL;
     int rc;
 
-    rc =
-        tessera((char *[]){"train", (char *)resnet_job("res1", "one_device", 64, 100), NULL}, &one);
+    rc = tessera(
+        (char *[]){"train", (char *)resnet_job("res1", plain, "one_device", 64, 100), NULL}, &one);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, one);
+    rc = tessera((char *[]){"train",
+                            (char *)resnet_job("bn1", bn, "{mirrored: {replicas: 2}}", 32, 100),
+                            NULL},
+                 &mirrored);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, mirrored);
     start_cluster(&c);
-    free(expect_as_one_device(&c, resnet_job("res2", "multi_worker_mirrored", 32, 100),
+    free(expect_as_one_device(&c, resnet_job("res2", plain, "multi_worker_mirrored", 32, 100),
                               "functional model, multi_worker_mirrored", one));
+    rc = submit_watch(&c, resnet_job("bn2", bn, "multi_worker_mirrored", 32, 100), &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("batch normalization: mirrored, 2 replicas: test accuracy %.4f, multi_worker_mirrored "
+           "%.4f\n",
+           test_accuracy(mirrored), test_accuracy(out));
+    ck_assert_double_eq_tol(test_accuracy(mirrored), test_accuracy(out), 0.002);
+    free(out);
+    free(mirrored);
     free(one);
     stop_cluster(&c);
 }

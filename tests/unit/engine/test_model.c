@@ -126,7 +126,10 @@ static void check_gradients_eps(fixture_t *f, float eps)
     save_rng(m, rng);
     for (size_t k = 0; k < model_param_count(m); k++) {
         model_param_t *p = model_param(m, k);
-        float *grad = malloc(p->n * sizeof(float));
+        float *grad;
+        if (p->moving) /* a moving statistic: no gradient of the loss */
+            continue;
+        grad = malloc(p->n * sizeof(float));
         loss_at(f, rng);
         for (size_t i = 0; i < p->n; i++)
             grad[i] = analytic(p, i);
@@ -223,6 +226,94 @@ START_TEST(model_graph_concatenates_an_inner_axis)
     }
     check_gradients(&f);
     teardown(&f);
+}
+END_TEST
+
+static job_layer_t batch_norm(bool center, bool scale)
+{
+    job_layer_t l = plain(JOB_LAYER_BATCH_NORMALIZATION);
+    l.axis = -1;
+    l.momentum = 0.9;
+    l.epsilon = 1e-3;
+    l.center = center;
+    l.scale_gamma = scale;
+    l.moving_mean_init.kind = JOB_INIT_ZEROS;
+    l.moving_variance_init.kind = JOB_INIT_ONES;
+    return l;
+}
+
+START_TEST(model_batch_normalization_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[] = {conv(3, 2, 1, false, JOB_ACT_LINEAR),
+                       batch_norm(true, true),
+                       plain(JOB_LAYER_FLATTEN),
+                       dense(4, JOB_ACT_TANH),
+                       batch_norm(false, true),
+                       dense(1, JOB_ACT_LINEAR)};
+    build(&f, (int[]){4, 4, 2}, 3, JOB_LOSS_MSE, false, 6, l, 6);
+    /* gamma, beta, moving mean and variance; gamma alone and the statistics */
+    ck_assert_uint_eq(f.m->layers[1].n_params, 4);
+    ck_assert_uint_eq(f.m->layers[4].n_params, 3);
+    ck_assert(f.m->layers[1].params[2].moving && f.m->layers[1].params[3].moving);
+    ck_assert_str_eq(f.m->layers[1].params[3].name, "batch_normalization_1/moving_variance");
+    /* normalizing over a few rows bends the loss sharply: small steps (Keras's own gradients
+     * are compared in the compat suite) */
+    check_gradients_eps(&f, 2e-3f);
+    teardown(&f);
+}
+END_TEST
+
+/* A training pass hands the batch's statistics over as the moving statistics' gradient;
+ * inference normalizes by the moving statistics: set to the batch's, it gives training's
+ * output. */
+START_TEST(model_batch_normalization_infers_with_the_moving_statistics)
+{
+    fixture_t f;
+    job_layer_t l[] = {dense(3, JOB_ACT_LINEAR), batch_norm(true, true), dense(1, JOB_ACT_LINEAR)};
+    model_stats_t st;
+    status_msg_t err;
+    float trained[8];
+    model_param_t *mean, *var;
+
+    build(&f, (int[]){5}, 1, JOB_LOSS_MSE, false, 8, l, 3);
+    mean = &f.m->layers[1].params[2];
+    var = &f.m->layers[1].params[3];
+    ck_assert_int_eq(model_train_step(f.m, f.x, f.y, 8, &st, &err), STATUS_OK);
+    memcpy(trained, model_output(f.m), sizeof(trained));
+    for (int c = 0; c < 3; c++) { /* the statistics of dense's outputs over the batch */
+        double sum = 0, sq = 0;
+        for (int b = 0; b < 8; b++)
+            sum += f.m->layers[0].out[b * 3 + c];
+        for (int b = 0; b < 8; b++)
+            sq += pow(f.m->layers[0].out[b * 3 + c] - sum / 8, 2);
+        ck_assert_float_eq_tol(mean->grad[c], sum / 8, 1e-6);
+        ck_assert_float_eq_tol(var->grad[c], sq / 8, 1e-6);
+        ck_assert_float_eq(mean->value[c], 0.0f); /* the update is the trainer's */
+        ck_assert_float_eq(var->value[c], 1.0f);
+    }
+    memcpy(mean->value, mean->grad, 3 * sizeof(float));
+    memcpy(var->value, var->grad, 3 * sizeof(float));
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, 8, &st, &err), STATUS_OK);
+    for (int b = 0; b < 8; b++)
+        ck_assert_float_eq_tol(model_output(f.m)[b], trained[b], 1e-5);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_batch_normalization_on_another_axis_is_refused)
+{
+    job_layer_t l[] = {batch_norm(true, true), plain(JOB_LAYER_FLATTEN), dense(1, JOB_ACT_LINEAR)};
+    job_model_t spec = {.layers = l, .n_layers = 3, .input_rank = 2, .input_shape = {3, 4}};
+    status_msg_t err = {0};
+    model_t *m = NULL;
+
+    l[0].axis = 1;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "axis 1 is not the last axis"), "%s", err.text);
+    l[0].axis = 2; /* Keras 2 names the last axis by its number */
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_OK);
+    model_free(m);
 }
 END_TEST
 
@@ -904,6 +995,9 @@ int main(void)
     tcase_add_test(tc, model_graph_of_merges_gradients_match);
     tcase_add_test(tc, model_graph_concatenates_an_inner_axis);
     tcase_add_test(tc, model_graph_merges_of_other_shapes_are_refused);
+    tcase_add_test(tc, model_batch_normalization_gradients_match);
+    tcase_add_test(tc, model_batch_normalization_infers_with_the_moving_statistics);
+    tcase_add_test(tc, model_batch_normalization_on_another_axis_is_refused);
     tcase_add_test(tc, model_sigmoid_tanh_linear_mse_gradients_match);
     tcase_add_test(tc, model_keras_activations_compute_and_differentiate);
     tcase_add_test(tc, model_regularizers_join_the_loss_and_its_gradient);

@@ -127,23 +127,34 @@ END_TEST
 
 START_TEST(resnet_example_is_a_functional_graph_beside_it)
 {
-    static const job_layer_kind_t kinds[] = {JOB_LAYER_CONV2D,      JOB_LAYER_CONV2D,
-                                             JOB_LAYER_CONV2D,      JOB_LAYER_ADD,
-                                             JOB_LAYER_RELU,        JOB_LAYER_MAX_POOLING2D,
-                                             JOB_LAYER_FLATTEN,     JOB_LAYER_GLOBAL_MAX_POOLING2D,
-                                             JOB_LAYER_CONCATENATE, JOB_LAYER_DENSE};
+    static const job_layer_kind_t kinds[] = {JOB_LAYER_CONV2D,
+                                             JOB_LAYER_BATCH_NORMALIZATION,
+                                             JOB_LAYER_RELU,
+                                             JOB_LAYER_CONV2D,
+                                             JOB_LAYER_BATCH_NORMALIZATION,
+                                             JOB_LAYER_RELU,
+                                             JOB_LAYER_CONV2D,
+                                             JOB_LAYER_BATCH_NORMALIZATION,
+                                             JOB_LAYER_ADD,
+                                             JOB_LAYER_RELU,
+                                             JOB_LAYER_MAX_POOLING2D,
+                                             JOB_LAYER_FLATTEN,
+                                             JOB_LAYER_GLOBAL_MAX_POOLING2D,
+                                             JOB_LAYER_CONCATENATE,
+                                             JOB_LAYER_DENSE};
     job_t job;
 
     /* keras_json names the model beside the job file */
     load_example("examples/fashion-mnist-resnet.yaml", &job);
-    ck_assert_uint_eq(job.model.n_layers, 10);
-    for (size_t i = 0; i < 10; i++)
+    ck_assert_uint_eq(job.model.n_layers, 15);
+    for (size_t i = 0; i < 15; i++)
         ck_assert_int_eq(job.model.layers[i].kind, kinds[i]);
     ck_assert(job_model_is_graph(&job.model));
-    ck_assert_int_eq(job_layer_input(&job.model, 3, 0), 0); /* the block's skip */
-    ck_assert_int_eq(job_layer_input(&job.model, 3, 1), 2);
-    ck_assert_int_eq(job_layer_input(&job.model, 7, 0), 5); /* two readers of the pooling */
-    ck_assert_int_eq(job_layer_input(&job.model, 6, 0), 5);
+    ck_assert_int_eq(job_layer_input(&job.model, 8, 0), 2); /* the block's skip */
+    ck_assert_int_eq(job_layer_input(&job.model, 8, 1), 7);
+    ck_assert_int_eq(job_layer_input(&job.model, 11, 0), 10); /* two readers of the pooling */
+    ck_assert_int_eq(job_layer_input(&job.model, 12, 0), 10);
+    ck_assert_double_eq_tol(job.model.layers[1].momentum, 0.99, 1e-12);
     job_done(&job);
 }
 END_TEST
@@ -579,6 +590,19 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
                "non_neg}, input_shape: [4]}]\n" TAIL,
                "layer dense has a weight constraint, which parameter_server training does not "
                "apply yet");
+    /* BatchNormalization in a job file; its moving statistics are not kept by the PS yet */
+    parse_ok("model: [{dense: {units: 3}, input_shape: [4]}, {batch_normalization: {momentum: "
+             "0.9, epsilon: 0.01, center: false, axis: -1}}, {dense: {units: 1}}]\n" TAIL,
+             "j.yaml", &job);
+    ck_assert_int_eq(job.model.layers[1].kind, JOB_LAYER_BATCH_NORMALIZATION);
+    ck_assert_double_eq_tol(job.model.layers[1].momentum, 0.9, 1e-15);
+    ck_assert(!job.model.layers[1].center && job.model.layers[1].scale_gamma);
+    job_done(&job);
+    ASSERT_BAD("model: [{batch_normalization: {axis: 0}, input_shape: [4]}]\n" TAIL, "axis");
+    ASSERT_BAD("strategy: parameter_server\nmodel: [{batch_normalization: {}, input_shape: [4]}, "
+               "{dense: {units: 1}}]\n" TAIL,
+               "layer batch_normalization is a BatchNormalization, whose moving statistics "
+               "parameter_server training does not keep yet");
 }
 END_TEST
 
@@ -831,7 +855,7 @@ START_TEST(layer_structure_mistakes_are_explained)
                "model[0]: one layer per list item, got 'dense' and 'conv2d'");
     ASSERT_BAD("model: [{dense: {units: 1}, input_shape: [4]}, {embedding: {input_dim: 2, "
                "output_dim: 2}}]\n" TAIL,
-               "embedding must read the model's input");
+               "embedding must be the first layer");
     ASSERT_BAD("model: [{dense: {units: 1, name: x}, input_shape: [4]}, {dense: {units: 1, "
                "name: x}}]\n" TAIL,
                "two layers are named 'x'");

@@ -711,7 +711,7 @@ START_TEST(embedding_after_the_first_layer_is_rejected)
         "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", \"input_dim\": 9, "
         "\"output_dim\": 2}}]}}";
 
-    assert_rejected(text, "m.json", "embedding must read the model's input", NULL);
+    assert_rejected(text, "m.json", "embedding must be the first layer", NULL);
 }
 END_TEST
 
@@ -761,6 +761,38 @@ START_TEST(functional_models_parse_into_a_graph)
         ck_assert_str_eq(m.layers[4].name, "add");
         job_model_done(&m);
     }
+}
+END_TEST
+
+/* BatchNormalization as tf_keras 2.21 (axis [3]) and Keras 3.15 (axis -1) write it. */
+START_TEST(batch_normalization_parses_in_both_generations)
+{
+    job_model_t m;
+
+    for (int g = 0; g < 2; g++) {
+        parse_fixture(g, "batchnorm", &m);
+        ck_assert_int_eq(m.layers[1].kind, JOB_LAYER_BATCH_NORMALIZATION);
+        ck_assert_int_eq(m.layers[1].axis, g == 0 ? 3 : -1);
+        ck_assert_double_eq_tol(m.layers[1].momentum, 0.99, 1e-12);
+        ck_assert_double_eq_tol(m.layers[1].epsilon, 1e-3, 1e-12);
+        ck_assert(m.layers[1].center && m.layers[1].scale_gamma);
+        ck_assert_int_eq(m.layers[1].moving_variance_init.kind, JOB_INIT_ONES);
+        ck_assert_int_eq(m.layers[4].kind, JOB_LAYER_BATCH_NORMALIZATION);
+        ck_assert_double_eq_tol(m.layers[4].momentum, 0.9, 1e-12);
+        ck_assert_double_eq_tol(m.layers[4].epsilon, 1e-5, 1e-12);
+        ck_assert(!m.layers[4].center && m.layers[4].scale_gamma);
+        ck_assert(m.layers[9].center && !m.layers[9].scale_gamma);
+        job_model_done(&m);
+    }
+    assert_mutation_rejected("keras3_batchnorm", 2, "synchronized", "true",
+                             "synchronized true is not supported", NULL);
+    assert_mutation_rejected("keras3_batchnorm", 2, "renorm", "true",
+                             "renorm true is not supported", NULL);
+    assert_mutation_rejected("keras3_batchnorm", 2, "momentum", "1.5", "momentum", "0 to 1");
+    assert_mutation_rejected("keras3_batchnorm", 2, "axis", "0", "axis", "other than the batch");
+    assert_mutation_rejected("keras3_batchnorm", 2, "gamma_regularizer",
+                             "{\"class_name\": \"L2\", \"config\": {\"l2\": 0.1}}",
+                             "gamma_regularizer is not supported", NULL);
 }
 END_TEST
 
@@ -823,13 +855,13 @@ START_TEST(functional_models_outside_what_is_built_are_rejected)
                                "\"units\": 3}, \"name\": \"a\", \"inbound_nodes\": "
                                "[[[\"x\", 0, 0, {\"training\": true}]]]}",
                                in, "[\"a\", 0, 0]"),
-                    "f.json", "call arguments (kwargs) are not supported", NULL);
+                    "f.json", "call argument 'training' (kwargs) is not supported", NULL);
     assert_rejected(functional("{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", "
                                "\"units\": 3}, \"name\": \"a\", \"inbound_nodes\": [{\"args\": "
                                "[{\"class_name\": \"__keras_tensor__\", \"config\": "
                                "{\"keras_history\": [\"x\", 0, 0]}}], \"kwargs\": {\"mask\": 1}}]}",
                                in, "[\"a\", 0, 0]"),
-                    "f.json", "call arguments (kwargs) are not supported", NULL);
+                    "f.json", "is called with a mask: masks in Functional models", NULL);
     assert_rejected(functional(TWO ", " MERGE("Subtract", "s",
                                               "[\"a\", 0, 0, {}], [\"b\", 0, 0, {}], "
                                               "[\"b\", 0, 0, {}]"),
@@ -987,6 +1019,7 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, embedding_after_the_first_layer_is_rejected);
     tcase_add_test(tc, duplicate_layer_names_are_rejected);
     tcase_add_test(tc, functional_models_parse_into_a_graph);
+    tcase_add_test(tc, batch_normalization_parses_in_both_generations);
     tcase_add_test(tc, functional_models_outside_what_is_built_are_rejected);
     tcase_add_test(tc, unknown_top_level_key_is_rejected);
     tcase_add_test(tc, invalid_json_is_rejected_with_its_line);
