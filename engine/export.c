@@ -378,6 +378,7 @@ static cJSON *loss_config(const job_t *job)
         [JOB_LOSS_HINGE] = "Hinge",
         [JOB_LOSS_SQUARED_HINGE] = "SquaredHinge",
         [JOB_LOSS_POISSON] = "Poisson",
+        [JOB_LOSS_CATEGORICAL_CROSSENTROPY] = "CategoricalCrossentropy",
     };
     static const char *const names[] = {
         [JOB_LOSS_MSE] = "mean_squared_error",
@@ -389,6 +390,7 @@ static cJSON *loss_config(const job_t *job)
         [JOB_LOSS_HINGE] = "hinge",
         [JOB_LOSS_SQUARED_HINGE] = "squared_hinge",
         [JOB_LOSS_POISSON] = "poisson",
+        [JOB_LOSS_CATEGORICAL_CROSSENTROPY] = "categorical_crossentropy",
     };
     cJSON *c = cJSON_CreateObject();
 
@@ -396,6 +398,8 @@ static cJSON *loss_config(const job_t *job)
     cJSON_AddStringToObject(c, "reduction", "sum_over_batch_size");
     if (job_loss_has_accuracy(job->loss))
         cJSON_AddBoolToObject(c, "from_logits", job->from_logits);
+    if (job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY || job->loss == JOB_LOSS_BINARY_CROSSENTROPY)
+        cJSON_AddNumberToObject(c, "label_smoothing", job->label_smoothing);
     if (job->loss == JOB_LOSS_HUBER)
         cJSON_AddNumberToObject(c, "delta", job->huber_delta);
     return object("keras.losses", classes[job->loss], c);

@@ -18,19 +18,22 @@ status_t model_check_loss(model_t *m, status_msg_t *err)
     job_activation_t act = layer_activation_of(&m->layers[m->n_layers - 1]);
     const layer_t *last = &m->layers[m->n_layers - 1];
 
-    if (m->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+    if (m->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ||
+        m->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY) {
+        const char *name = m->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY
+                               ? "categorical_crossentropy"
+                               : "sparse_categorical_crossentropy";
         if (last->out_rank != 1 || last->out_len < 2)
             return status_fail(err, STATUS_BAD_CONFIG,
-                               "sparse_categorical_crossentropy needs an output of (batch, "
-                               "classes) with classes >= 2; the last layer '%s' gives %zu values",
-                               last->spec.name, last->out_len);
+                               "%s needs an output of (batch, classes) with classes >= 2; the "
+                               "last layer '%s' gives %zu values",
+                               name, last->spec.name, last->out_len);
         m->fused = !m->from_logits && act == JOB_ACT_SOFTMAX;
         if (!m->from_logits && act != JOB_ACT_SOFTMAX)
             LOG_WARNING(TRAIN,
                         "the last layer '%s' has no softmax, so its outputs are not "
-                        "probabilities: did you mean sparse_categorical_crossentropy with "
-                        "from_logits: true?",
-                        last->spec.name);
+                        "probabilities: did you mean %s with from_logits: true?",
+                        last->spec.name, name);
     } else if (m->loss == JOB_LOSS_BINARY_CROSSENTROPY) {
         if (last->out_rank != 1 || last->out_len != 1)
             return status_fail(err, STATUS_BAD_CONFIG,
@@ -65,12 +68,21 @@ static status_t bad_label(status_msg_t *err, int example, float label, const cha
                        example, what);
 }
 
-/* Sparse categorical cross-entropy on logits (log-softmax). */
+/* The target of class i for an example of class `label`: its one-hot value, smoothed as
+ * Keras's label_smoothing s does, t (1 - s) + s / k. */
+static inline float smoothed(size_t i, int label, float s, size_t k)
+{
+    float t = i == (size_t)label ? 1.0f : 0.0f;
+    return s == 0 ? t : t * (1.0f - s) + s / (float)k;
+}
+
+/* Categorical cross-entropy (sparse, or one-hot smoothed by m->smoothing) on logits
+ * (log-softmax). */
 static status_t scce_logits(model_t *m, const float *z, const float *y, int batch, int total,
                             float *dy, model_stats_t *st, status_msg_t *err)
 {
     size_t k = m->out_len;
-    float inv = 1.0f / (float)total;
+    float inv = 1.0f / (float)total, s = m->smoothing;
     for (int b = 0; b < batch; b++) {
         const float *x = z + (size_t)b * k;
         float *p = m->probs + (size_t)b * k, max = x[0], sum = 0;
@@ -86,23 +98,30 @@ static status_t scce_logits(model_t *m, const float *z, const float *y, int batc
             p[i] = expf(x[i] - max);
             sum += p[i];
         }
-        st->loss_sum += (double)(logf(sum) - (x[label] - max));
         st->correct += arg == label;
+        if (s == 0) {
+            st->loss_sum += (double)(logf(sum) - (x[label] - max));
+        } else { /* sum of t_i = 1: -sum t_i log p_i = log(sum) - sum t_i (x_i - max) */
+            float dot = 0;
+            for (size_t i = 0; i < k; i++)
+                dot += smoothed(i, label, s, k) * (x[i] - max);
+            st->loss_sum += (double)(logf(sum) - dot);
+        }
         for (size_t i = 0; i < k; i++) {
             p[i] /= sum;
             if (dy != NULL)
-                dy[(size_t)b * k + i] = (p[i] - (i == (size_t)label)) * inv;
+                dy[(size_t)b * k + i] = (p[i] - smoothed(i, label, s, k)) * inv;
         }
     }
     return STATUS_OK;
 }
 
-/* Sparse categorical cross-entropy on probabilities (a softmax not folded, or no softmax). */
+/* The same on probabilities (a softmax not folded, or no softmax). */
 static status_t scce_probs(model_t *m, const float *p, const float *y, int batch, int total,
                            float *dy, model_stats_t *st, status_msg_t *err)
 {
     size_t k = m->out_len;
-    float inv = 1.0f / (float)total;
+    float inv = 1.0f / (float)total, s = m->smoothing;
     for (int b = 0; b < batch; b++) {
         const float *x = p + (size_t)b * k;
         int label = (int)y[b], arg = 0;
@@ -115,15 +134,28 @@ static status_t scce_probs(model_t *m, const float *p, const float *y, int batch
             if (x[i] > x[arg])
                 arg = (int)i;
         }
-        pl = x[label] / sum;
-        pl = pl < PROB_EPSILON ? PROB_EPSILON : pl > 1 - PROB_EPSILON ? 1 - PROB_EPSILON : pl;
-        st->loss_sum += -(double)logf(pl);
         st->correct += arg == label;
+        if (s == 0) {
+            pl = x[label] / sum;
+            pl = pl < PROB_EPSILON ? PROB_EPSILON : pl > 1 - PROB_EPSILON ? 1 - PROB_EPSILON : pl;
+            st->loss_sum += -(double)logf(pl);
+        } else { /* -sum t_i log(clip(x_i / sum)) */
+            float loss = 0;
+            for (size_t i = 0; i < k; i++) {
+                float pi = x[i] / sum;
+                pi = pi < PROB_EPSILON       ? PROB_EPSILON
+                     : pi > 1 - PROB_EPSILON ? 1 - PROB_EPSILON
+                                             : pi;
+                loss -= smoothed(i, label, s, k) * logf(pi);
+            }
+            st->loss_sum += (double)loss;
+        }
         if (dy == NULL)
             continue;
-        for (size_t i = 0; i < k; i++) /* d/dx_i of -log(x_l / sum x) */
+        for (size_t i = 0; i < k; i++) /* d/dx_i of -sum_j t_j log(x_j / sum x) */
             dy[(size_t)b * k + i] =
-                ((1.0f / sum) - (i == (size_t)label ? 1.0f / x[label] : 0)) * inv;
+                s == 0 ? ((1.0f / sum) - (i == (size_t)label ? 1.0f / x[label] : 0)) * inv
+                       : ((1.0f / sum) - smoothed(i, label, s, k) / x[i]) * inv;
     }
     return STATUS_OK;
 }
@@ -131,11 +163,13 @@ static status_t scce_probs(model_t *m, const float *p, const float *y, int batch
 static status_t bce(model_t *m, const float *out, const float *y, int batch, int total, bool logits,
                     float *dy, model_stats_t *st, status_msg_t *err)
 {
-    float inv = 1.0f / (float)total;
+    float inv = 1.0f / (float)total, s = m->smoothing;
     for (int b = 0; b < batch; b++) {
-        float t = y[b], v = out[b], p;
+        float t = y[b], v = out[b], p, label = t;
         if (!(t >= 0 && t <= 1))
             return bad_label(err, b, t, "outside [0, 1]");
+        if (s != 0) /* Keras's label_smoothing: toward 1/2 */
+            t = t * (1.0f - s) + 0.5f * s;
         if (logits) {
             /* max(z, 0) - z t + log(1 + exp(-|z|)) */
             st->loss_sum += (double)(fmaxf(v, 0) - v * t + log1pf(expf(-fabsf(v))));
@@ -149,7 +183,7 @@ static status_t bce(model_t *m, const float *out, const float *y, int batch, int
             if (dy != NULL)
                 dy[b] = (p - t) / (p * (1 - p)) * inv;
         }
-        st->correct += (p > 0.5f) == (t > 0.5f);
+        st->correct += (p > 0.5f) == (label > 0.5f);
     }
     return STATUS_OK;
 }
@@ -215,6 +249,7 @@ status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy,
     st->examples = batch;
     switch (m->loss) {
     case JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
+    case JOB_LOSS_CATEGORICAL_CROSSENTROPY: /* the same; only the first smooths its labels */
         return logits ? scce_logits(m, out, y, batch, total, dy, st, err)
                       : scce_probs(m, out, y, batch, total, dy, st, err);
     case JOB_LOSS_BINARY_CROSSENTROPY:

@@ -339,6 +339,13 @@ void model_set_huber_delta(model_t *m, double delta)
         m->huber_delta = delta;
 }
 
+void model_set_loss_options(model_t *m, const job_t *job)
+{
+    model_set_huber_delta(m, job->huber_delta);
+    m->smoothing =
+        job->label_smoothing >= 0 && job->label_smoothing <= 1 ? (float)job->label_smoothing : 0.0f;
+}
+
 void model_set_draw_key(model_t *m, uint64_t key)
 {
     for (size_t k = 0; k < m->n_layers; k++) {

@@ -31,7 +31,7 @@ typedef struct model_param {
      * puts the statistic in grad, weighted as gradients are; the update is
      * value = value * momentum + grad * (1 - momentum), no optimizer, clipping or decay. */
     bool moving;
-    float momentum;
+    float momentum, rest; /* rest: 1 - momentum, computed in double as Keras does */
     /* Sparse gradient of the last step: rows_grad[j] belongs to row rows_index[j]. */
     int64_t *rows_index;
     float *rows_grad;
@@ -110,6 +110,10 @@ uint64_t *model_rng_state(model_t *m, size_t i);
 
 /* The huber loss's delta (job_t.huber_delta); 1 by default. */
 void model_set_huber_delta(model_t *m, double delta);
+
+/* The loss options of a job beyond its kind: huber's delta, the cross-entropies'
+ * label_smoothing. */
+void model_set_loss_options(model_t *m, const job_t *job);
 
 /* Keys the next training passes' random draws: from now on each Dropout layer draws its values
  * from its seed and `key` alone, not from a stream that moves with every pass. The trainer keys

@@ -16,6 +16,7 @@ struct model {
     size_t in_len, out_len;
     job_loss_kind_t loss;
     double huber_delta; /* huber's delta (model_set_huber_delta; 1 by default) */
+    float smoothing;    /* the cross-entropies' label_smoothing (model_set_label_smoothing) */
     bool from_logits;
     bool fused;             /* the last softmax/sigmoid is folded into the loss */
     float *grad_a, *grad_b; /* gradient ping-pong buffers */

@@ -334,7 +334,7 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
         if (rc == STATUS_OK) {
             r->bytes += model_bytes(r->reps[i].model);
             share_values(r->reps[i].model, first);
-            model_set_huber_delta(r->reps[i].model, job->huber_delta);
+            model_set_loss_options(r->reps[i].model, job);
         }
     }
     sigfillset(&all); /* signals belong to the main thread */

@@ -174,7 +174,7 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
                            o->seed ? o->seed : job->seed,
                            memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test)),
                            &t->model, err));
-    model_set_huber_delta(t->model, job->huber_delta);
+    model_set_loss_options(t->model, job);
     STATUS_CHECK(check_data_fits(t, t->train, "training", err));
     if (t->test != NULL)
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));
@@ -590,7 +590,7 @@ status_t trainer_apply(trainer_t *t, status_msg_t *err)
  * moving * momentum + statistic * (1 - momentum), in float32. */
 static void update_moving(model_param_t *p, size_t lo, size_t n)
 {
-    float m = p->momentum, rest = 1.0f - p->momentum;
+    float m = p->momentum, rest = p->rest;
 
     for (size_t k = lo; k < lo + n; k++)
         p->value[k] = p->value[k] * m + p->grad[k] * rest;

@@ -968,6 +968,15 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         ps_client_free(c);
         return status_fail(err, STATUS_INVALID_ARGUMENT, "the job names no parameter servers");
     }
+    for (size_t i = 0; i < c->n_vars; i++)
+        if (model_param(model, i)->moving) { /* the servers would train it as a weight */
+            rc = status_fail(err, STATUS_BAD_CONFIG,
+                             "%s is a moving statistic, which the parameter servers do not keep "
+                             "yet",
+                             model_param(model, i)->name);
+            ps_client_free(c);
+            return rc;
+        }
     c->push_pull = true;
     c->clips = opts->clip != NULL && optimizer_clips(opts->clip);
     c->clipped_from = c->n_vars;

@@ -176,6 +176,8 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                               err);
     free(files);
     j->seed = req->seed ? req->seed : j->job.seed;
+    if (rc == STATUS_OK && !job_is_synchronous(&j->job)) /* on the parameter servers */
+        rc = job_check_for_ps(&j->job, req->job_path[0] ? req->job_path : "job", err);
     if (rc == STATUS_OK) {
         bool mwms = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED,
              sync = job_is_synchronous(&j->job), local = sync && !mwms;

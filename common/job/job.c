@@ -57,7 +57,8 @@ static const char *const loss_names[] = {"mse",
                                          "logcosh",
                                          "hinge",
                                          "squared_hinge",
-                                         "poisson"};
+                                         "poisson",
+                                         "categorical_crossentropy"};
 static const job_loss_kind_t loss_kinds[] = {JOB_LOSS_MSE,
                                              JOB_LOSS_MSE,
                                              JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
@@ -69,16 +70,20 @@ static const job_loss_kind_t loss_kinds[] = {JOB_LOSS_MSE,
                                              JOB_LOSS_LOG_COSH,
                                              JOB_LOSS_HINGE,
                                              JOB_LOSS_SQUARED_HINGE,
-                                             JOB_LOSS_POISSON};
+                                             JOB_LOSS_POISSON,
+                                             JOB_LOSS_CATEGORICAL_CROSSENTROPY};
 
 bool job_loss_has_accuracy(job_loss_kind_t loss)
 {
-    return loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY || loss == JOB_LOSS_BINARY_CROSSENTROPY;
+    return loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ||
+           loss == JOB_LOSS_BINARY_CROSSENTROPY || loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY;
 }
 
 static status_t parse_loss(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
-    static const char *const logit_keys[] = {"from_logits"};
+    /* from_logits for every cross-entropy; label_smoothing for the categorical and binary ones
+     * (Keras's SparseCategoricalCrossentropy has none) */
+    static const char *const logit_keys[] = {"from_logits", "label_smoothing"};
     size_t old = c->path_len;
     const job_node_t *opts;
     int i;
@@ -96,11 +101,20 @@ static status_t parse_loss(job_ctx_t *c, const job_node_t *n, job_t *job)
             rc = job_tree_fail(c, STATUS_BAD_CONFIG, opts->line, "%s: delta must be > 0, got %g",
                                c->path, job->huber_delta);
     } else {
-        rc =
-            job_tree_check_map(c, opts, logit_keys, job_loss_has_accuracy(job->loss) ? 1 : 0, true);
+        size_t keys = job->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? 1
+                      : job_loss_has_accuracy(job->loss)                    ? 2
+                                                                            : 0;
+        rc = job_tree_check_map(c, opts, logit_keys, keys, true);
     }
     if (rc == STATUS_OK)
         rc = job_tree_get_bool(c, opts, "from_logits", &job->from_logits);
+    job->label_smoothing = 0;
+    if (rc == STATUS_OK)
+        rc = job_tree_get_double(c, opts, "label_smoothing", false, &job->label_smoothing);
+    if (rc == STATUS_OK && !(job->label_smoothing >= 0 && job->label_smoothing <= 1))
+        rc = job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
+                           "%s: label_smoothing must be from 0 to 1, got %g", c->path,
+                           job->label_smoothing);
     job_tree_pop(c, old);
     return rc;
 }
@@ -930,6 +944,27 @@ status_t job_set_replicas(job_t *job, int replicas, status_msg_t *err)
                            "replicas: make it a multiple of %d, or give data.batch_size",
                            job->path ? job->path : "job", global, replicas, replicas);
     job->data.batch_size = global / replicas;
+    return STATUS_OK;
+}
+
+status_t job_check_for_ps(const job_t *job, const char *where, status_msg_t *err)
+{
+    for (size_t i = 0; i < job->model.n_layers; i++) {
+        const job_layer_t *l = &job->model.layers[i];
+        if (l->kernel_constraint.kind != JOB_CONSTRAINT_NONE ||
+            l->bias_constraint.kind != JOB_CONSTRAINT_NONE)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: model: layer %s has a weight constraint, which training on "
+                               "parameter servers does not apply yet: train it with tessera "
+                               "train, mirrored or multi_worker_mirrored",
+                               where, l->name);
+        if (l->kind == JOB_LAYER_BATCH_NORMALIZATION)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: model: layer %s is a BatchNormalization, whose moving "
+                               "statistics training on parameter servers does not keep yet: "
+                               "train it with tessera train, mirrored or multi_worker_mirrored",
+                               where, l->name);
+    }
     return STATUS_OK;
 }
 

@@ -27,6 +27,9 @@ typedef enum {
     JOB_LOSS_HINGE, /* labels -1 or 1 (0 is taken as -1, as Keras does) */
     JOB_LOSS_SQUARED_HINGE,
     JOB_LOSS_POISSON,
+    /* Keras's categorical cross-entropy of one-hot labels: the data's class ids, one-hot as
+     * keras.utils.to_categorical makes them (job_t.label_smoothing) */
+    JOB_LOSS_CATEGORICAL_CROSSENTROPY,
 } job_loss_kind_t;
 
 /* Whether the loss has an accuracy (the cross-entropies). */
@@ -115,7 +118,10 @@ typedef struct job {
     job_model_t model;
     job_loss_kind_t loss;
     bool from_logits;
-    double huber_delta;           /* huber: where the loss turns linear (Keras's delta, 1.0) */
+    double huber_delta; /* huber: where the loss turns linear (Keras's delta, 1.0) */
+    /* categorical and binary cross-entropy: Keras's label_smoothing (0: none), the labels
+     * taken as t (1 - s) + s / classes (binary: classes 2) */
+    double label_smoothing;
     bool metric_accuracy;         /* metrics: [accuracy] ("loss" is always reported) */
     optimizer_config_t optimizer; /* lr_scale 0 = scale_learning_rate: true, i.e. multiply by
                                    * the number of replicas, which the runtime fills in */
@@ -189,6 +195,11 @@ status_t job_set_replicas(job_t *job, int replicas, status_msg_t *err);
 /* The synchronous strategies: every replica applies the same update (multi_worker_mirrored
  * over workers; mirrored and central_storage over one host's replicas). */
 bool job_is_synchronous(const job_t *job);
+
+/* What training on parameter servers does not do yet, refused by name for a job a cluster runs
+ * that way (parameter_server, and one_device on a chief): weight constraints and
+ * BatchNormalization's moving statistics. `where` prefixes the message. */
+status_t job_check_for_ps(const job_t *job, const char *where, status_msg_t *err);
 
 /* The steps of one closure on a cluster: steps_per_execution, rounded up to whole windows of
  * accumulate_steps (a window's gradients never span closures, which may run on other workers or

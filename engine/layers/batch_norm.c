@@ -66,6 +66,7 @@ static status_t bn_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
         initializer_fill(init, dflt, stat[k]->value, stat[k]->n, 1, 1, p->seed + 2 + (uint64_t)k);
         stat[k]->moving = true;
         stat[k]->momentum = (float)s->momentum;
+        stat[k]->rest = (float)(1.0 - s->momentum);
     }
     l->xhat = layer_floats(p->m, layer_mul_sat((size_t)p->max_batch, len));
     l->inv_std = layer_floats(p->m, (size_t)c);

@@ -40,13 +40,19 @@ CASES = [
     ("fashion-mnist-cnn.yaml", ["--steps", "300"], [28, 28, 1], False, 8),
     ("fashion-mnist-resnet.yaml", ["--steps", "300"], [28, 28, 1], False, 17),
     ("text-synthetic.yaml", ["--epochs", "1"], [100], True, 5),
+    # the MLP with one-hot labels, smoothed: Keras evaluates it on to_categorical's labels
+    ("fashion-mnist-mlp.yaml", ["--steps", "300"], [28 * 28], False, 4,
+     "{categorical_crossentropy: {from_logits: true, label_smoothing: 0.1}}"),
 ]
 
 with tempfile.TemporaryDirectory() as tmp:
-    for example, flags, shape, int_input, n_vars in CASES:
-        job = os.path.join(tmp, example)
+    for example, flags, shape, int_input, n_vars, *loss in CASES:
         with open(os.path.join(SOURCE, "examples", example)) as f:
             text = f.read()
+        if loss:
+            text = re.sub(r"(?m)^loss: .*$", "loss: " + loss[0], text)
+            example = example.replace(".yaml", "-cce.yaml")
+        job = os.path.join(tmp, example)
         with open(job, "w") as f:
             f.write(text + "\ncheckpoint: {dir: ckpt-%s}\n" % example)
         model_json = example.replace(".yaml", ".json")  # a Keras model the job names
@@ -65,6 +71,8 @@ with tempfile.TemporaryDirectory() as tmp:
             x = x.reshape(-1, *shape)
         if example.startswith("text"):
             y = y.astype("float32")
+        if loss:
+            y = keras.utils.to_categorical(y, 10)
         model = keras.saving.load_model(os.path.join(export, "model.keras"))
         result = model.evaluate(x, y, verbose=0, return_dict=True, batch_size=256)
         theirs = result["accuracy"]

@@ -126,6 +126,19 @@ def cases():
         ("sparse categorical cross-entropy on softmax", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3, activation="softmax")],
          "sparse_categorical_crossentropy", ("classes", 3)),
+        ("categorical cross-entropy, smoothed, from logits", [
+            keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(4)],
+         "{categorical_crossentropy: {from_logits: true, label_smoothing: 0.1}}", ("classes", 4)),
+        ("categorical cross-entropy, smoothed, on softmax", [
+            keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(4, activation="softmax")],
+         "{categorical_crossentropy: {label_smoothing: 0.2}}", ("classes", 4)),
+        ("categorical cross-entropy on relu outputs", [
+            keras.Input((6,)), L.Dense(5, activation="tanh"), L.Dense(3, activation="relu"),
+            L.Rescaling(1.0, offset=0.1)],
+         "{categorical_crossentropy: {label_smoothing: 0.3}}", ("classes", 3)),
+        ("binary cross-entropy, smoothed, from logits", [
+            keras.Input((6,)), L.Dense(4, activation="tanh"), L.Dense(1)],
+         "{binary_crossentropy: {from_logits: true, label_smoothing: 0.2}}", "binary"),
         ("binary cross-entropy from logits", [keras.Input((6,)), L.Dense(4, activation="tanh"),
                                               L.Dense(1)],
          "{binary_crossentropy: {from_logits: true}}", "binary"),
@@ -235,6 +248,14 @@ KERAS_LOSS = {
     "{binary_crossentropy: {from_logits: true}}":
         lambda: keras.losses.BinaryCrossentropy(from_logits=True),
     "binary_crossentropy": lambda: keras.losses.BinaryCrossentropy(),
+    "{categorical_crossentropy: {from_logits: true, label_smoothing: 0.1}}":
+        lambda: keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1),
+    "{categorical_crossentropy: {label_smoothing: 0.2}}":
+        lambda: keras.losses.CategoricalCrossentropy(label_smoothing=0.2),
+    "{categorical_crossentropy: {label_smoothing: 0.3}}":
+        lambda: keras.losses.CategoricalCrossentropy(label_smoothing=0.3),
+    "{binary_crossentropy: {from_logits: true, label_smoothing: 0.2}}":
+        lambda: keras.losses.BinaryCrossentropy(from_logits=True, label_smoothing=0.2),
 }
 
 
@@ -274,6 +295,8 @@ def run_case(name, layers, loss, labels, rng, tmp):
                                          .astype(np.float32))
     x, y = data(rng, model, labels)
     y_in = y.reshape(-1, 1) if model.output_shape[-1] == 1 else y
+    if "{categorical" in loss:  # Keras's one-hot labels of Tessera's class ids
+        y_in = keras.utils.to_categorical(y, model.output_shape[-1])
     xin = x.astype(np.int32) if labels[0] == "ids" else x
     out_eval = np.asarray(model(xin, training=False))
     # every variable's value as the step starts (the step moves the moving statistics)

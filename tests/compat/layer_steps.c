@@ -98,7 +98,7 @@ int main(int argc, char **argv)
         return 1;
     }
     free(text);
-    model_set_huber_delta(m, job.huber_delta);
+    model_set_loss_options(m, &job);
     for (size_t i = 0; i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
         path_of(p->name, ".f32", path, sizeof(path));
@@ -131,7 +131,7 @@ int main(int argc, char **argv)
         float *g = p->grad;
         if (p->moving) { /* the trainer's update of a moving statistic, as Keras's */
             for (size_t k = 0; k < p->n; k++)
-                p->value[k] = p->value[k] * p->momentum + p->grad[k] * (1.0f - p->momentum);
+                p->value[k] = p->value[k] * p->momentum + p->grad[k] * p->rest;
             path_of(p->name, ".moved.f32", path, sizeof(path));
             write_floats(path, p->value, p->n);
             continue;

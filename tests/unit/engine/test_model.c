@@ -70,9 +70,11 @@ static void build(fixture_t *f, const int *shape, int rank, job_loss_kind_t loss
         f->x[i] = (float)((layer_rng_next(&s) >> 40) % 2000) / 1000.0f - 1.0f;
     for (int b = 0; b < batch; b++) {
         size_t k = model_output_len(f->m);
-        f->y[b] = loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? (float)(b % (int)k)
-                  : loss == JOB_LOSS_BINARY_CROSSENTROPY           ? (float)(b % 2)
-                                                                   : 0.3f * (float)b - 0.5f;
+        f->y[b] = loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ||
+                          loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY
+                      ? (float)(b % (int)k)
+                  : loss == JOB_LOSS_BINARY_CROSSENTROPY ? (float)(b % 2)
+                                                         : 0.3f * (float)b - 0.5f;
     }
 }
 
@@ -352,6 +354,28 @@ START_TEST(model_dense_relu_softmax_crossentropy_gradients_match)
     ck_assert(f.m->fused);
     check_gradients(&f);
     teardown(&f);
+}
+END_TEST
+
+START_TEST(model_smoothed_crossentropies_gradients_match)
+{
+    job_t job = {.huber_delta = 1, .label_smoothing = 0.2};
+    for (int k = 0; k < 3; k++) { /* softmax folded, from logits, binary from logits */
+        fixture_t f;
+        job_layer_t l[] = {dense(5, JOB_ACT_TANH),
+                           dense(k == 2 ? 1 : 3, k == 0 ? JOB_ACT_SOFTMAX : JOB_ACT_LINEAR)};
+        model_stats_t st;
+        status_msg_t err;
+        build(&f, (int[]){4}, 1,
+              k == 2 ? JOB_LOSS_BINARY_CROSSENTROPY : JOB_LOSS_CATEGORICAL_CROSSENTROPY, k > 0, 4,
+              l, 2);
+        model_set_loss_options(f.m, &job);
+        check_gradients(&f);
+        /* the smoothed targets' loss is above the plain one's minimum: never 0 */
+        ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, f.batch, &st, &err), STATUS_OK);
+        ck_assert(st.loss_sum > 0);
+        teardown(&f);
+    }
 }
 END_TEST
 
@@ -999,6 +1023,7 @@ int main(void)
     tcase_add_test(tc, model_batch_normalization_infers_with_the_moving_statistics);
     tcase_add_test(tc, model_batch_normalization_on_another_axis_is_refused);
     tcase_add_test(tc, model_sigmoid_tanh_linear_mse_gradients_match);
+    tcase_add_test(tc, model_smoothed_crossentropies_gradients_match);
     tcase_add_test(tc, model_keras_activations_compute_and_differentiate);
     tcase_add_test(tc, model_regularizers_join_the_loss_and_its_gradient);
     tcase_add_test(tc, model_pointwise_losses_compute_and_differentiate);

@@ -581,6 +581,26 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
     ck_assert_double_eq_tol(job.optimizer.clipnorm, 2, 1e-15);
     job_done(&job);
     ASSERT_BAD(MODEL TAIL "optimizer: {lion: {epsilon: 1e-7}}\n", "epsilon");
+    /* label smoothing: the categorical and binary cross-entropies, from 0 to 1 */
+    parse_ok(
+        MODEL
+        "loss: {categorical_crossentropy: {from_logits: true, label_smoothing: 0.1}}\n"
+        "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [4], classes: 2}}\n",
+        "j.yaml", &job);
+    ck_assert_int_eq(job.loss, JOB_LOSS_CATEGORICAL_CROSSENTROPY);
+    ck_assert(job.from_logits && job_loss_has_accuracy(job.loss));
+    ck_assert_double_eq_tol(job.label_smoothing, 0.1, 1e-15);
+    job_done(&job);
+    ASSERT_BAD(
+        MODEL
+        "loss: {binary_crossentropy: {label_smoothing: 1.5}}\n"
+        "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [4], classes: 2}}\n",
+        "label_smoothing must be from 0 to 1");
+    ASSERT_BAD(
+        MODEL
+        "loss: {sparse_categorical_crossentropy: {label_smoothing: 0.1}}\n"
+        "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [4], classes: 2}}\n",
+        "label_smoothing");
     ASSERT_BAD(MODEL TAIL "optimizer: {nadam: {amsgrad: true}}\n", "amsgrad");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {clipnorm: 1, clipvalue: 1}}\n",
                "at most one of clipnorm, global_clipnorm and clipvalue");
@@ -614,8 +634,9 @@ START_TEST(unknown_names_are_listed_with_the_known_ones)
     ASSERT_BAD("model: [{dense: {units: 1, activation: swishy}, input_shape: [4]}]\n" TAIL,
                "model[0].dense.activation: unknown activation 'swishy' (did you mean 'swish'?); "
                "known activations: linear, relu, sigmoid, tanh, softmax, gelu");
-    ASSERT_BAD(MODEL "loss: categorical_crossentropy\n",
-               "job.yaml:2: loss: unknown loss 'categorical_crossentropy'",
+    ASSERT_BAD(MODEL "loss: categorical_crossentropi\n",
+               "job.yaml:2: loss: unknown loss 'categorical_crossentropi' (did you mean "
+               "'categorical_crossentropy'?)",
                "known losses: mse, mean_squared_error, sparse_categorical_crossentropy");
     ASSERT_BAD(MODEL TAIL "optimizer: {adamwx: {}}\n",
                "unknown optimizer 'adamwx' (did you mean 'adamw'?)",
