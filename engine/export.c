@@ -130,6 +130,8 @@ static cJSON *layer_config(const job_layer_t *l)
     /* Keras's SpatialDropout1D/2D take no `trainable` (their configs have none) */
     if (l->kind != JOB_LAYER_SPATIAL_DROPOUT1D && l->kind != JOB_LAYER_SPATIAL_DROPOUT2D)
         cJSON_AddBoolToObject(c, "trainable", true);
+    if (l->activity_reg.l1 != 0 || l->activity_reg.l2 != 0) /* Keras writes it when set */
+        cJSON_AddItemToObject(c, "activity_regularizer", regularizer(&l->activity_reg));
     switch (l->kind) {
     case JOB_LAYER_DENSE:
         cJSON_AddNumberToObject(c, "units", l->units);

@@ -59,6 +59,11 @@ status_t model_check_loss(model_t *m, status_msg_t *err)
                            "'%s' gives %zu values",
                            names[m->loss], last->spec.name, last->out_len);
     }
+    if (m->fused && (last->spec.activity_reg.l1 != 0 || last->spec.activity_reg.l2 != 0))
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "the last layer '%s': an activity_regularizer on an output whose "
+                           "softmax or sigmoid the loss takes over is not supported",
+                           last->spec.name);
     return STATUS_OK;
 }
 

@@ -112,6 +112,46 @@ static double regularize(model_param_t *p, const job_regularizer_t *r, float sha
     return sum;
 }
 
+static bool has_activity_reg(const layer_t *l)
+{
+    return l->spec.activity_reg.l1 != 0 || l->spec.activity_reg.l2 != 0;
+}
+
+/* Keras's activity regularizers of the last forward pass: l1 * sum|y| + l2 * sum y^2 over each
+ * regularized layer's outputs of the `batch` examples (the loss takes it divided by the whole
+ * batch's size, as Keras divides by the batch's). */
+static double activity_terms(const model_t *m, int batch)
+{
+    double sum = 0;
+
+    for (size_t i = 0; i < m->n_layers; i++) {
+        const layer_t *l = &m->layers[i];
+        const job_regularizer_t *r = &l->spec.activity_reg;
+        size_t n = (size_t)batch * l->out_len;
+        if (!has_activity_reg(l))
+            continue;
+        if (r->l1 != 0)
+            sum += r->l1 * lane_sum(l->out, n, true);
+        if (r->l2 != 0)
+            sum += r->l2 * lane_sum(l->out, n, false);
+    }
+    return sum;
+}
+
+/* Adds layer l's activity regularizer's gradient to dy, its output's: (l1 sign(y) + 2 l2 y) over
+ * the whole batch's size `total`. */
+static void activity_grad(const layer_t *l, int batch, int total, float *dy)
+{
+    const job_regularizer_t *r = &l->spec.activity_reg;
+    float l1 = (float)r->l1 / (float)total, l2 = 2.0f * (float)r->l2 / (float)total;
+    size_t n = (size_t)batch * l->out_len;
+
+    for (size_t k = 0; k < n; k++) {
+        float y = l->out[k];
+        dy[k] += l1 * (float)((y > 0) - (y < 0)) + l2 * y;
+    }
+}
+
 /* The regularization term of every layer (no gradients). */
 static double regularization(model_t *m)
 {
@@ -148,6 +188,8 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
     m->forward_s = m->backward_s = 0;
     STATUS_CHECK(forward(m, x, batch, true, err));
     STATUS_CHECK(model_loss(m, y, batch, total, dy, &st, err));
+    /* the activity terms of this slice's examples: the slices' add up to the batch's */
+    st.loss_sum += activity_terms(m, batch);
     *ret_stats = st;
     t1 = clock_now_s();
     m->forward_s = t1 - t0;
@@ -169,6 +211,8 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         if (m->graph)
             dy = m->grad_of[i]; /* every layer is read by a later one (job_model_finish) */
         l->share = share;
+        if (has_activity_reg(l))
+            activity_grad(l, batch, total, dy);
         layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
         /* before the gradients leave (a PS push, an all-reduce bucket) */
         reg += regularize(l->w, &l->spec.kernel_reg, share) +
@@ -213,7 +257,7 @@ status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
     model_stats_t st = {0};
     STATUS_CHECK(forward(m, x, batch, false, err));
     STATUS_CHECK(model_loss(m, y, batch, batch, NULL, &st, err));
-    st.loss_sum += regularization(m) * batch;
+    st.loss_sum += regularization(m) * batch + activity_terms(m, batch);
     *ret_stats = st;
     return STATUS_OK;
 }

@@ -24,7 +24,7 @@ static const job_keras_key_t common_keys[] = {
     {"trainable", JOB_KERAS_TRUE},
     {"dtype", JOB_KERAS_DTYPE},
     {"batch_input_shape", JOB_KERAS_VALUE},
-    {"activity_regularizer", JOB_KERAS_NULL},
+    {"activity_regularizer", JOB_KERAS_VALUE},
 };
 
 /* Parsing state: the file for messages and the layer being read. */
@@ -858,6 +858,7 @@ static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, bool fu
     STATUS_CHECK(job_model_add_layer(m, (job_layer_kind_t)kind, k->file, &l, k->err));
     snprintf(l->name, sizeof(l->name), "%s", name != NULL ? name : "");
     STATUS_CHECK(info->read(&reader.base, l, &input_length));
+    STATUS_CHECK(job_layer_read_common(&reader.base, l));
     v = kget(cfg, "batch_input_shape");
     if (v != NULL && !cJSON_IsNull(v)) {
         if (m->n_layers > 1)

@@ -392,6 +392,11 @@ static status_t read_batch_normalization(job_layer_reader_t *r, job_layer_t *l,
     return r->ops->get_init(r, "moving_variance_initializer", &l->moving_variance_init);
 }
 
+status_t job_layer_read_common(job_layer_reader_t *r, job_layer_t *l)
+{
+    return r->ops->get_regularizer(r, "activity_regularizer", &l->activity_reg);
+}
+
 /* ---- the table ---- */
 
 #define KEYS(a) a, sizeof(a) / sizeof((a)[0])

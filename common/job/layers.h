@@ -89,4 +89,7 @@ const job_layer_info_t *job_layer_info(job_layer_kind_t kind);
  * names[0..JOB_LAYER_KINDS), in job_layer_kind_t order, for lookups and messages. */
 void job_layer_names(const char *names[JOB_LAYER_KINDS], bool keras);
 
+/* Reads what any layer may have beside its kind's options: Keras's activity_regularizer. */
+status_t job_layer_read_common(job_layer_reader_t *r, job_layer_t *l);
+
 #endif

@@ -358,12 +358,12 @@ static const job_layer_reader_ops_t tree_reader_ops = {
     tree_get_margins, tree_get_axes,        tree_get_constraint, tree_get_axis,
 };
 
-/* Reads a layer's options: its name, then what its kind reads. */
+/* Reads a layer's options: its name, what its kind reads, then what every layer may have. */
 static status_t layer_options(job_ctx_t *c, const job_node_t *opts, job_layer_t *l,
                               int *ret_input_length)
 {
     const job_layer_info_t *info = job_layer_info(l->kind);
-    const char *keys[JOB_LAYER_MAX_KEYS + 1], *name = NULL;
+    const char *keys[JOB_LAYER_MAX_KEYS + 2], *name = NULL;
     tree_reader_t reader = {{&tree_reader_ops}, c, opts};
 
     if (info->n_keys > JOB_LAYER_MAX_KEYS) /* a table row past the bound: a bug, never a crash */
@@ -372,13 +372,15 @@ static status_t layer_options(job_ctx_t *c, const job_node_t *opts, job_layer_t 
     for (size_t i = 0; i < info->n_keys; i++)
         keys[i] = info->keys[i];
     keys[info->n_keys] = "name";
-    STATUS_CHECK(job_tree_check_map(c, opts, keys, info->n_keys + 1, true));
+    keys[info->n_keys + 1] = "activity_regularizer";
+    STATUS_CHECK(job_tree_check_map(c, opts, keys, info->n_keys + 2, true));
     STATUS_CHECK(job_tree_get_string(c, opts, "name", false, &name));
     if (name != NULL && strlen(name) >= sizeof(l->name))
         return tree_invalid(&reader.base, "name", "a name of at most 63 characters");
     if (name != NULL)
         strcpy(l->name, name);
-    return info->read(&reader.base, l, ret_input_length);
+    STATUS_CHECK(info->read(&reader.base, l, ret_input_length));
+    return job_layer_read_common(&reader.base, l);
 }
 
 /* Sets the model's input shape from `n` (a shape list), which must be the only source of it. */

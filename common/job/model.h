@@ -148,14 +148,16 @@ typedef struct job_layer {
     job_init_t kernel_init, bias_init;      /* dense, conv2d; embedding uses kernel_init;
                                              * the normalizations: gamma's, beta's */
     job_regularizer_t kernel_reg, bias_reg; /* dense, conv2d (Keras's L1, L2, L1L2) */
-    double epsilon;                         /* the normalizations (Keras: 0.001) */
-    bool center, scale_gamma;               /* the normalizations: beta, gamma (Keras: both) */
-    double negative_slope, threshold;       /* relu, leaky_relu */
-    double max_value;                       /* relu: NaN for none */
-    double alpha;                           /* elu */
-    int margins[4];         /* zero_padding2d, cropping2d: top, bottom, left, right */
-    int size[2];            /* up_sampling2d (Keras: 2, 2) */
-    int dims[JOB_MAX_RANK]; /* permute: 1-based axes, a permutation */
+    /* any layer: Keras's activity_regularizer, on its output, divided by the batch's size */
+    job_regularizer_t activity_reg;
+    double epsilon;                   /* the normalizations (Keras: 0.001) */
+    bool center, scale_gamma;         /* the normalizations: beta, gamma (Keras: both) */
+    double negative_slope, threshold; /* relu, leaky_relu */
+    double max_value;                 /* relu: NaN for none */
+    double alpha;                     /* elu */
+    int margins[4];                   /* zero_padding2d, cropping2d: top, bottom, left, right */
+    int size[2];                      /* up_sampling2d (Keras: 2, 2) */
+    int dims[JOB_MAX_RANK];           /* permute: 1-based axes, a permutation */
     int n_dims;
     int repeat; /* repeat_vector: n */
     /* prelu: bit i set when axis i (1 = the first after the batch) shares one alpha */

@@ -114,6 +114,12 @@ def cases():
             L.Dense(4, activation="tanh"), L.LayerNormalization(), L.SpatialDropout1D(0.0),
             L.GlobalAveragePooling1D(),
             L.Dense(1)], "mse", ("ids", 10)),
+        ("activity regularizers: conv, pooling, dense", [
+            keras.Input((5, 5, 2)), L.Conv2D(3, 2, activation="relu",
+                                             activity_regularizer=reg.L1(0.01)),
+            L.MaxPooling2D(2, activity_regularizer=reg.L2(0.02)), L.Flatten(),
+            L.Dense(4, activation="tanh", activity_regularizer=reg.L1L2(0.01, 0.03)),
+            L.Dense(1)], "mse", "regression"),
         ("batch normalization: conv, dense, without gamma or beta", [
             keras.Input((6, 6, 2)), L.Conv2D(3, 3, use_bias=False), L.BatchNormalization(),
             L.ReLU(), L.Conv2D(4, 2), L.BatchNormalization(momentum=0.9, epsilon=1e-5,
@@ -359,7 +365,8 @@ def run_case(name, layers, loss, labels, rng, tmp):
 EXPORTS = [
     ("MLP with LayerNormalization",
      "  - {dense: {units: 128, activation: gelu, name: hidden, kernel_constraint: {max_norm: "
-     "{max_value: 2.0, axis: 0}}, bias_constraint: non_neg}, input_shape: [784]}\n"
+     "{max_value: 2.0, axis: 0}}, bias_constraint: non_neg, activity_regularizer: {l1: 1e-5}}, "
+     "input_shape: [784]}\n"
      "  - {layer_normalization: {epsilon: 0.01, name: norm}}\n"
      "  - {dense: {units: 10, name: logits}}\n", "LayerNormalization"),
     ("rows as sequences, Conv1D and 1D poolings",
@@ -421,6 +428,9 @@ def exported(tmp):
               "%s: no %s in the export" % (what, cls))
         if n == 0:  # the constraints travel, and Tessera's weights obey them
             dense = model.layers[0]
+            check(type(dense.activity_regularizer).__name__ == "L1" and
+                  abs(dense.activity_regularizer.l1 - 1e-5) < 1e-12,
+                  "activity regularizer in the export: %s" % dense.activity_regularizer)
             check(type(dense.kernel_constraint).__name__ == "MaxNorm" and
                   type(dense.bias_constraint).__name__ == "NonNeg",
                   "constraints in the export: %s, %s" % (dense.kernel_constraint,

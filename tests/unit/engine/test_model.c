@@ -379,6 +379,37 @@ START_TEST(model_smoothed_crossentropies_gradients_match)
 }
 END_TEST
 
+START_TEST(model_activity_regularizers_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[] = {dense(5, JOB_ACT_TANH), plain(JOB_LAYER_FLATTEN), dense(3, JOB_ACT_RELU),
+                       dense(1, JOB_ACT_LINEAR)};
+    model_stats_t st, plain_st;
+    status_msg_t err;
+
+    l[0].activity_reg = (job_regularizer_t){.l1 = 0.05, .l2 = 0.1};
+    l[1].activity_reg = (job_regularizer_t){.l2 = 0.2}; /* on a layer passing gradients through */
+    l[2].activity_reg = (job_regularizer_t){.l1 = 0.3};
+    build(&f, (int[]){4}, 1, JOB_LOSS_MSE, false, 4, l, 4);
+    check_gradients(&f);
+    /* the loss holds the terms over the batch's size */
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, f.batch, &st, &err), STATUS_OK);
+    for (int i = 0; i < 3; i++)
+        f.m->layers[i].spec.activity_reg = (job_regularizer_t){0};
+    ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, f.batch, &plain_st, &err), STATUS_OK);
+    {
+        double want = 0;
+        for (int i = 0; i < 4 * 5; i++)
+            want += 0.05 * fabs(f.m->layers[0].out[i]) + /* the Flatten's output is the same */
+                    (0.1 + 0.2) * f.m->layers[0].out[i] * f.m->layers[0].out[i];
+        for (int i = 0; i < 4 * 3; i++)
+            want += 0.3 * fabs(f.m->layers[2].out[i]);
+        ck_assert_double_eq_tol(st.loss_sum - plain_st.loss_sum, want, 1e-4);
+    }
+    teardown(&f);
+}
+END_TEST
+
 START_TEST(model_sigmoid_tanh_linear_mse_gradients_match)
 {
     fixture_t f;
@@ -1024,6 +1055,7 @@ int main(void)
     tcase_add_test(tc, model_batch_normalization_on_another_axis_is_refused);
     tcase_add_test(tc, model_sigmoid_tanh_linear_mse_gradients_match);
     tcase_add_test(tc, model_smoothed_crossentropies_gradients_match);
+    tcase_add_test(tc, model_activity_regularizers_gradients_match);
     tcase_add_test(tc, model_keras_activations_compute_and_differentiate);
     tcase_add_test(tc, model_regularizers_join_the_loss_and_its_gradient);
     tcase_add_test(tc, model_pointwise_losses_compute_and_differentiate);

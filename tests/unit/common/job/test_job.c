@@ -610,6 +610,13 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
                "non_neg}, input_shape: [4]}]\n" TAIL,
                "layer dense has a weight constraint, which parameter_server training does not "
                "apply yet");
+    /* an activity regularizer on any layer */
+    parse_ok("model: [{dense: {units: 3, activity_regularizer: {l1: 0.01}}, input_shape: [4]}, "
+             "{flatten: {activity_regularizer: {l2: 0.5}}}]\n" TAIL,
+             "j.yaml", &job);
+    ck_assert_double_eq_tol(job.model.layers[0].activity_reg.l1, 0.01, 1e-15);
+    ck_assert_double_eq_tol(job.model.layers[1].activity_reg.l2, 0.5, 1e-15);
+    job_done(&job);
     /* BatchNormalization in a job file; its moving statistics are not kept by the PS yet */
     parse_ok("model: [{dense: {units: 3}, input_shape: [4]}, {batch_normalization: {momentum: "
              "0.9, epsilon: 0.01, center: false, axis: -1}}, {dense: {units: 1}}]\n" TAIL,

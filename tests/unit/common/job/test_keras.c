@@ -582,6 +582,25 @@ START_TEST(kernel_regularizer_is_read_as_keras_wrote_it)
 }
 END_TEST
 
+/* Keras's activity_regularizer, on any layer, as its regularizers are written. */
+START_TEST(activity_regularizers_are_read)
+{
+    char *text = mutated("keras3_cnn", 7, "activity_regularizer",
+                         "{\"module\": \"keras.regularizers\", \"class_name\": \"L1L2\", "
+                         "\"config\": {\"l1\": 0.01, \"l2\": 0.02}, \"registered_name\": null}");
+    job_model_t m;
+    status_msg_t err = {0};
+
+    ck_assert_msg(job_parse_keras_json(text, strlen(text), "m.json", &m, &err) == STATUS_OK, "%s",
+                  err.text);
+    ck_assert_double_eq_tol(m.layers[6].activity_reg.l1, 0.01, 1e-12);
+    ck_assert_double_eq_tol(m.layers[6].activity_reg.l2, 0.02, 1e-12);
+    ck_assert_double_eq(m.layers[5].activity_reg.l1, 0);
+    job_model_done(&m);
+    cJSON_free(text);
+}
+END_TEST
+
 START_TEST(options_tessera_does_not_implement_are_rejected_by_name)
 {
     const char *fx = _i == 0 ? "keras2_cnn" : "keras3_cnn";
@@ -597,8 +616,8 @@ START_TEST(options_tessera_does_not_implement_are_rejected_by_name)
                              "{\"class_name\": \"RadialConstraint\", \"config\": {}}",
                              "layer 'dense_1'", "constraint RadialConstraint is not supported");
     assert_mutation_rejected(fx, 7, "activity_regularizer",
-                             "{\"class_name\": \"L1\", \"config\": {\"l1\": 0.01}}",
-                             "layer 'dense_1'", "activity_regularizer is not supported");
+                             "{\"class_name\": \"Orthogonal\", \"config\": {\"factor\": 0.01}}",
+                             "layer 'dense_1'", "activity_regularizer");
     assert_mutation_rejected(fx, 7, "lora_rank", "4", "layer 'dense_1'", "lora_rank");
     assert_mutation_rejected(fx, 7, "dtype", "\"mixed_float16\"", "layer 'dense_1'",
                              "dtype \"mixed_float16\" is not supported");
@@ -1019,6 +1038,7 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, embedding_after_the_first_layer_is_rejected);
     tcase_add_test(tc, duplicate_layer_names_are_rejected);
     tcase_add_test(tc, functional_models_parse_into_a_graph);
+    tcase_add_test(tc, activity_regularizers_are_read);
     tcase_add_test(tc, batch_normalization_parses_in_both_generations);
     tcase_add_test(tc, functional_models_outside_what_is_built_are_rejected);
     tcase_add_test(tc, unknown_top_level_key_is_rejected);
