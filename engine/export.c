@@ -186,8 +186,10 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
         cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
         cJSON_AddItemToObject(c, "depthwise_regularizer", regularizer(&l->kernel_reg));
-        if (l->kind == JOB_LAYER_SEPARABLE_CONV2D)
+        if (l->kind == JOB_LAYER_SEPARABLE_CONV2D) {
             cJSON_AddItemToObject(c, "pointwise_regularizer", regularizer(&l->pointwise_reg));
+            cJSON_AddItemToObject(c, "pointwise_constraint", constraint(&l->pointwise_constraint));
+        }
         cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
         cJSON_AddItemToObject(c,
                               l->kind == JOB_LAYER_DEPTHWISE_CONV2D ||

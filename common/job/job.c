@@ -793,7 +793,8 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     for (size_t i = 0; job->strategy == JOB_STRATEGY_PARAMETER_SERVER && i < job->model.n_layers;
          i++)
         if (job->model.layers[i].kernel_constraint.kind != JOB_CONSTRAINT_NONE ||
-            job->model.layers[i].bias_constraint.kind != JOB_CONSTRAINT_NONE)
+            job->model.layers[i].bias_constraint.kind != JOB_CONSTRAINT_NONE ||
+            job->model.layers[i].pointwise_constraint.kind != JOB_CONSTRAINT_NONE)
             return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
                                  "model: layer %s has a weight constraint, which parameter_server "
                                  "training does not apply yet (the parameter servers would): "
@@ -952,7 +953,8 @@ status_t job_check_for_ps(const job_t *job, const char *where, status_msg_t *err
     for (size_t i = 0; i < job->model.n_layers; i++) {
         const job_layer_t *l = &job->model.layers[i];
         if (l->kernel_constraint.kind != JOB_CONSTRAINT_NONE ||
-            l->bias_constraint.kind != JOB_CONSTRAINT_NONE)
+            l->bias_constraint.kind != JOB_CONSTRAINT_NONE ||
+            l->pointwise_constraint.kind != JOB_CONSTRAINT_NONE)
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s: model: layer %s has a weight constraint, which training on "
                                "parameter servers does not apply yet: train it with tessera "

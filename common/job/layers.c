@@ -148,6 +148,7 @@ static status_t read_depthwise(job_layer_reader_t *r, job_layer_t *l, int *ret_i
         STATUS_CHECK(r->ops->get_int(r, "filters", true, 1, &l->filters));
         STATUS_CHECK(r->ops->get_init(r, "pointwise_initializer", &l->pointwise_init));
         STATUS_CHECK(r->ops->get_regularizer(r, "pointwise_regularizer", &l->pointwise_reg));
+        STATUS_CHECK(r->ops->get_constraint(r, "pointwise_constraint", &l->pointwise_constraint));
     }
     STATUS_CHECK(r->ops->get_int(r, "depth_multiplier", false, 1, &l->depth_multiplier));
     STATUS_CHECK(read_window(r, l));
@@ -463,10 +464,10 @@ static const char *const separable_keys[] = {"filters",
                                              "pointwise_regularizer",
                                              "bias_regularizer",
                                              "depthwise_constraint",
+                                             "pointwise_constraint",
                                              "bias_constraint"};
 static const job_keras_key_t depthwise_fixed[] = {{"data_format", JOB_KERAS_CHANNELS_LAST},
-                                                  {"dilation_rate", JOB_KERAS_ONES},
-                                                  {"pointwise_constraint", JOB_KERAS_NULL}};
+                                                  {"dilation_rate", JOB_KERAS_ONES}};
 static const char *const zero_padding_keys[] = {"padding"};
 static const char *const cropping_keys[] = {"cropping"};
 static const char *const up_sampling_keys[] = {"size"};

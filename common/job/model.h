@@ -169,8 +169,9 @@ typedef struct job_layer {
     bool mask_zero; /* embedding: id 0 is padding, masked in GlobalAveragePooling1D */
     /* dense, conv1d/2d (kernel, bias), depthwise_conv2d (depthwise kernel, bias) */
     job_constraint_t kernel_constraint, bias_constraint;
-    job_init_t pointwise_init;
+    job_init_t pointwise_init; /* separable_conv2d's pointwise kernel */
     job_regularizer_t pointwise_reg;
+    job_constraint_t pointwise_constraint;
     int axis;        /* concatenate, batch_normalization: Keras's axis, the batch's counted */
     double momentum; /* batch_normalization: of the moving statistics (Keras: 0.99) */
     job_init_t moving_mean_init, moving_variance_init; /* batch_normalization */

@@ -91,9 +91,11 @@ status_t layer_plan(model_t *m, layer_t *l, int index, uint64_t seed, status_msg
         STATUS_CHECK(ops->plan(&p, l, err));
     l->n_params = (size_t)(m->params + m->n_params - l->params);
     /* the weights' constraints; an axis past a weight's rank is Keras's error too */
-    for (int k = 0; k < 2; k++) {
-        model_param_t *w = k == 0 ? l->w : l->b;
-        const job_constraint_t *c = k == 0 ? &l->spec.kernel_constraint : &l->spec.bias_constraint;
+    for (int k = 0; k < 3; k++) {
+        model_param_t *w = k == 0 ? l->w : k == 1 ? l->b : l->w2;
+        const job_constraint_t *c = k == 0   ? &l->spec.kernel_constraint
+                                    : k == 1 ? &l->spec.bias_constraint
+                                             : &l->spec.pointwise_constraint;
         if (w == NULL || c->kind == JOB_CONSTRAINT_NONE)
             continue;
         if (c->kind != JOB_CONSTRAINT_NON_NEG && (c->axes >> w->rank) != 0)

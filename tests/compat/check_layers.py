@@ -400,7 +400,8 @@ EXPORTS = [
      "  - {conv2d: {filters: 8, kernel_size: 3, strides: 2, activation: relu}}\n"
      "  - {depthwise_conv2d: {kernel_size: 3, depth_multiplier: 2, padding: same}}\n"
      "  - {relu: {max_value: 6.0}}\n"
-     "  - {separable_conv2d: {filters: 16, kernel_size: 3, activation: relu}}\n"
+     "  - {separable_conv2d: {filters: 16, kernel_size: 3, activation: relu, "
+     "pointwise_constraint: {max_norm: {max_value: 1.5, axis: [0, 1, 2]}}}}\n"
      "  - global_average_pooling2d\n"
      "  - {dense: {units: 10}}\n", "SeparableConv2D"),
 ]
@@ -439,6 +440,13 @@ def exported(tmp):
             check(norms.max() <= 2.0 + 1e-5 and dense.bias.numpy().min() >= 0,
                   "the exported weights break their constraints: norm %g, bias %g" % (
                       norms.max(), dense.bias.numpy().min()))
+        if cls == "SeparableConv2D":  # the pointwise constraint travels and holds
+            sep = [layer for layer in model.layers if type(layer).__name__ == cls][0]
+            norms = np.sqrt((sep.pointwise_kernel.numpy() ** 2).sum(axis=(0, 1, 2)))
+            check(type(sep.pointwise_constraint).__name__ == "MaxNorm" and
+                  norms.max() <= 1.5 + 1e-5,
+                  "pointwise constraint in the export: %s, norm %g" % (
+                      sep.pointwise_constraint, norms.max()))
         check(abs(theirs - ours) <= 0.001 + 1e-9,
               "%s: Keras evaluates %.4f, Tessera %.4f" % (what, theirs, ours))
         back = test_accuracy(tessera("train", path, "--init-from",

@@ -481,7 +481,10 @@ START_TEST(constraints_are_read_from_both_formats)
         "  - {dense: {units: 4, kernel_constraint: {max_norm: {max_value: 3, axis: [0, 1]}}, "
         "bias_constraint: non_neg}, input_shape: [3]}\n"
         "  - {dense: {units: 2, kernel_constraint: {min_max_norm: {min_value: 0.5, rate: 0.5}}, "
-        "bias_constraint: unit_norm}}\n",
+        "bias_constraint: unit_norm}}\n"
+        "  - {reshape: {target_shape: [1, 1, 2]}}\n"
+        "  - {separable_conv2d: {filters: 3, kernel_size: 1, pointwise_constraint: {max_norm: "
+        "{max_value: 1.5, axis: [0, 1, 2]}}}}\n",
         "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 3]}},"
         "{\"class_name\": \"Dense\", \"config\": {\"units\": 4, \"kernel_constraint\": "
         "{\"module\": \"keras.constraints\", \"class_name\": \"MaxNorm\", \"config\": "
@@ -489,7 +492,11 @@ START_TEST(constraints_are_read_from_both_formats)
         "{\"class_name\": \"NonNeg\", \"config\": {}}}},"
         "{\"class_name\": \"Dense\", \"config\": {\"units\": 2, \"kernel_constraint\": "
         "{\"class_name\": \"MinMaxNorm\", \"config\": {\"min_value\": 0.5, \"max_value\": 1.0, "
-        "\"rate\": 0.5, \"axis\": 0}}, \"bias_constraint\": \"unit_norm\"}}");
+        "\"rate\": 0.5, \"axis\": 0}}, \"bias_constraint\": \"unit_norm\"}},"
+        "{\"class_name\": \"Reshape\", \"config\": {\"target_shape\": [1, 1, 2]}},"
+        "{\"class_name\": \"SeparableConv2D\", \"config\": {\"filters\": 3, \"kernel_size\": "
+        "1, \"pointwise_constraint\": {\"class_name\": \"MaxNorm\", \"config\": {\"max_value\": "
+        "1.5, \"axis\": [0, 1, 2]}}}}");
     assert_layer_refused("3",
                          "\"Dense\", \"config\": {\"name\": \"c\", \"units\": 2, "
                          "\"kernel_constraint\": {\"class_name\": \"RadialConstraint\", "
