@@ -279,7 +279,7 @@ static cJSON *layer_config(const job_layer_t *l)
     case JOB_LAYER_UP_SAMPLING2D:
         cJSON_AddItemToObject(c, "size", ints(l->size, 2, false));
         cJSON_AddStringToObject(c, "data_format", "channels_last");
-        cJSON_AddStringToObject(c, "interpolation", "nearest");
+        cJSON_AddStringToObject(c, "interpolation", l->bilinear ? "bilinear" : "nearest");
         break;
     case JOB_LAYER_PERMUTE:
         cJSON_AddItemToObject(c, "dims", ints(l->dims, l->n_dims, false));

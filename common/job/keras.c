@@ -294,10 +294,6 @@ static status_t check_rule(kctx_t *k, const cJSON *v, job_keras_rule_t rule)
         return all_ones(v) ? STATUS_OK : kfail(k, "%s other than 1 is not supported", key);
     case JOB_KERAS_DTYPE:
         return check_dtype(k, key, v);
-    case JOB_KERAS_NEAREST:
-        if (cJSON_IsString(v) && strcmp(v->valuestring, "nearest") == 0)
-            return STATUS_OK;
-        return kfail(k, "%s other than \"nearest\" is not supported", key);
     case JOB_KERAS_LAST_AXIS:
         if (is_int(v, -1, -1) ||
             (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && is_int(v->child, -1, -1)))
@@ -757,11 +753,31 @@ static status_t json_get_axis(job_layer_reader_t *r, const char *key, int *ret)
     return STATUS_OK;
 }
 
+static status_t json_get_choice(job_layer_reader_t *r, const char *key, const char *const *names,
+                                int n, int *ret)
+{
+    json_reader_t *j = json_reader(r);
+    const cJSON *v = kget(j->cfg, key);
+    char msg[400];
+    int i;
+
+    if (v == NULL || cJSON_IsNull(v))
+        return STATUS_OK;
+    if (!cJSON_IsString(v))
+        return type_error(j->k, key, v, "a string");
+    if ((i = job_name_index(v->valuestring, names, (size_t)n)) < 0) {
+        job_unknown_name(msg, sizeof(msg), key, v->valuestring, names, (size_t)n);
+        return kfail(j->k, "%s", msg);
+    }
+    *ret = i;
+    return STATUS_OK;
+}
+
 static const job_layer_reader_ops_t json_reader_ops = {
-    json_get_int,     json_get_seed,        json_get_number,     json_get_bool,
-    json_get_pair,    json_get_shape,       json_get_activation, json_get_padding,
-    json_get_init,    json_get_regularizer, json_invalid,        json_get_length,
-    json_get_margins, json_get_axes,        json_get_constraint, json_get_axis,
+    json_get_int,   json_get_seed,       json_get_number,  json_get_bool, json_get_pair,
+    json_get_shape, json_get_activation, json_get_padding, json_get_init, json_get_regularizer,
+    json_invalid,   json_get_length,     json_get_margins, json_get_axes, json_get_constraint,
+    json_get_axis,  json_get_choice,
 };
 
 /* Sets the model's input shape from a batch shape, or checks it against the one already set

@@ -312,9 +312,15 @@ static status_t read_cropping(job_layer_reader_t *r, job_layer_t *l, int *ret_in
 
 static status_t read_up_sampling(job_layer_reader_t *r, job_layer_t *l, int *ret_input_length)
 {
+    static const char *const interpolations[] = {"nearest", "bilinear"};
+    int i = 0;
+
     (void)ret_input_length;
     l->size[0] = l->size[1] = 2;
-    return r->ops->get_pair(r, "size", false, l->size);
+    STATUS_CHECK(r->ops->get_pair(r, "size", false, l->size));
+    STATUS_CHECK(r->ops->get_choice(r, "interpolation", interpolations, 2, &i));
+    l->bilinear = i == 1;
+    return STATUS_OK;
 }
 
 /* dims must be a permutation of 1..rank; the rank is checked when the model is built. */
@@ -470,9 +476,7 @@ static const job_keras_key_t depthwise_fixed[] = {{"data_format", JOB_KERAS_CHAN
                                                   {"dilation_rate", JOB_KERAS_ONES}};
 static const char *const zero_padding_keys[] = {"padding"};
 static const char *const cropping_keys[] = {"cropping"};
-static const char *const up_sampling_keys[] = {"size"};
-static const job_keras_key_t up_sampling_fixed[] = {{"data_format", JOB_KERAS_CHANNELS_LAST},
-                                                    {"interpolation", JOB_KERAS_NEAREST}};
+static const char *const up_sampling_keys[] = {"size", "interpolation"};
 static const char *const permute_keys[] = {"dims"};
 static const char *const repeat_keys[] = {"n"};
 static const char *const concatenate_keys[] = {"axis"};
@@ -576,7 +580,7 @@ static const job_layer_info_t table[] = {
     [JOB_LAYER_CROPPING2D] = {"cropping2d", "Cropping2D", KEYS(cropping_keys), KEYS(channels_last),
                               read_cropping},
     [JOB_LAYER_UP_SAMPLING2D] = {"up_sampling2d", "UpSampling2D", KEYS(up_sampling_keys),
-                                 KEYS(up_sampling_fixed), read_up_sampling},
+                                 KEYS(channels_last), read_up_sampling},
     [JOB_LAYER_PERMUTE] = {"permute", "Permute", KEYS(permute_keys), NULL, 0, read_permute},
     [JOB_LAYER_REPEAT_VECTOR] = {"repeat_vector", "RepeatVector", KEYS(repeat_keys), NULL, 0,
                                  read_repeat},

@@ -22,7 +22,7 @@ typedef enum {
     JOB_KERAS_DTYPE,         /* a float32 dtype policy */
     JOB_KERAS_IGNORED,       /* accepted whatever it holds (lora_alpha without lora_rank) */
     JOB_KERAS_LAST_AXIS,     /* -1 or [-1]: the last axis (normalization layers) */
-    JOB_KERAS_NEAREST,       /* "nearest" (UpSampling2D's interpolation) */
+
 } job_keras_rule_t;
 
 typedef struct job_keras_key {
@@ -60,6 +60,9 @@ typedef struct job_layer_reader_ops {
     /* an axis counted with the batch's (-1: the last): a nonzero integer from -4 to 4, or (as
      * Keras 2 writes a normalization's) a list of one; left alone when absent */
     status_t (*get_axis)(job_layer_reader_t *r, const char *key, int *ret);
+    /* one of n names (*ret: its index); left alone when absent */
+    status_t (*get_choice)(job_layer_reader_t *r, const char *key, const char *const *names, int n,
+                           int *ret);
 } job_layer_reader_ops_t;
 
 /* Embedded first in each format's reader, which holds its own context after it. */

@@ -289,6 +289,22 @@ static status_t tree_get_axis(job_layer_reader_t *r, const char *key, int *ret)
     return rc;
 }
 
+static status_t tree_get_choice(job_layer_reader_t *r, const char *key, const char *const *names,
+                                int n, int *ret)
+{
+    tree_reader_t *t = tree_reader(r);
+    const job_node_t *v = job_tree_child(t->opts, key);
+    size_t old;
+    status_t rc;
+
+    if (!job_tree_given(v))
+        return STATUS_OK;
+    old = job_tree_push_key(t->c, key);
+    rc = job_tree_name(t->c, v, key, names, (size_t)n, ret);
+    job_tree_pop(t->c, old);
+    return rc;
+}
+
 /* A constraint: a bare name (non_neg, max_norm, unit_norm, min_max_norm) or {NAME: {max_value,
  * min_value, rate, axis}} as Keras names them (axis: an axis or a list of axes of the weight). */
 static status_t tree_get_constraint(job_layer_reader_t *r, const char *key, job_constraint_t *ret)
@@ -352,10 +368,10 @@ static status_t tree_get_constraint(job_layer_reader_t *r, const char *key, job_
 }
 
 static const job_layer_reader_ops_t tree_reader_ops = {
-    tree_get_int,     tree_get_seed,        tree_get_number,     tree_get_bool,
-    tree_get_pair,    tree_get_shape,       tree_get_activation, tree_get_padding,
-    tree_get_init,    tree_get_regularizer, tree_invalid,        tree_get_length,
-    tree_get_margins, tree_get_axes,        tree_get_constraint, tree_get_axis,
+    tree_get_int,   tree_get_seed,       tree_get_number,  tree_get_bool, tree_get_pair,
+    tree_get_shape, tree_get_activation, tree_get_padding, tree_get_init, tree_get_regularizer,
+    tree_invalid,   tree_get_length,     tree_get_margins, tree_get_axes, tree_get_constraint,
+    tree_get_axis,  tree_get_choice,
 };
 
 /* Reads a layer's options: its name, what its kind reads, then what every layer may have. */

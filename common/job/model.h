@@ -157,6 +157,7 @@ typedef struct job_layer {
     double alpha;                     /* elu */
     int margins[4];                   /* zero_padding2d, cropping2d: top, bottom, left, right */
     int size[2];                      /* up_sampling2d (Keras: 2, 2) */
+    bool bilinear;                    /* up_sampling2d: interpolation "bilinear", not "nearest" */
     int dims[JOB_MAX_RANK];           /* permute: 1-based axes, a permutation */
     int n_dims;
     int repeat; /* repeat_vector: n */

@@ -3,6 +3,7 @@
  * times, "nearest"), Permute (axes reordered, the batch axis staying first) and RepeatVector
  * ((features) -> (n, features)). Backward moves the gradient back: cut, padded, summed over the
  * copies, permuted back, summed over the repeats. */
+#include <math.h>
 #include <string.h>
 
 #include "layers/layer.h"
@@ -86,12 +87,72 @@ static status_t up_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
     return STATUS_OK;
 }
 
+/* Bilinear interpolation as TensorFlow's resize computes it (half-pixel centres, no antialias,
+ * which Keras 3's UpSampling2D asks for): output row o reads input rows lo and hi = min(ceil(in),
+ * n - 1) with weight `lerp` on hi, in = (o + 0.5) * n_in / n_out - 0.5, lo = max(floor(in), 0). */
+typedef struct lerp_at {
+    int lo, hi;
+    float lerp;
+} lerp_at_t;
+
+static lerp_at_t lerp_of(int o, int n_in, int n_out)
+{
+    float scale = (float)n_in / (float)n_out, in = ((float)o + 0.5f) * scale - 0.5f;
+    float f = floorf(in);
+    lerp_at_t at = {.lo = f > 0 ? (int)f : 0, .hi = (int)ceilf(in), .lerp = in - f};
+
+    if (at.hi > n_in - 1)
+        at.hi = n_in - 1;
+    if (at.hi < 0)
+        at.hi = 0;
+    return at;
+}
+
+/* Bilinear, forward (dy NULL: y from x) or backward (dx += the transposed weights times dy). */
+static void up_bilinear(const layer_t *l, int batch, const float *x, float *y, const float *dy,
+                        float *dx)
+{
+    size_t c = (size_t)l->in_shape[2];
+    int ih = l->in_shape[0], iw = l->in_shape[1], oh = l->out_shape[0], ow = l->out_shape[1];
+
+    for (int b = 0; b < batch; b++)
+        for (int i = 0; i < oh; i++) {
+            lerp_at_t r = lerp_of(i, ih, oh);
+            for (int j = 0; j < ow; j++) {
+                lerp_at_t q = lerp_of(j, iw, ow);
+                size_t base = (size_t)b * l->in_len,
+                       at = (size_t)b * l->out_len + ((size_t)i * (size_t)ow + (size_t)j) * c;
+                size_t tl = base + ((size_t)r.lo * (size_t)iw + (size_t)q.lo) * c,
+                       tr = base + ((size_t)r.lo * (size_t)iw + (size_t)q.hi) * c,
+                       bl = base + ((size_t)r.hi * (size_t)iw + (size_t)q.lo) * c,
+                       br = base + ((size_t)r.hi * (size_t)iw + (size_t)q.hi) * c;
+                for (size_t k = 0; k < c; k++) {
+                    if (dy == NULL) {
+                        float top = x[tl + k] + (x[tr + k] - x[tl + k]) * q.lerp;
+                        float bottom = x[bl + k] + (x[br + k] - x[bl + k]) * q.lerp;
+                        y[at + k] = top + (bottom - top) * r.lerp;
+                    } else {
+                        float g = dy[at + k], top = g * (1.0f - r.lerp), bottom = g * r.lerp;
+                        dx[tl + k] += top * (1.0f - q.lerp);
+                        dx[tr + k] += top * q.lerp;
+                        dx[bl + k] += bottom * (1.0f - q.lerp);
+                        dx[br + k] += bottom * q.lerp;
+                    }
+                }
+            }
+        }
+}
+
 static status_t up_forward(layer_t *l, int batch, bool training, status_msg_t *err)
 {
     size_t c = (size_t)l->in_shape[2];
     int oh = l->out_shape[0], ow = l->out_shape[1], sh = l->spec.size[0], sw = l->spec.size[1];
 
     (void)training, (void)err;
+    if (l->spec.bilinear) {
+        up_bilinear(l, batch, l->in, l->out, NULL, NULL);
+        return STATUS_OK;
+    }
     for (int b = 0; b < batch; b++) {
         const float *x = l->in + (size_t)b * l->in_len;
         float *y = l->out + (size_t)b * l->out_len;
@@ -110,6 +171,10 @@ static void up_backward_input(layer_t *l, int batch, const float *dy, float *dx)
     int oh = l->out_shape[0], ow = l->out_shape[1], sh = l->spec.size[0], sw = l->spec.size[1];
 
     memset(dx, 0, (size_t)batch * l->in_len * sizeof(float));
+    if (l->spec.bilinear) {
+        up_bilinear(l, batch, NULL, NULL, dy, dx);
+        return;
+    }
     for (int b = 0; b < batch; b++) {
         const float *g = dy + (size_t)b * l->out_len;
         float *d = dx + (size_t)b * l->in_len;

@@ -92,6 +92,11 @@ def cases():
             keras.Input((5, 4, 2)), L.ZeroPadding2D(((1, 2), (0, 1))), L.Conv2D(3, 2),
             L.Cropping2D(((1, 0), (1, 1))), L.UpSampling2D((2, 3)), L.Conv2D(2, 3, strides=2),
             L.Flatten(), L.Dense(1)], "mse", "regression"),
+        ("bilinear up sampling", [
+            keras.Input((3, 4, 2)), L.Conv2D(3, 2, padding="same"),
+            L.UpSampling2D((2, 3), interpolation="bilinear"), L.Conv2D(2, 3, strides=2),
+            L.UpSampling2D(2, interpolation="bilinear"), L.Flatten(), L.Dense(1)],
+         "mse", "regression"),
         ("permute and repeat vector", [
             keras.Input((3, 4, 2)), L.Permute((3, 1, 2)), L.Conv2D(2, 2), L.Flatten(),
             L.Dense(3), L.RepeatVector(4), L.Permute((2, 1)), L.Conv1D(2, 2), L.Flatten(),

@@ -384,8 +384,8 @@ END_TEST
 START_TEST(shape_and_activation_layers_are_read_from_both_formats)
 {
     static const char *const refused[][2] = {
-        {"\"UpSampling2D\", \"config\": {\"name\": \"c\", \"interpolation\": \"bilinear\"}",
-         "interpolation other than \"nearest\" is not supported"},
+        {"\"UpSampling2D\", \"config\": {\"name\": \"c\", \"interpolation\": \"bicubic\"}",
+         "unknown interpolation 'bicubic'"},
         {"\"Permute\", \"config\": {\"name\": \"c\", \"dims\": [1, 1, 2]}",
          "dims must be a permutation of 1 .. its length"},
         {"\"ZeroPadding2D\", \"config\": {\"name\": \"c\", \"padding\": [[1, 2, 3], [0, 0]]}",
