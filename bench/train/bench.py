@@ -48,10 +48,13 @@ CASES = [
     ("MLP b64", "mlp", 64, 50, 3 * 938),
     ("MLP b256", "mlp", 256, 20, 3 * 235),
     ("CNN b64", "cnn", 64, 20, 300),
+    # examples/fashion-mnist-resnet.json: a Functional model, ResNet's block with
+    # BatchNormalization; Keras loads the same JSON, PyTorch builds the same layers
+    ("ResNet b64", "resnet", 64, 20, 300),
 ]
 THREADS = [1, 2]
 # The issue's targets: Tessera's examples/s over PyTorch's, per case.
-SPEED_TARGETS = {"MLP b64": 1.5, "MLP b256": 1.5, "CNN b64": 1.0}
+SPEED_TARGETS = {"MLP b64": 1.5, "MLP b256": 1.5, "CNN b64": 1.0, "ResNet b64": 1.0}
 
 MODEL_YAML = {
     "mlp": """\
@@ -67,6 +70,7 @@ MODEL_YAML = {
   - {dense: {units: 64, activation: relu}}
   - {dense: {units: 10}}
 """,
+    "resnet": "  keras_json: %s\n" % os.path.join(ROOT, "examples", "fashion-mnist-resnet.json"),
 }
 
 JOB_YAML = """\
@@ -275,11 +279,19 @@ def main(argv):
                          "commit before a change); the Tessera/x column compares the two")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke test: one round, few steps (figures not comparable)")
+    ap.add_argument("--cases", metavar="MODEL,...",
+                    help="only the cases of these models (mlp, cnn, resnet)")
     args = ap.parse_args(argv)
     cases = CASES
+    if args.cases:
+        wanted = args.cases.split(",")
+        unknown = [m for m in wanted if m not in MODEL_YAML]
+        if unknown:
+            ap.error("unknown model %s (mlp, cnn, resnet)" % ", ".join(unknown))
+        cases = [c for c in CASES if c[1] in wanted]
     if args.quick:
         args.rounds = 1
-        cases = [(n, m, b, 5, 30) for n, m, b, _, _ in CASES]
+        cases = [(n, m, b, 5, 30) for n, m, b, _, _ in cases]
 
     def log(msg):
         print("bench/train: " + msg, file=sys.stderr, flush=True)
@@ -361,9 +373,12 @@ def report(sides, cases, results, args, t_setup, t_total):
             print("  %-18s %s (%s)" % (s.label, s.version, what))
     for case in cases:
         name, model, batch, warmup, steps = case
-        desc = ("784-128(relu)-10" if model == "mlp" else
-                "Conv2D 32 3x3 relu, MaxPool 2, Conv2D 64 3x3 relu, MaxPool 2, Flatten, "
-                "Dense 64 relu, Dense 10")
+        desc = {"mlp": "784-128(relu)-10",
+                "cnn": "Conv2D 32 3x3 relu, MaxPool 2, Conv2D 64 3x3 relu, MaxPool 2, Flatten, "
+                       "Dense 64 relu, Dense 10",
+                "resnet": "(examples/fashion-mnist-resnet.json) Conv2D 16 3x3/2, BN, ReLU; "
+                          "[Conv2D 16, BN, ReLU, Conv2D 16, BN] + skip, ReLU; MaxPool 2; "
+                          "Concatenate(Flatten, GlobalMaxPool); Dense 10"}[model]
         print("\n%s: %s %s, batch %d; %d timed steps (peers after %d warm-up steps)" % (
             name, model.upper(), desc, batch, steps, warmup))
         print("  %-18s %7s %10s %10s %10s  %-28s" % ("side", "threads", "examples/s", "Tessera/x",

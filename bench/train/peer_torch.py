@@ -1,6 +1,6 @@
 """PyTorch peer of bench/train: the same model, data, batch and optimizer as Tessera's job.
 
-    python peer_torch.py --model mlp|cnn --batch B --threads N --warmup W --steps S
+    python peer_torch.py --model mlp|cnn|resnet --batch B --threads N --warmup W --steps S
 
 Loads Fashion-MNIST into tensors first, then trains W untimed steps and S timed ones, slicing
 batches out of the preloaded tensors in a fresh random order each epoch (Tessera shuffles too),
@@ -14,9 +14,39 @@ import time
 import fmnist
 
 
+def resnet():
+    """examples/fashion-mnist-resnet.json in PyTorch: a strided Conv2d, ResNet's block with
+    BatchNorm2d (Keras's epsilon 1e-3 and momentum 0.99, PyTorch's 0.01), then the flattened
+    features joined with their global maxima."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def bn():
+        return nn.BatchNorm2d(16, eps=1e-3, momentum=0.01)
+
+    class ResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c0, self.b0 = nn.Conv2d(1, 16, 3, stride=2, padding=1, bias=False), bn()
+            self.c1, self.b1 = nn.Conv2d(16, 16, 3, padding=1, bias=False), bn()
+            self.c2, self.b2 = nn.Conv2d(16, 16, 3, padding=1, bias=False), bn()
+            self.fc = nn.Linear(16 * 7 * 7 + 16, 10)
+
+        def forward(self, x):
+            x = F.relu(self.b0(self.c0(x)))
+            y = F.relu(self.b1(self.c1(x)))
+            x = F.max_pool2d(F.relu(x + self.b2(self.c2(y))), 2)
+            return self.fc(torch.cat([x.flatten(1), x.amax(dim=(2, 3))], 1))
+
+    return ResNet()
+
+
 def build(model):
     import torch.nn as nn
 
+    if model == "resnet":
+        return resnet()
     if model == "mlp":
         return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
     # 28x28x1 -> conv 26x26x32 -> pool 13x13 -> conv 11x11x64 -> pool 5x5 -> 1600 -> 64 -> 10
@@ -38,7 +68,7 @@ def main(argv):
 
     xs, ys = fmnist.load_train()
     x = torch.from_numpy(xs)
-    if args.model == "cnn":
+    if args.model in ("cnn", "resnet"):
         x = x.reshape(-1, 1, 28, 28)  # PyTorch's native NCHW
     y = torch.from_numpy(ys)
     n = len(y)
