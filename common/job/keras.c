@@ -892,6 +892,19 @@ static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, bool fu
     return STATUS_OK;
 }
 
+/* A model's own trainable (true only) and dtype (float32; null in some Functional configs). */
+static status_t check_model_options(kctx_t *k, const cJSON *cfg)
+{
+    const cJSON *v = kget(cfg, "trainable");
+
+    if (v != NULL && !cJSON_IsTrue(v))
+        return kfail(k, "trainable must be true (Tessera trains every layer)");
+    v = kget(cfg, "dtype");
+    if (v != NULL && !cJSON_IsNull(v))
+        return check_dtype(k, "dtype", v);
+    return STATUS_OK;
+}
+
 /* config of the Sequential: name, layers, and in Keras 3 trainable, dtype, build_input_shape. */
 static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t *m)
 {
@@ -901,12 +914,7 @@ static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t
     size_t i = 0;
 
     STATUS_CHECK(check_keys(k, cfg, "Sequential config", config_keys, JOB_N_OF(config_keys)));
-    v = kget(cfg, "trainable");
-    if (v != NULL && !cJSON_IsTrue(v))
-        return kfail(k, "trainable must be true (Tessera trains every layer)");
-    v = kget(cfg, "dtype");
-    if (v != NULL)
-        STATUS_CHECK(check_dtype(k, "dtype", v));
+    STATUS_CHECK(check_model_options(k, cfg));
     if (!cJSON_IsArray(layers))
         return kfail(k, "config.layers must be a list");
     cJSON_ArrayForEach(v, layers) STATUS_CHECK(parse_layer(k, v, i++, false, m));
@@ -1058,12 +1066,7 @@ static status_t parse_functional_config(kctx_t *k, const cJSON *cfg, job_model_t
     size_t i = 0;
 
     STATUS_CHECK(check_keys(k, cfg, "Functional config", config_keys, JOB_N_OF(config_keys)));
-    v = kget(cfg, "trainable");
-    if (v != NULL && !cJSON_IsTrue(v))
-        return kfail(k, "trainable must be true (Tessera trains every layer)");
-    v = kget(cfg, "dtype");
-    if (v != NULL && !cJSON_IsNull(v))
-        STATUS_CHECK(check_dtype(k, "dtype", v));
+    STATUS_CHECK(check_model_options(k, cfg));
     if (!cJSON_IsArray(layers))
         return kfail(k, "config.layers must be a list");
     cJSON_ArrayForEach(v, layers)

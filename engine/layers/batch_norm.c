@@ -44,18 +44,7 @@ static status_t bn_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
                                 "axis %d is not the last axis of its input %s (only the last is "
                                 "supported)",
                                 s->axis, p->in_s);
-    if (s->scale_gamma) {
-        l->w = layer_add_param(p, "gamma", shape, 1, false, &s->kernel_init, JOB_INIT_ONES);
-        if (l->w == NULL)
-            return layer_plan_failed(p, err);
-        initializer_fill(&s->kernel_init, JOB_INIT_ONES, l->w->value, l->w->n, 1, 1, p->seed);
-    }
-    if (s->center) {
-        l->b = layer_add_param(p, "beta", shape, 1, false, &s->bias_init, JOB_INIT_ZEROS);
-        if (l->b == NULL)
-            return layer_plan_failed(p, err);
-        initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, p->seed + 1);
-    }
+    STATUS_CHECK(layer_add_gamma_beta(p, l, c, err));
     for (int k = 0; k < 2; k++) {
         const job_init_t *init = k == 0 ? &s->moving_mean_init : &s->moving_variance_init;
         job_init_kind_t dflt = k == 0 ? JOB_INIT_ZEROS : JOB_INIT_ONES;

@@ -141,6 +141,10 @@ float *layer_floats(model_t *m, size_t n);
 model_param_t *layer_add_param(layer_plan_t *p, const char *what, const int *shape, int rank,
                                bool sparse, const job_init_t *init, job_init_kind_t dflt);
 
+/* The normalizations' gamma (spec.scale_gamma) and beta (spec.center) of c values, as l->w and
+ * l->b, from the spec's initializers (Keras's ones and zeros by default). */
+status_t layer_add_gamma_beta(layer_plan_t *p, layer_t *l, int c, status_msg_t *err);
+
 /* STATUS_BAD_CONFIG, "layer INDEX (NAME): " and the message. */
 status_t layer_plan_error(const layer_plan_t *p, status_msg_t *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -9,6 +9,26 @@
 #include "job/initializer.h"
 #include "layers/layer.h"
 
+status_t layer_add_gamma_beta(layer_plan_t *p, layer_t *l, int c, status_msg_t *err)
+{
+    const job_layer_t *s = &l->spec;
+    int shape[1] = {c};
+
+    if (s->scale_gamma) {
+        l->w = layer_add_param(p, "gamma", shape, 1, false, &s->kernel_init, JOB_INIT_ONES);
+        if (l->w == NULL)
+            return layer_plan_failed(p, err);
+        initializer_fill(&s->kernel_init, JOB_INIT_ONES, l->w->value, l->w->n, 1, 1, p->seed);
+    }
+    if (s->center) {
+        l->b = layer_add_param(p, "beta", shape, 1, false, &s->bias_init, JOB_INIT_ZEROS);
+        if (l->b == NULL)
+            return layer_plan_failed(p, err);
+        initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, p->seed + 1);
+    }
+    return STATUS_OK;
+}
+
 static size_t norm_params(const job_layer_t *s)
 {
     return (size_t)s->scale_gamma + (size_t)s->center;
@@ -26,22 +46,10 @@ static size_t norm_rows(const layer_t *l, int batch)
 
 static status_t norm_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
 {
-    const job_layer_t *s = &l->spec;
-    int c = l->in_shape[l->in_rank - 1], shape[1] = {c};
+    int c = l->in_shape[l->in_rank - 1];
     size_t len = layer_shape_len(l->in_shape, l->in_rank);
 
-    if (s->scale_gamma) {
-        l->w = layer_add_param(p, "gamma", shape, 1, false, &s->kernel_init, JOB_INIT_ONES);
-        if (l->w == NULL)
-            return layer_plan_failed(p, err);
-        initializer_fill(&s->kernel_init, JOB_INIT_ONES, l->w->value, l->w->n, 1, 1, p->seed);
-    }
-    if (s->center) {
-        l->b = layer_add_param(p, "beta", shape, 1, false, &s->bias_init, JOB_INIT_ZEROS);
-        if (l->b == NULL)
-            return layer_plan_failed(p, err);
-        initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, p->seed + 1);
-    }
+    STATUS_CHECK(layer_add_gamma_beta(p, l, c, err));
     l->xhat = layer_floats(p->m, layer_mul_sat((size_t)p->max_batch, len));
     l->inv_std = layer_floats(p->m, layer_mul_sat((size_t)p->max_batch, len / (size_t)c));
     if (l->xhat == NULL || l->inv_std == NULL)
