@@ -405,6 +405,8 @@ static status_t spec_from_proto(rpc_ctx_t *ctx, const Tessera__V1__VariableShard
         copy_shape(ctx, p->variable, "full_shape", p->full_shape, p->n_full_shape, sp->full_shape));
     sp->row_offset = p->row_offset;
     sp->sparse = p->sparse;
+    sp->moving = p->moving;
+    sp->momentum = p->momentum;
     if (p->initializer != NULL &&
         p->initializer->kind_case == TESSERA__V1__INITIALIZER__KIND_VALUES) {
         sp->has_values = true;

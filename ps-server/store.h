@@ -60,6 +60,10 @@ typedef struct store_shard_spec {
     job_init_t init;        /* JOB_INIT_DEFAULT = zeros; without has_seed the stream seed is */
     double fan_in, fan_out; /* derived from (job, variable); fans 0 = Keras's from full_shape */
     bool sparse;            /* updated by rows (embeddings) */
+    /* a moving statistic: value * momentum + pushed * (1 - momentum), no optimizer (its slots
+     * are kept, unused, so that every shard of a job has the same) */
+    bool moving;
+    double momentum;
     /* The shard's own starting values instead of init (init_from): values_len bytes of float32
      * little-endian, which must be the shard's size; any alignment. */
     const uint8_t *values;

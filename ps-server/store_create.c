@@ -108,6 +108,11 @@ static status_t check_spec(const store_t *s, const store_shard_spec_t *sp, store
                           "variable '%s' shard %d: its values are %zu bytes, the shard's %zu "
                           "float32 take %zu",
                           sp->variable, sp->shard, sp->values_len, n, n * sizeof(float));
+    if (sp->moving && (sp->sparse || !(sp->momentum >= 0 && sp->momentum <= 1)))
+        return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
+                          "variable '%s': a moving statistic is dense, its momentum from 0 to 1 "
+                          "(got %g%s)",
+                          sp->variable, sp->momentum, sp->sparse ? ", sparse" : "");
     if ((unsigned)sp->init.kind > (unsigned)JOB_INIT_RANDOM_NORMAL)
         return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
                           "variable '%s': unknown initializer kind %d", sp->variable,
@@ -119,7 +124,8 @@ static status_t check_spec(const store_t *s, const store_shard_spec_t *sp, store
 static bool same_variable(const store_shard_spec_t *a, const store_shard_spec_t *b)
 {
     return a->rank == b->rank && store_same_dims(a->full_shape, b->full_shape, a->rank) &&
-           a->num_shards == b->num_shards && a->sparse == b->sparse;
+           a->num_shards == b->num_shards && a->sparse == b->sparse && a->moving == b->moving &&
+           (!a->moving || a->momentum == b->momentum);
 }
 
 /* ---- create: planning --------------------------------------------------------------------- */
@@ -203,7 +209,8 @@ static status_t plan_against(const store_t *s, const sjob_t *j, const char *job,
             continue;
         if (v != NULL &&
             (v->rank != sp->rank || !store_same_dims(v->full_shape, sp->full_shape, v->rank) ||
-             v->num_shards != sp->num_shards || v->sparse != sp->sparse))
+             v->num_shards != sp->num_shards || v->sparse != sp->sparse ||
+             v->moving != sp->moving || (sp->moving && v->momentum != (float)sp->momentum)))
             return store_fail(
                 err, STATUS_ALREADY_EXISTS, sp->variable,
                 "variable '%s' of job '%s' exists with shape %s in %d shards%s; drop the "
@@ -371,6 +378,9 @@ static var_t *var_make(const store_shard_spec_t *sp, size_t n_specs)
     memcpy(v->full_shape, sp->full_shape, sp->rank * sizeof(int64_t));
     v->num_shards = sp->num_shards;
     v->sparse = sp->sparse;
+    v->moving = sp->moving;
+    v->momentum = (float)sp->momentum;
+    v->rest = (float)(1.0 - sp->momentum);
     return v;
 }
 

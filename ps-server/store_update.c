@@ -351,6 +351,16 @@ static bool check_task(push_run_t *r, task_t *t)
 
     if (!task_grad(r, t, n))
         return false;
+    if (sh->var->moving) { /* a convex mix of two finite values stays finite */
+        t->version = (uint64_t)step;
+        t->proven = false;
+        if ((nan_at = optimizer_first_non_finite(t->grad, n)) == n)
+            return true;
+        task_fail(r, STATUS_INVALID_ARGUMENT, sh,
+                  "variable '%s' shard %d: the statistic holds %g at element %zu", sh->var->name,
+                  sh->index, (double)t->grad[nan_at], first + nan_at);
+        return false;
+    }
     if (t->gmax < 0) /* summed duplicate rows are at most as large as all of them together */
         t->gmax = optimizer_max_abs(t->grad, n) * (it->has_rows ? (double)it->n_rows : 1.0);
     t->version = (uint64_t)step;
@@ -415,7 +425,14 @@ static void apply_part(void *arg, size_t i)
         return;
     }
     step = (int64_t)t->version;
-    if (it->has_rows) /* indices were checked: it cannot fail */
+    if (sh->var->moving) { /* a moving statistic: its average with the pushed one */
+        float m = sh->var->momentum, rest = sh->var->rest, *v = sh->values + first;
+        for (size_t k = 0; k < n; k++) {
+            v[k] = v[k] * m + t->grad[k] * rest;
+            if (t->out != NULL)
+                t->out[k] = v[k];
+        }
+    } else if (it->has_rows) /* indices were checked: it cannot fail */
         optimizer_apply_rows(r->opt, step, sh->values, sh->n_rows, sh->row_len, it->rows, it->grad,
                              it->n_rows, sh->slots, t->scratch, NULL);
     else

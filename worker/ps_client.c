@@ -824,7 +824,9 @@ static void clip_vars(ps_client_t *c, size_t lo)
     for (size_t i = lo; i < c->clipped_from; i++, n++) {
         model_param_t *p = c->vars[i].p;
         c->clip_grads[n] = p->sparse ? p->rows_grad : p->grad;
-        c->clip_lens[n] = p->sparse ? p->n_rows * c->vars[i].row_len : p->n;
+        c->clip_lens[n] = p->sparse   ? p->n_rows * c->vars[i].row_len
+                          : p->moving ? 0 /* a moving statistic is no gradient */
+                                      : p->n;
     }
     optimizer_clip(&c->clip, c->clip_grads, c->clip_lens, n);
     c->clipped_from = lo;
@@ -968,15 +970,6 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         ps_client_free(c);
         return status_fail(err, STATUS_INVALID_ARGUMENT, "the job names no parameter servers");
     }
-    for (size_t i = 0; i < c->n_vars; i++)
-        if (model_param(model, i)->moving) { /* the servers would train it as a weight */
-            rc = status_fail(err, STATUS_BAD_CONFIG,
-                             "%s is a moving statistic, which the parameter servers do not keep "
-                             "yet",
-                             model_param(model, i)->name);
-            ps_client_free(c);
-            return rc;
-        }
     c->push_pull = true;
     c->clips = opts->clip != NULL && optimizer_clips(opts->clip);
     c->clipped_from = c->n_vars;

@@ -274,6 +274,9 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
         vars[i].n_shape = vars[i].n_full_shape = (size_t)p->rank;
         vars[i].shape = vars[i].full_shape = &shapes[4 * i];
         vars[i].sparse = p->sparse;
+        /* BatchNormalization's moving statistics: the PS averages in what workers push */
+        vars[i].moving = p->moving;
+        vars[i].momentum = p->moving ? 1.0 - (double)p->rest : 0;
         /* The PS derives the fans from the variable's full shape, as Keras does. */
         initializer_to_proto(&p->init, p->init_default, &inits[i]);
         /* The PS draws the initial values from the job's seed, so that the same job file starts

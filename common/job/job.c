@@ -800,14 +800,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
                                  "training does not apply yet (the parameter servers would): "
                                  "train it with another strategy",
                                  job->model.layers[i].name);
-    for (size_t i = 0; job->strategy == JOB_STRATEGY_PARAMETER_SERVER && i < job->model.n_layers;
-         i++)
-        if (job->model.layers[i].kind == JOB_LAYER_BATCH_NORMALIZATION)
-            return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
-                                 "model: layer %s is a BatchNormalization, whose moving "
-                                 "statistics parameter_server training does not keep yet: train "
-                                 "it with another strategy",
-                                 job->model.layers[i].name);
+
     SECTION("train", false, parse_train, job);
     job->evaluate = job->data.test.present;
     STATUS_CHECK(job_tree_get_bool(c, root, "evaluate", &job->evaluate));
@@ -959,12 +952,6 @@ status_t job_check_for_ps(const job_t *job, const char *where, status_msg_t *err
                                "%s: model: layer %s has a weight constraint, which training on "
                                "parameter servers does not apply yet: train it with tessera "
                                "train, mirrored or multi_worker_mirrored",
-                               where, l->name);
-        if (l->kind == JOB_LAYER_BATCH_NORMALIZATION)
-            return status_fail(err, STATUS_BAD_CONFIG,
-                               "%s: model: layer %s is a BatchNormalization, whose moving "
-                               "statistics training on parameter servers does not keep yet: "
-                               "train it with tessera train, mirrored or multi_worker_mirrored",
                                where, l->name);
     }
     return STATUS_OK;

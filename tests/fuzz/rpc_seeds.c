@@ -113,7 +113,7 @@ static void shard(Tessera__V1__VariableShard *v, const char *name, int index, in
 static void add_create(seeds_t *s)
 {
     Tessera__V1__CreateVariablesRequest req = TESSERA__V1__CREATE_VARIABLES_REQUEST__INIT;
-    Tessera__V1__VariableShard v[3], *pv[3] = {&v[0], &v[1], &v[2]};
+    Tessera__V1__VariableShard v[4], *pv[4] = {&v[0], &v[1], &v[2], &v[3]};
     int64_t kernel[] = {4, 3}, bias[] = {3}, emb[] = {10, 4}, emb_full[] = {20, 4};
     job_init_t glorot = {.kind = JOB_INIT_GLOROT_UNIFORM};
     job_init_t normal = {
@@ -129,11 +129,15 @@ static void add_create(seeds_t *s)
     shard(&v[0], "dense/kernel", 0, 1, 2, kernel, kernel, &init[0].msg, false);
     shard(&v[1], "dense/bias", 0, 1, 1, bias, bias, &init[1].msg, false);
     shard(&v[2], "emb", 0, 2, 2, emb, emb_full, &init[2].msg, true);
+    /* BatchNormalization's moving mean: averaged in, not trained */
+    shard(&v[3], "bn/moving_mean", 0, 1, 1, bias, bias, &init[1].msg, false);
+    v[3].moving = true;
+    v[3].momentum = 0.99;
     optimizer_config_default(OPTIMIZER_ADAM, &opt);
     optimizer_to_proto(&opt, 1.0, &om);
     req.job = "j";
     req.optimizer = &om.msg;
-    req.n_shards = 3;
+    req.n_shards = 4;
     req.shards = pv;
     add(s, "create-adam", RPC_PS_CREATE_VARIABLES, &req.base, NULL, 0);
     /* the same variables under Ftrl with weight decay (another job: a job keeps its optimizer) */

@@ -348,6 +348,55 @@ START_TEST(store_dense_push_applies_adam_with_the_shard_version_as_step)
 }
 END_TEST
 
+/* BatchNormalization's moving statistics: what a worker pushes is its batch's statistic, which
+ * the PS averages in (value * momentum + pushed * (1 - momentum)), not the job's optimizer; a
+ * non-finite statistic changes nothing; a description that disagrees is refused. */
+START_TEST(store_moving_statistic_takes_the_moving_average)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp = spec("bn/moving_mean", 4, 0, 0, 1), other;
+    int64_t shape[1] = {4};
+    float want[4], g[4] = {1, -2, 0.5f, 8}, bad[4] = {1, NAN, 0, 0}, *got;
+    store_push_item_t it = {.key = {"bn/moving_mean", 0}, .rank = 1, .shape = shape, .grad = bad};
+    uint64_t version;
+    store_err_t err;
+    size_t created;
+
+    sp.moving = true;
+    sp.momentum = 0.99;
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    got = pull_all(s, "job", "bn/moving_mean", 0, NULL, NULL);
+    memcpy(want, got, sizeof(want));
+    free(got);
+    for (int step = 0; step < 3; step++) {
+        push_dense(s, "job", "bn/moving_mean", 0, shape, 1, g, (uint64_t)step + 1);
+        for (int i = 0; i < 4; i++)
+            want[i] = want[i] * 0.99f + g[i] * (float)(1.0 - 0.99);
+        got = pull_all(s, "job", "bn/moving_mean", 0, NULL, NULL);
+        assert_floats_eq(got, want, 4);
+        free(got);
+    }
+    ck_assert_int_eq(store_push(s, "job", &it, 1, false, &version, NULL, NULL, NULL, &err),
+                     STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.msg.text, "the statistic holds nan"), "%s", err.msg.text);
+    got = pull_all(s, "job", "bn/moving_mean", 0, NULL, NULL);
+    assert_floats_eq(got, want, 4);
+    free(got);
+    other = sp; /* the same variable as a weight: not the same variable */
+    other.moving = false;
+    ck_assert_int_eq(store_create(s, "job", &opt, &other, 1, &created, &err),
+                     STATUS_ALREADY_EXISTS);
+    other = sp;
+    other.momentum = 1.5;
+    other.variable = "bn/moving_variance";
+    ck_assert_int_eq(store_create(s, "job", &opt, &other, 1, &created, &err),
+                     STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.msg.text, "momentum from 0 to 1"), "%s", err.msg.text);
+    store_free(s);
+}
+END_TEST
+
 /* A shard large enough to be spread over the pool's threads: each push-pull returns the values
  * it leaves, and both are the kernels' own, bit for bit, as if one thread had applied them. */
 START_TEST(store_push_pull_over_a_pool_matches_the_kernels_bit_for_bit)
@@ -1201,6 +1250,7 @@ int main(void)
     tcase_add_test(tc, store_create_rejects_bad_descriptions_and_names_the_culprit);
     tcase_add_test(tc, store_limits_refuse_whole_requests);
     tcase_add_test(tc, store_dense_push_applies_adam_with_the_shard_version_as_step);
+    tcase_add_test(tc, store_moving_statistic_takes_the_moving_average);
     tcase_add_test(tc, store_push_pull_over_a_pool_matches_the_kernels_bit_for_bit);
     tcase_add_test(tc, store_chunked_pushes_equal_whole_pushes_bit_for_bit);
     tcase_add_test(tc, store_bad_chunks_are_refused_whole);
