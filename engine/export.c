@@ -120,6 +120,22 @@ static cJSON *regularizer(const job_regularizer_t *r)
     return o;
 }
 
+/* A weighted layer's activation, use_bias, and its kernel's ("kernel" or "depthwise") and bias's
+ * regularizers and constraints, by Keras's names. */
+static void add_weights(cJSON *c, const job_layer_t *l, const char *kernel)
+{
+    char key[40];
+
+    cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
+    cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
+    snprintf(key, sizeof(key), "%s_regularizer", kernel);
+    cJSON_AddItemToObject(c, key, regularizer(&l->kernel_reg));
+    cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
+    snprintf(key, sizeof(key), "%s_constraint", kernel);
+    cJSON_AddItemToObject(c, key, constraint(&l->kernel_constraint));
+    cJSON_AddItemToObject(c, "bias_constraint", constraint(&l->bias_constraint));
+}
+
 /* One layer's config: the options Tessera trained it with (initializers are left to Keras's
  * defaults: they do not matter once the weights are loaded). */
 static cJSON *layer_config(const job_layer_t *l)
@@ -135,17 +151,7 @@ static cJSON *layer_config(const job_layer_t *l)
     switch (l->kind) {
     case JOB_LAYER_DENSE:
         cJSON_AddNumberToObject(c, "units", l->units);
-        cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
-        cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
-        cJSON_AddItemToObject(c, "kernel_regularizer", regularizer(&l->kernel_reg));
-        cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
-        cJSON_AddItemToObject(c,
-                              l->kind == JOB_LAYER_DEPTHWISE_CONV2D ||
-                                      l->kind == JOB_LAYER_SEPARABLE_CONV2D
-                                  ? "depthwise_constraint"
-                                  : "kernel_constraint",
-                              constraint(&l->kernel_constraint));
-        cJSON_AddItemToObject(c, "bias_constraint", constraint(&l->bias_constraint));
+        add_weights(c, l, "kernel");
         break;
     case JOB_LAYER_CONV2D:
     case JOB_LAYER_CONV1D:
@@ -153,17 +159,7 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddItemToObject(c, "kernel_size",
                               ints(l->kernel_size + one_d(l), one_d(l) ? 1 : 2, false));
         add_window(c, l);
-        cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
-        cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
-        cJSON_AddItemToObject(c, "kernel_regularizer", regularizer(&l->kernel_reg));
-        cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
-        cJSON_AddItemToObject(c,
-                              l->kind == JOB_LAYER_DEPTHWISE_CONV2D ||
-                                      l->kind == JOB_LAYER_SEPARABLE_CONV2D
-                                  ? "depthwise_constraint"
-                                  : "kernel_constraint",
-                              constraint(&l->kernel_constraint));
-        cJSON_AddItemToObject(c, "bias_constraint", constraint(&l->bias_constraint));
+        add_weights(c, l, "kernel");
         break;
     case JOB_LAYER_MAX_POOLING2D:
     case JOB_LAYER_AVERAGE_POOLING2D:
@@ -183,21 +179,11 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddNumberToObject(c, "depth_multiplier", l->depth_multiplier);
         cJSON_AddItemToObject(c, "kernel_size", ints(l->kernel_size, 2, false));
         add_window(c, l);
-        cJSON_AddStringToObject(c, "activation", keras_activation[l->activation]);
-        cJSON_AddBoolToObject(c, "use_bias", l->use_bias);
-        cJSON_AddItemToObject(c, "depthwise_regularizer", regularizer(&l->kernel_reg));
+        add_weights(c, l, "depthwise");
         if (l->kind == JOB_LAYER_SEPARABLE_CONV2D) {
             cJSON_AddItemToObject(c, "pointwise_regularizer", regularizer(&l->pointwise_reg));
             cJSON_AddItemToObject(c, "pointwise_constraint", constraint(&l->pointwise_constraint));
         }
-        cJSON_AddItemToObject(c, "bias_regularizer", regularizer(&l->bias_reg));
-        cJSON_AddItemToObject(c,
-                              l->kind == JOB_LAYER_DEPTHWISE_CONV2D ||
-                                      l->kind == JOB_LAYER_SEPARABLE_CONV2D
-                                  ? "depthwise_constraint"
-                                  : "kernel_constraint",
-                              constraint(&l->kernel_constraint));
-        cJSON_AddItemToObject(c, "bias_constraint", constraint(&l->bias_constraint));
         break;
     case JOB_LAYER_PRELU: {
         cJSON *axes = cJSON_CreateArray();

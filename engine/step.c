@@ -228,7 +228,7 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         }
         if (has_params && m->on_backward != NULL)
             m->on_backward(m->on_backward_arg, MODEL_VALUES_FREE, first);
-        if (dx != NULL && dx == spare) { /* the input gradient landed in the spare buffer: swap */
+        if (dx == spare) { /* the input gradient landed in the spare buffer: swap */
             spare = dy;
             dy = dx;
         }

@@ -44,6 +44,14 @@ void job_done(job_t *job)
     memset(job, 0, sizeof(*job));
 }
 
+/* Whether a layer has a weight constraint (kernel, bias or pointwise). */
+static bool constrained(const job_layer_t *l)
+{
+    return l->kernel_constraint.kind != JOB_CONSTRAINT_NONE ||
+           l->bias_constraint.kind != JOB_CONSTRAINT_NONE ||
+           l->pointwise_constraint.kind != JOB_CONSTRAINT_NONE;
+}
+
 /* ---- loss, metrics, optimizer ---- */
 
 static const char *const loss_names[] = {"mse",
@@ -792,9 +800,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
             "batch, no global one: give data.batch_size");
     for (size_t i = 0; job->strategy == JOB_STRATEGY_PARAMETER_SERVER && i < job->model.n_layers;
          i++)
-        if (job->model.layers[i].kernel_constraint.kind != JOB_CONSTRAINT_NONE ||
-            job->model.layers[i].bias_constraint.kind != JOB_CONSTRAINT_NONE ||
-            job->model.layers[i].pointwise_constraint.kind != JOB_CONSTRAINT_NONE)
+        if (constrained(&job->model.layers[i]))
             return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
                                  "model: layer %s has a weight constraint, which parameter_server "
                                  "training does not apply yet (the parameter servers would): "
@@ -945,9 +951,7 @@ status_t job_check_for_ps(const job_t *job, const char *where, status_msg_t *err
 {
     for (size_t i = 0; i < job->model.n_layers; i++) {
         const job_layer_t *l = &job->model.layers[i];
-        if (l->kernel_constraint.kind != JOB_CONSTRAINT_NONE ||
-            l->bias_constraint.kind != JOB_CONSTRAINT_NONE ||
-            l->pointwise_constraint.kind != JOB_CONSTRAINT_NONE)
+        if (constrained(l))
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s: model: layer %s has a weight constraint, which training on "
                                "parameter servers does not apply yet: train it with tessera "

@@ -119,59 +119,54 @@ START_TEST(ps_training_cnn_pushes_4d_kernels_and_learns)
 }
 END_TEST
 
-/* A Functional model (Keras's JSON of a residual block without BatchNormalization, which
- * parameter_server does not take yet: the Add's gradient reaches the first Conv2D by two ways)
- * in the example's job, cut to 150 steps: its variables are placed and pushed as any model's. */
-START_TEST(ps_training_functional_model_learns)
+/* The Functional example's job under parameter_server, with the model `json` (a path under the
+ * source tree) and `train` for its train section, on 2 PS and 2 workers: its test accuracy. */
+static double functional_on_ps(const char *name, const char *json, const char *train)
 {
     cluster_t c;
     char path[512], cmd[2048], *out = NULL;
+    double acc;
     int rc;
 
-    snprintf(path, sizeof(path), "%s/resnet.yaml", harness_tmpdir());
+    snprintf(path, sizeof(path), "%s/%s.yaml", harness_tmpdir(), name);
     snprintf(cmd, sizeof(cmd),
-             "sed -e 's/^train: .*/train: {steps: 150}/' -e 's/^strategy: .*/strategy: "
-             "parameter_server/' -e 's#fashion-mnist-resnet.json#%s#' %s > %s",
-             harness_source("tests/fixtures/keras/keras3_residual.json"),
-             harness_source("examples/fashion-mnist-resnet.yaml"), path);
+             "sed -e 's/^train: .*/train: %s/' -e 's/^strategy: .*/strategy: parameter_server/' "
+             "-e 's#fashion-mnist-resnet.json#%s#' %s > %s",
+             train, harness_source(json), harness_source("examples/fashion-mnist-resnet.yaml"),
+             path);
     ck_assert_int_eq(system(cmd), 0);
     start_cluster(&c);
     rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("functional model, 150 steps on 2 workers and 2 ps: test accuracy %.4f\n",
-           test_accuracy(out));
-    ck_assert_msg(test_accuracy(out) >= 0.65, "test accuracy %.4f: %s", test_accuracy(out), out);
+    acc = test_accuracy(out);
     free(out);
     stop_cluster(&c);
+    return acc;
+}
+
+/* A Functional model (Keras's JSON of a residual block: the Add's gradient reaches the first
+ * Conv2D by two ways), cut to 150 steps: its variables are placed and pushed as any model's. */
+START_TEST(ps_training_functional_model_learns)
+{
+    double acc =
+        functional_on_ps("resnet", "tests/fixtures/keras/keras3_residual.json", "{steps: 150}");
+
+    printf("functional model, 150 steps on 2 workers and 2 ps: test accuracy %.4f\n", acc);
+    ck_assert_msg(acc >= 0.65, "test accuracy %.4f", acc);
 }
 END_TEST
 
-/* ResNet's block with BatchNormalization (the example), one epoch over 2 workers and 2 PS: the
- * moving statistics live on the parameter servers, which average in each worker's batch
- * statistics (TensorFlow's ParameterServerStrategy: each worker's assign updates the PS's
- * variable), and the test split is evaluated with them. Were they trained by Adam or left at
- * their starting values, inference would be far off. */
+/* ResNet's block with BatchNormalization (the example), one epoch: the moving statistics live
+ * on the parameter servers, which average in each worker's batch statistics (TensorFlow's
+ * ParameterServerStrategy: each worker's assign updates the PS's variable), and the test split
+ * is evaluated with them. Were they trained by Adam or left at their starting values, inference
+ * would be far off. */
 START_TEST(ps_training_batch_normalization_keeps_its_moving_statistics_on_the_ps)
 {
-    cluster_t c;
-    char path[512], cmd[2048], *out = NULL;
-    int rc;
+    double acc = functional_on_ps("resnet-bn", "examples/fashion-mnist-resnet.json", "{epochs: 1}");
 
-    snprintf(path, sizeof(path), "%s/resnet-bn.yaml", harness_tmpdir());
-    snprintf(cmd, sizeof(cmd),
-             "sed -e 's/^train: .*/train: {epochs: 1}/' -e 's/^strategy: .*/strategy: "
-             "parameter_server/' -e 's#fashion-mnist-resnet.json#%s#' %s > %s",
-             harness_source("examples/fashion-mnist-resnet.json"),
-             harness_source("examples/fashion-mnist-resnet.yaml"), path);
-    ck_assert_int_eq(system(cmd), 0);
-    start_cluster(&c);
-    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("batch normalization, 1 epoch on 2 workers and 2 ps: test accuracy %.4f\n",
-           test_accuracy(out));
-    ck_assert_msg(test_accuracy(out) >= 0.8, "test accuracy %.4f: %s", test_accuracy(out), out);
-    free(out);
-    stop_cluster(&c);
+    printf("batch normalization, 1 epoch on 2 workers and 2 ps: test accuracy %.4f\n", acc);
+    ck_assert_msg(acc >= 0.8, "test accuracy %.4f", acc);
 }
 END_TEST
 
