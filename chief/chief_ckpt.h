@@ -14,6 +14,8 @@ typedef struct chief_position {
     double epoch_sums[3]; /* loss, correct, examples of the epoch so far */
     bool has_last_epoch;  /* an epoch has ended: its mean loss and accuracy */
     double last_loss, last_accuracy;
+    /* the job's other metrics: the epoch's sums so far, the last epoch's values (or NULL) */
+    const double *metric_sums, *last_metrics;
     const dispatch_pos_t *workers; /* each worker's data position and dropout streams */
     size_t n_workers;
 } chief_position_t;

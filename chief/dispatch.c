@@ -3,9 +3,11 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 
 typedef struct dispatcher {
     dispatch_t *d;
@@ -13,6 +15,38 @@ typedef struct dispatcher {
     pthread_t tid;
     bool started;
 } dispatcher_t;
+
+void dispatch_progress_metrics(Tessera__V1__JobProgress *p, const job_t *job, const double *sums,
+                               bool test)
+{
+    double v[JOB_MAX_METRICS];
+    Tessera__V1__MetricValue **to = test ? p->test_metrics : p->metrics;
+    size_t n = p->n_metrics; /* both lists have the job's length */
+
+    if (to == NULL || job->n_metrics == 0 || n != (size_t)job->n_metrics)
+        return;
+    job_metrics_result(job, sums, v);
+    for (int i = 0; i < job->n_metrics; i++)
+        to[i]->value = v[i];
+    if (test)
+        p->n_test_metrics = n;
+}
+
+void dispatch_add_metrics(dispatch_t *d, const double *sums, size_t n, size_t w)
+{
+    size_t width = d->job != NULL ? d->job->metric_width : 0;
+
+    if (width == 0)
+        return;
+    if (n != width) { /* another build of the worker, or a broken one */
+        LOG_WARNING(CHIEF, "worker %zu sent %zu metric sums, the job has %zu: not counted", w, n,
+                    width);
+        return;
+    }
+    for (size_t k = 0; k < width; k++)
+        d->epoch_metrics[k] += sums[k];
+    dispatch_progress_metrics(d->progress, d->job, d->epoch_metrics, false);
+}
 
 status_t dispatch_init(dispatch_t *d, size_t n_workers, size_t cap, status_msg_t *err)
 {
@@ -28,9 +62,10 @@ status_t dispatch_init(dispatch_t *d, size_t n_workers, size_t cap, status_msg_t
     d->reader = calloc(n_workers + 1, sizeof(*d->reader));
     d->tail_reader = calloc(n_workers + 1, sizeof(*d->tail_reader));
     d->shard_batches = calloc(n_workers + 1, sizeof(*d->shard_batches));
+    d->epoch_metrics = calloc((d->job != NULL ? d->job->metric_width : 0) + 1, sizeof(double));
     if (d->alive == NULL || d->worker_steps == NULL || d->pos == NULL || d->busy == NULL ||
         d->left == NULL || d->reader == NULL || d->tail_reader == NULL ||
-        d->shard_batches == NULL) {
+        d->shard_batches == NULL || d->epoch_metrics == NULL) {
         dispatch_done(d);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
@@ -54,6 +89,8 @@ void dispatch_done(dispatch_t *d)
     free(d->reader);
     free(d->tail_reader);
     free(d->shard_batches);
+    free(d->epoch_metrics);
+    d->epoch_metrics = NULL;
     d->left = d->shard_batches = NULL;
     d->reader = d->tail_reader = NULL;
     d->busy = NULL;
@@ -260,6 +297,7 @@ static void count_result(dispatch_t *d, size_t w, const dispatch_closure_t *cl,
         p->accuracy = d->epoch_correct / (double)d->epoch_examples;
         p->examples_per_second = (double)d->epoch_examples / (clock_now_s() - d->epoch_t0);
     }
+    dispatch_add_metrics(d, res->metric_sums, res->n_metric_sums, w);
     /* fewer: the worker ran out of data, the rest is for the others */
     if (cl->tail)
         give_back(d, cl, 0);
@@ -363,6 +401,8 @@ static void *dispatcher_main(void *arg)
             count_result(d, w, &cl, &res);
         else
             count_failure(d, w, &cl, rc, err.text);
+        free(res.metric_sums); /* counted, or none */
+        res.metric_sums = NULL;
         gauges(d);
         pthread_cond_broadcast(d->cv);
     }
@@ -400,6 +440,8 @@ void dispatch_begin(dispatch_t *d, int64_t steps)
     d->epoch_by_shard = d->by_shard && shard_budgets(d, steps);
     d->epoch_loss = d->epoch_correct = 0;
     d->epoch_examples = 0;
+    if (d->job != NULL)
+        memset(d->epoch_metrics, 0, d->job->metric_width * sizeof(double));
     d->epoch_t0 = clock_now_s();
     pthread_mutex_unlock(d->mu);
 }

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "daemon/metrics.h"
+#include "job/job.h"
 #include "tessera/v1/coordinator.pb-c.h"
 
 typedef struct dispatch_closure {
@@ -35,6 +36,8 @@ typedef struct dispatch_result {
     int64_t data_epoch, data_batch; /* where the shard it read stands after it */
     uint64_t *rng;                  /* its dropout streams (malloc'd; the dispatch takes them) */
     size_t n_rng;
+    double *metric_sums; /* of the job's other metrics (malloc'd; the dispatch frees them) */
+    size_t n_metric_sums;
 } dispatch_result_t;
 
 /* Where shard w of the data stands, for checkpoints (the next batch read from it, and where the
@@ -109,7 +112,21 @@ typedef struct dispatch {
     status_msg_t lost_err; /* what fails the epoch if none comes back */
     double epoch_loss, epoch_correct, epoch_t0;
     int64_t epoch_examples;
+    /* the job's other metrics (set before dispatch_init; NULL: none): their sums over the epoch
+     * so far (job->metric_width, made by dispatch_init), each closure's added in and
+     * progress's values set from them */
+    const job_t *job;
+    double *epoch_metrics;
 } dispatch_t;
+
+/* Sets p's metrics (test: test_metrics, and their count) to the results of the job's metric
+ * sums; p's lists must be the job's (chief_job_metrics_init). Call with the mutex held. */
+void dispatch_progress_metrics(Tessera__V1__JobProgress *p, const job_t *job, const double *sums,
+                               bool test);
+
+/* Adds a closure's metric sums (worker w's) into the epoch's and sets the progress's values
+ * from them; a list of another length is left out with a warning. Mutex held. */
+void dispatch_add_metrics(dispatch_t *d, const double *sums, size_t n, size_t w);
 
 /* n_workers, every one alive, a shard each; room for cap workers in all (cap >= n_workers). */
 status_t dispatch_init(dispatch_t *d, size_t n_workers, size_t cap, status_msg_t *err);

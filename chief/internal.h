@@ -48,6 +48,9 @@ typedef struct chief_job {
     char failed_task[32]; /* a failed job's: "worker:1", "ps:0", "chief:0" */
     int fault;            /* Tessera__V1__Fault */
     Tessera__V1__JobProgress progress;
+    /* progress's metrics and test_metrics point here (chief_job_metrics_init) */
+    Tessera__V1__MetricValue metric_values[2][JOB_MAX_METRICS];
+    Tessera__V1__MetricValue *metric_ptrs[2][JOB_MAX_METRICS];
     double submitted_at, started_at, finished_at;
     _Atomic bool cancel;
     char *events[CHIEF_MAX_EVENTS];
@@ -150,6 +153,11 @@ chief_job_t *chief_next_queued(coordinator_t *c);
 
 /* Fills info from j; the strings point into j. c->mu held. */
 void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V1__JobProgress *pr);
+
+/* Gives j->progress a value for each of the job's metrics beyond loss and accuracy, named as
+ * the job names them, all 0 (the test ones once an evaluation sets them). Call with c->mu held,
+ * or before the job is shared. */
+void chief_job_metrics_init(chief_job_t *j);
 
 /* Links j at the end of the table as it is (no id, no journal record). c->mu held. */
 void chief_jobs_link(coordinator_t *c, chief_job_t *j);

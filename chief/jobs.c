@@ -191,6 +191,7 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
     }
     snprintf(j->name, sizeof(j->name), "%s", j->job.name ? j->job.name : "job");
     tessera__v1__job_progress__init(&j->progress);
+    chief_job_metrics_init(j);
     j->state = TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED;
     j->submitted_at = clock_wall_s();
     *ret = j;
@@ -248,6 +249,22 @@ chief_job_t *chief_next_queued(coordinator_t *c)
         if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED)
             return j;
     return NULL;
+}
+
+void chief_job_metrics_init(chief_job_t *j)
+{
+    int n = j->job.n_metrics;
+
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < n; i++) {
+            tessera__v1__metric_value__init(&j->metric_values[t][i]);
+            j->metric_values[t][i].name = j->job.metrics[i].name;
+            j->metric_ptrs[t][i] = &j->metric_values[t][i];
+        }
+    j->progress.n_metrics = (size_t)n;
+    j->progress.metrics = j->metric_ptrs[0];
+    j->progress.n_test_metrics = 0;
+    j->progress.test_metrics = j->metric_ptrs[1];
 }
 
 void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V1__JobProgress *pr)

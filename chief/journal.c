@@ -70,8 +70,10 @@ static void note_id(coordinator_t *c, const char *id)
 static void set_progress(chief_job_t *j, const Tessera__V1__JobProgress *p)
 {
     tessera__v1__job_progress__init(&j->progress);
-    if (p == NULL)
+    if (p == NULL) {
+        chief_job_metrics_init(j);
         return;
+    }
     j->progress.step = p->step;
     j->progress.total_steps = p->total_steps;
     j->progress.epoch = p->epoch;
@@ -82,6 +84,15 @@ static void set_progress(chief_job_t *j, const Tessera__V1__JobProgress *p)
     j->progress.test_accuracy = p->test_accuracy;
     j->progress.elapsed_seconds = p->elapsed_seconds;
     j->progress.train_seconds = p->train_seconds;
+    chief_job_metrics_init(j);
+    /* the journal's values where they are the job's metrics */
+    for (size_t i = 0; p->n_metrics == j->progress.n_metrics && i < p->n_metrics; i++)
+        j->progress.metrics[i]->value = p->metrics[i]->value;
+    if (p->n_test_metrics == j->progress.n_metrics && p->n_test_metrics > 0) {
+        for (size_t i = 0; i < p->n_test_metrics; i++)
+            j->progress.test_metrics[i]->value = p->test_metrics[i]->value;
+        j->progress.n_test_metrics = p->n_test_metrics;
+    }
 }
 
 static size_t unended(const coordinator_t *c)

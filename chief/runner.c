@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "chief_ckpt.h"
 #include "chief_sync.h"
 #include "dispatch.h"
@@ -51,6 +52,7 @@ typedef struct running {
     double last_save;   /* clock_now_s() of it */
     bool has_last_epoch;
     double last_loss, last_accuracy;
+    double last_metrics[JOB_MAX_METRICS]; /* the job's other metrics, over the last epoch */
     watchdog_t *wd;         /* hung[w]: the worker answered no health check for too long */
     worker_cfg_t *cfg;      /* the workers' ConfigureJob requests, for rejoins */
     chief_tb_t tb;          /* the job's TensorBoard run */
@@ -116,6 +118,11 @@ static status_t call_closure(void *arg, size_t w, const dispatch_closure_t *cl,
     if (resp->n_rng > 0 && (ret->rng = malloc(resp->n_rng * sizeof(*ret->rng))) != NULL) {
         memcpy(ret->rng, resp->rng, resp->n_rng * sizeof(*ret->rng));
         ret->n_rng = resp->n_rng;
+    }
+    if (resp->n_metric_sums > 0 &&
+        (ret->metric_sums = malloc(resp->n_metric_sums * sizeof(double))) != NULL) {
+        memcpy(ret->metric_sums, resp->metric_sums, resp->n_metric_sums * sizeof(double));
+        ret->n_metric_sums = resp->n_metric_sums;
     }
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     return STATUS_OK;
@@ -248,6 +255,13 @@ static status_t evaluate(running_t *r, status_msg_t *err)
             j->progress.test_loss = resp->loss_sum / (double)resp->examples;
             j->progress.test_accuracy = resp->correct / (double)resp->examples;
         }
+        if (resp->n_metric_sums == j->job.metric_width)
+            dispatch_progress_metrics(&j->progress, &j->job, resp->metric_sums, true);
+        else
+            LOG_WARNING(CHIEF,
+                        "worker %zu sent %zu metric sums of the test split, the job has "
+                        "%zu: not counted",
+                        w, resp->n_metric_sums, j->job.metric_width);
         chief_job_event(c, j,
                         "epoch %lld: loss %.4f, accuracy %.4f, test loss %.4f, test accuracy %.4f",
                         (long long)j->progress.epoch + 1, j->progress.loss, j->progress.accuracy,
@@ -275,6 +289,8 @@ static status_t checkpoint(running_t *r, status_msg_t *err)
         .has_last_epoch = r->has_last_epoch,
         .last_loss = r->last_loss,
         .last_accuracy = r->last_accuracy,
+        .metric_sums = j->job.n_metrics > 0 ? r->d->epoch_metrics : NULL,
+        .last_metrics = j->job.n_metrics > 0 && r->has_last_epoch ? r->last_metrics : NULL,
         .workers = r->d->pos,
         .n_workers = r->d->n_shards};
     pthread_mutex_unlock(&c->mu);
@@ -336,9 +352,10 @@ static status_t run_epoch(running_t *r, int64_t left, status_msg_t *err)
 /* The epochs from where the job stands (a resumed job: mid-epoch, with the epoch's sums so far),
  * each followed by its evaluation or its summary, and by a checkpoint when they are per epoch;
  * the last step is always checkpointed. */
-static status_t train(running_t *r, int64_t batches, bool has_test, const double *sums,
+static status_t train(running_t *r, int64_t batches, bool has_test, const ckpt_manifest_t *m,
                       status_msg_t *err)
 {
+    const double *sums = m != NULL ? m->epoch_sums : NULL;
     coordinator_t *c = r->c;
     chief_job_t *j = r->j;
     const job_t *job = &j->job;
@@ -369,6 +386,8 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const double
             r->d->epoch_loss = sums[0];
             r->d->epoch_correct = sums[1];
             r->d->epoch_examples = (int64_t)sums[2];
+            if (m->n_metric_sums == job->metric_width && job->metric_width > 0)
+                memcpy(r->d->epoch_metrics, m->metric_sums, job->metric_width * sizeof(double));
             pthread_mutex_unlock(&c->mu);
         }
         rc = run_epoch(r, per_epoch - done, err);
@@ -391,8 +410,12 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const double
         r->has_last_epoch = true;
         r->last_loss = j->progress.loss;
         r->last_accuracy = j->progress.accuracy;
+        for (int i = 0; i < job->n_metrics; i++)
+            r->last_metrics[i] = j->progress.metrics[i]->value;
         r->d->epoch_loss = r->d->epoch_correct = 0;
         r->d->epoch_examples = 0;
+        if (job->metric_width > 0)
+            memset(r->d->epoch_metrics, 0, job->metric_width * sizeof(double));
         pthread_mutex_unlock(&c->mu);
         if (job->checkpoint_dir != NULL && (per_epoch_ckpt || e + 1 == epochs))
             rc = checkpoint(r, err);
@@ -461,6 +484,11 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
     r->has_last_epoch = m->has_last_epoch;
     r->last_loss = m->last_loss;
     r->last_accuracy = m->last_accuracy;
+    if (m->n_last_metrics == (size_t)r->j->job.n_metrics && m->n_last_metrics > 0) {
+        memcpy(r->last_metrics, m->last_metrics, m->n_last_metrics * sizeof(double));
+        for (size_t i = 0; m->has_last_epoch && i < m->n_last_metrics; i++)
+            r->j->progress.metrics[i]->value = m->last_metrics[i];
+    }
     for (size_t w = 0; m->n_data == d->n_shards && w < d->n_shards; w++) {
         free(d->pos[w].rng);
         d->pos[w] = (dispatch_pos_t){
@@ -705,6 +733,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
+    d.job = &j->job;
     rc = dispatch_init(&d, n0, c->cap_workers, err);
     if (rc == STATUS_OK)
         rc = worker_cfg_init(&cfg, c, j, err);
@@ -788,14 +817,14 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         c, j, "training on %zu workers and %zu ps: %lld examples, %lld steps, %zu shards", n_alive,
         c->n_ps, (long long)train_examples, (long long)j->progress.total_steps, plan.n_places);
     pthread_mutex_unlock(&c->mu);
-    rc = train(&run, batches, has_test, resumed ? m.epoch_sums : NULL, err);
+    rc = train(&run, batches, has_test, resumed ? &m : NULL, err);
     /* a lost PS: back to the newest checkpoint, as often as it takes */
     while (rc == STATUS_ABORTED) {
         char why[sizeof(err->text)];
         snprintf(why, sizeof(why), "%s", err->text);
         rc = recover_ps(&run, why, &m, &resume_path, err);
         if (rc == STATUS_OK)
-            rc = train(&run, batches, has_test, m.epoch_sums, err);
+            rc = train(&run, batches, has_test, &m, err);
     }
 out:
     if (rc != STATUS_OK && rc != STATUS_CANCELLED) {

@@ -16,6 +16,7 @@
 #include <sys/random.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/net.h"
 #include "chief_ckpt.h"
 #include "chief_sync.h"
@@ -44,6 +45,10 @@ typedef struct sync_run {
     double epoch_sums[3];
     bool has_last_epoch;
     double last_loss, last_accuracy;
+    /* the job's other metrics: the last closure's sums over the workers, the epoch's so far, and
+     * the last epoch's values */
+    double *closure_metrics, *epoch_metrics;
+    double last_metrics[JOB_MAX_METRICS];
     int64_t saved_step;
     double last_save;
     Tessera__V1__TrainPosition pos; /* a checkpoint closure's */
@@ -315,6 +320,7 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
     }
     fanout_run(s->f, s->n);
     sums[0] = sums[1] = sums[2] = 0;
+    memset(s->closure_metrics, 0, s->j->job.metric_width * sizeof(double));
     *ret_steps = -1;
     for (size_t w = 0; w < s->n; w++) {
         const Tessera__V1__RunClosureResponse *resp = (const void *)s->f[w].resp;
@@ -327,6 +333,13 @@ static status_t run_closure(sync_run_t *s, int kind, int steps, size_t only, int
         sums[0] += resp->loss_sum;
         sums[1] += resp->correct;
         sums[2] += (double)resp->examples;
+        if (resp->n_metric_sums == s->j->job.metric_width)
+            for (size_t k = 0; k < resp->n_metric_sums; k++)
+                s->closure_metrics[k] += resp->metric_sums[k];
+        else if (kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN ||
+                 kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_EVALUATE)
+            LOG_WARNING(CHIEF, "worker %zu sent %zu metric sums, the job has %zu: not counted", w,
+                        resp->n_metric_sums, s->j->job.metric_width);
         if (*ret_steps < 0 && kind == TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN) {
             s->data_epoch = resp->data_epoch; /* every live worker stands at the same place */
             s->data_batch = resp->data_batch;
@@ -407,6 +420,10 @@ static status_t checkpoint(sync_run_t *s, status_msg_t *err)
         s->pos.has_last_epoch = s->has_last_epoch;
         s->pos.last_loss = s->last_loss;
         s->pos.last_accuracy = s->last_accuracy;
+        s->pos.n_epoch_metric_sums = j->job.metric_width;
+        s->pos.epoch_metric_sums = s->epoch_metrics;
+        s->pos.n_last_metrics = s->has_last_epoch ? (size_t)j->job.n_metrics : 0;
+        s->pos.last_metrics = s->last_metrics;
         rc = closure(s, TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT, 0, &got, sums, err);
     }
     pthread_mutex_lock(&c->mu);
@@ -481,6 +498,13 @@ static status_t find_resumed(sync_run_t *s, const fanout_t *f, size_t *ret_root,
         s->has_last_epoch = best.has_last_epoch;
         s->last_loss = best.last_loss;
         s->last_accuracy = best.last_accuracy;
+        if (best.n_metric_sums == j->job.metric_width && best.n_metric_sums > 0)
+            memcpy(s->epoch_metrics, best.metric_sums, best.n_metric_sums * sizeof(double));
+        if (best.n_last_metrics == (size_t)j->job.n_metrics && best.n_last_metrics > 0) {
+            memcpy(s->last_metrics, best.last_metrics, best.n_last_metrics * sizeof(double));
+            for (size_t i = 0; best.has_last_epoch && i < best.n_last_metrics; i++)
+                j->progress.metrics[i]->value = best.last_metrics[i];
+        }
         if (best.has_last_epoch) { /* what a job resumed after its last step reports */
             j->progress.loss = best.last_loss;
             j->progress.accuracy = best.last_accuracy;
@@ -515,6 +539,7 @@ static status_t end_epoch(sync_run_t *s, int64_t e, bool has_test, status_msg_t 
     if (sums[2] > 0) {
         j->progress.test_loss = sums[0] / sums[2];
         j->progress.test_accuracy = sums[1] / sums[2];
+        dispatch_progress_metrics(&j->progress, &j->job, s->closure_metrics, true);
         chief_job_event(c, j,
                         "epoch %lld: loss %.4f, accuracy %.4f, test loss %.4f, test accuracy %.4f",
                         (long long)e + 1, j->progress.loss, j->progress.accuracy,
@@ -560,7 +585,10 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
             done += got;
             for (int k = 0; k < 3; k++)
                 epoch_sums[k] += sums[k];
+            for (size_t k = 0; k < job->metric_width; k++)
+                s->epoch_metrics[k] += s->closure_metrics[k];
             pthread_mutex_lock(&c->mu);
+            dispatch_progress_metrics(&j->progress, job, s->epoch_metrics, false);
             before = j->progress.step;
             j->progress.step += got;
             if (epoch_sums[2] > 0) {
@@ -578,6 +606,7 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
             s->has_last_epoch = true;
             s->last_loss = epoch_sums[0] / epoch_sums[2];
             s->last_accuracy = epoch_sums[1] / epoch_sums[2];
+            job_metrics_result(job, s->epoch_metrics, s->last_metrics);
         }
         STATUS_CHECK(end_epoch(s, e, has_test, err));
         STATUS_CHECK(chief_tb_epoch(&s->tb, c, j, e,
@@ -594,6 +623,7 @@ static status_t train(sync_run_t *s, int64_t batches, bool has_test, status_msg_
         j->progress.train_seconds += clock_now_s() - t0;
         pthread_mutex_unlock(&c->mu);
         epoch_sums[0] = epoch_sums[1] = epoch_sums[2] = 0; /* a checkpoint now is between epochs */
+        memset(s->epoch_metrics, 0, job->metric_width * sizeof(double));
         if (e + 1 < epochs && checkpoint_due(s, before, true))
             STATUS_CHECK(checkpoint(s, err));
     }
@@ -630,9 +660,11 @@ status_t chief_run_sync(coordinator_t *c, chief_job_t *j, status_msg_t *err)
 
     s.f = calloc(n + 1, sizeof(*s.f));
     s.reqs = calloc(n + 1, sizeof(*s.reqs));
+    s.closure_metrics = calloc(j->job.metric_width + 1, sizeof(double));
+    s.epoch_metrics = calloc(j->job.metric_width + 1, sizeof(double));
     s.alive = alive;
     s.ring = ring;
-    if (!f || !alive || !ring || !s.f || !s.reqs) {
+    if (!f || !alive || !ring || !s.f || !s.reqs || !s.closure_metrics || !s.epoch_metrics) {
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
         goto out;
     }
@@ -712,6 +744,8 @@ out:
     free(f);
     free(s.f);
     free(s.reqs);
+    free(s.closure_metrics);
+    free(s.epoch_metrics);
     worker_cfg_done(&cfg);
     return rc;
 }

@@ -29,6 +29,9 @@ status_t chief_tb_epoch(chief_tb_t *t, coordinator_t *c, const chief_job_t *j, i
                         int64_t steps, double seconds, bool validated, status_msg_t *err)
 {
     tb_epoch_t e;
+    const char *names[JOB_MAX_METRICS];
+    double values[JOB_MAX_METRICS], test_values[JOB_MAX_METRICS];
+    int n = j->job.n_metrics;
 
     if (t->run == NULL)
         return STATUS_OK;
@@ -43,7 +46,16 @@ status_t chief_tb_epoch(chief_tb_t *t, coordinator_t *c, const chief_job_t *j, i
                      .steps_per_second = seconds > 0 ? (double)steps / seconds : 0,
                      .validated = validated,
                      .val_loss = j->progress.test_loss,
-                     .val_accuracy = j->progress.test_accuracy};
+                     .val_accuracy = j->progress.test_accuracy,
+                     .n_metrics = (size_t)n == j->progress.n_metrics ? n : 0,
+                     .metric_names = names,
+                     .metrics = values,
+                     .val_metrics = j->progress.n_test_metrics > 0 ? test_values : NULL};
+    for (int i = 0; i < e.n_metrics; i++) {
+        names[i] = j->job.metrics[i].name;
+        values[i] = j->progress.metrics[i]->value;
+        test_values[i] = j->progress.n_test_metrics > 0 ? j->progress.test_metrics[i]->value : 0;
+    }
     pthread_mutex_unlock(&c->mu);
     return tb_epoch(t->run, &e, err);
 }

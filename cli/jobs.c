@@ -87,6 +87,14 @@ const char *cli_take_positional(int *argc, char **argv)
     return NULL;
 }
 
+/* A job's metrics beyond loss and accuracy, as "SEP PREFIXNAME VALUE" each. */
+static void print_metrics(Tessera__V1__MetricValue *const *m, size_t n, const char *sep,
+                          const char *prefix)
+{
+    for (size_t i = 0; i < n; i++)
+        printf("%s%s%s %.4f", sep, prefix, m[i]->name, m[i]->value);
+}
+
 static void print_info(const Tessera__V1__JobInfo *j)
 {
     const Tessera__V1__JobProgress *p = j->progress;
@@ -94,8 +102,12 @@ static void print_info(const Tessera__V1__JobInfo *j)
     if (p != NULL && p->total_steps > 0)
         printf(" step %lld/%lld epoch %lld loss %.4f accuracy %.4f", (long long)p->step,
                (long long)p->total_steps, (long long)p->epoch + 1, p->loss, p->accuracy);
+    if (p != NULL && p->total_steps > 0)
+        print_metrics(p->metrics, p->n_metrics, " ", "");
     if (p != NULL && p->test_accuracy > 0)
         printf(" test_accuracy %.4f", p->test_accuracy);
+    if (p != NULL)
+        print_metrics(p->test_metrics, p->n_test_metrics, " ", "test_");
     if (j->reason != NULL && j->reason[0]) {
         char note[96];
         printf(" (%s)%s", j->reason, fault_note(j, note, sizeof(note)));
@@ -199,8 +211,10 @@ static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
             printf(" (training %.2f s, %.0f steps/s)", p->train_seconds,
                    (double)p->step / p->train_seconds);
         printf("; loss %.4f, accuracy %.4f", p->loss, p->accuracy);
+        print_metrics(p->metrics, p->n_metrics, ", ", "");
         if (p->test_accuracy > 0)
             printf("; test loss %.4f, test accuracy %.4f", p->test_loss, p->test_accuracy);
+        print_metrics(p->test_metrics, p->n_test_metrics, ", test ", "");
     } else if (j->reason && j->reason[0]) {
         char note[96];
         printf(": %s%s", j->reason, fault_note(j, note, sizeof(note)));

@@ -48,9 +48,18 @@ static const config_table_t train_table = {
 typedef struct progress_state {
     bool tty;
     double last_print;
+    const job_t *job; /* its metrics' names */
 } progress_state_t;
 
-static void print_epoch(const train_progress_t *p)
+/* The job's other metrics, as "SEP PREFIXNAME VALUE" each. */
+static void print_metrics(const job_t *job, const double *values, const char *sep,
+                          const char *prefix)
+{
+    for (int i = 0; i < job->n_metrics; i++)
+        printf("%s%s%s %.4f", sep, prefix, job->metrics[i].name, values[i]);
+}
+
+static void print_epoch(const train_progress_t *p, const job_t *job)
 {
     if (p->epochs > 0)
         printf("epoch %lld/%lld", (long long)p->epoch + 1, (long long)p->epochs);
@@ -58,8 +67,11 @@ static void print_epoch(const train_progress_t *p)
         printf("step %lld/%lld (epoch %lld)", (long long)p->step, (long long)p->total_steps,
                (long long)p->epoch + 1);
     printf(": loss %.4f - accuracy %.4f", p->loss, p->accuracy);
-    if (p->has_test)
+    print_metrics(job, p->metrics, " - ", "");
+    if (p->has_test) {
         printf(" - test_loss %.4f - test_accuracy %.4f", p->test_loss, p->test_accuracy);
+        print_metrics(job, p->test_metrics, " - ", "test_");
+    }
     printf(" - %.0f examples/s - %.1f s\n", p->examples_per_second, p->seconds);
 }
 
@@ -70,7 +82,7 @@ static void on_progress(const train_progress_t *p, void *arg)
     if (p->epoch_end) {
         if (st->tty)
             printf("\r\033[K");
-        print_epoch(p);
+        print_epoch(p, st->job);
         fflush(stdout);
         return;
     }
@@ -104,7 +116,7 @@ int cli_train(int argc, char **argv)
     status_msg_t err = {0};
     job_t job;
     train_result_t res;
-    progress_state_t ps = {.tty = isatty(STDOUT_FILENO) != 0, .last_print = 0};
+    progress_state_t ps = {.tty = isatty(STDOUT_FILENO) != 0, .last_print = 0, .job = &job};
     const char *path = cli_take_positional(&argc, argv);
     int rc = 2;
 
@@ -143,8 +155,10 @@ int cli_train(int argc, char **argv)
         }
     }
     if (o.evaluate) {
-        printf("evaluated %s at step %lld: test loss %.4f, test accuracy %.4f\n",
+        printf("evaluated %s at step %lld: test loss %.4f, test accuracy %.4f",
                job.name ? job.name : path, (long long)res.steps, res.test_loss, res.test_accuracy);
+        print_metrics(&job, res.test_metrics, ", test ", "");
+        printf("\n");
         rc = 0;
         goto out;
     }
@@ -155,8 +169,11 @@ int cli_train(int argc, char **argv)
            "accuracy %.4f",
            job.name ? job.name : path, (long long)res.steps, (long long)res.epochs, res.seconds,
            res.examples_per_second, res.loss, res.accuracy);
-    if (!isnan(res.test_accuracy))
+    print_metrics(&job, res.metrics, ", ", "");
+    if (!isnan(res.test_accuracy)) {
         printf("; test loss %.4f, test accuracy %.4f", res.test_loss, res.test_accuracy);
+        print_metrics(&job, res.test_metrics, ", test ", "");
+    }
     printf("\n");
     rc = 0;
 out:

@@ -22,6 +22,9 @@ typedef struct train_position {
     double epoch_sums[3]; /* loss, correct, examples of the epoch so far */
     bool has_last_epoch;  /* an epoch has ended: its mean loss and accuracy */
     double last_loss, last_accuracy;
+    /* the job's other metrics: the epoch's sums so far (job_t.metric_width) and the last
+     * epoch's values (job_t.n_metrics); borrowed */
+    const double *metric_sums, *last_metrics;
 } train_position_t;
 
 /* Writes checkpoint `pos->step` of t under job->checkpoint_dir and keeps the newest

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "metrics.h"
 #include "model_internal.h"
 
 #define PROB_EPSILON 1e-7f /* Keras's backend epsilon, used to clip probabilities */
@@ -188,7 +189,7 @@ static status_t bce(model_t *m, const float *out, const float *y, int batch, int
             if (dy != NULL)
                 dy[b] = (p - t) / (p * (1 - p)) * inv;
         }
-        st->correct += (p > 0.5f) == (label > 0.5f);
+        st->correct += (p > m->accuracy_threshold) == (label > 0.5f);
     }
     return STATUS_OK;
 }
@@ -245,13 +246,9 @@ static status_t pointwise(model_t *m, const float *out, const float *y, int batc
     return STATUS_OK;
 }
 
-status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy, model_stats_t *st,
-                    status_msg_t *err)
+static status_t loss_of(model_t *m, const float *out, bool logits, const float *y, int batch,
+                        int total, float *dy, model_stats_t *st, status_msg_t *err)
 {
-    const float *out = m->layers[m->n_layers - 1].out;
-    bool logits = m->fused || m->from_logits;
-
-    st->examples = batch;
     switch (m->loss) {
     case JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
     case JOB_LOSS_CATEGORICAL_CROSSENTROPY: /* the same; only the first smooths its labels */
@@ -269,4 +266,20 @@ status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy,
         return pointwise(m, out, y, batch, total, dy, st, err);
     }
     return STATUS_INTERNAL;
+}
+
+status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy, model_stats_t *st,
+                    status_msg_t *err)
+{
+    const float *out = m->layers[m->n_layers - 1].out;
+    /* the cross-entropies on logits leave the probabilities in m->probs */
+    bool logits = (m->fused || m->from_logits) && job_loss_has_accuracy(m->loss);
+
+    st->examples = batch;
+    STATUS_CHECK(loss_of(m, out, logits, y, batch, total, dy, st, err));
+    /* the metrics read probabilities, as the loss does */
+    if (m->metric_sink != NULL && m->n_metrics > 0)
+        metrics_update(m->metrics, m->n_metrics, logits ? m->probs : out, m->out_len, y, batch,
+                       m->metric_sink);
+    return STATUS_OK;
 }

@@ -160,6 +160,7 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     m->max_bytes = max_bytes > 0 && max_bytes < SIZE_MAX ? (size_t)max_bytes : SIZE_MAX;
     m->loss = loss;
     m->huber_delta = 1.0;
+    m->accuracy_threshold = 0.5f;
     m->from_logits = from_logits;
     m->n_layers = spec->n_layers;
     m->layers = calloc(spec->n_layers, sizeof(*m->layers));
@@ -344,6 +345,19 @@ void model_set_loss_options(model_t *m, const job_t *job)
     model_set_huber_delta(m, job->huber_delta);
     m->smoothing =
         job->label_smoothing >= 0 && job->label_smoothing <= 1 ? (float)job->label_smoothing : 0.0f;
+    m->accuracy_threshold = job->accuracy_threshold;
+    m->n_metrics = job->n_metrics < JOB_MAX_METRICS ? job->n_metrics : JOB_MAX_METRICS;
+    memcpy(m->metrics, job->metrics, (size_t)m->n_metrics * sizeof(*m->metrics));
+}
+
+void model_metrics_into(model_t *m, double *state)
+{
+    m->metric_sink = state;
+}
+
+double *model_metrics_sink(const model_t *m)
+{
+    return m->metric_sink;
 }
 
 void model_set_draw_key(model_t *m, uint64_t key)

@@ -115,6 +115,12 @@ void model_set_huber_delta(model_t *m, double delta);
  * label_smoothing. */
 void model_set_loss_options(model_t *m, const job_t *job);
 
+/* Where training steps and evaluations add the sums of the job's metrics beyond accuracy
+ * (job_t.metric_width of them; engine/metrics.h): state, or nowhere when NULL (the default).
+ * The caller owns state and zeroes it. */
+void model_metrics_into(model_t *m, double *state);
+double *model_metrics_sink(const model_t *m);
+
 /* Keys the next training passes' random draws: from now on each Dropout layer draws its values
  * from its seed and `key` alone, not from a stream that moves with every pass. The trainer keys
  * each step by the batch's place (epoch, number in its epoch) and the slice a replica or worker

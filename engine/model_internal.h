@@ -26,6 +26,12 @@ struct model {
     bool graph;
     float **gbuf, **grad_of;
     float *probs; /* outputs after the folded activation */
+    /* the job's metrics beyond accuracy (model_set_loss_options), their sums added into
+     * metric_sink when it is set (model_metrics_into) */
+    job_metric_t metrics[JOB_MAX_METRICS];
+    int n_metrics;
+    double *metric_sink;
+    float accuracy_threshold; /* binary accuracy's; 0.5 by default */
     model_backward_fn on_backward;
     void *on_backward_arg;
     double forward_s, backward_s; /* of the last training step (model_step_seconds) */

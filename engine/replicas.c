@@ -20,6 +20,7 @@ typedef struct replica {
     const float *x, *y;
     int n;
     model_stats_t st;
+    double *metrics; /* replicas 1...: their metric sums of the step */
     status_t rc;
     status_msg_t err;
 } replica_t;
@@ -27,6 +28,7 @@ typedef struct replica {
 struct replicas {
     model_t *first;
     int n, per;
+    size_t width;    /* of the metric sums */
     replica_t *reps; /* [0]: first, run by the caller */
     size_t bytes;
     /* Hand-offs spin first and then block (spin.h); lost wake-ups are ruled out the Dekker way,
@@ -183,6 +185,7 @@ void replicas_free(replicas_t *r)
         if (r->reps[i].started)
             pthread_join(r->reps[i].tid, NULL);
         model_free(r->reps[i].model);
+        free(r->reps[i].metrics);
     }
     free(r->reps);
     for (size_t i = 0; r->rows_index != NULL && i < model_param_count(r->first); i++) {
@@ -322,6 +325,7 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
     }
     for (int i = 0; i < n; i++)
         r->reps[i] = (replica_t){.set = r, .index = i, .model = i == 0 ? first : NULL};
+    r->width = job->metric_width;
     if ((rc = make_rows(r, err)) != STATUS_OK) {
         replicas_free(r);
         return rc;
@@ -335,6 +339,12 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
             r->bytes += model_bytes(r->reps[i].model);
             share_values(r->reps[i].model, first);
             model_set_loss_options(r->reps[i].model, job);
+            if (job->metric_width > 0) {
+                r->reps[i].metrics = calloc(job->metric_width, sizeof(double));
+                if (r->reps[i].metrics == NULL)
+                    rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+                model_metrics_into(r->reps[i].model, r->reps[i].metrics);
+            }
         }
     }
     sigfillset(&all); /* signals belong to the main thread */
@@ -420,9 +430,15 @@ status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_
     atomic_store(&r->slicing, r->n);
     run_all(r);
     for (int q = 0; q < r->n; q++) {
+        double *sink = model_metrics_sink(r->first), *own = r->reps[q].metrics;
         ret_stats->loss_sum += r->reps[q].st.loss_sum;
         ret_stats->correct += r->reps[q].st.correct;
         ret_stats->examples += r->reps[q].st.examples;
+        for (size_t k = 0; own != NULL && k < r->width; k++) {
+            if (sink != NULL)
+                sink[k] += own[k];
+            own[k] = 0;
+        }
     }
     for (int q = 0; q < r->n; q++)
         if (r->reps[q].rc != STATUS_OK)

@@ -43,14 +43,22 @@ static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t
     return STATUS_OK;
 }
 
-static status_t evaluate(trainer_t *t, double *ret_loss, double *ret_acc, status_msg_t *err)
+/* Loss, accuracy and the job's other metrics (ret_metrics[n_metrics]) on the test split. */
+static status_t evaluate(trainer_t *t, const job_t *job, double *ret_loss, double *ret_acc,
+                         double *ret_metrics, status_msg_t *err)
 {
     model_stats_t st;
+    double *sums = calloc(job->metric_width + 1, sizeof(double));
+    status_t rc = sums == NULL ? status_fail(err, STATUS_NO_MEMORY, "out of memory")
+                               : trainer_evaluate(t, NULL, NULL, &st, sums, err);
 
-    STATUS_CHECK(trainer_evaluate(t, NULL, NULL, &st, err));
-    *ret_loss = st.examples ? st.loss_sum / st.examples : NAN;
-    *ret_acc = st.examples ? st.correct / st.examples : NAN;
-    return STATUS_OK;
+    if (rc == STATUS_OK) {
+        *ret_loss = st.examples ? st.loss_sum / st.examples : NAN;
+        *ret_acc = st.examples ? st.correct / st.examples : NAN;
+        job_metrics_result(job, sums, ret_metrics);
+    }
+    free(sums);
+    return rc;
 }
 
 /* Folds one step into the epoch's running means and the run's totals. */
@@ -83,11 +91,19 @@ static status_t open_tensorboard(const job_t *job, tb_run_t **ret, status_msg_t 
 }
 
 /* What Keras's TensorBoard callback writes at the end of an epoch. */
-static status_t tensorboard_epoch(tb_run_t *tb, trainer_t *t, const train_progress_t *pr,
-                                  double epoch_seconds, status_msg_t *err)
+static status_t tensorboard_epoch(tb_run_t *tb, trainer_t *t, const job_t *job,
+                                  const train_progress_t *pr, double epoch_seconds,
+                                  status_msg_t *err)
 {
     model_t *m = trainer_model(t);
+    const char *names[JOB_MAX_METRICS];
+    for (int i = 0; i < job->n_metrics; i++)
+        names[i] = job->metrics[i].name;
     tb_epoch_t e = {.epoch = pr->epoch,
+                    .n_metrics = job->n_metrics,
+                    .metric_names = names,
+                    .metrics = pr->metrics,
+                    .val_metrics = pr->test_metrics,
                     .loss = pr->loss,
                     .accuracy = pr->accuracy,
                     .learning_rate = pr->learning_rate,
@@ -119,6 +135,8 @@ typedef struct run_state {
     int64_t saved_step;
     bool has_last_epoch; /* an epoch has ended: its means */
     double last_loss, last_accuracy;
+    double *metric_sums; /* the job's other metrics over the epoch so far */
+    double last_metrics[JOB_MAX_METRICS];
     bool ckpt_due; /* a checkpoint waits for the end of a window of accumulate_steps */
 } run_state_t;
 
@@ -149,7 +167,10 @@ static status_t maybe_checkpoint(trainer_t *t, const job_t *job, run_state_t *s,
                              .batch = s->next_batch,
                              .has_last_epoch = s->has_last_epoch,
                              .last_loss = s->last_loss,
-                             .last_accuracy = s->last_accuracy};
+                             .last_accuracy = s->last_accuracy,
+                             .metric_sums = job->n_metrics > 0 ? s->metric_sums : NULL,
+                             .last_metrics =
+                                 job->n_metrics > 0 && s->has_last_epoch ? s->last_metrics : NULL};
     memcpy(pos.epoch_sums, s->sums, sizeof(pos.epoch_sums));
     STATUS_CHECK(train_ckpt_save(t, job, &pos, err));
     LOG_INFO(TRAIN, "checkpoint at step %lld in %s", (long long)s->pr.step, job->checkpoint_dir);
@@ -186,16 +207,24 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
         STATUS_CHECK_GOTO(trainer_apply(t, err), rc, out);
         total_examples += st.examples;
         count_step(pr, &st, &b, s->sums, t0, epoch_t0);
+        if (s->metric_sums != NULL)
+            trainer_take_metrics(t, s->metric_sums);
         pr->epoch_end = b.last_of_epoch || (steps_limit > 0 && pr->step == steps_limit);
+        if (pr->epoch_end)
+            job_metrics_result(job, s->metric_sums, pr->metrics);
         if (pr->epoch_end && pr->has_test) {
-            STATUS_CHECK_GOTO(evaluate(t, &pr->test_loss, &pr->test_accuracy, err), rc, out);
+            STATUS_CHECK_GOTO(
+                evaluate(t, job, &pr->test_loss, &pr->test_accuracy, pr->test_metrics, err), rc,
+                out);
             ret->test_loss = pr->test_loss;
             ret->test_accuracy = pr->test_accuracy;
+            memcpy(ret->test_metrics, pr->test_metrics, sizeof(ret->test_metrics));
         }
         if (tb != NULL)
             STATUS_CHECK_GOTO(tb_batch(tb, pr->step, pr->loss, pr->accuracy, err), rc, out);
         if (tb != NULL && pr->epoch_end)
-            STATUS_CHECK_GOTO(tensorboard_epoch(tb, t, pr, clock_now_s() - epoch_t0, err), rc, out);
+            STATUS_CHECK_GOTO(tensorboard_epoch(tb, t, job, pr, clock_now_s() - epoch_t0, err), rc,
+                              out);
         if (cb != NULL)
             cb(pr, arg);
         s->next_epoch = b.last_of_epoch ? b.epoch + 1 : b.epoch;
@@ -205,11 +234,15 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
             ret->accuracy = s->last_accuracy = pr->accuracy;
             ret->epochs = b.epoch + 1;
             s->has_last_epoch = true;
+            memcpy(s->last_metrics, pr->metrics, sizeof(s->last_metrics));
+            memcpy(ret->metrics, pr->metrics, sizeof(ret->metrics));
         }
         /* The sums run on past a --steps end, which is not an epoch's: a run resumed from its
          * checkpoint goes on with the epoch. */
         if (b.last_of_epoch) {
             s->sums[0] = s->sums[1] = s->sums[2] = 0;
+            if (s->metric_sums != NULL)
+                memset(s->metric_sums, 0, job->metric_width * sizeof(double));
             pr->epoch_step = 0;
             epoch_t0 = clock_now_s();
         }
@@ -224,9 +257,12 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
         ret->loss = s->last_loss;
         ret->accuracy = s->last_accuracy;
         ret->epochs = s->next_epoch;
+        memcpy(ret->metrics, s->last_metrics, sizeof(ret->metrics));
     }
-    if (pr->has_test && isnan(ret->test_accuracy))
-        STATUS_CHECK_GOTO(evaluate(t, &ret->test_loss, &ret->test_accuracy, err), rc, out);
+    if (pr->has_test && isnan(ret->test_loss))
+        STATUS_CHECK_GOTO(
+            evaluate(t, job, &ret->test_loss, &ret->test_accuracy, ret->test_metrics, err), rc,
+            out);
     ret->steps = pr->step;
     ret->steps_run = pr->step - first_step;
     ret->seconds = clock_now_s() - t0;
@@ -266,6 +302,14 @@ static status_t find_resume(const job_t *job, bool resume, char **ret_path, ckpt
     s->has_last_epoch = m->has_last_epoch;
     s->last_loss = m->last_loss;
     s->last_accuracy = m->last_accuracy;
+    /* the metrics' sums and values when the checkpoint has the job's (it may predate them) */
+    if (m->n_metric_sums == job->metric_width && s->metric_sums != NULL)
+        memcpy(s->metric_sums, m->metric_sums, job->metric_width * sizeof(double));
+    else if (job->metric_width > 0)
+        LOG_WARNING(TRAIN, "the checkpoint has no sums of the job's metrics: they start again "
+                           "at its step");
+    if (m->n_last_metrics == (size_t)job->n_metrics && job->n_metrics > 0)
+        memcpy(s->last_metrics, m->last_metrics, (size_t)job->n_metrics * sizeof(double));
     return STATUS_OK;
 }
 
@@ -333,6 +377,11 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
 
     memset(ret, 0, sizeof(*ret));
     ret->test_loss = ret->test_accuracy = NAN;
+    for (int i = 0; i < JOB_MAX_METRICS; i++)
+        ret->test_metrics[i] = NAN;
+    s.metric_sums = calloc(job->metric_width + 1, sizeof(double));
+    if (s.metric_sums == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     if (opts->epochs > 0)
         run.epochs = opts->epochs;
     rc = check_strategy(job, &replicas, err);
@@ -370,7 +419,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     free(ckpt);
     if (rc == STATUS_OK && opts->evaluate_only) {
         rc = trainer_test_examples(t) > 0
-                 ? evaluate(t, &ret->test_loss, &ret->test_accuracy, err)
+                 ? evaluate(t, job, &ret->test_loss, &ret->test_accuracy, ret->test_metrics, err)
                  : status_fail(err, STATUS_BAD_CONFIG, "%s has no data.test to evaluate on",
                                job->path ? job->path : "job");
         ret->steps = s.pr.step;
@@ -378,6 +427,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
         rc = train_loop(t, &run, steps_limit, cb, arg, &s, ret, err);
     }
     trainer_free(t);
+    free(s.metric_sums);
     blas_fp_mode_restore(fp_mode);
     return rc;
 }

@@ -34,6 +34,9 @@ typedef struct train_progress {
     bool has_test;
     double test_loss, test_accuracy; /* valid at epoch_end when has_test */
     double seconds;                  /* since training started */
+    /* the job's other metrics (job_t.metrics), over the epoch and the test split: valid at
+     * epoch_end (test_metrics when has_test) */
+    double metrics[JOB_MAX_METRICS], test_metrics[JOB_MAX_METRICS];
 } train_progress_t;
 
 typedef void (*train_progress_cb)(const train_progress_t *p, void *arg);
@@ -47,6 +50,8 @@ typedef struct train_result {
     double test_loss, test_accuracy; /* last evaluation; NaN without a test split */
     double seconds;
     double examples_per_second; /* over the whole run */
+    /* the job's other metrics: the last epoch's, the last evaluation's (NaN without one) */
+    double metrics[JOB_MAX_METRICS], test_metrics[JOB_MAX_METRICS];
 } train_result_t;
 
 /* Starting weights (init_from): the file's variables (Keras .weights.h5 or .keras, or

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/memory.h"
+#include "metrics.h"
 #include "optim/optimizer.h"
 #include "replicas.h"
 
@@ -45,6 +46,7 @@ struct trainer {
     float **acc;
     int acc_count, last_batch;
     double acc_examples;
+    double *metrics; /* the metric sums of the steps since trainer_take_metrics */
     /* optimizer_clip's arguments, made at the first clipped update */
     float **clip_grads;
     size_t *clip_lens;
@@ -61,6 +63,7 @@ void trainer_free(trainer_t *t)
     free(t->applied);
     free(t->clip_grads);
     free(t->clip_lens);
+    free(t->metrics);
     for (size_t i = 0; t->acc != NULL && i < model_param_count(t->model); i++)
         free(t->acc[i]);
     free(t->acc);
@@ -175,6 +178,12 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
                            memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test)),
                            &t->model, err));
     model_set_loss_options(t->model, job);
+    status_msg_t why;
+    if (metrics_check(job->metrics, job->n_metrics, model_output_len(t->model), &why) != STATUS_OK)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: %s", t->where, why.text);
+    if (job->metric_width > 0 && (t->metrics = calloc(job->metric_width, sizeof(double))) == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    model_metrics_into(t->model, t->metrics);
     STATUS_CHECK(check_data_fits(t, t->train, "training", err));
     if (t->test != NULL)
         STATUS_CHECK(check_data_fits(t, t->test, "test", err));
@@ -714,8 +723,16 @@ double trainer_learning_rate(const trainer_t *t, int64_t step)
     return optimizer_learning_rate(&t->opt, step);
 }
 
+void trainer_take_metrics(trainer_t *t, double *into)
+{
+    for (size_t k = 0; t->metrics != NULL && k < t->job->metric_width; k++) {
+        into[k] += t->metrics[k];
+        t->metrics[k] = 0;
+    }
+}
+
 status_t trainer_evaluate(trainer_t *t, trainer_batch_fn before, void *arg, model_stats_t *ret_sum,
-                          status_msg_t *err)
+                          double *ret_metrics, status_msg_t *err)
 {
     data_pipeline_opts_t po = {.num_shards = 1, .batch_size = t->job->data.batch_size, .epochs = 1};
     data_pipeline_t *pipe;
@@ -726,6 +743,7 @@ status_t trainer_evaluate(trainer_t *t, trainer_batch_fn before, void *arg, mode
     if (t->test == NULL)
         return status_fail(err, STATUS_INVALID_USAGE, "%s has no test split to evaluate", t->where);
     STATUS_CHECK(data_pipeline_new(t->test, &po, &pipe, err));
+    model_metrics_into(t->model, ret_metrics);
     while (rc == STATUS_OK && data_pipeline_next(pipe, &b)) {
         model_stats_t st;
         if (before != NULL)
@@ -738,6 +756,7 @@ status_t trainer_evaluate(trainer_t *t, trainer_batch_fn before, void *arg, mode
             ret_sum->examples += st.examples;
         }
     }
+    model_metrics_into(t->model, t->metrics);
     data_pipeline_free(pipe);
     return rc;
 }

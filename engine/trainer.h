@@ -129,9 +129,14 @@ double trainer_learning_rate(const trainer_t *t, int64_t step);
  * stop the evaluation (a cancelled job). */
 typedef status_t (*trainer_batch_fn)(void *arg, const data_batch_t *b, status_msg_t *err);
 
-/* Runs the model over the whole test split, summing the batches' stats into ret_sum. Fails
- * with STATUS_INVALID_USAGE when the job has no test split. */
+/* Runs the model over the whole test split, summing the batches' stats into ret_sum and adding
+ * the sums of the job's other metrics into ret_metrics (job_t.metric_width of them; NULL: not
+ * computed). Fails with STATUS_INVALID_USAGE when the job has no test split. */
 status_t trainer_evaluate(trainer_t *t, trainer_batch_fn before, void *arg, model_stats_t *ret_sum,
-                          status_msg_t *err);
+                          double *ret_metrics, status_msg_t *err);
+
+/* Adds the sums of the job's other metrics over the training steps since the last call (every
+ * replica's and slice's) into into[job_t.metric_width], and starts them again. */
+void trainer_take_metrics(trainer_t *t, double *into);
 
 #endif

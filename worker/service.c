@@ -38,8 +38,9 @@ typedef struct closure_task {
     int data_shard; /* 1 + the shard to read from (data_epoch, data_batch); 0: its own */
     int64_t data_epoch, data_batch;
     int64_t epoch;                  /* a histograms closure's */
-    Tessera__V1__TrainPosition pos; /* a checkpoint closure's */
+    Tessera__V1__TrainPosition pos; /* a checkpoint closure's; its lists in values */
     char job[128];
+    double values[];
 } closure_task_t;
 
 /* A parameter-server training step's phases on the training thread, which add up to the step:
@@ -52,11 +53,12 @@ static const char *const phase_names[STEP_PHASES] = {"input", "pull", "forward",
 typedef struct wjob {
     char id[128];
     job_t job;
-    trainer_t *trainer; /* model and data */
-    model_t *model;     /* the trainer's */
-    ps_client_t *ps;    /* NULL until placement arrives */
-    sync_t *sync;       /* multi_worker_mirrored: the ring and its gradients; else NULL */
-    int ring_port;      /* where sync's ring listens */
+    double *metric_sums; /* a closure's sums of the job's metrics (RunClosureResponse) */
+    trainer_t *trainer;  /* model and data */
+    model_t *model;      /* the trainer's */
+    ps_client_t *ps;     /* NULL until placement arrives */
+    sync_t *sync;        /* multi_worker_mirrored: the ring and its gradients; else NULL */
+    int ring_port;       /* where sync's ring listens */
     int worker_index, num_workers;
     uint64_t seed;    /* the model's: initializers without a seed of their own derive one from it */
     uint64_t *rng;    /* the dropout streams, as a closure's reply carries them */
@@ -121,6 +123,7 @@ static void wjob_free(wjob_t *j)
     trainer_free(j->trainer);
     job_done(&j->job);
     free(j->rng);
+    free(j->metric_sums);
     pb_buf_free(&j->resumed);
     free(j);
 }
@@ -225,7 +228,9 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
         }
     }
     if (rc == STATUS_OK &&
-        (j->rng = calloc(model_rng_count(trainer_model(j->trainer)) + 1, sizeof(*j->rng))) == NULL)
+        ((j->rng = calloc(model_rng_count(trainer_model(j->trainer)) + 1, sizeof(*j->rng))) ==
+             NULL ||
+         (j->metric_sums = calloc(j->job.metric_width + 1, sizeof(double))) == NULL))
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
     if (rc == STATUS_OK && req->n_rng > 0) {
         model_t *m = trainer_model(j->trainer);
@@ -464,7 +469,10 @@ static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
         req->kind != TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_HISTOGRAMS)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "kind", "unknown closure kind %d",
                             (int)req->kind);
-    t = calloc(1, sizeof(*t));
+    /* a checkpoint's metric sums and values live after the task, freed with it */
+    size_t n_sums = req->position != NULL ? req->position->n_epoch_metric_sums : 0;
+    size_t n_last = req->position != NULL ? req->position->n_last_metrics : 0;
+    t = calloc(1, sizeof(*t) + (n_sums + n_last) * sizeof(double));
     if (t == NULL)
         return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
     t->ctx = ctx;
@@ -475,8 +483,15 @@ static status_t on_run_closure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void
     t->data_epoch = req->data_epoch;
     t->data_batch = req->data_batch;
     t->epoch = req->epoch;
-    if (req->position != NULL)
+    if (req->position != NULL) {
         t->pos = *req->position;
+        t->pos.epoch_metric_sums = t->values;
+        t->pos.last_metrics = t->values + n_sums;
+        if (n_sums > 0)
+            memcpy(t->values, req->position->epoch_metric_sums, n_sums * sizeof(double));
+        if (n_last > 0)
+            memcpy(t->values + n_sums, req->position->last_metrics, n_last * sizeof(double));
+    }
     snprintf(t->job, sizeof(t->job), "%s", req->job);
     rpc_ctx_defer(ctx);
     pthread_mutex_lock(&w->mu);
@@ -547,6 +562,17 @@ static void take_lane_times(worker_service_t *w, wjob_t *j)
     metric_add(w->ps_values_seconds, values);
 }
 
+/* The metric sums of the trainer's steps since the last call: into resp, or dropped. */
+static void take_metrics(wjob_t *j, Tessera__V1__RunClosureResponse *resp)
+{
+    memset(j->metric_sums, 0, j->job.metric_width * sizeof(double));
+    trainer_take_metrics(j->trainer, j->metric_sums);
+    if (resp != NULL) {
+        resp->n_metric_sums = j->job.metric_width;
+        resp->metric_sums = j->metric_sums;
+    }
+}
+
 static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task_t *t,
                               Tessera__V1__RunClosureResponse *resp, status_msg_t *err)
 {
@@ -563,6 +589,7 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task
         STATUS_CHECK(trainer_seek(j->trainer, shard, t->data_epoch, t->data_batch, err));
     }
     ps_client_begin_closure(j->ps);
+    take_metrics(j, NULL); /* what a failed closure left */
     /* a closure's window of accumulate_steps starts empty (a closure run again, or on another
      * worker, adds nothing twice) */
     trainer_drop_window(j->trainer);
@@ -607,6 +634,7 @@ static status_t train_closure(worker_service_t *w, wjob_t *j, const closure_task
     resp->examples = examples;
     resp->loss_sum = loss;
     resp->correct = correct;
+    take_metrics(j, resp);
     trainer_position(j->trainer, shard, &resp->data_epoch, &resp->data_batch);
     resp->n_rng = model_rng_count(j->model);
     resp->rng = j->rng;
@@ -630,7 +658,11 @@ static status_t eval_closure(wjob_t *j, Tessera__V1__RunClosureResponse *resp, s
 
     if (j->ps != NULL)
         ps_client_refresh(j->ps);
-    STATUS_CHECK(trainer_evaluate(j->trainer, j->ps != NULL ? pull_for_eval : NULL, j, &sum, err));
+    memset(j->metric_sums, 0, j->job.metric_width * sizeof(double));
+    STATUS_CHECK(trainer_evaluate(j->trainer, j->ps != NULL ? pull_for_eval : NULL, j, &sum,
+                                  j->metric_sums, err));
+    resp->n_metric_sums = j->job.metric_width;
+    resp->metric_sums = j->metric_sums;
     resp->loss_sum = sum.loss_sum;
     resp->correct = sum.correct;
     resp->examples = sum.examples;
@@ -645,7 +677,10 @@ static status_t sync_closure(worker_service_t *w, wjob_t *j, const closure_task_
     sync_counts_t counts;
     int done = 0;
     double t0 = clock_now_s();
-    status_t rc = sync_steps(j->sync, t->steps, &j->cancelled, &st, &done, err);
+    status_t rc;
+
+    take_metrics(j, NULL); /* what a failed closure left */
+    rc = sync_steps(j->sync, t->steps, &j->cancelled, &st, &done, err);
 
     sync_take_counts(j->sync, &counts);
     metric_add(w->allreduces, (double)counts.allreduces);
@@ -658,6 +693,7 @@ static status_t sync_closure(worker_service_t *w, wjob_t *j, const closure_task_
     resp->examples = st.examples;
     resp->loss_sum = st.loss_sum;
     resp->correct = st.correct;
+    take_metrics(j, resp);
     trainer_position(j->trainer, 0, &resp->data_epoch, &resp->data_batch);
     return STATUS_OK;
 }
@@ -671,7 +707,9 @@ static status_t ckpt_closure(wjob_t *j, const closure_task_t *t, status_msg_t *e
         .epoch_sums = {t->pos.epoch_loss, t->pos.epoch_correct, t->pos.epoch_examples},
         .has_last_epoch = t->pos.has_last_epoch,
         .last_loss = t->pos.last_loss,
-        .last_accuracy = t->pos.last_accuracy};
+        .last_accuracy = t->pos.last_accuracy,
+        .metric_sums = t->pos.n_epoch_metric_sums > 0 ? t->pos.epoch_metric_sums : NULL,
+        .last_metrics = t->pos.n_last_metrics > 0 ? t->pos.last_metrics : NULL};
 
     if (j->sync == NULL || j->job.checkpoint_dir == NULL)
         return status_fail(err, STATUS_INVALID_ARGUMENT,
@@ -681,6 +719,13 @@ static status_t ckpt_closure(wjob_t *j, const closure_task_t *t, status_msg_t *e
     if (t->pos.step < 0)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "a checkpoint at step %lld",
                            (long long)t->pos.step);
+    if ((t->pos.n_epoch_metric_sums != 0 && t->pos.n_epoch_metric_sums != j->job.metric_width) ||
+        (t->pos.n_last_metrics != 0 && t->pos.n_last_metrics != (size_t)j->job.n_metrics))
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "a checkpoint with %zu metric sums and %zu metric values; the job has "
+                           "%zu and %d",
+                           t->pos.n_epoch_metric_sums, t->pos.n_last_metrics, j->job.metric_width,
+                           j->job.n_metrics);
     trainer_position(j->trainer, 0, &pos.epoch, &pos.batch);
     return train_ckpt_save(j->trainer, &j->job, &pos, err);
 }

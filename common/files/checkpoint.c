@@ -56,6 +56,15 @@ static void put_u64_strings(pb_buf_t *b, const uint64_t *v, size_t n)
     pb_put_raw(b, "]", 1);
 }
 
+/* A list of numbers; one that is not finite (a metric's NaN) as 0. */
+static void put_doubles(pb_buf_t *b, const double *v, size_t n)
+{
+    pb_put_raw(b, "[", 1);
+    for (size_t i = 0; i < n; i++)
+        json_printf(b, "%s%.17g", i ? ", " : "", isfinite(v[i]) ? v[i] : 0.0);
+    pb_put_raw(b, "]", 1);
+}
+
 void ckpt_manifest_encode(const ckpt_manifest_t *m, pb_buf_t *b)
 {
     json_printf(b, "{\n  \"format\": \"%s\",\n  \"step\": %" PRId64 ",\n  \"job\": ", CKPT_FORMAT,
@@ -104,9 +113,19 @@ void ckpt_manifest_encode(const ckpt_manifest_t *m, pb_buf_t *b)
     }
     json_printf(b, ",\n  \"epoch_sums\": [%.17g, %.17g, %.17g]", m->epoch_sums[0], m->epoch_sums[1],
                 m->epoch_sums[2]);
-    if (m->has_last_epoch)
-        json_printf(b, ",\n  \"last_epoch\": {\"loss\": %.17g, \"accuracy\": %.17g}", m->last_loss,
+    if (m->n_metric_sums > 0) {
+        json_printf(b, ",\n  \"epoch_metric_sums\": ");
+        put_doubles(b, m->metric_sums, m->n_metric_sums);
+    }
+    if (m->has_last_epoch) {
+        json_printf(b, ",\n  \"last_epoch\": {\"loss\": %.17g, \"accuracy\": %.17g", m->last_loss,
                     m->last_accuracy);
+        if (m->n_last_metrics > 0) {
+            json_printf(b, ", \"metrics\": ");
+            put_doubles(b, m->last_metrics, m->n_last_metrics);
+        }
+        pb_put_raw(b, "}", 1);
+    }
     json_printf(b, "\n}\n");
 }
 
@@ -287,6 +306,27 @@ static status_t read_data(reader_t *r, const json_node_t *root, ckpt_manifest_t 
     return STATUS_OK;
 }
 
+/* An optional list of numbers (absent: none); at most CKPT_MAX_METRIC_SUMS. */
+static status_t get_doubles(reader_t *r, const json_node_t *list, const char *key, double **ret,
+                            size_t *ret_n)
+{
+    size_t k = 0;
+
+    if (list == NULL)
+        return STATUS_OK;
+    if (list->kind != JSON_ARRAY || list->n > CKPT_MAX_METRIC_SUMS)
+        return bad(r, key, "is not a list of at most 1048576 numbers");
+    if (list->n == 0)
+        return STATUS_OK;
+    if ((*ret = calloc(list->n, sizeof(double))) == NULL)
+        return status_fail(r->err, STATUS_NO_MEMORY, "out of memory");
+    *ret_n = list->n;
+    for (const json_node_t *v = json_first(r->doc, list); v != NULL; v = json_next(r->doc, v))
+        if (k >= list->n || !json_double(r->doc, v, &(*ret)[k++]))
+            return bad(r, key, "holds something other than a number");
+    return STATUS_OK;
+}
+
 static status_t read_rng(reader_t *r, const json_node_t *root, ckpt_manifest_t *m)
 {
     const json_node_t *rng = need(r, root, "rng", JSON_ARRAY);
@@ -299,11 +339,15 @@ static status_t read_rng(reader_t *r, const json_node_t *root, ckpt_manifest_t *
     for (const json_node_t *v = json_first(r->doc, sums); v != NULL; v = json_next(r->doc, v))
         if (!json_double(r->doc, v, &m->epoch_sums[k++]))
             return bad(r, "epoch_sums", "holds something other than a number");
+    STATUS_CHECK(get_doubles(r, json_get(r->doc, root, "epoch_metric_sums"), "epoch_metric_sums",
+                             &m->metric_sums, &m->n_metric_sums));
     const json_node_t *last = json_get(r->doc, root, "last_epoch");
     if (last == NULL)
         return STATUS_OK;
     m->has_last_epoch = true;
     STATUS_CHECK(get_double(r, last, "loss", &m->last_loss));
+    STATUS_CHECK(get_doubles(r, json_get(r->doc, last, "metrics"), "last_epoch.metrics",
+                             &m->last_metrics, &m->n_last_metrics));
     return get_double(r, last, "accuracy", &m->last_accuracy);
 }
 
@@ -384,6 +428,8 @@ void ckpt_manifest_free(ckpt_manifest_t *m)
         free(m->data[i].rng);
     free(m->data);
     free(m->rng);
+    free(m->metric_sums);
+    free(m->last_metrics);
     for (size_t i = 0; i < m->n_writers; i++) {
         free(m->writers[i].file);
         free(m->writers[i].task);

@@ -55,6 +55,8 @@ typedef struct ckpt_writer {
     char *file, *task, *address;
 } ckpt_writer_t;
 
+#define CKPT_MAX_METRIC_SUMS ((size_t)1 << 20) /* what a manifest may hold */
+
 typedef struct ckpt_manifest {
     int64_t step;
     char *job;
@@ -76,6 +78,10 @@ typedef struct ckpt_manifest {
     double epoch_sums[3]; /* loss, correct, examples of the epoch so far */
     bool has_last_epoch;  /* an epoch has ended: its mean loss and accuracy */
     double last_loss, last_accuracy;
+    /* the job's other metrics: their sums over the epoch so far, and the last epoch's values
+     * (optional: absent in a job without them) */
+    double *metric_sums, *last_metrics;
+    size_t n_metric_sums, n_last_metrics;
     ckpt_writer_t *writers; /* optional */
     size_t n_writers;
 } ckpt_manifest_t;

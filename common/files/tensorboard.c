@@ -52,6 +52,18 @@ status_t tb_batch(tb_run_t *t, int64_t step, double loss, double accuracy, statu
     return STATUS_OK;
 }
 
+static status_t metric_scalars(events_writer_t *w, const tb_epoch_t *e, const double *values,
+                               double now, status_msg_t *err)
+{
+    char tag[96];
+
+    for (int i = 0; values != NULL && i < e->n_metrics; i++) {
+        snprintf(tag, sizeof(tag), "epoch_%s", e->metric_names[i]);
+        STATUS_CHECK(events_scalar(w, tag, e->epoch, now, (float)values[i], err));
+    }
+    return STATUS_OK;
+}
+
 status_t tb_epoch(tb_run_t *t, const tb_epoch_t *e, status_msg_t *err)
 {
     double now = clock_wall_s();
@@ -65,6 +77,7 @@ status_t tb_epoch(tb_run_t *t, const tb_epoch_t *e, status_msg_t *err)
                                (float)e->examples_per_second, err));
     STATUS_CHECK(
         events_scalar(w, "epoch_steps_per_second", e->epoch, now, (float)e->steps_per_second, err));
+    STATUS_CHECK(metric_scalars(w, e, e->metrics, now, err));
     STATUS_CHECK(events_flush(w, err));
     if (!e->validated)
         return STATUS_OK;
@@ -73,6 +86,7 @@ status_t tb_epoch(tb_run_t *t, const tb_epoch_t *e, status_msg_t *err)
     if (t->opts.accuracy)
         STATUS_CHECK(
             events_scalar(w, "epoch_accuracy", e->epoch, now, (float)e->val_accuracy, err));
+    STATUS_CHECK(metric_scalars(w, e, e->val_metrics, now, err));
     return events_flush(w, err);
 }
 

@@ -37,6 +37,11 @@ typedef struct tb_epoch {
     double loss, accuracy, learning_rate, examples_per_second, steps_per_second;
     bool validated; /* val_loss and val_accuracy hold an evaluation */
     double val_loss, val_accuracy;
+    /* the job's other metrics: names[n], their values (and val_metrics when validated),
+     * written as epoch_NAME as Keras does */
+    int n_metrics;
+    const char *const *metric_names;
+    const double *metrics, *val_metrics;
 } tb_epoch_t;
 
 /* After an epoch; flushes both files. */

@@ -127,30 +127,6 @@ static status_t parse_loss(job_ctx_t *c, const job_node_t *n, job_t *job)
     return rc;
 }
 
-static status_t parse_metrics(job_ctx_t *c, const job_node_t *n, job_t *job)
-{
-    static const char *const metric_names[] = {"accuracy", "loss", "acc",
-                                               "sparse_categorical_accuracy", "binary_accuracy"};
-    int i;
-
-    if (n->kind == JOB_NODE_SCALAR) {
-        STATUS_CHECK(job_tree_name(c, n, "metric", metric_names, JOB_N_OF(metric_names), &i));
-        job->metric_accuracy = i != 1;
-        return STATUS_OK;
-    }
-    if (n->kind != JOB_NODE_SEQ)
-        return job_tree_type_error(c, n, "a list of metrics such as [accuracy]");
-    for (size_t k = 0; k < n->n; k++) {
-        size_t old = job_tree_push_index(c, k);
-        status_t rc =
-            job_tree_name(c, n->items[k], "metric", metric_names, JOB_N_OF(metric_names), &i);
-        job_tree_pop(c, old);
-        STATUS_CHECK(rc);
-        job->metric_accuracy |= i != 1;
-    }
-    return STATUS_OK;
-}
-
 static const char *const schedule_names[] = {"constant", "linear_warmup", "exponential_decay",
                                              "piecewise_constant"};
 
@@ -764,6 +740,7 @@ static void job_defaults(job_t *job)
     job->epochs = 1; /* Keras fit()'s default */
     job->steps_per_execution = 1;
     job->checkpoint_keep = 3;
+    job->accuracy_threshold = 0.5f;
 }
 
 static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
@@ -789,7 +766,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
         STATUS_CHECK(parse_strategy(c, n, job));
     SECTION("model", true, job_parse_model, &job->model);
     SECTION("loss", true, parse_loss, job);
-    SECTION("metrics", false, parse_metrics, job);
+    SECTION("metrics", false, job_parse_metrics, job);
     SECTION("optimizer", false, parse_optimizer, &job->optimizer);
     SECTION("data", true, parse_data, &job->data);
     if (job->data.global_batch_size > 0 && job->strategy == JOB_STRATEGY_PARAMETER_SERVER)

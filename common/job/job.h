@@ -110,6 +110,46 @@ typedef enum {
     JOB_STRATEGY_CENTRAL_STORAGE,
 } job_strategy_t;
 
+/* The metrics beyond loss and accuracy (metrics.c). Each keeps sums, which add up across
+ * batches, replicas and workers (the confusion counts of AUC, precision and recall, never
+ * ratios); a result is computed from the sums at the end (an epoch, an evaluation). */
+typedef enum {
+    JOB_METRIC_TOP_K,     /* sparse_top_k_categorical_accuracy: [hits, examples] */
+    JOB_METRIC_AUC,       /* [positives by bucket..., negatives by bucket...] */
+    JOB_METRIC_PRECISION, /* [true positives, false positives, false negatives] */
+    JOB_METRIC_RECALL,    /* the same */
+    JOB_METRIC_MAE,       /* mean_absolute_error: [sum |y - p|, values] */
+    JOB_METRIC_MSE,       /* mean_squared_error: [sum (y - p)^2, values] */
+    JOB_METRIC_RMSE,      /* root_mean_squared_error: the same */
+} job_metric_kind_t;
+
+typedef enum {
+    JOB_AUC_ROC,
+    JOB_AUC_PR,
+    JOB_AUC_PRGAIN,
+} job_auc_curve_t;
+
+typedef enum {
+    JOB_AUC_INTERPOLATION,
+    JOB_AUC_MINORING,
+    JOB_AUC_MAJORING,
+} job_auc_summation_t;
+
+#define JOB_MAX_METRICS        16
+#define JOB_MAX_AUC_THRESHOLDS 10000
+
+typedef struct job_metric {
+    job_metric_kind_t kind;
+    char name[64];   /* as reported: Keras's default name, or the job's `name` */
+    int k;           /* top-k */
+    int class_id;    /* precision, recall: the one class they count; -1: every output */
+    float threshold; /* precision, recall: a prediction above it is positive */
+    int thresholds;  /* auc: num_thresholds */
+    job_auc_curve_t curve;
+    job_auc_summation_t summation;
+    size_t offset, width; /* its sums in the job's metric state (job_t.metric_width) */
+} job_metric_t;
+
 typedef struct job {
     char *name;
     char *path; /* the job file, for messages */
@@ -122,7 +162,11 @@ typedef struct job {
     /* categorical and binary cross-entropy: Keras's label_smoothing (0: none), the labels
      * taken as t (1 - s) + s / classes (binary: classes 2) */
     double label_smoothing;
-    bool metric_accuracy;         /* metrics: [accuracy] ("loss" is always reported) */
+    bool metric_accuracy;                  /* metrics: [accuracy] ("loss" is always reported) */
+    float accuracy_threshold;              /* binary accuracy: a prediction above it is class 1 */
+    job_metric_t metrics[JOB_MAX_METRICS]; /* the others, in the job's order */
+    int n_metrics;
+    size_t metric_width;          /* the sums of all of them */
     optimizer_config_t optimizer; /* lr_scale 0 = scale_learning_rate: true, i.e. multiply by
                                    * the number of replicas, which the runtime fills in */
     job_data_t data;
@@ -154,6 +198,11 @@ typedef struct job {
     int64_t tensorboard_histogram_freq; /* epochs between weight histograms; 0: none */
     uint64_t seed;                      /* model initialization; default: data.seed */
 } job_t;
+
+/* The value of each of the job's metrics (ret[n_metrics]) from their sums (state[metric_width],
+ * added up over any batches, replicas and workers); a metric that has seen nothing is 0, as
+ * Keras's is. */
+void job_metrics_result(const job_t *job, const double *state, double *ret);
 
 /* Reads and parses a job file (YAML, or JSON by content). Relative paths inside it (data files,
  * keras_json) are resolved against the file's directory. On failure *job is left empty. */

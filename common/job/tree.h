@@ -138,5 +138,7 @@ char *job_tree_strdup(job_ctx_t *c, const char *s);
 
 /* Reads the job file's model section n into *m (model.c). */
 status_t job_parse_model(job_ctx_t *c, const job_node_t *n, job_model_t *m);
+/* `metrics:` (metrics.c). */
+status_t job_parse_metrics(job_ctx_t *c, const job_node_t *n, job_t *job);
 
 #endif

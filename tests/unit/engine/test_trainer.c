@@ -183,7 +183,7 @@ static double mean_loss(trainer_t *t)
 {
     model_stats_t st;
     status_msg_t err = {0};
-    ck_assert_msg(trainer_evaluate(t, NULL, NULL, &st, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(trainer_evaluate(t, NULL, NULL, &st, NULL, &err) == STATUS_OK, "%s", err.text);
     ck_assert_int_eq(st.examples, 50);
     return st.loss_sum / st.examples;
 }
@@ -279,11 +279,11 @@ START_TEST(evaluation_runs_the_hook_before_each_batch)
 
     parse(&job, MLP4, DATA(4, TEST_SPLIT), "sgd");
     t = make(&job, &o);
-    ck_assert_int_eq(trainer_evaluate(t, count_batches, &h, &st, &err), STATUS_OK);
+    ck_assert_int_eq(trainer_evaluate(t, count_batches, &h, &st, NULL, &err), STATUS_OK);
     ck_assert_int_eq(h.calls, 5);
     ck_assert_int_eq(st.examples, 50);
     h = (hook_state_t){.fail_at = 3};
-    ck_assert_int_eq(trainer_evaluate(t, count_batches, &h, &st, &err), STATUS_CANCELLED);
+    ck_assert_int_eq(trainer_evaluate(t, count_batches, &h, &st, NULL, &err), STATUS_CANCELLED);
     ck_assert_str_eq(err.text, "stopped at batch 3");
     ck_assert_int_eq(st.examples, 20);
     trainer_free(t);
@@ -291,7 +291,7 @@ START_TEST(evaluation_runs_the_hook_before_each_batch)
 
     parse(&job, MLP4, DATA(4, ""), "sgd");
     t = make(&job, &o);
-    ck_assert_int_eq(trainer_evaluate(t, NULL, NULL, &st, &err), STATUS_INVALID_USAGE);
+    ck_assert_int_eq(trainer_evaluate(t, NULL, NULL, &st, NULL, &err), STATUS_INVALID_USAGE);
     ck_assert_msg(strstr(err.text, "no test split") != NULL, "%s", err.text);
     trainer_free(t);
     job_done(&job);

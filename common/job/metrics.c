@@ -1,0 +1,295 @@
+/* The job's metrics: what `metrics:` names, and each metric's result from its sums.
+ *
+ * Accuracy (under its Keras names) is the one every model of a classification loss has; the
+ * others are job_metric_t entries whose sums the engine adds up (engine/metrics.c). Their results
+ * follow Keras 3's metric classes: AUC from the confusion counts at num_thresholds evenly spaced
+ * thresholds (Riemann sums, or for PR the interpolation of Davis and Goadrich), precision and
+ * recall at one threshold, top-k with ties counted in, means of absolute and squared errors. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+#include "tree.h"
+
+/* Every name `metrics:` takes; the kinds of those beyond accuracy and loss in metric_kinds. */
+static const char *const metric_names[] = {"accuracy",
+                                           "loss",
+                                           "acc",
+                                           "sparse_categorical_accuracy",
+                                           "binary_accuracy",
+                                           "categorical_accuracy",
+                                           "sparse_top_k_categorical_accuracy",
+                                           "top_k_categorical_accuracy",
+                                           "auc",
+                                           "precision",
+                                           "recall",
+                                           "mae",
+                                           "mean_absolute_error",
+                                           "mse",
+                                           "mean_squared_error",
+                                           "rmse",
+                                           "root_mean_squared_error"};
+#define FIRST_OTHER 6 /* metric_names[FIRST_OTHER...] are job_metric_t */
+static const job_metric_kind_t metric_kinds[] = {
+    JOB_METRIC_TOP_K,  JOB_METRIC_TOP_K, JOB_METRIC_AUC, JOB_METRIC_PRECISION,
+    JOB_METRIC_RECALL, JOB_METRIC_MAE,   JOB_METRIC_MAE, JOB_METRIC_MSE,
+    JOB_METRIC_MSE,    JOB_METRIC_RMSE,  JOB_METRIC_RMSE};
+/* The names they report under (Keras's default names). */
+static const char *const metric_reported[] = {"sparse_top_k_categorical_accuracy",
+                                              "top_k_categorical_accuracy",
+                                              "auc",
+                                              "precision",
+                                              "recall",
+                                              "mean_absolute_error",
+                                              "mean_absolute_error",
+                                              "mean_squared_error",
+                                              "mean_squared_error",
+                                              "root_mean_squared_error",
+                                              "root_mean_squared_error"};
+
+static const char *const auc_curves[] = {"ROC", "PR", "PRGAIN"};
+static const char *const auc_summations[] = {"interpolation", "minoring", "majoring"};
+
+/* A name from names[], in any case (Keras takes "roc" and "ROC"). */
+static status_t get_choice_nocase(job_ctx_t *c, const job_node_t *opts, const char *key,
+                                  const char *const *names, size_t n, int *ret)
+{
+    const char *s = NULL;
+
+    STATUS_CHECK(job_tree_get_string(c, opts, key, false, &s));
+    if (s == NULL)
+        return STATUS_OK;
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(s, names[i]) == 0) {
+            *ret = (int)i;
+            return STATUS_OK;
+        }
+    size_t old = job_tree_push_key(c, key);
+    job_node_t node = {
+        .kind = JOB_NODE_SCALAR, .line = job_tree_child(opts, key)->line, .text = (char *)s};
+    status_t rc = job_tree_name(c, &node, key, names, n, ret);
+    job_tree_pop(c, old);
+    return rc;
+}
+
+/* The options of one metric beyond accuracy; m->kind and m->name are set. */
+static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *m)
+{
+    static const char *const topk_keys[] = {"name", "k"};
+    static const char *const auc_keys[] = {"name", "num_thresholds", "curve", "summation_method"};
+    static const char *const pr_keys[] = {"name", "thresholds", "class_id"};
+    static const char *const name_keys[] = {"name"};
+    const char *name = NULL;
+    double threshold = 0.5;
+
+    m->k = 5;
+    m->class_id = -1;
+    m->thresholds = 200;
+    switch (m->kind) {
+    case JOB_METRIC_TOP_K:
+        STATUS_CHECK(job_tree_check_map(c, opts, topk_keys, JOB_N_OF(topk_keys), true));
+        STATUS_CHECK(job_tree_get_int(c, opts, "k", false, 1, &m->k));
+        break;
+    case JOB_METRIC_AUC: {
+        int curve = JOB_AUC_ROC, summation = JOB_AUC_INTERPOLATION;
+        STATUS_CHECK(job_tree_check_map(c, opts, auc_keys, JOB_N_OF(auc_keys), true));
+        STATUS_CHECK(job_tree_get_int(c, opts, "num_thresholds", false, 2, &m->thresholds));
+        if (m->thresholds > JOB_MAX_AUC_THRESHOLDS)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
+                                 "%s: num_thresholds may be at most %d, got %d", c->path,
+                                 JOB_MAX_AUC_THRESHOLDS, m->thresholds);
+        STATUS_CHECK(get_choice_nocase(c, opts, "curve", auc_curves, JOB_N_OF(auc_curves), &curve));
+        STATUS_CHECK(get_choice_nocase(c, opts, "summation_method", auc_summations,
+                                       JOB_N_OF(auc_summations), &summation));
+        m->curve = (job_auc_curve_t)curve;
+        m->summation = (job_auc_summation_t)summation;
+        break;
+    }
+    case JOB_METRIC_PRECISION:
+    case JOB_METRIC_RECALL:
+        STATUS_CHECK(job_tree_check_map(c, opts, pr_keys, JOB_N_OF(pr_keys), true));
+        STATUS_CHECK(job_tree_get_double(c, opts, "thresholds", false, &threshold));
+        if (!(threshold >= 0 && threshold <= 1))
+            return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
+                                 "%s: thresholds must be one number from 0 to 1, got %g", c->path,
+                                 threshold);
+        STATUS_CHECK(job_tree_get_int(c, opts, "class_id", false, 0, &m->class_id));
+        break;
+    default:
+        STATUS_CHECK(job_tree_check_map(c, opts, name_keys, JOB_N_OF(name_keys), true));
+        break;
+    }
+    m->threshold = (float)threshold;
+    STATUS_CHECK(job_tree_get_string(c, opts, "name", false, &name));
+    if (name != NULL) {
+        if (name[0] == '\0' || strlen(name) >= sizeof(m->name))
+            return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
+                                 "%s: name must be 1 to %zu characters", c->path,
+                                 sizeof(m->name) - 1);
+        snprintf(m->name, sizeof(m->name), "%s", name);
+    }
+    switch (m->kind) {
+    case JOB_METRIC_TOP_K:
+    case JOB_METRIC_MAE:
+    case JOB_METRIC_MSE:
+    case JOB_METRIC_RMSE:
+        m->width = 2;
+        break;
+    case JOB_METRIC_AUC:
+        m->width = 2 * (size_t)m->thresholds;
+        break;
+    case JOB_METRIC_PRECISION:
+    case JOB_METRIC_RECALL:
+        m->width = 3;
+        break;
+    }
+    return STATUS_OK;
+}
+
+/* One entry of `metrics:`. */
+static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job)
+{
+    static const char *const threshold_keys[] = {"threshold"};
+    const job_node_t *opts = NULL;
+    size_t old = c->path_len;
+    int i;
+    status_t rc =
+        job_tree_variant(c, n, "metric", metric_names, JOB_N_OF(metric_names), true, &i, &opts);
+
+    if (rc == STATUS_OK && i < FIRST_OTHER) { /* accuracy, under one of its names; or loss */
+        job->metric_accuracy |= i != 1;
+        rc = job_tree_check_map(c, opts, threshold_keys, i == 4 ? 1 : 0, true);
+        double t = 0.5;
+        if (rc == STATUS_OK)
+            rc = job_tree_get_double(c, opts, "threshold", false, &t);
+        if (rc == STATUS_OK && !(t >= 0 && t <= 1))
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
+                               "%s: threshold must be from 0 to 1, got %g", c->path, t);
+        if (rc == STATUS_OK && opts != NULL)
+            job->accuracy_threshold = (float)t;
+    } else if (rc == STATUS_OK) {
+        job_metric_t *m = &job->metrics[job->n_metrics];
+        if (job->n_metrics == JOB_MAX_METRICS)
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                               "%s: at most %d metrics besides "
+                               "accuracy",
+                               c->path, JOB_MAX_METRICS);
+        if (rc == STATUS_OK) {
+            *m = (job_metric_t){.kind = metric_kinds[i - FIRST_OTHER]};
+            snprintf(m->name, sizeof(m->name), "%s", metric_reported[i - FIRST_OTHER]);
+            rc = parse_other(c, opts, m);
+        }
+        for (int k = 0; rc == STATUS_OK && k < job->n_metrics; k++)
+            if (strcmp(job->metrics[k].name, m->name) == 0)
+                rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                   "%s: a second metric named '%s': give one a name of its own "
+                                   "({%s: {name: ...}})",
+                                   c->path, m->name, metric_names[i]);
+        if (rc == STATUS_OK) {
+            m->offset = job->metric_width;
+            job->metric_width += m->width;
+            job->n_metrics++;
+        }
+    }
+    job_tree_pop(c, old);
+    return rc;
+}
+
+status_t job_parse_metrics(job_ctx_t *c, const job_node_t *n, job_t *job)
+{
+    if (n->kind != JOB_NODE_SEQ)
+        return parse_one(c, n, job);
+    for (size_t k = 0; k < n->n; k++) {
+        size_t old = job_tree_push_index(c, k);
+        status_t rc = parse_one(c, n->items[k], job);
+        job_tree_pop(c, old);
+        STATUS_CHECK(rc);
+    }
+    return STATUS_OK;
+}
+
+/* x / y, or 0 where y is 0 (Keras's divide_no_nan) */
+static double div0(double x, double y)
+{
+    return y == 0 ? 0 : x / y;
+}
+
+/* AUC from the positives and negatives whose predictions fell in each bucket: at threshold i
+ * the predictions of bucket i and above count as positive. */
+static double auc_result(const job_metric_t *m, const double *pos, const double *neg)
+{
+    size_t t = (size_t)m->thresholds;
+    double tp_next = 0, fp_next = 0, P = 0, N = 0, sum = 0;
+
+    for (size_t i = 0; i < t; i++) {
+        P += pos[i];
+        N += neg[i];
+    }
+    /* from the highest threshold down: (tp, fp) at i + 1, then at i */
+    for (size_t i = t - 1; i-- > 0;) {
+        double tp1 = tp_next + pos[i + 1], fp1 = fp_next + neg[i + 1];
+        double tp0 = tp1 + pos[i], fp0 = fp1 + neg[i];
+        double x0, x1, y0, y1, h;
+
+        tp_next = tp1;
+        fp_next = fp1;
+        if (m->curve == JOB_AUC_PR && m->summation == JOB_AUC_INTERPOLATION) {
+            double dtp = tp0 - tp1, p0 = tp0 + fp0, p1 = tp1 + fp1;
+            double slope = div0(dtp, fmax(p0 - p1, 0)), intercept = tp1 - slope * p1;
+            double ratio = p0 > 0 && p1 > 0 ? div0(p0, fmax(p1, 0)) : 1;
+            sum += div0(slope * (dtp + intercept * log(ratio)), P); /* tp + fn: P */
+            continue;
+        }
+        if (m->curve == JOB_AUC_ROC) {
+            x0 = div0(fp0, N);
+            x1 = div0(fp1, N);
+            y0 = div0(tp0, P);
+            y1 = div0(tp1, P);
+        } else if (m->curve == JOB_AUC_PR) {
+            x0 = div0(tp0, P);
+            x1 = div0(tp1, P);
+            y0 = div0(tp0, tp0 + fp0);
+            y1 = div0(tp1, tp1 + fp1);
+        } else { /* PRGAIN, with Keras's fixes for no true positives and negative gains */
+            double s = div0(P, N);
+            x0 = tp0 == 0 ? 0 : fmax(1 - s * div0(P - tp0, tp0), 0);
+            x1 = tp1 == 0 ? 0 : fmax(1 - s * div0(P - tp1, tp1), 0);
+            y0 = tp0 == 0 ? 1 : 1 - s * div0(fp0, tp0);
+            y1 = tp1 == 0 ? 1 : 1 - s * div0(fp1, tp1);
+        }
+        h = m->summation == JOB_AUC_INTERPOLATION ? (y0 + y1) / 2
+            : m->summation == JOB_AUC_MINORING    ? fmin(y0, y1)
+                                                  : fmax(y0, y1);
+        sum += (x0 - x1) * h;
+    }
+    return sum;
+}
+
+void job_metrics_result(const job_t *job, const double *state, double *ret)
+{
+    for (int i = 0; i < job->n_metrics; i++) {
+        const job_metric_t *m = &job->metrics[i];
+        const double *s = state + m->offset;
+        switch (m->kind) {
+        case JOB_METRIC_TOP_K:
+        case JOB_METRIC_MAE:
+        case JOB_METRIC_MSE:
+            ret[i] = div0(s[0], s[1]);
+            break;
+        case JOB_METRIC_RMSE:
+            ret[i] = sqrt(div0(s[0], s[1]));
+            break;
+        case JOB_METRIC_PRECISION:
+            ret[i] = div0(s[0], s[0] + s[1]);
+            break;
+        case JOB_METRIC_RECALL:
+            ret[i] = div0(s[0], s[0] + s[2]);
+            break;
+        case JOB_METRIC_AUC:
+            ret[i] = auc_result(m, s, s + m->thresholds);
+            break;
+        }
+    }
+}

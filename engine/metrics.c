@@ -1,0 +1,128 @@
+/* The metrics' sums, as Keras 3 counts them: AUC's predictions clipped to [0, 1] and bucketed
+ * by ceil(p (thresholds - 1)) - 1 (a prediction exactly on a threshold is below it), the
+ * positives and negatives of each bucket kept apart; precision and recall count p > threshold;
+ * a class is in the top k when fewer than k classes score strictly higher (ties count in, as
+ * TensorFlow's in_top_k). */
+#include "metrics.h"
+
+#include <math.h>
+
+static const char *const needs_classes = "needs an output of class probabilities (2 or more)";
+
+status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, status_msg_t *err)
+{
+    for (int i = 0; i < n; i++) {
+        const job_metric_t *m = &ms[i];
+        switch (m->kind) {
+        case JOB_METRIC_TOP_K:
+            if (outputs < 2)
+                return status_fail(err, STATUS_BAD_CONFIG, "metric %s %s; the model gives %zu",
+                                   m->name, needs_classes, outputs);
+            break;
+        case JOB_METRIC_MAE:
+        case JOB_METRIC_MSE:
+        case JOB_METRIC_RMSE:
+            if (outputs != 1)
+                return status_fail(err, STATUS_BAD_CONFIG,
+                                   "metric %s compares one predicted value per example with its "
+                                   "label; the model gives %zu values",
+                                   m->name, outputs);
+            break;
+        case JOB_METRIC_PRECISION:
+        case JOB_METRIC_RECALL:
+            if (m->class_id >= 0 && (size_t)m->class_id >= outputs)
+                return status_fail(err, STATUS_BAD_CONFIG,
+                                   "metric %s: class_id %d is not one of the model's %zu outputs",
+                                   m->name, m->class_id, outputs);
+            break;
+        case JOB_METRIC_AUC:
+            break;
+        }
+    }
+    return STATUS_OK;
+}
+
+/* Whether output i of an example labelled y is a positive. */
+static inline bool positive(size_t outputs, size_t i, float y)
+{
+    return outputs == 1 ? y != 0 : (size_t)y == i;
+}
+
+static void auc_update(const job_metric_t *m, const float *pred, size_t outputs, const float *y,
+                       int batch, double *pos, double *neg)
+{
+    float scale = (float)(m->thresholds - 1);
+
+    for (int b = 0; b < batch; b++)
+        for (size_t i = 0; i < outputs; i++) {
+            float p = pred[(size_t)b * outputs + i];
+            int bucket;
+            p = p > 1 ? 1 : p;
+            bucket = p > 0 ? (int)ceilf(p * scale) - 1 : 0; /* NaN: bucket 0 */
+            bucket = bucket < 0 ? 0 : bucket;
+            if (positive(outputs, i, y[b]))
+                pos[bucket] += 1;
+            else
+                neg[bucket] += 1;
+        }
+}
+
+static void confusion_update(const job_metric_t *m, const float *pred, size_t outputs,
+                             const float *y, int batch, double *s)
+{
+    size_t lo = m->class_id >= 0 ? (size_t)m->class_id : 0;
+    size_t hi = m->class_id >= 0 ? lo + 1 : outputs;
+
+    for (int b = 0; b < batch; b++)
+        for (size_t i = lo; i < hi; i++) {
+            bool above = pred[(size_t)b * outputs + i] > m->threshold;
+            bool pos = positive(outputs, i, y[b]);
+            s[0] += pos && above;  /* true positives */
+            s[1] += !pos && above; /* false positives */
+            s[2] += pos && !above; /* false negatives */
+        }
+}
+
+static void top_k_update(const job_metric_t *m, const float *pred, size_t outputs, const float *y,
+                         int batch, double *s)
+{
+    for (int b = 0; b < batch; b++) {
+        const float *p = pred + (size_t)b * outputs;
+        size_t label = (size_t)y[b], higher = 0;
+        if (label < outputs && isfinite(p[label]))
+            for (size_t i = 0; i < outputs && higher < (size_t)m->k; i++)
+                higher += p[i] > p[label];
+        s[0] += label < outputs && isfinite(p[label]) && higher < (size_t)m->k;
+        s[1] += 1;
+    }
+}
+
+void metrics_update(const job_metric_t *ms, int n, const float *pred, size_t outputs,
+                    const float *y, int batch, double *state)
+{
+    for (int i = 0; i < n; i++) {
+        const job_metric_t *m = &ms[i];
+        double *s = state + m->offset;
+        switch (m->kind) {
+        case JOB_METRIC_TOP_K:
+            top_k_update(m, pred, outputs, y, batch, s);
+            break;
+        case JOB_METRIC_AUC:
+            auc_update(m, pred, outputs, y, batch, s, s + m->thresholds);
+            break;
+        case JOB_METRIC_PRECISION:
+        case JOB_METRIC_RECALL:
+            confusion_update(m, pred, outputs, y, batch, s);
+            break;
+        case JOB_METRIC_MAE:
+        case JOB_METRIC_MSE:
+        case JOB_METRIC_RMSE:
+            for (int b = 0; b < batch; b++) {
+                double d = (double)y[b] - (double)pred[b];
+                s[0] += m->kind == JOB_METRIC_MAE ? fabs(d) : d * d;
+                s[1] += 1;
+            }
+            break;
+        }
+    }
+}
