@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "files/atomic.h"
 #include "files/keras_archive.h"
 #include "files/safetensors.h"
@@ -395,6 +396,79 @@ static cJSON *loss_config(const job_t *job)
     return object("keras.losses", classes[job->loss], c);
 }
 
+/* A threshold on probabilities as Keras must apply it to this model's outputs: a binary
+ * model's logits (from_logits) are above logit(t) where their sigmoid is above t. */
+static double output_threshold(const job_t *job, double t)
+{
+    if (!job->from_logits)
+        return t;
+    return t <= 0 ? -1e30 : t >= 1 ? 1e30 : log(t / (1 - t));
+}
+
+/* The Keras metric that computes what Tessera's does on the exported model's outputs, or NULL
+ * (with a warning naming it) where Keras has none: AUC, precision and recall of several classes
+ * need Keras's one-hot labels (a categorical_crossentropy model) and probabilities (no
+ * from_logits: Keras would take each logit's sigmoid, not their softmax). */
+static cJSON *metric_config(const job_t *job, const job_metric_t *m)
+{
+    static const char *const classes[] = {
+        [JOB_METRIC_TOP_K] = "SparseTopKCategoricalAccuracy",
+        [JOB_METRIC_AUC] = "AUC",
+        [JOB_METRIC_PRECISION] = "Precision",
+        [JOB_METRIC_RECALL] = "Recall",
+        [JOB_METRIC_MAE] = "MeanAbsoluteError",
+        [JOB_METRIC_MSE] = "MeanSquaredError",
+        [JOB_METRIC_RMSE] = "RootMeanSquaredError",
+    };
+    static const char *const curves[] = {"ROC", "PR", "PRGAIN"};
+    static const char *const sums[] = {"interpolation", "minoring", "majoring"};
+    bool classes_one_hot = job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY;
+    bool binary = job->loss == JOB_LOSS_BINARY_CROSSENTROPY || !job_loss_has_accuracy(job->loss);
+    const char *class_name = classes[m->kind];
+    cJSON *c;
+
+    if ((m->kind == JOB_METRIC_AUC || m->kind == JOB_METRIC_PRECISION ||
+         m->kind == JOB_METRIC_RECALL) &&
+        !binary && (!classes_one_hot || job->from_logits)) {
+        LOG_WARNING(TRAIN,
+                    "export: metric %s is left out of the compile config: Keras computes it on "
+                    "one-hot labels and probabilities, and this model's %s",
+                    m->name, job->from_logits ? "outputs are logits" : "labels are class ids");
+        return NULL;
+    }
+    if (m->kind == JOB_METRIC_TOP_K && classes_one_hot)
+        class_name = "TopKCategoricalAccuracy";
+    c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "name", m->name);
+    cJSON_AddStringToObject(c, "dtype", "float32");
+    switch (m->kind) {
+    case JOB_METRIC_TOP_K:
+        cJSON_AddNumberToObject(c, "k", m->k);
+        break;
+    case JOB_METRIC_AUC:
+        cJSON_AddNumberToObject(c, "num_thresholds", m->thresholds);
+        cJSON_AddStringToObject(c, "curve", curves[m->curve]);
+        cJSON_AddStringToObject(c, "summation_method", sums[m->summation]);
+        cJSON_AddBoolToObject(c, "multi_label", false);
+        cJSON_AddNullToObject(c, "num_labels");
+        cJSON_AddNullToObject(c, "label_weights");
+        cJSON_AddBoolToObject(c, "from_logits", job->from_logits);
+        break;
+    case JOB_METRIC_PRECISION:
+    case JOB_METRIC_RECALL:
+        cJSON_AddNumberToObject(c, "thresholds", output_threshold(job, m->threshold));
+        cJSON_AddNullToObject(c, "top_k");
+        if (m->class_id >= 0)
+            cJSON_AddNumberToObject(c, "class_id", m->class_id);
+        else
+            cJSON_AddNullToObject(c, "class_id");
+        break;
+    default:
+        break;
+    }
+    return object("keras.metrics", class_name, c);
+}
+
 static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int64_t iterations)
 {
     cJSON *c = cJSON_CreateObject(), *metrics = cJSON_CreateArray();
@@ -407,10 +481,22 @@ static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int6
          * them as logits: a logit above 0 is class 1. */
         cJSON *acc = cJSON_CreateObject();
         cJSON_AddStringToObject(acc, "name", "accuracy");
-        cJSON_AddNumberToObject(acc, "threshold", 0.0);
+        cJSON_AddNumberToObject(acc, "threshold",
+                                output_threshold(job, (double)job->accuracy_threshold));
+        cJSON_AddItemToArray(metrics, object("keras.metrics", "BinaryAccuracy", acc));
+    } else if (job->metric_accuracy && job->loss == JOB_LOSS_BINARY_CROSSENTROPY &&
+               job->accuracy_threshold != 0.5f) {
+        cJSON *acc = cJSON_CreateObject();
+        cJSON_AddStringToObject(acc, "name", "accuracy");
+        cJSON_AddNumberToObject(acc, "threshold", (double)job->accuracy_threshold);
         cJSON_AddItemToArray(metrics, object("keras.metrics", "BinaryAccuracy", acc));
     } else if (job->metric_accuracy) {
         cJSON_AddItemToArray(metrics, cJSON_CreateString("accuracy"));
+    }
+    for (int i = 0; i < job->n_metrics; i++) {
+        cJSON *m = metric_config(job, &job->metrics[i]);
+        if (m != NULL)
+            cJSON_AddItemToArray(metrics, m);
     }
     cJSON_AddItemToObject(c, "metrics", metrics);
     cJSON_AddNullToObject(c, "weighted_metrics");

@@ -3,7 +3,7 @@
 
 - every command's and daemon's flags, from their --help (the config tables that parse them);
 - every job-file key, from the key tables of the job parser (common/job/job.c), which refuses
-  any key not listed there;
+  any key not listed there, and the metrics parser's names and options (common/job/metrics.c);
 - every Prometheus metric, from a /metrics scrape of each daemon started on loopback.
 
 Usage: scripts/gen-reference.py BUILD_DIR [OUT]   (OUT defaults to stdout)
@@ -48,6 +48,15 @@ def job_tables():
         else:
             out.append((func, m.group(3), re.findall(r'"([^"]+)"', m.group(4))))
     return out
+
+
+def metric_tables():
+    """The names `metrics:` takes, and each option table of the metrics parser
+    (common/job/metrics.c), in source order."""
+    src = open(os.path.join(ROOT, "common", "job", "metrics.c")).read()
+    names = re.search(r"metric_names\[\] = \{([^}]*)\}", src)
+    return (re.findall(r'"([^"]+)"', names.group(1)),
+            [(m.group(1), re.findall(r'"([^"]+)"', m.group(2))) for m in re.finditer(KEY_TABLE, src)])
 
 
 def layer_table():
@@ -126,6 +135,15 @@ def main():
     w("| layer | Keras class | options |\n|---|---|---|")
     for name, cls, opts in layer_table():
         w("| `%s` | `%s` | %s |" % (name, cls, ", ".join("`%s`" % k for k in opts) or "none"))
+    w("")
+    names, tables = metric_tables()
+    w("### Metrics\n")
+    w("`metrics:` entries (a name, or `{NAME: {OPTIONS}}`), from the metrics parser's tables: "
+      "the names, then each option table.\n")
+    w("Names: %s\n" % ", ".join("`%s`" % n for n in names))
+    w("| table | options |\n|---|---|")
+    for table, keys in tables:
+        w("| `%s` | %s |" % (table, ", ".join("`%s`" % k for k in keys)))
     w("")
     w("## Prometheus metrics\n")
     w("Scraped from each daemon at start-up (`/metrics`, text format 0.0.4); RPC counters carry "

@@ -42,7 +42,9 @@ static const char *write_job(const char *name, const char *dir, const char *mode
             "  - {dense: {units: %s, activation: relu}, input_shape: [200]}\n"
             "  - {dropout: {rate: 0.2}}\n"
             "  - {dense: {units: 10, activation: softmax}}\n"
-            "loss: sparse_categorical_crossentropy\nmetrics: [accuracy]\n"
+            /* the metrics' sums are in the checkpoints too: resumed numbers match */
+            "loss: sparse_categorical_crossentropy\n"
+            "metrics: [accuracy, auc, {precision: {class_id: 3}}]\n"
             "optimizer: {adam: {learning_rate: 0.002}}\n"
             "data:\n  batch_size: 32\n  shuffle_buffer: 2000\n"
             "  train: {format: synthetic, kind: classification, examples: 8000, shape: [200], "
@@ -138,6 +140,9 @@ static void kill_and_resume(const char *name, int tries, int64_t every)
     whole = write_job("whole.yaml", whole_dir, "1024");
     ck_assert_int_eq(train(whole, NULL, &out), 0);
     expected = result_of(out);
+    ck_assert_msg(strstr(expected, ", auc 0.") != NULL &&
+                      strstr(expected, "test precision 0.") != NULL,
+                  "no metrics in: %s", expected);
     free(out);
     ck_assert_int_eq(check_loadable(whole_dir), 10 * STEPS_PER_EPOCH);
 

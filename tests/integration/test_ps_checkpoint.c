@@ -102,7 +102,9 @@ static const char *write_job(const char *name, const char *dir, const char *trai
             "  - {dense: {units: 256, activation: relu}, input_shape: [200]}\n"
             "  - {dropout: {rate: 0.2}}\n"
             "  - {dense: {units: 10, activation: softmax}}\n"
-            "loss: sparse_categorical_crossentropy\nmetrics: [accuracy]\n"
+            /* the metrics' sums are in the checkpoints too: resumed numbers match */
+            "loss: sparse_categorical_crossentropy\n"
+            "metrics: [accuracy, auc, {precision: {class_id: 3}}]\n"
             "optimizer: {adam: {learning_rate: 0.002}}\n"
             "data:\n  batch_size: 32\n  shuffle_buffer: 2000\n"
             "  train: {format: synthetic, kind: classification, examples: 8000, shape: [200], "
@@ -204,6 +206,9 @@ START_TEST(ps_checkpoint_killed_at_random_moments_resumes_to_identical_numbers)
     expected = harness_result(out);
     free(out);
     stop_cluster(&c);
+    ck_assert_msg(strstr(expected, ", auc 0.") != NULL &&
+                      strstr(expected, "test precision 0.") != NULL,
+                  "no metrics in: %s", expected);
     ck_assert_int_eq(check_loadable(whole_dir), STEPS);
 
     cut = strdup(write_job("ps-cut.yaml", cut_dir, "{epochs: 12}"));

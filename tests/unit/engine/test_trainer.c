@@ -518,6 +518,80 @@ START_TEST(slices_of_a_global_batch_sum_to_the_whole_batch)
 }
 END_TEST
 
+/* The metrics' sums of a step are every replica's: a mirrored step of 3 replicas counts each
+ * of the global batch's examples once (top-k: one hit or miss each, AUC: each class's prediction
+ * in one bucket), with the same counts as one replica stepping on the same batch; an evaluation
+ * counts the test split's, and an AUC of an output that is not a class probability is refused
+ * by the trainer only when the metric cannot apply (top-k of one output). */
+START_TEST(metric_sums_count_every_replica_once)
+{
+    const char *text = "strategy: {mirrored: {replicas: 3}}\nmodel: " MLP4
+                       "\nloss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
+                       "metrics: [{sparse_top_k_categorical_accuracy: {k: 2}}, auc, precision]\n"
+                       "optimizer: sgd\n" DATA(4, TEST_SPLIT);
+    job_t job = {0}, one = {0};
+    trainer_opts_t o = {.num_shards = 1, .epochs = 1, .optimizer = true, .replicas = 3};
+    status_msg_t err = {0};
+    trainer_t *t, *t1;
+    data_batch_t b;
+    model_stats_t st;
+    double sums[1024] = {0}, sums1[1024] = {0}, pos = 0, neg = 0;
+
+    ck_assert_msg(job_parse(text, strlen(text), "t.yaml", &job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_msg(job_parse(text, strlen(text), "t.yaml", &one, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(job.metric_width, 2 + 400 + 3);
+    t = make(&job, &o);
+    ck_assert(trainer_next(t, &b));
+    ck_assert_int_eq(b.size, 30);
+    ck_assert_msg(trainer_step(t, &b, &st, &err) == STATUS_OK, "%s", err.text);
+    trainer_take_metrics(t, sums);
+    ck_assert_double_eq(sums[1], 30); /* top-k: examples */
+    for (int k = 0; k < 200; k++) {
+        pos += sums[2 + k];
+        neg += sums[2 + 200 + k];
+    }
+    ck_assert_double_eq(pos, 30);     /* one labelled class per example */
+    ck_assert_double_eq(neg, 30 * 3); /* and three others */
+    /* taken: the next take adds nothing */
+    double again[1024] = {0};
+    trainer_take_metrics(t, again);
+    ck_assert_double_eq(again[1], 0);
+
+    o.replicas = 1;
+    one.data.batch_size = 30;
+    t1 = make(&one, &o);
+    ck_assert(trainer_next(t1, &b));
+    ck_assert_msg(trainer_step(t1, &b, &st, &err) == STATUS_OK, "%s", err.text);
+    trainer_take_metrics(t1, sums1);
+    ck_assert_double_eq(sums1[0], sums[0]);     /* the same hits */
+    ck_assert_double_eq(sums1[402], sums[402]); /* true positives */
+    ck_assert_double_eq(sums1[403], sums[403]);
+
+    memset(again, 0, sizeof(again));
+    ck_assert_msg(trainer_evaluate(t, NULL, NULL, &st, again, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_double_eq(again[1], 50);
+    ck_assert_int_eq(st.examples, 50);
+    memset(sums, 0, sizeof(sums));
+    trainer_take_metrics(t, sums); /* the evaluation's sums went to its own list */
+    ck_assert_double_eq(sums[1], 0);
+    trainer_free(t);
+    trainer_free(t1);
+    job_done(&job);
+    job_done(&one);
+
+    const char *mlp1 = "model: [{dense: {units: 1}, input_shape: [8]}]\nloss: mse\n"
+                       "metrics: [sparse_top_k_categorical_accuracy]\n" DATA(4, "");
+    ck_assert_msg(job_parse(mlp1, strlen(mlp1), "t.yaml", &job, &err) == STATUS_OK, "%s", err.text);
+    t = NULL;
+    ck_assert_int_eq(trainer_new(&job, &o, &t, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "sparse_top_k_categorical_accuracy needs an output of class "
+                                   "probabilities") != NULL,
+                  "%s", err.text);
+    trainer_free(t);
+    job_done(&job);
+}
+END_TEST
+
 /* scale_learning_rate multiplies by the replicas; an Embedding (sparse rows) is refused by name
  * until its rows are summed; replicas is an option of the local strategies only. */
 START_TEST(replicas_scale_the_rate_and_refuse_what_they_cannot_do)
@@ -557,6 +631,7 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, accumulated_batches_step_as_one_larger_batch);
     tcase_add_test(tc, slices_of_a_global_batch_sum_to_the_whole_batch);
     tcase_add_test(tc, replicas_scale_the_rate_and_refuse_what_they_cannot_do);
+    tcase_add_test(tc, metric_sums_count_every_replica_once);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -649,7 +649,7 @@ START_TEST(unknown_names_are_listed_with_the_known_ones)
                "unknown optimizer 'adamwx' (did you mean 'adamw'?)",
                "sgd, adam, adagrad, rmsprop, adamw, nadam, adamax, lion, ftrl");
     ASSERT_BAD(MODEL TAIL "strategy: tpu\n", "strategy: unknown strategy 'tpu'");
-    ASSERT_BAD(MODEL TAIL "metrics: [auc]\n", "metrics[0]: unknown metric 'auc'");
+    ASSERT_BAD(MODEL TAIL "metrics: [f1_score]\n", "metrics[0]: unknown metric 'f1_score'");
     ASSERT_BAD(
         "model: [{dense: {units: 1, kernel_initializer: orthogonal}, input_shape: [4]}]\n" TAIL,
         "unknown initializer 'orthogonal'");
@@ -914,6 +914,55 @@ START_TEST(layer_structure_mistakes_are_explained)
 }
 END_TEST
 
+/* metrics: Keras's names and options; each one's sums laid out one after another. */
+START_TEST(metrics_are_read_with_their_options)
+{
+    job_t job;
+
+    parse_ok(MODEL TAIL "metrics: [acc, {binary_accuracy: {threshold: 0.7}}, auc, "
+                        "{auc: {curve: pr, num_thresholds: 50, summation_method: majoring, "
+                        "name: pr_auc}}, {precision: {thresholds: 0.25, class_id: 3}}, recall, "
+                        "{sparse_top_k_categorical_accuracy: {k: 3}}, mae, rmse, mse]\n",
+             "job.yaml", &job);
+    ck_assert(job.metric_accuracy);
+    ck_assert_float_eq(job.accuracy_threshold, 0.7f);
+    ck_assert_int_eq(job.n_metrics, 8);
+    ck_assert_str_eq(job.metrics[0].name, "auc");
+    ck_assert_int_eq(job.metrics[0].thresholds, 200);
+    ck_assert_int_eq(job.metrics[0].curve, JOB_AUC_ROC);
+    ck_assert_int_eq(job.metrics[0].width, 400);
+    ck_assert_str_eq(job.metrics[1].name, "pr_auc");
+    ck_assert_int_eq(job.metrics[1].curve, JOB_AUC_PR);
+    ck_assert_int_eq(job.metrics[1].summation, JOB_AUC_MAJORING);
+    ck_assert_int_eq(job.metrics[1].offset, 400);
+    ck_assert_int_eq(job.metrics[2].kind, JOB_METRIC_PRECISION);
+    ck_assert_float_eq(job.metrics[2].threshold, 0.25f);
+    ck_assert_int_eq(job.metrics[2].class_id, 3);
+    ck_assert_int_eq(job.metrics[3].class_id, -1);
+    ck_assert_float_eq(job.metrics[3].threshold, 0.5f);
+    ck_assert_int_eq(job.metrics[4].k, 3);
+    ck_assert_str_eq(job.metrics[5].name, "mean_absolute_error");
+    ck_assert_str_eq(job.metrics[6].name, "root_mean_squared_error");
+    ck_assert_str_eq(job.metrics[7].name, "mean_squared_error");
+    ck_assert_uint_eq(job.metric_width, 400 + 100 + 3 + 3 + 2 + 2 + 2 + 2);
+    job_done(&job);
+
+    ASSERT_BAD(MODEL TAIL "metrics: [auc, auc]\n", "a second metric named 'auc'",
+               "give one a name of its own");
+    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {curve: lift}}]\n", "unknown curve 'lift'");
+    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {multi_label: true}}]\n", "multi_label");
+    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 1}}]\n", "num_thresholds");
+    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 20000}}]\n",
+               "num_thresholds may be at most 10000");
+    ASSERT_BAD(MODEL TAIL "metrics: [{precision: {top_k: 2}}]\n", "top_k");
+    ASSERT_BAD(MODEL TAIL "metrics: [{precision: {thresholds: [0.3, 0.6]}}]\n", "thresholds");
+    ASSERT_BAD(MODEL TAIL "metrics: [{recall: {thresholds: 2}}]\n",
+               "thresholds must be one number from 0 to 1");
+    ASSERT_BAD(MODEL TAIL "metrics: [{accuracy: {threshold: 0.3}}]\n", "threshold");
+    ASSERT_BAD(MODEL TAIL "metrics: [{sparse_top_k_categorical_accuracy: {k: 0}}]\n", "k");
+}
+END_TEST
+
 START_TEST(keras_json_mistakes_name_the_model_file)
 {
     char job_path[256], model_path[256];
@@ -1016,6 +1065,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, oversized_jobs_and_files_are_refused_before_parsing);
     tcase_add_test(tc, values_beyond_float32_are_rejected);
     tcase_add_test(tc, layer_structure_mistakes_are_explained);
+    tcase_add_test(tc, metrics_are_read_with_their_options);
     tcase_add_test(tc, keras_json_mistakes_name_the_model_file);
     tcase_add_test(tc, malformed_documents_are_rejected);
     tcase_add_test(tc, missing_job_file_is_named);
