@@ -200,6 +200,51 @@ status_t keras_archive_write(const char *path, const keras_archive_t *a, status_
 #define CHILD_SECONDS 120
 #define CHILD_MEMORY  (16ull << 30)
 
+status_t keras_archive_read_config(const char *path, size_t max_len, char **ret, size_t *ret_len,
+                                   status_msg_t *err)
+{
+    int zerr = 0;
+    zip_t *z = zip_open(path, ZIP_RDONLY, &zerr);
+    zip_stat_t st;
+    zip_file_t *zf = NULL;
+    char *text = NULL;
+    zip_int64_t n = 0;
+    status_t rc = STATUS_OK;
+
+    *ret = NULL;
+    *ret_len = 0;
+    if (z == NULL)
+        return status_fail(
+            err, zerr == ZIP_ER_OPEN || zerr == ZIP_ER_READ ? STATUS_IO : STATUS_BAD_CONFIG,
+            "%s: %s", path,
+            zerr == ZIP_ER_OPEN || zerr == ZIP_ER_READ
+                ? "cannot be read"
+                : "not a zip archive (a .keras file is one)");
+    zip_stat_init(&st);
+    if (zip_stat(z, "config.json", 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
+        rc = status_fail(err, STATUS_BAD_CONFIG, "%s: no config.json in the archive", path);
+    else if (st.size > max_len)
+        rc =
+            status_fail(err, STATUS_BAD_CONFIG, "%s: config.json is over %zu bytes", path, max_len);
+    else if ((text = malloc((size_t)st.size + 1)) == NULL)
+        rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", path);
+    else if ((zf = zip_fopen(z, "config.json", 0)) == NULL ||
+             (n = zip_fread(zf, text, st.size)) < 0 || (zip_uint64_t)n != st.size)
+        rc = status_fail(err, STATUS_BAD_CONFIG, "%s: config.json cannot be extracted (corrupt)",
+                         path);
+    if (zf != NULL)
+        zip_fclose(zf);
+    zip_discard(z);
+    if (rc != STATUS_OK) {
+        free(text);
+        return rc;
+    }
+    text[st.size] = '\0';
+    *ret = text;
+    *ret_len = (size_t)st.size;
+    return STATUS_OK;
+}
+
 /* Extracts model.weights.h5 from the archive into h5_path. Runs in the child. */
 int keras_archive_extract_h5(const char *path, const char *h5_path, char *why, size_t why_len)
 {

@@ -62,6 +62,13 @@ status_t keras_archive_write(const char *path, const keras_archive_t *a, status_
  * without model.weights.h5, or weights of another type are errors naming the file. */
 status_t keras_archive_read_weights(const char *path, const char *out_path, status_msg_t *err);
 
+/* config.json of a .keras archive (the model's config, with its compile config): its text,
+ * NUL-terminated (free it), of at most max_len bytes. A file that is not a zip archive, has no
+ * config.json or a larger one, is an error naming the file (STATUS_BAD_CONFIG; STATUS_IO when
+ * it cannot be read). Read in this process: libzip only, never libhdf5. */
+status_t keras_archive_read_config(const char *path, size_t max_len, char **ret, size_t *ret_len,
+                                   status_msg_t *err);
+
 /* The two halves of the child's work, in the calling process, for the fuzz targets only (a
  * crash inside libzip or libhdf5 here is the caller's): keras_archive_extract_h5 writes the
  * archive's model.weights.h5 to h5_path; keras_archive_h5_to_safetensors reads an HDF5 file's

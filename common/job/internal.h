@@ -66,4 +66,11 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err);
 /* Appends "a, b, c" to the string in buf, cutting at the buffer's end. */
 void job_join_names(char *buf, size_t size, const char *const *names, size_t n);
 
+/* A Keras 3 config.json's compile_config in the job file's form (keras_compile.c): JSON text
+ * with the sections it has of loss, optimizer and metrics (free it; "{}" for an uncompiled
+ * model), for the job parser to read as a job file's; *ret_accumulate gets the optimizer's
+ * gradient_accumulation_steps (0: none). Errors name `file` and what is not supported. */
+status_t job_keras_compile_text(const char *text, size_t len, const char *file, char **ret_json,
+                                int *ret_accumulate, status_msg_t *err);
+
 #endif

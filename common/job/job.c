@@ -8,6 +8,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -703,21 +704,68 @@ static status_t parse_tensorboard(job_ctx_t *c, const job_node_t *n, job_t *job)
 
 /* Calls parse(c, root[key], arg) with the path set to key when the key is given, and fails
  * when it is required but absent. */
-#define SECTION(key, required, parse, arg)                                                         \
+#define SECTION_IN(ctx, doc, key, required, parse, arg)                                            \
     do {                                                                                           \
-        const job_node_t *n_ = job_tree_child(root, key);                                          \
+        const job_node_t *n_ = job_tree_child(doc, key);                                           \
         size_t old_;                                                                               \
         status_t rc_;                                                                              \
         if (!job_tree_given(n_)) {                                                                 \
             if (required)                                                                          \
-                return job_tree_missing(c, root, key);                                             \
+                return job_tree_missing(ctx, doc, key);                                            \
             break;                                                                                 \
         }                                                                                          \
-        old_ = job_tree_push_key(c, key);                                                          \
-        rc_ = parse(c, n_, arg);                                                                   \
-        job_tree_pop(c, old_);                                                                     \
+        old_ = job_tree_push_key(ctx, key);                                                        \
+        rc_ = parse(ctx, n_, arg);                                                                 \
+        job_tree_pop(ctx, old_);                                                                   \
         STATUS_CHECK(rc_);                                                                         \
     } while (0)
+#define SECTION(key, required, parse, arg) SECTION_IN(c, root, key, required, parse, arg)
+
+/* loss, metrics and optimizer: the job file's; where it leaves one out, the one of the compile
+ * config kroot (of a Keras archive: model.compile()'s, read by kc), when there is one. */
+static status_t parse_compile(job_ctx_t *c, const job_node_t *root, job_ctx_t *kc,
+                              const job_node_t *kroot, job_t *job)
+{
+#define EITHER(key, required, parse, arg)                                                          \
+    do {                                                                                           \
+        if (kroot != NULL && !job_tree_given(job_tree_child(root, key)) &&                         \
+            job_tree_given(job_tree_child(kroot, key)))                                            \
+            SECTION_IN(kc, kroot, key, required, parse, arg);                                      \
+        else                                                                                       \
+            SECTION_IN(c, root, key, required, parse, arg);                                        \
+    } while (0)
+    EITHER("loss", true, parse_loss, job);
+    EITHER("metrics", false, job_parse_metrics, job);
+    EITHER("optimizer", false, parse_optimizer, &job->optimizer);
+#undef EITHER
+    return STATUS_OK;
+}
+
+/* The same, reading a Keras archive's compile config where the model is one (model: {keras:
+ * PATH}); *ret_accumulate gets its optimizer's gradient_accumulation_steps (0: none). */
+static status_t parse_compile_sections(job_ctx_t *c, const job_node_t *root, job_t *job,
+                                       int *ret_accumulate)
+{
+    job_ctx_t kc;
+    job_node_t *kroot = NULL;
+    char *text = NULL, file[600];
+    status_t rc;
+
+    *ret_accumulate = 0;
+    if (!job->model.keras_archive)
+        return parse_compile(c, root, NULL, NULL, job);
+    snprintf(file, sizeof(file), "%s: compile_config", job->model.keras_json_path);
+    kc = (job_ctx_t){.file = file, .dir = c->dir, .err = c->err};
+    rc = job_keras_compile_text(job->model.keras_json, strlen(job->model.keras_json),
+                                job->model.keras_json_path, &text, ret_accumulate, c->err);
+    if (rc == STATUS_OK)
+        rc = job_tree_parse(text, strlen(text), file, &kroot, c->err);
+    if (rc == STATUS_OK)
+        rc = parse_compile(c, root, &kc, kroot, job);
+    job_node_free(kroot);
+    free(text);
+    return rc;
+}
 
 /* The file's name without directory and extension: the default job name. */
 static char *file_stem(const char *path)
@@ -752,6 +800,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     const char *name = NULL;
     const job_node_t *n;
     int64_t seed = -1;
+    int accumulate = 0;
 
     STATUS_CHECK(job_tree_check_map(c, root, top_keys, JOB_N_OF(top_keys), false));
     STATUS_CHECK(job_tree_get_string(c, root, "name", false, &name));
@@ -765,9 +814,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     if (job_tree_given(n))
         STATUS_CHECK(parse_strategy(c, n, job));
     SECTION("model", true, job_parse_model, &job->model);
-    SECTION("loss", true, parse_loss, job);
-    SECTION("metrics", false, job_parse_metrics, job);
-    SECTION("optimizer", false, parse_optimizer, &job->optimizer);
+    STATUS_CHECK(parse_compile_sections(c, root, job, &accumulate));
     SECTION("data", true, parse_data, &job->data);
     if (job->data.global_batch_size > 0 && job->strategy == JOB_STRATEGY_PARAMETER_SERVER)
         return job_tree_fail(
@@ -795,6 +842,13 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     SECTION("tensorboard", false, parse_tensorboard, job);
     STATUS_CHECK(job_tree_get_bool(c, root, "resume", &job->resume));
     STATUS_CHECK(job_tree_get_path(c, root, "init_from", false, &job->init_from));
+    /* a Keras archive's model trains on from its weights, with its gradient accumulation,
+     * unless the job says otherwise */
+    if (job->model.keras_archive && job->init_from == NULL &&
+        (job->init_from = strdup(job->model.keras_json_path)) == NULL)
+        return status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
+    if (accumulate > 1 && job->accumulate_steps <= 1)
+        job->accumulate_steps = accumulate;
     if (job->resume && job->checkpoint_dir == NULL)
         return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "resume")->line,
                              "resume: true needs checkpoint.dir, where the checkpoints are");

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "files/keras_archive.h"
 #include "job/paths.h"
 #include "job/initializer.h"
 #include "job/internal.h"
@@ -490,13 +491,20 @@ static status_t parse_layers(job_ctx_t *c, const job_node_t *list, job_model_t *
     return STATUS_OK;
 }
 
-static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, job_model_t *m)
+/* model: {keras_json: PATH} (key "keras_json"), the JSON of model.to_json(); or {keras: PATH}
+ * (key "keras"), a Keras 3 archive whose config.json holds the model's config. A file sent with
+ * the job under that path (tessera submit sends the JSON, or the archive's config.json) is read
+ * instead of the disk. */
+static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, const char *key,
+                                 job_model_t *m)
 {
-    char *path = NULL, *text = NULL;
+    bool archive = strcmp(key, "keras") == 0;
+    char *path = NULL, *text = NULL, field[32];
     size_t len = 0, old;
     status_t rc;
 
-    STATUS_CHECK(job_tree_get_path(c, map, "keras_json", true, &path));
+    snprintf(field, sizeof(field), "model.%s", key);
+    STATUS_CHECK(job_tree_get_path(c, map, key, true, &path));
     rc = STATUS_NOT_FOUND;
     for (size_t i = 0; i < c->n_files && rc != STATUS_OK; i++) { /* the first of that path */
         if (c->files[i].path == NULL || strcmp(c->files[i].path, path) != 0)
@@ -512,29 +520,37 @@ static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, job_model_
         len = c->files[i].len;
         rc = STATUS_OK;
     }
-    if (rc != STATUS_OK) {
-        rc = job_paths_check_read("model.keras_json", path, c->err);
-        if (rc == STATUS_OK)
+    if (rc == STATUS_OK && archive && len >= 2 && text[0] == 'P' && text[1] == 'K')
+        rc = status_fail(c->err, STATUS_BAD_CONFIG,
+                         "%s: sent as a whole archive; send its config.json (tessera submit "
+                         "does)",
+                         path);
+    else if (rc != STATUS_OK) {
+        rc = job_paths_check_read(field, path, c->err);
+        if (rc == STATUS_OK && archive)
+            rc = keras_archive_read_config(path, JOB_MAX_FILE_BYTES, &text, &len, c->err);
+        else if (rc == STATUS_OK)
             rc = file_read_all(path, "keras_json file", JOB_MAX_FILE_BYTES, &text, &len, c->err);
     }
     if (rc != STATUS_OK) {
         char why[sizeof(c->err->text)];
-        old = job_tree_push_key(c, "keras_json");
+        old = job_tree_push_key(c, key);
         snprintf(why, sizeof(why), "%s", c->err != NULL ? c->err->text : "");
-        job_tree_fail(c, rc, job_tree_child(map, "keras_json")->line, "%s: %s", c->path, why);
+        job_tree_fail(c, rc, job_tree_child(map, key)->line, "%s: %s", c->path, why);
         job_tree_pop(c, old);
     }
     if (rc == STATUS_OK) {
         rc = job_parse_keras_json(text, len, path, m, c->err);
         if (rc == STATUS_OK) {
             m->keras_json_path = path;
+            m->keras_archive = archive;
             path = NULL;
         }
         if (rc != STATUS_OK && c->err != NULL) {
             char why[sizeof(c->err->text)];
-            old = job_tree_push_key(c, "keras_json");
+            old = job_tree_push_key(c, key);
             snprintf(why, sizeof(why), "%s", c->err->text);
-            job_tree_fail(c, rc, job_tree_child(map, "keras_json")->line, "%s: %s", c->path, why);
+            job_tree_fail(c, rc, job_tree_child(map, key)->line, "%s: %s", c->path, why);
             job_tree_pop(c, old);
         }
     }
@@ -545,19 +561,22 @@ static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, job_model_
 
 status_t job_parse_model(job_ctx_t *c, const job_node_t *n, job_model_t *m)
 {
-    static const char *const model_keys[] = {"keras_json", "layers", "input_shape"};
+    static const char *const model_keys[] = {"keras_json", "keras", "layers", "input_shape"};
     char where[400];
     const job_node_t *layers, *shape;
 
     if (n->kind == JOB_NODE_MAP) {
         STATUS_CHECK(job_tree_check_map(c, n, model_keys, JOB_N_OF(model_keys), false));
-        if (job_tree_child(n, "keras_json") != NULL) {
+        for (int k = 0; k < 2; k++) {
+            const char *key = k == 0 ? "keras_json" : "keras";
+            if (job_tree_child(n, key) == NULL)
+                continue;
             if (n->n > 1)
                 return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
-                                     "%s: keras_json stands alone: the layers and input shape come "
+                                     "%s: %s stands alone: the layers and input shape come "
                                      "from the Keras file",
-                                     c->path);
-            return parse_keras_file(c, n, m);
+                                     c->path, key);
+            return parse_keras_file(c, n, key, m);
         }
         layers = job_tree_child(n, "layers");
         if (!job_tree_given(layers))
@@ -574,7 +593,7 @@ status_t job_parse_model(job_ctx_t *c, const job_node_t *n, job_model_t *m)
     } else if (n->kind == JOB_NODE_SEQ) {
         STATUS_CHECK(parse_layers(c, n, m));
     } else {
-        return job_tree_type_error(c, n, "a list of layers or {keras_json: PATH}");
+        return job_tree_type_error(c, n, "a list of layers, {keras_json: PATH} or {keras: PATH}");
     }
     snprintf(where, sizeof(where), "%s:%d: %s", c->file, n->line, c->path);
     return job_model_finish(m, where, c->err);

@@ -191,6 +191,9 @@ typedef struct job_model {
     size_t n_layers;
     char *keras_json;      /* the model file's text when given by keras_json */
     char *keras_json_path; /* ... and its path, resolved against the job file */
+    /* model: {keras: PATH}: keras_json_path is a Keras 3 .keras archive and keras_json its
+     * config.json (the model's config with its compile config) */
+    bool keras_archive;
 } job_model_t;
 
 /* Parses a Keras `model.to_json()` document (Keras 2 / tf.keras or Keras 3; Sequential, or

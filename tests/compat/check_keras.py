@@ -10,7 +10,9 @@ Keras loaded.
 
 The other way: Keras trains the MLP for an epoch on Fashion-MNIST and saves it with
 model.save("m.keras"); `tessera train --init-from m.keras --evaluate` evaluates it to Keras's
-own test accuracy within 0.1 percentage point."""
+own test accuracy within 0.1 percentage point; and a job whose model is the archive alone
+(`model: {keras: m.keras}`: the model, the loss, optimizer and metrics compile() was given, the
+weights) evaluates to Keras's loss, accuracy and top-3 accuracy within 0.001, then trains on."""
 import os
 import shutil
 import re
@@ -99,12 +101,36 @@ with tempfile.TemporaryDirectory() as tmp:
     keras.utils.set_random_seed(1)
     model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(128, activation="relu"),
                               keras.layers.Dense(10)])
-    model.compile(optimizer="adam", metrics=["accuracy"],
+    model.compile(optimizer=keras.optimizers.Adam(clipnorm=1.0),
+                  metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=3,
+                                                                                   name="top3")],
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(x_train, y_train, epochs=1, batch_size=64, verbose=0)
-    theirs = model.evaluate(x_test, y_test, verbose=0, return_dict=True)["accuracy"]
+    keras_result = model.evaluate(x_test, y_test, verbose=0, return_dict=True)
+    theirs = keras_result["accuracy"]
     saved = os.path.join(tmp, "from-keras.keras")
     model.save(saved)
+
+    # The archive alone (model: {keras: ...}): its model, its compile config (loss, optimizer,
+    # metrics) and its weights, evaluated to Keras's numbers, then trained on.
+    archive_job = os.path.join(tmp, "from-keras.yaml")
+    with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
+        text = f.read()
+    data = text[text.index("\ndata:"):text.index("\ntrain:")]
+    with open(archive_job, "w") as f:
+        f.write("model: {keras: from-keras.keras}\n" + data + "\ntrain: {epochs: 1}\n")
+    out = tessera("train", archive_job, "--evaluate", cwd=tmp)
+    found = dict(re.findall(r"test (loss|accuracy|top3) ([0-9.]+)", out))
+    print("Keras's archive: keras %s, tessera %s" % (keras_result, found))
+    for key in ["loss", "accuracy", "top3"]:
+        check(key in found and abs(float(found[key]) - keras_result[key]) <= 0.001,
+              "model: {keras: ...}: Tessera evaluates %s to %s, Keras %.4f" %
+              (key, found.get(key), keras_result[key]))
+    out = tessera("train", archive_job, cwd=tmp)
+    m = re.search(r"test accuracy ([0-9.]+)", out)
+    check(m is not None and float(m.group(1)) >= theirs - 0.01,
+          "model: {keras: ...} trained on: test accuracy %s, from Keras's %.4f" %
+          (m.group(1) if m else None, theirs))
     job = os.path.join(tmp, "fashion-mnist-mlp.yaml")
     out = tessera("train", job, "--init-from", saved, "--evaluate", cwd=tmp)
     m = re.search(r"test accuracy ([0-9.]+)", out)

@@ -22,7 +22,9 @@ static void check_same(const ckpt_manifest_t *a, const ckpt_manifest_t *b)
     if (a->step != b->step || a->iterations != b->iterations || a->n_vars != b->n_vars ||
         a->n_files != b->n_files || a->n_data != b->n_data || a->n_rng != b->n_rng ||
         a->n_slots != b->n_slots || a->job_hash != b->job_hash || a->n_writers != b->n_writers ||
-        strcmp(a->optimizer, b->optimizer) != 0 || strcmp(a->job, b->job) != 0)
+        a->n_metric_sums != b->n_metric_sums || a->n_last_metrics != b->n_last_metrics ||
+        a->has_last_epoch != b->has_last_epoch || strcmp(a->optimizer, b->optimizer) != 0 ||
+        strcmp(a->job, b->job) != 0)
         fuzz_fail("checkpoint", "a manifest read back differs from the one written");
     for (size_t i = 0; i < a->n_vars; i++) {
         if (strcmp(a->vars[i].name, b->vars[i].name) != 0 || a->vars[i].rank != b->vars[i].rank ||

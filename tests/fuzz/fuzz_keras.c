@@ -1,7 +1,10 @@
 /* Fuzz target: Keras model.to_json() documents (common/job/keras.c, job_parse_keras_json). The
  * input is the document as is, not NUL-terminated. A model that parses is built by the engine
  * (model_new, within 8 MiB) and trains one step on a batch of two zero examples: the shapes,
- * the graph's wiring and the layers' plans meet whatever the document says. */
+ * the graph's wiring and the layers' plans meet whatever the document says. The same input is
+ * then the config.json of a .keras archive in a job (model: {keras: PATH}, sent with the job):
+ * its compile config becomes the job's loss, optimizer and metrics (keras_compile.c) and meets
+ * the job parser. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +35,28 @@ static void build_and_step(const job_model_t *spec)
     }
     free(x);
     model_free(m);
+}
+
+/* The input as an archive's config.json, with the job's sections beyond the model. */
+static void archive_job(const uint8_t *data, size_t size)
+{
+    static const char text[] = "model: {keras: m.keras}\n"
+                               "data: {batch_size: 2, train: {format: synthetic, examples: 4, "
+                               "shape: [2], classes: 2}}\n";
+    job_file_t file = {.path = "m.keras", .data = (const char *)data, .len = size};
+    status_msg_t err = {0};
+    job_t job;
+    status_t rc = job_parse_with_files(text, sizeof(text) - 1, "job.yaml", &file, 1, &job, &err);
+
+    fuzz_check_error("keras archive job", rc, &err);
+    if (rc != STATUS_OK)
+        return;
+    if (job.n_metrics < 0 || job.n_metrics > JOB_MAX_METRICS)
+        fuzz_fail("keras archive job", "%d metrics", job.n_metrics);
+    for (int i = 0; i < job.n_metrics; i++)
+        if (job.metrics[i].offset + job.metrics[i].width > job.metric_width)
+            fuzz_fail("keras archive job", "metric %d's sums past the state", i);
+    job_done(&job);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -67,5 +92,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         build_and_step(&m);
     }
     job_model_done(&m);
+    archive_job(data, size);
     return 0;
 }

@@ -6,6 +6,7 @@
  * Input: the archive. Whatever it holds, the stage answers 0 with a file of at most
  * KERAS_MAX_WEIGHTS bytes, or -1 with a reason. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,5 +42,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_fail("keras_zip", "a failed extraction (%d) says no reason", rc);
     }
     unlink(h5_path);
+    /* the archive's config.json, read in this process for the job parser */
+    {
+        status_msg_t err = {0};
+        char *text = NULL;
+        size_t len = 0;
+        status_t s = keras_archive_read_config(file.path, 1u << 20, &text, &len, &err);
+        if (s == STATUS_OK && (text == NULL || strlen(text) > len || len > (1u << 20)))
+            fuzz_fail("keras_zip", "config.json of %zu bytes read wrong", len);
+        if (s != STATUS_OK && (text != NULL || err.text[0] == '\0'))
+            fuzz_fail("keras_zip", "a failed config.json read says no reason");
+        free(text);
+    }
     return 0;
 }

@@ -154,9 +154,10 @@ def write_dict(name, words, extra=()):
 
 
 def dicts():
-    keras = identifiers("common/job/keras.c", "common/job/layers.c")
+    keras = identifiers("common/job/keras.c", "common/job/layers.c", "common/job/keras_compile.c")
     write_dict("keras", keras)
-    write_dict("job", sorted(set(identifiers("common/job/job.c", "common/job/tree.c")) | set(keras)),
+    write_dict("job", sorted(set(identifiers("common/job/job.c", "common/job/tree.c",
+                                             "common/job/metrics.c")) | set(keras)),
                ['"\\x0a#@file fuzz/"', '"keras_json: m.json"'])
     write_dict("config", identifiers("common/daemon/daemon.h", "tests/fuzz/fuzz_config.c"),
                ['"true"', '"false"', '"ms"', '"250ms"', '"2m"', '"[::1]:1"', '"127.0.0.1:0"'])

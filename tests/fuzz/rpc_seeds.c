@@ -373,6 +373,22 @@ static void add_others(seeds_t *s)
     run.kind = TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN;
     run.steps = 1;
     add(s, "run-closure", RPC_WORKER_RUN_CLOSURE, &run.base, NULL, 0);
+    {
+        /* a checkpoint closure, with the epoch's metric sums and the last epoch's values */
+        Tessera__V1__TrainPosition pos = TESSERA__V1__TRAIN_POSITION__INIT;
+        double sums[4] = {3, 10, 1, 2}, last[2] = {0.5, 0.25};
+        pos.step = 5;
+        pos.has_last_epoch = true;
+        pos.n_epoch_metric_sums = 4;
+        pos.epoch_metric_sums = sums;
+        pos.n_last_metrics = 2;
+        pos.last_metrics = last;
+        run.kind = TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_CHECKPOINT;
+        run.position = &pos;
+        add(s, "run-closure-checkpoint", RPC_WORKER_RUN_CLOSURE, &run.base, NULL, 0);
+        run.position = NULL;
+        run.kind = TESSERA__V1__CLOSURE_KIND__CLOSURE_KIND_TRAIN;
+    }
     cancel.job = "1";
     add(s, "cancel", RPC_WORKER_CANCEL, &cancel.base, NULL, 0);
     chunk.job = "1";

@@ -963,6 +963,151 @@ START_TEST(metrics_are_read_with_their_options)
 }
 END_TEST
 
+/* The config.json of a .keras archive model.save() wrote (tests/fixtures/keras/), into buf. */
+static size_t compiled_fixture(const char *stem, char *buf, size_t cap)
+{
+    char rel[128], path[512];
+    FILE *f;
+    size_t n;
+
+    snprintf(rel, sizeof(rel), "tests/fixtures/keras/keras3_compiled_%s.config.json", stem);
+    source_path(path, sizeof(path), rel);
+    f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s (set TESSERA_SOURCE_DIR)", path);
+    n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return n;
+}
+
+/* The job "model: {keras: m.keras}" + rest, with m.keras's config.json sent along (as tessera
+ * submit sends it). */
+static status_t parse_archive(const char *config, const char *rest, job_t *job, status_msg_t *err)
+{
+    char text[1024];
+    job_file_t file = {.path = "m.keras", .data = config, .len = strlen(config)};
+
+    snprintf(text, sizeof(text), "model: {keras: m.keras}\n%s", rest);
+    return job_parse_with_files(text, strlen(text), "job.yaml", &file, 1, job, err);
+}
+
+#define ARCHIVE_DATA                                                                               \
+    "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [8], classes: 4}}\n"
+
+/* model: {keras: PATH}: the model, and the loss, optimizer and metrics model.compile() was
+ * given, where the job file gives none; the job trains on from the archive's weights. */
+START_TEST(keras_archives_bring_their_compile_config)
+{
+    static char config[16384];
+    job_t job;
+    status_msg_t err = {0};
+
+    compiled_fixture("classes", config, sizeof(config));
+    ck_assert_msg(parse_archive(config, ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert(job.model.keras_archive);
+    ck_assert_uint_eq(job.model.n_layers, 2);
+    ck_assert_int_eq(job.loss, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY);
+    ck_assert(job.from_logits);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_ADAM);
+    ck_assert(job.optimizer.amsgrad);
+    ck_assert_double_eq(job.optimizer.clipnorm, 1.0);
+    ck_assert_int_eq(job.optimizer.schedule.kind, LR_EXPONENTIAL_DECAY);
+    ck_assert_double_eq(job.optimizer.schedule.initial_lr, 0.01);
+    ck_assert_int_eq(job.optimizer.schedule.decay_steps, 100);
+    ck_assert(job.metric_accuracy);
+    ck_assert_int_eq(job.n_metrics, 1);
+    ck_assert_int_eq(job.metrics[0].kind, JOB_METRIC_TOP_K);
+    ck_assert_int_eq(job.metrics[0].k, 2);
+    ck_assert_str_eq(job.metrics[0].name, "sparse_top_k_categorical_accuracy");
+    ck_assert_str_eq(job.init_from, "m.keras");
+    job_done(&job);
+
+    /* the job file's sections win; its init_from too */
+    ck_assert_msg(
+        parse_archive(config,
+                      "loss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
+                      "optimizer: sgd\nmetrics: [auc]\ninit_from: other.keras\n" ARCHIVE_DATA,
+                      &job, &err) == STATUS_OK,
+        "%s", err.text);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_SGD);
+    ck_assert(!job.metric_accuracy);
+    ck_assert_str_eq(job.metrics[0].name, "auc");
+    ck_assert_str_eq(job.init_from, "other.keras");
+    job_done(&job);
+
+    /* a binary model on logits: thresholds on logits become probabilities (sigmoid(0) = 0.5);
+     * gradient accumulation and a piecewise schedule carry over */
+    compiled_fixture("binary", config, sizeof(config));
+    ck_assert_msg(parse_archive(config, ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_int_eq(job.loss, JOB_LOSS_BINARY_CROSSENTROPY);
+    ck_assert(job.from_logits);
+    ck_assert_double_eq_tol(job.label_smoothing, 0.1, 1e-12);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_SGD);
+    ck_assert_double_eq(job.optimizer.momentum, 0.9);
+    ck_assert_int_eq(job.optimizer.schedule.kind, LR_PIECEWISE_CONSTANT);
+    ck_assert_uint_eq(job.optimizer.schedule.n_boundaries, 2);
+    ck_assert_int_eq(job.accumulate_steps, 2);
+    ck_assert(job.metric_accuracy);
+    ck_assert_float_eq(job.accuracy_threshold, 0.5f);
+    ck_assert_int_eq(job.n_metrics, 3);
+    ck_assert_int_eq(job.metrics[0].curve, JOB_AUC_PR);
+    ck_assert_float_eq(job.metrics[1].threshold, 0.5f);
+    ck_assert_str_eq(job.metrics[2].name, "recall");
+    job_done(&job);
+
+    /* an uncompiled model: the job names the loss */
+    compiled_fixture("uncompiled", config, sizeof(config));
+    ck_assert_int_eq(parse_archive(config, ARCHIVE_DATA, &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "loss") != NULL, "%s", err.text);
+    ck_assert_msg(parse_archive(config, "loss: mse\n" ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s",
+                  err.text);
+    ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_RMSPROP); /* compile()'s default */
+    job_done(&job);
+}
+END_TEST
+
+/* A fixture with one piece of text replaced: what another compile() call would have written. */
+static void assert_compile_refused(const char *stem, const char *from, const char *to,
+                                   const char *expected)
+{
+    static char config[16384], changed[16384];
+    job_t job;
+    status_msg_t err = {0};
+    char *at;
+
+    compiled_fixture(stem, config, sizeof(config));
+    at = strstr(config, from);
+    ck_assert_msg(at != NULL, "%s is not in the %s fixture", from, stem);
+    snprintf(changed, sizeof(changed), "%.*s%s%s", (int)(at - config), config, to,
+             at + strlen(from));
+    ck_assert_int_eq(parse_archive(changed, ARCHIVE_DATA, &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "m.keras") != NULL && strstr(err.text, expected) != NULL,
+                  "want '%s' in: %s", expected, err.text);
+}
+
+START_TEST(keras_compile_configs_refuse_what_is_not_built)
+{
+    assert_compile_refused("classes", "\"use_ema\": false", "\"use_ema\": true", "use_ema");
+    assert_compile_refused("classes", "\"reduction\": \"sum_over_batch_size\"",
+                           "\"reduction\": \"sum\"", "reduction");
+    assert_compile_refused("classes", "\"class_name\": \"Adam\"", "\"class_name\": \"Adadelta\"",
+                           "optimizer Adadelta is not supported");
+    assert_compile_refused("classes", "\"ExponentialDecay\"", "\"CosineDecay\"",
+                           "schedule CosineDecay is not supported");
+    assert_compile_refused("classes", "\"loss_weights\": null", "\"loss_weights\": [1.0]",
+                           "loss_weights");
+    assert_compile_refused("classes", "\"amsgrad\": true", "\"amsgrad\": true, \"bogus\": 1",
+                           "bogus");
+    assert_compile_refused("classes", "\"class_name\": \"SparseCategoricalCrossentropy\"",
+                           "\"class_name\": \"KLDivergence\"", "loss KLDivergence");
+    assert_compile_refused("binary", "\"multi_label\": false", "\"multi_label\": true",
+                           "multi_label");
+    assert_compile_refused("classes", "\"k\": 2", "\"k\": 2, \"from_logits\": true", "from_logits");
+    assert_compile_refused("classes", "\"compile_config\": {", "\"compile_config\": {\"x\": 1, ",
+                           "x is not supported");
+}
+END_TEST
+
 START_TEST(keras_json_mistakes_name_the_model_file)
 {
     char job_path[256], model_path[256];
@@ -1066,6 +1211,8 @@ static Suite *job_suite(void)
     tcase_add_test(tc, values_beyond_float32_are_rejected);
     tcase_add_test(tc, layer_structure_mistakes_are_explained);
     tcase_add_test(tc, metrics_are_read_with_their_options);
+    tcase_add_test(tc, keras_archives_bring_their_compile_config);
+    tcase_add_test(tc, keras_compile_configs_refuse_what_is_not_built);
     tcase_add_test(tc, keras_json_mistakes_name_the_model_file);
     tcase_add_test(tc, malformed_documents_are_rejected);
     tcase_add_test(tc, missing_job_file_is_named);

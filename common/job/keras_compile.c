@@ -1,0 +1,419 @@
+/* A Keras 3 model's compile config (config.json of a .keras archive: what model.compile() was
+ * given) in the job file's form, so that the job parser checks it as it checks a job file's
+ * loss, optimizer and metrics sections. Keras's serialized objects ({"class_name": "Adam",
+ * "config": {...}}) become {adam: {...}}: the options keep Keras's names, which are the job
+ * file's; options that must keep their Keras defaults here (reduction, use_ema, ignore_class,
+ * multi_label, ...) are checked and dropped, anything else is passed on and refused by name if
+ * the job file has no such option. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "internal.h"
+#include "job/job.h"
+
+typedef struct kc {
+    const char *file;
+    status_msg_t *err;
+} kc_t;
+
+#define KC_FAIL(k, ...) status_fail((k)->err, STATUS_BAD_CONFIG, __VA_ARGS__)
+
+/* A class of Keras's and the job file's name for it. */
+typedef struct class_map {
+    const char *keras, *job;
+} class_map_t;
+
+static const class_map_t loss_classes[] = {
+    {"SparseCategoricalCrossentropy", "sparse_categorical_crossentropy"},
+    {"CategoricalCrossentropy", "categorical_crossentropy"},
+    {"BinaryCrossentropy", "binary_crossentropy"},
+    {"MeanSquaredError", "mean_squared_error"},
+    {"MeanAbsoluteError", "mean_absolute_error"},
+    {"Huber", "huber"},
+    {"LogCosh", "log_cosh"},
+    {"Hinge", "hinge"},
+    {"SquaredHinge", "squared_hinge"},
+    {"Poisson", "poisson"},
+};
+
+static const class_map_t optimizer_classes[] = {
+    {"SGD", "sgd"},         {"Adam", "adam"},   {"Adagrad", "adagrad"},
+    {"RMSprop", "rmsprop"}, {"AdamW", "adamw"}, {"Nadam", "nadam"},
+    {"Adamax", "adamax"},   {"Lion", "lion"},   {"Ftrl", "ftrl"},
+};
+
+static const class_map_t metric_classes[] = {
+    {"Accuracy", "accuracy"},
+    {"SparseCategoricalAccuracy", "sparse_categorical_accuracy"},
+    {"CategoricalAccuracy", "categorical_accuracy"},
+    {"BinaryAccuracy", "binary_accuracy"},
+    {"SparseTopKCategoricalAccuracy", "sparse_top_k_categorical_accuracy"},
+    {"TopKCategoricalAccuracy", "top_k_categorical_accuracy"},
+    {"AUC", "auc"},
+    {"Precision", "precision"},
+    {"Recall", "recall"},
+    {"MeanAbsoluteError", "mae"},
+    {"MeanSquaredError", "mse"},
+    {"RootMeanSquaredError", "rmse"},
+};
+
+static const char *job_name_of(const class_map_t *map, size_t n, const char *keras)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(map[i].keras, keras) == 0)
+            return map[i].job;
+    return NULL;
+}
+
+/* Options a Keras object may carry with these values only (NULL: null or absent): checked and
+ * dropped from its config. */
+typedef struct fixed {
+    const char *key;
+    const char *value; /* a string value, "false", "null" or "-1" */
+} fixed_t;
+
+static bool has_value(const cJSON *v, const char *want)
+{
+    if (v == NULL) /* absent: Keras's default */
+        return true;
+    if (cJSON_IsNull(v))
+        return strcmp(want, "null") == 0;
+    if (cJSON_IsBool(v))
+        return strcmp(want, cJSON_IsTrue(v) ? "true" : "false") == 0;
+    if (cJSON_IsString(v))
+        return strcmp(want, v->valuestring) == 0;
+    if (cJSON_IsNumber(v))
+        return strcmp(want, "-1") == 0 && v->valuedouble == -1;
+    return false;
+}
+
+/* Drops `name`, `dtype` (float32) and the fixed options from config (a copy), checking each. */
+static status_t drop_fixed(kc_t *k, const char *what, cJSON *config, const fixed_t *fixed, size_t n)
+{
+    cJSON *dtype = cJSON_GetObjectItemCaseSensitive(config, "dtype");
+
+    if (dtype != NULL && !cJSON_IsNull(dtype) &&
+        !(cJSON_IsString(dtype) && strcmp(dtype->valuestring, "float32") == 0))
+        return KC_FAIL(k,
+                       "%s: compile_config: %s has dtype other than float32, which is not "
+                       "supported",
+                       k->file, what);
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "dtype");
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "name");
+    for (size_t i = 0; i < n; i++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(config, fixed[i].key);
+        if (!has_value(v, fixed[i].value))
+            return KC_FAIL(k, "%s: compile_config: %s's %s other than %s is not supported", k->file,
+                           what, fixed[i].key, fixed[i].value);
+        cJSON_DeleteItemFromObjectCaseSensitive(config, fixed[i].key);
+    }
+    /* null options are Keras's defaults: left out, the job parser's defaults are the same */
+    for (cJSON *v = config->child, *next; v != NULL; v = next) {
+        next = v->next;
+        if (cJSON_IsNull(v))
+            cJSON_Delete(cJSON_DetachItemViaPointer(config, v));
+    }
+    return STATUS_OK;
+}
+
+/* A serialized Keras object {"class_name", "config"}: its class and a copy of its config. */
+static status_t object_of(kc_t *k, const char *what, const cJSON *o, const char **ret_class,
+                          cJSON **ret_config)
+{
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(o, "class_name");
+    const cJSON *config = cJSON_GetObjectItemCaseSensitive(o, "config");
+
+    if (!cJSON_IsString(cls) ||
+        (config != NULL && !cJSON_IsObject(config) && !cJSON_IsNull(config)))
+        return KC_FAIL(k, "%s: compile_config: %s is not a Keras object (class_name, config)",
+                       k->file, what);
+    *ret_class = cls->valuestring;
+    *ret_config = config != NULL && cJSON_IsObject(config) ? cJSON_Duplicate(config, true)
+                                                           : cJSON_CreateObject();
+    return *ret_config != NULL
+               ? STATUS_OK
+               : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+}
+
+/* {job_name: config}, taking config. */
+static cJSON *variant(const char *job_name, cJSON *config)
+{
+    cJSON *v = cJSON_CreateObject();
+
+    if (v == NULL || config == NULL) {
+        cJSON_Delete(v);
+        cJSON_Delete(config);
+        return NULL;
+    }
+    cJSON_AddItemToObject(v, job_name, config);
+    return v;
+}
+
+static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret, bool *ret_binary_logits)
+{
+    static const fixed_t fixed[] = {
+        {"reduction", "sum_over_batch_size"}, {"ignore_class", "null"}, {"axis", "-1"}};
+    const char *cls, *name;
+    cJSON *config, *logits;
+
+    *ret_binary_logits = false;
+    if (cJSON_IsString(loss)) {
+        *ret = cJSON_CreateString(loss->valuestring);
+        return STATUS_OK;
+    }
+    if (!cJSON_IsObject(loss))
+        return KC_FAIL(k,
+                       "%s: compile_config: a loss per output (a list or a mapping) is not "
+                       "supported: one loss",
+                       k->file);
+    STATUS_CHECK(object_of(k, "the loss", loss, &cls, &config));
+    name = job_name_of(loss_classes, JOB_N_OF(loss_classes), cls);
+    if (name == NULL) {
+        cJSON_Delete(config);
+        return KC_FAIL(k, "%s: compile_config: loss %.60s is not supported", k->file, cls);
+    }
+    status_t rc = drop_fixed(k, cls, config, fixed, JOB_N_OF(fixed));
+    if (rc != STATUS_OK) {
+        cJSON_Delete(config);
+        return rc;
+    }
+    /* Keras's SparseCategoricalCrossentropy has no smoothing: its config does not say 0 */
+    logits = cJSON_GetObjectItemCaseSensitive(config, "from_logits");
+    *ret_binary_logits = strcmp(name, "binary_crossentropy") == 0 && cJSON_IsTrue(logits);
+    if (config->child == NULL) {
+        cJSON_Delete(config);
+        *ret = cJSON_CreateString(name);
+    } else {
+        *ret = variant(name, config);
+    }
+    return STATUS_OK;
+}
+
+/* The learning rate: a number, or Keras's ExponentialDecay or PiecewiseConstantDecay. */
+static status_t learning_rate_of(kc_t *k, cJSON *config)
+{
+    static const class_map_t schedules[] = {{"ExponentialDecay", "exponential_decay"},
+                                            {"PiecewiseConstantDecay", "piecewise_constant"}};
+    cJSON *lr = cJSON_GetObjectItemCaseSensitive(config, "learning_rate");
+    const char *cls, *name;
+    cJSON *sc;
+
+    if (lr == NULL || cJSON_IsNumber(lr))
+        return STATUS_OK;
+    STATUS_CHECK(object_of(k, "the learning rate", lr, &cls, &sc));
+    name = job_name_of(schedules, JOB_N_OF(schedules), cls);
+    if (name == NULL) {
+        cJSON_Delete(sc);
+        return KC_FAIL(k,
+                       "%s: compile_config: learning-rate schedule %.60s is not supported "
+                       "(ExponentialDecay and PiecewiseConstantDecay are)",
+                       k->file, cls);
+    }
+    status_t rc = drop_fixed(k, cls, sc, NULL, 0);
+    if (rc != STATUS_OK) {
+        cJSON_Delete(sc);
+        return rc;
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(config, "learning_rate", variant(name, sc));
+    return STATUS_OK;
+}
+
+static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_accumulate)
+{
+    static const fixed_t fixed[] = {
+        {"use_ema", "false"}, {"ema_overwrite_frequency", "null"}, {"loss_scale_factor", "null"}};
+    const char *cls, *name;
+    cJSON *config, *acc;
+    status_t rc;
+
+    *ret_accumulate = 0;
+    if (cJSON_IsString(opt)) { /* compile(optimizer="adam") */
+        *ret = cJSON_CreateString(opt->valuestring);
+        return STATUS_OK;
+    }
+    STATUS_CHECK(object_of(k, "the optimizer", opt, &cls, &config));
+    name = job_name_of(optimizer_classes, JOB_N_OF(optimizer_classes), cls);
+    if (name == NULL) {
+        cJSON_Delete(config);
+        return KC_FAIL(k, "%s: compile_config: optimizer %.60s is not supported", k->file, cls);
+    }
+    /* every config has an ema_momentum; it matters only with use_ema, which must be false */
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "ema_momentum");
+    acc = cJSON_GetObjectItemCaseSensitive(config, "gradient_accumulation_steps");
+    if (acc != NULL && cJSON_IsNumber(acc))
+        *ret_accumulate =
+            acc->valuedouble >= 1 && acc->valuedouble <= 1e6 ? (int)acc->valuedouble : -1;
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "gradient_accumulation_steps");
+    rc = drop_fixed(k, cls, config, fixed, JOB_N_OF(fixed));
+    if (rc == STATUS_OK)
+        rc = learning_rate_of(k, config);
+    if (rc == STATUS_OK && *ret_accumulate < 0)
+        rc = KC_FAIL(k,
+                     "%s: compile_config: gradient_accumulation_steps must be from 1 to "
+                     "1000000",
+                     k->file);
+    if (rc != STATUS_OK) {
+        cJSON_Delete(config);
+        return rc;
+    }
+    *ret = variant(name, config);
+    return STATUS_OK;
+}
+
+/* sigmoid(t): a threshold on a binary model's logits as the probability Tessera compares. */
+static void threshold_to_probability(cJSON *config, const char *key)
+{
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(config, key);
+
+    if (t != NULL && cJSON_IsNumber(t))
+        cJSON_SetNumberValue(t, 1.0 / (1.0 + exp(-t->valuedouble)));
+}
+
+static status_t metric_of(kc_t *k, const cJSON *m, bool binary_logits, cJSON **ret)
+{
+    static const fixed_t auc_fixed[] = {
+        {"multi_label", "false"}, {"num_labels", "null"}, {"label_weights", "null"}};
+    static const fixed_t pr_fixed[] = {{"top_k", "null"}};
+    const char *cls, *name;
+    cJSON *config, *logits;
+    status_t rc = STATUS_OK;
+
+    if (cJSON_IsString(m)) {
+        *ret = cJSON_CreateString(m->valuestring);
+        return STATUS_OK;
+    }
+    STATUS_CHECK(object_of(k, "a metric", m, &cls, &config));
+    name = job_name_of(metric_classes, JOB_N_OF(metric_classes), cls);
+    if (name == NULL) {
+        cJSON_Delete(config);
+        return KC_FAIL(k, "%s: compile_config: metric %.60s is not supported", k->file, cls);
+    }
+    /* Tessera's metrics read probabilities: Keras's from_logits is the same where it takes the
+     * sigmoid of a binary model's logits */
+    logits = cJSON_GetObjectItemCaseSensitive(config, "from_logits");
+    if (cJSON_IsTrue(logits) && !binary_logits)
+        rc = KC_FAIL(k,
+                     "%s: compile_config: metric %s with from_logits on a model whose loss is "
+                     "not binary_crossentropy from logits is not supported",
+                     k->file, cls);
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "from_logits");
+    /* keep the name Keras reports it under */
+    const cJSON *keras_name = cJSON_GetObjectItemCaseSensitive(config, "name");
+    char *reported = cJSON_IsString(keras_name) ? strdup(keras_name->valuestring) : NULL;
+    if (rc == STATUS_OK && strcmp(name, "auc") == 0)
+        rc = drop_fixed(k, cls, config, auc_fixed, JOB_N_OF(auc_fixed));
+    else if (rc == STATUS_OK && (strcmp(name, "precision") == 0 || strcmp(name, "recall") == 0))
+        rc = drop_fixed(k, cls, config, pr_fixed, JOB_N_OF(pr_fixed));
+    else if (rc == STATUS_OK)
+        rc = drop_fixed(k, cls, config, NULL, 0);
+    if (rc == STATUS_OK && binary_logits) {
+        threshold_to_probability(config, "thresholds");
+        threshold_to_probability(config, "threshold");
+    }
+    /* reported under Keras's name (auc_1, ...); accuracy is the job's one accuracy, whatever
+     * its name */
+    bool accuracy = strstr(name, "accuracy") != NULL && strstr(name, "top_k") == NULL;
+    if (rc == STATUS_OK && reported != NULL && !accuracy)
+        cJSON_AddStringToObject(config, "name", reported);
+    free(reported);
+    if (rc != STATUS_OK) {
+        cJSON_Delete(config);
+        return rc;
+    }
+    if (config->child == NULL) {
+        cJSON_Delete(config);
+        *ret = cJSON_CreateString(name);
+    } else {
+        *ret = variant(name, config);
+    }
+    return STATUS_OK;
+}
+
+status_t job_keras_compile_text(const char *text, size_t len, const char *file, char **ret_json,
+                                int *ret_accumulate, status_msg_t *err)
+{
+    static const char *const allowed[] = {
+        "optimizer",        "loss",        "loss_weights",        "metrics",
+        "weighted_metrics", "run_eagerly", "steps_per_execution", "jit_compile",
+        "auto_scale_loss"};
+    kc_t k = {.file = file, .err = err};
+    cJSON *root = cJSON_ParseWithLength(text, len), *out = cJSON_CreateObject(), *item = NULL;
+    const cJSON *cc = cJSON_GetObjectItemCaseSensitive(root, "compile_config"), *v;
+    bool binary_logits = false;
+    status_t rc = STATUS_OK;
+
+    *ret_json = NULL;
+    *ret_accumulate = 0;
+    if (root == NULL || out == NULL) {
+        rc = status_fail(err, root == NULL ? STATUS_BAD_CONFIG : STATUS_NO_MEMORY,
+                         "%s: config.json is not JSON", file);
+        goto out;
+    }
+    if (cc == NULL || cJSON_IsNull(cc))
+        goto done; /* an uncompiled model: the job names loss and optimizer */
+    if (!cJSON_IsObject(cc)) {
+        rc = KC_FAIL(&k, "%s: compile_config is not a mapping", file);
+        goto out;
+    }
+    for (const cJSON *e = cc->child; e != NULL && rc == STATUS_OK; e = e->next) {
+        size_t i = 0;
+        while (i < JOB_N_OF(allowed) && strcmp(e->string, allowed[i]) != 0)
+            i++;
+        if (i == JOB_N_OF(allowed))
+            rc = KC_FAIL(&k, "%s: compile_config: %.60s is not supported", file, e->string);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(cc, "loss_weights");
+    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v))
+        rc = KC_FAIL(&k, "%s: compile_config: loss_weights (several outputs) is not supported",
+                     file);
+    v = cJSON_GetObjectItemCaseSensitive(cc, "weighted_metrics");
+    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v) &&
+        !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
+        rc = KC_FAIL(&k, "%s: compile_config: weighted_metrics (sample weights) is not supported",
+                     file);
+    v = cJSON_GetObjectItemCaseSensitive(cc, "loss");
+    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v)) {
+        rc = loss_of(&k, v, &item, &binary_logits);
+        if (rc == STATUS_OK)
+            cJSON_AddItemToObject(out, "loss", item);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(cc, "optimizer");
+    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v)) {
+        rc = optimizer_of(&k, v, &item, ret_accumulate);
+        if (rc == STATUS_OK)
+            cJSON_AddItemToObject(out, "optimizer", item);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(cc, "metrics");
+    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v)) {
+        cJSON *list = cJSON_CreateArray();
+        const cJSON *m;
+        if (!cJSON_IsArray(v))
+            rc = KC_FAIL(&k,
+                         "%s: compile_config: metrics per output (a mapping) are not "
+                         "supported",
+                         file);
+        cJSON_ArrayForEach(m, v)
+        {
+            if (rc != STATUS_OK)
+                break;
+            rc = metric_of(&k, m, binary_logits, &item);
+            if (rc == STATUS_OK)
+                cJSON_AddItemToArray(list, item);
+        }
+        if (rc == STATUS_OK && cJSON_GetArraySize(list) > 0)
+            cJSON_AddItemToObject(out, "metrics", list);
+        else
+            cJSON_Delete(list);
+    }
+done:
+    if (rc == STATUS_OK && (*ret_json = cJSON_PrintUnformatted(out)) == NULL)
+        rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", file);
+out:
+    cJSON_Delete(root);
+    cJSON_Delete(out);
+    return rc;
+}
