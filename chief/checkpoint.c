@@ -87,7 +87,8 @@ static status_t build_manifest(coordinator_t *c, chief_job_t *j, const plan_t *p
                            .n_metric_sums = pos->metric_sums != NULL ? j->job.metric_width : 0,
                            .last_metrics = (double *)pos->last_metrics,
                            .n_last_metrics =
-                               pos->last_metrics != NULL ? (size_t)j->job.n_metrics : 0};
+                               pos->last_metrics != NULL ? (size_t)j->job.n_metrics : 0,
+                           .metric_signature = job_metrics_signature(&j->job)};
     memcpy(m->epoch_sums, pos->epoch_sums, sizeof(m->epoch_sums));
     m->slots = calloc(m->n_slots + 1, sizeof(*m->slots));
     m->vars = calloc(n + 1, sizeof(*m->vars));

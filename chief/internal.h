@@ -51,6 +51,7 @@ typedef struct chief_job {
     /* progress's metrics and test_metrics point here (chief_job_metrics_init) */
     Tessera__V1__MetricValue metric_values[2][JOB_MAX_METRICS];
     Tessera__V1__MetricValue *metric_ptrs[2][JOB_MAX_METRICS];
+    char metric_names[JOB_MAX_METRICS][64];
     double submitted_at, started_at, finished_at;
     _Atomic bool cancel;
     char *events[CHIEF_MAX_EVENTS];
@@ -158,6 +159,9 @@ void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V
  * the job names them, all 0 (the test ones once an evaluation sets them). Call with c->mu held,
  * or before the job is shared. */
 void chief_job_metrics_init(chief_job_t *j);
+/* The same with the names and values of p (a journal's progress of a job whose file is not
+ * read again: one that had ended). */
+void chief_job_metrics_adopt(chief_job_t *j, const Tessera__V1__JobProgress *p);
 
 /* Links j at the end of the table as it is (no id, no journal record). c->mu held. */
 void chief_jobs_link(coordinator_t *c, chief_job_t *j);

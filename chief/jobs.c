@@ -251,20 +251,54 @@ chief_job_t *chief_next_queued(coordinator_t *c)
     return NULL;
 }
 
-void chief_job_metrics_init(chief_job_t *j)
+/* n metrics named names[i] (each cut to 63 bytes), all 0. */
+static void metrics_init(chief_job_t *j, size_t n, const char *(*name_of)(const void *, size_t),
+                         const void *arg)
 {
-    int n = j->job.n_metrics;
-
-    for (int t = 0; t < 2; t++)
-        for (int i = 0; i < n; i++) {
+    n = n < JOB_MAX_METRICS ? n : JOB_MAX_METRICS;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(j->metric_names[i], sizeof(j->metric_names[i]), "%s", name_of(arg, i));
+        for (int t = 0; t < 2; t++) {
             tessera__v1__metric_value__init(&j->metric_values[t][i]);
-            j->metric_values[t][i].name = j->job.metrics[i].name;
+            j->metric_values[t][i].name = j->metric_names[i];
             j->metric_ptrs[t][i] = &j->metric_values[t][i];
         }
-    j->progress.n_metrics = (size_t)n;
+    }
+    j->progress.n_metrics = n;
     j->progress.metrics = j->metric_ptrs[0];
     j->progress.n_test_metrics = 0;
     j->progress.test_metrics = j->metric_ptrs[1];
+}
+
+static const char *job_metric_name(const void *arg, size_t i)
+{
+    return ((const job_t *)arg)->metrics[i].name;
+}
+
+static const char *progress_metric_name(const void *arg, size_t i)
+{
+    const Tessera__V1__MetricValue *v = ((const Tessera__V1__JobProgress *)arg)->metrics[i];
+    return v->name != NULL ? v->name : "";
+}
+
+void chief_job_metrics_init(chief_job_t *j)
+{
+    metrics_init(j, (size_t)j->job.n_metrics, job_metric_name, &j->job);
+}
+
+void chief_job_metrics_adopt(chief_job_t *j, const Tessera__V1__JobProgress *p)
+{
+    size_t n;
+
+    metrics_init(j, p->n_metrics, progress_metric_name, p);
+    n = j->progress.n_metrics;
+    for (size_t i = 0; i < n; i++)
+        j->progress.metrics[i]->value = p->metrics[i]->value;
+    if (p->n_test_metrics == p->n_metrics) {
+        for (size_t i = 0; i < n; i++)
+            j->progress.test_metrics[i]->value = p->test_metrics[i]->value;
+        j->progress.n_test_metrics = n;
+    }
 }
 
 void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V1__JobProgress *pr)

@@ -84,15 +84,12 @@ static void set_progress(chief_job_t *j, const Tessera__V1__JobProgress *p)
     j->progress.test_accuracy = p->test_accuracy;
     j->progress.elapsed_seconds = p->elapsed_seconds;
     j->progress.train_seconds = p->train_seconds;
-    chief_job_metrics_init(j);
-    /* the journal's values where they are the job's metrics */
-    for (size_t i = 0; p->n_metrics == j->progress.n_metrics && i < p->n_metrics; i++)
-        j->progress.metrics[i]->value = p->metrics[i]->value;
-    if (p->n_test_metrics == j->progress.n_metrics && p->n_test_metrics > 0) {
-        for (size_t i = 0; i < p->n_test_metrics; i++)
-            j->progress.test_metrics[i]->value = p->test_metrics[i]->value;
-        j->progress.n_test_metrics = p->n_test_metrics;
-    }
+    /* the journal's metrics: the job's when its file was read again (a job to go on with),
+     * else (an ended job) as the journal names them */
+    if (j->job.n_metrics == 0 || (size_t)j->job.n_metrics == p->n_metrics)
+        chief_job_metrics_adopt(j, p);
+    else
+        chief_job_metrics_init(j);
 }
 
 static size_t unended(const coordinator_t *c)

@@ -386,7 +386,8 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const ckpt_m
             r->d->epoch_loss = sums[0];
             r->d->epoch_correct = sums[1];
             r->d->epoch_examples = (int64_t)sums[2];
-            if (m->n_metric_sums == job->metric_width && job->metric_width > 0)
+            if (m->n_metric_sums == job->metric_width && job->metric_width > 0 &&
+                m->metric_signature == job_metrics_signature(job))
                 memcpy(r->d->epoch_metrics, m->metric_sums, job->metric_width * sizeof(double));
             pthread_mutex_unlock(&c->mu);
         }
@@ -484,7 +485,8 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
     r->has_last_epoch = m->has_last_epoch;
     r->last_loss = m->last_loss;
     r->last_accuracy = m->last_accuracy;
-    if (m->n_last_metrics == (size_t)r->j->job.n_metrics && m->n_last_metrics > 0) {
+    if (m->n_last_metrics == (size_t)r->j->job.n_metrics && m->n_last_metrics > 0 &&
+        m->metric_signature == job_metrics_signature(&r->j->job)) {
         memcpy(r->last_metrics, m->last_metrics, m->n_last_metrics * sizeof(double));
         for (size_t i = 0; m->has_last_epoch && i < m->n_last_metrics; i++)
             r->j->progress.metrics[i]->value = m->last_metrics[i];

@@ -498,9 +498,11 @@ static status_t find_resumed(sync_run_t *s, const fanout_t *f, size_t *ret_root,
         s->has_last_epoch = best.has_last_epoch;
         s->last_loss = best.last_loss;
         s->last_accuracy = best.last_accuracy;
-        if (best.n_metric_sums == j->job.metric_width && best.n_metric_sums > 0)
+        bool same_metrics = best.metric_signature == job_metrics_signature(&j->job);
+        if (best.n_metric_sums == j->job.metric_width && best.n_metric_sums > 0 && same_metrics)
             memcpy(s->epoch_metrics, best.metric_sums, best.n_metric_sums * sizeof(double));
-        if (best.n_last_metrics == (size_t)j->job.n_metrics && best.n_last_metrics > 0) {
+        if (best.n_last_metrics == (size_t)j->job.n_metrics && best.n_last_metrics > 0 &&
+            same_metrics) {
             memcpy(s->last_metrics, best.last_metrics, best.n_last_metrics * sizeof(double));
             for (size_t i = 0; best.has_last_epoch && i < best.n_last_metrics; i++)
                 j->progress.metrics[i]->value = best.last_metrics[i];

@@ -93,6 +93,7 @@ static status_t fill_manifest(trainer_t *t, const job_t *job, const train_positi
     m->n_metric_sums = pos->metric_sums != NULL ? job->metric_width : 0;
     m->last_metrics = (double *)pos->last_metrics;
     m->n_last_metrics = pos->last_metrics != NULL ? (size_t)job->n_metrics : 0;
+    m->metric_signature = job_metrics_signature(job);
     m->slots = calloc(m->n_slots + 1, sizeof(*m->slots));
     m->vars = calloc(n + 1, sizeof(*m->vars));
     m->data = calloc(1, sizeof(*m->data));

@@ -189,7 +189,8 @@ static status_t bce(model_t *m, const float *out, const float *y, int batch, int
             if (dy != NULL)
                 dy[b] = (p - t) / (p * (1 - p)) * inv;
         }
-        st->correct += (p > m->accuracy_threshold) == (label > 0.5f);
+        /* Keras thresholds the output as it is (unclipped), or the logits' sigmoid */
+        st->correct += ((logits ? p : v) > m->accuracy_threshold) == (label > 0.5f);
     }
     return STATUS_OK;
 }
@@ -277,9 +278,9 @@ status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy,
 
     st->examples = batch;
     STATUS_CHECK(loss_of(m, out, logits, y, batch, total, dy, st, err));
-    /* the metrics read probabilities, as the loss does */
+    /* the metrics read probabilities, as the loss does; the errors the outputs, as Keras's */
     if (m->metric_sink != NULL && m->n_metrics > 0)
-        metrics_update(m->metrics, m->n_metrics, logits ? m->probs : out, m->out_len, y, batch,
+        metrics_update(m->metrics, m->n_metrics, logits ? m->probs : out, out, m->out_len, y, batch,
                        m->metric_sink);
     return STATUS_OK;
 }

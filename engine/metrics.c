@@ -97,8 +97,8 @@ static void top_k_update(const job_metric_t *m, const float *pred, size_t output
     }
 }
 
-void metrics_update(const job_metric_t *ms, int n, const float *pred, size_t outputs,
-                    const float *y, int batch, double *state)
+void metrics_update(const job_metric_t *ms, int n, const float *pred, const float *raw,
+                    size_t outputs, const float *y, int batch, double *state)
 {
     for (int i = 0; i < n; i++) {
         const job_metric_t *m = &ms[i];
@@ -118,7 +118,7 @@ void metrics_update(const job_metric_t *ms, int n, const float *pred, size_t out
         case JOB_METRIC_MSE:
         case JOB_METRIC_RMSE:
             for (int b = 0; b < batch; b++) {
-                double d = (double)y[b] - (double)pred[b];
+                double d = (double)y[b] - (double)raw[b];
                 s[0] += m->kind == JOB_METRIC_MAE ? fabs(d) : d * d;
                 s[1] += 1;
             }

@@ -15,9 +15,10 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, status_msg
 
 /* Adds a batch's sums into state (the job's metric_width of them). pred[batch * outputs]: with
  * outputs >= 2, each class's probability and y the class ids; with one output, the probability
- * of class 1 (labels above 0 are positive) or the predicted value (errors against y). Labels
- * were checked by the loss. */
-void metrics_update(const job_metric_t *ms, int n, const float *pred, size_t outputs,
-                    const float *y, int batch, double *state);
+ * of class 1 (labels other than 0 are positive). raw: the model's outputs as they are (logits
+ * where pred is their sigmoid), which the errors (MAE, MSE, RMSE) compare with y, as Keras's do.
+ * Labels were checked by the loss. */
+void metrics_update(const job_metric_t *ms, int n, const float *pred, const float *raw,
+                    size_t outputs, const float *y, int batch, double *state);
 
 #endif

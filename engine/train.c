@@ -303,12 +303,14 @@ static status_t find_resume(const job_t *job, bool resume, char **ret_path, ckpt
     s->last_loss = m->last_loss;
     s->last_accuracy = m->last_accuracy;
     /* the metrics' sums and values when the checkpoint has the job's (it may predate them) */
-    if (m->n_metric_sums == job->metric_width && s->metric_sums != NULL)
+    if (m->n_metric_sums == job->metric_width && job->metric_width > 0 &&
+        m->metric_signature == job_metrics_signature(job))
         memcpy(s->metric_sums, m->metric_sums, job->metric_width * sizeof(double));
     else if (job->metric_width > 0)
-        LOG_WARNING(TRAIN, "the checkpoint has no sums of the job's metrics: they start again "
-                           "at its step");
-    if (m->n_last_metrics == (size_t)job->n_metrics && job->n_metrics > 0)
+        LOG_WARNING(TRAIN, "the checkpoint has no sums of the job's metrics (or of other "
+                           "metrics): they start again at its step");
+    if (m->n_last_metrics == (size_t)job->n_metrics && job->n_metrics > 0 &&
+        m->metric_signature == job_metrics_signature(job))
         memcpy(s->last_metrics, m->last_metrics, (size_t)job->n_metrics * sizeof(double));
     return STATUS_OK;
 }
@@ -380,8 +382,10 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     for (int i = 0; i < JOB_MAX_METRICS; i++)
         ret->test_metrics[i] = NAN;
     s.metric_sums = calloc(job->metric_width + 1, sizeof(double));
-    if (s.metric_sums == NULL)
+    if (s.metric_sums == NULL) {
+        blas_fp_mode_restore(fp_mode);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
     if (opts->epochs > 0)
         run.epochs = opts->epochs;
     rc = check_strategy(job, &replicas, err);

@@ -113,6 +113,8 @@ void ckpt_manifest_encode(const ckpt_manifest_t *m, pb_buf_t *b)
     }
     json_printf(b, ",\n  \"epoch_sums\": [%.17g, %.17g, %.17g]", m->epoch_sums[0], m->epoch_sums[1],
                 m->epoch_sums[2]);
+    if (m->n_metric_sums > 0 || m->n_last_metrics > 0)
+        json_printf(b, ",\n  \"metric_signature\": \"%016" PRIx64 "\"", m->metric_signature);
     if (m->n_metric_sums > 0) {
         json_printf(b, ",\n  \"epoch_metric_sums\": ");
         put_doubles(b, m->metric_sums, m->n_metric_sums);
@@ -339,6 +341,10 @@ static status_t read_rng(reader_t *r, const json_node_t *root, ckpt_manifest_t *
     for (const json_node_t *v = json_first(r->doc, sums); v != NULL; v = json_next(r->doc, v))
         if (!json_double(r->doc, v, &m->epoch_sums[k++]))
             return bad(r, "epoch_sums", "holds something other than a number");
+    const char *sig = json_string(r->doc, json_get(r->doc, root, "metric_signature"), NULL);
+    char *end;
+    if (sig != NULL && (m->metric_signature = strtoull(sig, &end, 16), *end != '\0'))
+        return bad(r, "metric_signature", "is not hexadecimal");
     STATUS_CHECK(get_doubles(r, json_get(r->doc, root, "epoch_metric_sums"), "epoch_metric_sums",
                              &m->metric_sums, &m->n_metric_sums));
     const json_node_t *last = json_get(r->doc, root, "last_epoch");

@@ -82,7 +82,8 @@ typedef struct ckpt_manifest {
      * (optional: absent in a job without them) */
     double *metric_sums, *last_metrics;
     size_t n_metric_sums, n_last_metrics;
-    ckpt_writer_t *writers; /* optional */
+    uint64_t metric_signature; /* of the metrics they are (job_metrics_signature) */
+    ckpt_writer_t *writers;    /* optional */
     size_t n_writers;
 } ckpt_manifest_t;
 

@@ -204,6 +204,10 @@ typedef struct job {
  * Keras's is. */
 void job_metrics_result(const job_t *job, const double *state, double *ret);
 
+/* A hash of what the job's metrics are (kinds, names, options, layout): sums kept for one list
+ * of metrics (a checkpoint's) are the job's when the signatures are equal. */
+uint64_t job_metrics_signature(const job_t *job);
+
 /* Reads and parses a job file (YAML, or JSON by content). Relative paths inside it (data files,
  * keras_json) are resolved against the file's directory. On failure *job is left empty. */
 status_t job_load_file(const char *path, job_t *ret_job, status_msg_t *err);

@@ -293,3 +293,28 @@ void job_metrics_result(const job_t *job, const double *state, double *ret)
         }
     }
 }
+
+static uint64_t fnv(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+uint64_t job_metrics_signature(const job_t *job)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+
+    for (int i = 0; i < job->n_metrics; i++) {
+        const job_metric_t *m = &job->metrics[i];
+        int ints[6] = {(int)m->kind,  m->k,          m->class_id,
+                       m->thresholds, (int)m->curve, (int)m->summation};
+        uint64_t sizes[2] = {m->offset, m->width};
+        h = fnv(h, m->name, strlen(m->name) + 1);
+        h = fnv(h, ints, sizeof(ints));
+        h = fnv(h, &m->threshold, sizeof(m->threshold));
+        h = fnv(h, sizes, sizeof(sizes));
+    }
+    return h;
+}

@@ -68,8 +68,8 @@ int main(int argc, char **argv)
         size_t size = n_y * 2 * (size_t)(p + 1) / ((size_t)parts * (size_t)(parts + 1));
         int hi = p + 1 == parts ? (int)n_y : lo + (int)size;
         memset(part, 0, job.metric_width * sizeof(double));
-        metrics_update(job.metrics, job.n_metrics, pred + (size_t)lo * outputs, outputs, y + lo,
-                       hi - lo, part);
+        const float *at = pred + (size_t)lo * outputs;
+        metrics_update(job.metrics, job.n_metrics, at, at, outputs, y + lo, hi - lo, part);
         for (size_t k = 0; k < job.metric_width; k++)
             sums[k] += part[k];
         lo = hi;

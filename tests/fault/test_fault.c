@@ -833,6 +833,15 @@ START_TEST(fault_chief_killed_and_restarted_takes_its_jobs_up_again)
                   out);
     free(out);
     free(id);
+    /* the job that ended before the first crash keeps its metrics through three restarts and
+     * the journal's rewrites */
+    job = get_job(&c, calm_id);
+    ck_assert_uint_eq(job->progress->n_metrics, 1);
+    ck_assert_str_eq(job->progress->metrics[0]->name, "precision");
+    ck_assert_uint_eq(job->progress->n_test_metrics, 1);
+    ck_assert_msg(job->progress->test_metrics[0]->value > 0.5, "test precision %g",
+                  job->progress->test_metrics[0]->value);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
     free(next_id);
     free(calm_id);
     stop_cluster(&c);
