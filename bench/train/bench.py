@@ -51,10 +51,13 @@ CASES = [
     # examples/fashion-mnist-resnet.json: a Functional model, ResNet's block with
     # BatchNormalization; Keras loads the same JSON, PyTorch builds the same layers
     ("ResNet b64", "resnet", 64, 20, 300),
+    # examples/fashion-mnist-resnet3.json: three residual blocks (the issue's proof model)
+    ("ResNet3 b64", "resnet3", 64, 20, 300),
 ]
 THREADS = [1, 2]
 # The issue's targets: Tessera's examples/s over PyTorch's, per case.
-SPEED_TARGETS = {"MLP b64": 1.5, "MLP b256": 1.5, "CNN b64": 1.0, "ResNet b64": 1.0}
+SPEED_TARGETS = {"MLP b64": 1.5, "MLP b256": 1.5, "CNN b64": 1.0, "ResNet b64": 1.0,
+                 "ResNet3 b64": 1.0}
 
 MODEL_YAML = {
     "mlp": """\
@@ -71,6 +74,7 @@ MODEL_YAML = {
   - {dense: {units: 10}}
 """,
     "resnet": "  keras_json: %s\n" % os.path.join(ROOT, "examples", "fashion-mnist-resnet.json"),
+    "resnet3": "  keras_json: %s\n" % os.path.join(ROOT, "examples", "fashion-mnist-resnet3.json"),
 }
 
 JOB_YAML = """\
@@ -280,14 +284,14 @@ def main(argv):
     ap.add_argument("--quick", action="store_true",
                     help="a smoke test: one round, few steps (figures not comparable)")
     ap.add_argument("--cases", metavar="MODEL,...",
-                    help="only the cases of these models (mlp, cnn, resnet)")
+                    help="only the cases of these models (mlp, cnn, resnet, resnet3)")
     args = ap.parse_args(argv)
     cases = CASES
     if args.cases:
         wanted = args.cases.split(",")
         unknown = [m for m in wanted if m not in MODEL_YAML]
         if unknown:
-            ap.error("unknown model %s (mlp, cnn, resnet)" % ", ".join(unknown))
+            ap.error("unknown model %s (mlp, cnn, resnet, resnet3)" % ", ".join(unknown))
         cases = [c for c in CASES if c[1] in wanted]
     if args.quick:
         args.rounds = 1
@@ -378,7 +382,11 @@ def report(sides, cases, results, args, t_setup, t_total):
                        "Dense 64 relu, Dense 10",
                 "resnet": "(examples/fashion-mnist-resnet.json) Conv2D 16 3x3/2, BN, ReLU; "
                           "[Conv2D 16, BN, ReLU, Conv2D 16, BN] + skip, ReLU; MaxPool 2; "
-                          "Concatenate(Flatten, GlobalMaxPool); Dense 10"}[model]
+                          "Concatenate(Flatten, GlobalMaxPool); Dense 10",
+                "resnet3": "(examples/fashion-mnist-resnet3.json) Conv2D 16 3x3/2, BN, ReLU; "
+                           "residual blocks of 16, 32/2 (1x1/2 shortcut) and 32 filters, each "
+                           "[Conv2D, BN, ReLU, Conv2D, BN] + skip, ReLU; GlobalAveragePool; "
+                           "Dense 10"}[model]
         print("\n%s: %s %s, batch %d; %d timed steps (peers after %d warm-up steps)" % (
             name, model.upper(), desc, batch, steps, warmup))
         print("  %-18s %7s %10s %10s %10s  %-28s" % ("side", "threads", "examples/s", "Tessera/x",

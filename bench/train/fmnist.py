@@ -56,7 +56,7 @@ def parse_args(argv, prog):
     import argparse
 
     ap = argparse.ArgumentParser(prog=prog)
-    ap.add_argument("--model", choices=["mlp", "cnn", "resnet"], required=True)
+    ap.add_argument("--model", choices=["mlp", "cnn", "resnet", "resnet3"], required=True)
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps first")

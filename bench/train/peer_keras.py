@@ -1,6 +1,6 @@
 """Keras (TensorFlow) peer of bench/train: model.fit on the same model, data, batch, optimizer.
 
-    python peer_keras.py --model mlp|cnn|resnet --batch B --threads N --warmup W --steps S
+    python peer_keras.py --model mlp|cnn|resnet|resnet3 --batch B --threads N --warmup W --steps S
 
 Loads Fashion-MNIST into numpy arrays first, then runs one model.fit (shuffle on, the last
 batch of an epoch partial) over W + S steps; a callback takes the time at the end of step W and
@@ -43,10 +43,10 @@ def main(argv):
     if args.model == "mlp":
         model = keras.Sequential([
             keras.Input((784,)), layers.Dense(128, activation="relu"), layers.Dense(10)])
-    elif args.model == "resnet":  # the example's Functional model, from its JSON
+    elif args.model in ("resnet", "resnet3"):  # the example's Functional model, from its JSON
         x = x.reshape(-1, 28, 28, 1)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        with open(os.path.join(root, "examples", "fashion-mnist-resnet.json")) as f:
+        with open(os.path.join(root, "examples", "fashion-mnist-%s.json" % args.model)) as f:
             model = keras.models.model_from_json(f.read())
     else:
         x = x.reshape(-1, 28, 28, 1)  # channels last, Keras's default

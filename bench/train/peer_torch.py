@@ -1,6 +1,6 @@
 """PyTorch peer of bench/train: the same model, data, batch and optimizer as Tessera's job.
 
-    python peer_torch.py --model mlp|cnn|resnet --batch B --threads N --warmup W --steps S
+    python peer_torch.py --model mlp|cnn|resnet|resnet3 --batch B --threads N --warmup W --steps S
 
 Loads Fashion-MNIST into tensors first, then trains W untimed steps and S timed ones, slicing
 batches out of the preloaded tensors in a fresh random order each epoch (Tessera shuffles too),
@@ -42,11 +42,50 @@ def resnet():
     return ResNet()
 
 
+def resnet3():
+    """examples/fashion-mnist-resnet3.json in PyTorch: a strided Conv2d stem, three residual
+    blocks (16 filters; 32 at half the size with a strided 1x1 shortcut; 32), global average
+    pooling, Linear. BatchNorm2d with Keras's epsilon and momentum."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def bn(c):
+        return nn.BatchNorm2d(c, eps=1e-3, momentum=0.01)
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), bn(cout)
+            self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), bn(cout)
+            self.short = None
+            if stride != 1 or cin != cout:
+                self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), bn(cout))
+
+        def forward(self, x):
+            y = self.b2(self.c2(F.relu(self.b1(self.c1(x)))))
+            return F.relu((x if self.short is None else self.short(x)) + y)
+
+    class ResNet3(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c0, self.b0 = nn.Conv2d(1, 16, 3, stride=2, padding=1, bias=False), bn(16)
+            self.blocks = nn.Sequential(Block(16, 16, 1), Block(16, 32, 2), Block(32, 32, 1))
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x):
+            x = self.blocks(F.relu(self.b0(self.c0(x))))
+            return self.fc(x.mean(dim=(2, 3)))
+
+    return ResNet3()
+
+
 def build(model):
     import torch.nn as nn
 
     if model == "resnet":
         return resnet()
+    if model == "resnet3":
+        return resnet3()
     if model == "mlp":
         return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
     # 28x28x1 -> conv 26x26x32 -> pool 13x13 -> conv 11x11x64 -> pool 5x5 -> 1600 -> 64 -> 10
@@ -68,7 +107,7 @@ def main(argv):
 
     xs, ys = fmnist.load_train()
     x = torch.from_numpy(xs)
-    if args.model in ("cnn", "resnet"):
+    if args.model in ("cnn", "resnet", "resnet3"):
         x = x.reshape(-1, 1, 28, 28)  # PyTorch's native NCHW
     y = torch.from_numpy(ys)
     n = len(y)
