@@ -213,13 +213,15 @@ status_t keras_archive_read_config(const char *path, size_t max_len, char **ret,
 
     *ret = NULL;
     *ret_len = 0;
+    if (z == NULL && zerr == ZIP_ER_MEMORY)
+        return status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", path);
+    if (z == NULL && zerr == ZIP_ER_NOENT)
+        return status_fail(err, STATUS_NOT_FOUND, "%s: no such file", path);
+    if (z == NULL && (zerr == ZIP_ER_OPEN || zerr == ZIP_ER_READ || zerr == ZIP_ER_SEEK))
+        return status_fail(err, STATUS_IO, "%s: cannot be read", path);
     if (z == NULL)
-        return status_fail(
-            err, zerr == ZIP_ER_OPEN || zerr == ZIP_ER_READ ? STATUS_IO : STATUS_BAD_CONFIG,
-            "%s: %s", path,
-            zerr == ZIP_ER_OPEN || zerr == ZIP_ER_READ
-                ? "cannot be read"
-                : "not a zip archive (a .keras file is one)");
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: not a zip archive (a .keras file is one)",
+                           path);
     zip_stat_init(&st);
     if (zip_stat(z, "config.json", 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
         rc = status_fail(err, STATUS_BAD_CONFIG, "%s: no config.json in the archive", path);
@@ -228,8 +230,10 @@ status_t keras_archive_read_config(const char *path, size_t max_len, char **ret,
             status_fail(err, STATUS_BAD_CONFIG, "%s: config.json is over %zu bytes", path, max_len);
     else if ((text = malloc((size_t)st.size + 1)) == NULL)
         rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", path);
+    /* one byte more than the header says: the read that meets the entry's end is where libzip
+     * checks its CRC, and an entry longer than its header says shows */
     else if ((zf = zip_fopen(z, "config.json", 0)) == NULL ||
-             (n = zip_fread(zf, text, st.size)) < 0 || (zip_uint64_t)n != st.size)
+             (n = zip_fread(zf, text, st.size + 1)) < 0 || (zip_uint64_t)n != st.size)
         rc = status_fail(err, STATUS_BAD_CONFIG, "%s: config.json cannot be extracted (corrupt)",
                          path);
     if (zf != NULL)

@@ -66,11 +66,26 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err);
 /* Appends "a, b, c" to the string in buf, cutting at the buffer's end. */
 void job_join_names(char *buf, size_t size, const char *const *names, size_t n);
 
+/* The loss a compile config's metrics are for (the archive's, or the job file's). */
+typedef struct job_keras_loss {
+    bool binary;  /* binary_crossentropy, or one output of a regression loss */
+    bool logits;  /* from_logits */
+    bool one_hot; /* categorical_crossentropy: Keras's labels are one-hot */
+} job_keras_loss_t;
+
+/* Which sections of the compile config to translate: those the job file leaves out. */
+typedef struct job_keras_want {
+    bool loss, optimizer, metrics;
+    job_keras_loss_t for_loss; /* with metrics */
+} job_keras_want_t;
+
 /* A Keras 3 config.json's compile_config in the job file's form (keras_compile.c): JSON text
- * with the sections it has of loss, optimizer and metrics (free it; "{}" for an uncompiled
- * model), for the job parser to read as a job file's; *ret_accumulate gets the optimizer's
- * gradient_accumulation_steps (0: none). Errors name `file` and what is not supported. */
-status_t job_keras_compile_text(const char *text, size_t len, const char *file, char **ret_json,
-                                int *ret_accumulate, status_msg_t *err);
+ * with the wanted sections it has of loss, optimizer and metrics (free it; "{}" for an
+ * uncompiled model), for the job parser to read as a job file's; *ret_accumulate gets the
+ * translated optimizer's gradient_accumulation_steps (0: none). Errors name `file` and what is
+ * not supported. */
+status_t job_keras_compile_text(const char *text, size_t len, const char *file,
+                                const job_keras_want_t *want, char **ret_json, int *ret_accumulate,
+                                status_msg_t *err);
 
 #endif

@@ -721,11 +721,8 @@ static status_t parse_tensorboard(job_ctx_t *c, const job_node_t *n, job_t *job)
     } while (0)
 #define SECTION(key, required, parse, arg) SECTION_IN(c, root, key, required, parse, arg)
 
-/* loss, metrics and optimizer: the job file's; where it leaves one out, the one of the compile
- * config kroot (of a Keras archive: model.compile()'s, read by kc), when there is one. */
-static status_t parse_compile(job_ctx_t *c, const job_node_t *root, job_ctx_t *kc,
-                              const job_node_t *kroot, job_t *job)
-{
+/* A section of the job file, or where it leaves it out, of the compile config kroot (read by
+ * kc) when that has it. */
 #define EITHER(key, required, parse, arg)                                                          \
     do {                                                                                           \
         if (kroot != NULL && !job_tree_given(job_tree_child(root, key)) &&                         \
@@ -734,36 +731,77 @@ static status_t parse_compile(job_ctx_t *c, const job_node_t *root, job_ctx_t *k
         else                                                                                       \
             SECTION_IN(c, root, key, required, parse, arg);                                        \
     } while (0)
+
+static status_t parse_loss_optimizer(job_ctx_t *c, const job_node_t *root, job_ctx_t *kc,
+                                     const job_node_t *kroot, job_t *job)
+{
     EITHER("loss", true, parse_loss, job);
-    EITHER("metrics", false, job_parse_metrics, job);
     EITHER("optimizer", false, parse_optimizer, &job->optimizer);
-#undef EITHER
     return STATUS_OK;
 }
 
-/* The same, reading a Keras archive's compile config where the model is one (model: {keras:
- * PATH}); *ret_accumulate gets its optimizer's gradient_accumulation_steps (0: none). */
+static status_t parse_metrics_of(job_ctx_t *c, const job_node_t *root, job_ctx_t *kc,
+                                 const job_node_t *kroot, job_t *job)
+{
+    EITHER("metrics", false, job_parse_metrics, job);
+    return STATUS_OK;
+}
+#undef EITHER
+
+/* The compile config of the model's Keras archive, translated as `want` says, parsed by kc into
+ * *ret_root (NULL without an archive). */
+static status_t keras_compile_tree(job_ctx_t *kc, const job_t *job, const job_keras_want_t *want,
+                                   job_node_t **ret_root, int *ret_accumulate)
+{
+    char *text = NULL;
+    status_t rc;
+
+    *ret_root = NULL;
+    *ret_accumulate = 0;
+    if (!job->model.keras_archive)
+        return STATUS_OK;
+    rc = job_keras_compile_text(job->model.keras_json, strlen(job->model.keras_json),
+                                job->model.keras_json_path, want, &text, ret_accumulate, kc->err);
+    if (rc == STATUS_OK)
+        rc = job_tree_parse(text, strlen(text), kc->file, ret_root, kc->err);
+    free(text);
+    return rc;
+}
+
+/* loss, optimizer and metrics: the job file's, and where it leaves one out, the model's Keras
+ * archive's compile config (model: {keras: PATH}: what model.compile() was given), its metrics
+ * read for the loss the job ends up with. *ret_accumulate gets the archive optimizer's
+ * gradient_accumulation_steps when that optimizer is taken (0: none). */
 static status_t parse_compile_sections(job_ctx_t *c, const job_node_t *root, job_t *job,
                                        int *ret_accumulate)
 {
+    char file[600];
     job_ctx_t kc;
     job_node_t *kroot = NULL;
-    char *text = NULL, file[600];
+    job_keras_want_t want = {.loss = !job_tree_given(job_tree_child(root, "loss")),
+                             .optimizer = !job_tree_given(job_tree_child(root, "optimizer"))};
+    int unused;
     status_t rc;
 
-    *ret_accumulate = 0;
-    if (!job->model.keras_archive)
-        return parse_compile(c, root, NULL, NULL, job);
-    snprintf(file, sizeof(file), "%s: compile_config", job->model.keras_json_path);
+    snprintf(file, sizeof(file), "%s: compile_config",
+             job->model.keras_json_path != NULL ? job->model.keras_json_path : "");
     kc = (job_ctx_t){.file = file, .dir = c->dir, .err = c->err};
-    rc = job_keras_compile_text(job->model.keras_json, strlen(job->model.keras_json),
-                                job->model.keras_json_path, &text, ret_accumulate, c->err);
+    rc = keras_compile_tree(&kc, job, &want, &kroot, ret_accumulate);
     if (rc == STATUS_OK)
-        rc = job_tree_parse(text, strlen(text), file, &kroot, c->err);
-    if (rc == STATUS_OK)
-        rc = parse_compile(c, root, &kc, kroot, job);
+        rc = parse_loss_optimizer(c, root, &kc, kroot, job);
     job_node_free(kroot);
-    free(text);
+    kroot = NULL;
+    want =
+        (job_keras_want_t){.metrics = !job_tree_given(job_tree_child(root, "metrics")),
+                           .for_loss = {.binary = job->loss == JOB_LOSS_BINARY_CROSSENTROPY ||
+                                                  !job_loss_has_accuracy(job->loss),
+                                        .logits = job->from_logits,
+                                        .one_hot = job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY}};
+    if (rc == STATUS_OK)
+        rc = keras_compile_tree(&kc, job, &want, &kroot, &unused);
+    if (rc == STATUS_OK)
+        rc = parse_metrics_of(c, root, &kc, kroot, job);
+    job_node_free(kroot);
     return rc;
 }
 
@@ -847,7 +885,8 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     if (job->model.keras_archive && job->init_from == NULL &&
         (job->init_from = strdup(job->model.keras_json_path)) == NULL)
         return status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
-    if (accumulate > 1 && job->accumulate_steps <= 1)
+    if (accumulate > 1 &&
+        !job_tree_given(job_tree_child(job_tree_child(root, "train"), "accumulate_steps")))
         job->accumulate_steps = accumulate;
     if (job->resume && job->checkpoint_dir == NULL)
         return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "resume")->line,

@@ -114,8 +114,21 @@ static status_t drop_fixed(kc_t *k, const char *what, cJSON *config, const fixed
     /* null options are Keras's defaults: left out, the job parser's defaults are the same */
     for (cJSON *v = config->child, *next; v != NULL; v = next) {
         next = v->next;
-        if (cJSON_IsNull(v))
+        if (cJSON_IsNull(v)) {
             cJSON_Delete(cJSON_DetachItemViaPointer(config, v));
+            continue;
+        }
+        /* what Python would read otherwise: the last of two equal keys; a number past float */
+        for (const cJSON *w = v->next; w != NULL; w = w->next)
+            if (strcmp(w->string, v->string) == 0)
+                return KC_FAIL(k, "%s: compile_config: %s gives %.60s twice", k->file, what,
+                               v->string);
+        if (cJSON_IsNumber(v) && !isfinite(v->valuedouble))
+            return KC_FAIL(k, "%s: compile_config: %s's %.60s is not a finite number", k->file,
+                           what, v->string);
+        if (strcmp(v->string, "scale_learning_rate") == 0) /* a job file's, not Keras's */
+            return KC_FAIL(k, "%s: compile_config: %s's scale_learning_rate is not Keras's",
+                           k->file, what);
     }
     return STATUS_OK;
 }
@@ -163,7 +176,8 @@ static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret, bool *ret_binar
     *ret_binary_logits = false;
     if (cJSON_IsString(loss)) {
         *ret = cJSON_CreateString(loss->valuestring);
-        return STATUS_OK;
+        return *ret != NULL ? STATUS_OK
+                            : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
     }
     if (!cJSON_IsObject(loss))
         return KC_FAIL(k,
@@ -190,7 +204,8 @@ static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret, bool *ret_binar
     } else {
         *ret = variant(name, config);
     }
-    return STATUS_OK;
+    return *ret != NULL ? STATUS_OK
+                        : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
 }
 
 /* The learning rate: a number, or Keras's ExponentialDecay or PiecewiseConstantDecay. */
@@ -218,7 +233,11 @@ static status_t learning_rate_of(kc_t *k, cJSON *config)
         cJSON_Delete(sc);
         return rc;
     }
-    cJSON_ReplaceItemInObjectCaseSensitive(config, "learning_rate", variant(name, sc));
+    cJSON *v = variant(name, sc);
+    if (v == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(config, "learning_rate", v)) {
+        cJSON_Delete(v);
+        return status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+    }
     return STATUS_OK;
 }
 
@@ -233,7 +252,8 @@ static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_ac
     *ret_accumulate = 0;
     if (cJSON_IsString(opt)) { /* compile(optimizer="adam") */
         *ret = cJSON_CreateString(opt->valuestring);
-        return STATUS_OK;
+        return *ret != NULL ? STATUS_OK
+                            : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
     }
     STATUS_CHECK(object_of(k, "the optimizer", opt, &cls, &config));
     name = job_name_of(optimizer_classes, JOB_N_OF(optimizer_classes), cls);
@@ -244,61 +264,116 @@ static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_ac
     /* every config has an ema_momentum; it matters only with use_ema, which must be false */
     cJSON_DeleteItemFromObjectCaseSensitive(config, "ema_momentum");
     acc = cJSON_GetObjectItemCaseSensitive(config, "gradient_accumulation_steps");
-    if (acc != NULL && cJSON_IsNumber(acc))
-        *ret_accumulate =
-            acc->valuedouble >= 1 && acc->valuedouble <= 1e6 ? (int)acc->valuedouble : -1;
+    if (acc != NULL && !cJSON_IsNull(acc))
+        *ret_accumulate = cJSON_IsNumber(acc) && acc->valuedouble >= 1 && acc->valuedouble <= 1e6 &&
+                                  acc->valuedouble == (double)(int)acc->valuedouble
+                              ? (int)acc->valuedouble
+                              : -1;
+    /* Keras's schedules count every batch of a window, Tessera's the updates */
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(config, "learning_rate");
+    bool scheduled = lr != NULL && cJSON_IsObject(lr);
     cJSON_DeleteItemFromObjectCaseSensitive(config, "gradient_accumulation_steps");
     rc = drop_fixed(k, cls, config, fixed, JOB_N_OF(fixed));
-    if (rc == STATUS_OK)
-        rc = learning_rate_of(k, config);
     if (rc == STATUS_OK && *ret_accumulate < 0)
         rc = KC_FAIL(k,
-                     "%s: compile_config: gradient_accumulation_steps must be from 1 to "
-                     "1000000",
+                     "%s: compile_config: gradient_accumulation_steps must be an integer from "
+                     "1 to 1000000",
                      k->file);
+    if (rc == STATUS_OK && *ret_accumulate > 1 && scheduled)
+        rc = KC_FAIL(k,
+                     "%s: compile_config: a learning-rate schedule with "
+                     "gradient_accumulation_steps is not supported (Keras's schedule counts "
+                     "every batch, Tessera's the updates)",
+                     k->file);
+    if (rc == STATUS_OK)
+        rc = learning_rate_of(k, config);
     if (rc != STATUS_OK) {
         cJSON_Delete(config);
         return rc;
     }
     *ret = variant(name, config);
-    return STATUS_OK;
+    return *ret != NULL ? STATUS_OK
+                        : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
 }
 
-/* sigmoid(t): a threshold on a binary model's logits as the probability Tessera compares. */
+/* sigmoid(t): Keras's threshold on a binary model's logits as the probability Tessera compares
+ * (logit > t exactly where sigmoid(logit) > sigmoid(t)); an absent one is Keras's 0.5, on the
+ * logits. */
 static void threshold_to_probability(cJSON *config, const char *key)
 {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(config, key);
+    double v = t != NULL && cJSON_IsNumber(t) ? t->valuedouble : 0.5;
 
-    if (t != NULL && cJSON_IsNumber(t))
-        cJSON_SetNumberValue(t, 1.0 / (1.0 + exp(-t->valuedouble)));
+    cJSON_DeleteItemFromObjectCaseSensitive(config, key);
+    cJSON_AddNumberToObject(config, key, 1.0 / (1.0 + exp(-v)));
 }
 
-static status_t metric_of(kc_t *k, const cJSON *m, bool binary_logits, cJSON **ret)
+/* Keras's string metrics as the classes they stand for where a binary model's logits need
+ * their thresholds. */
+static const class_map_t metric_strings[] = {
+    {"accuracy", "BinaryAccuracy"},
+    {"acc", "BinaryAccuracy"},
+    {"binary_accuracy", "BinaryAccuracy"},
+    {"precision", "Precision"},
+    {"recall", "Recall"},
+    {"auc", "AUC"},
+};
+
+static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss, cJSON **ret)
 {
     static const fixed_t auc_fixed[] = {
         {"multi_label", "false"}, {"num_labels", "null"}, {"label_weights", "null"}};
     static const fixed_t pr_fixed[] = {{"top_k", "null"}};
+    bool binary_logits = loss->binary && loss->logits;
     const char *cls, *name;
     cJSON *config, *logits;
     status_t rc = STATUS_OK;
 
     if (cJSON_IsString(m)) {
-        *ret = cJSON_CreateString(m->valuestring);
-        return STATUS_OK;
+        /* precision, recall and auc as their classes; the accuracies as BinaryAccuracy where
+         * Keras would threshold a binary model's logits */
+        const char *as = job_name_of(metric_strings, JOB_N_OF(metric_strings), m->valuestring);
+        if (as != NULL && strcmp(as, "BinaryAccuracy") == 0 && !binary_logits)
+            as = NULL;
+        if (as == NULL) {
+            *ret = cJSON_CreateString(m->valuestring);
+            return *ret != NULL
+                       ? STATUS_OK
+                       : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+        }
+        cls = as;
+        if ((config = cJSON_CreateObject()) == NULL)
+            return status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+    } else {
+        STATUS_CHECK(object_of(k, "a metric", m, &cls, &config));
     }
-    STATUS_CHECK(object_of(k, "a metric", m, &cls, &config));
     name = job_name_of(metric_classes, JOB_N_OF(metric_classes), cls);
-    if (name == NULL) {
+    if (name == NULL || strcmp(cls, "Accuracy") == 0) { /* Accuracy: exact equality */
         cJSON_Delete(config);
         return KC_FAIL(k, "%s: compile_config: metric %.60s is not supported", k->file, cls);
     }
-    /* Tessera's metrics read probabilities: Keras's from_logits is the same where it takes the
-     * sigmoid of a binary model's logits */
+    bool confusion =
+        strcmp(name, "auc") == 0 || strcmp(name, "precision") == 0 || strcmp(name, "recall") == 0;
+    /* Tessera's metrics read probabilities. That is Keras's on a binary model on logits where
+     * Keras takes their sigmoid (AUC's from_logits) or thresholds them (the others, whose
+     * thresholds become probabilities); with several classes Keras's AUC, precision and recall
+     * are Tessera's only for one-hot labels and probabilities. */
     logits = cJSON_GetObjectItemCaseSensitive(config, "from_logits");
     if (cJSON_IsTrue(logits) && !binary_logits)
         rc = KC_FAIL(k,
                      "%s: compile_config: metric %s with from_logits on a model whose loss is "
                      "not binary_crossentropy from logits is not supported",
+                     k->file, cls);
+    else if (strcmp(name, "auc") == 0 && binary_logits && !cJSON_IsTrue(logits))
+        rc = KC_FAIL(k,
+                     "%s: compile_config: metric AUC without from_logits on a model whose "
+                     "outputs are logits is not supported",
+                     k->file);
+    else if (confusion && !loss->binary && (loss->logits || !loss->one_hot))
+        rc = KC_FAIL(k,
+                     "%s: compile_config: metric %s of several classes is supported with "
+                     "categorical_crossentropy on probabilities (one-hot labels), as Keras "
+                     "computes it",
                      k->file, cls);
     cJSON_DeleteItemFromObjectCaseSensitive(config, "from_logits");
     /* keep the name Keras reports it under */
@@ -310,10 +385,11 @@ static status_t metric_of(kc_t *k, const cJSON *m, bool binary_logits, cJSON **r
         rc = drop_fixed(k, cls, config, pr_fixed, JOB_N_OF(pr_fixed));
     else if (rc == STATUS_OK)
         rc = drop_fixed(k, cls, config, NULL, 0);
-    if (rc == STATUS_OK && binary_logits) {
-        threshold_to_probability(config, "thresholds");
+    if (rc == STATUS_OK && binary_logits && strcmp(name, "binary_accuracy") == 0)
         threshold_to_probability(config, "threshold");
-    }
+    else if (rc == STATUS_OK && binary_logits &&
+             (strcmp(name, "precision") == 0 || strcmp(name, "recall") == 0))
+        threshold_to_probability(config, "thresholds");
     /* reported under Keras's name (auc_1, ...); accuracy is the job's one accuracy, whatever
      * its name */
     bool accuracy = strstr(name, "accuracy") != NULL && strstr(name, "top_k") == NULL;
@@ -330,11 +406,22 @@ static status_t metric_of(kc_t *k, const cJSON *m, bool binary_logits, cJSON **r
     } else {
         *ret = variant(name, config);
     }
-    return STATUS_OK;
+    return *ret != NULL ? STATUS_OK
+                        : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
 }
 
-status_t job_keras_compile_text(const char *text, size_t len, const char *file, char **ret_json,
-                                int *ret_accumulate, status_msg_t *err)
+/* item as out[key], or STATUS_NO_MEMORY (item freed). */
+static status_t add_section(kc_t *k, cJSON *out, const char *key, cJSON *item)
+{
+    if (item != NULL && cJSON_AddItemToObject(out, key, item))
+        return STATUS_OK;
+    cJSON_Delete(item);
+    return status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+}
+
+status_t job_keras_compile_text(const char *text, size_t len, const char *file,
+                                const job_keras_want_t *want, char **ret_json, int *ret_accumulate,
+                                status_msg_t *err)
 {
     static const char *const allowed[] = {
         "optimizer",        "loss",        "loss_weights",        "metrics",
@@ -343,14 +430,13 @@ status_t job_keras_compile_text(const char *text, size_t len, const char *file, 
     kc_t k = {.file = file, .err = err};
     cJSON *root = cJSON_ParseWithLength(text, len), *out = cJSON_CreateObject(), *item = NULL;
     const cJSON *cc = cJSON_GetObjectItemCaseSensitive(root, "compile_config"), *v;
-    bool binary_logits = false;
     status_t rc = STATUS_OK;
 
     *ret_json = NULL;
     *ret_accumulate = 0;
     if (root == NULL || out == NULL) {
-        rc = status_fail(err, root == NULL ? STATUS_BAD_CONFIG : STATUS_NO_MEMORY,
-                         "%s: config.json is not JSON", file);
+        rc = root == NULL ? status_fail(err, STATUS_BAD_CONFIG, "%s: config.json is not JSON", file)
+                          : status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", file);
         goto out;
     }
     if (cc == NULL || cJSON_IsNull(cc))
@@ -365,6 +451,9 @@ status_t job_keras_compile_text(const char *text, size_t len, const char *file, 
             i++;
         if (i == JOB_N_OF(allowed))
             rc = KC_FAIL(&k, "%s: compile_config: %.60s is not supported", file, e->string);
+        for (const cJSON *f = e->next; rc == STATUS_OK && f != NULL; f = f->next)
+            if (strcmp(f->string, e->string) == 0)
+                rc = KC_FAIL(&k, "%s: compile_config gives %.60s twice", file, e->string);
     }
     v = cJSON_GetObjectItemCaseSensitive(cc, "loss_weights");
     if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v))
@@ -376,22 +465,25 @@ status_t job_keras_compile_text(const char *text, size_t len, const char *file, 
         rc = KC_FAIL(&k, "%s: compile_config: weighted_metrics (sample weights) is not supported",
                      file);
     v = cJSON_GetObjectItemCaseSensitive(cc, "loss");
-    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v)) {
-        rc = loss_of(&k, v, &item, &binary_logits);
+    if (rc == STATUS_OK && want->loss && v != NULL && !cJSON_IsNull(v)) {
+        bool unused;
+        rc = loss_of(&k, v, &item, &unused);
         if (rc == STATUS_OK)
-            cJSON_AddItemToObject(out, "loss", item);
+            rc = add_section(&k, out, "loss", item);
     }
     v = cJSON_GetObjectItemCaseSensitive(cc, "optimizer");
-    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v)) {
+    if (rc == STATUS_OK && want->optimizer && v != NULL && !cJSON_IsNull(v)) {
         rc = optimizer_of(&k, v, &item, ret_accumulate);
         if (rc == STATUS_OK)
-            cJSON_AddItemToObject(out, "optimizer", item);
+            rc = add_section(&k, out, "optimizer", item);
     }
     v = cJSON_GetObjectItemCaseSensitive(cc, "metrics");
-    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v)) {
+    if (rc == STATUS_OK && want->metrics && v != NULL && !cJSON_IsNull(v)) {
         cJSON *list = cJSON_CreateArray();
         const cJSON *m;
-        if (!cJSON_IsArray(v))
+        if (list == NULL)
+            rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", file);
+        else if (!cJSON_IsArray(v))
             rc = KC_FAIL(&k,
                          "%s: compile_config: metrics per output (a mapping) are not "
                          "supported",
@@ -400,12 +492,14 @@ status_t job_keras_compile_text(const char *text, size_t len, const char *file, 
         {
             if (rc != STATUS_OK)
                 break;
-            rc = metric_of(&k, m, binary_logits, &item);
-            if (rc == STATUS_OK)
-                cJSON_AddItemToArray(list, item);
+            rc = metric_of(&k, m, &want->for_loss, &item);
+            if (rc == STATUS_OK && !cJSON_AddItemToArray(list, item)) {
+                cJSON_Delete(item);
+                rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", file);
+            }
         }
         if (rc == STATUS_OK && cJSON_GetArraySize(list) > 0)
-            cJSON_AddItemToObject(out, "metrics", list);
+            rc = add_section(&k, out, "metrics", list);
         else
             cJSON_Delete(list);
     }

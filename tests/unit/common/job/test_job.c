@@ -1035,8 +1035,9 @@ START_TEST(keras_archives_bring_their_compile_config)
     ck_assert_str_eq(job.init_from, "other.keras");
     job_done(&job);
 
-    /* a binary model on logits: thresholds on logits become probabilities (sigmoid(0) = 0.5);
-     * gradient accumulation and a piecewise schedule carry over */
+    /* a binary model on logits: Keras's thresholds on logits become probabilities (0 ->
+     * sigmoid(0) = 0.5; recall's default 0.5 -> sigmoid(0.5)); gradient accumulation carries
+     * over unless the job's train section says otherwise */
     compiled_fixture("binary", config, sizeof(config));
     ck_assert_msg(parse_archive(config, ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s", err.text);
     ck_assert_int_eq(job.loss, JOB_LOSS_BINARY_CROSSENTROPY);
@@ -1044,8 +1045,6 @@ START_TEST(keras_archives_bring_their_compile_config)
     ck_assert_double_eq_tol(job.label_smoothing, 0.1, 1e-12);
     ck_assert_int_eq(job.optimizer.kind, OPTIMIZER_SGD);
     ck_assert_double_eq(job.optimizer.momentum, 0.9);
-    ck_assert_int_eq(job.optimizer.schedule.kind, LR_PIECEWISE_CONSTANT);
-    ck_assert_uint_eq(job.optimizer.schedule.n_boundaries, 2);
     ck_assert_int_eq(job.accumulate_steps, 2);
     ck_assert(job.metric_accuracy);
     ck_assert_float_eq(job.accuracy_threshold, 0.5f);
@@ -1053,6 +1052,34 @@ START_TEST(keras_archives_bring_their_compile_config)
     ck_assert_int_eq(job.metrics[0].curve, JOB_AUC_PR);
     ck_assert_float_eq(job.metrics[1].threshold, 0.5f);
     ck_assert_str_eq(job.metrics[2].name, "recall");
+    ck_assert_float_eq_tol(job.metrics[2].threshold, 0.62245935f, 1e-6f);
+    job_done(&job);
+    ck_assert_msg(parse_archive(config, ARCHIVE_DATA "train: {epochs: 1, accumulate_steps: 1}\n",
+                                &job, &err) == STATUS_OK,
+                  "%s", err.text);
+    ck_assert_int_eq(job.accumulate_steps, 1);
+    job_done(&job);
+    /* the job's loss is what the archive's metrics are read for: on probabilities, "recall"
+     * keeps Keras's 0.5 */
+    ck_assert_msg(parse_archive(config, "loss: binary_crossentropy\n" ARCHIVE_DATA, &job, &err) ==
+                      STATUS_BAD_CONFIG,
+                  "AUC(from_logits) on probabilities was taken");
+    ck_assert_msg(strstr(err.text, "from_logits") != NULL, "%s", err.text);
+    /* a job that gives its own optimizer does not take the archive's accumulation */
+    ck_assert_msg(parse_archive(config, "optimizer: adam\n" ARCHIVE_DATA, &job, &err) == STATUS_OK,
+                  "%s", err.text);
+    ck_assert_int_eq(job.accumulate_steps, 0);
+    job_done(&job);
+
+    /* a regression model: a piecewise schedule, the error metrics */
+    compiled_fixture("regression", config, sizeof(config));
+    ck_assert_msg(parse_archive(config, ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_int_eq(job.loss, JOB_LOSS_MSE);
+    ck_assert_int_eq(job.optimizer.schedule.kind, LR_PIECEWISE_CONSTANT);
+    ck_assert_uint_eq(job.optimizer.schedule.n_boundaries, 2);
+    ck_assert_int_eq(job.n_metrics, 2);
+    ck_assert_int_eq(job.metrics[0].kind, JOB_METRIC_MAE);
+    ck_assert_int_eq(job.metrics[1].kind, JOB_METRIC_RMSE);
     job_done(&job);
 
     /* an uncompiled model: the job names the loss */
@@ -1080,7 +1107,8 @@ static void assert_compile_refused(const char *stem, const char *from, const cha
     ck_assert_msg(at != NULL, "%s is not in the %s fixture", from, stem);
     snprintf(changed, sizeof(changed), "%.*s%s%s", (int)(at - config), config, to,
              at + strlen(from));
-    ck_assert_int_eq(parse_archive(changed, ARCHIVE_DATA, &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(parse_archive(changed, ARCHIVE_DATA, &job, &err) == STATUS_BAD_CONFIG,
+                  "not refused: %s -> %s", from, to);
     ck_assert_msg(strstr(err.text, "m.keras") != NULL && strstr(err.text, expected) != NULL,
                   "want '%s' in: %s", expected, err.text);
 }
@@ -1105,6 +1133,24 @@ START_TEST(keras_compile_configs_refuse_what_is_not_built)
     assert_compile_refused("classes", "\"k\": 2", "\"k\": 2, \"from_logits\": true", "from_logits");
     assert_compile_refused("classes", "\"compile_config\": {", "\"compile_config\": {\"x\": 1, ",
                            "x is not supported");
+    assert_compile_refused("classes", "\"gradient_accumulation_steps\": null",
+                           "\"gradient_accumulation_steps\": 2",
+                           "schedule with gradient_accumulation_steps");
+    assert_compile_refused("binary", "\"gradient_accumulation_steps\": 2",
+                           "\"gradient_accumulation_steps\": 2.5", "must be an integer");
+    assert_compile_refused("binary", "\"gradient_accumulation_steps\": 2",
+                           "\"gradient_accumulation_steps\": \"2\"", "must be an integer");
+    assert_compile_refused("binary", "\"momentum\": 0.9", "\"momentum\": 0.9, \"momentum\": 0.1",
+                           "momentum twice");
+    assert_compile_refused("binary", "\"momentum\": 0.9", "\"momentum\": 1e999",
+                           "not a finite number");
+    assert_compile_refused("binary", "\"momentum\": 0.9",
+                           "\"momentum\": 0.9, \"scale_learning_rate\": true",
+                           "scale_learning_rate");
+    assert_compile_refused("classes", "\"class_name\": \"SparseTopKCategoricalAccuracy\"",
+                           "\"class_name\": \"Accuracy\"", "metric Accuracy");
+    assert_compile_refused("classes", "\"metrics\": [\"accuracy\"",
+                           "\"metrics\": [\"accuracy\", \"precision\"", "several classes");
 }
 END_TEST
 
