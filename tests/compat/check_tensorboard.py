@@ -4,8 +4,8 @@ Trains the Fashion-MNIST MLP for two epochs with a tensorboard section, then loa
 <logdir>/<job>/train and /validation with TensorBoard's plugin event accumulator (what the
 TensorBoard app reads with) and checks: the first record is file_version brain.Event:2; every
 record's length and payload CRC, with TensorBoard's own masked CRC32C; the scalars plugin sees
-epoch_loss, epoch_accuracy (both runs), learning_rate, batch_loss and batch_accuracy every
-update_freq steps; the values equal what tessera train printed for each epoch; the histograms
+epoch_loss, epoch_accuracy and a metric's epoch_auc (both runs), learning_rate, batch_loss and
+batch_accuracy every update_freq steps; the values equal what tessera train printed for each epoch; the histograms
 plugin sees one [30, 3] histogram per weight per epoch whose counts add up to the weight's size."""
 import glob
 import os
@@ -51,6 +51,7 @@ def main():
     job = open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")).read()
     job = job.replace("name: fashion-mnist-mlp", "name: tb-mlp")
     job = job.replace("units: 128", "units: 32")
+    job = job.replace("metrics: [accuracy]", "metrics: [accuracy, auc]")
     job = job.replace("train: {epochs: 5}", "train: {epochs: 2}\ntensorboard: {logdir: %s, "
                       "update_freq: %d, histogram_freq: 1}" % (logdir, UPDATE_FREQ))
     job_path = os.path.join(tmp, "job.yaml")
@@ -62,8 +63,8 @@ def main():
         print("FAIL: tessera train exited %d" % run.returncode)
         return 1
     printed = [tuple(float(x) for x in m) for m in re.findall(
-        r"epoch \d+/2: loss ([\d.]+) - accuracy ([\d.]+) - test_loss ([\d.]+) - "
-        r"test_accuracy ([\d.]+)", run.stdout)]
+        r"epoch \d+/2: loss ([\d.]+) - accuracy ([\d.]+) - auc ([\d.]+) - test_loss ([\d.]+) - "
+        r"test_accuracy ([\d.]+) - test_auc ([\d.]+)", run.stdout)]
     steps = int(re.search(r"trained tb-mlp: (\d+) steps", run.stdout).group(1))
     check(len(printed) == 2, "two epochs printed")
 
@@ -85,15 +86,18 @@ def main():
                 for e in runs[run].Tensors(tag)]
 
     train_tags = set(runs["train"].PluginTagToContent("scalars"))
-    for tag in ("epoch_loss", "epoch_accuracy", "learning_rate", "batch_loss", "batch_accuracy",
-                "epoch_examples_per_second", "epoch_steps_per_second"):
+    for tag in ("epoch_loss", "epoch_accuracy", "epoch_auc", "learning_rate", "batch_loss",
+                "batch_accuracy", "epoch_examples_per_second", "epoch_steps_per_second"):
         check(tag in train_tags, "train: scalars plugin has %s (has %s)" % (tag, sorted(train_tags)))
-    check(set(runs["validation"].PluginTagToContent("scalars")) == {"epoch_loss", "epoch_accuracy"},
-          "validation: scalars are epoch_loss and epoch_accuracy")
-    for e, (loss, acc, test_loss, test_acc) in enumerate(printed):
+    check(set(runs["validation"].PluginTagToContent("scalars")) ==
+          {"epoch_loss", "epoch_accuracy", "epoch_auc"},
+          "validation: scalars are epoch_loss, epoch_accuracy and epoch_auc")
+    for e, (loss, acc, auc, test_loss, test_acc, test_auc) in enumerate(printed):
         for run, tag, want in (("train", "epoch_loss", loss), ("train", "epoch_accuracy", acc),
+                               ("train", "epoch_auc", auc),
                                ("validation", "epoch_loss", test_loss),
-                               ("validation", "epoch_accuracy", test_acc)):
+                               ("validation", "epoch_accuracy", test_acc),
+                               ("validation", "epoch_auc", test_auc)):
             got = dict(scalars(run, tag)).get(e)
             check(got is not None and abs(got - want) <= 6e-5,
                   "%s %s at epoch %d: %s, printed %s" % (run, tag, e, got, want))
@@ -135,8 +139,8 @@ def check_cluster(tmp, job):
     run = subprocess.run([os.path.join(BUILD, "tessera"), "run", "--local", "--ps", "2",
                           "--workers", "1", job_path], capture_output=True, text=True, timeout=600)
     print(run.stdout, run.stderr)
-    m = re.search(r"succeeded: (\d+) steps.*; loss ([\d.]+), accuracy ([\d.]+); test loss "
-                  r"([\d.]+), test accuracy ([\d.]+)", run.stdout)
+    m = re.search(r"succeeded: (\d+) steps.*; loss ([\d.]+), accuracy ([\d.]+), auc ([\d.]+); "
+                  r"test loss ([\d.]+), test accuracy ([\d.]+), test auc ([\d.]+)", run.stdout)
     check(run.returncode == 0 and m is not None, "tessera run --local exited %d" % run.returncode)
     if m is None:
         return
@@ -156,12 +160,14 @@ def check_cluster(tmp, job):
                 for e in runs[run].Tensors(tag)]
 
     tags = set(runs["train"].PluginTagToContent("scalars"))
-    check(tags == {"epoch_loss", "epoch_accuracy", "learning_rate", "batch_loss", "batch_accuracy",
-                   "epoch_examples_per_second", "epoch_steps_per_second"},
+    check(tags == {"epoch_loss", "epoch_accuracy", "epoch_auc", "learning_rate", "batch_loss",
+                   "batch_accuracy", "epoch_examples_per_second", "epoch_steps_per_second"},
           "chief: train scalars %s" % sorted(tags))
     for run, tag, want in (("train", "epoch_loss", final[0]), ("train", "epoch_accuracy", final[1]),
-                           ("validation", "epoch_loss", final[2]),
-                           ("validation", "epoch_accuracy", final[3])):
+                           ("train", "epoch_auc", final[2]),
+                           ("validation", "epoch_loss", final[3]),
+                           ("validation", "epoch_accuracy", final[4]),
+                           ("validation", "epoch_auc", final[5])):
         got = scalars(run, tag)
         check([s for s, _ in got] == [0, 1] and abs(got[-1][1] - want) <= 6e-5,
               "chief: %s %s at epochs 0 and 1, the last %s (printed %s)" % (run, tag, got, want))
