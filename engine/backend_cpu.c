@@ -298,12 +298,31 @@ static void cpu_activate_backward(job_activation_t act, const float *x, const fl
 
 /* ---- convolution ------------------------------------------------------------------------- */
 
-static void cpu_im2col(const backend_window_t *g, const float *in, int batch, float *cols)
+/* im2col and col2im over a part of the batch's examples (blas_parallel). */
+typedef struct window_job {
+    const backend_window_t *g;
+    const float *src;
+    float *dst;
+    int batch;
+} window_job_t;
+
+static void part_of(int batch, int part, int parts, int *ret_lo, int *ret_hi)
 {
-    int H = g->h, W = g->w, C = g->c, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw;
+    *ret_lo = (int)((int64_t)batch * part / parts);
+    *ret_hi = (int)((int64_t)batch * (part + 1) / parts);
+}
+
+static void im2col_part(void *arg, int part, int parts)
+{
+    const window_job_t *j = arg;
+    const backend_window_t *g = j->g;
+    const float *in = j->src;
+    float *cols = j->dst;
+    int H = g->h, W = g->w, C = g->c, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, lo, hi;
     size_t row = (size_t)kh * kw * C;
 
-    for (int b = 0; b < batch; b++) {
+    part_of(j->batch, part, parts, &lo, &hi);
+    for (int b = lo; b < hi; b++) {
         const float *img = in + (size_t)b * H * W * C;
         for (int oy = 0; oy < g->oh; oy++) {
             for (int ox = 0; ox < g->ow; ox++) {
@@ -332,13 +351,26 @@ static void cpu_im2col(const backend_window_t *g, const float *in, int batch, fl
     }
 }
 
-static void cpu_col2im(const backend_window_t *g, const float *cols, int batch, float *dx)
+static void cpu_im2col(const backend_window_t *g, const float *in, int batch, float *cols)
 {
-    int H = g->h, W = g->w, C = g->c, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw;
+    window_job_t j = {.g = g, .src = in, .dst = cols, .batch = batch};
+
+    blas_parallel(im2col_part, &j,
+                  (size_t)batch * g->oh * g->ow * (size_t)g->kh * g->kw * (size_t)g->c);
+}
+
+static void col2im_part(void *arg, int part, int parts)
+{
+    const window_job_t *j = arg;
+    const backend_window_t *g = j->g;
+    const float *cols = j->src;
+    float *dx = j->dst;
+    int H = g->h, W = g->w, C = g->c, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, lo, hi;
     size_t row = (size_t)kh * kw * C;
 
-    memset(dx, 0, (size_t)batch * H * W * C * sizeof(float));
-    for (int b = 0; b < batch; b++) {
+    part_of(j->batch, part, parts, &lo, &hi);
+    memset(dx + (size_t)lo * H * W * C, 0, (size_t)(hi - lo) * H * W * C * sizeof(float));
+    for (int b = lo; b < hi; b++) {
         float *img = dx + (size_t)b * H * W * C;
         for (int oy = 0; oy < g->oh; oy++) {
             for (int ox = 0; ox < g->ow; ox++) {
@@ -358,6 +390,14 @@ static void cpu_col2im(const backend_window_t *g, const float *cols, int batch, 
             }
         }
     }
+}
+
+static void cpu_col2im(const backend_window_t *g, const float *cols, int batch, float *dx)
+{
+    window_job_t j = {.g = g, .src = cols, .dst = dx, .batch = batch};
+
+    blas_parallel(col2im_part, &j,
+                  (size_t)batch * g->oh * g->ow * (size_t)g->kh * g->kw * (size_t)g->c);
 }
 
 /* ---- pooling ------------------------------------------------------------------------------ */

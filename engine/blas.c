@@ -124,6 +124,7 @@ static void sgemm1(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
 
 #define POOL_MAX           64
 #define PARALLEL_MIN_FLOPS (1 << 20) /* smaller products are not worth splitting */
+#define PARALLEL_MIN_WORK  (1 << 16) /* nor smaller loops (floats moved) */
 
 typedef struct gemm_job {
     bool trans_a, trans_b;
@@ -134,6 +135,8 @@ typedef struct gemm_job {
     bool by_rows;
     int parts;
     unsigned fp_mode; /* the caller's floating-point control word, which the helpers adopt */
+    blas_part_fn fn;  /* blas_parallel's work instead of a product, when set */
+    void *arg;
 } gemm_job_t;
 
 static struct {
@@ -171,9 +174,14 @@ static void fp_mode_set(unsigned mode)
 #endif
 }
 
-/* Runs part `part` of the job's parts: a block of C's rows, or of its columns. */
+/* Runs part `part` of the job's parts: a block of C's rows, or of its columns (or the part of
+ * blas_parallel's work). */
 static void gemm_part(const gemm_job_t *j, int part)
 {
+    if (j->fn != NULL) {
+        j->fn(j->arg, part, j->parts);
+        return;
+    }
     int total = j->by_rows ? j->m : j->n;
     int lo = (int)((int64_t)total * part / j->parts),
         hi = (int)((int64_t)total * (part + 1) / j->parts);
@@ -248,6 +256,8 @@ void blas_thread_serial(bool serial)
     thread_serial = serial;
 }
 
+static void run_job(gemm_job_t job);
+
 void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
@@ -257,22 +267,40 @@ void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
         sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    pool.job = (gemm_job_t){.trans_a = trans_a,
-                            .trans_b = trans_b,
-                            .m = m,
-                            .n = n,
-                            .k = k,
-                            .lda = lda,
-                            .ldb = ldb,
-                            .ldc = ldc,
-                            .alpha = alpha,
-                            .beta = beta,
-                            .a = a,
-                            .b = b,
-                            .c = c,
-                            .by_rows = m >= n || m >= 8 * parts,
-                            .parts = parts,
-                            .fp_mode = fp_mode_get()};
+    run_job((gemm_job_t){.trans_a = trans_a,
+                         .trans_b = trans_b,
+                         .m = m,
+                         .n = n,
+                         .k = k,
+                         .lda = lda,
+                         .ldb = ldb,
+                         .ldc = ldc,
+                         .alpha = alpha,
+                         .beta = beta,
+                         .a = a,
+                         .b = b,
+                         .c = c,
+                         .by_rows = m >= n || m >= 8 * parts,
+                         .parts = parts,
+                         .fp_mode = fp_mode_get()});
+}
+
+void blas_parallel(blas_part_fn fn, void *arg, size_t work)
+{
+    int parts = pool.threads;
+    if (parts == 1 || thread_serial || work < PARALLEL_MIN_WORK) {
+        fn(arg, 0, 1);
+        return;
+    }
+    run_job((gemm_job_t){.parts = parts, .fp_mode = fp_mode_get(), .fn = fn, .arg = arg});
+}
+
+/* Hands the job to the helpers, runs part 0 here and waits for the others. */
+static void run_job(gemm_job_t job)
+{
+    int parts = job.parts;
+
+    pool.job = job;
     atomic_store(&pool.pending, parts - 1);
     SPIN_HAPPENS_BEFORE(&pool.generation);
     atomic_fetch_add(&pool.generation, 1);

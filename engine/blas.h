@@ -11,6 +11,7 @@
 #define TESSERA_BLAS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "base/status.h"
 
@@ -40,6 +41,13 @@ void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
 /* With serial set, the calling thread's GEMMs run on it alone, never on the pool: for threads
  * that run GEMMs at the same time as others (the pool serves one caller at a time). */
 void blas_thread_serial(bool serial);
+
+/* Work split over the GEMMs' threads: fn(arg, part, parts) for every part, part 0 on the
+ * calling thread, returning when all are done; parts is 1 (one call here) for small work
+ * (`work`: about the floats it moves), one thread, or a serial thread. Each part must touch
+ * what no other does, so that results do not depend on the thread count. */
+typedef void (*blas_part_fn)(void *arg, int part, int parts);
+void blas_parallel(blas_part_fn fn, void *arg, size_t work);
 
 /* The calling thread's floating-point control state (MXCSR on x86). */
 typedef unsigned blas_fp_mode_t;
