@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "blas.h"
 #include "job/initializer.h"
 #include "layers/layer.h"
 
@@ -74,27 +75,79 @@ static model_param_t *bn_moving(const layer_t *l, int k)
     return l->params + l->n_params - 2 + k;
 }
 
+/* The passes over a batch, split over the GEMMs' threads (blas_parallel): the sums by channel,
+ * each channel's over the rows in order, and the per-element passes by rows, so that every
+ * value is what one thread computes. */
+typedef struct bn_job {
+    layer_t *l;
+    size_t c, rows;
+    const float *gamma, *beta, *dy;
+    float *dx;
+} bn_job_t;
+
+static void span(size_t n, int part, int parts, size_t *ret_lo, size_t *ret_hi)
+{
+    *ret_lo = n * (size_t)part / (size_t)parts;
+    *ret_hi = n * (size_t)(part + 1) / (size_t)parts;
+}
+
+/* The batch's mean and biased variance per channel, summed in double row by row. */
+static void stats_part(void *arg, int part, int parts)
+{
+    const bn_job_t *j = arg;
+    size_t c = j->c, rows = j->rows, lo, hi;
+    double *sum = j->l->sums, *sq = j->l->sums + c;
+    const float *in = j->l->in; /* locals: the stores below may not alias them */
+
+    span(c, part, parts, &lo, &hi);
+    for (size_t i = lo; i < hi; i++)
+        sum[i] = sq[i] = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = lo; i < hi; i++)
+            sum[i] += in[r * c + i];
+    for (size_t i = lo; i < hi; i++)
+        sum[i] /= (double)rows; /* the mean */
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = lo; i < hi; i++) {
+            double d = (double)in[r * c + i] - sum[i];
+            sq[i] += d * d;
+        }
+}
+
+static void normalize_part(void *arg, int part, int parts)
+{
+    const bn_job_t *j = arg;
+    const layer_t *l = j->l;
+    const float *gamma = j->gamma, *beta = j->beta, *mean = l->batch_mean, *inv = l->inv_std;
+    float *xhat = l->xhat, *out = l->out;
+    const float *in = l->in;
+    size_t c = j->c, lo, hi;
+
+    span(j->rows, part, parts, &lo, &hi);
+    for (size_t r = lo; r < hi; r++) {
+        const float *x = in + r * c;
+        float *xh = xhat + r * c, *y = out + r * c;
+        for (size_t i = 0; i < c; i++) {
+            xh[i] = (x[i] - mean[i]) * inv[i];
+            y[i] = xh[i] * (gamma ? gamma[i] : 1.0f) + (beta ? beta[i] : 0.0f);
+        }
+    }
+}
+
 static status_t bn_forward(layer_t *l, int batch, bool training, status_msg_t *err)
 {
     size_t c = bn_channels(l), rows = bn_rows(l, batch);
-    const float *gamma = l->w ? l->w->value : NULL, *beta = l->b ? l->b->value : NULL;
+    bn_job_t j = {.l = l,
+                  .c = c,
+                  .rows = rows,
+                  .gamma = l->w ? l->w->value : NULL,
+                  .beta = l->b ? l->b->value : NULL};
     double eps = l->spec.epsilon;
 
     (void)err;
-    if (training) { /* the batch's statistics, per channel, summed in double row by row */
-        double *sum = l->sums, *sq = l->sums + c;
-        for (size_t i = 0; i < c; i++)
-            sum[i] = sq[i] = 0;
-        for (size_t r = 0; r < rows; r++)
-            for (size_t i = 0; i < c; i++)
-                sum[i] += l->in[r * c + i];
-        for (size_t i = 0; i < c; i++)
-            sum[i] /= (double)rows; /* the mean */
-        for (size_t r = 0; r < rows; r++)
-            for (size_t i = 0; i < c; i++) {
-                double d = (double)l->in[r * c + i] - sum[i];
-                sq[i] += d * d;
-            }
+    if (training) {
+        const double *sum = l->sums, *sq = l->sums + c;
+        blas_parallel(stats_part, &j, 2 * rows * c);
         for (size_t i = 0; i < c; i++) {
             l->batch_mean[i] = (float)sum[i];
             l->batch_var[i] = (float)(sq[i] / (double)rows);
@@ -107,29 +160,33 @@ static status_t bn_forward(layer_t *l, int batch, bool training, status_msg_t *e
             l->inv_std[i] = (float)(1.0 / sqrt((double)mv[i] + eps));
         }
     }
-    for (size_t r = 0; r < rows; r++) {
-        const float *x = l->in + r * c;
-        float *xh = l->xhat + r * c, *y = l->out + r * c;
-        for (size_t i = 0; i < c; i++) {
-            xh[i] = (x[i] - l->batch_mean[i]) * l->inv_std[i];
-            y[i] = xh[i] * (gamma ? gamma[i] : 1.0f) + (beta ? beta[i] : 0.0f);
-        }
-    }
+    blas_parallel(normalize_part, &j, 3 * rows * c);
     return STATUS_OK;
 }
 
 /* Per channel: sum of dy into l->sums[0..c), of dy * xhat into l->sums[c..2c). */
-static void bn_dy_sums(layer_t *l, size_t c, size_t rows, const float *dy)
+static void dy_sums_part(void *arg, int part, int parts)
 {
-    double *sg = l->sums, *sgx = l->sums + c;
+    const bn_job_t *j = arg;
+    size_t c = j->c, rows = j->rows, lo, hi;
+    double *sg = j->l->sums, *sgx = j->l->sums + c;
+    const float *dy = j->dy, *xhat = j->l->xhat;
 
-    for (size_t i = 0; i < c; i++)
+    span(c, part, parts, &lo, &hi);
+    for (size_t i = lo; i < hi; i++)
         sg[i] = sgx[i] = 0;
     for (size_t r = 0; r < rows; r++)
-        for (size_t i = 0; i < c; i++) {
+        for (size_t i = lo; i < hi; i++) {
             sg[i] += dy[r * c + i];
-            sgx[i] += (double)dy[r * c + i] * l->xhat[r * c + i];
+            sgx[i] += (double)dy[r * c + i] * xhat[r * c + i];
         }
+}
+
+static void bn_dy_sums(layer_t *l, size_t c, size_t rows, const float *dy)
+{
+    bn_job_t j = {.l = l, .c = c, .rows = rows, .dy = dy};
+
+    blas_parallel(dy_sums_part, &j, 2 * rows * c);
 }
 
 static void bn_backward_params(layer_t *l, int batch, const float *dy)
@@ -150,6 +207,21 @@ static void bn_backward_params(layer_t *l, int batch, const float *dy)
     }
 }
 
+static void input_part(void *arg, int part, int parts)
+{
+    const bn_job_t *j = arg;
+    size_t c = j->c, lo, hi;
+    const double *sums = j->l->sums, *k = sums + 2 * c;
+    const float *dy = j->dy, *xhat = j->l->xhat;
+    float *dx = j->dx, n = (float)j->rows;
+
+    span(j->rows, part, parts, &lo, &hi);
+    for (size_t r = lo; r < hi; r++)
+        for (size_t i = 0; i < c; i++)
+            dx[r * c + i] = (float)k[i] * (n * dy[r * c + i] - (float)sums[i] -
+                                           xhat[r * c + i] * (float)sums[c + i]);
+}
+
 static void bn_backward_input(layer_t *l, int batch, const float *dy, float *dx)
 {
     size_t c = bn_channels(l), rows = bn_rows(l, batch);
@@ -160,10 +232,8 @@ static void bn_backward_input(layer_t *l, int batch, const float *dy, float *dx)
 
     for (size_t i = 0; i < c; i++) /* gamma * inv / N, per channel */
         k[i] = (double)((gamma ? gamma[i] : 1.0f) * l->inv_std[i] / n);
-    for (size_t r = 0; r < rows; r++)
-        for (size_t i = 0; i < c; i++)
-            dx[r * c + i] = (float)k[i] * (n * dy[r * c + i] - (float)l->sums[i] -
-                                           l->xhat[r * c + i] * (float)l->sums[c + i]);
+    bn_job_t j = {.l = l, .c = c, .rows = rows, .dy = dy, .dx = dx};
+    blas_parallel(input_part, &j, 3 * rows * c);
 }
 
 const layer_ops_t layer_batch_normalization = {
