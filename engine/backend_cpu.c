@@ -351,12 +351,18 @@ static void im2col_part(void *arg, int part, int parts)
     }
 }
 
+/* fn over the batch's examples on the GEMMs' threads; the work is the columns' size. */
+static void run_window(blas_part_fn fn, const backend_window_t *g, const float *src, int batch,
+                       float *dst)
+{
+    window_job_t j = {.g = g, .src = src, .dst = dst, .batch = batch};
+
+    blas_parallel(fn, &j, (size_t)batch * g->oh * g->ow * (size_t)g->kh * g->kw * (size_t)g->c);
+}
+
 static void cpu_im2col(const backend_window_t *g, const float *in, int batch, float *cols)
 {
-    window_job_t j = {.g = g, .src = in, .dst = cols, .batch = batch};
-
-    blas_parallel(im2col_part, &j,
-                  (size_t)batch * g->oh * g->ow * (size_t)g->kh * g->kw * (size_t)g->c);
+    run_window(im2col_part, g, in, batch, cols);
 }
 
 static void col2im_part(void *arg, int part, int parts)
@@ -394,10 +400,7 @@ static void col2im_part(void *arg, int part, int parts)
 
 static void cpu_col2im(const backend_window_t *g, const float *cols, int batch, float *dx)
 {
-    window_job_t j = {.g = g, .src = cols, .dst = dx, .batch = batch};
-
-    blas_parallel(col2im_part, &j,
-                  (size_t)batch * g->oh * g->ow * (size_t)g->kh * g->kw * (size_t)g->c);
+    run_window(col2im_part, g, cols, batch, dx);
 }
 
 /* ---- pooling ------------------------------------------------------------------------------ */
