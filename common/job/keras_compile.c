@@ -46,8 +46,8 @@ static const class_map_t optimizer_classes[] = {
     {"Adamax", "adamax"},   {"Lion", "lion"},   {"Ftrl", "ftrl"},
 };
 
+/* (keras.metrics.Accuracy is not here: it counts exact equality) */
 static const class_map_t metric_classes[] = {
-    {"Accuracy", "accuracy"},
     {"SparseCategoricalAccuracy", "sparse_categorical_accuracy"},
     {"CategoricalAccuracy", "categorical_accuracy"},
     {"BinaryAccuracy", "binary_accuracy"},
@@ -166,46 +166,59 @@ static cJSON *variant(const char *job_name, cJSON *config)
     return v;
 }
 
-static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret, bool *ret_binary_logits)
+/* *ret = item, or STATUS_NO_MEMORY when making it failed. */
+static status_t made(kc_t *k, cJSON *item, cJSON **ret)
+{
+    *ret = item;
+    return item != NULL ? STATUS_OK
+                        : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+}
+
+/* The job file's name of Keras class cls in map, or NULL after refusing it (config freed). */
+static const char *class_of(kc_t *k, const char *what, const class_map_t *map, size_t n,
+                            const char *cls, cJSON *config)
+{
+    const char *name = job_name_of(map, n, cls);
+
+    if (name == NULL) {
+        cJSON_Delete(config);
+        KC_FAIL(k, "%s: compile_config: %s %.60s is not supported", k->file, what, cls);
+    }
+    return name;
+}
+
+/* After rc: the object in the job file's form, NAME or {NAME: config} (config taken either
+ * way). */
+static status_t job_form(kc_t *k, status_t rc, const char *name, cJSON *config, cJSON **ret)
+{
+    if (rc != STATUS_OK) {
+        cJSON_Delete(config);
+        return rc;
+    }
+    if (config->child != NULL)
+        return made(k, variant(name, config), ret);
+    cJSON_Delete(config);
+    return made(k, cJSON_CreateString(name), ret);
+}
+
+static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret)
 {
     static const fixed_t fixed[] = {
         {"reduction", "sum_over_batch_size"}, {"ignore_class", "null"}, {"axis", "-1"}};
     const char *cls, *name;
-    cJSON *config, *logits;
+    cJSON *config;
 
-    *ret_binary_logits = false;
-    if (cJSON_IsString(loss)) {
-        *ret = cJSON_CreateString(loss->valuestring);
-        return *ret != NULL ? STATUS_OK
-                            : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
-    }
+    if (cJSON_IsString(loss))
+        return made(k, cJSON_CreateString(loss->valuestring), ret);
     if (!cJSON_IsObject(loss))
         return KC_FAIL(k,
                        "%s: compile_config: a loss per output (a list or a mapping) is not "
                        "supported: one loss",
                        k->file);
     STATUS_CHECK(object_of(k, "the loss", loss, &cls, &config));
-    name = job_name_of(loss_classes, JOB_N_OF(loss_classes), cls);
-    if (name == NULL) {
-        cJSON_Delete(config);
-        return KC_FAIL(k, "%s: compile_config: loss %.60s is not supported", k->file, cls);
-    }
-    status_t rc = drop_fixed(k, cls, config, fixed, JOB_N_OF(fixed));
-    if (rc != STATUS_OK) {
-        cJSON_Delete(config);
-        return rc;
-    }
-    /* Keras's SparseCategoricalCrossentropy has no smoothing: its config does not say 0 */
-    logits = cJSON_GetObjectItemCaseSensitive(config, "from_logits");
-    *ret_binary_logits = strcmp(name, "binary_crossentropy") == 0 && cJSON_IsTrue(logits);
-    if (config->child == NULL) {
-        cJSON_Delete(config);
-        *ret = cJSON_CreateString(name);
-    } else {
-        *ret = variant(name, config);
-    }
-    return *ret != NULL ? STATUS_OK
-                        : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+    if ((name = class_of(k, "loss", loss_classes, JOB_N_OF(loss_classes), cls, config)) == NULL)
+        return STATUS_BAD_CONFIG;
+    return job_form(k, drop_fixed(k, cls, config, fixed, JOB_N_OF(fixed)), name, config, ret);
 }
 
 /* The learning rate: a number, or Keras's ExponentialDecay or PiecewiseConstantDecay. */
@@ -250,17 +263,12 @@ static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_ac
     status_t rc;
 
     *ret_accumulate = 0;
-    if (cJSON_IsString(opt)) { /* compile(optimizer="adam") */
-        *ret = cJSON_CreateString(opt->valuestring);
-        return *ret != NULL ? STATUS_OK
-                            : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
-    }
+    if (cJSON_IsString(opt)) /* compile(optimizer="adam") */
+        return made(k, cJSON_CreateString(opt->valuestring), ret);
     STATUS_CHECK(object_of(k, "the optimizer", opt, &cls, &config));
-    name = job_name_of(optimizer_classes, JOB_N_OF(optimizer_classes), cls);
-    if (name == NULL) {
-        cJSON_Delete(config);
-        return KC_FAIL(k, "%s: compile_config: optimizer %.60s is not supported", k->file, cls);
-    }
+    name = class_of(k, "optimizer", optimizer_classes, JOB_N_OF(optimizer_classes), cls, config);
+    if (name == NULL)
+        return STATUS_BAD_CONFIG;
     /* every config has an ema_momentum; it matters only with use_ema, which must be false */
     cJSON_DeleteItemFromObjectCaseSensitive(config, "ema_momentum");
     acc = cJSON_GetObjectItemCaseSensitive(config, "gradient_accumulation_steps");
@@ -287,13 +295,7 @@ static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_ac
                      k->file);
     if (rc == STATUS_OK)
         rc = learning_rate_of(k, config);
-    if (rc != STATUS_OK) {
-        cJSON_Delete(config);
-        return rc;
-    }
-    *ret = variant(name, config);
-    return *ret != NULL ? STATUS_OK
-                        : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+    return job_form(k, rc, name, config, ret);
 }
 
 /* sigmoid(t): Keras's threshold on a binary model's logits as the probability Tessera compares
@@ -335,23 +337,17 @@ static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss,
         const char *as = job_name_of(metric_strings, JOB_N_OF(metric_strings), m->valuestring);
         if (as != NULL && strcmp(as, "BinaryAccuracy") == 0 && !binary_logits)
             as = NULL;
-        if (as == NULL) {
-            *ret = cJSON_CreateString(m->valuestring);
-            return *ret != NULL
-                       ? STATUS_OK
-                       : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
-        }
+        if (as == NULL)
+            return made(k, cJSON_CreateString(m->valuestring), ret);
         cls = as;
         if ((config = cJSON_CreateObject()) == NULL)
             return status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
     } else {
         STATUS_CHECK(object_of(k, "a metric", m, &cls, &config));
     }
-    name = job_name_of(metric_classes, JOB_N_OF(metric_classes), cls);
-    if (name == NULL || strcmp(cls, "Accuracy") == 0) { /* Accuracy: exact equality */
-        cJSON_Delete(config);
-        return KC_FAIL(k, "%s: compile_config: metric %.60s is not supported", k->file, cls);
-    }
+    if ((name = class_of(k, "metric", metric_classes, JOB_N_OF(metric_classes), cls, config)) ==
+        NULL)
+        return STATUS_BAD_CONFIG;
     bool confusion =
         strcmp(name, "auc") == 0 || strcmp(name, "precision") == 0 || strcmp(name, "recall") == 0;
     /* Tessera's metrics read probabilities. That is Keras's on a binary model on logits where
@@ -396,18 +392,7 @@ static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss,
     if (rc == STATUS_OK && reported != NULL && !accuracy)
         cJSON_AddStringToObject(config, "name", reported);
     free(reported);
-    if (rc != STATUS_OK) {
-        cJSON_Delete(config);
-        return rc;
-    }
-    if (config->child == NULL) {
-        cJSON_Delete(config);
-        *ret = cJSON_CreateString(name);
-    } else {
-        *ret = variant(name, config);
-    }
-    return *ret != NULL ? STATUS_OK
-                        : status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+    return job_form(k, rc, name, config, ret);
 }
 
 /* item as out[key], or STATUS_NO_MEMORY (item freed). */
@@ -466,8 +451,7 @@ status_t job_keras_compile_text(const char *text, size_t len, const char *file,
                      file);
     v = cJSON_GetObjectItemCaseSensitive(cc, "loss");
     if (rc == STATUS_OK && want->loss && v != NULL && !cJSON_IsNull(v)) {
-        bool unused;
-        rc = loss_of(&k, v, &item, &unused);
+        rc = loss_of(&k, v, &item);
         if (rc == STATUS_OK)
             rc = add_section(&k, out, "loss", item);
     }
