@@ -1,7 +1,9 @@
 """Fashion-MNIST in memory and the batch schedule every peer of bench/train follows.
 
 Shared by peer_torch.py and peer_keras.py, which run under different interpreters (Debian's
-/usr/bin/python3 and the benchmark's virtual environment), so it needs numpy and nothing else.
+/usr/bin/python3 and the benchmark's virtual environment), so it needs numpy and nothing else;
+numpy is imported where the data is read, so that the drivers can parse their options before
+they install the peers that bring it.
 """
 
 import gzip
@@ -9,14 +11,14 @@ import json
 import os
 import struct
 
-import numpy as np
-
 DATA_DIR = os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"
 TRAIN_LABELS = "train-labels-idx1-ubyte.gz"
 
 
 def _read_idx(path):
+    import numpy as np
+
     with gzip.open(path, "rb") as f:
         data = f.read()
     magic, = struct.unpack(">I", data[:4])
@@ -27,6 +29,8 @@ def _read_idx(path):
 
 def load_train(data_dir=DATA_DIR):
     """The training split as Tessera reads it: float32 pixels scaled by 1/255, int64 labels."""
+    import numpy as np
+
     images = _read_idx(os.path.join(data_dir, TRAIN_IMAGES))
     labels = _read_idx(os.path.join(data_dir, TRAIN_LABELS))
     x = images.reshape(len(images), -1).astype(np.float32) * np.float32(1.0 / 255.0)
