@@ -42,9 +42,11 @@ struct trainer {
     int slice, n_slices, stride;
     float **mb_acc;
     float **mb_mask; /* an Embedding's: the rows its mb_acc (the table's shape) holds */
-    /* accumulate_steps: the gradients of the window so far, each batch's weighted by its size */
+    /* accumulate_steps: the gradients of the window so far, each batch's weighted by its size;
+     * a moving statistic's batches folded as its updates would take them (trainer_accumulate),
+     * moving_batches of them in the update that ends the window (0 or 1: one batch's) */
     float **acc;
-    int acc_count, last_batch;
+    int acc_count, last_batch, moving_batches;
     double acc_examples;
     double *metrics; /* the metric sums of the steps since trainer_take_metrics */
     /* optimizer_clip's arguments, made at the first clipped update */
@@ -553,11 +555,25 @@ bool trainer_accumulate(trainer_t *t)
         return true;
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
-        for (size_t k = 0; k < p->n; k++)
-            t->acc[i][k] += (float)w * p->grad[k];
+        if (p->moving) /* Keras moves the average every batch, whatever its size */
+            for (size_t k = 0; k < p->n; k++)
+                t->acc[i][k] = t->acc[i][k] * p->momentum + p->grad[k] * p->rest;
+        else
+            for (size_t k = 0; k < p->n; k++)
+                t->acc[i][k] += (float)w * p->grad[k];
     }
     t->acc_examples += w;
     return ++t->acc_count >= t->job->accumulate_steps && trainer_close_window(t);
+}
+
+/* momentum^batches: what is left of a moving average after that many of its updates. */
+static float momentum_power(float m, int batches)
+{
+    float r = 1;
+
+    for (int b = 0; b < batches; b++)
+        r *= m;
+    return r;
 }
 
 bool trainer_close_window(trainer_t *t)
@@ -566,12 +582,17 @@ bool trainer_close_window(trainer_t *t)
         return false;
     for (size_t i = 0; i < model_param_count(t->model); i++) {
         model_param_t *p = model_param(t->model, i);
-        float inv = (float)(1.0 / t->acc_examples);
+        /* a moving statistic: the batches' statistics weighted as their updates would weigh
+         * them, a mean, which the window's update takes as that many updates (update_moving;
+         * a parameter server as one) */
+        float left = p->moving ? 1 - momentum_power(p->momentum, t->acc_count) : 0;
+        float inv = !p->moving ? (float)(1.0 / t->acc_examples) : left > 0 ? 1 / left : 0;
         for (size_t k = 0; k < p->n; k++) {
             p->grad[k] = t->acc[i][k] * inv;
             t->acc[i][k] = 0;
         }
     }
+    t->moving_batches = t->acc_count;
     t->acc_count = 0;
     t->acc_examples = 0;
     return true;
@@ -596,11 +617,16 @@ status_t trainer_apply(trainer_t *t, status_msg_t *err)
 }
 
 /* A moving statistic's update from the statistic in its grad (model_param_t.moving), Keras's
- * moving * momentum + statistic * (1 - momentum), in float32. */
-static void update_moving(model_param_t *p, size_t lo, size_t n)
+ * moving * momentum + statistic * (1 - momentum), in float32; after a window of accumulate_steps,
+ * the window's batches at once (trainer_close_window): momentum^batches of the average stays. */
+static void update_moving(const trainer_t *t, model_param_t *p, size_t lo, size_t n)
 {
     float m = p->momentum, rest = p->rest;
 
+    if (t->moving_batches > 1) {
+        m = momentum_power(p->momentum, t->moving_batches);
+        rest = 1 - m;
+    }
     for (size_t k = lo; k < lo + n; k++)
         p->value[k] = p->value[k] * m + p->grad[k] * rest;
 }
@@ -617,7 +643,7 @@ static void update_part(void *arg, int q, int n)
         if (p->sparse)
             continue;
         if (p->moving)
-            update_moving(p, lo, hi - lo);
+            update_moving(t, p, lo, hi - lo);
         else
             optimizer_apply_dense_part(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n,
                                        lo, hi - lo, NULL);
@@ -678,6 +704,7 @@ status_t trainer_update(trainer_t *t, status_msg_t *err)
             t->applied[i]++;
         }
         model_constrain(t->model);
+        t->moving_batches = 0;
         return STATUS_OK;
     }
     for (size_t i = 0; i < model_param_count(t->model); i++) {
@@ -687,12 +714,13 @@ status_t trainer_update(trainer_t *t, status_msg_t *err)
                                               (size_t)p->shape[1], p->rows_index, p->rows_grad,
                                               p->n_rows, t->slots[i], NULL, err));
         else if (p->moving)
-            update_moving(p, 0, p->n);
+            update_moving(t, p, 0, p->n);
         else
             optimizer_apply_dense(&t->opt, t->applied[i], p->value, p->grad, t->slots[i], p->n);
         t->applied[i]++;
     }
     model_constrain(t->model); /* after every update, as Keras */
+    t->moving_batches = 0;
     return STATUS_OK;
 }
 
