@@ -116,6 +116,17 @@ static status_t describe(const Tessera__V1__ConfigureJobResponse *vars, st_tenso
     return STATUS_OK;
 }
 
+/* Whether the archive's optimizer has taken steps (a state that would go on). */
+static bool optimizer_went_on(const init_weights_t *w)
+{
+    const st_info_t *v = init_weights_optimizer_info(w, 0);
+    int64_t iterations = 0;
+    status_msg_t err;
+
+    return v != NULL && v->dtype == ST_I64 && v->rank == 0 &&
+           init_weights_optimizer_read(w, 0, &iterations, &err) == STATUS_OK && iterations > 0;
+}
+
 status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResponse *vars,
                              plan_t *plan, status_msg_t *err)
 {
@@ -131,6 +142,12 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
     const char **names = calloc(nl + 1, sizeof(*names)), **at = calloc(nl + 1, sizeof(*at));
 
     rc = init_weights_open(j->job.init_from, &w, err);
+    /* The parameter servers' optimizer starts anew: CreateVariables carries values only. */
+    if (rc == STATUS_OK && j->job.init_optimizer && optimizer_went_on(&w))
+        LOG_WARNING(CHIEF,
+                    "job %s: the optimizer state in %s (its iteration count and slots) is not "
+                    "carried to parameter servers: their optimizer starts anew from its weights",
+                    j->id, j->job.init_from);
     if (rc == STATUS_OK && (paths == NULL || names == NULL || at == NULL))
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
     if (rc == STATUS_OK) { /* a .keras file's layers are found by their class paths */

@@ -165,6 +165,9 @@ int cli_train(int argc, char **argv)
     if (res.resumed_step > 0)
         printf("resumed %s at step %lld; ", job.name ? job.name : path,
                (long long)res.resumed_step);
+    if (res.optimizer_from >= 0)
+        printf("its optimizer went on from iteration %lld of %s; ", (long long)res.optimizer_from,
+               job.init_from);
     printf("trained %s: %lld steps, %lld epochs in %.1f s (%.0f examples/s); loss %.4f, "
            "accuracy %.4f",
            job.name ? job.name : path, (long long)res.steps, (long long)res.epochs, res.seconds,

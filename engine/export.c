@@ -620,29 +620,54 @@ static keras_tensor_t tensor_of(const model_param_t *p, const float *data)
     return t;
 }
 
-/* The optimizer's slot variables in Keras's order: the two slots of Adam, AdamW, Nadam, Adamax
- * and Ftrl per variable (momentum and velocity, momentum and norm, accumulator and linear), then
- * (AMSGrad) every velocity_hat; RMSprop's velocities, then momentums, then average gradients;
- * SGD's, Adagrad's and Lion's one slot per variable. Nadam's u_product follows its slots. */
-static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *const *slots,
-                             const float *u_product, keras_tensor_t *out)
+/* Adam, AdamW, Nadam, Adamax and Ftrl keep their first two slots per variable (momentum and
+ * velocity, momentum and norm, accumulator and linear), then (AMSGrad) every velocity_hat;
+ * RMSprop its velocities, then momentums, then average gradients; SGD, Adagrad and Lion one
+ * slot per variable. */
+size_t export_optimizer_order(const optimizer_config_t *o, model_t *m, size_t *param, size_t *slot)
 {
     size_t n = model_param_count(m), k = optimizer_slot_count(o), count = 0;
     bool interleave = o->kind == OPTIMIZER_ADAM || o->kind == OPTIMIZER_ADAMW ||
                       o->kind == OPTIMIZER_NADAM || o->kind == OPTIMIZER_ADAMAX ||
                       o->kind == OPTIMIZER_FTRL;
 
-    /* Keras's optimizer holds slots for the trainable variables only (no moving statistics) */
     if (interleave)
         for (size_t i = 0; i < n; i++)
-            for (size_t s = 0; s < 2 && !model_param(m, i)->moving; s++)
-                out[count++] = tensor_of(model_param(m, i), slots[i] + s * model_param(m, i)->n);
+            for (size_t s = 0; s < 2 && !model_param(m, i)->moving; s++, count++) {
+                param[count] = i;
+                slot[count] = s;
+            }
     for (size_t s = interleave ? 2 : 0; s < k; s++)
         for (size_t i = 0; i < n; i++)
-            if (!model_param(m, i)->moving)
-                out[count++] = tensor_of(model_param(m, i), slots[i] + s * model_param(m, i)->n);
+            if (!model_param(m, i)->moving) {
+                param[count] = i;
+                slot[count++] = s;
+            }
+    return count;
+}
+
+/* The optimizer's variables for model.weights.h5: its slots in Keras's order, then Nadam's
+ * u_product. out holds model_param_count * OPTIMIZER_MAX_SLOTS + 1. SIZE_MAX: out of memory. */
+static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *const *slots,
+                             const float *u_product, keras_tensor_t *out)
+{
+    size_t cap = model_param_count(m) * OPTIMIZER_MAX_SLOTS + 1;
+    size_t *param = calloc(cap, sizeof(*param)), *slot = calloc(cap, sizeof(*slot)), count = 0;
+
+    if (param == NULL || slot == NULL) {
+        free(param);
+        free(slot);
+        return SIZE_MAX;
+    }
+    count = export_optimizer_order(o, m, param, slot);
+    for (size_t j = 0; j < count; j++) {
+        const model_param_t *p = model_param(m, param[j]);
+        out[j] = tensor_of(p, slots[param[j]] + slot[j] * p->n);
+    }
     if (o->kind == OPTIMIZER_NADAM)
         out[count++] = (keras_tensor_t){.rank = 0, .data = u_product};
+    free(param);
+    free(slot);
     return count;
 }
 
@@ -726,7 +751,8 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
             a.n_optimizer_vars = optimizer_vars(&o, st->model, st->slots, &u_product, opt);
         a.optimizer_vars = opt;
         snprintf(path, sizeof(path), "%s/model.keras", dir);
-        rc = keras_archive_write(path, &a, err);
+        rc = a.n_optimizer_vars == SIZE_MAX ? status_fail(err, STATUS_NO_MEMORY, "out of memory")
+                                            : keras_archive_write(path, &a, err);
     }
     if (rc == STATUS_OK) {
         snprintf(path, sizeof(path), "%s/model.safetensors", dir);

@@ -203,7 +203,7 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
     while ((steps_limit == 0 || pr->step < steps_limit) && trainer_next(t, &b)) {
         model_stats_t st;
         STATUS_CHECK_GOTO(trainer_step(t, &b, &st, err), rc, out);
-        pr->learning_rate = trainer_learning_rate(t, pr->step);
+        pr->learning_rate = trainer_learning_rate(t, trainer_iterations(t));
         STATUS_CHECK_GOTO(trainer_apply(t, err), rc, out);
         total_examples += st.examples;
         count_step(pr, &st, &b, s->sums, t0, epoch_t0);
@@ -350,13 +350,140 @@ static status_t apply_init_weights(init_weights_t *w, model_t *m, status_msg_t *
     return rc;
 }
 
-status_t train_init_weights(model_t *m, const char *path, status_msg_t *err)
+/* Optimizer variable i of w's archive, checked to have param p's shape. */
+static status_t check_optimizer_var(const init_weights_t *w, size_t i, const model_param_t *p,
+                                    const char *what, status_msg_t *err)
+{
+    const st_info_t *v = init_weights_optimizer_info(w, i);
+    bool same = v != NULL && v->dtype == ST_F32 && v->rank == p->rank;
+    char theirs[160] = "", ours[160] = "";
+
+    for (int d = 0; same && d < p->rank; d++)
+        same = v->shape[d] == (uint64_t)p->shape[d];
+    if (same)
+        return STATUS_OK;
+    for (int d = 0; v != NULL && d < v->rank; d++)
+        snprintf(theirs + strlen(theirs), sizeof(theirs) - strlen(theirs), "%s%llu", d ? ", " : "",
+                 (unsigned long long)v->shape[d]);
+    for (int d = 0; d < p->rank; d++)
+        snprintf(ours + strlen(ours), sizeof(ours) - strlen(ours), "%s%d", d ? ", " : "",
+                 p->shape[d]);
+    return status_fail(err, STATUS_BAD_CONFIG,
+                       "%s: optimizer variable %zu is %s [%s], but the %s of %s is float32 [%s]: "
+                       "the optimizer of another model (name an optimizer in the job to start "
+                       "a new one)",
+                       w->path, i, v != NULL ? st_dtype_name(v->dtype) : "missing", theirs, what,
+                       p->name, ours);
+}
+
+/* model: {keras: PATH}: the archive optimizer's state, as Keras's load_model restores it: the
+ * iteration count (Keras counts batches under gradient accumulation, Tessera the updates: a
+ * window in progress, whose gradients Keras keeps, starts again), the slots in Keras's order
+ * (export_optimizer_order). The learning rate Keras also keeps is the compile config's (Keras
+ * writes the variable's value there), which the job already has; one that differs is named. An
+ * optimizer Keras never built (a model saved before training) holds no slots and starts anew. */
+static status_t apply_init_optimizer(const init_weights_t *w, trainer_t *t, const job_t *job,
+                                     int64_t *ret_from, status_msg_t *err)
+{
+    const optimizer_config_t *o = trainer_optimizer(t);
+    model_t *m = trainer_model(t);
+    size_t n = init_weights_optimizer_count(w), np = model_param_count(m), trainable = 0;
+    size_t next = 1, cap = np * OPTIMIZER_MAX_SLOTS + 1, count = 0, expect;
+    size_t *param = NULL, *slot = NULL;
+    int k = job->keras_accumulate > 1 ? job->keras_accumulate : 1;
+    const st_info_t *v;
+    int64_t iterations = 0;
+    float lr = 0;
+    status_t rc = STATUS_OK;
+
+    if (init_weights_optimizer_unread(w) != NULL)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: its optimizer's state cannot be read (%s): name an optimizer in "
+                           "the job to start a new one",
+                           w->path, init_weights_optimizer_unread(w));
+    if (n == 0)
+        return STATUS_OK;
+    v = init_weights_optimizer_info(w, 0);
+    if (v->dtype != ST_I64 || v->rank != 0)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: optimizer variable 0 is not an iteration count (an integer)",
+                           w->path);
+    STATUS_CHECK(init_weights_optimizer_read(w, 0, &iterations, err));
+    if (iterations < 0 || iterations > OPTIMIZER_MAX_ITERATIONS)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: the optimizer's iteration count is %lld (from 0 to 2^53)", w->path,
+                           (long long)iterations);
+    if (o->schedule.kind == LR_CONSTANT) { /* else a schedule, which Keras keeps no variable of */
+        v = init_weights_optimizer_info(w, next);
+        if (v == NULL || v->dtype != ST_F32 || v->rank != 0)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: optimizer variable 1 is not a learning rate (a float32 "
+                               "scalar), as a Keras optimizer without a schedule keeps",
+                               w->path);
+        STATUS_CHECK(init_weights_optimizer_read(w, next++, &lr, err));
+        if (lr != (float)o->schedule.lr)
+            LOG_WARNING(TRAIN,
+                        "%s: the optimizer's learning rate variable is %g, its compile config "
+                        "says %g: training goes on at the compile config's",
+                        w->path, (double)lr, o->schedule.lr);
+    }
+    for (size_t i = 0; i < np; i++)
+        trainable += !model_param(m, i)->moving;
+    if ((param = calloc(cap, sizeof(*param))) == NULL ||
+        (slot = calloc(cap, sizeof(*slot))) == NULL) {
+        free(param);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    count = export_optimizer_order(o, m, param, slot);
+    expect = (k > 1 ? trainable : 0) + count + (o->kind == OPTIMIZER_NADAM);
+    if (n - next != expect && (n - next != 0 || (iterations > 0 && expect > 0)))
+        rc = status_fail(err, STATUS_BAD_CONFIG,
+                         "%s: its optimizer holds %zu variables after the iteration count%s, "
+                         "%s over this model keeps %zu: the optimizer of another model (name an "
+                         "optimizer in the job to start a new one)",
+                         w->path, n - next, next > 1 ? " and learning rate" : "",
+                         optimizer_keras_name(o->kind), expect);
+    if (rc == STATUS_OK && n - next == expect) {
+        /* Keras's gradient accumulators come first: the window in progress is dropped */
+        for (size_t i = 0, j = 0; k > 1 && i < np && rc == STATUS_OK; i++)
+            if (!model_param(m, i)->moving)
+                rc = check_optimizer_var(w, next + j++, model_param(m, i), "gradient accumulator",
+                                         err);
+        if (k > 1)
+            next += trainable;
+        if (rc == STATUS_OK && k > 1 && iterations % k != 0)
+            LOG_WARNING(TRAIN,
+                        "%s: %lld batches of a window of gradient_accumulation_steps %d were "
+                        "accumulated when it was saved; training starts a new window",
+                        w->path, (long long)(iterations % k), k);
+        for (size_t j = 0; j < count && rc == STATUS_OK; j++)
+            rc = check_optimizer_var(w, next + j, model_param(m, param[j]), "optimizer slot", err);
+        for (size_t j = 0; j < count && rc == STATUS_OK; j++)
+            rc = init_weights_optimizer_read(
+                w, next + j, trainer_slots(t, param[j]) + slot[j] * model_param(m, param[j])->n,
+                err);
+    }
+    free(param);
+    free(slot);
+    if (rc == STATUS_OK) {
+        trainer_set_updates(t, iterations / k);
+        *ret_from = iterations / k;
+        LOG_INFO(TRAIN, "%s: the optimizer goes on from iteration %lld", w->path,
+                 (long long)(iterations / k));
+    }
+    return rc;
+}
+
+status_t train_init_weights(trainer_t *t, const job_t *job, const char *path, status_msg_t *err)
 {
     init_weights_t w = {0};
     status_t rc = init_weights_open(path, &w, err);
 
     if (rc == STATUS_OK)
-        rc = apply_init_weights(&w, m, err);
+        rc = apply_init_weights(&w, trainer_model(t), err);
+    int64_t from;
+    if (rc == STATUS_OK && job->init_optimizer && trainer_keeps_optimizer(t))
+        rc = apply_init_optimizer(&w, t, job, &from, err);
     init_weights_close(&w);
     return rc;
 }
@@ -379,6 +506,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
 
     memset(ret, 0, sizeof(*ret));
     ret->test_loss = ret->test_accuracy = NAN;
+    ret->optimizer_from = -1;
     for (int i = 0; i < JOB_MAX_METRICS; i++)
         ret->test_metrics[i] = NAN;
     s.metric_sums = calloc(job->metric_width + 1, sizeof(double));
@@ -417,6 +545,8 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
         rc = apply_init_weights(&w, trainer_model(t), err);
         if (rc == STATUS_OK)
             LOG_INFO(TRAIN, "starting from the weights in %s", init);
+        if (rc == STATUS_OK && job->init_optimizer && opts->init_from == NULL)
+            rc = apply_init_optimizer(&w, t, job, &ret->optimizer_from, err);
     }
     init_weights_close(&w);
     ckpt_manifest_free(&m);

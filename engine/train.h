@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "files/tensorboard.h"
 #include "model.h"
+#include "trainer.h"
 
 typedef struct train_opts {
     int threads;           /* compute threads (large GEMMs are split over them) */
@@ -45,6 +46,9 @@ typedef struct train_result {
     int64_t steps;        /* the step training ended at */
     int64_t steps_run;    /* by this run (fewer when resumed) */
     int64_t resumed_step; /* the checkpoint's step this run resumed from; 0: none */
+    /* model: {keras: PATH}: the iteration of the archive's optimizer the run went on from (its
+     * state restored); -1: none */
+    int64_t optimizer_from;
     int64_t epochs;
     double loss, accuracy;           /* last epoch's training means */
     double test_loss, test_accuracy; /* last evaluation; NaN without a test split */
@@ -55,9 +59,10 @@ typedef struct train_result {
 } train_result_t;
 
 /* Starting weights (init_from): the file's variables (Keras .weights.h5 or .keras, or
- * safetensors) checked against the model's by name and shape, then copied in; an error names
- * the file and what differs. */
-status_t train_init_weights(model_t *m, const char *path, status_msg_t *err);
+ * safetensors) checked against the model's by name and shape, then copied into t's model; an
+ * error names the file and what differs. With job->init_optimizer (model: {keras: PATH} and
+ * its optimizer), the archive optimizer's state too, when t keeps the optimizer's slots. */
+status_t train_init_weights(trainer_t *t, const job_t *job, const char *path, status_msg_t *err);
 
 /* Trains the job in this process. cb (may be NULL) sees every step and every epoch's end.
  *

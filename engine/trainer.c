@@ -578,6 +578,7 @@ static float momentum_power(float m, int batches)
 
 bool trainer_close_window(trainer_t *t)
 {
+    t->moving_batches = 0;
     if (t->acc == NULL || t->acc_count == 0)
         return false;
     for (size_t i = 0; i < model_param_count(t->model); i++) {
@@ -585,7 +586,9 @@ bool trainer_close_window(trainer_t *t)
         /* a moving statistic: the batches' statistics weighted as their updates would weigh
          * them, a mean, which the window's update takes as that many updates (update_moving;
          * a parameter server as one) */
-        float left = p->moving ? 1 - momentum_power(p->momentum, t->acc_count) : 0;
+        float left = !p->moving          ? 0
+                     : t->acc_count == 1 ? p->rest /* what update_moving takes */
+                                         : 1 - momentum_power(p->momentum, t->acc_count);
         float inv = !p->moving ? (float)(1.0 / t->acc_examples) : left > 0 ? 1 / left : 0;
         for (size_t k = 0; k < p->n; k++) {
             p->grad[k] = t->acc[i][k] * inv;
@@ -604,6 +607,7 @@ void trainer_drop_window(trainer_t *t)
         memset(t->acc[i], 0, model_param(t->model, i)->n * sizeof(float));
     t->acc_count = 0;
     t->acc_examples = 0;
+    t->moving_batches = 0;
 }
 
 int trainer_window_batches(const trainer_t *t)
@@ -724,6 +728,11 @@ status_t trainer_update(trainer_t *t, status_msg_t *err)
     return STATUS_OK;
 }
 
+bool trainer_keeps_optimizer(const trainer_t *t)
+{
+    return t->slots != NULL;
+}
+
 const optimizer_config_t *trainer_optimizer(const trainer_t *t)
 {
     return &t->opt;
@@ -739,11 +748,16 @@ int64_t trainer_iterations(const trainer_t *t)
     return t->applied != NULL ? t->applied[0] : 0;
 }
 
+void trainer_set_updates(trainer_t *t, int64_t n)
+{
+    for (size_t i = 0; t->applied != NULL && i < model_param_count(t->model); i++)
+        t->applied[i] = n;
+}
+
 void trainer_set_iterations(trainer_t *t, int64_t n)
 {
     t->steps = n;
-    for (size_t i = 0; t->applied != NULL && i < model_param_count(t->model); i++)
-        t->applied[i] = n;
+    trainer_set_updates(t, n);
 }
 
 double trainer_learning_rate(const trainer_t *t, int64_t step)

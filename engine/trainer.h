@@ -117,10 +117,13 @@ status_t trainer_apply(trainer_t *t, status_msg_t *err);
  * them, laid end to end; NULL without opts.optimizer). */
 const optimizer_config_t *trainer_optimizer(const trainer_t *t);
 float *trainer_slots(trainer_t *t, size_t param);
+bool trainer_keeps_optimizer(const trainer_t *t); /* opts.optimizer was set */
 
 /* Updates applied so far (Adam's bias correction counts them); a restored checkpoint sets it. */
 int64_t trainer_iterations(const trainer_t *t);
 void trainer_set_iterations(trainer_t *t, int64_t n);
+/* The updates alone (an optimizer's state from elsewhere): the steps counted here stay. */
+void trainer_set_updates(trainer_t *t, int64_t n);
 
 /* The job optimizer's learning rate at step `step` (0-based). */
 double trainer_learning_rate(const trainer_t *t, int64_t step);

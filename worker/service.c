@@ -221,7 +221,7 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
             rc = resume_newest(j, err);
         /* starting weights, unless a checkpoint's were restored; every worker reads the file */
         if (rc == STATUS_OK && sync && j->job.init_from != NULL && j->resumed.len == 0) {
-            rc = train_init_weights(trainer_model(j->trainer), j->job.init_from, err);
+            rc = train_init_weights(j->trainer, &j->job, j->job.init_from, err);
             if (rc == STATUS_OK)
                 LOG_INFO(WORKER, "job %s: starting from the weights in %s", j->id,
                          j->job.init_from);

@@ -47,7 +47,44 @@ status_t init_weights_open(const char *path, init_weights_t *w, status_msg_t *er
     rc = keras_archive_read_weights(path, file, err);
     if (rc == STATUS_OK)
         rc = st_open(file, &w->file, err);
+    /* in one pass: the child names them KERAS_OPTIMIZER_PREFIX "/0", "/1", ... */
+    for (size_t i = 0; rc == STATUS_OK && i < st_count(w->file); i++)
+        w->n_optimizer += strncmp(st_info(w->file, i)->name, KERAS_OPTIMIZER_PREFIX "/",
+                                  sizeof(KERAS_OPTIMIZER_PREFIX)) == 0;
     return rc;
+}
+
+const st_info_t *init_weights_optimizer_info(const init_weights_t *w, size_t i)
+{
+    char name[64];
+
+    if (!w->keras)
+        return NULL;
+    snprintf(name, sizeof(name), "%s/%zu", KERAS_OPTIMIZER_PREFIX, i);
+    return st_find(w->file, name);
+}
+
+size_t init_weights_optimizer_count(const init_weights_t *w)
+{
+    return w->n_optimizer;
+}
+
+const char *init_weights_optimizer_unread(const init_weights_t *w)
+{
+    return w->keras ? st_metadata(w->file, KERAS_OPTIMIZER_UNREAD) : NULL;
+}
+
+status_t init_weights_optimizer_read(const init_weights_t *w, size_t i, void *out,
+                                     status_msg_t *err)
+{
+    const st_info_t *t = i < w->n_optimizer ? init_weights_optimizer_info(w, i) : NULL;
+
+    if (t == NULL)
+        return status_fail(err, STATUS_INTERNAL, "%s: no optimizer variable %zu", w->path, i);
+    STATUS_CHECK(st_read(w->file, t, out, err));
+    return t->dtype == ST_F32
+               ? ckpt_check_floats(w->path, t->name, out, (size_t)t->elements, false, err)
+               : STATUS_OK;
 }
 
 void init_weights_close(init_weights_t *w)
@@ -112,10 +149,10 @@ status_t init_weights_check(const init_weights_t *w, const st_tensor_t *vars, si
 {
     char name[160];
 
-    if (st_count(w->file) != n)
+    if (st_count(w->file) - w->n_optimizer != n)
         return status_fail(err, STATUS_BAD_CONFIG,
                            "%s holds %zu variables, the model %zu: the weights of another model",
-                           w->path, st_count(w->file), n);
+                           w->path, st_count(w->file) - w->n_optimizer, n);
     for (size_t i = 0; i < n; i++) {
         const st_tensor_t *v = &vars[i];
         const st_info_t *t;

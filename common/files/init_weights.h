@@ -26,6 +26,7 @@ typedef struct init_weights {
     /* init_weights_map_layers: a .keras file's path of each named layer */
     const char *const *layer_names, *const *layer_paths;
     size_t n_layers;
+    size_t n_optimizer; /* a .keras archive's optimizer variables (init_weights_optimizer_*) */
 } init_weights_t;
 
 /* Opens the file (a .keras archive is unpacked in a child process, see
@@ -47,6 +48,18 @@ status_t init_weights_check(const init_weights_t *w, const st_tensor_t *vars, si
  * (DATA_LOSS naming the file and tensor: HDF5 keeps no checksums). */
 status_t init_weights_read(const init_weights_t *w, const st_tensor_t *vars, size_t n, size_t i,
                            float *out, status_msg_t *err);
+
+/* A .keras archive's optimizer variables, in Keras's order (what its load_model restores): the
+ * iteration count (int64 scalar), the learning rate (a float32 scalar, unless a schedule sets
+ * it), then the slots (Keras's order, export.h); none for a safetensors file, or an archive of
+ * an uncompiled model. init_weights_optimizer_read reads variable i into out as its dtype,
+ * refusing NaN and infinities. */
+size_t init_weights_optimizer_count(const init_weights_t *w);
+/* Why the archive's optimizer variables could not be read (they are then left out), or NULL. */
+const char *init_weights_optimizer_unread(const init_weights_t *w);
+const st_info_t *init_weights_optimizer_info(const init_weights_t *w, size_t i);
+status_t init_weights_optimizer_read(const init_weights_t *w, size_t i, void *out,
+                                     status_msg_t *err);
 
 void init_weights_close(init_weights_t *w); /* NULL-safe, and safe on a zeroed one */
 

@@ -305,12 +305,14 @@ static bool stored_whole(hid_t d, uint64_t n, size_t size)
     return ok && size > 0 && n <= UINT64_MAX / size && H5Dget_storage_size(d) >= n * size;
 }
 
-/* Reads one dataset as float32 into a malloc'd buffer, with its shape. */
-static float *read_dataset(hid_t group, const char *name, st_tensor_t *t, char *why, size_t why_len)
+/* Reads one dataset as float32 into a malloc'd buffer, with its shape and dtype; with
+ * int_scalar, an integer scalar (an optimizer's iteration count) is read as int64. */
+static void *read_dataset(hid_t group, const char *link, const char *name, bool int_scalar,
+                          st_tensor_t *t, char *why, size_t why_len)
 {
-    hid_t d = H5Dopen2(group, name, H5P_DEFAULT), space = -1, type = -1;
+    hid_t d = H5Dopen2(group, link, H5P_DEFAULT), space = -1, type = -1;
     hsize_t dims[ST_MAX_RANK];
-    float *data = NULL;
+    void *data = NULL;
     int rank;
     uint64_t n = 1;
 
@@ -319,6 +321,18 @@ static float *read_dataset(hid_t group, const char *name, st_tensor_t *t, char *
     space = H5Dget_space(d);
     type = H5Dget_type(d);
     rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    if (int_scalar && rank == 0 && type >= 0 && H5Tget_class(type) == H5T_INTEGER) {
+        t->rank = 0;
+        t->dtype = ST_I64;
+        if (!stored_whole(d, 1, H5Tget_size(type)) || (data = malloc(sizeof(int64_t))) == NULL ||
+            H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+            free(data);
+            data = NULL;
+            snprintf(why, why_len, "cannot read dataset %s", name);
+        }
+        goto out;
+    }
+    t->dtype = ST_F32;
     if (rank < 0 || rank > ST_MAX_RANK || type < 0 || H5Tget_class(type) != H5T_FLOAT) {
         snprintf(why, why_len, "dataset %s is not a floating-point array of at most %d dimensions",
                  name, ST_MAX_RANK);
@@ -360,11 +374,56 @@ out:
 typedef struct gathered {
     st_tensor_t *t;
     char **names;
-    float **data;
+    void **data;
     size_t n, cap;
     char *why;
     size_t why_len;
 } gathered_t;
+
+/* The datasets 0, 1, ... of a vars group, named "<prefix>/<i>"; closes vars. The first may be
+ * an integer scalar when first_int is set. */
+static herr_t gather_vars(gathered_t *g, hid_t vars, const char *prefix, bool first_int)
+{
+    for (int i = 0;; i++) {
+        char name[32], full[700];
+        snprintf(name, sizeof(name), "%d", i);
+        if (H5Lexists(vars, name, H5P_DEFAULT) <= 0)
+            break;
+        if (g->n == g->cap) {
+            size_t cap = g->cap ? 2 * g->cap : 64;
+            st_tensor_t *t = realloc(g->t, cap * sizeof(*t));
+            char **names = realloc(g->names, cap * sizeof(*names));
+            void **data = realloc(g->data, cap * sizeof(*data));
+            if (t != NULL)
+                g->t = t;
+            if (names != NULL)
+                g->names = names;
+            if (data != NULL)
+                g->data = data;
+            if (t == NULL || names == NULL || data == NULL) {
+                H5Gclose(vars);
+                return snprintf(g->why, g->why_len, "out of memory"), -1;
+            }
+            g->cap = cap;
+        }
+        memset(&g->t[g->n], 0, sizeof(g->t[g->n]));
+        snprintf(full, sizeof(full), "%s/%d", prefix, i);
+        g->data[g->n] =
+            read_dataset(vars, name, full, first_int && i == 0, &g->t[g->n], g->why, g->why_len);
+        g->names[g->n] = strdup(full);
+        if (g->data[g->n] == NULL || g->names[g->n] == NULL) {
+            free(g->data[g->n]);
+            free(g->names[g->n]);
+            H5Gclose(vars);
+            return -1;
+        }
+        g->t[g->n].name = g->names[g->n];
+        g->t[g->n].data = g->data[g->n];
+        g->n++;
+    }
+    H5Gclose(vars);
+    return 0;
+}
 
 /* One layer's group: its vars/0, vars/1, ... */
 static herr_t gather_layer(hid_t layers, const char *layer, const H5L_info_t *info, void *arg)
@@ -382,44 +441,33 @@ static herr_t gather_layer(hid_t layers, const char *layer, const H5L_info_t *in
     snprintf(path, sizeof(path), "%s/vars", layer);
     if ((vars = H5Gopen2(layers, path, H5P_DEFAULT)) < 0)
         return 0; /* a layer without variables may have no vars group */
-    for (int i = 0;; i++) {
-        char name[32], full[700];
-        snprintf(name, sizeof(name), "%d", i);
-        if (H5Lexists(vars, name, H5P_DEFAULT) <= 0)
-            break;
-        if (g->n == g->cap) {
-            size_t cap = g->cap ? 2 * g->cap : 64;
-            st_tensor_t *t = realloc(g->t, cap * sizeof(*t));
-            char **names = realloc(g->names, cap * sizeof(*names));
-            float **data = realloc(g->data, cap * sizeof(*data));
-            if (t != NULL)
-                g->t = t;
-            if (names != NULL)
-                g->names = names;
-            if (data != NULL)
-                g->data = data;
-            if (t == NULL || names == NULL || data == NULL) {
-                H5Gclose(vars);
-                return snprintf(g->why, g->why_len, "out of memory"), -1;
-            }
-            g->cap = cap;
-        }
-        memset(&g->t[g->n], 0, sizeof(g->t[g->n]));
-        g->data[g->n] = read_dataset(vars, name, &g->t[g->n], g->why, g->why_len);
-        snprintf(full, sizeof(full), "%s/%d", layer, i);
-        g->names[g->n] = strdup(full);
-        if (g->data[g->n] == NULL || g->names[g->n] == NULL) {
-            free(g->data[g->n]);
-            free(g->names[g->n]);
-            H5Gclose(vars);
-            return -1;
-        }
-        g->t[g->n].name = g->names[g->n];
-        g->t[g->n].dtype = ST_F32;
-        g->t[g->n].data = g->data[g->n];
-        g->n++;
+    return gather_vars(g, vars, layer, false);
+}
+
+/* The optimizer's variables (optimizer/vars/0: its iteration count), when it has any. They are
+ * read for a job that goes on with them only: one that cannot be read (a type Tessera does not
+ * read, such as another optimizer's counter) leaves them all out, the reason in *why_not, and
+ * the weights are still read. */
+static herr_t gather_optimizer(hid_t file, gathered_t *g, char *why_not, size_t why_not_len)
+{
+    size_t first = g->n;
+    hid_t vars;
+
+    if (H5Lexists(file, "optimizer", H5P_DEFAULT) <= 0 ||
+        H5Lexists(file, "optimizer/vars", H5P_DEFAULT) <= 0 ||
+        (vars = H5Gopen2(file, "optimizer/vars", H5P_DEFAULT)) < 0)
+        return 0;
+    if (gather_vars(g, vars, KERAS_OPTIMIZER_PREFIX, true) >= 0)
+        return 0;
+    if (strcmp(g->why, "out of memory") == 0)
+        return -1;
+    snprintf(why_not, why_not_len, "%s", g->why);
+    g->why[0] = '\0';
+    for (size_t i = first; i < g->n; i++) {
+        free(g->data[i]);
+        free(g->names[i]);
     }
-    H5Gclose(vars);
+    g->n = first;
     return 0;
 }
 
@@ -429,6 +477,8 @@ int keras_archive_h5_to_safetensors(const char *h5, const char *out_path, char *
     gathered_t g = {.why = why, .why_len = why_len};
     hid_t file, layers;
     status_msg_t err = {0};
+    char why_not[512] = {0};
+    st_meta_t meta = {KERAS_OPTIMIZER_UNREAD, why_not};
     int rc = -1;
 
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -440,8 +490,10 @@ int keras_archive_h5_to_safetensors(const char *h5, const char *out_path, char *
             snprintf(why, why_len, "model.weights.h5 has no layers group");
         } else {
             /* by name: Keras's own order is the config's, which the caller matches by name */
-            if (H5Literate(layers, H5_INDEX_NAME, H5_ITER_INC, NULL, gather_layer, &g) >= 0) {
-                if (st_write_file(out_path, g.t, g.n, NULL, 0, NULL, &err) == STATUS_OK)
+            if (H5Literate(layers, H5_INDEX_NAME, H5_ITER_INC, NULL, gather_layer, &g) >= 0 &&
+                gather_optimizer(file, &g, why_not, sizeof(why_not)) >= 0) {
+                if (st_write_file(out_path, g.t, g.n, why_not[0] ? &meta : NULL, why_not[0] ? 1 : 0,
+                                  NULL, &err) == STATUS_OK)
                     rc = 0;
                 else
                     snprintf(why, why_len, "%s", err.text);

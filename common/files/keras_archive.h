@@ -49,11 +49,19 @@ typedef struct keras_archive {
 /* Writes the archive to path. Errors name the file (STATUS_IO). */
 status_t keras_archive_write(const char *path, const keras_archive_t *a, status_msg_t *err);
 
+#define KERAS_OPTIMIZER_PREFIX "optimizer/vars"
+/* The metadata key that says why the optimizer's variables were left out. */
+#define KERAS_OPTIMIZER_UNREAD "optimizer_unread"
+
 /* The most bytes of model.weights.h5 read from an archive. */
 #define KERAS_MAX_WEIGHTS (8ull << 30)
 
 /* Reads every layer variable of a .keras archive (layers/<layer>/vars/<i>, float32 or float64
- * datasets) into a safetensors file at out_path, named "<layer>/<i>" in layer and index order.
+ * datasets) into a safetensors file at out_path, named "<layer>/<i>" in layer and index order,
+ * and the optimizer's variables (optimizer/vars/<i>: the iteration count as int64, then float
+ * datasets) as KERAS_OPTIMIZER_PREFIX "/<i>", a name no layer variable has (a layer's index is
+ * a number); when one of those cannot be read they are all left out, the reason in the file's
+ * metadata under KERAS_OPTIMIZER_UNREAD, and the weights alone are read.
  *
  * The reading happens in a child process under a memory and time limit, and only the
  * safetensors file it leaves is trusted (after files/safetensors.h's checks): libhdf5 is not

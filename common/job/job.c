@@ -882,9 +882,12 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     STATUS_CHECK(job_tree_get_path(c, root, "init_from", false, &job->init_from));
     /* a Keras archive's model trains on from its weights, with its gradient accumulation,
      * unless the job says otherwise */
-    if (job->model.keras_archive && job->init_from == NULL &&
-        (job->init_from = strdup(job->model.keras_json_path)) == NULL)
-        return status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
+    if (job->model.keras_archive && job->init_from == NULL) {
+        if ((job->init_from = strdup(job->model.keras_json_path)) == NULL)
+            return status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
+        job->init_optimizer = !job_tree_given(job_tree_child(root, "optimizer"));
+        job->keras_accumulate = accumulate;
+    }
     if (accumulate > 1 &&
         !job_tree_given(job_tree_child(job_tree_child(root, "train"), "accumulate_steps")))
         job->accumulate_steps = accumulate;

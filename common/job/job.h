@@ -191,8 +191,14 @@ typedef struct job {
     int64_t checkpoint_every_seconds; /* 0: not by time */
     int checkpoint_keep;              /* the newest this many are kept (default 3) */
     bool resume;                      /* start from the newest checkpoint in checkpoint_dir */
-    char *init_from;      /* starting weights (.keras or .safetensors); NULL: the initializers */
-    uint64_t source_hash; /* FNV-1a of the job file's bytes, for checkpoints */
+    char *init_from; /* starting weights (.keras or .safetensors); NULL: the initializers */
+    /* model: {keras: PATH} starting from the archive's weights with the archive's optimizer:
+     * the optimizer's state is restored too (its iterations, slots and learning rate), as
+     * Keras's load_model restores it; keras_accumulate is that optimizer's
+     * gradient_accumulation_steps (0: none), by which Keras counts iterations in batches */
+    bool init_optimizer;
+    int keras_accumulate;
+    uint64_t source_hash;               /* FNV-1a of the job file's bytes, for checkpoints */
     char *tensorboard_logdir;           /* NULL: no TensorBoard events */
     int64_t tensorboard_update_freq;    /* steps between batch summaries; 0: per epoch */
     int64_t tensorboard_histogram_freq; /* epochs between weight histograms; 0: none */

@@ -154,6 +154,9 @@ size_t optimizer_first_non_finite(const float *v, size_t n);
 
 /* The most slot arrays any optimizer keeps (AMSGrad; centered RMSprop with momentum). */
 #define OPTIMIZER_MAX_SLOTS 3
+/* The most updates an optimizer's state may have counted (2^53: exact in a double, and far from
+ * overflowing the counters it feeds). */
+#define OPTIMIZER_MAX_ITERATIONS (1ll << 53)
 
 /* Upper bounds on the magnitudes a tensor and its slot arrays hold, which a caller keeps across
  * updates so that most updates are proven safe without a dry run. */

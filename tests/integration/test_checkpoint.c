@@ -426,6 +426,72 @@ START_TEST(init_from_loads_exports_and_refuses_damaged_files)
 }
 END_TEST
 
+/* The model a Keras archive (tessera export's model.keras) holds trains on with the optimizer's
+ * state the archive keeps (model: {keras: PATH}, as Keras's load_model restores it): from the
+ * exported checkpoint's iteration, with its Adam slots, exactly as the checkpoint resumed; the
+ * same weights without that state (--init-from) end elsewhere. In order, no Dropout: the data
+ * of the second epoch are the first's. */
+START_TEST(keras_archive_trains_on_with_its_optimizer_state)
+{
+    char dir[512], out_dir[512], path[600], keras[1100], flag[1200], *out = NULL;
+    char *resumed, *from_archive, *weights_only;
+    FILE *f;
+
+    snprintf(dir, sizeof(dir), "%s/opt", harness_tmpdir());
+    snprintf(out_dir, sizeof(out_dir), "%s/opt-export", harness_tmpdir());
+    static const char data[] =
+        "data:\n  batch_size: 32\n  shuffle_buffer: 0\n"
+        "  train: {format: synthetic, kind: classification, examples: 1280, shape: [200], "
+        "classes: 10, seed: 1}\n"
+        "  test: {format: synthetic, kind: classification, examples: 500, shape: [200], "
+        "classes: 10, seed: 2}\n";
+    snprintf(path, sizeof(path), "%s/opt.yaml", harness_tmpdir());
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fprintf(f,
+            "model:\n"
+            "  - {dense: {units: 64, activation: relu}, input_shape: [200]}\n"
+            "  - {dense: {units: 10, activation: softmax}}\n"
+            "loss: sparse_categorical_crossentropy\nmetrics: [accuracy]\n"
+            "optimizer: {adam: {learning_rate: 0.002}}\n%s"
+            "train: {epochs: 1}\ncheckpoint: {dir: %s}\n",
+            data, dir);
+    fclose(f);
+    ck_assert_int_eq(train(path, NULL, &out), 0);
+    free(out);
+    ck_assert_int_eq(export_job(path, out_dir, NULL, &out), 0);
+    free(out);
+    /* the checkpoint resumed for a second epoch */
+    char *argv[] = {
+        (char *)harness_program("tessera"), "train", path, "--resume", "--epochs", "2", NULL};
+    ck_assert_int_eq(harness_run(argv, NULL, NULL, 120000, &out), 0);
+    ck_assert_msg(strstr(out, "resumed") != NULL, "%s", out);
+    resumed = result_of(out);
+    free(out);
+    /* the exported archive alone, one epoch */
+    snprintf(keras, sizeof(keras), "%s/model.keras", out_dir);
+    snprintf(path, sizeof(path), "%s/opt-keras.yaml", harness_tmpdir());
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fprintf(f, "model: {keras: %s}\n%strain: {epochs: 1}\n", keras, data);
+    fclose(f);
+    ck_assert_int_eq(train(path, NULL, &out), 0);
+    ck_assert_msg(strstr(out, "its optimizer went on from iteration 40 of") != NULL, "%s", out);
+    from_archive = result_of(out);
+    free(out);
+    snprintf(flag, sizeof(flag), "--init-from=%s", keras);
+    ck_assert_int_eq(train(path, flag, &out), 0);
+    ck_assert_msg(strstr(out, "its optimizer went on") == NULL, "%s", out);
+    weights_only = result_of(out);
+    free(out);
+    ck_assert_msg(strcmp(from_archive, resumed) == 0, "from the archive: %s\nresumed: %s",
+                  from_archive, resumed);
+    ck_assert_msg(strcmp(weights_only, resumed) != 0, "a fresh optimizer ends as resumed: %s",
+                  weights_only);
+    free(resumed);
+    free(from_archive);
+    free(weights_only);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("checkpoint");
@@ -438,6 +504,7 @@ int main(void)
     tcase_add_test(tc, damaged_or_foreign_checkpoints_are_refused_by_name);
     tcase_add_test(tc, export_writes_both_files_or_says_why_not);
     tcase_add_test(tc, init_from_loads_exports_and_refuses_damaged_files);
+    tcase_add_test(tc, keras_archive_trains_on_with_its_optimizer_state);
     suite_add_tcase(s, tc);
     return check_run(s, CK_FORK);
 }
