@@ -236,6 +236,7 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddNumberToObject(c, "epsilon", l->epsilon);
         cJSON_AddBoolToObject(c, "center", l->center);
         cJSON_AddBoolToObject(c, "scale", l->scale_gamma);
+        cJSON_AddBoolToObject(c, "synchronized", l->synchronized);
         break;
     case JOB_LAYER_RELU:
         if (isnan(l->max_value))

@@ -252,6 +252,33 @@ model_param_t *model_param(model_t *m, size_t i)
     return i < m->n_params ? &m->params[i] : NULL;
 }
 
+static bool synchronized_bn(const layer_t *l)
+{
+    return l->spec.kind == JOB_LAYER_BATCH_NORMALIZATION && l->spec.synchronized;
+}
+
+size_t model_sync_width(const model_t *m)
+{
+    size_t most = 0;
+
+    for (size_t i = 0; i < m->n_layers; i++) {
+        const layer_t *l = &m->layers[i];
+        size_t want = 2 * (size_t)l->in_shape[l->in_rank - 1] + 1; /* two sums a channel, rows */
+        if (synchronized_bn(l) && want > most)
+            most = want;
+    }
+    return most;
+}
+
+void model_set_sync(model_t *m, layer_sync_t *s, int rank)
+{
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (synchronized_bn(&m->layers[i])) {
+            m->layers[i].sync = s;
+            m->layers[i].sync_rank = rank;
+        }
+}
+
 size_t model_bytes(const model_t *m)
 {
     return m->bytes;

@@ -43,6 +43,11 @@ struct model {
     size_t alloc_bytes, alloc_count; /* its size */
 };
 
+/* synchronized BatchNormalization: the doubles its layers exchange at once at most (0: the model
+ * has none), and the exchange of a set of local replicas, this model being replica `rank`. */
+size_t model_sync_width(const model_t *m);
+void model_set_sync(model_t *m, layer_sync_t *s, int rank);
+
 /* Decides how the last activation meets the loss; rejects combinations that make no sense. */
 status_t model_check_loss(model_t *m, status_msg_t *err);
 

@@ -8,7 +8,69 @@
 #include <string.h>
 
 #include "blas.h"
+#include "model_internal.h"
 #include "spin.h"
+
+/* synchronized BatchNormalization's exchange (layer.h): each replica with examples writes its
+ * sums in its row, all wait, each adds the rows up in replica order, all wait again (so that no
+ * row is written before every replica has read it). A replica that fails its step aborts it:
+ * the others return false instead of waiting for sums that never come. */
+struct layer_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int parties; /* this step's replicas with examples */
+    int arrived;
+    unsigned generation;
+    bool aborted;
+    double *rows; /* a row of width doubles per replica */
+    size_t width;
+};
+
+static bool sync_wait(layer_sync_t *s)
+{
+    bool ok;
+
+    pthread_mutex_lock(&s->mu);
+    unsigned g = s->generation;
+    if (s->aborted) {
+        ok = false;
+    } else if (++s->arrived == s->parties) {
+        s->arrived = 0;
+        s->generation++;
+        pthread_cond_broadcast(&s->cv);
+        ok = true;
+    } else {
+        while (s->generation == g && !s->aborted)
+            pthread_cond_wait(&s->cv, &s->mu);
+        ok = s->generation != g;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+bool layer_sync_sum(layer_sync_t *s, int rank, double *vals, size_t len)
+{
+    if (len > s->width)
+        return false;
+    memcpy(s->rows + (size_t)rank * s->width, vals, len * sizeof(double));
+    if (!sync_wait(s))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        double sum = 0;
+        for (int q = 0; q < s->parties; q++) /* the replicas with examples come first */
+            sum += s->rows[(size_t)q * s->width + i];
+        vals[i] = sum;
+    }
+    return sync_wait(s);
+}
+
+static void sync_abort(layer_sync_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->aborted = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
 
 typedef struct replica {
     struct replicas *set;
@@ -54,6 +116,7 @@ struct replicas {
     int64_t *cat_index;
     float *cat_grad;
     struct row_ref *refs;
+    layer_sync_t *sync; /* synchronized BatchNormalization's; NULL: none in the model */
     /* the task: a step (fn NULL), or fn(arg, q, n) on every replica q */
     replicas_fn fn;
     void *arg;
@@ -108,6 +171,8 @@ static void run_slice(replica_t *p)
     p->rc = STATUS_OK;
     if (p->n > 0) {
         p->rc = model_train_slice(p->model, p->x, p->y, p->n, r->m, &p->st, &p->err);
+        if (p->rc != STATUS_OK && r->sync != NULL) /* nobody waits for its sums */
+            sync_abort(r->sync);
     }
     /* the barrier: every replica's gradients are made before any is summed */
     SPIN_HAPPENS_BEFORE(&r->slicing);
@@ -198,6 +263,13 @@ void replicas_free(replicas_t *r)
     free(r->cat_index);
     free(r->cat_grad);
     free(r->refs);
+    if (r->sync != NULL) {
+        model_set_sync(r->first, NULL, 0); /* replica 0 outlives the set */
+        pthread_mutex_destroy(&r->sync->mu);
+        pthread_cond_destroy(&r->sync->cv);
+        free(r->sync->rows);
+        free(r->sync);
+    }
     pthread_cond_destroy(&r->go);
     pthread_cond_destroy(&r->done);
     pthread_cond_destroy(&r->sliced);
@@ -302,6 +374,24 @@ bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index,
     return true;
 }
 
+/* The exchange of synchronized BatchNormalization, every replica's layers pointed at it. */
+static status_t make_sync(replicas_t *r, size_t width, status_msg_t *err)
+{
+    layer_sync_t *s = calloc(1, sizeof(*s));
+
+    if (s == NULL || (s->rows = calloc((size_t)r->n * width, sizeof(double))) == NULL) {
+        free(s);
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->width = width;
+    r->sync = s;
+    for (int q = 0; q < r->n; q++)
+        model_set_sync(r->reps[q].model, s, q);
+    return STATUS_OK;
+}
+
 status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, uint64_t max_bytes,
                       replicas_t **ret, status_msg_t *err)
 {
@@ -347,6 +437,8 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
             }
         }
     }
+    if (rc == STATUS_OK && model_sync_width(first) > 0)
+        rc = make_sync(r, model_sync_width(first), err);
     sigfillset(&all); /* signals belong to the main thread */
     pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int i = 1; i < n && rc == STATUS_OK; i++) {
@@ -427,6 +519,13 @@ status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_
         model_set_draw_key(r->reps[q].model, model_draw_key(b->epoch, b->index, q));
     }
     r->m = m;
+    if (r->sync != NULL) { /* nobody waits in it between steps */
+        r->sync->parties = 0;
+        for (int q = 0; q < r->n; q++)
+            r->sync->parties += r->reps[q].n > 0;
+        r->sync->arrived = 0;
+        r->sync->aborted = false;
+    }
     atomic_store(&r->slicing, r->n);
     run_all(r);
     for (int q = 0; q < r->n; q++) {
@@ -440,9 +539,11 @@ status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_
             own[k] = 0;
         }
     }
-    for (int q = 0; q < r->n; q++)
-        if (r->reps[q].rc != STATUS_OK)
-            return status_fail(err, r->reps[q].rc, "replica %d: %s", q, r->reps[q].err.text);
+    /* the first failure by replica order, not one that only says another replica failed */
+    for (int pass = 0; pass < 2; pass++)
+        for (int q = 0; q < r->n; q++)
+            if (r->reps[q].rc != STATUS_OK && (pass == 1 || r->reps[q].rc != STATUS_CANCELLED))
+                return status_fail(err, r->reps[q].rc, "replica %d: %s", q, r->reps[q].err.text);
     gather_rows(r);
     return STATUS_OK;
 }

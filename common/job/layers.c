@@ -394,6 +394,7 @@ static status_t read_batch_normalization(job_layer_reader_t *r, job_layer_t *l,
     STATUS_CHECK(r->ops->get_number(r, "momentum", false, &l->momentum));
     if (!(l->momentum >= 0 && l->momentum <= 1))
         return r->ops->invalid(r, "momentum", "a number from 0 to 1");
+    STATUS_CHECK(r->ops->get_bool(r, "synchronized", &l->synchronized));
     STATUS_CHECK(read_layer_normalization(r, l, ret_input_length));
     STATUS_CHECK(r->ops->get_init(r, "moving_mean_initializer", &l->moving_mean_init));
     return r->ops->get_init(r, "moving_variance_initializer", &l->moving_variance_init);
@@ -482,6 +483,7 @@ static const char *const repeat_keys[] = {"n"};
 static const char *const concatenate_keys[] = {"axis"};
 static const char *const batch_norm_keys[] = {"axis",
                                               "momentum",
+                                              "synchronized",
                                               "epsilon",
                                               "center",
                                               "scale",
@@ -490,11 +492,15 @@ static const char *const batch_norm_keys[] = {"axis",
                                               "moving_mean_initializer",
                                               "moving_variance_initializer"};
 static const job_keras_key_t batch_norm_fixed[] = {
-    {"gamma_regularizer", JOB_KERAS_NULL},  {"beta_regularizer", JOB_KERAS_NULL},
-    {"gamma_constraint", JOB_KERAS_NULL},   {"beta_constraint", JOB_KERAS_NULL},
-    {"synchronized", JOB_KERAS_FALSE},      {"renorm", JOB_KERAS_FALSE},
-    {"renorm_clipping", JOB_KERAS_NULL},    {"renorm_momentum", JOB_KERAS_IGNORED},
-    {"virtual_batch_size", JOB_KERAS_NULL}, {"adjustment", JOB_KERAS_NULL},
+    {"gamma_regularizer", JOB_KERAS_NULL},
+    {"beta_regularizer", JOB_KERAS_NULL},
+    {"gamma_constraint", JOB_KERAS_NULL},
+    {"beta_constraint", JOB_KERAS_NULL},
+    {"renorm", JOB_KERAS_FALSE},
+    {"renorm_clipping", JOB_KERAS_NULL},
+    {"renorm_momentum", JOB_KERAS_IGNORED},
+    {"virtual_batch_size", JOB_KERAS_NULL},
+    {"adjustment", JOB_KERAS_NULL},
     {"fused", JOB_KERAS_IGNORED},
 };
 static const char *const layer_norm_keys[] = {"epsilon", "center", "scale", "gamma_initializer",

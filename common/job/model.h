@@ -175,6 +175,9 @@ typedef struct job_layer {
     job_constraint_t pointwise_constraint;
     int axis;        /* concatenate, batch_normalization: Keras's axis, the batch's counted */
     double momentum; /* batch_normalization: of the moving statistics (Keras: 0.99) */
+    /* batch_normalization: the statistics of the whole global batch, over every replica
+     * (Keras's synchronized); one replica's batch is the whole one elsewhere */
+    bool synchronized;
     job_init_t moving_mean_init, moving_variance_init; /* batch_normalization */
     /* What the layer reads, in a Functional model's graph: inputs[k] is an earlier layer's index
      * or JOB_INPUT_MODEL. n_inputs 0: the layer before it, or the model's input for the first

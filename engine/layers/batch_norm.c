@@ -83,6 +83,7 @@ typedef struct bn_job {
     size_t c, rows;
     const float *gamma, *beta, *dy;
     float *dx;
+    float n; /* the rows the input gradient's statistics are over */
 } bn_job_t;
 
 static void span(size_t n, int part, int parts, size_t *ret_lo, size_t *ret_hi)
@@ -91,27 +92,64 @@ static void span(size_t n, int part, int parts, size_t *ret_lo, size_t *ret_hi)
     *ret_hi = n * (size_t)(part + 1) / (size_t)parts;
 }
 
-/* The batch's mean and biased variance per channel, summed in double row by row. */
-static void stats_part(void *arg, int part, int parts)
+/* The batch's sums per channel, in double row by row. */
+static void sum_part(void *arg, int part, int parts)
 {
     const bn_job_t *j = arg;
     size_t c = j->c, rows = j->rows, lo, hi;
-    double *sum = j->l->sums, *sq = j->l->sums + c;
+    double *sum = j->l->sums;
     const float *in = j->l->in; /* locals: the stores below may not alias them */
 
     span(c, part, parts, &lo, &hi);
     for (size_t i = lo; i < hi; i++)
-        sum[i] = sq[i] = 0;
+        sum[i] = 0;
     for (size_t r = 0; r < rows; r++)
         for (size_t i = lo; i < hi; i++)
             sum[i] += in[r * c + i];
+}
+
+/* The squared distances from the mean (in sums[0..c)) per channel, summed the same way. */
+static void squares_part(void *arg, int part, int parts)
+{
+    const bn_job_t *j = arg;
+    size_t c = j->c, rows = j->rows, lo, hi;
+    const double *mean = j->l->sums;
+    double *sq = j->l->sums + c;
+    const float *in = j->l->in;
+
+    span(c, part, parts, &lo, &hi);
     for (size_t i = lo; i < hi; i++)
-        sum[i] /= (double)rows; /* the mean */
+        sq[i] = 0;
     for (size_t r = 0; r < rows; r++)
         for (size_t i = lo; i < hi; i++) {
-            double d = (double)in[r * c + i] - sum[i];
+            double d = (double)in[r * c + i] - mean[i];
             sq[i] += d * d;
         }
+}
+
+/* The mean (into sums[0..c)) and the summed squared distances from it (sums[c..2c)) per
+ * channel, and the rows they are over: this batch's, or with l->sync the global batch's over
+ * every local replica (each sum added up over them, so every replica normalizes by the same
+ * statistics). false when another replica failed this step. */
+static bool batch_stats(layer_t *l, bn_job_t *j, double *ret_rows)
+{
+    size_t c = j->c;
+    double *sums = l->sums, rows = (double)j->rows;
+
+    blas_parallel(sum_part, j, j->rows * c);
+    if (l->sync != NULL) {
+        sums[c] = rows;
+        if (!layer_sync_sum(l->sync, l->sync_rank, sums, c + 1))
+            return false;
+        rows = sums[c];
+    }
+    for (size_t i = 0; i < c; i++)
+        sums[i] /= rows; /* the mean */
+    blas_parallel(squares_part, j, 2 * j->rows * c);
+    if (l->sync != NULL && !layer_sync_sum(l->sync, l->sync_rank, sums + c, c))
+        return false;
+    *ret_rows = rows;
+    return true;
 }
 
 static void normalize_part(void *arg, int part, int parts)
@@ -142,16 +180,18 @@ static status_t bn_forward(layer_t *l, int batch, bool training, status_msg_t *e
                   .rows = rows,
                   .gamma = l->w ? l->w->value : NULL,
                   .beta = l->b ? l->b->value : NULL};
-    double eps = l->spec.epsilon;
+    double eps = l->spec.epsilon, n;
 
-    (void)err;
     if (training) {
         const double *sum = l->sums, *sq = l->sums + c;
-        blas_parallel(stats_part, &j, 2 * rows * c);
+        if (!batch_stats(l, &j, &n))
+            return status_fail(err, STATUS_CANCELLED, "layer %s: another replica failed this step",
+                               l->spec.name);
+        l->sync_rows = n;
         for (size_t i = 0; i < c; i++) {
             l->batch_mean[i] = (float)sum[i];
-            l->batch_var[i] = (float)(sq[i] / (double)rows);
-            l->inv_std[i] = (float)(1.0 / sqrt(sq[i] / (double)rows + eps));
+            l->batch_var[i] = (float)(sq[i] / n);
+            l->inv_std[i] = (float)(1.0 / sqrt(sq[i] / n + eps));
         }
     } else {
         const float *mm = bn_moving(l, 0)->value, *mv = bn_moving(l, 1)->value;
@@ -213,7 +253,7 @@ static void input_part(void *arg, int part, int parts)
     size_t c = j->c, lo, hi;
     const double *sums = j->l->sums, *k = sums + 2 * c;
     const float *dy = j->dy, *xhat = j->l->xhat;
-    float *dx = j->dx, n = (float)j->rows;
+    float *dx = j->dx, n = j->n;
 
     span(j->rows, part, parts, &lo, &hi);
     for (size_t r = lo; r < hi; r++)
@@ -229,10 +269,14 @@ static void bn_backward_input(layer_t *l, int batch, const float *dy, float *dx)
     float n = (float)rows;
 
     double *k = l->sums + 2 * c;
+    /* synchronized: the sums and rows of the global batch (a replica that failed fails the
+     * step, whatever is computed here) */
+    if (l->sync != NULL && layer_sync_sum(l->sync, l->sync_rank, l->sums, 2 * c))
+        n = (float)l->sync_rows;
 
     for (size_t i = 0; i < c; i++) /* gamma * inv / N, per channel */
         k[i] = (double)((gamma ? gamma[i] : 1.0f) * l->inv_std[i] / n);
-    bn_job_t j = {.l = l, .c = c, .rows = rows, .dy = dy, .dx = dx};
+    bn_job_t j = {.l = l, .c = c, .rows = rows, .dy = dy, .dx = dx, .n = n};
     blas_parallel(input_part, &j, 3 * rows * c);
 }
 

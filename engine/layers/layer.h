@@ -13,6 +13,13 @@
 #include "backend.h"
 #include "model.h"
 
+/* synchronized BatchNormalization: where the local replicas of a step add up their sums
+ * (replicas.c makes one per set of replicas). layer_sync_sum adds vals[0..len) over every
+ * replica of this step that has examples, in place, the same sums in the same order on each;
+ * false when a replica failed this step (its part never comes), vals then unchanged. */
+typedef struct layer_sync layer_sync_t;
+bool layer_sync_sum(layer_sync_t *s, int rank, double *vals, size_t len);
+
 typedef struct layer {
     job_layer_t spec;
     const backend_t *be;
@@ -52,6 +59,12 @@ typedef struct layer {
     float *batch_mean, *batch_var;
     double *sums; /* BatchNormalization: per-channel sums and factors, 3 a channel */
     float share;
+    /* synchronized BatchNormalization over local replicas: the set's exchange (NULL: this
+     * replica's batch alone), this replica's rank in it, and the rows of the step's global
+     * batch (set by the forward pass) */
+    layer_sync_t *sync;
+    int sync_rank;
+    double sync_rows;
     const float *ins[JOB_MAX_INPUTS];
     int ins_shape[JOB_MAX_INPUTS][JOB_MAX_RANK], ins_rank[JOB_MAX_INPUTS];
     size_t part[JOB_MAX_INPUTS], outer;

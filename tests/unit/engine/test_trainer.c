@@ -411,6 +411,44 @@ START_TEST(replicas_step_as_one_device_does)
 END_TEST
 
 /* The clipping binds: the same jobs without it end elsewhere. */
+/* A BatchNormalization between two Dense layers. */
+#define BN_JOB(strategy, batch, synchronized)                                                      \
+    "strategy: " strategy "\nmodel: [{dense: {units: 16, activation: relu, use_bias: false}, "     \
+    "input_shape: [8]}, "                                                                          \
+    "{batch_normalization: {synchronized: " synchronized "}}, {dense: {units: 4}}]\n"              \
+    "loss: {sparse_categorical_crossentropy: {from_logits: true}}\noptimizer: {adam: "             \
+    "{learning_rate: 0.01}}\ndata: {batch_size: " #batch ", shuffle_buffer: 1000, train: "         \
+    "{format: synthetic, examples: 200, shape: [8], classes: 4}}\n"
+
+/* synchronized BatchNormalization normalizes every replica's slice by the global batch's
+ * statistics (and back-propagates through them): replicas then step as one device does with
+ * that batch, the last partial batch (7 + 4 + 0 examples) included; unsynchronized, each
+ * replica's statistics are its slice's, and they do not. */
+START_TEST(synchronized_batch_normalization_steps_as_one_device_does)
+{
+    job_t j1 = {0}, j2 = {0}, j3 = {0};
+    int n1, n2, n3;
+    trainer_t *one = run_steps(&j1, BN_JOB("one_device", 21, "true"), 1, 0, &n1);
+    trainer_t *synced = run_steps(&j2, BN_JOB("{mirrored: {replicas: 3}}", 7, "true"), 3, 0, &n2);
+    trainer_t *apart = run_steps(&j3, BN_JOB("{mirrored: {replicas: 3}}", 7, "false"), 3, 0, &n3);
+    double d = max_rel_diff(one, synced), d_apart = max_rel_diff(one, apart);
+
+    printf("BatchNormalization over 3 replicas: relative difference %.3g synchronized, %.3g "
+           "not\n",
+           d, d_apart);
+    ck_assert_int_eq(n1, 30);
+    ck_assert_int_eq(n2, 30);
+    ck_assert_msg(d <= 1e-5, "synchronized: relative difference %g", d);
+    ck_assert_msg(d_apart > 100 * d && d_apart > 1e-4, "not synchronized: %g", d_apart);
+    trainer_free(one);
+    trainer_free(synced);
+    trainer_free(apart);
+    job_done(&j1);
+    job_done(&j2);
+    job_done(&j3);
+}
+END_TEST
+
 START_TEST(clipping_changes_the_updates)
 {
     static const char *const pairs[][2] = {
@@ -627,6 +665,7 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, evaluation_runs_the_hook_before_each_batch);
     tcase_add_test(tc, another_shard_reads_as_its_own_trainer_would);
     tcase_add_test(tc, replicas_step_as_one_device_does);
+    tcase_add_test(tc, synchronized_batch_normalization_steps_as_one_device_does);
     tcase_add_test(tc, clipping_changes_the_updates);
     tcase_add_test(tc, accumulated_batches_step_as_one_larger_batch);
     tcase_add_test(tc, slices_of_a_global_batch_sum_to_the_whole_batch);

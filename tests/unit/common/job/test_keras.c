@@ -810,8 +810,6 @@ START_TEST(batch_normalization_parses_in_both_generations)
         ck_assert(m.layers[9].center && !m.layers[9].scale_gamma);
         job_model_done(&m);
     }
-    assert_mutation_rejected("keras3_batchnorm", 2, "synchronized", "true",
-                             "synchronized true is not supported", NULL);
     assert_mutation_rejected("keras3_batchnorm", 2, "renorm", "true",
                              "renorm true is not supported", NULL);
     assert_mutation_rejected("keras3_batchnorm", 2, "momentum", "1.5", "momentum", "0 to 1");
