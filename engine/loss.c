@@ -1,6 +1,7 @@
 /* Losses and accuracy.
  *
- * Losses are reduced like Keras's default (sum over the batch divided by the batch size).
+ * Losses are reduced like Keras's default (sum over the batch divided by the batch size), or
+ * with reduction "sum" summed over the batch.
  * A final softmax under sparse categorical cross-entropy, or a final sigmoid under binary
  * cross-entropy, is folded into the loss and computed from the logits: the same value where the
  * probabilities are representable, stable where they are not. */
@@ -277,7 +278,15 @@ status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy,
     bool logits = (m->fused || m->from_logits) && job_loss_has_accuracy(m->loss);
 
     st->examples = batch;
-    STATUS_CHECK(loss_of(m, out, logits, y, batch, total, dy, st, err));
+    if (m->loss_sum) {
+        /* reduction "sum": the gradient of the batch's sum, and the batch's loss (its sum)
+         * counted once per example, as Keras's epoch loss weighs each batch's by its size */
+        double before = st->loss_sum;
+        STATUS_CHECK(loss_of(m, out, logits, y, batch, 1, dy, st, err));
+        st->loss_sum = before + (st->loss_sum - before) * (double)total;
+    } else {
+        STATUS_CHECK(loss_of(m, out, logits, y, batch, total, dy, st, err));
+    }
     /* the metrics read probabilities, as the loss does; the errors the outputs, as Keras's */
     if (m->metric_sink != NULL && m->n_metrics > 0)
         metrics_update(m->metrics, m->n_metrics, logits ? m->probs : out, out, m->out_len, y, batch,

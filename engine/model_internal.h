@@ -17,6 +17,7 @@ struct model {
     job_loss_kind_t loss;
     double huber_delta; /* huber's delta (model_set_huber_delta; 1 by default) */
     float smoothing;    /* the cross-entropies' label_smoothing (model_set_label_smoothing) */
+    bool loss_sum;      /* reduction "sum" (job_t.loss_sum) */
     bool from_logits;
     bool fused;             /* the last softmax/sigmoid is folded into the loss */
     float *grad_a, *grad_b; /* gradient ping-pong buffers */

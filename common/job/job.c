@@ -88,33 +88,68 @@ bool job_loss_has_accuracy(job_loss_kind_t loss)
            loss == JOB_LOSS_BINARY_CROSSENTROPY || loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY;
 }
 
+/* Keras's reduction of a batch's losses: the mean over the examples (sum_over_batch_size, mean,
+ * mean_with_sample_weight without sample weights) or their sum; none, which leaves them apart,
+ * is refused by name. */
+static status_t parse_reduction(job_ctx_t *c, const job_node_t *opts, job_t *job)
+{
+    static const char *const means[] = {"sum_over_batch_size", "mean", "mean_with_sample_weight"};
+    const job_node_t *r = job_tree_child(opts, "reduction");
+    const char *v = NULL;
+
+    job->loss_sum = false;
+    if (r != NULL && !job_tree_given(r))
+        return job_tree_fail(c, STATUS_BAD_CONFIG, r->line,
+                             "%s.reduction: none (one loss per example, unreduced) is not "
+                             "supported: sum_over_batch_size (the default) or sum",
+                             c->path);
+    STATUS_CHECK(job_tree_get_string(c, opts, "reduction", false, &v));
+    if (v == NULL)
+        return STATUS_OK;
+    for (size_t i = 0; i < JOB_N_OF(means); i++)
+        if (strcmp(v, means[i]) == 0)
+            return STATUS_OK;
+    if (strcmp(v, "sum") == 0) {
+        job->loss_sum = true;
+        return STATUS_OK;
+    }
+    return job_tree_fail(c, STATUS_BAD_CONFIG, r->line,
+                         "%s.reduction: '%s' is not supported: sum_over_batch_size (the default, "
+                         "also mean and mean_with_sample_weight, the same without sample "
+                         "weights) or sum%s",
+                         c->path, v,
+                         strcmp(v, "none") == 0 ? " (none leaves one loss per example)" : "");
+}
+
 static status_t parse_loss(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
-    /* from_logits for every cross-entropy; label_smoothing for the categorical and binary ones
-     * (Keras's SparseCategoricalCrossentropy has none) */
-    static const char *const logit_keys[] = {"from_logits", "label_smoothing"};
+    /* every loss: reduction; from_logits for every cross-entropy; label_smoothing for the
+     * categorical and binary ones (Keras's SparseCategoricalCrossentropy has none) */
+    static const char *const logit_keys[] = {"reduction", "from_logits", "label_smoothing"};
+    static const char *const huber_keys[] = {"reduction", "delta"};
     size_t old = c->path_len;
     const job_node_t *opts;
     int i;
     status_t rc;
 
-    static const char *const huber_keys[] = {"delta"};
     STATUS_CHECK(job_tree_variant(c, n, "loss", loss_names, JOB_N_OF(loss_names), true, &i, &opts));
     job->loss = loss_kinds[i];
     job->huber_delta = 1.0;
     if (job->loss == JOB_LOSS_HUBER) {
-        rc = job_tree_check_map(c, opts, huber_keys, 1, true);
+        rc = job_tree_check_map(c, opts, huber_keys, 2, true);
         if (rc == STATUS_OK)
             rc = job_tree_get_double(c, opts, "delta", false, &job->huber_delta);
         if (rc == STATUS_OK && !(job->huber_delta > 0))
             rc = job_tree_fail(c, STATUS_BAD_CONFIG, opts->line, "%s: delta must be > 0, got %g",
                                c->path, job->huber_delta);
     } else {
-        size_t keys = job->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? 1
-                      : job_loss_has_accuracy(job->loss)                    ? 2
-                                                                            : 0;
+        size_t keys = job->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? 2
+                      : job_loss_has_accuracy(job->loss)                    ? 3
+                                                                            : 1;
         rc = job_tree_check_map(c, opts, logit_keys, keys, true);
     }
+    if (rc == STATUS_OK)
+        rc = parse_reduction(c, opts, job);
     if (rc == STATUS_OK)
         rc = job_tree_get_bool(c, opts, "from_logits", &job->from_logits);
     job->label_smoothing = 0;

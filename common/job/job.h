@@ -159,6 +159,9 @@ typedef struct job {
     job_loss_kind_t loss;
     bool from_logits;
     double huber_delta; /* huber: where the loss turns linear (Keras's delta, 1.0) */
+    /* Keras's reduction "sum": a batch's loss is the sum of its examples' (its gradient too),
+     * not their mean ("sum_over_batch_size", "mean", the default) */
+    bool loss_sum;
     /* categorical and binary cross-entropy: Keras's label_smoothing (0: none), the labels
      * taken as t (1 - s) + s / classes (binary: classes 2) */
     double label_smoothing;

@@ -203,8 +203,7 @@ static status_t job_form(kc_t *k, status_t rc, const char *name, cJSON *config, 
 
 static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret)
 {
-    static const fixed_t fixed[] = {
-        {"reduction", "sum_over_batch_size"}, {"ignore_class", "null"}, {"axis", "-1"}};
+    static const fixed_t fixed[] = {{"ignore_class", "null"}, {"axis", "-1"}};
     const char *cls, *name;
     cJSON *config;
 
@@ -218,6 +217,14 @@ static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret)
     STATUS_CHECK(object_of(k, "the loss", loss, &cls, &config));
     if ((name = class_of(k, "loss", loss_classes, JOB_N_OF(loss_classes), cls, config)) == NULL)
         return STATUS_BAD_CONFIG;
+    /* null options are Keras's defaults, but a null reduction is "none" */
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(config, "reduction"))) {
+        cJSON_Delete(config);
+        return KC_FAIL(k,
+                       "%s: compile_config: the loss's reduction None (one loss per example, "
+                       "unreduced) is not supported: sum_over_batch_size or sum",
+                       k->file);
+    }
     return job_form(k, drop_fixed(k, cls, config, fixed, JOB_N_OF(fixed)), name, config, ret);
 }
 

@@ -164,6 +164,14 @@ def cases():
         ("squared hinge", *dense_mse("tanh")[:1], "squared_hinge", "sign"),
         ("poisson", [keras.Input((6,)), L.Dense(4, activation="tanh"),
                      L.Dense(1, activation="exponential")], "poisson", "counts"),
+        # Keras's reductions: the batch's sum, and the mean by another name
+        ("sparse categorical cross-entropy, reduction sum", [
+            keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
+         "{sparse_categorical_crossentropy: {from_logits: true, reduction: sum}}", ("classes", 3)),
+        ("huber, reduction sum", *dense_mse("tanh")[:1], "{huber: {delta: 0.5, reduction: sum}}",
+         "regression"),
+        ("mean squared error, reduction mean", *dense_mse("tanh")[:1], "{mse: {reduction: mean}}",
+         "regression"),
     ]
     return out
 
@@ -250,6 +258,11 @@ KERAS_LOSS = {
     "mse": lambda: keras.losses.MeanSquaredError(),
     "mae": lambda: keras.losses.MeanAbsoluteError(),
     "{huber: {delta: 0.5}}": lambda: keras.losses.Huber(delta=0.5),
+    "{huber: {delta: 0.5, reduction: sum}}": lambda: keras.losses.Huber(delta=0.5,
+                                                                        reduction="sum"),
+    "{mse: {reduction: mean}}": lambda: keras.losses.MeanSquaredError(reduction="mean"),
+    "{sparse_categorical_crossentropy: {from_logits: true, reduction: sum}}":
+        lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum"),
     "log_cosh": lambda: keras.losses.LogCosh(),
     "hinge": lambda: keras.losses.Hinge(),
     "squared_hinge": lambda: keras.losses.SquaredHinge(),

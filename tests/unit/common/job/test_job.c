@@ -14,6 +14,10 @@
 #include "job/job.h"
 #include "job_check.h"
 
+/* TAIL's data section alone, for jobs that give their own loss. */
+#define DATA_ONLY                                                                                  \
+    "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [4], classes: 2}}\n"
+
 static void source_path(char *buf, size_t size, const char *rel)
 {
     const char *root = getenv("TESSERA_SOURCE_DIR");
@@ -602,6 +606,16 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
         "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [4], classes: 2}}\n",
         "label_smoothing");
     ASSERT_BAD(MODEL TAIL "optimizer: {nadam: {amsgrad: true}}\n", "amsgrad");
+    /* reduction: sum, or the mean by any of its names; none is refused */
+    parse_ok(MODEL "loss: {mse: {reduction: sum}}\n" DATA_ONLY, "j.yaml", &job);
+    ck_assert(job.loss_sum);
+    job_done(&job);
+    parse_ok(MODEL "loss: {huber: {delta: 2, reduction: mean}}\n" DATA_ONLY, "j.yaml", &job);
+    ck_assert(!job.loss_sum);
+    job_done(&job);
+    ASSERT_BAD(MODEL "loss: {mse: {reduction: none}}\n" DATA_ONLY,
+               "none leaves one loss per example");
+    ASSERT_BAD(MODEL "loss: {mse: {reduction: ~}}\n" DATA_ONLY, "reduction: none");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {clipnorm: 1, clipvalue: 1}}\n",
                "at most one of clipnorm, global_clipnorm and clipvalue");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {use_ema: true}}\n", "use_ema");
@@ -916,7 +930,7 @@ START_TEST(layer_structure_mistakes_are_explained)
     ASSERT_BAD("model: [{flatten: {name: f}}, {dense: {units: 1, use_bias: 1}}]\n" TAIL,
                "model[1].dense.use_bias must be true or false, got '1'");
     ASSERT_BAD(MODEL "loss: {mse: {from_logits: true}}\n",
-               "loss.mse: unknown key 'from_logits' (loss.mse takes no options)");
+               "loss.mse: unknown key 'from_logits' (allowed: reduction)");
     ASSERT_BAD(MODEL TAIL "evaluate: true\n", "evaluate: true needs a test split in data.test");
     ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 1, train: {format: synthetic, kind: text, "
                      "examples: 1, shape: [4], vocabulary: 9, classes: 2}}\n",
@@ -1123,11 +1137,41 @@ static void assert_compile_refused(const char *stem, const char *from, const cha
                   "want '%s' in: %s", expected, err.text);
 }
 
+/* Keras's reductions: sum is the batch's sum, mean and the default the mean. */
+START_TEST(keras_compile_configs_take_the_loss_reduction)
+{
+    static const struct {
+        const char *to;
+        bool sum;
+    } cases[] = {{"\"reduction\": \"sum\"", true},
+                 {"\"reduction\": \"mean\"", false},
+                 {"\"reduction\": \"sum_over_batch_size\"", false}};
+    static char config[16384], changed[16384];
+    const char *from = "\"reduction\": \"sum_over_batch_size\"";
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        job_t job;
+        status_msg_t err = {0};
+        compiled_fixture("classes", config, sizeof(config));
+        char *at = strstr(config, from);
+        ck_assert_ptr_nonnull(at);
+        snprintf(changed, sizeof(changed), "%.*s%s%s", (int)(at - config), config, cases[i].to,
+                 at + strlen(from));
+        ck_assert_msg(parse_archive(changed, ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s: %s",
+                      cases[i].to, err.text);
+        ck_assert_int_eq(job.loss_sum, cases[i].sum);
+        job_done(&job);
+    }
+}
+END_TEST
+
 START_TEST(keras_compile_configs_refuse_what_is_not_built)
 {
     assert_compile_refused("classes", "\"use_ema\": false", "\"use_ema\": true", "use_ema");
     assert_compile_refused("classes", "\"reduction\": \"sum_over_batch_size\"",
-                           "\"reduction\": \"sum\"", "reduction");
+                           "\"reduction\": null", "reduction None");
+    assert_compile_refused("classes", "\"reduction\": \"sum_over_batch_size\"",
+                           "\"reduction\": \"sum_over_everything\"", "sum_over_everything");
     assert_compile_refused("classes", "\"class_name\": \"Adam\"", "\"class_name\": \"Adadelta\"",
                            "optimizer Adadelta is not supported");
     assert_compile_refused("classes", "\"ExponentialDecay\"", "\"CosineDecay\"",
@@ -1269,6 +1313,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, metrics_are_read_with_their_options);
     tcase_add_test(tc, keras_archives_bring_their_compile_config);
     tcase_add_test(tc, keras_compile_configs_refuse_what_is_not_built);
+    tcase_add_test(tc, keras_compile_configs_take_the_loss_reduction);
     tcase_add_test(tc, keras_json_mistakes_name_the_model_file);
     tcase_add_test(tc, malformed_documents_are_rejected);
     tcase_add_test(tc, missing_job_file_is_named);
