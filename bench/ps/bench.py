@@ -25,6 +25,10 @@ it:
      pushing 1 MiB gradients (throughput, p50/p99 latency);
   4. prints the medians, the ratios and the issue's targets with PASS or MISS.
 
+With --shaped (root) it runs shaped.py instead: the wide MLP across a veth pair limited by tc,
+beside the step-time model (`bench/ps/run.sh --shaped [--rates=1,10,25] [--rounds=N]
+[--steps=N]`; shaped.py says how).
+
 The exit status is 0 unless something failed to run; missing a target is a report.
 """
 
@@ -184,7 +188,26 @@ def fmt(v):
     return "%10s" % (rate_str(v) if v is not None else "-")
 
 
+def shaped_main(argv):
+    """--shaped: shaped.py's run, with the build run.sh names (--tessera's directory)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("shaped", os.path.join(HERE, "shaped.py"))
+    shaped = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shaped)
+    rest, it = [], iter(argv)
+    for a in it:
+        if a in ("--tessera", "--bench-ps"):
+            value = next(it, "")
+            if a == "--tessera":
+                rest += ["--build", os.path.dirname(os.path.abspath(value))]
+        elif a != "--shaped":
+            rest.append(a)
+    return shaped.main(rest)
+
+
 def main(argv):
+    if "--shaped" in argv:
+        return shaped_main(argv)
     ap = argparse.ArgumentParser(prog="bench/ps/run.sh", description=__doc__.splitlines()[0])
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "tessera"))
     ap.add_argument("--bench-ps", default=os.path.join(ROOT, "build", "bench", "bench-ps"))
