@@ -16,7 +16,8 @@
 /* synchronized BatchNormalization: where the local replicas of a step add up their sums
  * (replicas.c makes one per set of replicas). layer_sync_sum adds vals[0..len) over every
  * replica of this step that has examples, in place, the same sums in the same order on each;
- * false when a replica failed this step (its part never comes), vals then unchanged. */
+ * false when a replica failed this step (its part never comes): the step fails, and vals are
+ * not to be used. */
 typedef struct layer_sync layer_sync_t;
 bool layer_sync_sum(layer_sync_t *s, int rank, double *vals, size_t len);
 
