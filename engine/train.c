@@ -354,26 +354,11 @@ static status_t apply_init_weights(init_weights_t *w, model_t *m, status_msg_t *
 static status_t check_optimizer_var(const init_weights_t *w, size_t i, const model_param_t *p,
                                     const char *what, status_msg_t *err)
 {
-    const st_info_t *v = init_weights_optimizer_info(w, i);
-    bool same = v != NULL && v->dtype == ST_F32 && v->rank == p->rank;
-    char theirs[160] = "", ours[160] = "";
+    uint64_t shape[ST_MAX_RANK];
 
-    for (int d = 0; same && d < p->rank; d++)
-        same = v->shape[d] == (uint64_t)p->shape[d];
-    if (same)
-        return STATUS_OK;
-    for (int d = 0; v != NULL && d < v->rank; d++)
-        snprintf(theirs + strlen(theirs), sizeof(theirs) - strlen(theirs), "%s%llu", d ? ", " : "",
-                 (unsigned long long)v->shape[d]);
     for (int d = 0; d < p->rank; d++)
-        snprintf(ours + strlen(ours), sizeof(ours) - strlen(ours), "%s%d", d ? ", " : "",
-                 p->shape[d]);
-    return status_fail(err, STATUS_BAD_CONFIG,
-                       "%s: optimizer variable %zu is %s [%s], but the %s of %s is float32 [%s]: "
-                       "the optimizer of another model (name an optimizer in the job to start "
-                       "a new one)",
-                       w->path, i, v != NULL ? st_dtype_name(v->dtype) : "missing", theirs, what,
-                       p->name, ours);
+        shape[d] = (uint64_t)p->shape[d];
+    return init_weights_optimizer_check(w, i, shape, p->rank, what, p->name, err);
 }
 
 /* model: {keras: PATH}: the archive optimizer's state, as Keras's load_model restores it: the

@@ -195,3 +195,26 @@ status_t init_weights_read(const init_weights_t *w, const st_tensor_t *vars, siz
      * only when it makes them NaN or infinite. */
     return ckpt_check_floats(w->path, name, out, (size_t)t->elements, false, err);
 }
+
+status_t init_weights_optimizer_check(const init_weights_t *w, size_t i, const uint64_t *shape,
+                                      int rank, const char *what, const char *name,
+                                      status_msg_t *err)
+{
+    const st_info_t *v = init_weights_optimizer_info(w, i);
+    bool same = v != NULL && v->dtype == ST_F32 && v->rank == rank;
+    char theirs[96] = "", ours[96];
+
+    for (int d = 0; same && d < rank; d++)
+        same = v->shape[d] == shape[d];
+    if (same)
+        return STATUS_OK;
+    if (v != NULL)
+        shape_text(v->shape, v->rank, theirs, sizeof(theirs));
+    shape_text(shape, rank, ours, sizeof(ours));
+    return status_fail(err, STATUS_BAD_CONFIG,
+                       "%s: optimizer variable %zu is %s [%s], but the %s of %s is float32 [%s]: "
+                       "the optimizer of another model (name an optimizer in the job to start "
+                       "a new one)",
+                       w->path, i, v != NULL ? st_dtype_name(v->dtype) : "missing", theirs, what,
+                       name, ours);
+}

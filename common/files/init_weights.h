@@ -60,6 +60,11 @@ const char *init_weights_optimizer_unread(const init_weights_t *w);
 const st_info_t *init_weights_optimizer_info(const init_weights_t *w, size_t i);
 status_t init_weights_optimizer_read(const init_weights_t *w, size_t i, void *out,
                                      status_msg_t *err);
+/* Checks that optimizer variable i is float32 of the given shape: the `what` (a slot, an
+ * accumulator) of the model's variable `name`; the error names both shapes. */
+status_t init_weights_optimizer_check(const init_weights_t *w, size_t i, const uint64_t *shape,
+                                      int rank, const char *what, const char *name,
+                                      status_msg_t *err);
 
 void init_weights_close(init_weights_t *w); /* NULL-safe, and safe on a zeroed one */
 

@@ -375,6 +375,7 @@ typedef struct gathered {
     st_tensor_t *t;
     char **names;
     void **data;
+    bool out_of_memory;
     size_t n, cap;
     char *why;
     size_t why_len;
@@ -402,6 +403,7 @@ static herr_t gather_vars(gathered_t *g, hid_t vars, const char *prefix, bool fi
                 g->data = data;
             if (t == NULL || names == NULL || data == NULL) {
                 H5Gclose(vars);
+                g->out_of_memory = true;
                 return snprintf(g->why, g->why_len, "out of memory"), -1;
             }
             g->cap = cap;
@@ -459,7 +461,7 @@ static herr_t gather_optimizer(hid_t file, gathered_t *g, char *why_not, size_t 
         return 0;
     if (gather_vars(g, vars, KERAS_OPTIMIZER_PREFIX, true) >= 0)
         return 0;
-    if (strcmp(g->why, "out of memory") == 0)
+    if (g->out_of_memory)
         return -1;
     snprintf(why_not, why_not_len, "%s", g->why);
     g->why[0] = '\0';

@@ -1117,13 +1117,11 @@ START_TEST(keras_archives_bring_their_compile_config)
 }
 END_TEST
 
-/* A fixture with one piece of text replaced: what another compile() call would have written. */
-static void assert_compile_refused(const char *stem, const char *from, const char *to,
-                                   const char *expected)
+/* A fixture with one piece of text replaced: what another compile() call would have written
+ * (a static buffer, until the next call). */
+static const char *changed_fixture(const char *stem, const char *from, const char *to)
 {
     static char config[16384], changed[16384];
-    job_t job;
-    status_msg_t err = {0};
     char *at;
 
     compiled_fixture(stem, config, sizeof(config));
@@ -1131,6 +1129,16 @@ static void assert_compile_refused(const char *stem, const char *from, const cha
     ck_assert_msg(at != NULL, "%s is not in the %s fixture", from, stem);
     snprintf(changed, sizeof(changed), "%.*s%s%s", (int)(at - config), config, to,
              at + strlen(from));
+    return changed;
+}
+
+static void assert_compile_refused(const char *stem, const char *from, const char *to,
+                                   const char *expected)
+{
+    const char *changed = changed_fixture(stem, from, to);
+    job_t job;
+    status_msg_t err = {0};
+
     ck_assert_msg(parse_archive(changed, ARCHIVE_DATA, &job, &err) == STATUS_BAD_CONFIG,
                   "not refused: %s -> %s", from, to);
     ck_assert_msg(strstr(err.text, "m.keras") != NULL && strstr(err.text, expected) != NULL,
@@ -1146,17 +1154,11 @@ START_TEST(keras_compile_configs_take_the_loss_reduction)
     } cases[] = {{"\"reduction\": \"sum\"", true},
                  {"\"reduction\": \"mean\"", false},
                  {"\"reduction\": \"sum_over_batch_size\"", false}};
-    static char config[16384], changed[16384];
-    const char *from = "\"reduction\": \"sum_over_batch_size\"";
-
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *changed =
+            changed_fixture("classes", "\"reduction\": \"sum_over_batch_size\"", cases[i].to);
         job_t job;
         status_msg_t err = {0};
-        compiled_fixture("classes", config, sizeof(config));
-        char *at = strstr(config, from);
-        ck_assert_ptr_nonnull(at);
-        snprintf(changed, sizeof(changed), "%.*s%s%s", (int)(at - config), config, cases[i].to,
-                 at + strlen(from));
         ck_assert_msg(parse_archive(changed, ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s: %s",
                       cases[i].to, err.text);
         ck_assert_int_eq(job.loss_sum, cases[i].sum);
