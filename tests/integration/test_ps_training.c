@@ -160,13 +160,15 @@ END_TEST
  * on the parameter servers, which average in each worker's batch statistics (TensorFlow's
  * ParameterServerStrategy: each worker's assign updates the PS's variable), and the test split
  * is evaluated with them. Were they trained by Adam or left at their starting values, inference
- * would be far off. */
+ * would be far off: with `momentum: 1.0` (statistics never updated) this job tests at 0.10.
+ * Asynchronous training makes the figure vary: 0.83-0.86 on an idle 2-core machine, 0.7987 once
+ * in CI beside another test, hence the margin. */
 START_TEST(ps_training_batch_normalization_keeps_its_moving_statistics_on_the_ps)
 {
     double acc = functional_on_ps("resnet-bn", "examples/fashion-mnist-resnet.json", "{epochs: 1}");
 
     printf("batch normalization, 1 epoch on 2 workers and 2 ps: test accuracy %.4f\n", acc);
-    ck_assert_msg(acc >= 0.8, "test accuracy %.4f", acc);
+    ck_assert_msg(acc >= 0.75, "test accuracy %.4f", acc);
 }
 END_TEST
 
