@@ -517,33 +517,41 @@ static optimizer_config_t job_optimizer(const job_t *job)
     return o;
 }
 
-/* [LAYER, 0, 0]: a layer's output, as Functional configs name tensors. */
-static cJSON *tensor_ref(const char *layer)
+/* [LAYER, CALL, 0]: the output of a layer's call, as Functional configs name tensors. */
+static cJSON *tensor_ref(const char *layer, int call)
 {
     cJSON *t = cJSON_CreateArray();
 
     cJSON_AddItemToArray(t, cJSON_CreateString(layer));
-    cJSON_AddItemToArray(t, cJSON_CreateNumber(0));
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(call));
     cJSON_AddItemToArray(t, cJSON_CreateNumber(0));
     return t;
 }
 
-/* A Functional model's entry of layer i: its config, its name, and what it reads in the form
- * Keras 3 still loads from Keras 2, [[[LAYER, 0, 0, {}], ...]] (no shapes to repeat). */
+/* A Functional model's entry of the layer whose first call is entry i: its config, its name,
+ * and what each call reads (a shared layer's later calls follow), in the form Keras 3 still
+ * loads from Keras 2, [[[LAYER, CALL, 0, {}], ...], ...] (no shapes to repeat). */
 static cJSON *graph_entry(const job_model_t *m, size_t i, const char *input_name)
 {
-    cJSON *entry = layer_config(&m->layers[i]), *nodes, *node;
-    int n = job_layer_is_merge(m->layers[i].kind) ? m->layers[i].n_inputs : 1;
+    cJSON *entry = layer_config(&m->layers[i]), *nodes;
 
     cJSON_AddStringToObject(entry, "name", m->layers[i].name);
     nodes = cJSON_AddArrayToObject(entry, "inbound_nodes");
-    node = cJSON_CreateArray();
-    cJSON_AddItemToArray(nodes, node);
-    for (int k = 0; k < n; k++) {
-        int src = job_layer_input(m, i, k);
-        cJSON *t = tensor_ref(src == JOB_INPUT_MODEL ? input_name : m->layers[src].name);
-        cJSON_AddItemToArray(t, cJSON_CreateObject());
-        cJSON_AddItemToArray(node, t);
+    for (size_t c = i; c < m->n_layers; c++) {
+        int n = job_layer_is_merge(m->layers[c].kind) ? m->layers[c].n_inputs : 1;
+        cJSON *node;
+        if (c != i && m->layers[c].shares != (int)i + 1)
+            continue;
+        node = cJSON_CreateArray();
+        cJSON_AddItemToArray(nodes, node);
+        for (int k = 0; k < n; k++) {
+            int src = job_layer_input(m, c, k);
+            cJSON *t = src == JOB_INPUT_MODEL
+                           ? tensor_ref(input_name, 0)
+                           : tensor_ref(m->layers[src].name, job_layer_call(m, (size_t)src));
+            cJSON_AddItemToArray(t, cJSON_CreateObject());
+            cJSON_AddItemToArray(node, t);
+        }
     }
     return entry;
 }
@@ -584,14 +592,17 @@ char *export_keras_config(const job_t *job, int64_t iterations)
     }
     cJSON_AddItemToArray(layers, input);
     for (size_t i = 0; i < m->n_layers; i++)
-        cJSON_AddItemToArray(layers,
-                             graph ? graph_entry(m, i, input_name) : layer_config(&m->layers[i]));
+        if (m->layers[i].shares == 0)
+            cJSON_AddItemToArray(layers, graph ? graph_entry(m, i, input_name)
+                                               : layer_config(&m->layers[i]));
     cJSON_AddStringToObject(config, "name", graph ? "functional" : "sequential");
     cJSON_AddBoolToObject(config, "trainable", true);
     cJSON_AddItemToObject(config, "layers", layers);
     if (graph) {
-        cJSON_AddItemToObject(config, "input_layers", tensor_ref(input_name));
-        cJSON_AddItemToObject(config, "output_layers", tensor_ref(m->layers[m->n_layers - 1].name));
+        cJSON_AddItemToObject(config, "input_layers", tensor_ref(input_name, 0));
+        cJSON_AddItemToObject(
+            config, "output_layers",
+            tensor_ref(m->layers[m->n_layers - 1].name, job_layer_call(m, m->n_layers - 1)));
     }
     if (graph) { /* where Keras 3 keeps the class, as its own saves name it */
         model = object("keras.src.models.functional", "Functional", config);
@@ -672,26 +683,31 @@ static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *con
     return count;
 }
 
-/* Each layer's variables: the params named "<layer>/..." in model order, under its Keras path
- * (export_keras_paths). paths holds 96 bytes a layer. */
-static void layer_vars(const job_t *job, model_t *m, keras_layer_vars_t *layers,
-                       keras_tensor_t *vars, char (*paths)[96])
+/* Each layer's variables (a shared layer's once): the params named "<layer>/..." in model
+ * order, under its Keras path (export_keras_paths). paths holds 96 bytes a layer. Returns the
+ * layers written into `layers`. */
+static size_t layer_vars(const job_t *job, model_t *m, keras_layer_vars_t *layers,
+                         keras_tensor_t *vars, char (*paths)[96])
 {
-    size_t next = 0;
+    size_t next = 0, n = 0;
 
     job_keras_paths(job->model.layers, job->model.n_layers, paths);
     for (size_t l = 0; l < job->model.n_layers; l++) {
         const char *name = job->model.layers[l].name;
         size_t len = strlen(name);
-        layers[l] = (keras_layer_vars_t){.name = paths[l], .vars = &vars[next]};
+        if (job->model.layers[l].shares > 0)
+            continue;
+        layers[n] = (keras_layer_vars_t){.name = paths[l], .vars = &vars[next]};
         for (size_t i = 0; i < model_param_count(m); i++) {
             const model_param_t *p = model_param(m, i);
             if (strncmp(p->name, name, len) == 0 && p->name[len] == '/') {
                 vars[next++] = tensor_of(p, p->value);
-                layers[l].n++;
+                layers[n].n++;
             }
         }
+        n++;
     }
+    return n;
 }
 
 st_tensor_t *export_tensors(model_t *m)
@@ -743,11 +759,11 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
         keras_archive_t a = {.config_json = config,
                              .model_name = "sequential",
                              .layers = layers,
-                             .n_layers = job->model.n_layers,
+                             .n_layers = 0,
                              .optimizer = optimizer_keras_name(job->optimizer.kind),
                              .iterations = st->iterations,
                              .learning_rate = (float)optimizer_learning_rate(&o, st->iterations)};
-        layer_vars(job, st->model, layers, vars, paths);
+        a.n_layers = layer_vars(job, st->model, layers, vars, paths);
         if (st->slots != NULL)
             a.n_optimizer_vars = optimizer_vars(&o, st->model, st->slots, &u_product, opt);
         a.optimizer_vars = opt;

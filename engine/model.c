@@ -105,6 +105,55 @@ static status_t wire(model_t *m, const job_model_t *spec, size_t i, const float 
     return STATUS_OK;
 }
 
+/* A later call of a shared layer (spec.shares): the parameters its plan made (with values of
+ * their own, unused) become `own`, the first call's values with gradient buffers of their own;
+ * the model's list keeps the first call's alone. The calls of one layer are chained in order
+ * (next_call). */
+static status_t share_params(model_t *m, const job_model_t *spec, size_t i, status_msg_t *err)
+{
+    layer_t *l = &m->layers[i], *first, *prev;
+    model_param_t *own;
+
+    if (!job_layer_shareable(spec, i) || m->layers[l->spec.shares - 1].n_params != l->n_params)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "layer %s: a later call of a shared layer must name an earlier first "
+                           "call of its kind, one that may be shared",
+                           l->spec.name);
+    first = prev = &m->layers[l->spec.shares - 1];
+    for (size_t k = 0; k < l->n_params; k++) {
+        const model_param_t *a = &first->params[k], *b = &l->params[k];
+        if (a->rank != b->rank || a->n != b->n ||
+            memcmp(a->shape, b->shape, (size_t)a->rank * sizeof(int)) != 0) {
+            char in_a[96], in_b[96];
+            layer_shape_str(first->in_shape, first->in_rank, in_a, sizeof(in_a));
+            layer_shape_str(l->in_shape, l->in_rank, in_b, sizeof(in_b));
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "layer %s is called on %s after %s: a shared layer's calls take "
+                               "inputs of shapes its weights fit alike",
+                               l->spec.name, in_b, in_a);
+        }
+    }
+    own = calloc(l->n_params + 1, sizeof(*own));
+    if (own == NULL)
+        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t k = 0; k < l->n_params; k++) {
+        own[k] = l->params[k];
+        own[k].value = first->params[k].value;
+    }
+    if (l->w != NULL)
+        l->w = own + (l->w - l->params);
+    if (l->b != NULL)
+        l->b = own + (l->b - l->params);
+    if (l->w2 != NULL)
+        l->w2 = own + (l->w2 - l->params);
+    m->n_params -= l->n_params;
+    l->params = l->own = own;
+    while (prev->next_call > 0)
+        prev = &m->layers[prev->next_call - 1];
+    prev->next_call = (int)i + 1;
+    return STATUS_OK;
+}
+
 /* A graph's gradient buffers: one for the output of each layer that others read. */
 static status_t graph_buffers(model_t *m, status_msg_t *err)
 {
@@ -184,6 +233,8 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
         rc = wire(m, spec, i, masks, &mask, err);
         if (rc == STATUS_OK)
             rc = layer_plan(m, l, (int)i, seed + 1000003ull * (i + 1), err);
+        if (rc == STATUS_OK && l->spec.shares > 0)
+            rc = share_params(m, spec, i, err);
         if (rc == STATUS_OK)
             rc = carry_mask(m, l, &mask, err);
         if (rc != STATUS_OK) {
@@ -237,6 +288,8 @@ void model_free(model_t *m)
     free(m->buffers);
     free(m->gbuf);
     free(m->grad_of);
+    for (size_t i = 0; m->layers != NULL && i < m->n_layers; i++)
+        free(m->layers[i].own);
     free(m->layers);
     free(m->params);
     free(m);
@@ -325,7 +378,7 @@ void model_summary(const model_t *m, char *buf, size_t len)
         const layer_t *l = &m->layers[i];
         char shape[96];
         size_t params = 0;
-        for (size_t k = 0; k < l->n_params; k++)
+        for (size_t k = 0; k < l->n_params && l->own == NULL; k++) /* a shared layer's once */
             params += l->params[k].n;
         layer_shape_str(l->out_shape, l->out_rank, shape, sizeof(shape));
         n += (size_t)snprintf(buf + n, len - n, "  %-28s %-22s %10zu\n", l->spec.name, shape,

@@ -152,17 +152,40 @@ static void activity_grad(const layer_t *l, int batch, int total, float *dy)
     }
 }
 
+/* Keras's weight regularizers of layer l (once a layer: not on a shared layer's later calls),
+ * with share as regularize's. */
+static double regularize_layer(layer_t *l, float share)
+{
+    if (l->own != NULL)
+        return 0;
+    return regularize(l->w, &l->spec.kernel_reg, share) +
+           regularize(l->b, &l->spec.bias_reg, share) +
+           regularize(l->w2, &l->spec.pointwise_reg, share);
+}
+
 /* The regularization term of every layer (no gradients). */
 static double regularization(model_t *m)
 {
     double sum = 0;
 
-    for (size_t i = 0; i < m->n_layers; i++) {
-        layer_t *l = &m->layers[i];
-        sum += regularize(l->w, &l->spec.kernel_reg, 0) + regularize(l->b, &l->spec.bias_reg, 0) +
-               regularize(l->w2, &l->spec.pointwise_reg, 0);
-    }
+    for (size_t i = 0; i < m->n_layers; i++)
+        sum += regularize_layer(&m->layers[i], 0);
     return sum;
+}
+
+/* A shared layer's first call: adds its later calls' gradients (their backward came first) to
+ * its own, the gradients of the weights they use. */
+static void gather_calls(model_t *m, layer_t *l)
+{
+    for (int next = l->next_call; next > 0; next = m->layers[next - 1].next_call) {
+        const layer_t *c = &m->layers[next - 1];
+        for (size_t k = 0; k < l->n_params; k++) {
+            float *g = l->params[k].grad;
+            const float *add = c->own[k].grad;
+            for (size_t e = 0; e < l->params[k].n; e++)
+                g[e] += add[e];
+        }
+    }
 }
 
 status_t model_train_step(model_t *m, const float *x, const float *y, int batch,
@@ -204,8 +227,9 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
     }
     for (size_t i = m->n_layers; i-- > 0;) {
         layer_t *l = &m->layers[i];
-        bool has_params = l->n_params > 0;
-        size_t first = (size_t)(l->params - m->params);
+        /* a shared layer's later call (own) tells nothing: its first call does, after it */
+        bool has_params = l->n_params > 0 && l->own == NULL;
+        size_t first = has_params ? (size_t)(l->params - m->params) : 0;
         float *dx;
 
         if (m->graph)
@@ -214,10 +238,10 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         if (has_activity_reg(l))
             activity_grad(l, batch, total, dy);
         layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
+        if (l->own == NULL && l->next_call > 0)
+            gather_calls(m, l);
         /* before the gradients leave (a PS push, an all-reduce bucket) */
-        reg += regularize(l->w, &l->spec.kernel_reg, share) +
-               regularize(l->b, &l->spec.bias_reg, share) +
-               regularize(l->w2, &l->spec.pointwise_reg, share);
+        reg += regularize_layer(l, share);
         if (has_params && m->on_backward != NULL)
             m->on_backward(m->on_backward_arg, MODEL_GRADS_READY, first);
         if (m->graph) {

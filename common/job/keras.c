@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "job/initializer.h"
@@ -949,15 +950,30 @@ static status_t check_call_kwargs(kctx_t *k, const cJSON *kw)
     return STATUS_OK;
 }
 
+/* A Functional model being read: config.layers parsed into m->layers (one entry a layer, the
+ * template of its calls), then the graph made of them, one entry a call (job_layer_t.shares),
+ * in an order where every call comes after what it reads, as Keras's from_config makes it:
+ * sweeps over the layers in their order, each making its calls while their inputs exist. */
+typedef struct kgraph {
+    const char *input_name;
+    const cJSON **calls; /* layer t's inbound_nodes */
+    int *n_calls, *made; /* calls it lists, calls made so far */
+    int *first;          /* node_of[first[t] + c]: the graph's entry of call c of layer t */
+    int *node_of;
+    job_model_t nodes; /* the graph */
+} kgraph_t;
+
 /* Keras 3 writes a layer's inputs as tensors that name where they come from: {"class_name":
  * "__keras_tensor__", "config": {"shape", "dtype", "keras_history": [LAYER, NODE, TENSOR]}};
- * Keras 2 as [LAYER, NODE, TENSOR, {kwargs}]. *ret: the index of the earlier layer, or
- * JOB_INPUT_MODEL for the InputLayer. */
-static status_t resolve_tensor(kctx_t *k, const cJSON *t, const char *input_name,
-                               const job_model_t *m, int *ret)
+ * Keras 2 as [LAYER, NODE, TENSOR, {kwargs}]. NODE counts the layer's calls. *ret: the graph's
+ * entry of that call, or JOB_INPUT_MODEL for the InputLayer; *ret_ready false when the call is
+ * not made yet (it reads something made later in the sweep). */
+static status_t resolve_tensor(kctx_t *k, const kgraph_t *g, const job_model_t *m, const cJSON *t,
+                               int *ret, bool *ret_ready)
 {
     const cJSON *hist = t, *kw;
     const char *name;
+    int call;
 
     if (cJSON_IsObject(t)) {
         const char *cls = cJSON_GetStringValue(kget(t, "class_name"));
@@ -966,13 +982,10 @@ static status_t resolve_tensor(kctx_t *k, const cJSON *t, const char *input_name
         hist = kget(kget(t, "config"), "keras_history");
     }
     if (!cJSON_IsArray(hist) || cJSON_GetArraySize(hist) < 3 || cJSON_GetArraySize(hist) > 4 ||
-        (name = cJSON_GetStringValue(cJSON_GetArrayItem(hist, 0))) == NULL)
+        (name = cJSON_GetStringValue(cJSON_GetArrayItem(hist, 0))) == NULL ||
+        !is_int(cJSON_GetArrayItem(hist, 1), 0, JOB_MAX_LAYERS))
         return kfail(k, "an input of inbound_nodes is not [LAYER, NODE, TENSOR]");
-    if (!is_int(cJSON_GetArrayItem(hist, 1), 0, 0))
-        return kfail(k,
-                     "reads the output of '%.60s' called a second time: shared layers are not "
-                     "supported yet",
-                     name);
+    call = cJSON_GetArrayItem(hist, 1)->valueint;
     if (!is_int(cJSON_GetArrayItem(hist, 2), 0, 0))
         return kfail(k,
                      "reads a second output of '%.60s': layers with several outputs are not "
@@ -981,33 +994,36 @@ static status_t resolve_tensor(kctx_t *k, const cJSON *t, const char *input_name
     kw = cJSON_GetArrayItem(hist, 3);
     if (kw != NULL)
         STATUS_CHECK(check_call_kwargs(k, kw));
-    if (input_name != NULL && strcmp(name, input_name) == 0) {
+    *ret_ready = true;
+    if (g->input_name != NULL && strcmp(name, g->input_name) == 0) {
+        if (call != 0)
+            return kfail(k, "reads call %d of the InputLayer '%.60s', which has one output", call,
+                         name);
         *ret = JOB_INPUT_MODEL;
         return STATUS_OK;
     }
-    /* the layer being read is the last one added: its inputs come before it */
-    for (size_t i = 0; i + 1 < m->n_layers; i++)
-        if (strcmp(m->layers[i].name, name) == 0) {
-            *ret = (int)i;
-            return STATUS_OK;
-        }
-    return kfail(k, "reads '%.60s', which is not a layer before it", name);
+    for (size_t i = 0; i < m->n_layers; i++) {
+        if (strcmp(m->layers[i].name, name) != 0)
+            continue;
+        if (call >= g->n_calls[i])
+            return kfail(k, "reads call %d of '%.60s', which is called %d time%s", call, name,
+                         g->n_calls[i], g->n_calls[i] == 1 ? "" : "s");
+        *ret_ready = call < g->made[i];
+        if (*ret_ready)
+            *ret = g->node_of[g->first[i] + call];
+        return STATUS_OK;
+    }
+    return kfail(k, "reads '%.60s', which is not a layer of the model", name);
 }
 
-/* The inbound_nodes of the layer just added: one call (a second one is a shared layer) on one
- * tensor, or on a list of them for a merge. Keras 3: [{"args": [TENSOR | [TENSOR...]], "kwargs":
- * {}}]; Keras 2: [[[LAYER, 0, 0, {}], ...]]. */
-static status_t parse_inbound(kctx_t *k, const cJSON *nodes, const char *input_name, job_model_t *m)
+/* One call of inbound_nodes: one tensor, or a list of them for a merge. Keras 3: {"args": [TENSOR
+ * | [TENSOR...]], "kwargs": {}}; Keras 2: [[LAYER, NODE, 0, {}], ...]. *ret_ready false: an
+ * input is not made yet. */
+static status_t read_call(kctx_t *k, const kgraph_t *g, const job_model_t *m, const cJSON *node,
+                          job_layer_t *l, bool *ret_ready)
 {
-    job_layer_t *l = &m->layers[m->n_layers - 1];
-    const cJSON *node, *args, *v;
+    const cJSON *args, *v;
 
-    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) == 0)
-        return kfail(k, "inbound_nodes must list the layer's call");
-    if (cJSON_GetArraySize(nodes) > 1)
-        return kfail(k, "is called %d times: shared layers are not supported yet",
-                     cJSON_GetArraySize(nodes));
-    node = cJSON_GetArrayItem(nodes, 0);
     if (cJSON_IsObject(node)) {
         static const char *const node_keys[] = {"args", "kwargs"};
         const cJSON *kw = kget(node, "kwargs");
@@ -1020,7 +1036,7 @@ static status_t parse_inbound(kctx_t *k, const cJSON *nodes, const char *input_n
         args = cJSON_GetArrayItem(args, 0);
         if (!cJSON_IsArray(args)) { /* one tensor */
             l->n_inputs = 1;
-            return resolve_tensor(k, args, input_name, m, &l->inputs[0]);
+            return resolve_tensor(k, g, m, args, &l->inputs[0], ret_ready);
         }
     } else if (cJSON_IsArray(node)) {
         args = node;
@@ -1030,14 +1046,68 @@ static status_t parse_inbound(kctx_t *k, const cJSON *nodes, const char *input_n
     if (cJSON_GetArraySize(args) < 1 || cJSON_GetArraySize(args) > JOB_MAX_INPUTS)
         return kfail(k, "reads %d inputs (1 to %d)", cJSON_GetArraySize(args), JOB_MAX_INPUTS);
     l->n_inputs = 0;
+    *ret_ready = true;
     cJSON_ArrayForEach(v, args)
-        STATUS_CHECK(resolve_tensor(k, v, input_name, m, &l->inputs[l->n_inputs++]));
+    {
+        bool ready;
+        STATUS_CHECK(resolve_tensor(k, g, m, v, &l->inputs[l->n_inputs++], &ready));
+        *ret_ready = *ret_ready && ready;
+    }
     return STATUS_OK;
 }
 
-/* input_layers or output_layers: one [LAYER, 0, 0] (Keras 3 writes it bare, Keras 2 in a list);
- * *ret_name: LAYER. */
-static status_t one_endpoint(kctx_t *k, const cJSON *cfg, const char *key, const char **ret_name)
+static void kname(kctx_t *k, const job_layer_t *l)
+{
+    snprintf(k->layer, sizeof(k->layer), "layer '%.60s'", l->name);
+}
+
+/* Makes the graph of m's layers: each call an entry of g->nodes, in sweeps as Keras makes them.
+ * A layer's first call must come after the first call of every layer listed before it (a .keras
+ * file's paths go by that order). */
+static status_t make_graph(kctx_t *k, kgraph_t *g, const job_model_t *m)
+{
+    size_t n = m->n_layers;
+    bool progress = true, left = true;
+
+    while (left && progress) {
+        progress = left = false;
+        for (size_t t = 0; t < n; t++) {
+            kname(k, &m->layers[t]);
+            while (g->made[t] < g->n_calls[t]) {
+                job_layer_t call = m->layers[t], *l;
+                bool ready;
+                STATUS_CHECK(
+                    read_call(k, g, m, cJSON_GetArrayItem(g->calls[t], g->made[t]), &call, &ready));
+                if (!ready)
+                    break;
+                if (g->made[t] == 0 && t > 0 && g->made[t - 1] == 0)
+                    return kfail(k,
+                                 "is called before '%.60s', which the model lists before it, "
+                                 "is first called: Tessera keeps Keras's order of the layers",
+                                 m->layers[t - 1].name);
+                call.shares = g->made[t] == 0 ? 0 : 1 + g->node_of[g->first[t]];
+                STATUS_CHECK(job_model_add_layer(&g->nodes, call.kind, k->file, &l, k->err));
+                *l = call;
+                g->node_of[g->first[t] + g->made[t]++] = (int)g->nodes.n_layers - 1;
+                progress = true;
+            }
+            left = left || g->made[t] < g->n_calls[t];
+        }
+    }
+    for (size_t t = 0; t < n; t++)
+        if (g->made[t] < g->n_calls[t]) {
+            kname(k, &m->layers[t]);
+            return kfail(k, "call %d reads a tensor that no call before it makes (a cycle)",
+                         g->made[t]);
+        }
+    k->layer[0] = '\0';
+    return STATUS_OK;
+}
+
+/* input_layers or output_layers: one [LAYER, NODE, 0] (Keras 3 writes it bare, Keras 2 in a
+ * list); *ret_name: LAYER, *ret_call: NODE. */
+static status_t one_endpoint(kctx_t *k, const cJSON *cfg, const char *key, const char **ret_name,
+                             int *ret_call)
 {
     const cJSON *v = kget(cfg, key);
 
@@ -1049,54 +1119,116 @@ static status_t one_endpoint(kctx_t *k, const cJSON *cfg, const char *key, const
                      strcmp(key, "input_layers") == 0 ? "inputs" : "outputs");
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3 ||
         (*ret_name = cJSON_GetStringValue(v->child)) == NULL ||
-        !is_int(cJSON_GetArrayItem(v, 1), 0, 0) || !is_int(cJSON_GetArrayItem(v, 2), 0, 0))
-        return kfail(k, "%s must be [LAYER, 0, 0]", key);
+        !is_int(cJSON_GetArrayItem(v, 1), 0, JOB_MAX_LAYERS) ||
+        !is_int(cJSON_GetArrayItem(v, 2), 0, 0))
+        return kfail(k, "%s must be [LAYER, NODE, 0]", key);
+    *ret_call = cJSON_GetArrayItem(v, 1)->valueint;
     return STATUS_OK;
 }
 
+/* Reads config.layers into m->layers, one entry a layer, and each one's inbound_nodes into g. */
+static status_t read_functional_layers(kctx_t *k, const cJSON *layers, kgraph_t *g, job_model_t *m)
+{
+    size_t i = 0, calls = 0, n = (size_t)cJSON_GetArraySize(layers);
+    const cJSON *v;
+
+    g->calls = calloc(n + 1, sizeof(*g->calls));
+    g->n_calls = calloc(n + 1, sizeof(*g->n_calls));
+    g->made = calloc(n + 1, sizeof(*g->made));
+    g->first = calloc(n + 1, sizeof(*g->first));
+    if (g->calls == NULL || g->n_calls == NULL || g->made == NULL || g->first == NULL)
+        return kfail(k, "out of memory");
+    cJSON_ArrayForEach(v, layers)
+    {
+        const char *cls = cJSON_GetStringValue(kget(v, "class_name"));
+        const cJSON *nodes = kget(v, "inbound_nodes");
+        size_t before = m->n_layers;
+        STATUS_CHECK(parse_layer(k, v, i++, true, m));
+        if (cls != NULL && strcmp(cls, "InputLayer") == 0) {
+            g->input_name = cJSON_GetStringValue(kget(kget(v, "config"), "name"));
+            if (g->input_name == NULL)
+                return kfail(k, "the InputLayer has no name");
+            if (nodes != NULL && !(cJSON_IsArray(nodes) && cJSON_GetArraySize(nodes) == 0))
+                return kfail(k, "an InputLayer reads nothing: inbound_nodes must be empty");
+            continue;
+        }
+        if (m->n_layers == before)
+            continue;
+        for (size_t j = 0; j < before; j++)
+            if (strcmp(m->layers[j].name, m->layers[before].name) == 0)
+                return kfail(k, "a second layer of this name");
+        if (g->input_name != NULL && strcmp(g->input_name, m->layers[before].name) == 0)
+            return kfail(k, "has the InputLayer's name");
+        if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) == 0)
+            return kfail(k, "inbound_nodes must list the layer's calls");
+        if (cJSON_GetArraySize(nodes) > JOB_MAX_LAYERS)
+            return kfail(k, "is called more than %d times", JOB_MAX_LAYERS);
+        g->calls[before] = nodes;
+        g->n_calls[before] = cJSON_GetArraySize(nodes);
+        g->first[before] = (int)calls;
+        calls += (size_t)g->n_calls[before];
+    }
+    k->layer[0] = '\0';
+    g->node_of = calloc(calls + 1, sizeof(*g->node_of));
+    return g->node_of != NULL ? STATUS_OK : kfail(k, "out of memory");
+}
+
+static void kgraph_done(kgraph_t *g)
+{
+    free(g->calls);
+    free(g->n_calls);
+    free(g->made);
+    free(g->first);
+    free(g->node_of);
+    job_model_done(&g->nodes);
+}
+
 /* config of a Functional model (Keras 3 "Functional", Keras 2 "Functional" or "Model"): name,
- * trainable, layers in the order Keras keeps them (each after the layers it reads), input_layers,
- * output_layers. One input and one output, the last layer. */
+ * trainable, layers in the order Keras keeps them, each with its calls (inbound_nodes; two or
+ * more: a shared layer), input_layers, output_layers. One input and one output, the last call
+ * made. m->layers becomes the graph, one entry a call. */
 static status_t parse_functional_config(kctx_t *k, const cJSON *cfg, job_model_t *m)
 {
     static const char *const config_keys[] = {"name",         "layers",        "trainable",
                                               "input_layers", "output_layers", "dtype"};
-    const cJSON *layers = kget(cfg, "layers"), *v;
-    const char *input_name = NULL, *in_end, *out_end;
-    size_t i = 0;
+    const cJSON *layers = kget(cfg, "layers");
+    const char *in_end, *out_end;
+    const job_layer_t *last;
+    kgraph_t g = {0};
+    int in_call, out_call;
+    status_t rc;
 
     STATUS_CHECK(check_keys(k, cfg, "Functional config", config_keys, JOB_N_OF(config_keys)));
     STATUS_CHECK(check_model_options(k, cfg));
     if (!cJSON_IsArray(layers))
         return kfail(k, "config.layers must be a list");
-    cJSON_ArrayForEach(v, layers)
-    {
-        const char *cls = cJSON_GetStringValue(kget(v, "class_name"));
-        size_t before = m->n_layers;
-        STATUS_CHECK(parse_layer(k, v, i++, true, m));
-        if (cls != NULL && strcmp(cls, "InputLayer") == 0) {
-            const cJSON *nodes = kget(v, "inbound_nodes");
-            input_name = cJSON_GetStringValue(kget(kget(v, "config"), "name"));
-            if (input_name == NULL)
-                return kfail(k, "the InputLayer has no name");
-            if (nodes != NULL && !(cJSON_IsArray(nodes) && cJSON_GetArraySize(nodes) == 0))
-                return kfail(k, "an InputLayer reads nothing: inbound_nodes must be empty");
-        } else if (m->n_layers > before) {
-            STATUS_CHECK(parse_inbound(k, kget(v, "inbound_nodes"), input_name, m));
-        }
+    rc = read_functional_layers(k, layers, &g, m);
+    if (rc == STATUS_OK && g.input_name == NULL)
+        rc = kfail(k, "a Functional model needs an InputLayer");
+    else if (rc == STATUS_OK && m->n_layers == 0)
+        rc = kfail(k, "the model has no layers");
+    if (rc == STATUS_OK)
+        rc = make_graph(k, &g, m);
+    if (rc == STATUS_OK)
+        rc = one_endpoint(k, cfg, "input_layers", &in_end, &in_call);
+    if (rc == STATUS_OK)
+        rc = one_endpoint(k, cfg, "output_layers", &out_end, &out_call);
+    if (rc == STATUS_OK && (strcmp(in_end, g.input_name) != 0 || in_call != 0))
+        rc = kfail(k, "input_layers names '%.60s', not the InputLayer", in_end);
+    last = rc == STATUS_OK ? &g.nodes.layers[g.nodes.n_layers - 1] : NULL;
+    if (last != NULL && (strcmp(out_end, last->name) != 0 ||
+                         out_call != job_layer_call(&g.nodes, g.nodes.n_layers - 1)))
+        rc = kfail(k, "output_layers names '%.60s' call %d, not the last call made", out_end,
+                   out_call);
+    if (rc == STATUS_OK) { /* the graph takes the layers' place */
+        job_layer_t *templates = m->layers;
+        m->layers = g.nodes.layers;
+        m->n_layers = g.nodes.n_layers;
+        g.nodes.layers = templates;
+        g.nodes.n_layers = 0;
     }
-    k->layer[0] = '\0';
-    if (input_name == NULL)
-        return kfail(k, "a Functional model needs an InputLayer");
-    if (m->n_layers == 0)
-        return kfail(k, "the model has no layers");
-    STATUS_CHECK(one_endpoint(k, cfg, "input_layers", &in_end));
-    STATUS_CHECK(one_endpoint(k, cfg, "output_layers", &out_end));
-    if (strcmp(in_end, input_name) != 0)
-        return kfail(k, "input_layers names '%.60s', not the InputLayer", in_end);
-    if (strcmp(out_end, m->layers[m->n_layers - 1].name) != 0)
-        return kfail(k, "output_layers names '%.60s', not the last layer", out_end);
-    return STATUS_OK;
+    kgraph_done(&g);
+    return rc;
 }
 
 status_t job_parse_keras_json(const char *text, size_t len, const char *path,

@@ -648,9 +648,13 @@ void job_keras_paths(const job_layer_t *layers, size_t n, char (*paths)[96])
     for (size_t l = 0; l < n; l++) {
         int same = 0;
         char base[80];
+        if (layers[l].shares > 0 && (size_t)layers[l].shares <= l) {
+            memcpy(paths[l], paths[layers[l].shares - 1], sizeof(paths[l]));
+            continue;
+        }
         snake_case(table[layers[l].kind].keras_class, base, sizeof(base));
         for (size_t k = 0; k < l; k++)
-            same += layers[k].kind == layers[l].kind;
+            same += layers[k].kind == layers[l].kind && layers[k].shares == 0;
         if (same == 0)
             snprintf(paths[l], sizeof(paths[l]), "%s", base);
         else
@@ -755,10 +759,30 @@ int job_layer_input(const job_model_t *m, size_t i, int k)
     return i == 0 ? JOB_INPUT_MODEL : (int)i - 1;
 }
 
+bool job_layer_shareable(const job_model_t *m, size_t i)
+{
+    const job_layer_t *l = &m->layers[i];
+    const job_layer_t *first =
+        l->shares > 0 && (size_t)l->shares <= i ? &m->layers[l->shares - 1] : NULL;
+
+    return first != NULL && first->shares == 0 && first->kind == l->kind &&
+           l->kind != JOB_LAYER_BATCH_NORMALIZATION && l->kind != JOB_LAYER_EMBEDDING;
+}
+
+int job_layer_call(const job_model_t *m, size_t i)
+{
+    int c = m->layers[i].shares > 0;
+
+    for (size_t j = 0; c > 0 && j < i; j++)
+        c += m->layers[j].shares == m->layers[i].shares;
+    return c;
+}
+
 bool job_model_is_graph(const job_model_t *m)
 {
     for (size_t i = 0; i < m->n_layers; i++)
-        if (m->layers[i].n_inputs > 1 || job_layer_input(m, i, 0) != (int)i - 1)
+        if (m->layers[i].n_inputs > 1 || job_layer_input(m, i, 0) != (int)i - 1 ||
+            m->layers[i].shares > 0)
             return true;
     return false;
 }
@@ -777,7 +801,13 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
         int n = l->n_inputs > 0 ? l->n_inputs : 1;
         const char *why = NULL;
 
-        if (job_layer_is_merge(l->kind) && l->kind == JOB_LAYER_SUBTRACT && n != 2)
+        if (l->shares > 0 && !job_layer_shareable(m, i))
+            why = l->shares > (int)i || m->layers[l->shares - 1].shares > 0 ||
+                          m->layers[l->shares - 1].kind != l->kind
+                      ? "is a later call of a layer that is not an earlier first call of its kind"
+                      : "is called more than once: sharing is not supported for this kind (its "
+                        "moving statistics or sparse gradients belong to one call)";
+        else if (job_layer_is_merge(l->kind) && l->kind == JOB_LAYER_SUBTRACT && n != 2)
             why = "takes exactly two inputs";
         else if (job_layer_is_merge(l->kind) && n < 2)
             why = "merges two or more inputs: only a Functional model's JSON (keras_json) "
@@ -841,15 +871,19 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
                                where, i, shown);
         }
     for (size_t i = 0; i < m->n_layers; i++) {
-        for (size_t j = 0; j < i && m->layers[i].name[0] != '\0'; j++)
+        for (size_t j = 0; j < i && m->layers[i].name[0] != '\0' && m->layers[i].shares == 0; j++)
             if (strcmp(m->layers[i].name, m->layers[j].name) == 0)
                 return status_fail(err, STATUS_BAD_CONFIG,
                                    "%s: two layers are named '%s' (layers %zu and %zu)", where,
                                    m->layers[i].name, j, i);
     }
     for (size_t i = 0; i < m->n_layers; i++)
-        if (m->layers[i].name[0] == '\0')
+        if (m->layers[i].name[0] == '\0' && m->layers[i].shares == 0)
             name_layer(m, &m->layers[i], &next[m->layers[i].kind]);
+    for (size_t i = 0; i < m->n_layers; i++) /* a shared layer's calls are one layer, one name */
+        if (m->layers[i].shares > 0 && (size_t)m->layers[i].shares <= i)
+            memcpy(m->layers[i].name, m->layers[m->layers[i].shares - 1].name,
+                   sizeof(m->layers[i].name));
     return check_graph(m, where, err);
 }
 

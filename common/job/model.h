@@ -184,6 +184,10 @@ typedef struct job_layer {
      * (a Sequential model). */
     int inputs[JOB_MAX_INPUTS];
     int n_inputs;
+    /* A shared layer (a Functional model's layer called more than once) is one entry per call,
+     * in the graph's order; a later call holds 1 + the index of the layer's first call, whose
+     * weights it uses (0: a first or only call). */
+    int shares;
 } job_layer_t;
 
 typedef struct job_model {
@@ -209,7 +213,7 @@ void job_model_done(job_model_t *m);
 /* The path a Keras 3 .keras file keeps each layer's variables at (layers/PATH/vars): its class in
  * snake case made unique by _1, _2 ... in layer order, as Keras's saving_lib addresses a
  * Sequential's layers by class, never by name ("p_re_lu", "dense_1"). paths[i] for
- * layers[0..n). */
+ * layers[0..n); a shared layer's later calls get its first call's path. */
 void job_keras_paths(const job_layer_t *layers, size_t n, char (*paths)[96]);
 
 /* Whether a kind is a merge layer (Add ... Concatenate): it reads several inputs. */
@@ -217,6 +221,14 @@ bool job_layer_is_merge(job_layer_kind_t k);
 
 /* The index of what layer i reads as its k-th input: an earlier layer, or JOB_INPUT_MODEL. */
 int job_layer_input(const job_model_t *m, size_t i, int k);
+
+/* Whether layer i, a later call of a shared layer (shares > 0), may be one: it names an earlier
+ * first call of its kind, and the kind keeps nothing per call beyond its output (not
+ * BatchNormalization, whose moving statistics Keras moves once per call, nor Embedding). */
+bool job_layer_shareable(const job_model_t *m, size_t i);
+
+/* Which call of its layer entry i is (0: the first or only; shares). */
+int job_layer_call(const job_model_t *m, size_t i);
 
 /* Whether the layers are not one chain, each reading the one before it: a Functional model's
  * graph, with branches and merges. */

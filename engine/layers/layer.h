@@ -55,6 +55,12 @@ typedef struct layer {
     /* the layer's parameters, in the model's list (layer_plan) */
     model_param_t *params;
     size_t n_params;
+    /* A shared layer's later call (spec.shares): params is `own`, its parameters with the first
+     * call's values and gradient buffers of its own, which backward adds into the first call's
+     * (the model's list holds those once). next_call: 1 + the index of the layer's next call,
+     * 0 for the last (set on every call). */
+    model_param_t *own;
+    int next_call;
     /* BatchNormalization: the batch's statistics per channel; share: the slice's part of the
      * whole batch in this training step (model_train_slice), the weight of those statistics */
     float *batch_mean, *batch_var;

@@ -242,6 +242,32 @@ def merges_of_merges():
     return keras.Model(inp, L.Dense(1)(joined))
 
 
+def shared_dense():
+    """A layer called three times (a shared layer): on two branches, then on what its own calls
+    made, the third call listed by Keras before the Add it reads. Its kernel's L2 counts once, its
+    activity regularizer once a call; its weights' gradient is the sum over the calls."""
+    inp = keras.Input((6,))
+    h1 = L.Dense(4)(inp)
+    h2 = L.Dense(4, activation="tanh")(inp)
+    s = L.Dense(4, activation="sigmoid", kernel_regularizer=keras.regularizers.L2(0.01),
+                activity_regularizer=keras.regularizers.L1(0.01))
+    a, b = s(h1), s(h2)
+    c = s(L.Add()([a, b]))
+    return keras.Model(inp, L.Dense(1)(L.Concatenate()([a, c])))
+
+
+def shared_conv():
+    """A Conv2D applied to its own output twice, a chain of calls of one layer, and a PReLU shared
+    by two branches."""
+    inp = keras.Input((5, 5, 2))
+    conv = L.Conv2D(2, 3, padding="same", activation="tanh")
+    act = L.PReLU()
+    x = conv(conv(inp))
+    y = act(conv(x))
+    z = act(L.Conv2D(2, 1)(inp))
+    return keras.Model(inp, L.Dense(1)(L.Flatten()(L.Add()([y, z]))))
+
+
 def functional_cases():
     return [
         ("functional: resnet-style blocks", resnet_block, "mse", "regression"),
@@ -251,6 +277,8 @@ def functional_cases():
         ("functional: merges of merges", merges_of_merges, "mse", "regression"),
         ("functional: concatenate axes, fan-out, input merged",
          concatenate_axes, "{huber: {delta: 0.5}}", "regression"),
+        ("functional: a dense layer shared by three calls", shared_dense, "mse", "regression"),
+        ("functional: shared conv2d and prelu", shared_conv, "mse", "regression"),
     ]
 
 
@@ -487,12 +515,51 @@ def exported(tmp):
               "%s: --init-from the export evaluates %.4f, Tessera trained %.4f" % (what, back, ours))
 
 
+def exported_shared(tmp):
+    """A Functional model with a shared layer, from Keras's JSON, trained by tessera train and
+    exported: Keras loads the layer once with its three calls and evaluates the test split to
+    Tessera's accuracy; --init-from the export reads it back to the same."""
+    inp = keras.Input((784,))
+    h = L.Dense(64, activation="relu")(inp)
+    s = L.Dense(64, activation="relu")
+    a = s(h)
+    c = s(L.Add()([h, s(a)]))
+    model = keras.Model(inp, L.Dense(10)(L.Concatenate()([a, c])))
+    with open(os.path.join(tmp, "shared.json"), "w") as f:
+        f.write(model.to_json())
+    with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
+        base = f.read().replace("train: {epochs: 5}", "train: {steps: 300}")
+    start, end = base.index("model:\n"), base.index("\nloss:")
+    path = os.path.join(tmp, "shared.yaml")
+    with open(path, "w") as f:
+        f.write(base[:start] + "model: {keras_json: shared.json}" + base[end:] +
+                "\ncheckpoint: {dir: ckpt-shared}\n")
+    ours = test_accuracy(tessera("train", path, cwd=tmp))
+    tessera("export", path, "--out", os.path.join(tmp, "export-shared"), cwd=tmp)
+    back = keras.saving.load_model(os.path.join(tmp, "export-shared", "model.keras"))
+    x, y = fashion_test()
+    theirs = back.evaluate(x, y, verbose=0, return_dict=True, batch_size=256)["accuracy"]
+    calls = [len(layer._inbound_nodes) for layer in back.layers]
+    print("exported a shared layer: tessera %.4f, keras %.4f (calls per layer %s)" % (
+        ours, theirs, calls))
+    check(sorted(calls)[-1] == 3 and len(back.layers) == len(model.layers),
+          "the export's layers and calls: %s" % calls)
+    check(ours > 0.7 and abs(theirs - ours) <= 0.001 + 1e-9,
+          "shared layer: Keras evaluates %.4f, Tessera %.4f" % (theirs, ours))
+    again = test_accuracy(tessera("train", path, "--init-from",
+                                  os.path.join(tmp, "export-shared", "model.keras"), "--evaluate",
+                                  cwd=tmp))
+    check(abs(again - ours) <= 0.001 + 1e-9,
+          "shared layer: --init-from the export evaluates %.4f, trained %.4f" % (again, ours))
+
+
 def main():
     worst, all_cases = 0.0, cases() + functional_cases()
     with tempfile.TemporaryDirectory() as tmp:
         for name, layers, loss, labels in all_cases:
             worst = max(worst, run_case(name, layers, loss, labels, tmp))
         exported(tmp)
+        exported_shared(tmp)
     finish("%d models agree with Keras %s: outputs, losses, gradients (largest relative "
            "difference %.1e)" % (len(all_cases), keras.__version__, worst))
 

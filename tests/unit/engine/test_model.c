@@ -346,6 +346,76 @@ START_TEST(model_graph_merges_of_other_shapes_are_refused)
 }
 END_TEST
 
+/* Layer `first`'s later call, reading src. */
+static job_layer_t call_of(const job_layer_t *layers, int first, int src)
+{
+    job_layer_t l = reads(layers[first], src);
+
+    l.shares = first + 1;
+    return l;
+}
+
+typedef struct ready_log {
+    size_t first[8];
+    int n;
+} ready_log_t;
+
+static void log_ready(void *arg, model_backward_event_t ev, size_t first)
+{
+    ready_log_t *log = arg;
+
+    if (ev == MODEL_GRADS_READY && log->n < 8)
+        log->first[log->n++] = first;
+}
+
+/* A Dense called three times (on a layer, on its own output, on the Add of both): its weights
+ * are the model's once, its gradient the sum over the calls, its L2 term counted once, and the
+ * step tells the gradients ready once, at its first call, after the later ones. */
+START_TEST(model_graph_shared_layer_gradients_match)
+{
+    fixture_t f;
+    job_layer_t l[6] = {reads(dense(4, JOB_ACT_TANH), JOB_INPUT_MODEL),
+                        reads(dense(4, JOB_ACT_SIGMOID), 0)};
+
+    l[1].kernel_reg.l2 = 0.05;
+    l[2] = call_of(l, 1, 1);
+    l[3] = merge(JOB_LAYER_ADD, 1, 2, -2);
+    l[4] = call_of(l, 1, 3);
+    l[5] = dense(1, JOB_ACT_LINEAR);
+    build(&f, (int[]){3}, 1, JOB_LOSS_MSE, false, 4, l, 6);
+    ck_assert_uint_eq(model_param_count(f.m), 6);
+    ck_assert_ptr_eq(f.m->layers[4].w->value, f.m->layers[1].w->value);
+    ck_assert_ptr_ne(f.m->layers[4].w->grad, f.m->layers[1].w->grad);
+    check_gradients(&f);
+    ready_log_t log = {0};
+    model_on_backward(f.m, log_ready, &log);
+    loss_at(&f, (uint64_t[8]){0});
+    ck_assert_int_eq(log.n, 3); /* the output layer's, the shared layer's once, the first's */
+    ck_assert_uint_eq(log.first[0], 4);
+    ck_assert_uint_eq(log.first[1], 2);
+    ck_assert_uint_eq(log.first[2], 0);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(model_graph_shared_layer_on_another_shape_is_refused)
+{
+    job_layer_t l[4] = {reads(dense(4, JOB_ACT_TANH), JOB_INPUT_MODEL)};
+    job_model_t spec = {.layers = l, .n_layers = 4, .input_rank = 1, .input_shape = {3}};
+    status_msg_t err = {0};
+    model_t *m = NULL;
+
+    l[1] = reads(dense(2, JOB_ACT_TANH), JOB_INPUT_MODEL);
+    l[2] = call_of(l, 0, 1); /* reads 2 values: the kernel takes 3 */
+    l[3] = merge(JOB_LAYER_ADD, 0, 2, -2);
+    snprintf(l[0].name, sizeof(l[0].name), "s");
+    snprintf(l[2].name, sizeof(l[2].name), "s");
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "layer s is called on (batch, 2) after (batch, 3)"), "%s",
+                  err.text);
+}
+END_TEST
+
 START_TEST(model_dense_relu_softmax_crossentropy_gradients_match)
 {
     fixture_t f;
@@ -1050,6 +1120,8 @@ int main(void)
     tcase_add_test(tc, model_graph_of_merges_gradients_match);
     tcase_add_test(tc, model_graph_concatenates_an_inner_axis);
     tcase_add_test(tc, model_graph_merges_of_other_shapes_are_refused);
+    tcase_add_test(tc, model_graph_shared_layer_gradients_match);
+    tcase_add_test(tc, model_graph_shared_layer_on_another_shape_is_refused);
     tcase_add_test(tc, model_batch_normalization_gradients_match);
     tcase_add_test(tc, model_batch_normalization_infers_with_the_moving_statistics);
     tcase_add_test(tc, model_batch_normalization_on_another_axis_is_refused);

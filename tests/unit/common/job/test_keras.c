@@ -857,24 +857,20 @@ START_TEST(functional_models_outside_what_is_built_are_rejected)
     assert_rejected(functional(two, in, "[[\"a\", 0, 0], [\"b\", 0, 0]]"), "f.json",
                     "output_layers lists 2 tensors: models with several outputs", NULL);
     assert_rejected(functional(two, in, "[\"a\", 0, 0]"), "f.json",
-                    "output_layers names 'a', not the last layer", NULL);
+                    "output_layers names 'a' call 0, not the last call made", NULL);
     assert_rejected(functional(two, "[[\"b\", 0, 0]]", "[\"b\", 0, 0]"), "f.json",
                     "input_layers names 'b', not the InputLayer", NULL);
     assert_rejected(
         functional(DENSE("a", "x") ", " DENSE("b", "x") ", " DENSE("c", "a"), in, "[\"c\", 0, 0]"),
         "f.json", "nothing reads the output of layer 'b'", NULL);
     assert_rejected(functional(DENSE("a", "zz"), in, "[\"a\", 0, 0]"), "f.json",
-                    "layer 'a': reads 'zz', which is not a layer before it", NULL);
+                    "layer 'a': reads 'zz', which is not a layer of the model", NULL);
     assert_rejected(functional(DENSE("a", "x") ", " DENSE("b", "b"), in, "[\"b\", 0, 0]"), "f.json",
-                    "reads 'b', which is not a layer before it", NULL);
+                    "layer 'b': call 0 reads a tensor that no call before it makes (a cycle)",
+                    NULL);
     assert_rejected(functional(TWO ", " MERGE("Add", "s", "[\"a\", 0, 0, {}], [\"b\", 1, 0, {}]"),
                                in, "[\"s\", 0, 0]"),
-                    "f.json", "called a second time: shared layers are not supported yet", NULL);
-    assert_rejected(functional("{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", "
-                               "\"units\": 3}, \"name\": \"a\", \"inbound_nodes\": "
-                               "[[[\"x\", 0, 0, {}]], [[\"x\", 0, 0, {}]]]}",
-                               in, "[\"a\", 0, 0]"),
-                    "f.json", "is called 2 times: shared layers", NULL);
+                    "f.json", "layer 's': reads call 1 of 'b', which is called 1 time", NULL);
     assert_rejected(functional("{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", "
                                "\"units\": 3}, \"name\": \"a\", \"inbound_nodes\": "
                                "[[[\"x\", 0, 0, {\"training\": true}]]]}",
@@ -911,6 +907,99 @@ START_TEST(functional_models_outside_what_is_built_are_rejected)
                     "{\"class_name\": \"Add\", \"config\": {\"name\": \"s\"}}]}}",
                     "m.json", "layer 's' (add) merges two or more inputs", NULL);
 #undef TWO
+}
+END_TEST
+
+/* A shared layer as Keras 3.15 writes it (keras3_shared.json: "shared" called on h1, on h2, and
+ * on the Add of those two calls, which Keras lists after it): one entry a call, in an order
+ * where each comes after what it reads, the later calls naming the first. */
+START_TEST(shared_layers_parse_into_one_entry_a_call)
+{
+    static const char *const names[] = {"h1", "h2", "shared", "shared", "add", "shared", "out"};
+    job_model_t m;
+    char paths[7][96];
+
+    parse_fixture(1, "shared", &m);
+    ck_assert_uint_eq(m.n_layers, 7);
+    for (size_t i = 0; i < m.n_layers; i++)
+        ck_assert_str_eq(m.layers[i].name, names[i]);
+    ck_assert_int_eq(m.layers[2].shares, 0);
+    ck_assert_int_eq(m.layers[3].shares, 3); /* 1 + the first call's index */
+    ck_assert_int_eq(m.layers[5].shares, 3);
+    ck_assert_int_eq(m.layers[5].activation, JOB_ACT_RELU);
+    ck_assert_int_eq(job_layer_input(&m, 2, 0), 0);
+    ck_assert_int_eq(job_layer_input(&m, 3, 0), 1);
+    ck_assert_int_eq(job_layer_input(&m, 4, 0), 2);
+    ck_assert_int_eq(job_layer_input(&m, 4, 1), 3);
+    ck_assert_int_eq(job_layer_input(&m, 5, 0), 4);
+    ck_assert_int_eq(job_layer_input(&m, 6, 0), 5);
+    ck_assert_int_eq(job_layer_call(&m, 2), 0);
+    ck_assert_int_eq(job_layer_call(&m, 3), 1);
+    ck_assert_int_eq(job_layer_call(&m, 5), 2);
+    ck_assert(job_model_is_graph(&m));
+    job_keras_paths(m.layers, m.n_layers, paths); /* the layer once, as Keras saves it */
+    ck_assert_str_eq(paths[2], "dense_2");
+    ck_assert_str_eq(paths[3], "dense_2");
+    ck_assert_str_eq(paths[5], "dense_2");
+    ck_assert_str_eq(paths[6], "dense_3");
+    job_model_done(&m);
+}
+END_TEST
+
+/* Keras 2's form of calls, and what a shared layer may not be. */
+START_TEST(shared_layers_outside_what_is_built_are_rejected)
+{
+    const char *in = "[[\"x\", 0, 0]]";
+    /* "a" on x twice, then on the Add of those calls: Keras 2's [[LAYER, CALL, 0, {}]] */
+    const char *calls =
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", \"units\": 8}, "
+        "\"name\": \"a\", \"inbound_nodes\": [[[\"x\", 0, 0, {}]], [[\"x\", 0, 0, "
+        "{}]], [[\"s\", 0, 0, {}]]]}, " MERGE("Add", "s", "[\"a\", 0, 0, {}], [\"a\", 1, 0, {}]");
+    const char *ok = functional(calls, in, "[\"a\", 2, 0]");
+    job_model_t m;
+    status_msg_t err = {0};
+
+    ck_assert_int_eq(job_parse_keras_json(ok, strlen(ok), "f.json", &m, &err), STATUS_OK);
+    ck_assert_uint_eq(m.n_layers, 4);
+    ck_assert_int_eq(m.layers[3].shares, 1);
+    ck_assert_int_eq(job_layer_input(&m, 3, 0), 2);
+    job_model_done(&m);
+
+    assert_rejected(functional(calls, in, "[\"a\", 1, 0]"), "f.json",
+                    "output_layers names 'a' call 1, not the last call made", NULL);
+    assert_rejected(functional(calls, in, "[\"a\", 3, 0]"), "f.json",
+                    "output_layers names 'a' call 3, not the last call made", NULL);
+    assert_rejected(functional("{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": "
+                               "\"a\"}, \"name\": \"a\", \"inbound_nodes\": [[[\"x\", 0, 0, {}]], "
+                               "[[\"a\", 0, 0, {}]]]}",
+                               in, "[\"a\", 1, 0]"),
+                    "f.json", "layer 'a' (batch_normalization) is called more than once",
+                    "moving statistics", NULL);
+    assert_rejected(
+        functional(DENSE("a", "x") ", {\"class_name\": \"Dense\", \"config\": "
+                                   "{\"name\": \"b\", \"units\": 3}, \"name\": \"b\", "
+                                   "\"inbound_nodes\": [[[\"a\", 0, 0, {}]], [[\"a\", 1, "
+                                   "0, {}]]]}",
+                   in, "[\"b\", 1, 0]"),
+        "f.json", "layer 'b': reads call 1 of 'a', which is called 1 time", NULL);
+    assert_rejected(functional("{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", "
+                               "\"units\": 3}, \"name\": \"a\", \"inbound_nodes\": [[[\"x\", 1, 0, "
+                               "{}]]]}",
+                               in, "[\"a\", 0, 0]"),
+                    "f.json", "reads call 1 of the InputLayer 'x'", NULL);
+    /* b's first call reads a's second, which reads c, listed after b */
+    assert_rejected(
+        functional(
+            "{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", "
+            "\"units\": 8}, \"name\": \"a\", \"inbound_nodes\": [[[\"x\", 0, 0, "
+            "{}]], [[\"c\", 0, 0, {}]]]}, {\"class_name\": \"Dense\", \"config\": {\"name\": "
+            "\"b\", \"units\": 3}, \"name\": \"b\", \"inbound_nodes\": "
+            "[[[\"a\", 1, 0, {}]]]}, "
+            "{\"class_name\": \"Dense\", \"config\": {\"name\": \"c\", \"units\": "
+            "8}, \"name\": \"c\", \"inbound_nodes\": [[[\"a\", 0, 0, {}]]]}",
+            in, "[\"b\", 0, 0]"),
+        "f.json", "layer 'c': is called before 'b', which the model lists before it, is first",
+        NULL);
 }
 END_TEST
 
@@ -1046,6 +1135,8 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, activity_regularizers_are_read);
     tcase_add_test(tc, batch_normalization_parses_in_both_generations);
     tcase_add_test(tc, functional_models_outside_what_is_built_are_rejected);
+    tcase_add_test(tc, shared_layers_parse_into_one_entry_a_call);
+    tcase_add_test(tc, shared_layers_outside_what_is_built_are_rejected);
     tcase_add_test(tc, unknown_top_level_key_is_rejected);
     tcase_add_test(tc, invalid_json_is_rejected_with_its_line);
     tcase_add_test(tc, nodes_of_the_wrong_type_are_errors_not_crashes);
