@@ -27,6 +27,10 @@ typedef struct dataset {
     int shape[JOB_MAX_RANK]; /* feature shape without the batch dimension */
     int rank;
     int classes; /* number of label classes (max label + 1), 0 for regression */
+    /* NumPy sources: the arrays of inputs, one a model input, whose values lie one after the
+     * other in each row, and each one's values per example (0: a source of one feature) */
+    int n_parts;
+    size_t part_len[JOB_MAX_MODEL_INPUTS];
 } dataset_t;
 
 /* One worker's share of a job's data: part `index` of `count`. */

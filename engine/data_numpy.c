@@ -1,7 +1,9 @@
-/* NumPy arrays as a dataset (data.h): inputs [n, ...] and labels [n] or [n, 1] from two .npy
- * files (memory-mapped) or two members of an .npz archive, converted to float rows. */
+/* NumPy arrays as a dataset (data.h): inputs [n, ...] (one array a model input) and labels [n]
+ * or [n, 1] from .npy files (memory-mapped) or members of an .npz archive, converted to float
+ * rows. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,89 +11,153 @@
 #include "data_internal.h"
 #include "files/npy.h"
 
-static status_t load_array(const job_source_t *src, bool labels, uint64_t max_bytes, npy_array_t *a,
+/* Array `i` of the inputs (-1: the labels). */
+static status_t load_array(const job_source_t *src, int i, uint64_t max_bytes, npy_array_t *a,
                            status_msg_t *err)
 {
-    const char *name = labels ? src->y : src->x;
+    const char *name = i < 0 ? src->y : src->x[i];
 
     if (src->format == JOB_DATA_NPZ)
         return npz_load(src->archive, name, max_bytes, a, err);
     return npy_load(name, a, err);
 }
 
-static const char *name_of(const job_source_t *src, bool labels)
+/* How errors name array i (-1: the labels): its file, or the archive and the member. */
+static void name_of(const job_source_t *src, int i, char *buf, size_t len)
 {
-    return src->format == JOB_DATA_NPZ ? src->archive : labels ? src->y : src->x;
+    const char *name = i < 0 ? src->y : src->x[i];
+
+    if (src->format == JOB_DATA_NPZ)
+        snprintf(buf, len, "%s (%s)", src->archive, name);
+    else
+        snprintf(buf, len, "%s", name);
 }
 
-static status_t check_shapes(const job_source_t *src, const npy_array_t *x, const npy_array_t *y,
-                             status_msg_t *err)
+static status_t check_inputs(const job_source_t *src, int i, const npy_array_t *x,
+                             const npy_array_t *first, status_msg_t *err)
 {
+    char name[600];
+
+    name_of(src, i, name, sizeof(name));
     if (x->h.rank < 1 || x->h.rank > JOB_MAX_RANK + 1 || x->h.shape[0] == 0)
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "%s: the inputs must be [examples, ...] with at most %d more "
                            "dimensions and at least one example",
-                           name_of(src, false), JOB_MAX_RANK);
-    for (int i = 1; i < x->h.rank; i++)
-        if (x->h.shape[i] == 0 || x->h.shape[i] > INT32_MAX)
+                           name, JOB_MAX_RANK);
+    for (int d = 1; d < x->h.rank; d++)
+        if (x->h.shape[d] == 0 || x->h.shape[d] > INT32_MAX)
             return status_fail(err, STATUS_INVALID_ARGUMENT,
-                               "%s: dimension %d of the inputs is %llu", name_of(src, false), i,
-                               (unsigned long long)x->h.shape[i]);
+                               "%s: dimension %d of the inputs is %llu", name, d,
+                               (unsigned long long)x->h.shape[d]);
+    if (x->h.shape[0] != first->h.shape[0])
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "%s: %llu examples, the first inputs %llu: every input needs one "
+                           "value for each example",
+                           name, (unsigned long long)x->h.shape[0],
+                           (unsigned long long)first->h.shape[0]);
+    return STATUS_OK;
+}
+
+static status_t check_labels(const job_source_t *src, const npy_array_t *x, const npy_array_t *y,
+                             status_msg_t *err)
+{
+    char name[600];
+
+    name_of(src, -1, name, sizeof(name));
     if (!(y->h.rank == 1 || (y->h.rank == 2 && y->h.shape[1] == 1)))
         return status_fail(err, STATUS_INVALID_ARGUMENT,
-                           "%s: the labels must be [examples] or [examples, 1]",
-                           name_of(src, true));
+                           "%s: the labels must be [examples] or [examples, 1]", name);
     if (y->h.shape[0] != x->h.shape[0])
-        return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: %llu labels for %llu inputs",
-                           name_of(src, true), (unsigned long long)y->h.shape[0],
-                           (unsigned long long)x->h.shape[0]);
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: %llu labels for %llu inputs", name,
+                           (unsigned long long)y->h.shape[0], (unsigned long long)x->h.shape[0]);
     return STATUS_OK;
+}
+
+/* Each example's values of every input, one input after the other (a model of several inputs
+ * takes them so), into ds->features [n, len]. */
+static void interleave(const npy_array_t *x, const size_t *lens, size_t n_x, size_t n, size_t len,
+                       double scale, float *out)
+{
+    if (n_x == 1) {
+        npy_to_float(&x[0].h, x[0].data, out, n * len, scale);
+        return;
+    }
+    for (size_t e = 0; e < n; e++) {
+        float *row = out + e * len;
+        for (size_t i = 0; i < n_x; i++) {
+            npy_to_float(&x[i].h, x[i].data + e * lens[i] * x[i].h.itemsize, row, lens[i], scale);
+            row += lens[i];
+        }
+    }
 }
 
 status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_bytes,
                             dataset_t **ret_ds, status_msg_t *err)
 {
-    npy_array_t x, y;
+    npy_array_t x[JOB_MAX_MODEL_INPUTS], y;
+    size_t lens[JOB_MAX_MODEL_INPUTS], n_x = src->n_x, loaded = 0, n = 0, len = 0;
     dataset_t *ds = NULL;
-    size_t n, len = 1;
-    status_t rc;
+    char name[600];
+    status_t rc = STATUS_OK;
 
     *ret_ds = NULL;
     memset(&y, 0, sizeof(y));
-    STATUS_CHECK(load_array(src, false, max_bytes, &x, err));
-    rc = load_array(src, true, max_bytes, &y, err);
+    if (n_x < 1 || n_x > JOB_MAX_MODEL_INPUTS)
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "numpy source: %zu input arrays (1 to %d)",
+                           n_x, JOB_MAX_MODEL_INPUTS);
+    for (size_t i = 0; i < n_x && rc == STATUS_OK; i++) {
+        rc = load_array(src, (int)i, max_bytes, &x[i], err);
+        if (rc != STATUS_OK)
+            break;
+        loaded++;
+        rc = check_inputs(src, (int)i, &x[i], &x[0], err);
+        lens[i] = 1;
+        for (int d = 1; rc == STATUS_OK && d < x[i].h.rank; d++)
+            lens[i] *= (size_t)x[i].h.shape[d];
+        len += lens[i];
+    }
     if (rc == STATUS_OK)
-        rc = check_shapes(src, &x, &y, err);
+        rc = load_array(src, -1, max_bytes, &y, err);
+    if (rc == STATUS_OK)
+        rc = check_labels(src, &x[0], &y, err);
     if (rc != STATUS_OK)
         goto out;
-    n = (size_t)x.h.shape[0];
-    for (int i = 1; i < x.h.rank; i++)
-        len *= (size_t)x.h.shape[i];
-    rc = data_check_budget(name_of(src, false), data_bytes_of(n, len), max_bytes, err);
+    n = (size_t)x[0].h.shape[0];
+    name_of(src, 0, name, sizeof(name));
+    rc = data_check_budget(name, data_bytes_of(n, len), max_bytes, err);
     if (rc == STATUS_OK && (ds = calloc(1, sizeof(*ds))) != NULL) {
         ds->features = data_alloc_aligned(n * len * sizeof(float));
         ds->labels = data_alloc_aligned(n * sizeof(float));
     }
     if (rc == STATUS_OK && (ds == NULL || ds->features == NULL || ds->labels == NULL))
         rc = status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %zu examples of %zu floats",
-                         name_of(src, false), n, len);
+                         name, n, len);
     if (rc != STATUS_OK)
         goto out;
     ds->n = n;
     ds->feature_len = len;
-    ds->rank = x.h.rank > 1 ? x.h.rank - 1 : 1;
-    ds->shape[0] = 1;
-    for (int i = 1; i < x.h.rank; i++)
-        ds->shape[i - 1] = (int)x.h.shape[i];
-    npy_to_float(&x.h, x.data, ds->features, n * len, scale);
+    if (n_x > 1) { /* the inputs' values one after the other */
+        ds->rank = 1;
+        ds->shape[0] = (int)(len < INT32_MAX ? len : INT32_MAX);
+    } else {
+        ds->rank = x[0].h.rank > 1 ? x[0].h.rank - 1 : 1;
+        ds->shape[0] = 1;
+        for (int d = 1; d < x[0].h.rank; d++)
+            ds->shape[d - 1] = (int)x[0].h.shape[d];
+    }
+    ds->n_parts = (int)n_x;
+    memcpy(ds->part_len, lens, n_x * sizeof(*lens));
+    interleave(x, lens, n_x, n, len, scale, ds->features);
     npy_to_float(&y.h, y.data, ds->labels, n, 1.0);
+    name_of(src, -1, name, sizeof(name));
     for (size_t i = 0; i < n && rc == STATUS_OK; i++)
         if (!isfinite(ds->labels[i]))
-            rc = status_fail(err, STATUS_DATA_LOSS, "%s: label %zu is not a finite number",
-                             name_of(src, true), i);
+            rc =
+                status_fail(err, STATUS_DATA_LOSS, "%s: label %zu is not a finite number", name, i);
     ds->classes = data_classes(ds->labels, n);
 out:
-    npy_release(&x);
+    for (size_t i = 0; i < loaded; i++)
+        npy_release(&x[i]);
     npy_release(&y);
     if (rc != STATUS_OK) {
         dataset_free(ds);

@@ -4,6 +4,8 @@
  * header claims. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,7 @@ typedef struct loader {
     const job_source_t *src;
     double scale;
     data_rows_t rows;     /* bytes for a bytes_list input, scaled as IDX pixels are */
+    uint8_t *scratch;     /* several inputs: a bytes_list's values before they become floats */
     uint64_t total_bytes; /* of every file's records (uncompressed), for the first allocation */
     status_msg_t *err;
 } loader_t;
@@ -65,6 +68,36 @@ static status_t decode(loader_t *l, const char *path, uint64_t offset, const uin
     return STATUS_OK;
 }
 
+/* Values of one feature of `shape`. */
+static size_t feature_len(const job_feature_t *f)
+{
+    size_t n = 1;
+
+    for (int i = 0; i < f->rank; i++)
+        n *= (size_t)f->shape[i];
+    return n;
+}
+
+/* Several input features: each one's values after the one before's, as floats (a bytes_list's
+ * through `scratch`, scaled with the rest). */
+static status_t decode_inputs(loader_t *l, const char *path, uint64_t offset, const uint8_t *rec,
+                              size_t len, float *row)
+{
+    for (int k = 0; k < l->src->n_inputs; k++) {
+        const job_feature_t *f = &l->src->inputs[k];
+        size_t n = feature_len(f);
+        if (f->kind == JOB_FEATURE_BYTES_LIST) {
+            STATUS_CHECK(decode(l, path, offset, rec, len, f, l->scratch, n));
+            for (size_t i = 0; i < n; i++)
+                row[i] = (float)l->scratch[i];
+        } else {
+            STATUS_CHECK(decode(l, path, offset, rec, len, f, row, n));
+        }
+        row += n;
+    }
+    return STATUS_OK;
+}
+
 static status_t add_record(loader_t *l, const char *path, uint64_t offset, const uint8_t *rec,
                            size_t len)
 {
@@ -76,8 +109,11 @@ static status_t add_record(loader_t *l, const char *path, uint64_t offset, const
         STATUS_CHECK(data_rows_next_bytes(&l->rows, path, hint, &bytes, l->err));
     else
         STATUS_CHECK(data_rows_next(&l->rows, path, hint, &row, l->err));
-    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->input,
-                        bytes != NULL ? (void *)bytes : (void *)row, n));
+    if (l->src->n_inputs > 1)
+        STATUS_CHECK(decode_inputs(l, path, offset, rec, len, row));
+    else
+        STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->inputs[0],
+                            bytes != NULL ? (void *)bytes : (void *)row, n));
     STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, &y, 1));
     if (l->scale != 1 && row != NULL) /* bytes: scaled as they become floats */
         for (size_t i = 0; i < n; i++)
@@ -141,10 +177,27 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
     glob_t g;
     status_t rc;
 
+    int shape[JOB_MAX_RANK] = {0}, rank = 1;
+    size_t most = 1;
+
     *ret_ds = NULL;
-    for (int i = 0; i < src->input.rank; i++)
-        l.rows.len *= (size_t)src->input.shape[i];
-    l.rows.bytes = src->input.kind == JOB_FEATURE_BYTES_LIST;
+    if (src->n_inputs < 1)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: no input feature", src->files[0]);
+    l.rows.len = 0;
+    for (int k = 0; k < src->n_inputs; k++) {
+        size_t n = feature_len(&src->inputs[k]);
+        l.rows.len += n;
+        most = n > most ? n : most;
+    }
+    if (src->n_inputs > 1) { /* rows of floats: the inputs' values one after the other */
+        shape[0] = (int)(l.rows.len < INT32_MAX ? l.rows.len : INT32_MAX);
+        if ((l.scratch = malloc(most)) == NULL)
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    } else {
+        memcpy(shape, src->inputs[0].shape, sizeof(shape));
+        rank = src->inputs[0].rank;
+        l.rows.bytes = src->inputs[0].kind == JOB_FEATURE_BYTES_LIST;
+    }
     l.rows.byte_scale = scale;
     rc = data_expand_files(src, &g, err);
     for (size_t i = 0; rc == STATUS_OK && i < g.gl_pathc; i++)
@@ -155,8 +208,8 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
             rc = load_file(&l, g.gl_pathv[i]);
     globfree(&g);
     if (rc == STATUS_OK)
-        rc = data_rows_finish(&l.rows, src->files[0], src->input.shape, src->input.rank, ret_ds,
-                              err);
+        rc = data_rows_finish(&l.rows, src->files[0], shape, rank, ret_ds, err);
     data_rows_free(&l.rows);
+    free(l.scratch);
     return rc;
 }

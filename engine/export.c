@@ -546,9 +546,10 @@ static cJSON *graph_entry(const job_model_t *m, size_t i, const char *input_name
         cJSON_AddItemToArray(nodes, node);
         for (int k = 0; k < n; k++) {
             int src = job_layer_input(m, c, k);
-            cJSON *t = src == JOB_INPUT_MODEL
-                           ? tensor_ref(input_name, 0)
-                           : tensor_ref(m->layers[src].name, job_layer_call(m, (size_t)src));
+            cJSON *t = src < 0 ? tensor_ref(m->n_inputs > 1 ? m->inputs[job_input_index(src)].name
+                                                            : input_name,
+                                            0)
+                               : tensor_ref(m->layers[src].name, job_layer_call(m, (size_t)src));
             cJSON_AddItemToArray(t, cJSON_CreateObject());
             cJSON_AddItemToArray(node, t);
         }
@@ -572,25 +573,40 @@ static void input_layer_name(const job_model_t *m, char *buf, size_t len)
     }
 }
 
+/* The InputLayer entry of an input of `shape` named `name` (a Functional model's has its name
+ * and no calls beside its config). */
+static cJSON *input_entry(const job_model_t *m, const char *name, const int *shape, int rank,
+                          bool graph)
+{
+    cJSON *input = cJSON_CreateObject();
+
+    cJSON_AddItemToObject(input, "batch_shape", ints(shape, rank, true));
+    cJSON_AddStringToObject(input, "dtype", m->input_is_int ? "int32" : "float32");
+    cJSON_AddBoolToObject(input, "sparse", false);
+    cJSON_AddStringToObject(input, "name", name);
+    input = object("keras.layers", "InputLayer", input);
+    if (graph) {
+        cJSON_AddStringToObject(input, "name", name);
+        cJSON_AddArrayToObject(input, "inbound_nodes");
+    }
+    return input;
+}
+
 char *export_keras_config(const job_t *job, int64_t iterations)
 {
     const job_model_t *m = &job->model;
-    cJSON *config = cJSON_CreateObject(), *layers = cJSON_CreateArray(), *input, *build, *model;
+    cJSON *config = cJSON_CreateObject(), *layers = cJSON_CreateArray(), *build, *model;
     bool graph = job_model_is_graph(m);
     char input_name[64], *text;
 
     input_layer_name(m, input_name, sizeof(input_name));
-    input = cJSON_CreateObject();
-    cJSON_AddItemToObject(input, "batch_shape", ints(m->input_shape, m->input_rank, true));
-    cJSON_AddStringToObject(input, "dtype", m->input_is_int ? "int32" : "float32");
-    cJSON_AddBoolToObject(input, "sparse", false);
-    cJSON_AddStringToObject(input, "name", input_name);
-    input = object("keras.layers", "InputLayer", input);
-    if (graph) {
-        cJSON_AddStringToObject(input, "name", input_name);
-        cJSON_AddArrayToObject(input, "inbound_nodes");
-    }
-    cJSON_AddItemToArray(layers, input);
+    if (m->n_inputs > 1) /* a Functional model's own names, in input_layers' order */
+        for (int k = 0; k < m->n_inputs; k++)
+            cJSON_AddItemToArray(layers, input_entry(m, m->inputs[k].name, m->inputs[k].shape,
+                                                     m->inputs[k].rank, true));
+    else
+        cJSON_AddItemToArray(layers,
+                             input_entry(m, input_name, m->input_shape, m->input_rank, graph));
     for (size_t i = 0; i < m->n_layers; i++)
         if (m->layers[i].shares == 0)
             cJSON_AddItemToArray(layers, graph ? graph_entry(m, i, input_name)
@@ -598,8 +614,14 @@ char *export_keras_config(const job_t *job, int64_t iterations)
     cJSON_AddStringToObject(config, "name", graph ? "functional" : "sequential");
     cJSON_AddBoolToObject(config, "trainable", true);
     cJSON_AddItemToObject(config, "layers", layers);
-    if (graph) {
+    if (graph && m->n_inputs > 1) {
+        cJSON *ins = cJSON_AddArrayToObject(config, "input_layers");
+        for (int k = 0; k < m->n_inputs; k++)
+            cJSON_AddItemToArray(ins, tensor_ref(m->inputs[k].name, 0));
+    } else if (graph) {
         cJSON_AddItemToObject(config, "input_layers", tensor_ref(input_name, 0));
+    }
+    if (graph) {
         cJSON_AddItemToObject(
             config, "output_layers",
             tensor_ref(m->layers[m->n_layers - 1].name, job_layer_call(m, m->n_layers - 1)));
@@ -611,7 +633,10 @@ char *export_keras_config(const job_t *job, int64_t iterations)
         model = object("keras", "Sequential", config);
     }
     build = cJSON_CreateObject();
-    cJSON_AddItemToObject(build, "input_shape", ints(m->input_shape, m->input_rank, true));
+    if (m->n_inputs > 1) /* as Keras writes a model of several inputs */
+        cJSON_AddNullToObject(build, "input_shape");
+    else
+        cJSON_AddItemToObject(build, "input_shape", ints(m->input_shape, m->input_rank, true));
     cJSON_AddItemToObject(model, "build_config", build);
     optimizer_config_t o = job_optimizer(job);
     cJSON_AddItemToObject(model, "compile_config", compile_config(job, &o, iterations));

@@ -83,13 +83,15 @@ static status_t wire(model_t *m, const job_model_t *spec, size_t i, const float 
                            l->spec.name, l->n_ins, JOB_MAX_INPUTS);
     for (int k = 0; k < l->n_ins; k++) {
         int src = job_layer_input(spec, i, k);
-        if (src >= (int)i || src < JOB_INPUT_MODEL)
+        if (src >= (int)i || src < JOB_INPUT_OF(job_model_inputs(spec) - 1))
             return status_fail(err, STATUS_BAD_CONFIG, "layer %s reads a layer after it",
                                l->spec.name);
         l->src[k] = src;
-        if (src == JOB_INPUT_MODEL) {
-            l->ins_rank[k] = spec->input_rank;
-            memcpy(l->ins_shape[k], spec->input_shape, sizeof(l->ins_shape[k]));
+        if (src < 0) {
+            int rank;
+            const int *shape = job_model_input_shape(spec, job_input_index(src), &rank);
+            l->ins_rank[k] = rank;
+            memcpy(l->ins_shape[k], shape, sizeof(l->ins_shape[k]));
             continue;
         }
         l->ins_rank[k] = m->layers[src].out_rank;
@@ -221,8 +223,23 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
         model_free(m);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
-    max_len = layer_shape_len(spec->input_shape, spec->input_rank);
-    m->in_len = max_len;
+    m->n_model_in = job_model_inputs(spec);
+    for (int k = 0; k < m->n_model_in; k++) {
+        int rank;
+        const int *shape = job_model_input_shape(spec, k, &rank);
+        m->in_at[k] = m->in_len;
+        m->n_in[k] = layer_shape_len(shape, rank);
+        m->in_len += m->n_in[k];
+        if (m->n_model_in > 1 && (m->in_buf[k] = layer_floats(
+                                      m, layer_mul_sat((size_t)max_batch, m->n_in[k]))) == NULL) {
+            layer_plan_t at = {.m = m, .index = 0, .name = spec->inputs[k].name};
+            rc = layer_plan_failed(&at, err);
+            free(masks);
+            model_free(m);
+            return rc;
+        }
+    }
+    max_len = m->in_len;
     for (size_t i = 0; i < spec->n_layers; i++) {
         layer_t *l = &m->layers[i];
         const float *mask = NULL;

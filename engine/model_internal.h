@@ -14,6 +14,12 @@ struct model {
     size_t n_params;
     int max_batch;
     size_t in_len, out_len;
+    /* A model of several inputs: an example's features are the inputs' values one after the
+     * other, input k's n_in[k] values from in_at[k]; forward copies each into in_buf[k], the
+     * [max_batch, n_in[k]] its readers take. n_model_in 1: x itself. */
+    int n_model_in;
+    size_t in_at[JOB_MAX_MODEL_INPUTS], n_in[JOB_MAX_MODEL_INPUTS];
+    float *in_buf[JOB_MAX_MODEL_INPUTS];
     job_loss_kind_t loss;
     double huber_delta; /* huber's delta (model_set_huber_delta; 1 by default) */
     float smoothing;    /* the cross-entropies' label_smoothing (model_set_label_smoothing) */

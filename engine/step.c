@@ -13,11 +13,19 @@ static status_t forward(model_t *m, const float *x, int batch, bool training, st
     if (batch < 1 || batch > m->max_batch)
         return status_fail(err, STATUS_INVALID_USAGE, "batch of %d examples (at most %d)", batch,
                            m->max_batch);
+    for (int k = 0; k < m->n_model_in && m->n_model_in > 1; k++) /* each input's own rows */
+        for (int b = 0; b < batch; b++)
+            memcpy(m->in_buf[k] + (size_t)b * m->n_in[k], x + (size_t)b * m->in_len + m->in_at[k],
+                   m->n_in[k] * sizeof(float));
     for (size_t i = 0; i < m->n_layers; i++) {
         layer_t *l = &m->layers[i];
         if (m->graph) {
-            for (int k = 0; k < l->n_ins; k++)
-                l->ins[k] = l->src[k] == JOB_INPUT_MODEL ? x : m->layers[l->src[k]].out;
+            for (int k = 0; k < l->n_ins; k++) {
+                int src = l->src[k];
+                l->ins[k] = src >= 0             ? m->layers[src].out
+                            : m->n_model_in == 1 ? x
+                                                 : m->in_buf[job_input_index(src)];
+            }
             in = l->ins[0];
         }
         l->in = in;
@@ -54,7 +62,7 @@ static void backward_graph(model_t *m, layer_t *l, int batch, float *dy)
         int src = l->src[k];
         float *dst, *dx;
 
-        if (src == JOB_INPUT_MODEL) {
+        if (src < 0) { /* a model input */
             if (l->n_ins == 1)
                 layer_backward_input(l, batch, dy, NULL); /* nothing to compute */
             continue;

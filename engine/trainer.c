@@ -91,6 +91,28 @@ void trainer_free(trainer_t *t)
 static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const char *split,
                                 status_msg_t *err)
 {
+    const job_model_t *spec = &t->job->model;
+    int inputs = job_model_inputs(spec);
+
+    /* arrays given one a model input (NumPy): as many as the inputs, each fitting its own */
+    if (ds->n_parts > 0 && ds->n_parts != inputs)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: the %s data gives %d input array%s (x) but the model takes %d "
+                           "input%s",
+                           t->where, split, ds->n_parts, ds->n_parts == 1 ? "" : "s", inputs,
+                           inputs == 1 ? "" : "s");
+    for (int k = 0; k < ds->n_parts && inputs > 1; k++) {
+        int rank;
+        const int *shape = job_model_input_shape(spec, k, &rank);
+        size_t len = 1;
+        for (int d = 0; d < rank; d++)
+            len *= (size_t)shape[d];
+        if (ds->part_len[k] != len)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: the %s data's input array %d (x[%d]) has %zu values per "
+                               "example but the model's input '%s' takes %zu",
+                               t->where, split, k, k, ds->part_len[k], spec->inputs[k].name, len);
+    }
     if (ds->feature_len != model_input_len(t->model))
         return status_fail(err, STATUS_BAD_CONFIG,
                            "%s: the %s data has %zu values per example but the model's input "

@@ -23,8 +23,11 @@ static void source_done(job_source_t *s)
     for (size_t i = 0; i < s->n_files; i++)
         free(s->files[i]);
     free(s->files);
-    free(s->input.name);
+    for (int i = 0; i < s->n_inputs; i++)
+        free(s->inputs[i].name);
     free(s->label.name);
+    for (size_t i = 0; i < s->n_x; i++)
+        free(s->x[i]);
     free(s->x);
     free(s->y);
     free(s->archive);
@@ -452,6 +455,38 @@ static status_t parse_files(job_ctx_t *c, const job_node_t *map, job_source_t *s
     return rc;
 }
 
+/* x: a path (npy) or an archive member's name (npz), or a list of them, one a model input. */
+static status_t parse_x(job_ctx_t *c, const job_node_t *map, bool paths, job_source_t *s)
+{
+    size_t old;
+    const job_node_t *n = job_tree_enter(c, map, "x", &old);
+    const job_node_t *const *items =
+        n != NULL && n->kind == JOB_NODE_SEQ ? (const job_node_t *const *)n->items : &n;
+    size_t count = n == NULL ? 0 : n->kind == JOB_NODE_SEQ ? n->n : 1;
+    const char *want = paths ? "a .npy path or a list of them (one a model input)"
+                             : "an array's name in the archive or a list of them (one a model "
+                               "input)";
+    status_t rc = STATUS_OK;
+
+    if (n == NULL)
+        return job_tree_missing(c, map, "x");
+    if (count == 0 || count > JOB_MAX_MODEL_INPUTS)
+        rc = job_tree_type_error(c, n, want);
+    else if ((s->x = calloc(count, sizeof(*s->x))) == NULL)
+        rc = status_fail(c->err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < count && rc == STATUS_OK; i++) {
+        if (items[i]->kind != JOB_NODE_SCALAR || items[i]->text[0] == '\0')
+            rc = job_tree_type_error(c, items[i], want);
+        else if ((s->x[i] = paths ? job_tree_resolve(c, items[i]->text)
+                                  : job_tree_strdup(c, items[i]->text)) == NULL)
+            rc = STATUS_NO_MEMORY;
+        else
+            s->n_x = i + 1;
+    }
+    job_tree_pop(c, old);
+    return rc;
+}
+
 /* One feature: {float_list: SHAPE}, {int64_list: SHAPE} or {bytes_list: SHAPE}. */
 static status_t parse_feature(job_ctx_t *c, const job_node_t *entry_value, const char *name,
                               job_feature_t *f)
@@ -471,7 +506,8 @@ static status_t parse_feature(job_ctx_t *c, const job_node_t *entry_value, const
     return (f->name = job_tree_strdup(c, name)) != NULL ? STATUS_OK : STATUS_NO_MEMORY;
 }
 
-/* features: {NAME: FEATURE, ...}: the label (named by label:, default "label") and one input. */
+/* features: {NAME: FEATURE, ...}: the label (named by label:, default "label") and the inputs
+ * (several for a model of several inputs, matched by name in parse_job). */
 static status_t parse_features(job_ctx_t *c, const job_node_t *map, job_source_t *s)
 {
     const char *label = "label";
@@ -482,16 +518,19 @@ static status_t parse_features(job_ctx_t *c, const job_node_t *map, job_source_t
     STATUS_CHECK(job_tree_get_string(c, map, "label", false, &label));
     if ((n = job_tree_enter(c, map, "features", &old)) == NULL)
         return job_tree_missing(c, map, "features");
-    if (n->kind != JOB_NODE_MAP || n->n != 2 || job_tree_child(n, label) == NULL)
+    if (n->kind != JOB_NODE_MAP || n->n < 2 || n->n > JOB_MAX_MODEL_INPUTS + 1 ||
+        job_tree_child(n, label) == NULL)
         rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
-                           "%s must map two features: the label '%s' and the model's input "
-                           "(name the label feature with label: NAME)",
-                           c->path, label);
+                           "%s must map the label '%s' and the model's input, or each of its %d "
+                           "inputs at most by their names (name the label feature with label: "
+                           "NAME)",
+                           c->path, label, JOB_MAX_MODEL_INPUTS);
     for (size_t i = 0; rc == STATUS_OK && i < n->n; i++) {
         const job_node_entry_t *e = &n->entries[i];
         bool is_label = strcmp(e->key, label) == 0;
         size_t at = job_tree_push_key(c, e->key);
-        rc = parse_feature(c, e->value, e->key, is_label ? &s->label : &s->input);
+        rc = parse_feature(c, e->value, e->key, is_label ? &s->label : &s->inputs[s->n_inputs]);
+        s->n_inputs += !is_label && rc == STATUS_OK;
         if (rc == STATUS_OK && is_label &&
             (s->label.kind == JOB_FEATURE_BYTES_LIST || s->label.shape[0] != 1 ||
              s->label.rank != 1))
@@ -537,18 +576,17 @@ static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
     }
     if (s->format == JOB_DATA_NPY) {
         STATUS_CHECK(job_tree_check_map(c, n, npy_keys, JOB_N_OF(npy_keys), false));
-        STATUS_CHECK(job_tree_get_path(c, n, "x", true, &s->x));
+        STATUS_CHECK(parse_x(c, n, true, s));
         return job_tree_get_path(c, n, "y", true, &s->y);
     }
     if (s->format == JOB_DATA_NPZ) {
-        const char *x = NULL, *y = NULL;
+        const char *y = NULL;
         STATUS_CHECK(job_tree_check_map(c, n, npz_keys, JOB_N_OF(npz_keys), false));
         STATUS_CHECK(job_tree_get_path(c, n, "file", true, &s->archive));
-        STATUS_CHECK(job_tree_get_string(c, n, "x", true, &x));
+        STATUS_CHECK(parse_x(c, n, false, s));
         STATUS_CHECK(job_tree_get_string(c, n, "y", true, &y));
-        s->x = job_tree_strdup(c, x);
         s->y = job_tree_strdup(c, y);
-        return s->x != NULL && s->y != NULL ? STATUS_OK : STATUS_NO_MEMORY;
+        return s->y != NULL ? STATUS_OK : STATUS_NO_MEMORY;
     }
     if (s->format == JOB_DATA_CSV) {
         const char *label = NULL, *delim = ",";
@@ -864,6 +902,36 @@ static void job_defaults(job_t *job)
     job->accuracy_threshold = 0.5f;
 }
 
+/* A TFRecord source of several input features: one a model input, put in the model's order by
+ * their names. */
+static status_t match_features(job_ctx_t *c, const job_node_t *root, job_t *job, job_source_t *s)
+{
+    const job_model_t *m = &job->model;
+    job_feature_t ordered[JOB_MAX_MODEL_INPUTS];
+    int line = job_tree_child(root, "data")->line;
+
+    if (!s->present || s->format != JOB_DATA_TFRECORD || s->n_inputs < 2)
+        return STATUS_OK;
+    if (s->n_inputs != m->n_inputs)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, line,
+                             "data: %d input features for a model of %d input%s: with several, "
+                             "each is a model input, named as the model names it",
+                             s->n_inputs, job_model_inputs(m), job_model_inputs(m) == 1 ? "" : "s");
+    for (int k = 0; k < m->n_inputs; k++) {
+        int i = 0;
+        while (i < s->n_inputs && strcmp(s->inputs[i].name, m->inputs[k].name) != 0)
+            i++;
+        if (i == s->n_inputs)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, line,
+                                 "data: no feature is named '%s', the model's input %d: with "
+                                 "several, each feature is named as the model names its input",
+                                 m->inputs[k].name, k);
+        ordered[k] = s->inputs[i];
+    }
+    memcpy(s->inputs, ordered, (size_t)m->n_inputs * sizeof(*ordered));
+    return STATUS_OK;
+}
+
 static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
 {
     static const char *const top_keys[] = {"name",     "strategy",    "model",      "loss",
@@ -916,6 +984,8 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
                                  "replicas synchronize it)",
                                  job->model.layers[i].name);
 
+    STATUS_CHECK(match_features(c, root, job, &job->data.train));
+    STATUS_CHECK(match_features(c, root, job, &job->data.test));
     SECTION("train", false, parse_train, job);
     job->evaluate = job->data.test.present;
     STATUS_CHECK(job_tree_get_bool(c, root, "evaluate", &job->evaluate));

@@ -79,14 +79,18 @@ typedef struct job_source {
     char *images; /* IDX paths, resolved against the job file's directory */
     char *labels;
     job_synthetic_t synthetic;
-    /* tfrecord: paths or glob patterns (resolved), read in sorted order; the model's input and
-     * the label (exactly one value) */
+    /* tfrecord: paths or glob patterns (resolved), read in sorted order; the model's inputs
+     * (several: one a model input, named as the model names it and put in its order) and the
+     * label (exactly one value) */
     char **files;
     size_t n_files;
-    job_feature_t input, label;
-    /* npy: the inputs' and labels' files (resolved); npz: the archive (resolved) and the two
-     * arrays' names in it */
-    char *x, *y, *archive;
+    job_feature_t inputs[JOB_MAX_MODEL_INPUTS], label;
+    int n_inputs;
+    /* npy: the inputs' and labels' files (resolved); npz: the archive (resolved) and the
+     * arrays' names in it. x: n_x of them, one a model input in the model's order (a list in
+     * the job for a model of several inputs) */
+    char **x, *y, *archive;
+    size_t n_x;
     char delimiter; /* csv: ',' unless the job says otherwise (files and label.name as above) */
 } job_source_t;
 

@@ -799,8 +799,10 @@ static status_t set_input_shape(kctx_t *k, job_model_t *m, const char *key, cons
 }
 
 /* {"class_name": "InputLayer", "config": {"batch_input_shape" | "batch_shape": [null, ...],
- * "dtype", "sparse", "ragged", "name", "optional"}}: the model's input, not a layer. */
-static status_t parse_input_layer(kctx_t *k, const cJSON *cfg, job_model_t *m)
+ * "dtype", "sparse", "ragged", "name", "optional"}}: the model's input, not a layer. Sets the
+ * model's input shape (the first InputLayer's: a Functional model's inputs are put in
+ * input_layers' order later) and, for a Functional model, adds it to m->inputs. */
+static status_t parse_input_layer(kctx_t *k, const cJSON *cfg, bool functional, job_model_t *m)
 {
     static const char *const keys[] = {
         "batch_input_shape", "batch_shape", "dtype", "sparse", "ragged", "name",
@@ -824,6 +826,23 @@ static status_t parse_input_layer(kctx_t *k, const cJSON *cfg, job_model_t *m)
     }
     if (shape == NULL)
         return kfail(k, "the InputLayer has no batch_shape");
+    if (functional) {
+        const char *name = cJSON_GetStringValue(kget(cfg, "name"));
+        job_model_input_t *in = &m->inputs[m->n_inputs];
+        if (name == NULL)
+            return kfail(k, "the InputLayer has no name");
+        if (strlen(name) >= sizeof(in->name))
+            return kfail(k, "the name is longer than 63 characters");
+        if (m->n_inputs == JOB_MAX_MODEL_INPUTS)
+            return kfail(k, "a model takes at most %d inputs", JOB_MAX_MODEL_INPUTS);
+        for (int i = 0; i < m->n_inputs; i++)
+            if (strcmp(m->inputs[i].name, name) == 0)
+                return kfail(k, "a second InputLayer named '%.60s'", name);
+        STATUS_CHECK(parse_shape(k, shape->string, shape, true, false, in->shape, &in->rank));
+        snprintf(in->name, sizeof(in->name), "%s", name);
+        if (m->n_inputs++ > 0)
+            return STATUS_OK;
+    }
     return set_input_shape(k, m, shape->string, shape);
 }
 
@@ -854,12 +873,9 @@ static status_t parse_layer(kctx_t *k, const cJSON *entry, size_t index, bool fu
     STATUS_CHECK(
         check_keys(k, entry, "layer", entry_keys, JOB_N_OF(entry_keys) - (functional ? 0 : 1)));
     if (strcmp(cls_name, "InputLayer") == 0) {
-        if (functional && m->input_rank > 0)
-            return kfail(k, "a second InputLayer: models with several inputs are not supported "
-                            "yet");
-        if (m->n_layers > 0 || m->input_rank > 0)
+        if (!functional && (m->n_layers > 0 || m->input_rank > 0))
             return kfail(k, "an InputLayer must come first");
-        return parse_input_layer(k, cfg, m);
+        return parse_input_layer(k, cfg, functional, m);
     }
     job_layer_names(classes + 1, true);
     kind = job_name_index(cls_name, classes + 1, JOB_LAYER_KINDS);
@@ -955,7 +971,6 @@ static status_t check_call_kwargs(kctx_t *k, const cJSON *kw)
  * in an order where every call comes after what it reads, as Keras's from_config makes it:
  * sweeps over the layers in their order, each making its calls while their inputs exist. */
 typedef struct kgraph {
-    const char *input_name;
     const cJSON **calls; /* layer t's inbound_nodes */
     int *n_calls, *made; /* calls it lists, calls made so far */
     int *first;          /* node_of[first[t] + c]: the graph's entry of call c of layer t */
@@ -995,11 +1010,13 @@ static status_t resolve_tensor(kctx_t *k, const kgraph_t *g, const job_model_t *
     if (kw != NULL)
         STATUS_CHECK(check_call_kwargs(k, kw));
     *ret_ready = true;
-    if (g->input_name != NULL && strcmp(name, g->input_name) == 0) {
+    for (int i = 0; i < m->n_inputs; i++) {
+        if (strcmp(name, m->inputs[i].name) != 0)
+            continue;
         if (call != 0)
             return kfail(k, "reads call %d of the InputLayer '%.60s', which has one output", call,
                          name);
-        *ret = JOB_INPUT_MODEL;
+        *ret = JOB_INPUT_OF(i);
         return STATUS_OK;
     }
     for (size_t i = 0; i < m->n_layers; i++) {
@@ -1104,8 +1121,21 @@ static status_t make_graph(kctx_t *k, kgraph_t *g, const job_model_t *m)
     return STATUS_OK;
 }
 
-/* input_layers or output_layers: one [LAYER, NODE, 0] (Keras 3 writes it bare, Keras 2 in a
- * list); *ret_name: LAYER, *ret_call: NODE. */
+/* One tensor of input_layers or output_layers, [LAYER, NODE, 0]: *ret_name LAYER, *ret_call
+ * NODE. */
+static status_t endpoint(kctx_t *k, const cJSON *v, const char *key, const char **ret_name,
+                         int *ret_call)
+{
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3 ||
+        (*ret_name = cJSON_GetStringValue(v->child)) == NULL ||
+        !is_int(cJSON_GetArrayItem(v, 1), 0, JOB_MAX_LAYERS) ||
+        !is_int(cJSON_GetArrayItem(v, 2), 0, 0))
+        return kfail(k, "%s must be [LAYER, NODE, 0] or a list of them", key);
+    *ret_call = cJSON_GetArrayItem(v, 1)->valueint;
+    return STATUS_OK;
+}
+
+/* output_layers: one [LAYER, NODE, 0] (Keras 3 writes it bare, Keras 2 in a list). */
 static status_t one_endpoint(kctx_t *k, const cJSON *cfg, const char *key, const char **ret_name,
                              int *ret_call)
 {
@@ -1113,16 +1143,51 @@ static status_t one_endpoint(kctx_t *k, const cJSON *cfg, const char *key, const
 
     if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsArray(v->child))
         v = v->child;
-    if (cJSON_IsArray(v) && cJSON_IsArray(v->child))
-        return kfail(k, "%s lists %d tensors: models with several %s are not supported yet", key,
-                     cJSON_GetArraySize(v),
-                     strcmp(key, "input_layers") == 0 ? "inputs" : "outputs");
-    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3 ||
-        (*ret_name = cJSON_GetStringValue(v->child)) == NULL ||
-        !is_int(cJSON_GetArrayItem(v, 1), 0, JOB_MAX_LAYERS) ||
-        !is_int(cJSON_GetArrayItem(v, 2), 0, 0))
-        return kfail(k, "%s must be [LAYER, NODE, 0]", key);
-    *ret_call = cJSON_GetArrayItem(v, 1)->valueint;
+    if ((cJSON_IsArray(v) && cJSON_IsArray(v->child)) || cJSON_IsObject(v))
+        return kfail(k, "%s lists %d tensors: models with several outputs are not supported yet",
+                     key, cJSON_GetArraySize(v));
+    return endpoint(k, v, key, ret_name, ret_call);
+}
+
+/* input_layers: one [LAYER, 0, 0], a list of them (Keras 3 writes one bare), or {NAME: [LAYER,
+ * 0, 0], ...} (a model called on a dict): puts m->inputs in that order, each InputLayer named
+ * once, and makes the first one's shape the model's input shape. */
+static status_t order_inputs(kctx_t *k, const cJSON *cfg, job_model_t *m)
+{
+    const cJSON *v = kget(cfg, "input_layers"), *t;
+    job_model_input_t ordered[JOB_MAX_MODEL_INPUTS];
+    bool taken[JOB_MAX_MODEL_INPUTS] = {false};
+    int n = 0;
+
+    if (cJSON_IsArray(v) && !cJSON_IsArray(v->child) && !cJSON_IsObject(v->child)) {
+        const char *name;
+        int call;
+        STATUS_CHECK(endpoint(k, v, "input_layers", &name, &call));
+        if (m->n_inputs != 1 || strcmp(name, m->inputs[0].name) != 0 || call != 0)
+            return kfail(k, "input_layers names '%.60s', not the InputLayer", name);
+        return STATUS_OK;
+    }
+    if (!cJSON_IsArray(v) && !cJSON_IsObject(v))
+        return kfail(k, "input_layers must be [LAYER, NODE, 0] or a list of them");
+    cJSON_ArrayForEach(t, v)
+    {
+        const char *name;
+        int call, i = 0;
+        STATUS_CHECK(endpoint(k, t, "input_layers", &name, &call));
+        while (i < m->n_inputs && strcmp(m->inputs[i].name, name) != 0)
+            i++;
+        if (i == m->n_inputs || call != 0)
+            return kfail(k, "input_layers names '%.60s', which is not an InputLayer", name);
+        if (taken[i])
+            return kfail(k, "input_layers names '%.60s' twice", name);
+        taken[i] = true;
+        ordered[n++] = m->inputs[i];
+    }
+    if (n != m->n_inputs)
+        return kfail(k, "input_layers names %d of the %d InputLayers", n, m->n_inputs);
+    memcpy(m->inputs, ordered, (size_t)n * sizeof(*ordered));
+    memcpy(m->input_shape, m->inputs[0].shape, sizeof(m->input_shape));
+    m->input_rank = m->inputs[0].rank;
     return STATUS_OK;
 }
 
@@ -1145,9 +1210,6 @@ static status_t read_functional_layers(kctx_t *k, const cJSON *layers, kgraph_t 
         size_t before = m->n_layers;
         STATUS_CHECK(parse_layer(k, v, i++, true, m));
         if (cls != NULL && strcmp(cls, "InputLayer") == 0) {
-            g->input_name = cJSON_GetStringValue(kget(kget(v, "config"), "name"));
-            if (g->input_name == NULL)
-                return kfail(k, "the InputLayer has no name");
             if (nodes != NULL && !(cJSON_IsArray(nodes) && cJSON_GetArraySize(nodes) == 0))
                 return kfail(k, "an InputLayer reads nothing: inbound_nodes must be empty");
             continue;
@@ -1157,8 +1219,6 @@ static status_t read_functional_layers(kctx_t *k, const cJSON *layers, kgraph_t 
         for (size_t j = 0; j < before; j++)
             if (strcmp(m->layers[j].name, m->layers[before].name) == 0)
                 return kfail(k, "a second layer of this name");
-        if (g->input_name != NULL && strcmp(g->input_name, m->layers[before].name) == 0)
-            return kfail(k, "has the InputLayer's name");
         if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) == 0)
             return kfail(k, "inbound_nodes must list the layer's calls");
         if (cJSON_GetArraySize(nodes) > JOB_MAX_LAYERS)
@@ -1168,6 +1228,13 @@ static status_t read_functional_layers(kctx_t *k, const cJSON *layers, kgraph_t 
         g->first[before] = (int)calls;
         calls += (size_t)g->n_calls[before];
     }
+    k->layer[0] = '\0';
+    for (size_t t = 0; t < m->n_layers; t++)
+        for (int j = 0; j < m->n_inputs; j++)
+            if (strcmp(m->layers[t].name, m->inputs[j].name) == 0) {
+                kname(k, &m->layers[t]);
+                return kfail(k, "has an InputLayer's name");
+            }
     k->layer[0] = '\0';
     g->node_of = calloc(calls + 1, sizeof(*g->node_of));
     return g->node_of != NULL ? STATUS_OK : kfail(k, "out of memory");
@@ -1192,10 +1259,10 @@ static status_t parse_functional_config(kctx_t *k, const cJSON *cfg, job_model_t
     static const char *const config_keys[] = {"name",         "layers",        "trainable",
                                               "input_layers", "output_layers", "dtype"};
     const cJSON *layers = kget(cfg, "layers");
-    const char *in_end, *out_end;
+    const char *out_end;
     const job_layer_t *last;
     kgraph_t g = {0};
-    int in_call, out_call;
+    int out_call;
     status_t rc;
 
     STATUS_CHECK(check_keys(k, cfg, "Functional config", config_keys, JOB_N_OF(config_keys)));
@@ -1203,18 +1270,16 @@ static status_t parse_functional_config(kctx_t *k, const cJSON *cfg, job_model_t
     if (!cJSON_IsArray(layers))
         return kfail(k, "config.layers must be a list");
     rc = read_functional_layers(k, layers, &g, m);
-    if (rc == STATUS_OK && g.input_name == NULL)
+    if (rc == STATUS_OK && m->n_inputs == 0)
         rc = kfail(k, "a Functional model needs an InputLayer");
     else if (rc == STATUS_OK && m->n_layers == 0)
         rc = kfail(k, "the model has no layers");
     if (rc == STATUS_OK)
+        rc = order_inputs(k, cfg, m);
+    if (rc == STATUS_OK)
         rc = make_graph(k, &g, m);
     if (rc == STATUS_OK)
-        rc = one_endpoint(k, cfg, "input_layers", &in_end, &in_call);
-    if (rc == STATUS_OK)
         rc = one_endpoint(k, cfg, "output_layers", &out_end, &out_call);
-    if (rc == STATUS_OK && (strcmp(in_end, g.input_name) != 0 || in_call != 0))
-        rc = kfail(k, "input_layers names '%.60s', not the InputLayer", in_end);
     last = rc == STATUS_OK ? &g.nodes.layers[g.nodes.n_layers - 1] : NULL;
     if (last != NULL && (strcmp(out_end, last->name) != 0 ||
                          out_call != job_layer_call(&g.nodes, g.nodes.n_layers - 1)))

@@ -769,6 +769,21 @@ bool job_layer_shareable(const job_model_t *m, size_t i)
            l->kind != JOB_LAYER_BATCH_NORMALIZATION && l->kind != JOB_LAYER_EMBEDDING;
 }
 
+int job_model_inputs(const job_model_t *m)
+{
+    return m->n_inputs > 1 ? m->n_inputs : 1;
+}
+
+const int *job_model_input_shape(const job_model_t *m, int k, int *ret_rank)
+{
+    if (m->n_inputs > 1 && k >= 0 && k < m->n_inputs) {
+        *ret_rank = m->inputs[k].rank;
+        return m->inputs[k].shape;
+    }
+    *ret_rank = m->input_rank;
+    return m->input_shape;
+}
+
 int job_layer_call(const job_model_t *m, size_t i)
 {
     int c = m->layers[i].shares > 0;
@@ -782,7 +797,7 @@ bool job_model_is_graph(const job_model_t *m)
 {
     for (size_t i = 0; i < m->n_layers; i++)
         if (m->layers[i].n_inputs > 1 || job_layer_input(m, i, 0) != (int)i - 1 ||
-            m->layers[i].shares > 0)
+            m->layers[i].shares > 0 || m->n_inputs > 1)
             return true;
     return false;
 }
@@ -792,7 +807,8 @@ bool job_model_is_graph(const job_model_t *m)
  * Embedding layers only. */
 static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err)
 {
-    bool *read = calloc(m->n_layers + 1, sizeof(*read));
+    bool *read = calloc(m->n_layers + 1, sizeof(*read)), input_read[JOB_MAX_MODEL_INPUTS] = {0};
+    int inputs = job_model_inputs(m);
 
     if (read == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", where);
@@ -816,12 +832,14 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
             why = "takes one input";
         for (int k = 0; why == NULL && k < n; k++) {
             int src = job_layer_input(m, i, k);
-            if (src < JOB_INPUT_MODEL || src >= (int)i)
+            if (src < JOB_INPUT_OF(inputs - 1) || src >= (int)i)
                 why = "reads a layer that does not come before it";
             else if (src >= 0)
                 read[src] = true;
             else if (m->input_is_int && l->kind != JOB_LAYER_EMBEDDING)
                 why = "reads the model's integer input, which only an embedding can";
+            else
+                input_read[job_input_index(src)] = true;
         }
         if (why != NULL) {
             free(read);
@@ -829,6 +847,12 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
                                job_layer_kind_name(l->kind), why);
         }
     }
+    for (int k = 0; k < inputs; k++)
+        if (!input_read[k]) {
+            free(read);
+            return status_fail(err, STATUS_BAD_CONFIG, "%s: no layer reads the model's input '%s'",
+                               where, m->n_inputs > 1 ? m->inputs[k].name : "");
+        }
     for (size_t i = 0; i + 1 < m->n_layers; i++)
         if (!read[i]) {
             free(read);
@@ -852,6 +876,12 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
                            "%s: the model has no input shape: give input_shape on the first "
                            "layer (for example input_shape: [784])",
                            where);
+    for (size_t i = 0; i < m->n_layers && m->n_inputs > 1; i++)
+        if (m->layers[i].kind == JOB_LAYER_EMBEDDING)
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: layer '%s': an embedding in a model of several inputs is not "
+                               "supported yet",
+                               where, m->layers[i].name);
     /* the first layer reads the model's input, whatever the graph */
     for (size_t i = 1; i < m->n_layers; i++)
         if (m->layers[i].kind == JOB_LAYER_EMBEDDING)

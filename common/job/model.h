@@ -14,8 +14,15 @@
 #define JOB_MAX_RANK 4
 /* The most inputs one merge layer takes. */
 #define JOB_MAX_INPUTS 16
-/* In job_layer_t.inputs: the model's input, not a layer. */
-#define JOB_INPUT_MODEL (-1)
+/* In job_layer_t.inputs: the model's input, not a layer; JOB_INPUT_OF(k) its input k (of a
+ * Functional model with several), job_input_index the way back. */
+#define JOB_INPUT_MODEL      (-1)
+#define JOB_INPUT_OF(k)      (JOB_INPUT_MODEL - (k))
+#define JOB_MAX_MODEL_INPUTS 8
+static inline int job_input_index(int src)
+{
+    return JOB_INPUT_MODEL - src;
+}
 
 typedef enum {
     JOB_LAYER_DENSE,
@@ -190,9 +197,21 @@ typedef struct job_layer {
     int shares;
 } job_layer_t;
 
+/* One input of a Functional model with several: its InputLayer's name and shape (without the
+ * batch dimension). */
+typedef struct job_model_input {
+    char name[64];
+    int shape[JOB_MAX_RANK];
+    int rank;
+} job_model_input_t;
+
 typedef struct job_model {
-    int input_shape[JOB_MAX_RANK]; /* without the batch dimension */
+    int input_shape[JOB_MAX_RANK]; /* without the batch dimension; the first input's */
     int input_rank;
+    /* A Functional model's inputs, in input_layers' order (0: a Sequential model, whose input is
+     * input_shape). An example's features are the inputs' values one after the other. */
+    job_model_input_t inputs[JOB_MAX_MODEL_INPUTS];
+    int n_inputs;
     bool input_is_int; /* embedding input: integer ids */
     job_layer_t *layers;
     size_t n_layers;
@@ -226,6 +245,10 @@ int job_layer_input(const job_model_t *m, size_t i, int k);
  * first call of its kind, and the kind keeps nothing per call beyond its output (not
  * BatchNormalization, whose moving statistics Keras moves once per call, nor Embedding). */
 bool job_layer_shareable(const job_model_t *m, size_t i);
+
+/* The model's inputs (1 for a Sequential model) and input k's shape. */
+int job_model_inputs(const job_model_t *m);
+const int *job_model_input_shape(const job_model_t *m, int k, int *ret_rank);
 
 /* Which call of its layer entry i is (0: the first or only; shares). */
 int job_layer_call(const job_model_t *m, size_t i);

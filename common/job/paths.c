@@ -48,8 +48,10 @@ static status_t check_source(const roots_t *roots, const char *split, const job_
     snprintf(what, sizeof(what), "data.%s file", split);
     STATUS_CHECK(check_file(roots, what, s->images, err));
     STATUS_CHECK(check_file(roots, what, s->labels, err));
-    STATUS_CHECK(check_file(roots, what, s->x, err));
-    STATUS_CHECK(check_file(roots, what, s->y, err));
+    for (size_t i = 0; s->format == JOB_DATA_NPY && i < s->n_x; i++) /* npz: names in it */
+        STATUS_CHECK(check_file(roots, what, s->x[i], err));
+    if (s->format == JOB_DATA_NPY)
+        STATUS_CHECK(check_file(roots, what, s->y, err));
     STATUS_CHECK(check_file(roots, what, s->archive, err));
     for (size_t i = 0; i < s->n_files; i++)
         STATUS_CHECK(check_file(roots, what, s->files[i], err));

@@ -20,8 +20,8 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 from keras import layers as L  # noqa: E402
 
-from compat import (BUILD, SOURCE, check, fashion_test, finish, tessera,  # noqa: E402
-                    test_accuracy)
+from compat import (BUILD, SOURCE, check, fashion, fashion_test, finish,  # noqa: E402
+                    tessera, test_accuracy)
 
 BATCH = 5
 TOL = 1e-5
@@ -268,6 +268,17 @@ def shared_conv():
     return keras.Model(inp, L.Dense(1)(L.Flatten()(L.Add()([y, z]))))
 
 
+def two_inputs():
+    """Two inputs, listed by Keras in another order than the model takes them: a vector through
+    a Dense and a matrix through Conv1D, joined, with the vector read again by a Multiply."""
+    a = keras.Input((4,), name="a")
+    b = keras.Input((3, 2), name="b")
+    h = L.Dense(4, activation="tanh")(a)
+    g = L.Dense(4)(L.Flatten()(L.Conv1D(2, 2, activation="relu")(b)))
+    out = L.Concatenate()([L.Multiply()([h, g]), a])
+    return keras.Model([a, b], L.Dense(1)(out))
+
+
 def functional_cases():
     return [
         ("functional: resnet-style blocks", resnet_block, "mse", "regression"),
@@ -279,6 +290,7 @@ def functional_cases():
          concatenate_axes, "{huber: {delta: 0.5}}", "regression"),
         ("functional: a dense layer shared by three calls", shared_dense, "mse", "regression"),
         ("functional: shared conv2d and prelu", shared_conv, "mse", "regression"),
+        ("functional: two inputs", two_inputs, "mse", "regression"),
     ]
 
 
@@ -313,6 +325,11 @@ KERAS_LOSS = {
 
 
 def data(rng, model, labels):
+    """x (for a model of several inputs, the list of each one's values), y."""
+    if isinstance(model.input_shape, list):
+        x = [rng.normal(0, 1, (BATCH,) + tuple(s[1:])).astype(np.float32)
+             for s in model.input_shape]
+        return x, rng.normal(0, 1, BATCH).astype(np.float32)
     shape = (BATCH,) + tuple(model.input_shape[1:])
     if labels[0] == "ids":
         x = rng.integers(0, labels[1], shape).astype(np.float32)
@@ -384,6 +401,8 @@ def run_case(name, layers, loss, labels, tmp):
                     os.path.join(d, "model.json"), loss, BATCH))
     for v in model.weights:
         start[id(v)].tofile(os.path.join(d, names[id(v)].replace("/", "__") + ".f32"))
+    if isinstance(x, list):  # Tessera's example: the inputs' values one after the other
+        x = np.concatenate([a.reshape(BATCH, -1) for a in x], axis=1)
     x.astype("<f4").tofile(os.path.join(d, "x.f32"))
     y.astype("<f4").tofile(os.path.join(d, "y.f32"))
     run = subprocess.run([os.path.join(BUILD, "tests", "layer_steps"), d, str(BATCH)],
@@ -553,6 +572,50 @@ def exported_shared(tmp):
           "shared layer: --init-from the export evaluates %.4f, trained %.4f" % (again, ours))
 
 
+def exported_two_inputs(tmp):
+    """A model of two inputs from Keras's JSON (each Fashion-MNIST image cut into its top and
+    bottom halves, the top as 392 values, the bottom as a 14x28 matrix), trained by tessera
+    train from an .npz archive of the two arrays (x: [top, bottom]) and exported: Keras loads it
+    and evaluates [top, bottom] to Tessera's test accuracy."""
+    top = keras.Input((392,), name="top")
+    bottom = keras.Input((14, 28), name="bottom")
+    h = L.Dense(64, activation="relu")(top)
+    g = L.Dense(64, activation="relu")(L.Flatten()(bottom))
+    model = keras.Model([top, bottom], L.Dense(10)(L.Concatenate()([g, h])))
+    with open(os.path.join(tmp, "two.json"), "w") as f:
+        f.write(model.to_json())
+    halves = {}
+    for split, images, labels in (("train", "train-images-idx3-ubyte.gz",
+                                   "train-labels-idx1-ubyte.gz"),
+                                  ("test", "t10k-images-idx3-ubyte.gz",
+                                   "t10k-labels-idx1-ubyte.gz")):
+        x = fashion(images, 16).reshape(-1, 28, 28).astype("float32") / 255
+        halves[split] = (x[:, :14].reshape(-1, 392), x[:, 14:], fashion(labels, 8))
+        np.savez(os.path.join(tmp, "two-%s.npz" % split), top=halves[split][0],
+                 bottom=halves[split][1], y=halves[split][2])
+    path = os.path.join(tmp, "two.yaml")
+    with open(path, "w") as f:
+        f.write("name: two-inputs\nmodel: {keras_json: two.json}\n"
+                "loss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
+                "metrics: [accuracy]\noptimizer: {adam: {learning_rate: 0.001}}\n"
+                "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
+                "  train: {format: npz, file: two-train.npz, x: [top, bottom], y: y}\n"
+                "  test: {format: npz, file: two-test.npz, x: [top, bottom], y: y}\n"
+                "train: {steps: 300}\ncheckpoint: {dir: ckpt-two}\n")
+    ours = test_accuracy(tessera("train", path, cwd=tmp))
+    tessera("export", path, "--out", os.path.join(tmp, "export-two"), cwd=tmp)
+    back = keras.saving.load_model(os.path.join(tmp, "export-two", "model.keras"))
+    top_t, bottom_t, y = halves["test"]
+    theirs = back.evaluate([top_t, bottom_t], y, verbose=0, return_dict=True,
+                           batch_size=256)["accuracy"]
+    print("exported two inputs: tessera %.4f, keras %.4f (inputs %s)" % (
+        ours, theirs, [t.name for t in back.inputs]))
+    check([t.name for t in back.inputs] == ["top", "bottom"],
+          "the export's inputs: %s" % back.inputs)
+    check(ours > 0.7 and abs(theirs - ours) <= 0.001 + 1e-9,
+          "two inputs: Keras evaluates %.4f, Tessera %.4f" % (theirs, ours))
+
+
 def main():
     worst, all_cases = 0.0, cases() + functional_cases()
     with tempfile.TemporaryDirectory() as tmp:
@@ -560,6 +623,7 @@ def main():
             worst = max(worst, run_case(name, layers, loss, labels, tmp))
         exported(tmp)
         exported_shared(tmp)
+        exported_two_inputs(tmp)
     finish("%d models agree with Keras %s: outputs, losses, gradients (largest relative "
            "difference %.1e)" % (len(all_cases), keras.__version__, worst))
 

@@ -80,14 +80,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_fail("keras", "%zu layers but no layer array", m.n_layers);
         if (m.input_rank < 0 || m.input_rank > JOB_MAX_RANK)
             fuzz_fail("keras", "input rank %d", m.input_rank);
+        if (m.n_inputs < 0 || m.n_inputs > JOB_MAX_MODEL_INPUTS)
+            fuzz_fail("keras", "%d inputs", m.n_inputs);
+        for (int k = 0; k < m.n_inputs; k++)
+            if (m.inputs[k].rank < 1 || m.inputs[k].rank > JOB_MAX_RANK)
+                fuzz_fail("keras", "input %d of rank %d", k, m.inputs[k].rank);
         for (size_t i = 0; i < m.n_layers; i++) {
             if (memchr(m.layers[i].name, '\0', sizeof(m.layers[i].name)) == NULL)
                 fuzz_fail("keras", "layer %zu: name not NUL-terminated", i);
             if (m.layers[i].n_inputs < 0 || m.layers[i].n_inputs > JOB_MAX_INPUTS)
                 fuzz_fail("keras", "layer %zu: %d inputs", i, m.layers[i].n_inputs);
             for (int k = 0; k < m.layers[i].n_inputs; k++)
-                if (m.layers[i].inputs[k] < JOB_INPUT_MODEL || m.layers[i].inputs[k] >= (int)i)
+                if (m.layers[i].inputs[k] < JOB_INPUT_OF(job_model_inputs(&m) - 1) ||
+                    m.layers[i].inputs[k] >= (int)i)
                     fuzz_fail("keras", "layer %zu reads %d", i, m.layers[i].inputs[k]);
+            if (m.layers[i].shares != 0 && !job_layer_shareable(&m, i))
+                fuzz_fail("keras", "layer %zu shares %d", i, m.layers[i].shares);
         }
         build_and_step(&m);
     }

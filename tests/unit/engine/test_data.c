@@ -691,7 +691,8 @@ START_TEST(files_are_dealt_to_workers_when_there_are_enough)
         .format = JOB_DATA_TFRECORD,
         .files = files,
         .n_files = 1,
-        .input = {.name = "x", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1},
+        .inputs = {{.name = "x", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1}},
+        .n_inputs = 1,
         .label = {.name = "label", .kind = JOB_FEATURE_INT64_LIST, .shape = {1}, .rank = 1}};
     job_source_t csv = {.present = true,
                         .format = JOB_DATA_CSV,
@@ -709,6 +710,91 @@ START_TEST(files_are_dealt_to_workers_when_there_are_enough)
     snprintf(pattern, sizeof(pattern), "%s/part-*.csv", tmpdir);
     expect_part(&csv, 1, 2, true, 4, 1, 2);
     expect_part(&csv, 0, 8, false, 8, 0, 1);
+}
+END_TEST
+
+/* A float32 .npy file of `rows` rows of `cols` values, v[i] = base + i (format 1.0: a 10-byte
+ * preamble, then the header padded with spaces to 118 bytes and ended by a newline). */
+static void write_npy(const char *path, int rows, int cols, float base)
+{
+    char header[118];
+    FILE *f = fopen(path, "wb");
+    int n = snprintf(header, sizeof(header),
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, cols);
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_lt(n, (int)sizeof(header));
+    memset(header + n, ' ', sizeof(header) - (size_t)n);
+    header[sizeof(header) - 1] = '\n';
+    fwrite("\x93NUMPY\x01\x00\x76\x00", 1, 10, f);
+    fwrite(header, 1, sizeof(header), f);
+    for (int i = 0; i < rows * cols; i++) {
+        float v = base + (float)i;
+        fwrite(&v, sizeof(v), 1, f);
+    }
+    fclose(f);
+}
+
+/* A model of several inputs reads one array or feature for each: every example's row holds
+ * their values one after the other, in the order the source lists them (the job puts a
+ * TFRecord's features in the model's order by name). */
+START_TEST(several_inputs_lie_one_after_the_other_in_each_row)
+{
+    char a[512], b[512], y[512], path[512], *xs[2] = {a, b}, *files[1] = {path};
+    job_source_t npy = {.present = true, .format = JOB_DATA_NPY, .x = xs, .n_x = 2, .y = y};
+    job_source_t tf = {
+        .present = true,
+        .format = JOB_DATA_TFRECORD,
+        .files = files,
+        .n_files = 1,
+        .inputs = {{.name = "img", .kind = JOB_FEATURE_BYTES_LIST, .shape = {3}, .rank = 1},
+                   {.name = "meta", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1}},
+        .n_inputs = 2,
+        .label = {.name = "label", .kind = JOB_FEATURE_INT64_LIST, .shape = {1}, .rank = 1}};
+    example_writer_t w = {0};
+    const uint8_t img[3] = {2, 4, 6}, *ex;
+    const float meta[2] = {-1.0f, 3.0f};
+    const int64_t label = 1;
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+    size_t len;
+    FILE *f;
+
+    snprintf(a, sizeof(a), "%s/a.npy", tmpdir);
+    snprintf(b, sizeof(b), "%s/b.npy", tmpdir);
+    snprintf(y, sizeof(y), "%s/y.npy", tmpdir);
+    write_npy(a, 4, 2, 0.0f);   /* example e: 2e, 2e + 1 */
+    write_npy(b, 4, 3, 100.0f); /* example e: 100 + 3e ... */
+    write_npy(y, 4, 1, 0.0f);
+    ck_assert_msg(dataset_load(&npy, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->feature_len, 5);
+    ck_assert_int_eq(ds->n_parts, 2);
+    ck_assert_uint_eq(ds->part_len[1], 3);
+    for (size_t e = 0; e < 4; e++) {
+        ck_assert_float_eq(value(ds, e * 5 + 1), (float)(2 * e + 1));
+        ck_assert_float_eq(value(ds, e * 5 + 2), (float)(100 + 3 * e));
+    }
+    dataset_free(ds);
+    write_npy(b, 3, 3, 0.0f);
+    ck_assert_int_eq(dataset_load(&npy, 1.0, 0, &ds, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.text, "b.npy: 3 examples, the first inputs 4"), "%s", err.text);
+
+    snprintf(path, sizeof(path), "%s/two.tfrecord", tmpdir);
+    ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+    example_add_floats(&w, "meta", meta, 2);
+    example_add_bytes(&w, "img", img, 3);
+    example_add_int64s(&w, "label", &label, 1);
+    ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
+    ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
+    fclose(f);
+    example_writer_free(&w);
+    ck_assert_msg(dataset_load(&tf, 0.5, 0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->feature_len, 5);
+    ck_assert_float_eq(value(ds, 0), 1.0f); /* the bytes scaled, then the floats */
+    ck_assert_float_eq(value(ds, 2), 3.0f);
+    ck_assert_float_eq(value(ds, 3), -0.5f);
+    ck_assert_float_eq(value(ds, 4), 1.5f);
+    dataset_free(ds);
 }
 END_TEST
 
@@ -735,6 +821,7 @@ int main(void)
     tcase_add_test(idx, dataset_load_dispatches_on_the_format);
     tcase_add_test(idx, datasets_and_pipelines_respect_the_memory_limit);
     tcase_add_test(idx, files_are_dealt_to_workers_when_there_are_enough);
+    tcase_add_test(idx, several_inputs_lie_one_after_the_other_in_each_row);
     suite_add_tcase(s, idx);
 
     tcase_set_timeout(syn, 60);

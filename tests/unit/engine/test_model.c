@@ -50,16 +50,11 @@ typedef struct fixture {
     int batch;
 } fixture_t;
 
-static void build(fixture_t *f, const int *shape, int rank, job_loss_kind_t loss, bool logits,
-                  int batch, const job_layer_t *layers, int n)
+/* The model of f->spec, and a batch of inputs and labels for it. */
+static void build_spec(fixture_t *f, job_loss_kind_t loss, bool logits, int batch)
 {
     status_msg_t err = {0};
-    memset(f, 0, sizeof(*f));
-    memcpy(f->layers, layers, (size_t)n * sizeof(*layers));
-    f->spec.layers = f->layers;
-    f->spec.n_layers = (size_t)n;
-    f->spec.input_rank = rank;
-    memcpy(f->spec.input_shape, shape, (size_t)rank * sizeof(int));
+
     f->batch = batch;
     ck_assert_msg(model_new(&f->spec, loss, logits, batch, 42, 0, &f->m, &err) == STATUS_OK, "%s",
                   err.text);
@@ -76,6 +71,34 @@ static void build(fixture_t *f, const int *shape, int rank, job_loss_kind_t loss
                   : loss == JOB_LOSS_BINARY_CROSSENTROPY ? (float)(b % 2)
                                                          : 0.3f * (float)b - 0.5f;
     }
+}
+
+static void build(fixture_t *f, const int *shape, int rank, job_loss_kind_t loss, bool logits,
+                  int batch, const job_layer_t *layers, int n)
+{
+    memset(f, 0, sizeof(*f));
+    memcpy(f->layers, layers, (size_t)n * sizeof(*layers));
+    f->spec.layers = f->layers;
+    f->spec.n_layers = (size_t)n;
+    f->spec.input_rank = rank;
+    memcpy(f->spec.input_shape, shape, (size_t)rank * sizeof(int));
+    build_spec(f, loss, logits, batch);
+}
+
+/* A model of two inputs, a [3] and a [2, 2]: f->x holds each example's 3 + 4 values. */
+static void build_two_inputs(fixture_t *f, job_loss_kind_t loss, int batch,
+                             const job_layer_t *layers, int n)
+{
+    memset(f, 0, sizeof(*f));
+    memcpy(f->layers, layers, (size_t)n * sizeof(*layers));
+    f->spec.layers = f->layers;
+    f->spec.n_layers = (size_t)n;
+    f->spec.n_inputs = 2;
+    f->spec.inputs[0] = (job_model_input_t){.name = "a", .shape = {3}, .rank = 1};
+    f->spec.inputs[1] = (job_model_input_t){.name = "b", .shape = {2, 2}, .rank = 2};
+    f->spec.input_rank = 1;
+    f->spec.input_shape[0] = 3;
+    build_spec(f, loss, false, batch);
 }
 
 static void teardown(fixture_t *f)
@@ -413,6 +436,42 @@ START_TEST(model_graph_shared_layer_on_another_shape_is_refused)
     ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
     ck_assert_msg(strstr(err.text, "layer s is called on (batch, 2) after (batch, 3)"), "%s",
                   err.text);
+}
+END_TEST
+
+/* Two inputs joined as they come equal one input of their values one after the other: each
+ * example's features are split between the inputs exactly. */
+START_TEST(model_two_inputs_take_their_part_of_each_example)
+{
+    fixture_t two, one;
+    job_layer_t l[3] = {reads(plain(JOB_LAYER_FLATTEN), JOB_INPUT_OF(1)),
+                        merge(JOB_LAYER_CONCATENATE, JOB_INPUT_OF(0), 0, -2),
+                        dense(1, JOB_ACT_TANH)};
+    job_layer_t flat[1] = {dense(1, JOB_ACT_TANH)};
+    status_msg_t err = {0};
+    model_stats_t st;
+
+    build_two_inputs(&two, JOB_LOSS_MSE, 4, l, 3);
+    ck_assert_uint_eq(model_input_len(two.m), 7);
+    build(&one, (int[]){7}, 1, JOB_LOSS_MSE, false, 4, flat, 1);
+    memcpy(model_param(one.m, 0)->value, model_param(two.m, 0)->value, 7 * sizeof(float));
+    memcpy(model_param(one.m, 1)->value, model_param(two.m, 1)->value, 1 * sizeof(float));
+    ck_assert_int_eq(model_evaluate(two.m, two.x, two.y, 4, &st, &err), STATUS_OK);
+    ck_assert_int_eq(model_evaluate(one.m, two.x, two.y, 4, &st, &err), STATUS_OK);
+    for (int k = 0; k < 4; k++)
+        ck_assert_float_eq(model_output(two.m)[k], model_output(one.m)[k]);
+    teardown(&one);
+    /* and gradients through both inputs' branches */
+    teardown(&two);
+    job_layer_t g[6] = {reads(dense(3, JOB_ACT_TANH), JOB_INPUT_OF(0)),
+                        reads(plain(JOB_LAYER_FLATTEN), JOB_INPUT_OF(1)),
+                        reads(dense(3, JOB_ACT_SIGMOID), 1),
+                        merge(JOB_LAYER_MULTIPLY, 0, 2, -2),
+                        merge(JOB_LAYER_CONCATENATE, 3, 1, JOB_INPUT_OF(0), -2),
+                        dense(1, JOB_ACT_LINEAR)};
+    build_two_inputs(&two, JOB_LOSS_MSE, 4, g, 6);
+    check_gradients(&two);
+    teardown(&two);
 }
 END_TEST
 
@@ -1121,6 +1180,7 @@ int main(void)
     tcase_add_test(tc, model_graph_concatenates_an_inner_axis);
     tcase_add_test(tc, model_graph_merges_of_other_shapes_are_refused);
     tcase_add_test(tc, model_graph_shared_layer_gradients_match);
+    tcase_add_test(tc, model_two_inputs_take_their_part_of_each_example);
     tcase_add_test(tc, model_graph_shared_layer_on_another_shape_is_refused);
     tcase_add_test(tc, model_batch_normalization_gradients_match);
     tcase_add_test(tc, model_batch_normalization_infers_with_the_moving_statistics);

@@ -120,8 +120,8 @@ START_TEST(tfrecord_example_is_the_mlp_on_tfrecord_shards)
     ck_assert_uint_eq(job.model.n_layers, 2);
     ck_assert_int_eq(job.data.train.format, JOB_DATA_TFRECORD);
     ck_assert_ptr_nonnull(strstr(job.data.train.files[0], "examples/data/fm-train-*-of-00004"));
-    ck_assert_int_eq(job.data.train.input.kind, JOB_FEATURE_BYTES_LIST);
-    ck_assert_int_eq(job.data.train.input.shape[0], 784);
+    ck_assert_int_eq(job.data.train.inputs[0].kind, JOB_FEATURE_BYTES_LIST);
+    ck_assert_int_eq(job.data.train.inputs[0].shape[0], 784);
     ck_assert_str_eq(job.data.train.label.name, "label");
     ck_assert_int_eq(job.data.test.format, JOB_DATA_TFRECORD);
     ck_assert_ptr_nonnull(strstr(job.checkpoint_dir, "examples/ckpt/"));
@@ -987,6 +987,47 @@ START_TEST(metrics_are_read_with_their_options)
 }
 END_TEST
 
+/* A model of two inputs (a: [4], b: [2, 3]) with a TFRecord source of features `features`. */
+static status_t parse_two_inputs(const char *features, job_t *job, status_msg_t *err)
+{
+    char model[512], text[2048];
+
+    source_path(model, sizeof(model), "tests/fixtures/keras/keras3_two_inputs.json");
+    snprintf(text, sizeof(text),
+             "model: {keras_json: %s}\nloss: mse\ndata: {batch_size: 8, train: {format: "
+             "tfrecord, files: t.tfrecord, features: {%s, label: {float_list: [1]}}}}\n",
+             model, features);
+    return job_parse(text, strlen(text), "job.yaml", job, err);
+}
+
+/* A TFRecord source of several input features: put in the model's order by name. */
+START_TEST(tfrecord_features_of_several_inputs_follow_the_models_names)
+{
+    job_t job;
+    status_msg_t err = {0};
+
+    ck_assert_msg(parse_two_inputs("b: {float_list: [2, 3]}, a: {bytes_list: [4]}", &job, &err) ==
+                      STATUS_OK,
+                  "%s", err.text);
+    ck_assert_int_eq(job.data.train.n_inputs, 2);
+    ck_assert_str_eq(job.data.train.inputs[0].name, "a");
+    ck_assert_int_eq(job.data.train.inputs[0].kind, JOB_FEATURE_BYTES_LIST);
+    ck_assert_str_eq(job.data.train.inputs[1].name, "b");
+    job_done(&job);
+    ck_assert_int_eq(parse_two_inputs("b: {float_list: [6]}, c: {float_list: [4]}", &job, &err),
+                     STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "no feature is named 'a', the model's input 0"), "%s", err.text);
+    ck_assert_int_eq(parse_two_inputs("a: {float_list: [4]}, b: {float_list: [6]}, c: "
+                                      "{float_list: [1]}",
+                                      &job, &err),
+                     STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "3 input features for a model of 2 inputs"), "%s", err.text);
+    /* one feature: the inputs' values one after the other, whatever its name */
+    ck_assert_int_eq(parse_two_inputs("x: {float_list: [10]}", &job, &err), STATUS_OK);
+    job_done(&job);
+}
+END_TEST
+
 /* The config.json of a .keras archive model.save() wrote (tests/fixtures/keras/), into buf. */
 static size_t compiled_fixture(const char *stem, char *buf, size_t cap)
 {
@@ -1313,6 +1354,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, values_beyond_float32_are_rejected);
     tcase_add_test(tc, layer_structure_mistakes_are_explained);
     tcase_add_test(tc, metrics_are_read_with_their_options);
+    tcase_add_test(tc, tfrecord_features_of_several_inputs_follow_the_models_names);
     tcase_add_test(tc, keras_archives_bring_their_compile_config);
     tcase_add_test(tc, keras_compile_configs_refuse_what_is_not_built);
     tcase_add_test(tc, keras_compile_configs_take_the_loss_reduction);

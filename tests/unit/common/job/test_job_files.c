@@ -54,21 +54,22 @@ START_TEST(tfrecord_source_maps_features)
     ck_assert_uint_eq(job.data.train.n_files, 2);
     ck_assert_str_eq(job.data.train.files[0], "/jobs/a/*.tfrecord.gz");
     ck_assert_str_eq(job.data.train.files[1], "/abs/b.tfrecord");
-    ck_assert_str_eq(job.data.train.input.name, "img");
-    ck_assert_int_eq(job.data.train.input.kind, JOB_FEATURE_BYTES_LIST);
-    ck_assert_int_eq(job.data.train.input.rank, 2);
+    ck_assert_str_eq(job.data.train.inputs[0].name, "img");
+    ck_assert_int_eq(job.data.train.inputs[0].kind, JOB_FEATURE_BYTES_LIST);
+    ck_assert_int_eq(job.data.train.inputs[0].rank, 2);
     ck_assert_str_eq(job.data.train.label.name, "y");
     ck_assert_int_eq(job.data.train.label.kind, JOB_FEATURE_INT64_LIST);
     ck_assert_uint_eq(job.data.test.n_files, 1);
     ck_assert_str_eq(job.data.test.files[0], "/jobs/t.tfrecord");
-    ck_assert_str_eq(job.data.test.input.name, "x");
-    ck_assert_int_eq(job.data.test.input.kind, JOB_FEATURE_FLOAT_LIST);
+    ck_assert_str_eq(job.data.test.inputs[0].name, "x");
+    ck_assert_int_eq(job.data.test.inputs[0].kind, JOB_FEATURE_FLOAT_LIST);
     job_done(&job);
 #define TF(rest) MODEL "loss: mse\ndata: {batch_size: 8, train: {format: tfrecord, " rest "}}\n"
     ASSERT_BAD(TF("features: {x: {float_list: [4]}, label: {int64_list: [1]}}"), "files");
     ASSERT_BAD(TF("files: [], features: {x: {float_list: [4]}, label: {int64_list: [1]}}"),
                "files");
-    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}}"), "two features", "label: NAME");
+    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}}"), "must map the label",
+               "label: NAME");
     ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, y: {int64_list: [1]}}"),
                "the label 'label'");
     ASSERT_BAD(TF("files: a, features: {x: {floats: [4]}, label: {int64_list: [1]}}"), "floats");
@@ -84,12 +85,30 @@ START_TEST(tfrecord_source_maps_features)
                    "  test: {format: npz, file: /d/fm.npz, x: x_test, y: y_test}\n",
              "/jobs/job.yaml", &job);
     ck_assert_int_eq(job.data.train.format, JOB_DATA_NPY);
-    ck_assert_str_eq(job.data.train.x, "/jobs/x.npy");
+    ck_assert_uint_eq(job.data.train.n_x, 1);
+    ck_assert_str_eq(job.data.train.x[0], "/jobs/x.npy");
     ck_assert_str_eq(job.data.train.y, "/jobs/y.npy");
     ck_assert_int_eq(job.data.test.format, JOB_DATA_NPZ);
     ck_assert_str_eq(job.data.test.archive, "/d/fm.npz");
-    ck_assert_str_eq(job.data.test.x, "x_test");
+    ck_assert_str_eq(job.data.test.x[0], "x_test");
     job_done(&job);
+    /* a model of several inputs: one array each, in the model's order */
+    parse_ok(MODEL
+             "loss: mse\ndata:\n  batch_size: 8\n  train: {format: npy, x: [a.npy, /d/b.npy], "
+             "y: y.npy}\n  test: {format: npz, file: t.npz, x: [image, meta], y: y}\n",
+             "/jobs/job.yaml", &job);
+    ck_assert_uint_eq(job.data.train.n_x, 2);
+    ck_assert_str_eq(job.data.train.x[0], "/jobs/a.npy");
+    ck_assert_str_eq(job.data.train.x[1], "/d/b.npy");
+    ck_assert_uint_eq(job.data.test.n_x, 2);
+    ck_assert_str_eq(job.data.test.x[1], "meta");
+    job_done(&job);
+    ASSERT_BAD(MODEL
+               "loss: mse\ndata: {batch_size: 8, train: {format: npz, file: f, x: [], y: b}}\n",
+               "a list of them");
+    ASSERT_BAD(MODEL
+               "loss: mse\ndata: {batch_size: 8, train: {format: npy, x: [a, {b: c}], y: y}}\n",
+               "a .npy path or a list of them");
     ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: npz, x: a, y: b}}\n",
                "file");
     ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: npy, x: a}}\n", "'y'");

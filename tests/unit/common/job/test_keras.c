@@ -859,6 +859,8 @@ START_TEST(functional_models_outside_what_is_built_are_rejected)
     assert_rejected(functional(two, in, "[\"a\", 0, 0]"), "f.json",
                     "output_layers names 'a' call 0, not the last call made", NULL);
     assert_rejected(functional(two, "[[\"b\", 0, 0]]", "[\"b\", 0, 0]"), "f.json",
+                    "input_layers names 'b', which is not an InputLayer", NULL);
+    assert_rejected(functional(two, "[\"b\", 0, 0]", "[\"b\", 0, 0]"), "f.json",
                     "input_layers names 'b', not the InputLayer", NULL);
     assert_rejected(
         functional(DENSE("a", "x") ", " DENSE("b", "x") ", " DENSE("c", "a"), in, "[\"c\", 0, 0]"),
@@ -900,7 +902,7 @@ START_TEST(functional_models_outside_what_is_built_are_rejected)
                                "{\"batch_input_shape\": [null, 8], \"name\": \"y\"}, \"name\": "
                                "\"y\", \"inbound_nodes\": []}, " DENSE("a", "x"),
                                in, "[\"a\", 0, 0]"),
-                    "f.json", "a second InputLayer: models with several inputs", NULL);
+                    "f.json", "input_layers names 1 of the 2 InputLayers", NULL);
     /* a merge in a Sequential model has nothing to merge */
     assert_rejected("{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
                     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8]}},"
@@ -943,6 +945,71 @@ START_TEST(shared_layers_parse_into_one_entry_a_call)
     ck_assert_str_eq(paths[5], "dense_2");
     ck_assert_str_eq(paths[6], "dense_3");
     job_model_done(&m);
+}
+END_TEST
+
+/* Two inputs as Keras 3.15 writes them (keras3_two_inputs.json: InputLayer b listed before a,
+ * the model called on [a, b]): the inputs in the model's order, each layer reading its own. */
+START_TEST(several_inputs_parse_in_the_models_order)
+{
+    job_model_t m;
+
+    parse_fixture(1, "two_inputs", &m);
+    ck_assert_int_eq(m.n_inputs, 2);
+    ck_assert_int_eq(job_model_inputs(&m), 2);
+    ck_assert_str_eq(m.inputs[0].name, "a");
+    ck_assert_int_eq(m.inputs[0].rank, 1);
+    ck_assert_int_eq(m.inputs[0].shape[0], 4);
+    ck_assert_str_eq(m.inputs[1].name, "b");
+    ck_assert_int_eq(m.inputs[1].rank, 2);
+    ck_assert_int_eq(m.inputs[1].shape[1], 3);
+    ck_assert_int_eq(m.input_rank, 1); /* the first input's */
+    ck_assert(job_model_is_graph(&m));
+    ck_assert_str_eq(m.layers[0].name, "fb");
+    ck_assert_int_eq(job_layer_input(&m, 0, 0), JOB_INPUT_OF(1));
+    ck_assert_str_eq(m.layers[1].name, "ha");
+    ck_assert_int_eq(job_layer_input(&m, 1, 0), JOB_INPUT_OF(0));
+    ck_assert_int_eq(job_input_index(JOB_INPUT_OF(1)), 1);
+    job_model_done(&m);
+}
+END_TEST
+
+/* input_layers as a dict (a model called on {name: input}), and what several inputs may not be. */
+START_TEST(several_inputs_outside_what_is_built_are_rejected)
+{
+#define INPUT2                                                                                     \
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 2], "             \
+    "\"name\": \"y\"}, \"name\": \"y\", \"inbound_nodes\": []}, "
+    const char *layers = INPUT2 DENSE("a", "x") ", " DENSE("b", "y") ", " MERGE(
+        "Add", "s", "[\"a\", 0, 0, {}], [\"b\", 0, 0, {}]");
+    const char *ok =
+        functional(layers, "{\"y\": [\"y\", 0, 0], \"x\": [\"x\", 0, 0]}", "[\"s\", 0, 0]");
+    job_model_t m;
+    status_msg_t err = {0};
+
+    ck_assert_int_eq(job_parse_keras_json(ok, strlen(ok), "f.json", &m, &err), STATUS_OK);
+    ck_assert_str_eq(m.inputs[0].name, "y");
+    ck_assert_int_eq(m.input_shape[0], 2);
+    ck_assert_int_eq(job_layer_input(&m, 0, 0), JOB_INPUT_OF(1)); /* a reads x, now second */
+    job_model_done(&m);
+    assert_rejected(functional(layers, "[[\"x\", 0, 0], [\"x\", 0, 0]]", "[\"s\", 0, 0]"), "f.json",
+                    "input_layers names 'x' twice", NULL);
+    assert_rejected(
+        functional(INPUT2 DENSE("a", "x"), "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"a\", 0, 0]"),
+        "f.json", "no layer reads the model's input 'y'", NULL);
+    assert_rejected(
+        functional(INPUT2 DENSE("y", "x"), "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"y\", 0, 0]"),
+        "f.json", "layer 'y': has an InputLayer's name", NULL);
+    assert_rejected(
+        functional(INPUT2 "{\"class_name\": \"Embedding\", \"config\": {\"name\": "
+                          "\"e\", \"input_dim\": 5, \"output_dim\": 2}, \"name\": \"e\", "
+                          "\"inbound_nodes\": [[[\"y\", 0, 0, {}]]]}, "
+                          "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}, "
+                          "\"name\": \"f\", \"inbound_nodes\": [[[\"e\", 0, 0, {}]]]}, " MERGE(
+                              "Concatenate", "s", "[\"x\", 0, 0, {}], [\"f\", 0, 0, {}]"),
+                   "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"s\", 0, 0]"),
+        "f.json", "an embedding in a model of several inputs is not supported yet", NULL);
+#undef INPUT2
 }
 END_TEST
 
@@ -1136,6 +1203,8 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, batch_normalization_parses_in_both_generations);
     tcase_add_test(tc, functional_models_outside_what_is_built_are_rejected);
     tcase_add_test(tc, shared_layers_parse_into_one_entry_a_call);
+    tcase_add_test(tc, several_inputs_parse_in_the_models_order);
+    tcase_add_test(tc, several_inputs_outside_what_is_built_are_rejected);
     tcase_add_test(tc, shared_layers_outside_what_is_built_are_rejected);
     tcase_add_test(tc, unknown_top_level_key_is_rejected);
     tcase_add_test(tc, invalid_json_is_rejected_with_its_line);
