@@ -131,7 +131,8 @@ def main():
     w("`model:` entries (`{NAME: {OPTIONS}}`, or the Keras class in `keras_json`), from the layer "
       "table; Keras options that must keep their defaults are checked and refused by name. Every "
       "layer also takes `name` and `activity_regularizer` (`{l1: X, l2: Y}`); the first takes "
-      "`input_shape` beside it.\n")
+      "`input_shape` beside it, and any may take `inputs: NAME | [NAME, ...]` beside it (the "
+      "earlier layers it reads, by name, or `input`: a graph).\n")
     w("| layer | Keras class | options |\n|---|---|---|")
     for name, cls, opts in layer_table():
         w("| `%s` | `%s` | %s |" % (name, cls, ", ".join("`%s`" % k for k in opts) or "none"))

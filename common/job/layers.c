@@ -826,8 +826,8 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
         else if (job_layer_is_merge(l->kind) && l->kind == JOB_LAYER_SUBTRACT && n != 2)
             why = "takes exactly two inputs";
         else if (job_layer_is_merge(l->kind) && n < 2)
-            why = "merges two or more inputs: only a Functional model's JSON (keras_json) "
-                  "wires them";
+            why = "merges two or more inputs: name them with inputs: [LAYER, ...] beside it "
+                  "(or wire them in a Functional model's JSON)";
         else if (!job_layer_is_merge(l->kind) && n > 1)
             why = "takes one input";
         for (int k = 0; why == NULL && k < n; k++) {

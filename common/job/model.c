@@ -415,10 +415,13 @@ static status_t set_input_shape(job_ctx_t *c, job_model_t *m, const job_node_t *
     return rc;
 }
 
-/* One list item: `flatten`, or {LAYER: {options}} with input_shape beside it on the first. */
-static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, job_model_t *m)
+/* One list item: `flatten`, or {LAYER: {options}} with input_shape beside it on the first, and
+ * inputs: NAME or [NAME, ...] beside it on a layer of a graph (kept in *ret_inputs for
+ * wire_inputs). */
+static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, job_model_t *m,
+                            const job_node_t **ret_inputs)
 {
-    static const char *const item_keys[] = {"input_shape"};
+    static const char *const item_keys[] = {"input_shape", "inputs"};
     const job_node_t *opts = NULL, *shape = NULL;
     const job_node_entry_t *layer_entry = NULL;
     job_node_t empty = {.kind = JOB_NODE_MAP, .line = item->line};
@@ -433,14 +436,19 @@ static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, 
         for (size_t i = 0; i < item->n; i++) {
             const job_node_entry_t *e = &item->entries[i];
             job_node_t key = {.kind = JOB_NODE_SCALAR, .line = e->line, .text = e->key};
+            const char *near = job_suggest(e->key, item_keys, JOB_N_OF(item_keys));
             if (strcmp(e->key, item_keys[0]) == 0) {
                 shape = e->value;
                 continue;
             }
-            if (job_suggest(e->key, item_keys, 1) != NULL)
+            if (strcmp(e->key, item_keys[1]) == 0) {
+                *ret_inputs = e->value;
+                continue;
+            }
+            if (near != NULL)
                 return job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
-                                     "%s: unknown key '%s' (did you mean 'input_shape'?)", c->path,
-                                     e->key);
+                                     "%s: unknown key '%s' (did you mean '%s'?)", c->path, e->key,
+                                     near);
             if (layer_entry != NULL)
                 return job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
                                      "%s: one layer per list item, got '%s' and '%s'", c->path,
@@ -478,17 +486,67 @@ static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, 
     return STATUS_OK;
 }
 
-static status_t parse_layers(job_ctx_t *c, const job_node_t *list, job_model_t *m)
+/* Layer i's `inputs:` (a name, or a list of them): the earlier layers of those names, or the
+ * model's input, `input` (unless a layer before it has that name). */
+static status_t wire_inputs(job_ctx_t *c, const job_node_t *n, size_t i, job_model_t *m)
 {
-    if (list->kind != JOB_NODE_SEQ)
-        return job_tree_type_error(c, list, "a list of layers");
-    for (size_t i = 0; i < list->n; i++) {
-        size_t old = job_tree_push_index(c, i);
-        status_t rc = parse_layer(c, list->items[i], i, m);
-        job_tree_pop(c, old);
-        STATUS_CHECK(rc);
+    const job_node_t *const *items =
+        n->kind == JOB_NODE_SEQ ? (const job_node_t *const *)n->items : &n;
+    size_t count = n->kind == JOB_NODE_SEQ ? n->n : 1;
+    job_layer_t *l = &m->layers[i];
+
+    if (count < 1 || count > JOB_MAX_INPUTS)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line, "%s: %zu inputs (1 to %d)", c->path,
+                             count, JOB_MAX_INPUTS);
+    l->n_inputs = 0;
+    for (size_t k = 0; k < count; k++) {
+        const char *name = items[k]->kind == JOB_NODE_SCALAR ? items[k]->text : NULL;
+        int src = INT_MIN;
+        if (name == NULL || name[0] == '\0')
+            return job_tree_type_error(c, items[k], "a layer's name, or input");
+        for (size_t j = i; j-- > 0 && src == INT_MIN;)
+            if (strcmp(m->layers[j].name, name) == 0)
+                src = (int)j;
+        if (src == INT_MIN && strcmp(name, "input") == 0)
+            src = JOB_INPUT_MODEL;
+        if (src == INT_MIN)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, items[k]->line,
+                                 "%s: '%s' is no layer before this one (a layer read by name "
+                                 "needs name: in its options; the model's input is `input`)",
+                                 c->path, name);
+        l->inputs[l->n_inputs++] = src;
     }
     return STATUS_OK;
+}
+
+static status_t parse_layers(job_ctx_t *c, const job_node_t *list, job_model_t *m)
+{
+    const job_node_t **inputs;
+    status_t rc = STATUS_OK;
+
+    if (list->kind != JOB_NODE_SEQ)
+        return job_tree_type_error(c, list, "a list of layers");
+    if ((inputs = calloc(list->n + 1, sizeof(*inputs))) == NULL)
+        return status_fail(c->err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < list->n && rc == STATUS_OK; i++) {
+        size_t old = job_tree_push_index(c, i);
+        rc = parse_layer(c, list->items[i], i, m, &inputs[i]);
+        job_tree_pop(c, old);
+    }
+    /* a graph: layers that name what they read, once every name is known */
+    for (size_t i = 0; i < list->n && rc == STATUS_OK; i++) {
+        size_t old = job_tree_push_index(c, i), at;
+        if (inputs[i] == NULL) {
+            job_tree_pop(c, old);
+            continue;
+        }
+        at = job_tree_push_key(c, "inputs");
+        rc = wire_inputs(c, inputs[i], i, m);
+        job_tree_pop(c, at);
+        job_tree_pop(c, old);
+    }
+    free(inputs);
+    return rc;
 }
 
 /* model: {keras_json: PATH} (key "keras_json"), the JSON of model.to_json(); or {keras: PATH}

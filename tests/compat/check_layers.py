@@ -482,6 +482,12 @@ EXPORTS = [
      "pointwise_constraint: {max_norm: {max_value: 1.5, axis: [0, 1, 2]}}}}\n"
      "  - global_average_pooling2d\n"
      "  - {dense: {units: 10}}\n", "SeparableConv2D"),
+    ("a graph wired in the job file",
+     "  - {dense: {units: 64, activation: relu, name: a}, input_shape: [784]}\n"
+     "  - {dense: {units: 64, activation: tanh, name: b}, inputs: input}\n"
+     "  - {add: {name: sum}, inputs: [a, b]}\n"
+     "  - {concatenate: {}, inputs: [sum, a]}\n"
+     "  - {dense: {units: 10}}\n", "Add"),
 ]
 
 

@@ -987,6 +987,49 @@ START_TEST(metrics_are_read_with_their_options)
 }
 END_TEST
 
+/* A graph in a job file: a layer names what it reads with inputs: beside it (earlier layers by
+ * their names, the model's input as `input`); one without reads the layer before it. */
+START_TEST(job_file_layers_wire_a_graph_by_name)
+{
+    job_t job;
+
+    parse_ok("model:\n"
+             "  - {dense: {units: 3, name: a}, input_shape: [4]}\n"
+             "  - {dense: {units: 3, activation: tanh, name: b}, inputs: input}\n"
+             "  - {add: {name: sum}, inputs: [a, b]}\n"
+             "  - {relu: {name: act}}\n"
+             "  - {concatenate: {}, inputs: [act, a, input]}\n"
+             "  - {dense: {units: 1}}\n" TAIL,
+             "job.yaml", &job);
+    ck_assert(job_model_is_graph(&job.model));
+    ck_assert_int_eq(job_layer_input(&job.model, 1, 0), JOB_INPUT_MODEL);
+    ck_assert_int_eq(job.model.layers[2].n_inputs, 2);
+    ck_assert_int_eq(job_layer_input(&job.model, 2, 1), 1);
+    ck_assert_int_eq(job_layer_input(&job.model, 3, 0), 2); /* the layer before it */
+    ck_assert_int_eq(job_layer_input(&job.model, 4, 0), 3);
+    ck_assert_int_eq(job_layer_input(&job.model, 4, 2), JOB_INPUT_MODEL);
+    job_done(&job);
+    ASSERT_BAD("model:\n  - {dense: {units: 3, name: a}, input_shape: [4]}\n"
+               "  - {dense: {units: 3}, inputs: [c]}\n" TAIL,
+               "model[1].inputs", "'c' is no layer before this one", "name:");
+    ASSERT_BAD("model:\n  - {dense: {units: 3, name: a}, input_shape: [4]}\n"
+               "  - {dense: {units: 3}, inputs: b}\n  - {dense: {units: 1, name: b}}\n" TAIL,
+               "'b' is no layer before this one");
+    ASSERT_BAD("model:\n  - {dense: {units: 3, name: a}, input_shape: [4]}\n"
+               "  - {add: {}}\n  - {dense: {units: 1}}\n" TAIL,
+               "merges two or more inputs: name them with inputs:");
+    ASSERT_BAD("model:\n  - {dense: {units: 3, name: a}, input_shape: [4]}\n"
+               "  - {dense: {units: 3}, input: a}\n" TAIL,
+               "unknown key 'input' (did you mean 'inputs'?)");
+    ASSERT_BAD("model:\n  - {dense: {units: 3, name: a}, input_shape: [4]}\n"
+               "  - {dense: {units: 3}, inputs: [{a: 1}]}\n" TAIL,
+               "a layer's name, or input");
+    ASSERT_BAD("model:\n  - {dense: {units: 3, name: a}, input_shape: [4]}\n"
+               "  - {dense: {units: 3}, inputs: input}\n  - {dense: {units: 1}, inputs: a}\n" TAIL,
+               "nothing reads the output of layer 'dense'");
+}
+END_TEST
+
 /* A model of two inputs (a: [4], b: [2, 3]) with a TFRecord source of features `features`. */
 static status_t parse_two_inputs(const char *features, job_t *job, status_msg_t *err)
 {
@@ -1354,6 +1397,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, values_beyond_float32_are_rejected);
     tcase_add_test(tc, layer_structure_mistakes_are_explained);
     tcase_add_test(tc, metrics_are_read_with_their_options);
+    tcase_add_test(tc, job_file_layers_wire_a_graph_by_name);
     tcase_add_test(tc, tfrecord_features_of_several_inputs_follow_the_models_names);
     tcase_add_test(tc, keras_archives_bring_their_compile_config);
     tcase_add_test(tc, keras_compile_configs_refuse_what_is_not_built);
