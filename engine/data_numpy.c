@@ -96,6 +96,7 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
 {
     npy_array_t x[JOB_MAX_MODEL_INPUTS], y;
     size_t lens[JOB_MAX_MODEL_INPUTS], n_x = src->n_x, loaded = 0, n = 0, len = 0;
+    uint64_t held = 0; /* bytes of the archive's arrays read */
     dataset_t *ds = NULL;
     char name[600];
     status_t rc = STATUS_OK;
@@ -106,10 +107,21 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
         return status_fail(err, STATUS_INVALID_ARGUMENT, "numpy source: %zu input arrays (1 to %d)",
                            n_x, JOB_MAX_MODEL_INPUTS);
     for (size_t i = 0; i < n_x && rc == STATUS_OK; i++) {
-        rc = load_array(src, (int)i, max_bytes, &x[i], err);
+        /* an archive's arrays are read into memory and held together: each gets what the ones
+         * before left of the budget (.npy files are mapped) */
+        rc = load_array(src, (int)i, max_bytes > 0 ? max_bytes - held : 0, &x[i], err);
         if (rc != STATUS_OK)
             break;
         loaded++;
+        if (src->format == JOB_DATA_NPZ)
+            held += x[i].h.count * x[i].h.itemsize;
+        if (max_bytes > 0 && held >= max_bytes) {
+            name_of(src, (int)i, name, sizeof(name));
+            rc = status_fail(err, STATUS_RESOURCE_EXHAUSTED,
+                             "%s: the input arrays take more than the %llu bytes allowed", name,
+                             (unsigned long long)max_bytes);
+            break;
+        }
         rc = check_inputs(src, (int)i, &x[i], &x[0], err);
         lens[i] = 1;
         for (int d = 1; rc == STATUS_OK && d < x[i].h.rank; d++)
@@ -117,7 +129,7 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
         len += lens[i];
     }
     if (rc == STATUS_OK)
-        rc = load_array(src, -1, max_bytes, &y, err);
+        rc = load_array(src, -1, max_bytes > 0 ? max_bytes - held : 0, &y, err);
     if (rc == STATUS_OK)
         rc = check_labels(src, &x[0], &y, err);
     if (rc != STATUS_OK)

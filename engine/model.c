@@ -35,6 +35,11 @@ static status_t carry_mask(model_t *m, layer_t *l, const float **mask, status_ms
         *mask = l->spec.mask_zero ? l->mask : NULL;
         return STATUS_OK;
     }
+    if (*mask == NULL && l->spec.masked)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "layer %s is called with the mask of ids != 0, which no Embedding with "
+                           "mask_zero brings it",
+                           l->spec.name);
     if (*mask == NULL)
         return STATUS_OK;
     switch (l->spec.kind) {
@@ -347,6 +352,17 @@ void model_set_sync(model_t *m, layer_sync_t *s, int rank)
             m->layers[i].sync = s;
             m->layers[i].sync_rank = rank;
         }
+}
+
+void model_use_values(model_t *dst, model_t *src)
+{
+    for (size_t i = 0; i < dst->n_params && i < src->n_params; i++)
+        dst->params[i].value = src->params[i].value;
+    for (size_t i = 0; i < dst->n_layers; i++) {
+        layer_t *l = &dst->layers[i];
+        for (size_t k = 0; l->own != NULL && k < l->n_params; k++)
+            l->own[k].value = dst->layers[l->spec.shares - 1].params[k].value;
+    }
 }
 
 size_t model_bytes(const model_t *m)

@@ -95,6 +95,10 @@ void model_on_backward(model_t *m, model_backward_fn fn, void *arg);
  * (with the callbacks of model_on_backward), for a per-step breakdown. */
 void model_step_seconds(const model_t *m, double *ret_forward, double *ret_backward);
 
+/* Makes dst (a model of src's spec) compute with src's parameter values where they are:
+ * every parameter's value buffer, and what a shared layer's later calls read. */
+void model_use_values(model_t *dst, model_t *src);
+
 /* Forward and loss without dropout or gradients. */
 status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
                         model_stats_t *ret_stats, status_msg_t *err);

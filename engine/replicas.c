@@ -127,8 +127,7 @@ struct replicas {
  * from replica 0's values without a copy. (Replicas on devices of their own will need copies.) */
 static void share_values(model_t *dst, model_t *src)
 {
-    for (size_t i = 0; i < model_param_count(src); i++)
-        model_param(dst, i)->value = model_param(src, i)->value;
+    model_use_values(dst, src);
 }
 
 void replicas_part(int q, int n, size_t len, size_t *ret_lo, size_t *ret_hi)

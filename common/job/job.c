@@ -902,21 +902,32 @@ static void job_defaults(job_t *job)
     job->accuracy_threshold = 0.5f;
 }
 
-/* A TFRecord source of several input features: one a model input, put in the model's order by
- * their names. */
+/* Values of a shape. */
+static size_t shape_len(const int *shape, int rank)
+{
+    size_t n = 1;
+
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)shape[i];
+    return n;
+}
+
+/* A TFRecord source for a model of several inputs: one feature an input, put in the model's
+ * order by their names, each holding as many values as its input takes. */
 static status_t match_features(job_ctx_t *c, const job_node_t *root, job_t *job, job_source_t *s)
 {
     const job_model_t *m = &job->model;
     job_feature_t ordered[JOB_MAX_MODEL_INPUTS];
     int line = job_tree_child(root, "data")->line;
 
-    if (!s->present || s->format != JOB_DATA_TFRECORD || s->n_inputs < 2)
+    if (!s->present || s->format != JOB_DATA_TFRECORD || (s->n_inputs < 2 && m->n_inputs < 2))
         return STATUS_OK;
     if (s->n_inputs != m->n_inputs)
         return job_tree_fail(c, STATUS_BAD_CONFIG, line,
-                             "data: %d input features for a model of %d input%s: with several, "
+                             "data: %d input feature%s for a model of %d input%s: with several, "
                              "each is a model input, named as the model names it",
-                             s->n_inputs, job_model_inputs(m), job_model_inputs(m) == 1 ? "" : "s");
+                             s->n_inputs, s->n_inputs == 1 ? "" : "s", job_model_inputs(m),
+                             job_model_inputs(m) == 1 ? "" : "s");
     for (int k = 0; k < m->n_inputs; k++) {
         int i = 0;
         while (i < s->n_inputs && strcmp(s->inputs[i].name, m->inputs[k].name) != 0)
@@ -926,6 +937,13 @@ static status_t match_features(job_ctx_t *c, const job_node_t *root, job_t *job,
                                  "data: no feature is named '%s', the model's input %d: with "
                                  "several, each feature is named as the model names its input",
                                  m->inputs[k].name, k);
+        if (shape_len(s->inputs[i].shape, s->inputs[i].rank) !=
+            shape_len(m->inputs[k].shape, m->inputs[k].rank))
+            return job_tree_fail(c, STATUS_BAD_CONFIG, line,
+                                 "data: feature '%s' holds %zu values, the model's input takes %zu",
+                                 m->inputs[k].name,
+                                 shape_len(s->inputs[i].shape, s->inputs[i].rank),
+                                 shape_len(m->inputs[k].shape, m->inputs[k].rank));
         ordered[k] = s->inputs[i];
     }
     memcpy(s->inputs, ordered, (size_t)m->n_inputs * sizeof(*ordered));

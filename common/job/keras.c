@@ -946,9 +946,27 @@ static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t
 
 /* ---- Functional models ---- */
 
-/* A call's keyword arguments: none, or Keras 3's "mask": null (a layer that takes a mask, called
- * without one). A mask tensor or any other argument is refused. */
-static status_t check_call_kwargs(kctx_t *k, const cJSON *kw)
+/* A Functional model being read: config.layers parsed into m->layers (one entry a layer, the
+ * template of its calls), then the graph made of them, one entry a call (job_layer_t.shares),
+ * in an order where every call comes after what it reads, as Keras's from_config makes it:
+ * sweeps over the layers in their order, each making its calls while their inputs exist. */
+typedef struct kgraph {
+    char masks[JOB_MAX_MODEL_INPUTS][64]; /* the not_equal(input, 0) operations (masks) */
+    int n_masks;
+    const cJSON **calls; /* layer t's inbound_nodes */
+    int *n_calls, *made; /* calls it lists, calls made so far */
+    /* call c of layer t is slot first[t] + c: node_of[slot] its graph entry once made (-1
+     * before), parsed[slot] the layer with what the call reads (read_call's references) */
+    int *first, *node_of;
+    job_layer_t *parsed;
+    job_model_t nodes; /* the graph */
+} kgraph_t;
+
+/* A call's keyword arguments: none, Keras 3's "mask": null (a layer that takes a mask, called
+ * without one), or for a GlobalAveragePooling1D (l) the mask Keras 3 writes as the operation
+ * not_equal(input, 0) (g->masks), which an Embedding's mask_zero brings it (l->masked: the
+ * engine checks that one does). Any other mask or argument is refused; l NULL: no mask. */
+static status_t check_call_kwargs(kctx_t *k, const kgraph_t *g, const cJSON *kw, job_layer_t *l)
 {
     const cJSON *v;
 
@@ -956,35 +974,33 @@ static status_t check_call_kwargs(kctx_t *k, const cJSON *kw)
         return kfail(k, "call arguments (kwargs) must be an object");
     cJSON_ArrayForEach(v, kw)
     {
-        if (strcmp(v->string, "mask") == 0 && cJSON_IsNull(v))
+        const cJSON *hist = kget(kget(v, "config"), "keras_history");
+        const char *name = cJSON_GetStringValue(cJSON_GetArrayItem(hist, 0));
+        bool known = false;
+        if (strcmp(v->string, "mask") != 0)
+            return kfail(k, "call argument '%.40s' (kwargs) is not supported", v->string);
+        if (cJSON_IsNull(v))
             continue;
-        if (strcmp(v->string, "mask") == 0)
-            return kfail(k, "is called with a mask: masks in Functional models are not supported "
-                            "yet");
-        return kfail(k, "call argument '%.40s' (kwargs) is not supported", v->string);
+        for (int i = 0; name != NULL && i < g->n_masks; i++)
+            known = known || strcmp(g->masks[i], name) == 0;
+        if (!known || cJSON_GetArraySize(hist) != 3)
+            return kfail(k, "is called with a mask other than not_equal(input, 0), the mask of an "
+                            "Embedding's mask_zero: not supported");
+        if (l == NULL || l->kind != JOB_LAYER_GLOBAL_AVERAGE_POOLING1D)
+            return kfail(k, "is called with a mask: only GlobalAveragePooling1D uses one (an "
+                            "Embedding's mask_zero)");
+        l->masked = true;
     }
     return STATUS_OK;
 }
 
-/* A Functional model being read: config.layers parsed into m->layers (one entry a layer, the
- * template of its calls), then the graph made of them, one entry a call (job_layer_t.shares),
- * in an order where every call comes after what it reads, as Keras's from_config makes it:
- * sweeps over the layers in their order, each making its calls while their inputs exist. */
-typedef struct kgraph {
-    const cJSON **calls; /* layer t's inbound_nodes */
-    int *n_calls, *made; /* calls it lists, calls made so far */
-    int *first;          /* node_of[first[t] + c]: the graph's entry of call c of layer t */
-    int *node_of;
-    job_model_t nodes; /* the graph */
-} kgraph_t;
-
 /* Keras 3 writes a layer's inputs as tensors that name where they come from: {"class_name":
  * "__keras_tensor__", "config": {"shape", "dtype", "keras_history": [LAYER, NODE, TENSOR]}};
- * Keras 2 as [LAYER, NODE, TENSOR, {kwargs}]. NODE counts the layer's calls. *ret: the graph's
- * entry of that call, or JOB_INPUT_MODEL for the InputLayer; *ret_ready false when the call is
- * not made yet (it reads something made later in the sweep). */
+ * Keras 2 as [LAYER, NODE, TENSOR, {kwargs}]. NODE counts the layer's calls. *ret: JOB_INPUT_OF
+ * an InputLayer, or the call's slot (g->first[LAYER] + NODE), whose graph entry node_of holds
+ * once it is made. */
 static status_t resolve_tensor(kctx_t *k, const kgraph_t *g, const job_model_t *m, const cJSON *t,
-                               int *ret, bool *ret_ready)
+                               int *ret)
 {
     const cJSON *hist = t, *kw;
     const char *name;
@@ -1008,8 +1024,7 @@ static status_t resolve_tensor(kctx_t *k, const kgraph_t *g, const job_model_t *
                      name);
     kw = cJSON_GetArrayItem(hist, 3);
     if (kw != NULL)
-        STATUS_CHECK(check_call_kwargs(k, kw));
-    *ret_ready = true;
+        STATUS_CHECK(check_call_kwargs(k, g, kw, NULL));
     for (int i = 0; i < m->n_inputs; i++) {
         if (strcmp(name, m->inputs[i].name) != 0)
             continue;
@@ -1025,19 +1040,17 @@ static status_t resolve_tensor(kctx_t *k, const kgraph_t *g, const job_model_t *
         if (call >= g->n_calls[i])
             return kfail(k, "reads call %d of '%.60s', which is called %d time%s", call, name,
                          g->n_calls[i], g->n_calls[i] == 1 ? "" : "s");
-        *ret_ready = call < g->made[i];
-        if (*ret_ready)
-            *ret = g->node_of[g->first[i] + call];
+        *ret = g->first[i] + call;
         return STATUS_OK;
     }
     return kfail(k, "reads '%.60s', which is not a layer of the model", name);
 }
 
 /* One call of inbound_nodes: one tensor, or a list of them for a merge. Keras 3: {"args": [TENSOR
- * | [TENSOR...]], "kwargs": {}}; Keras 2: [[LAYER, NODE, 0, {}], ...]. *ret_ready false: an
- * input is not made yet. */
+ * | [TENSOR...]], "kwargs": {}}; Keras 2: [[LAYER, NODE, 0, {}], ...]. l->inputs get what
+ * resolve_tensor returns. */
 static status_t read_call(kctx_t *k, const kgraph_t *g, const job_model_t *m, const cJSON *node,
-                          job_layer_t *l, bool *ret_ready)
+                          job_layer_t *l)
 {
     const cJSON *args, *v;
 
@@ -1046,14 +1059,14 @@ static status_t read_call(kctx_t *k, const kgraph_t *g, const job_model_t *m, co
         const cJSON *kw = kget(node, "kwargs");
         STATUS_CHECK(check_keys(k, node, "inbound node", node_keys, JOB_N_OF(node_keys)));
         if (kw != NULL)
-            STATUS_CHECK(check_call_kwargs(k, kw));
+            STATUS_CHECK(check_call_kwargs(k, g, kw, l));
         args = kget(node, "args");
         if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 1)
             return kfail(k, "inbound_nodes args must hold one tensor or one list of them");
         args = cJSON_GetArrayItem(args, 0);
         if (!cJSON_IsArray(args)) { /* one tensor */
             l->n_inputs = 1;
-            return resolve_tensor(k, g, m, args, &l->inputs[0], ret_ready);
+            return resolve_tensor(k, g, m, args, &l->inputs[0]);
         }
     } else if (cJSON_IsArray(node)) {
         args = node;
@@ -1063,13 +1076,7 @@ static status_t read_call(kctx_t *k, const kgraph_t *g, const job_model_t *m, co
     if (cJSON_GetArraySize(args) < 1 || cJSON_GetArraySize(args) > JOB_MAX_INPUTS)
         return kfail(k, "reads %d inputs (1 to %d)", cJSON_GetArraySize(args), JOB_MAX_INPUTS);
     l->n_inputs = 0;
-    *ret_ready = true;
-    cJSON_ArrayForEach(v, args)
-    {
-        bool ready;
-        STATUS_CHECK(resolve_tensor(k, g, m, v, &l->inputs[l->n_inputs++], &ready));
-        *ret_ready = *ret_ready && ready;
-    }
+    cJSON_ArrayForEach(v, args) STATUS_CHECK(resolve_tensor(k, g, m, v, &l->inputs[l->n_inputs++]));
     return STATUS_OK;
 }
 
@@ -1078,30 +1085,48 @@ static void kname(kctx_t *k, const job_layer_t *l)
     snprintf(k->layer, sizeof(k->layer), "layer '%.60s'", l->name);
 }
 
-/* Makes the graph of m's layers: each call an entry of g->nodes, in sweeps as Keras makes them.
- * A layer's first call must come after the first call of every layer listed before it (a .keras
- * file's paths go by that order). */
+/* Whether every input of call c (read_call's references) is made. */
+static bool call_ready(const kgraph_t *g, const job_layer_t *c)
+{
+    for (int i = 0; i < c->n_inputs; i++)
+        if (c->inputs[i] >= 0 && g->node_of[c->inputs[i]] < 0)
+            return false;
+    return true;
+}
+
+/* Makes the graph of m's layers: each call an entry of g->nodes, in sweeps as Keras makes them
+ * (each call read once first, so that a sweep only looks its inputs up). A layer's first call
+ * must come after the first call of every layer listed before it (a .keras file's paths go by
+ * that order). */
 static status_t make_graph(kctx_t *k, kgraph_t *g, const job_model_t *m)
 {
     size_t n = m->n_layers;
     bool progress = true, left = true;
 
+    for (size_t t = 0; t < n; t++) {
+        kname(k, &m->layers[t]);
+        for (int c = 0; c < g->n_calls[t]; c++) {
+            job_layer_t *call = &g->parsed[g->first[t] + c];
+            *call = m->layers[t];
+            STATUS_CHECK(read_call(k, g, m, cJSON_GetArrayItem(g->calls[t], c), call));
+        }
+    }
     while (left && progress) {
         progress = left = false;
         for (size_t t = 0; t < n; t++) {
             kname(k, &m->layers[t]);
             while (g->made[t] < g->n_calls[t]) {
-                job_layer_t call = m->layers[t], *l;
-                bool ready;
-                STATUS_CHECK(
-                    read_call(k, g, m, cJSON_GetArrayItem(g->calls[t], g->made[t]), &call, &ready));
-                if (!ready)
+                job_layer_t call = g->parsed[g->first[t] + g->made[t]], *l;
+                if (!call_ready(g, &call))
                     break;
                 if (g->made[t] == 0 && t > 0 && g->made[t - 1] == 0)
                     return kfail(k,
                                  "is called before '%.60s', which the model lists before it, "
                                  "is first called: Tessera keeps Keras's order of the layers",
                                  m->layers[t - 1].name);
+                for (int i = 0; i < call.n_inputs; i++)
+                    if (call.inputs[i] >= 0)
+                        call.inputs[i] = g->node_of[call.inputs[i]];
                 call.shares = g->made[t] == 0 ? 0 : 1 + g->node_of[g->first[t]];
                 STATUS_CHECK(job_model_add_layer(&g->nodes, call.kind, k->file, &l, k->err));
                 *l = call;
@@ -1149,9 +1174,29 @@ static status_t one_endpoint(kctx_t *k, const cJSON *cfg, const char *key, const
     return endpoint(k, v, key, ret_name, ret_call);
 }
 
+/* The item of object `obj` whose key is the j-th in sorted order (by bytes: Python's order of
+ * str keys); obj has at most JOB_MAX_MODEL_INPUTS items. */
+static const cJSON *sorted_item(const cJSON *obj, int j)
+{
+    const cJSON *items[JOB_MAX_MODEL_INPUTS], *v;
+    int n = 0;
+
+    cJSON_ArrayForEach(v, obj)
+    {
+        int at = n++;
+        while (at > 0 && strcmp(items[at - 1]->string, v->string) > 0) {
+            items[at] = items[at - 1];
+            at--;
+        }
+        items[at] = v;
+    }
+    return items[j];
+}
+
 /* input_layers: one [LAYER, 0, 0], a list of them (Keras 3 writes one bare), or {NAME: [LAYER,
- * 0, 0], ...} (a model called on a dict): puts m->inputs in that order, each InputLayer named
- * once, and makes the first one's shape the model's input shape. */
+ * 0, 0], ...} (a model called on a dict, whose inputs Keras orders by their keys): puts
+ * m->inputs in that order, each InputLayer named once, and makes the first one's shape the
+ * model's input shape. */
 static status_t order_inputs(kctx_t *k, const cJSON *cfg, job_model_t *m)
 {
     const cJSON *v = kget(cfg, "input_layers"), *t;
@@ -1163,16 +1208,22 @@ static status_t order_inputs(kctx_t *k, const cJSON *cfg, job_model_t *m)
         const char *name;
         int call;
         STATUS_CHECK(endpoint(k, v, "input_layers", &name, &call));
-        if (m->n_inputs != 1 || strcmp(name, m->inputs[0].name) != 0 || call != 0)
+        if (m->n_inputs != 1)
+            return kfail(k, "input_layers names one tensor, and the model has %d InputLayers",
+                         m->n_inputs);
+        if (strcmp(name, m->inputs[0].name) != 0 || call != 0)
             return kfail(k, "input_layers names '%.60s', not the InputLayer", name);
         return STATUS_OK;
     }
     if (!cJSON_IsArray(v) && !cJSON_IsObject(v))
         return kfail(k, "input_layers must be [LAYER, NODE, 0] or a list of them");
-    cJSON_ArrayForEach(t, v)
-    {
+    if (cJSON_GetArraySize(v) > JOB_MAX_MODEL_INPUTS)
+        return kfail(k, "input_layers names more than %d inputs", JOB_MAX_MODEL_INPUTS);
+    for (int j = 0; j < cJSON_GetArraySize(v); j++) {
         const char *name;
         int call, i = 0;
+        /* a dict: Keras takes the inputs in the order of its sorted keys */
+        t = cJSON_IsObject(v) ? sorted_item(v, j) : cJSON_GetArrayItem(v, j);
         STATUS_CHECK(endpoint(k, t, "input_layers", &name, &call));
         while (i < m->n_inputs && strcmp(m->inputs[i].name, name) != 0)
             i++;
@@ -1188,6 +1239,45 @@ static status_t order_inputs(kctx_t *k, const cJSON *cfg, job_model_t *m)
     memcpy(m->inputs, ordered, (size_t)n * sizeof(*ordered));
     memcpy(m->input_shape, m->inputs[0].shape, sizeof(m->input_shape));
     m->input_rank = m->inputs[0].rank;
+    return STATUS_OK;
+}
+
+/* The operation not_equal(INPUT, 0) that Keras 3 writes for the mask of an Embedding with
+ * mask_zero (keras.src.ops.numpy NotEqual): its name into g->masks. Any other comparison is
+ * refused. */
+static status_t read_mask_op(kctx_t *k, const cJSON *entry, size_t index, kgraph_t *g,
+                             const job_model_t *m)
+{
+    static const char *const entry_keys[] = {"class_name",      "config", "module",
+                                             "registered_name", "name",   "inbound_nodes"};
+    static const char *const config_keys[] = {"name"};
+    const cJSON *cfg = kget(entry, "config"), *nodes = kget(entry, "inbound_nodes"), *node, *args;
+    const char *name = cJSON_GetStringValue(kget(cfg, "name")), *from;
+    const cJSON *hist;
+    bool input = false;
+
+    snprintf(k->layer, sizeof(k->layer), "layers[%zu] (NotEqual)", index);
+    STATUS_CHECK(check_keys(k, entry, "operation", entry_keys, JOB_N_OF(entry_keys)));
+    STATUS_CHECK(check_keys(k, cfg, "NotEqual config", config_keys, JOB_N_OF(config_keys)));
+    if (name == NULL || strlen(name) >= sizeof(g->masks[0]))
+        return kfail(k, "a NotEqual needs a name of at most 63 characters");
+    if (g->n_masks == JOB_MAX_MODEL_INPUTS)
+        return kfail(k, "more than %d masks", JOB_MAX_MODEL_INPUTS);
+    node = cJSON_GetArrayItem(nodes, 0);
+    args = kget(node, "args");
+    hist = kget(kget(cJSON_GetArrayItem(args, 0), "config"), "keras_history");
+    from = cJSON_GetStringValue(cJSON_GetArrayItem(hist, 0));
+    for (int i = 0; from != NULL && i < m->n_inputs; i++)
+        input = input || strcmp(m->inputs[i].name, from) == 0;
+    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) != 1 || !cJSON_IsObject(node) ||
+        cJSON_GetArraySize(args) != 2 || !input || !is_int(cJSON_GetArrayItem(hist, 1), 0, 0) ||
+        !is_int(cJSON_GetArrayItem(hist, 2), 0, 0) || !is_int(cJSON_GetArrayItem(args, 1), 0, 0) ||
+        (kget(node, "kwargs") != NULL &&
+         (!cJSON_IsObject(kget(node, "kwargs")) || cJSON_GetArraySize(kget(node, "kwargs")) != 0)))
+        return kfail(k, "only not_equal(input, 0), the mask of an Embedding's mask_zero, is "
+                        "supported as an operation");
+    snprintf(g->masks[g->n_masks++], sizeof(g->masks[0]), "%s", name);
+    k->layer[0] = '\0';
     return STATUS_OK;
 }
 
@@ -1208,6 +1298,10 @@ static status_t read_functional_layers(kctx_t *k, const cJSON *layers, kgraph_t 
         const char *cls = cJSON_GetStringValue(kget(v, "class_name"));
         const cJSON *nodes = kget(v, "inbound_nodes");
         size_t before = m->n_layers;
+        if (cls != NULL && strcmp(cls, "NotEqual") == 0) {
+            STATUS_CHECK(read_mask_op(k, v, i++, g, m));
+            continue;
+        }
         STATUS_CHECK(parse_layer(k, v, i++, true, m));
         if (cls != NULL && strcmp(cls, "InputLayer") == 0) {
             if (nodes != NULL && !(cJSON_IsArray(nodes) && cJSON_GetArraySize(nodes) == 0))
@@ -1227,6 +1321,8 @@ static status_t read_functional_layers(kctx_t *k, const cJSON *layers, kgraph_t 
         g->n_calls[before] = cJSON_GetArraySize(nodes);
         g->first[before] = (int)calls;
         calls += (size_t)g->n_calls[before];
+        if (calls > JOB_MAX_LAYERS)
+            return kfail(k, "the layers are called more than %d times in all", JOB_MAX_LAYERS);
     }
     k->layer[0] = '\0';
     for (size_t t = 0; t < m->n_layers; t++)
@@ -1236,8 +1332,13 @@ static status_t read_functional_layers(kctx_t *k, const cJSON *layers, kgraph_t 
                 return kfail(k, "has an InputLayer's name");
             }
     k->layer[0] = '\0';
-    g->node_of = calloc(calls + 1, sizeof(*g->node_of));
-    return g->node_of != NULL ? STATUS_OK : kfail(k, "out of memory");
+    g->node_of = malloc((calls + 1) * sizeof(*g->node_of));
+    g->parsed = calloc(calls + 1, sizeof(*g->parsed));
+    if (g->node_of == NULL || g->parsed == NULL)
+        return kfail(k, "out of memory");
+    for (size_t slot = 0; slot < calls; slot++)
+        g->node_of[slot] = -1;
+    return STATUS_OK;
 }
 
 static void kgraph_done(kgraph_t *g)
@@ -1247,6 +1348,7 @@ static void kgraph_done(kgraph_t *g)
     free(g->made);
     free(g->first);
     free(g->node_of);
+    free(g->parsed);
     job_model_done(&g->nodes);
 }
 

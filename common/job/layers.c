@@ -710,6 +710,9 @@ static bool layer_name_taken(const job_model_t *m, const job_layer_t *self)
     for (size_t i = 0; i < m->n_layers; i++)
         if (&m->layers[i] != self && strcmp(m->layers[i].name, self->name) == 0)
             return true;
+    for (int i = 0; i < m->n_inputs; i++)
+        if (strcmp(m->inputs[i].name, self->name) == 0)
+            return true;
     return false;
 }
 
@@ -890,6 +893,15 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
                                "integer ids)",
                                where, i);
     m->input_is_int = m->layers[0].kind == JOB_LAYER_EMBEDDING;
+    for (int k = 0; k < m->n_inputs; k++)
+        if (!layer_name_valid(m->inputs[k].name) || m->inputs[k].name[0] == '\0') {
+            char shown[4 * sizeof(m->inputs[k].name)];
+            utf8_escape(shown, sizeof(shown), m->inputs[k].name, strlen(m->inputs[k].name));
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: input %d: the name '%s' may hold only letters, digits, '_', "
+                               "'.' and '-', and begin with a letter, a digit or '.'",
+                               where, k, shown);
+        }
     for (size_t i = 0; i < m->n_layers; i++)
         if (!layer_name_valid(m->layers[i].name)) {
             char shown[4 * sizeof(m->layers[i].name)];

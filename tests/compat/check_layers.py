@@ -279,6 +279,16 @@ def two_inputs():
     return keras.Model([a, b], L.Dense(1)(out))
 
 
+def masked_text():
+    """An Embedding with mask_zero read by two branches, each pooled with the mask (Keras 3
+    writes it as the operation not_equal(input, 0) passed to the pooling)."""
+    inp = keras.Input((6,), dtype="int32")
+    e = L.Embedding(7, 3, mask_zero=True)(inp)
+    a = L.GlobalAveragePooling1D()(e)
+    b = L.GlobalAveragePooling1D()(L.Dense(3, activation="tanh")(e))
+    return keras.Model(inp, L.Dense(1)(L.Concatenate()([a, b])))
+
+
 def functional_cases():
     return [
         ("functional: resnet-style blocks", resnet_block, "mse", "regression"),
@@ -291,6 +301,7 @@ def functional_cases():
         ("functional: a dense layer shared by three calls", shared_dense, "mse", "regression"),
         ("functional: shared conv2d and prelu", shared_conv, "mse", "regression"),
         ("functional: two inputs", two_inputs, "mse", "regression"),
+        ("functional: an embedding's mask through two branches", masked_text, "mse", ("ids", 7)),
     ]
 
 

@@ -942,6 +942,14 @@ START_TEST(model_mask_zero_masks_the_average_pooling)
     spec.n_layers = 3;
     ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_OK);
     model_free(m);
+    /* a pooling called with the mask (Keras 3's JSON) that no mask_zero brings */
+    l[0].mask_zero = false;
+    l[1].masked = true;
+    spec.layers = l;
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "is called with the mask of ids != 0, which no Embedding with "
+                                   "mask_zero brings it") != NULL,
+                  "%s", err.text);
 }
 END_TEST
 

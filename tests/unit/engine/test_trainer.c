@@ -410,6 +410,41 @@ START_TEST(replicas_step_as_one_device_does)
 }
 END_TEST
 
+/* A shared layer (keras3_shared.json: one Dense called three times): every replica computes
+ * each call with replica 0's weights, so replicas step as one device does. */
+START_TEST(shared_layers_step_over_replicas_as_one_device_does)
+{
+    static const char *const strategies[] = {"one_device", "{mirrored: {replicas: 2}}",
+                                             "{central_storage: {replicas: 3}}"};
+    const char *root = getenv("TESSERA_SOURCE_DIR");
+    char text[3][1024];
+    trainer_t *t[3];
+    job_t j[3] = {{0}};
+    int n[3];
+
+    for (int c = 0; c < 3; c++) {
+        snprintf(text[c], sizeof(text[c]),
+                 "strategy: %s\nmodel: {keras_json: %s/tests/fixtures/keras/keras3_shared.json}\n"
+                 "loss: {sparse_categorical_crossentropy: {from_logits: true}}\noptimizer: "
+                 "{adam: {learning_rate: 0.01}}\ndata: {%s: 12, shuffle_buffer: 1000, train: "
+                 "{format: synthetic, examples: 200, shape: [12], classes: 3}}\n",
+                 strategies[c], root != NULL ? root : ".",
+                 c == 0 ? "batch_size" : "global_batch_size");
+        t[c] = run_steps(&j[c], text[c], c == 0 ? 1 : c + 1, 20, &n[c]);
+    }
+    for (int c = 1; c < 3; c++) {
+        double d = max_rel_diff(t[0], t[c]);
+        printf("shared layer, %s: relative difference %.3g\n", strategies[c], d);
+        ck_assert_int_eq(n[c], 20);
+        ck_assert_msg(d <= 1e-5 && d > 0, "%s: relative difference %g", strategies[c], d);
+    }
+    for (int c = 0; c < 3; c++) {
+        trainer_free(t[c]);
+        job_done(&j[c]);
+    }
+}
+END_TEST
+
 /* The clipping binds: the same jobs without it end elsewhere. */
 /* A BatchNormalization between two Dense layers. */
 #define BN_JOB(strategy, batch, synchronized)                                                      \
@@ -665,6 +700,7 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, evaluation_runs_the_hook_before_each_batch);
     tcase_add_test(tc, another_shard_reads_as_its_own_trainer_would);
     tcase_add_test(tc, replicas_step_as_one_device_does);
+    tcase_add_test(tc, shared_layers_step_over_replicas_as_one_device_does);
     tcase_add_test(tc, synchronized_batch_normalization_steps_as_one_device_does);
     tcase_add_test(tc, clipping_changes_the_updates);
     tcase_add_test(tc, accumulated_batches_step_as_one_larger_batch);

@@ -1065,9 +1065,12 @@ START_TEST(tfrecord_features_of_several_inputs_follow_the_models_names)
                                       &job, &err),
                      STATUS_BAD_CONFIG);
     ck_assert_msg(strstr(err.text, "3 input features for a model of 2 inputs"), "%s", err.text);
-    /* one feature: the inputs' values one after the other, whatever its name */
-    ck_assert_int_eq(parse_two_inputs("x: {float_list: [10]}", &job, &err), STATUS_OK);
-    job_done(&job);
+    ck_assert_int_eq(parse_two_inputs("x: {float_list: [10]}", &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "1 input feature for a model of 2 inputs"), "%s", err.text);
+    ck_assert_int_eq(parse_two_inputs("a: {float_list: [6]}, b: {float_list: [4]}", &job, &err),
+                     STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "feature 'a' holds 6 values, the model's input takes 4"), "%s",
+                  err.text);
 }
 END_TEST
 

@@ -883,7 +883,7 @@ START_TEST(functional_models_outside_what_is_built_are_rejected)
                                "[{\"class_name\": \"__keras_tensor__\", \"config\": "
                                "{\"keras_history\": [\"x\", 0, 0]}}], \"kwargs\": {\"mask\": 1}}]}",
                                in, "[\"a\", 0, 0]"),
-                    "f.json", "is called with a mask: masks in Functional models", NULL);
+                    "f.json", "is called with a mask other than not_equal(input, 0)", NULL);
     assert_rejected(functional(TWO ", " MERGE("Subtract", "s",
                                               "[\"a\", 0, 0, {}], [\"b\", 0, 0, {}], "
                                               "[\"b\", 0, 0, {}]"),
@@ -974,7 +974,8 @@ START_TEST(several_inputs_parse_in_the_models_order)
 }
 END_TEST
 
-/* input_layers as a dict (a model called on {name: input}), and what several inputs may not be. */
+/* input_layers as a dict (a model called on {key: input}), whose inputs Keras orders by key, and
+ * what several inputs may not be. */
 START_TEST(several_inputs_outside_what_is_built_are_rejected)
 {
 #define INPUT2                                                                                     \
@@ -982,14 +983,15 @@ START_TEST(several_inputs_outside_what_is_built_are_rejected)
     "\"name\": \"y\"}, \"name\": \"y\", \"inbound_nodes\": []}, "
     const char *layers = INPUT2 DENSE("a", "x") ", " DENSE("b", "y") ", " MERGE(
         "Add", "s", "[\"a\", 0, 0, {}], [\"b\", 0, 0, {}]");
-    const char *ok =
-        functional(layers, "{\"y\": [\"y\", 0, 0], \"x\": [\"x\", 0, 0]}", "[\"s\", 0, 0]");
+    const char *ok = functional(layers, "{\"second\": [\"x\", 0, 0], \"first\": [\"y\", 0, 0]}",
+                                "[\"s\", 0, 0]");
     job_model_t m;
     status_msg_t err = {0};
 
     ck_assert_int_eq(job_parse_keras_json(ok, strlen(ok), "f.json", &m, &err), STATUS_OK);
     ck_assert_str_eq(m.inputs[0].name, "y");
     ck_assert_int_eq(m.input_shape[0], 2);
+    ck_assert_str_eq(m.inputs[1].name, "x");
     ck_assert_int_eq(job_layer_input(&m, 0, 0), JOB_INPUT_OF(1)); /* a reads x, now second */
     job_model_done(&m);
     assert_rejected(functional(layers, "[[\"x\", 0, 0], [\"x\", 0, 0]]", "[\"s\", 0, 0]"), "f.json",
@@ -1010,6 +1012,56 @@ START_TEST(several_inputs_outside_what_is_built_are_rejected)
                    "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"s\", 0, 0]"),
         "f.json", "an embedding in a model of several inputs is not supported yet", NULL);
 #undef INPUT2
+}
+END_TEST
+
+/* The fixture with its first `from` replaced by `to` (which must be found); the caller frees. */
+static char *replaced(const char *fixture, const char *from, const char *to)
+{
+    char *text = fixture_text(fixture), *at = strstr(text, from), *out;
+    size_t before, n;
+
+    ck_assert_msg(at != NULL, "%s lacks %s", fixture, from);
+    before = (size_t)(at - text);
+    n = strlen(text) - strlen(from) + strlen(to);
+    out = malloc(n + 1);
+    ck_assert_ptr_nonnull(out);
+    memcpy(out, text, before);
+    strcpy(out + before, to);
+    strcat(out, at + strlen(from));
+    free(text);
+    return out;
+}
+
+/* Keras 3 writes an Embedding's mask_zero mask as the operation not_equal(input, 0) passed to
+ * each GlobalAveragePooling1D (keras3_masked.json): the operation is no layer, the poolings are
+ * marked as taking it. */
+START_TEST(masks_of_mask_zero_parse_in_functional_models)
+{
+    static const char *const not_equal = "\"keras_history\": [\"input_layer\", 0, 0]}}, 0]";
+    job_model_t m;
+    char *text;
+
+    parse_fixture(1, "masked", &m);
+    ck_assert_uint_eq(m.n_layers, 6);
+    ck_assert_int_eq(m.layers[0].kind, JOB_LAYER_EMBEDDING);
+    ck_assert(m.layers[0].mask_zero);
+    for (size_t i = 0; i < m.n_layers; i++)
+        ck_assert_int_eq(m.layers[i].masked,
+                         m.layers[i].kind == JOB_LAYER_GLOBAL_AVERAGE_POOLING1D);
+    ck_assert(m.input_is_int);
+    job_model_done(&m);
+    text = replaced("keras3_masked", not_equal, "\"keras_history\": [\"input_layer\", 0, 0]}}, 1]");
+    assert_rejected(text, "m.json", "only not_equal(input, 0)", NULL);
+    free(text);
+    text = replaced("keras3_masked", "\"kwargs\": {\"mask\": {", "\"kwargs\": {\"other\": {");
+    assert_rejected(text, "m.json", "call argument 'other' (kwargs) is not supported", NULL);
+    free(text);
+    /* the mask on a layer that takes none */
+    text = replaced("keras3_masked", "\"class_name\": \"GlobalAveragePooling1D\"",
+                    "\"class_name\": \"GlobalMaxPooling1D\"");
+    assert_rejected(text, "m.json", "only GlobalAveragePooling1D uses one", NULL);
+    free(text);
 }
 END_TEST
 
@@ -1204,6 +1256,7 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, functional_models_outside_what_is_built_are_rejected);
     tcase_add_test(tc, shared_layers_parse_into_one_entry_a_call);
     tcase_add_test(tc, several_inputs_parse_in_the_models_order);
+    tcase_add_test(tc, masks_of_mask_zero_parse_in_functional_models);
     tcase_add_test(tc, several_inputs_outside_what_is_built_are_rejected);
     tcase_add_test(tc, shared_layers_outside_what_is_built_are_rejected);
     tcase_add_test(tc, unknown_top_level_key_is_rejected);
