@@ -575,13 +575,12 @@ static void input_layer_name(const job_model_t *m, char *buf, size_t len)
 
 /* The InputLayer entry of an input of `shape` named `name` (a Functional model's has its name
  * and no calls beside its config). */
-static cJSON *input_entry(const job_model_t *m, const char *name, const int *shape, int rank,
-                          bool graph)
+static cJSON *input_entry(const char *name, const int *shape, int rank, bool is_int, bool graph)
 {
     cJSON *input = cJSON_CreateObject();
 
     cJSON_AddItemToObject(input, "batch_shape", ints(shape, rank, true));
-    cJSON_AddStringToObject(input, "dtype", m->input_is_int ? "int32" : "float32");
+    cJSON_AddStringToObject(input, "dtype", is_int ? "int32" : "float32");
     cJSON_AddBoolToObject(input, "sparse", false);
     cJSON_AddStringToObject(input, "name", name);
     input = object("keras.layers", "InputLayer", input);
@@ -602,11 +601,11 @@ char *export_keras_config(const job_t *job, int64_t iterations)
     input_layer_name(m, input_name, sizeof(input_name));
     if (m->n_inputs > 1) /* a Functional model's own names, in input_layers' order */
         for (int k = 0; k < m->n_inputs; k++)
-            cJSON_AddItemToArray(layers, input_entry(m, m->inputs[k].name, m->inputs[k].shape,
-                                                     m->inputs[k].rank, true));
+            cJSON_AddItemToArray(layers, input_entry(m->inputs[k].name, m->inputs[k].shape,
+                                                     m->inputs[k].rank, m->inputs[k].is_int, true));
     else
-        cJSON_AddItemToArray(layers,
-                             input_entry(m, input_name, m->input_shape, m->input_rank, graph));
+        cJSON_AddItemToArray(
+            layers, input_entry(input_name, m->input_shape, m->input_rank, m->input_is_int, graph));
     for (size_t i = 0; i < m->n_layers; i++)
         if (m->layers[i].shares == 0)
             cJSON_AddItemToArray(layers, graph ? graph_entry(m, i, input_name)

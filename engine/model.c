@@ -354,6 +354,21 @@ void model_set_sync(model_t *m, layer_sync_t *s, int rank)
         }
 }
 
+bool model_param_ids(const model_t *m, size_t i, size_t *ret_at, size_t *ret_len)
+{
+    for (size_t k = 0; i < m->n_params && m->params[i].sparse && k < m->n_layers; k++) {
+        const layer_t *l = &m->layers[k];
+        int in;
+        if (l->spec.kind != JOB_LAYER_EMBEDDING || l->params != &m->params[i] || l->src[0] >= 0)
+            continue;
+        in = job_input_index(l->src[0]);
+        *ret_at = m->n_model_in > 1 ? m->in_at[in] : 0;
+        *ret_len = m->n_model_in > 1 ? m->n_in[in] : m->in_len;
+        return true;
+    }
+    return false;
+}
+
 void model_use_values(model_t *dst, model_t *src)
 {
     for (size_t i = 0; i < dst->n_params && i < src->n_params; i++)

@@ -95,6 +95,11 @@ void model_on_backward(model_t *m, model_backward_fn fn, void *arg);
  * (with the callbacks of model_on_backward), for a per-step breakdown. */
 void model_step_seconds(const model_t *m, double *ret_forward, double *ret_backward);
 
+/* Where a sparse parameter (an Embedding's table) finds its token ids in each example's
+ * features: *ret_len values from *ret_at (the model input its layer reads). False for any
+ * other parameter. */
+bool model_param_ids(const model_t *m, size_t i, size_t *ret_at, size_t *ret_len);
+
 /* Makes dst (a model of src's spec) compute with src's parameter values where they are:
  * every parameter's value buffer, and what a shared layer's later calls read. */
 void model_use_values(model_t *dst, model_t *src);

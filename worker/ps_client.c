@@ -36,7 +36,8 @@ typedef struct var_ref {
     int32_t *mark; /* sparse: id -> slot in `ids` this step, -1 otherwise */
     int64_t *ids;  /* sparse: the step's distinct ids */
     size_t n_ids;
-    float *residual; /* bfloat16 on the wire with error feedback: what rounding dropped */
+    size_t ids_at, ids_len; /* sparse: where an example's features hold its ids */
+    float *residual;        /* bfloat16 on the wire with error feedback: what rounding dropped */
 } var_ref_t;
 
 /* What a push sends as one item: a dense shard's chunk of whole blocks (rpc/types.h), a whole
@@ -201,7 +202,7 @@ static status_t place(ps_client_t *c, const Tessera__V1__ConfigureJobRequest *re
                                (long long)covered, v->p->shape[0]);
         if (v->p->sparse) {
             size_t vocab = (size_t)v->p->shape[0];
-            size_t max_ids = (size_t)c->batch * c->feature_len;
+            size_t max_ids = (size_t)c->batch * v->ids_len;
             v->mark = malloc(vocab * sizeof(int32_t));
             v->ids = malloc((max_ids + 1) * sizeof(int64_t));
             if (v->mark == NULL || v->ids == NULL)
@@ -736,7 +737,6 @@ static status_t run_all(ps_client_t *c, lane_op_t op, status_msg_t *err)
 /* The batch's distinct token ids per sparse variable, split by shard. */
 static void gather_ids(ps_client_t *c, const float *features, int batch)
 {
-    size_t n = (size_t)batch * c->feature_len;
     for (size_t i = 0; i < c->n_vars; i++) {
         var_ref_t *v = &c->vars[i];
         if (!v->p->sparse)
@@ -746,8 +746,10 @@ static void gather_ids(ps_client_t *c, const float *features, int batch)
         v->n_ids = 0;
         for (int s = 0; s < v->n_shards; s++)
             v->shards[s].n_local = 0;
-        for (size_t k = 0; k < n; k++) {
-            float f = features[k];
+        for (size_t k = 0; k < (size_t)batch * v->ids_len; k++) {
+            /* example k / ids_len's id k % ids_len (the model input its layer reads) */
+            size_t e = k / v->ids_len, at = e * c->feature_len + v->ids_at + (k - e * v->ids_len);
+            float f = features[at];
             int64_t id = (int64_t)f;
             if (!(f >= 0) || id >= v->p->shape[0] || v->mark[id] >= 0)
                 continue; /* out-of-range ids are reported by the model's forward pass */
@@ -989,6 +991,9 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         v->p = model_param(model, i);
         v->row_len = v->p->n / (size_t)v->p->shape[0];
         c->push_pull &= !v->p->sparse; /* the next batch needs other rows */
+        if (v->p->sparse && !model_param_ids(model, i, &v->ids_at, &v->ids_len))
+            rc = status_fail(err, STATUS_INVALID_ARGUMENT,
+                             "%s: an embedding table whose layer reads no model input", v->p->name);
         if (c->feedback && !v->p->sparse && (v->residual = calloc(v->p->n, sizeof(float))) == NULL)
             rc = status_fail(err, STATUS_NO_MEMORY, "out of memory for the rounding residuals");
     }

@@ -839,7 +839,8 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
                 why = "reads a layer that does not come before it";
             else if (src >= 0)
                 read[src] = true;
-            else if (m->input_is_int && l->kind != JOB_LAYER_EMBEDDING)
+            else if ((m->n_inputs > 1 ? m->inputs[job_input_index(src)].is_int : m->input_is_int) &&
+                     l->kind != JOB_LAYER_EMBEDDING)
                 why = "reads the model's integer input, which only an embedding can";
             else
                 input_read[job_input_index(src)] = true;
@@ -879,20 +880,25 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
                            "%s: the model has no input shape: give input_shape on the first "
                            "layer (for example input_shape: [784])",
                            where);
+    /* an Embedding reads token ids, a model input: with several, the one it names (which then
+     * holds ids: check_graph), else the first layer reads the model's input, whatever the graph */
     for (size_t i = 0; i < m->n_layers && m->n_inputs > 1; i++)
-        if (m->layers[i].kind == JOB_LAYER_EMBEDDING)
-            return status_fail(err, STATUS_BAD_CONFIG,
-                               "%s: layer '%s': an embedding in a model of several inputs is not "
-                               "supported yet",
-                               where, m->layers[i].name);
-    /* the first layer reads the model's input, whatever the graph */
-    for (size_t i = 1; i < m->n_layers; i++)
+        if (m->layers[i].kind == JOB_LAYER_EMBEDDING) {
+            int src = job_layer_input(m, i, 0);
+            if (src >= 0 || src < JOB_INPUT_OF(m->n_inputs - 1))
+                return status_fail(err, STATUS_BAD_CONFIG,
+                                   "%s: layer '%s': an embedding reads one of the model's inputs "
+                                   "(its input is integer ids)",
+                                   where, m->layers[i].name);
+            m->inputs[job_input_index(src)].is_int = true;
+        }
+    for (size_t i = 1; i < m->n_layers && m->n_inputs <= 1; i++)
         if (m->layers[i].kind == JOB_LAYER_EMBEDDING)
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s: layer %zu: embedding must be the first layer (its input is "
                                "integer ids)",
                                where, i);
-    m->input_is_int = m->layers[0].kind == JOB_LAYER_EMBEDDING;
+    m->input_is_int = m->n_inputs <= 1 && m->layers[0].kind == JOB_LAYER_EMBEDDING;
     for (int k = 0; k < m->n_inputs; k++)
         if (!layer_name_valid(m->inputs[k].name) || m->inputs[k].name[0] == '\0') {
             char shown[4 * sizeof(m->inputs[k].name)];

@@ -206,6 +206,7 @@ typedef struct job_model_input {
     char name[64];
     int shape[JOB_MAX_RANK];
     int rank;
+    bool is_int; /* token ids: Embedding layers read it (job_model_finish) */
 } job_model_input_t;
 
 typedef struct job_model {

@@ -19,8 +19,8 @@ static status_t embedding_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
     job_init_t dflt = {.kind = JOB_INIT_RANDOM_UNIFORM, .a = -0.05, .b = 0.05};
     size_t max_rows;
 
-    if (p->index != 0)
-        return layer_plan_error(p, err, "Embedding must be the first layer");
+    if (l->src[0] >= 0) /* its ids are one of the model's inputs */
+        return layer_plan_error(p, err, "an Embedding reads one of the model's inputs");
     if (s->input_dim <= 0 || s->output_dim <= 0)
         return layer_plan_error(p, err, "input_dim and output_dim must be positive");
     l->out_rank = l->in_rank + 1;

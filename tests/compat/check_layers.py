@@ -289,6 +289,14 @@ def masked_text():
     return keras.Model(inp, L.Dense(1)(L.Concatenate()([a, b])))
 
 
+def text_and_values():
+    """Token ids and values, two inputs: a masked Embedding pooled, beside a Dense of the values."""
+    ids = keras.Input((5,), dtype="int32", name="ids")
+    values = keras.Input((3,), name="values")
+    a = L.GlobalAveragePooling1D()(L.Embedding(9, 4, mask_zero=True)(ids))
+    return keras.Model([values, ids], L.Dense(1)(L.Concatenate()([a, L.Dense(2)(values)])))
+
+
 def functional_cases():
     return [
         ("functional: resnet-style blocks", resnet_block, "mse", "regression"),
@@ -302,6 +310,7 @@ def functional_cases():
         ("functional: shared conv2d and prelu", shared_conv, "mse", "regression"),
         ("functional: two inputs", two_inputs, "mse", "regression"),
         ("functional: an embedding's mask through two branches", masked_text, "mse", ("ids", 7)),
+        ("functional: token ids and values, two inputs", text_and_values, "mse", ("ids", 9)),
     ]
 
 
@@ -337,9 +346,11 @@ KERAS_LOSS = {
 
 def data(rng, model, labels):
     """x (for a model of several inputs, the list of each one's values), y."""
-    if isinstance(model.input_shape, list):
-        x = [rng.normal(0, 1, (BATCH,) + tuple(s[1:])).astype(np.float32)
-             for s in model.input_shape]
+    if isinstance(model.input_shape, list):  # token ids for an integer input
+        x = [rng.integers(0, labels[1], (BATCH,) + tuple(s[1:])).astype(np.int32)
+             if "int" in str(t.dtype) else
+             rng.normal(0, 1, (BATCH,) + tuple(s[1:])).astype(np.float32)
+             for s, t in zip(model.input_shape, model.inputs)]
         return x, rng.normal(0, 1, BATCH).astype(np.float32)
     shape = (BATCH,) + tuple(model.input_shape[1:])
     if labels[0] == "ids":
@@ -379,7 +390,7 @@ def keras_step(layers, loss, labels, rng):
     y_in = y.reshape(-1, 1) if model.output_shape[-1] == 1 else y
     if "{categorical" in loss:  # Keras's one-hot labels of Tessera's class ids
         y_in = keras.utils.to_categorical(y, model.output_shape[-1])
-    xin = x.astype(np.int32) if labels[0] == "ids" else x
+    xin = x.astype(np.int32) if labels[0] == "ids" and not isinstance(x, list) else x
     out_eval = np.asarray(model(xin, training=False))
     # every variable's value as the step starts (the step moves the moving statistics)
     start = {id(v): np.asarray(v.numpy(), dtype="<f4") for v in model.weights}
@@ -413,7 +424,7 @@ def run_case(name, layers, loss, labels, tmp):
     for v in model.weights:
         start[id(v)].tofile(os.path.join(d, names[id(v)].replace("/", "__") + ".f32"))
     if isinstance(x, list):  # Tessera's example: the inputs' values one after the other
-        x = np.concatenate([a.reshape(BATCH, -1) for a in x], axis=1)
+        x = np.concatenate([a.reshape(BATCH, -1).astype(np.float32) for a in x], axis=1)
     x.astype("<f4").tofile(os.path.join(d, "x.f32"))
     y.astype("<f4").tofile(os.path.join(d, "y.f32"))
     run = subprocess.run([os.path.join(BUILD, "tests", "layer_steps"), d, str(BATCH)],

@@ -245,6 +245,39 @@ START_TEST(ps_training_sparse_text_job_moves_only_touched_rows_and_learns)
 }
 END_TEST
 
+/* A model of two inputs, values and token ids (an Embedding reads the second), from Keras's
+ * JSON: the workers pull the rows of the ids input alone (model_param_ids), and it learns. The
+ * synthetic text data gives both inputs ids (1 to 49): the values input reads them as numbers. */
+START_TEST(ps_training_values_and_token_ids_in_two_inputs_learn)
+{
+    cluster_t c;
+    char path[512], job[1024], *out = NULL;
+    int rc;
+
+    snprintf(
+        job, sizeof(job),
+        "name: two-inputs\nstrategy: parameter_server\n"
+        "model: {keras_json: %s}\n"
+        "loss: {binary_crossentropy: {from_logits: true}}\nmetrics: [accuracy]\n"
+        "optimizer: {adam: {learning_rate: 0.01}}\n"
+        "data:\n  batch_size: 32\n"
+        "  train: {format: synthetic, kind: text, examples: 3000, shape: [8], vocabulary: 50}\n"
+        "  test: {format: synthetic, kind: text, examples: 500, shape: [8], vocabulary: 50, "
+        "seed: 9}\n"
+        "train: {epochs: 3}\n",
+        harness_source("tests/fixtures/keras/keras3_text_and_values.json"));
+    start_cluster(&c);
+    snprintf(path, sizeof(path), "%s/two-inputs.yaml", harness_tmpdir());
+    write_file(path, job);
+    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("values and token ids, 2 workers and 2 ps: test accuracy %.4f\n", test_accuracy(out));
+    ck_assert_msg(test_accuracy(out) >= 0.6, "test accuracy %.4f: %s", test_accuracy(out), out);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 static int64_t job_step(rpc_channel_t *ch, const char *id)
 {
     Tessera__V1__GetJobResponse *r = NULL;
@@ -717,6 +750,7 @@ int main(void)
     tcase_add_test(tc, ps_training_batch_normalization_keeps_its_moving_statistics_on_the_ps);
     tcase_add_test(tc, ps_training_shared_layer_learns);
     tcase_add_test(tc, ps_training_sparse_text_job_moves_only_touched_rows_and_learns);
+    tcase_add_test(tc, ps_training_values_and_token_ids_in_two_inputs_learn);
     tcase_add_test(tc, ps_training_staleness_bound_holds_a_worker_that_runs_ahead);
     tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);

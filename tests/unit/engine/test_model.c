@@ -475,6 +475,35 @@ START_TEST(model_two_inputs_take_their_part_of_each_example)
 }
 END_TEST
 
+/* An Embedding reading the second of two inputs finds its ids there: the parameter servers'
+ * client pulls the rows of those values alone (model_param_ids). */
+START_TEST(model_embedding_of_a_second_input_names_where_its_ids_are)
+{
+    fixture_t f;
+    job_layer_t l[5] = {reads(plain(JOB_LAYER_FLATTEN), JOB_INPUT_OF(0)),
+                        {.kind = JOB_LAYER_EMBEDDING, .input_dim = 9, .output_dim = 2}};
+    size_t at = 0, len = 0;
+
+    l[1].inputs[0] = JOB_INPUT_OF(1);
+    l[1].n_inputs = 1;
+    l[2] = reads(plain(JOB_LAYER_FLATTEN), 1);
+    l[3] = merge(JOB_LAYER_CONCATENATE, 0, 2, -2);
+    l[4] = dense(1, JOB_ACT_LINEAR);
+    memset(&f, 0, sizeof(f));
+    memcpy(f.layers, l, sizeof(l));
+    f.spec = (job_model_t){
+        .layers = f.layers, .n_layers = 5, .n_inputs = 2, .input_rank = 1, .input_shape = {3}};
+    f.spec.inputs[0] = (job_model_input_t){.name = "values", .shape = {3}, .rank = 1};
+    f.spec.inputs[1] = (job_model_input_t){.name = "ids", .shape = {5}, .rank = 1, .is_int = true};
+    build_spec(&f, JOB_LOSS_MSE, false, 2);
+    ck_assert(model_param(f.m, 0)->sparse);
+    ck_assert(model_param_ids(f.m, 0, &at, &len));
+    ck_assert_uint_eq(at, 3);
+    ck_assert_uint_eq(len, 5);
+    teardown(&f);
+}
+END_TEST
+
 START_TEST(model_dense_relu_softmax_crossentropy_gradients_match)
 {
     fixture_t f;
@@ -1189,6 +1218,7 @@ int main(void)
     tcase_add_test(tc, model_graph_merges_of_other_shapes_are_refused);
     tcase_add_test(tc, model_graph_shared_layer_gradients_match);
     tcase_add_test(tc, model_two_inputs_take_their_part_of_each_example);
+    tcase_add_test(tc, model_embedding_of_a_second_input_names_where_its_ids_are);
     tcase_add_test(tc, model_graph_shared_layer_on_another_shape_is_refused);
     tcase_add_test(tc, model_batch_normalization_gradients_match);
     tcase_add_test(tc, model_batch_normalization_infers_with_the_moving_statistics);

@@ -1002,15 +1002,36 @@ START_TEST(several_inputs_outside_what_is_built_are_rejected)
     assert_rejected(
         functional(INPUT2 DENSE("y", "x"), "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"y\", 0, 0]"),
         "f.json", "layer 'y': has an InputLayer's name", NULL);
+    /* ids and values: an Embedding reads input y, which then holds ids for embeddings alone */
+#define EMB_Y                                                                                      \
+    "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", \"input_dim\": 5, "             \
+    "\"output_dim\": 2}, \"name\": \"e\", \"inbound_nodes\": [[[\"y\", 0, 0, {}]]]}, "             \
+    "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}, \"name\": \"f\", "               \
+    "\"inbound_nodes\": [[[\"e\", 0, 0, {}]]]}, "
+    ok = functional(INPUT2 EMB_Y MERGE("Concatenate", "s", "[\"x\", 0, 0, {}], [\"f\", 0, 0, {}]"),
+                    "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"s\", 0, 0]");
+    ck_assert_int_eq(job_parse_keras_json(ok, strlen(ok), "f.json", &m, &err), STATUS_OK);
+    ck_assert(!m.inputs[0].is_int && m.inputs[1].is_int);
+    ck_assert_int_eq(job_layer_input(&m, 0, 0), JOB_INPUT_OF(1));
+    job_model_done(&m);
+    assert_rejected(functional(INPUT2 EMB_Y DENSE("d", "y") ", " MERGE(
+                                   "Concatenate", "s",
+                                   "[\"x\", 0, 0, {}], [\"f\", 0, 0, {}], [\"d\", 0, 0, {}]"),
+                               "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"s\", 0, 0]"),
+                    "f.json", "layer 'd' (dense) reads the model's integer input", NULL);
     assert_rejected(
-        functional(INPUT2 "{\"class_name\": \"Embedding\", \"config\": {\"name\": "
-                          "\"e\", \"input_dim\": 5, \"output_dim\": 2}, \"name\": \"e\", "
-                          "\"inbound_nodes\": [[[\"y\", 0, 0, {}]]]}, "
-                          "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}, "
-                          "\"name\": \"f\", \"inbound_nodes\": [[[\"e\", 0, 0, {}]]]}, " MERGE(
-                              "Concatenate", "s", "[\"x\", 0, 0, {}], [\"f\", 0, 0, {}]"),
-                   "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"s\", 0, 0]"),
-        "f.json", "an embedding in a model of several inputs is not supported yet", NULL);
+        functional(
+            INPUT2 DENSE("a", "y") ", {\"class_name\": \"Embedding\", "
+                                   "\"config\": {\"name\": \"e\", \"input_dim\": 5, "
+                                   "\"output_dim\": 2}, \"name\": \"e\", "
+                                   "\"inbound_nodes\": [[[\"a\", 0, 0, {}]]]}, "
+                                   "{\"class_name\": \"Flatten\", \"config\": "
+                                   "{\"name\": \"f\"}, \"name\": \"f\", "
+                                   "\"inbound_nodes\": [[[\"e\", 0, 0, {}]]]}, " MERGE(
+                                       "Concatenate", "s", "[\"x\", 0, 0, {}], [\"f\", 0, 0, {}]"),
+            "[[\"x\", 0, 0], [\"y\", 0, 0]]", "[\"s\", 0, 0]"),
+        "f.json", "an embedding reads one of the model's inputs", NULL);
+#undef EMB_Y
 #undef INPUT2
 }
 END_TEST
