@@ -387,7 +387,10 @@ static cJSON *loss_config(const job_t *job)
     cJSON *c = cJSON_CreateObject();
 
     cJSON_AddStringToObject(c, "name", names[job->loss]);
-    cJSON_AddStringToObject(c, "reduction", job->loss_sum ? "sum" : "sum_over_batch_size");
+    if (job->loss_unreduced) /* Keras's None */
+        cJSON_AddNullToObject(c, "reduction");
+    else
+        cJSON_AddStringToObject(c, "reduction", job->loss_sum ? "sum" : "sum_over_batch_size");
     if (job_loss_has_accuracy(job->loss))
         cJSON_AddBoolToObject(c, "from_logits", job->from_logits);
     if (job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY || job->loss == JOB_LOSS_BINARY_CROSSENTROPY)

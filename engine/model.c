@@ -472,6 +472,7 @@ void model_set_loss_options(model_t *m, const job_t *job)
 {
     model_set_huber_delta(m, job->huber_delta);
     m->loss_sum = job->loss_sum;
+    m->loss_unreduced = job->loss_unreduced;
     m->smoothing =
         job->label_smoothing >= 0 && job->label_smoothing <= 1 ? (float)job->label_smoothing : 0.0f;
     m->accuracy_threshold = job->accuracy_threshold;

@@ -21,9 +21,10 @@ struct model {
     size_t in_at[JOB_MAX_MODEL_INPUTS], n_in[JOB_MAX_MODEL_INPUTS];
     float *in_buf[JOB_MAX_MODEL_INPUTS];
     job_loss_kind_t loss;
-    double huber_delta; /* huber's delta (model_set_huber_delta; 1 by default) */
-    float smoothing;    /* the cross-entropies' label_smoothing (model_set_label_smoothing) */
-    bool loss_sum;      /* reduction "sum" (job_t.loss_sum) */
+    double huber_delta;  /* huber's delta (model_set_huber_delta; 1 by default) */
+    float smoothing;     /* the cross-entropies' label_smoothing (model_set_label_smoothing) */
+    bool loss_sum;       /* reduction "sum" (job_t.loss_sum) */
+    bool loss_unreduced; /* reduction "none" (job_t.loss_unreduced) */
     bool from_logits;
     bool fused;             /* the last softmax/sigmoid is folded into the loss */
     float *grad_a, *grad_b; /* gradient ping-pong buffers */

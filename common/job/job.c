@@ -92,36 +92,35 @@ bool job_loss_has_accuracy(job_loss_kind_t loss)
 }
 
 /* Keras's reduction of a batch's losses: the mean over the examples (sum_over_batch_size, mean,
- * mean_with_sample_weight without sample weights) or their sum; none, which leaves them apart,
- * is refused by name. */
+ * mean_with_sample_weight without sample weights), their sum, or none (null in YAML too): the
+ * losses apart, which Keras's fit trains on as their sum and reports as their mean. */
 static status_t parse_reduction(job_ctx_t *c, const job_node_t *opts, job_t *job)
 {
     static const char *const means[] = {"sum_over_batch_size", "mean", "mean_with_sample_weight"};
     const job_node_t *r = job_tree_child(opts, "reduction");
     const char *v = NULL;
 
-    job->loss_sum = false;
-    if (r != NULL && !job_tree_given(r))
-        return job_tree_fail(c, STATUS_BAD_CONFIG, r->line,
-                             "%s.reduction: none (one loss per example, unreduced) is not "
-                             "supported: sum_over_batch_size (the default) or sum",
-                             c->path);
+    job->loss_sum = job->loss_unreduced = false;
+    if (r != NULL && !job_tree_given(r)) {
+        job->loss_unreduced = true;
+        return STATUS_OK;
+    }
     STATUS_CHECK(job_tree_get_string(c, opts, "reduction", false, &v));
     if (v == NULL)
         return STATUS_OK;
     for (size_t i = 0; i < JOB_N_OF(means); i++)
         if (strcmp(v, means[i]) == 0)
             return STATUS_OK;
-    if (strcmp(v, "sum") == 0) {
-        job->loss_sum = true;
+    if (strcmp(v, "sum") == 0 || strcmp(v, "none") == 0) {
+        job->loss_sum = v[0] == 's';
+        job->loss_unreduced = v[0] == 'n';
         return STATUS_OK;
     }
     return job_tree_fail(c, STATUS_BAD_CONFIG, r->line,
                          "%s.reduction: '%s' is not supported: sum_over_batch_size (the default, "
                          "also mean and mean_with_sample_weight, the same without sample "
-                         "weights) or sum%s",
-                         c->path, v,
-                         strcmp(v, "none") == 0 ? " (none leaves one loss per example)" : "");
+                         "weights), sum or none",
+                         c->path, v);
 }
 
 static status_t parse_loss(job_ctx_t *c, const job_node_t *n, job_t *job)

@@ -164,8 +164,10 @@ typedef struct job {
     bool from_logits;
     double huber_delta; /* huber: where the loss turns linear (Keras's delta, 1.0) */
     /* Keras's reduction "sum": a batch's loss is the sum of its examples' (its gradient too),
-     * not their mean ("sum_over_batch_size", "mean", the default) */
-    bool loss_sum;
+     * not their mean ("sum_over_batch_size", "mean", the default). "none" (loss_unreduced):
+     * what Keras's fit does with the unreduced losses, the gradient of their sum, while the
+     * loss it reports is their mean */
+    bool loss_sum, loss_unreduced;
     /* categorical and binary cross-entropy: Keras's label_smoothing (0: none), the labels
      * taken as t (1 - s) + s / classes (binary: classes 2) */
     double label_smoothing;

@@ -218,12 +218,10 @@ static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret)
     if ((name = class_of(k, "loss", loss_classes, JOB_N_OF(loss_classes), cls, config)) == NULL)
         return STATUS_BAD_CONFIG;
     /* null options are Keras's defaults, but a null reduction is "none" */
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(config, "reduction"))) {
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(config, "reduction")) &&
+        !cJSON_ReplaceItemInObjectCaseSensitive(config, "reduction", cJSON_CreateString("none"))) {
         cJSON_Delete(config);
-        return KC_FAIL(k,
-                       "%s: compile_config: the loss's reduction None (one loss per example, "
-                       "unreduced) is not supported: sum_over_batch_size or sum",
-                       k->file);
+        return KC_FAIL(k, "%s: out of memory", k->file);
     }
     return job_form(k, drop_fixed(k, cls, config, fixed, JOB_N_OF(fixed)), name, config, ret);
 }

@@ -606,16 +606,22 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
         "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [4], classes: 2}}\n",
         "label_smoothing");
     ASSERT_BAD(MODEL TAIL "optimizer: {nadam: {amsgrad: true}}\n", "amsgrad");
-    /* reduction: sum, or the mean by any of its names; none is refused */
+    /* reduction: sum, the mean by any of its names, or none (null too) */
     parse_ok(MODEL "loss: {mse: {reduction: sum}}\n" DATA_ONLY, "j.yaml", &job);
     ck_assert(job.loss_sum);
     job_done(&job);
     parse_ok(MODEL "loss: {huber: {delta: 2, reduction: mean}}\n" DATA_ONLY, "j.yaml", &job);
     ck_assert(!job.loss_sum);
     job_done(&job);
-    ASSERT_BAD(MODEL "loss: {mse: {reduction: none}}\n" DATA_ONLY,
-               "none leaves one loss per example");
-    ASSERT_BAD(MODEL "loss: {mse: {reduction: ~}}\n" DATA_ONLY, "reduction: none");
+    for (int k = 0; k < 2; k++) {
+        parse_ok(k == 0 ? MODEL "loss: {mse: {reduction: none}}\n" DATA_ONLY
+                        : MODEL "loss: {mse: {reduction: ~}}\n" DATA_ONLY,
+                 "j.yaml", &job);
+        ck_assert(job.loss_unreduced && !job.loss_sum);
+        job_done(&job);
+    }
+    ASSERT_BAD(MODEL "loss: {mse: {reduction: each}}\n" DATA_ONLY, "'each' is not supported",
+               "sum or none");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {clipnorm: 1, clipvalue: 1}}\n",
                "at most one of clipnorm, global_clipnorm and clipvalue");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {use_ema: true}}\n", "use_ema");
@@ -1237,10 +1243,11 @@ START_TEST(keras_compile_configs_take_the_loss_reduction)
 {
     static const struct {
         const char *to;
-        bool sum;
-    } cases[] = {{"\"reduction\": \"sum\"", true},
-                 {"\"reduction\": \"mean\"", false},
-                 {"\"reduction\": \"sum_over_batch_size\"", false}};
+        bool sum, unreduced;
+    } cases[] = {{"\"reduction\": \"sum\"", true, false},
+                 {"\"reduction\": \"mean\"", false, false},
+                 {"\"reduction\": \"sum_over_batch_size\"", false, false},
+                 {"\"reduction\": null", false, true}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *changed =
             changed_fixture("classes", "\"reduction\": \"sum_over_batch_size\"", cases[i].to);
@@ -1249,6 +1256,7 @@ START_TEST(keras_compile_configs_take_the_loss_reduction)
         ck_assert_msg(parse_archive(changed, ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s: %s",
                       cases[i].to, err.text);
         ck_assert_int_eq(job.loss_sum, cases[i].sum);
+        ck_assert_int_eq(job.loss_unreduced, cases[i].unreduced);
         job_done(&job);
     }
 }
@@ -1257,8 +1265,6 @@ END_TEST
 START_TEST(keras_compile_configs_refuse_what_is_not_built)
 {
     assert_compile_refused("classes", "\"use_ema\": false", "\"use_ema\": true", "use_ema");
-    assert_compile_refused("classes", "\"reduction\": \"sum_over_batch_size\"",
-                           "\"reduction\": null", "reduction None");
     assert_compile_refused("classes", "\"reduction\": \"sum_over_batch_size\"",
                            "\"reduction\": \"sum_over_everything\"", "sum_over_everything");
     assert_compile_refused("classes", "\"class_name\": \"Adam\"", "\"class_name\": \"Adadelta\"",
