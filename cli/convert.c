@@ -208,6 +208,10 @@ static status_t load_data(const convert_opts_t *o, convert_form_t *form, dataset
             status_fail(err, STATUS_INVALID_ARGUMENT, "--split is train or test, not %s", o->split);
     else if (!src->present)
         rc = status_fail(err, STATUS_INVALID_ARGUMENT, "%s has no data.%s", o->job, o->split);
+    else if (job.model.n_inputs > 1) /* its TFRecords map one feature an input */
+        rc = status_fail(err, STATUS_INVALID_ARGUMENT,
+                         "%s: a model of several inputs: tessera convert writes one input feature",
+                         o->job);
     else
         rc = dataset_load(src, job.data.scale, 0, ret, err);
     if (rc == STATUS_OK) {

@@ -285,8 +285,9 @@ status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy,
         STATUS_CHECK(loss_of(m, out, logits, y, batch, 1, dy, st, err));
         st->loss_sum = before + (st->loss_sum - before) * (double)total;
     } else if (m->loss_unreduced) {
-        /* reduction "none": Keras's fit steps on the gradient of the losses' sum and reports
-         * their mean, each example's loss counted once */
+        /* reduction "none": Keras's fit (TensorFlow's backend; JAX's and torch's need a
+         * scalar) steps on the gradient of the losses' sum and reports their mean, each
+         * example's loss counted once */
         STATUS_CHECK(loss_of(m, out, logits, y, batch, 1, dy, st, err));
     } else {
         STATUS_CHECK(loss_of(m, out, logits, y, batch, total, dy, st, err));

@@ -28,18 +28,32 @@ static size_t count_params(const job_model_t *spec)
  * steps pass the mask on, GlobalAveragePooling1D uses it (and ends it), a Softmax would apply it
  * (refused), any other layer drops it as Keras does (with a warning). *mask: the mask alive after
  * l, NULL when none. */
-static status_t carry_mask(model_t *m, layer_t *l, const float **mask, status_msg_t *err)
+/* Whether the mask a layer receives is the one Keras's JSON names for it (l->spec.mask_of):
+ * made by an Embedding that reads that input. */
+static bool mask_of_input(const model_t *m, const job_model_t *spec, const layer_t *l,
+                          const float *mask)
 {
-    (void)m;
+    for (size_t k = 0; l->spec.mask_of[0] != '\0' && spec->n_inputs > 0 && k < m->n_layers; k++) {
+        const layer_t *e = &m->layers[k];
+        if (e->spec.kind == JOB_LAYER_EMBEDDING && e->mask == mask && e->src[0] < 0)
+            return strcmp(spec->inputs[job_input_index(e->src[0])].name, l->spec.mask_of) == 0;
+    }
+    return true;
+}
+
+static status_t carry_mask(model_t *m, const job_model_t *spec, layer_t *l, const float **mask,
+                           status_msg_t *err)
+{
     if (l->spec.kind == JOB_LAYER_EMBEDDING) {
         *mask = l->spec.mask_zero ? l->mask : NULL;
         return STATUS_OK;
     }
-    if (*mask == NULL && l->spec.masked)
+    if (l->spec.masked && (*mask == NULL || !mask_of_input(m, spec, l, *mask)))
         return status_fail(err, STATUS_BAD_CONFIG,
-                           "layer %s is called with the mask of ids != 0, which no Embedding with "
-                           "mask_zero brings it",
-                           l->spec.name);
+                           "layer %s is called with the mask of ids != 0%s%s%s, which no "
+                           "Embedding with mask_zero reading them brings it",
+                           l->spec.name, l->spec.mask_of[0] ? " of input '" : "", l->spec.mask_of,
+                           l->spec.mask_of[0] ? "'" : "");
     if (*mask == NULL)
         return STATUS_OK;
     switch (l->spec.kind) {
@@ -258,7 +272,7 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
         if (rc == STATUS_OK && l->spec.shares > 0)
             rc = share_params(m, spec, i, err);
         if (rc == STATUS_OK)
-            rc = carry_mask(m, l, &mask, err);
+            rc = carry_mask(m, spec, l, &mask, err);
         if (rc != STATUS_OK) {
             free(masks);
             model_free(m);

@@ -294,7 +294,7 @@ static int row_ref_cmp(const void *a, const void *b)
  * gives at most per * ids-per-example rows. */
 static status_t make_rows(replicas_t *r, status_msg_t *err)
 {
-    size_t np = model_param_count(r->first), ids = model_input_len(r->first), most = 0;
+    size_t np = model_param_count(r->first), most = 0, most_rows = 0;
 
     r->rows_index = calloc(np + 1, sizeof(*r->rows_index));
     r->rows_grad = calloc(np + 1, sizeof(*r->rows_grad));
@@ -303,9 +303,11 @@ static status_t make_rows(replicas_t *r, status_msg_t *err)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < np; i++) {
         model_param_t *p = model_param(r->first, i);
-        size_t rows = (size_t)r->n * (size_t)r->per * ids, len;
-        if (!p->sparse)
+        size_t at, ids, rows, len;
+        /* the ids an example holds for this table: its layer's input (model_param_ids) */
+        if (!p->sparse || !model_param_ids(r->first, i, &at, &ids))
             continue;
+        rows = (size_t)r->n * (size_t)r->per * ids;
         len = p->n / (size_t)p->shape[0];
         r->rows_index[i] = malloc((rows + 1) * sizeof(int64_t));
         r->rows_grad[i] = malloc((rows * len + 1) * sizeof(float));
@@ -313,15 +315,16 @@ static status_t make_rows(replicas_t *r, status_msg_t *err)
             return status_fail(err, STATUS_NO_MEMORY, "out of memory for the gradient rows");
         r->bytes += rows * (sizeof(int64_t) + len * sizeof(float));
         most = rows * len > most ? rows * len : most;
+        most_rows = rows > most_rows ? rows : most_rows;
     }
     if (most == 0)
         return STATUS_OK;
-    r->cat_index = malloc((most + 1) * sizeof(int64_t));
+    r->cat_index = malloc((most_rows + 1) * sizeof(int64_t));
     r->cat_grad = malloc((most + 1) * sizeof(float));
-    r->refs = malloc((most + 1) * sizeof(row_ref_t));
+    r->refs = malloc((most_rows + 1) * sizeof(row_ref_t));
     if (r->cat_index == NULL || r->cat_grad == NULL || r->refs == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory for the gradient rows");
-    r->bytes += most * (sizeof(int64_t) + sizeof(float) + sizeof(row_ref_t));
+    r->bytes += most_rows * (sizeof(int64_t) + sizeof(row_ref_t)) + most * sizeof(float);
     return STATUS_OK;
 }
 

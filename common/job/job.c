@@ -949,6 +949,42 @@ static status_t match_features(job_ctx_t *c, const job_node_t *root, job_t *job,
     return STATUS_OK;
 }
 
+static bool regularized(const job_layer_t *l)
+{
+    const job_regularizer_t *r[] = {&l->kernel_reg, &l->bias_reg, &l->pointwise_reg,
+                                    &l->activity_reg};
+
+    for (size_t i = 0; i < JOB_N_OF(r); i++)
+        if (r[i]->l1 != 0 || r[i]->l2 != 0)
+            return true;
+    return false;
+}
+
+/* What the model and the rest of the job cannot do together: data.scale on token ids (it
+ * would scale them too), and reduction none beside a regularizer (Keras's fit refuses a vector
+ * of losses plus a regularization term). */
+static status_t check_ids_and_losses(job_ctx_t *c, const job_node_t *root, job_t *job)
+{
+    const job_model_t *m = &job->model;
+    const job_node_t *scale = job_tree_child(job_tree_child(root, "data"), "scale"),
+                     *loss = job_tree_child(root, "loss");
+    bool ids = m->input_is_int;
+
+    for (int k = 0; k < m->n_inputs; k++)
+        ids = ids || m->inputs[k].is_int;
+    if (ids && job->data.scale != 1)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, scale != NULL ? scale->line : root->line,
+                             "data.scale: the model reads token ids, which it would scale too: "
+                             "scale the other inputs' values in the data itself");
+    for (size_t i = 0; job->loss_unreduced && i < m->n_layers; i++)
+        if (regularized(&m->layers[i]))
+            return job_tree_fail(c, STATUS_BAD_CONFIG, loss != NULL ? loss->line : root->line,
+                                 "loss: reduction none beside layer %s's regularizer: Keras "
+                                 "cannot add a regularization term to unreduced losses either",
+                                 m->layers[i].name);
+    return STATUS_OK;
+}
+
 static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
 {
     static const char *const top_keys[] = {"name",     "strategy",    "model",      "loss",
@@ -1003,6 +1039,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
 
     STATUS_CHECK(match_features(c, root, job, &job->data.train));
     STATUS_CHECK(match_features(c, root, job, &job->data.test));
+    STATUS_CHECK(check_ids_and_losses(c, root, job));
     SECTION("train", false, parse_train, job);
     job->evaluate = job->data.test.present;
     STATUS_CHECK(job_tree_get_bool(c, root, "evaluate", &job->evaluate));

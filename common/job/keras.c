@@ -951,7 +951,8 @@ static status_t parse_sequential_config(kctx_t *k, const cJSON *cfg, job_model_t
  * in an order where every call comes after what it reads, as Keras's from_config makes it:
  * sweeps over the layers in their order, each making its calls while their inputs exist. */
 typedef struct kgraph {
-    char masks[JOB_MAX_MODEL_INPUTS][64]; /* the not_equal(input, 0) operations (masks) */
+    char masks[JOB_MAX_MODEL_INPUTS][64];     /* the not_equal(input, 0) operations (masks) */
+    char mask_from[JOB_MAX_MODEL_INPUTS][64]; /* the InputLayer each one compares */
     int n_masks;
     const cJSON **calls; /* layer t's inbound_nodes */
     int *n_calls, *made; /* calls it lists, calls made so far */
@@ -976,19 +977,21 @@ static status_t check_call_kwargs(kctx_t *k, const kgraph_t *g, const cJSON *kw,
     {
         const cJSON *hist = kget(kget(v, "config"), "keras_history");
         const char *name = cJSON_GetStringValue(cJSON_GetArrayItem(hist, 0));
-        bool known = false;
+        int known = -1;
         if (strcmp(v->string, "mask") != 0)
             return kfail(k, "call argument '%.40s' (kwargs) is not supported", v->string);
         if (cJSON_IsNull(v))
             continue;
         for (int i = 0; name != NULL && i < g->n_masks; i++)
-            known = known || strcmp(g->masks[i], name) == 0;
-        if (!known || cJSON_GetArraySize(hist) != 3)
+            if (strcmp(g->masks[i], name) == 0)
+                known = i;
+        if (known < 0 || cJSON_GetArraySize(hist) != 3)
             return kfail(k, "is called with a mask other than not_equal(input, 0), the mask of an "
                             "Embedding's mask_zero: not supported");
         if (l == NULL || l->kind != JOB_LAYER_GLOBAL_AVERAGE_POOLING1D)
             return kfail(k, "is called with a mask: only GlobalAveragePooling1D uses one (an "
                             "Embedding's mask_zero)");
+        snprintf(l->mask_of, sizeof(l->mask_of), "%s", g->mask_from[known]);
         l->masked = true;
     }
     return STATUS_OK;
@@ -1268,7 +1271,10 @@ static status_t read_mask_op(kctx_t *k, const cJSON *entry, size_t index, kgraph
     hist = kget(kget(cJSON_GetArrayItem(args, 0), "config"), "keras_history");
     from = cJSON_GetStringValue(cJSON_GetArrayItem(hist, 0));
     for (int i = 0; from != NULL && i < m->n_inputs; i++)
-        input = input || strcmp(m->inputs[i].name, from) == 0;
+        if (strcmp(m->inputs[i].name, from) == 0) {
+            input = true;
+            snprintf(g->mask_from[g->n_masks], sizeof(g->mask_from[0]), "%s", from);
+        }
     if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) != 1 || !cJSON_IsObject(node) ||
         cJSON_GetArraySize(args) != 2 || !input || !is_int(cJSON_GetArrayItem(hist, 1), 0, 0) ||
         !is_int(cJSON_GetArrayItem(hist, 2), 0, 0) || !is_int(cJSON_GetArrayItem(args, 1), 0, 0) ||

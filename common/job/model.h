@@ -175,9 +175,11 @@ typedef struct job_layer {
      * input channel (Keras: 1); separable's pointwise kernel */
     int depth_multiplier;
     bool mask_zero; /* embedding: id 0 is padding, masked in GlobalAveragePooling1D */
-    /* global_average_pooling1d: Keras 3's JSON calls it with that mask (the engine checks that
-     * an Embedding's mask_zero brings it one) */
+    /* global_average_pooling1d: Keras 3's JSON calls it with that mask, of the input named
+     * mask_of (the engine checks that the mask_zero of an Embedding reading that input brings it
+     * one) */
     bool masked;
+    char mask_of[64];
     /* dense, conv1d/2d (kernel, bias), depthwise_conv2d (depthwise kernel, bias) */
     job_constraint_t kernel_constraint, bias_constraint;
     job_init_t pointwise_init; /* separable_conv2d's pointwise kernel */

@@ -475,6 +475,39 @@ START_TEST(model_two_inputs_take_their_part_of_each_example)
 }
 END_TEST
 
+/* A pooling that Keras's JSON calls with the mask of input `ids` takes the mask_zero mask of an
+ * Embedding reading that input, not another's. */
+START_TEST(model_mask_of_another_input_is_refused)
+{
+    job_layer_t l[4] = {{.kind = JOB_LAYER_EMBEDDING,
+                         .input_dim = 9,
+                         .output_dim = 2,
+                         .mask_zero = true,
+                         .inputs = {JOB_INPUT_OF(1)},
+                         .n_inputs = 1},
+                        {.kind = JOB_LAYER_GLOBAL_AVERAGE_POOLING1D,
+                         .masked = true,
+                         .mask_of = "other",
+                         .inputs = {0},
+                         .n_inputs = 1},
+                        reads(plain(JOB_LAYER_FLATTEN), JOB_INPUT_OF(0))};
+    job_model_t spec = {
+        .layers = l, .n_layers = 4, .n_inputs = 2, .input_rank = 1, .input_shape = {3}};
+    status_msg_t err = {0};
+    model_t *m = NULL;
+
+    l[3] = merge(JOB_LAYER_CONCATENATE, 1, 2, -2);
+    spec.inputs[0] = (job_model_input_t){.name = "other", .shape = {3}, .rank = 1};
+    spec.inputs[1] = (job_model_input_t){.name = "ids", .shape = {5}, .rank = 1, .is_int = true};
+    ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "of input 'other', which no Embedding"), "%s", err.text);
+    snprintf(l[1].mask_of, sizeof(l[1].mask_of), "ids");
+    ck_assert_msg(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err) == STATUS_BAD_CONFIG &&
+                      strstr(err.text, "one value per example"),
+                  "%s", err.text); /* wired and masked: only the loss's width is left */
+}
+END_TEST
+
 /* An Embedding reading the second of two inputs finds its ids there: the parameter servers'
  * client pulls the rows of those values alone (model_param_ids). */
 START_TEST(model_embedding_of_a_second_input_names_where_its_ids_are)
@@ -977,7 +1010,7 @@ START_TEST(model_mask_zero_masks_the_average_pooling)
     spec.layers = l;
     ck_assert_int_eq(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err), STATUS_BAD_CONFIG);
     ck_assert_msg(strstr(err.text, "is called with the mask of ids != 0, which no Embedding with "
-                                   "mask_zero brings it") != NULL,
+                                   "mask_zero reading them brings it") != NULL,
                   "%s", err.text);
 }
 END_TEST
@@ -1219,6 +1252,7 @@ int main(void)
     tcase_add_test(tc, model_graph_shared_layer_gradients_match);
     tcase_add_test(tc, model_two_inputs_take_their_part_of_each_example);
     tcase_add_test(tc, model_embedding_of_a_second_input_names_where_its_ids_are);
+    tcase_add_test(tc, model_mask_of_another_input_is_refused);
     tcase_add_test(tc, model_graph_shared_layer_on_another_shape_is_refused);
     tcase_add_test(tc, model_batch_normalization_gradients_match);
     tcase_add_test(tc, model_batch_normalization_infers_with_the_moving_statistics);

@@ -622,6 +622,14 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
     }
     ASSERT_BAD(MODEL "loss: {mse: {reduction: each}}\n" DATA_ONLY, "'each' is not supported",
                "sum or none");
+    ASSERT_BAD("model: [{dense: {units: 1, kernel_regularizer: {l2: 0.01}}, input_shape: [4]}]\n"
+               "loss: {mse: {reduction: none}}\n" DATA_ONLY,
+               "reduction none beside layer dense's regularizer");
+    /* token ids are never scaled */
+    ASSERT_BAD("model: [{embedding: {input_dim: 10, output_dim: 2}, input_shape: [4]}, flatten, "
+               "{dense: {units: 1}}]\nloss: mse\ndata: {batch_size: 8, scale: 0.5, train: "
+               "{format: synthetic, kind: text, examples: 10, shape: [4], vocabulary: 10}}\n",
+               "data.scale: the model reads token ids");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {clipnorm: 1, clipvalue: 1}}\n",
                "at most one of clipnorm, global_clipnorm and clipvalue");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {use_ema: true}}\n", "use_ema");

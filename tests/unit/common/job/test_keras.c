@@ -1067,9 +1067,11 @@ START_TEST(masks_of_mask_zero_parse_in_functional_models)
     ck_assert_uint_eq(m.n_layers, 6);
     ck_assert_int_eq(m.layers[0].kind, JOB_LAYER_EMBEDDING);
     ck_assert(m.layers[0].mask_zero);
-    for (size_t i = 0; i < m.n_layers; i++)
-        ck_assert_int_eq(m.layers[i].masked,
-                         m.layers[i].kind == JOB_LAYER_GLOBAL_AVERAGE_POOLING1D);
+    for (size_t i = 0; i < m.n_layers; i++) {
+        bool pooling = m.layers[i].kind == JOB_LAYER_GLOBAL_AVERAGE_POOLING1D;
+        ck_assert_int_eq(m.layers[i].masked, pooling);
+        ck_assert_str_eq(m.layers[i].mask_of, pooling ? "input_layer" : "");
+    }
     ck_assert(m.input_is_int);
     job_model_done(&m);
     text = replaced("keras3_masked", not_equal, "\"keras_history\": [\"input_layer\", 0, 0]}}, 1]");
