@@ -68,16 +68,6 @@ static status_t decode(loader_t *l, const char *path, uint64_t offset, const uin
     return STATUS_OK;
 }
 
-/* Values of one feature of `shape`. */
-static size_t feature_len(const job_feature_t *f)
-{
-    size_t n = 1;
-
-    for (int i = 0; i < f->rank; i++)
-        n *= (size_t)f->shape[i];
-    return n;
-}
-
 /* Several input features: each one's values after the one before's, as floats (a bytes_list's
  * through `scratch`, scaled with the rest). */
 static status_t decode_inputs(loader_t *l, const char *path, uint64_t offset, const uint8_t *rec,
@@ -85,7 +75,7 @@ static status_t decode_inputs(loader_t *l, const char *path, uint64_t offset, co
 {
     for (int k = 0; k < l->src->n_inputs; k++) {
         const job_feature_t *f = &l->src->inputs[k];
-        size_t n = feature_len(f);
+        size_t n = job_shape_len(f->shape, f->rank);
         if (f->kind == JOB_FEATURE_BYTES_LIST) {
             STATUS_CHECK(decode(l, path, offset, rec, len, f, l->scratch, n));
             for (size_t i = 0; i < n; i++)
@@ -185,7 +175,7 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
         return status_fail(err, STATUS_BAD_CONFIG, "%s: no input feature", src->files[0]);
     l.rows.len = 0;
     for (int k = 0; k < src->n_inputs; k++) {
-        size_t n = feature_len(&src->inputs[k]);
+        size_t n = job_shape_len(src->inputs[k].shape, src->inputs[k].rank);
         l.rows.len += n;
         most = n > most ? n : most;
     }

@@ -104,9 +104,7 @@ static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const c
     for (int k = 0; k < ds->n_parts && inputs > 1; k++) {
         int rank;
         const int *shape = job_model_input_shape(spec, k, &rank);
-        size_t len = 1;
-        for (int d = 0; d < rank; d++)
-            len *= (size_t)shape[d];
+        size_t len = job_shape_len(shape, rank);
         if (ds->part_len[k] != len)
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s: the %s data's input array %d (x[%d]) has %zu values per "

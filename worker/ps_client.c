@@ -734,7 +734,26 @@ static status_t run_all(ps_client_t *c, lane_op_t op, status_msg_t *err)
     return STATUS_OK;
 }
 
-/* The batch's distinct token ids per sparse variable, split by shard. */
+/* Takes id f of sparse variable v into the step's ids, once, and into its shard's rows. */
+static void add_id(var_ref_t *v, float f)
+{
+    int64_t id = (int64_t)f;
+
+    if (!(f >= 0) || id >= v->p->shape[0] || v->mark[id] >= 0)
+        return; /* out-of-range ids are reported by the model's forward pass */
+    v->mark[id] = (int32_t)v->n_ids;
+    v->ids[v->n_ids++] = id;
+    for (int s = 0; s < v->n_shards; s++) {
+        shard_ref_t *sh = &v->shards[s];
+        if (id >= sh->row_offset && id < sh->row_offset + sh->rows) {
+            sh->local[sh->n_local++] = id - sh->row_offset;
+            return;
+        }
+    }
+}
+
+/* The batch's distinct token ids per sparse variable (each example's values of the model input
+ * its layer reads), split by shard. */
 static void gather_ids(ps_client_t *c, const float *features, int batch)
 {
     for (size_t i = 0; i < c->n_vars; i++) {
@@ -746,22 +765,10 @@ static void gather_ids(ps_client_t *c, const float *features, int batch)
         v->n_ids = 0;
         for (int s = 0; s < v->n_shards; s++)
             v->shards[s].n_local = 0;
-        for (size_t k = 0; k < (size_t)batch * v->ids_len; k++) {
-            /* example k / ids_len's id k % ids_len (the model input its layer reads) */
-            size_t e = k / v->ids_len, at = e * c->feature_len + v->ids_at + (k - e * v->ids_len);
-            float f = features[at];
-            int64_t id = (int64_t)f;
-            if (!(f >= 0) || id >= v->p->shape[0] || v->mark[id] >= 0)
-                continue; /* out-of-range ids are reported by the model's forward pass */
-            v->mark[id] = (int32_t)v->n_ids;
-            v->ids[v->n_ids++] = id;
-            for (int s = 0; s < v->n_shards; s++) {
-                shard_ref_t *sh = &v->shards[s];
-                if (id >= sh->row_offset && id < sh->row_offset + sh->rows) {
-                    sh->local[sh->n_local++] = id - sh->row_offset;
-                    break;
-                }
-            }
+        for (int e = 0; e < batch; e++) {
+            const float *ids = features + (size_t)e * c->feature_len + v->ids_at;
+            for (size_t k = 0; k < v->ids_len; k++)
+                add_id(v, ids[k]);
         }
     }
 }

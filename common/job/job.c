@@ -901,16 +901,6 @@ static void job_defaults(job_t *job)
     job->accuracy_threshold = 0.5f;
 }
 
-/* Values of a shape. */
-static size_t shape_len(const int *shape, int rank)
-{
-    size_t n = 1;
-
-    for (int i = 0; i < rank; i++)
-        n *= (size_t)shape[i];
-    return n;
-}
-
 /* A TFRecord source for a model of several inputs: one feature an input, put in the model's
  * order by their names, each holding as many values as its input takes. */
 static status_t match_features(job_ctx_t *c, const job_node_t *root, job_t *job, job_source_t *s)
@@ -936,13 +926,13 @@ static status_t match_features(job_ctx_t *c, const job_node_t *root, job_t *job,
                                  "data: no feature is named '%s', the model's input %d: with "
                                  "several, each feature is named as the model names its input",
                                  m->inputs[k].name, k);
-        if (shape_len(s->inputs[i].shape, s->inputs[i].rank) !=
-            shape_len(m->inputs[k].shape, m->inputs[k].rank))
+        if (job_shape_len(s->inputs[i].shape, s->inputs[i].rank) !=
+            job_shape_len(m->inputs[k].shape, m->inputs[k].rank))
             return job_tree_fail(c, STATUS_BAD_CONFIG, line,
                                  "data: feature '%s' holds %zu values, the model's input takes %zu",
                                  m->inputs[k].name,
-                                 shape_len(s->inputs[i].shape, s->inputs[i].rank),
-                                 shape_len(m->inputs[k].shape, m->inputs[k].rank));
+                                 job_shape_len(s->inputs[i].shape, s->inputs[i].rank),
+                                 job_shape_len(m->inputs[k].shape, m->inputs[k].rank));
         ordered[k] = s->inputs[i];
     }
     memcpy(s->inputs, ordered, (size_t)m->n_inputs * sizeof(*ordered));

@@ -1119,9 +1119,10 @@ static status_t make_graph(kctx_t *k, kgraph_t *g, const job_model_t *m)
         for (size_t t = 0; t < n; t++) {
             kname(k, &m->layers[t]);
             while (g->made[t] < g->n_calls[t]) {
-                job_layer_t call = g->parsed[g->first[t] + g->made[t]], *l;
-                if (!call_ready(g, &call))
+                job_layer_t call, *l;
+                if (!call_ready(g, &g->parsed[g->first[t] + g->made[t]]))
                     break;
+                call = g->parsed[g->first[t] + g->made[t]];
                 if (g->made[t] == 0 && t > 0 && g->made[t - 1] == 0)
                     return kfail(k,
                                  "is called before '%.60s', which the model lists before it, "
@@ -1321,8 +1322,6 @@ static status_t read_functional_layers(kctx_t *k, const cJSON *layers, kgraph_t 
                 return kfail(k, "a second layer of this name");
         if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) == 0)
             return kfail(k, "inbound_nodes must list the layer's calls");
-        if (cJSON_GetArraySize(nodes) > JOB_MAX_LAYERS)
-            return kfail(k, "is called more than %d times", JOB_MAX_LAYERS);
         g->calls[before] = nodes;
         g->n_calls[before] = cJSON_GetArraySize(nodes);
         g->first[before] = (int)calls;

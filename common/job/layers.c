@@ -772,6 +772,15 @@ bool job_layer_shareable(const job_model_t *m, size_t i)
            l->kind != JOB_LAYER_BATCH_NORMALIZATION && l->kind != JOB_LAYER_EMBEDDING;
 }
 
+size_t job_shape_len(const int *shape, int rank)
+{
+    size_t n = 1;
+
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)shape[i];
+    return n;
+}
+
 int job_model_inputs(const job_model_t *m)
 {
     return m->n_inputs > 1 ? m->n_inputs : 1;

@@ -252,6 +252,9 @@ int job_layer_input(const job_model_t *m, size_t i, int k);
  * BatchNormalization, whose moving statistics Keras moves once per call, nor Embedding). */
 bool job_layer_shareable(const job_model_t *m, size_t i);
 
+/* The values of a shape (a feature's, an input's): the product of its dimensions. */
+size_t job_shape_len(const int *shape, int rank);
+
 /* The model's inputs (1 for a Sequential model) and input k's shape. */
 int job_model_inputs(const job_model_t *m);
 const int *job_model_input_shape(const job_model_t *m, int k, int *ret_rank);
