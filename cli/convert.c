@@ -125,11 +125,12 @@ static int out_close(out_file_t *o, bool ok)
 typedef struct convert_form {
     bool bytes;      /* input as one string of uint8 values */
     bool int_input;  /* input as int64_list */
-    bool int_labels; /* labels as int64_list */
+    bool int_labels; /* labels as int64_list (class indices: one a label) */
 } convert_form_t;
 
 static void add_example(const convert_opts_t *o, const convert_form_t *form, example_writer_t *w,
-                        const float *x, size_t len, float y, uint8_t *raw, int64_t *ids)
+                        const float *x, size_t len, const float *y, size_t label_len, uint8_t *raw,
+                        int64_t *ids)
 {
     if (form->bytes) {
         for (size_t k = 0; k < len; k++)
@@ -143,10 +144,10 @@ static void add_example(const convert_opts_t *o, const convert_form_t *form, exa
         example_add_floats(w, o->image_feature, x, len);
     }
     if (form->int_labels) {
-        int64_t label = (int64_t)y;
+        int64_t label = (int64_t)y[0];
         example_add_int64s(w, o->label_feature, &label, 1);
     } else {
-        example_add_floats(w, o->label_feature, &y, 1);
+        example_add_floats(w, o->label_feature, y, label_len);
     }
 }
 
@@ -166,7 +167,8 @@ static int convert(const convert_opts_t *o, const convert_form_t *form, const da
         size_t len = 0;
         example_writer_reset(&w);
         dataset_row(ds, i, row);
-        add_example(o, form, &w, row, ds->feature_len, ds->labels[i], raw, ids);
+        add_example(o, form, &w, row, ds->feature_len, ds->labels + i * ds->label_len,
+                    ds->label_len, raw, ids);
         if ((ex = example_finish(&w, &len)) == NULL ||
             out_write(&outs[i % (size_t)o->shards], ex, len) != 0) {
             fprintf(stderr, "tessera convert: cannot write example %zu to %s\n", i,

@@ -90,6 +90,8 @@ static void softmax_rows(float *v, size_t rows, size_t width)
 #define ELU_ALPHA        1.0f
 #define SELU_ALPHA       1.67326324235437728481f
 #define SELU_SCALE       1.05070098735548049342f
+#define GELU_C           0.79788456080286535588f /* sqrt(2 / pi), approximate gelu's */
+#define GELU_A           0.044715f
 #define LEAKY_RELU_SLOPE 0.2f
 
 static inline float sigmoidf_(float x)
@@ -193,6 +195,10 @@ static void cpu_activate(job_activation_t act, float *v, size_t n, size_t width)
     case JOB_ACT_LOG_SOFTMAX:
         log_softmax_rows(v, n / width, width);
         break;
+    case JOB_ACT_GELU_APPROXIMATE:
+        for (size_t i = 0; i < n; i++)
+            v[i] = 0.5f * v[i] * (1.0f + tanhf(GELU_C * (v[i] + GELU_A * v[i] * v[i] * v[i])));
+        break;
     case JOB_ACT_COUNT_:
         break;
     }
@@ -289,6 +295,13 @@ static void cpu_activate_backward(job_activation_t act, const float *x, const fl
                 sum += g[i];
             for (size_t i = 0; i < width; i++)
                 g[i] -= expf(p[i]) * sum;
+        }
+        break;
+    case JOB_ACT_GELU_APPROXIMATE: /* 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2) */
+        for (size_t i = 0; i < n; i++) {
+            float v = x[i], t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+            dy[i] *= 0.5f * (1.0f + t) +
+                     0.5f * v * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
         }
         break;
     case JOB_ACT_COUNT_:

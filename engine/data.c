@@ -105,6 +105,7 @@ static dataset_t *dataset_alloc(size_t n, size_t feature_len)
         return NULL;
     ds->n = n;
     ds->feature_len = feature_len;
+    ds->label_len = 1;
     ds->features = data_alloc_aligned(n * feature_len * sizeof(float));
     ds->labels = data_alloc_aligned(n * sizeof(float));
     if (ds->features == NULL || ds->labels == NULL) {
@@ -114,18 +115,19 @@ static dataset_t *dataset_alloc(size_t n, size_t feature_len)
     return ds;
 }
 
-uint64_t data_bytes_elem(uint64_t n, uint64_t feature_len, uint64_t elem)
+uint64_t data_bytes_elem(uint64_t n, uint64_t feature_len, uint64_t elem, uint64_t label_len)
 {
-    uint64_t row, bytes;
+    uint64_t row, labels, bytes;
     if (__builtin_mul_overflow(feature_len, elem, &row) ||
-        __builtin_add_overflow(row, sizeof(float), &row) || __builtin_mul_overflow(n, row, &bytes))
+        __builtin_mul_overflow(label_len, sizeof(float), &labels) ||
+        __builtin_add_overflow(row, labels, &row) || __builtin_mul_overflow(n, row, &bytes))
         return UINT64_MAX;
     return bytes;
 }
 
-uint64_t data_bytes_of(uint64_t n, uint64_t feature_len)
+uint64_t data_bytes_of(uint64_t n, uint64_t feature_len, uint64_t label_len)
 {
-    return data_bytes_elem(n, feature_len, sizeof(float));
+    return data_bytes_elem(n, feature_len, sizeof(float), label_len);
 }
 
 /* Fails with RESOURCE_EXHAUSTED, naming `what`, when `bytes` pass max_bytes (0: no limit). */
@@ -140,9 +142,10 @@ status_t data_check_budget(const char *what, uint64_t bytes, uint64_t max_bytes,
 
 size_t dataset_bytes(const dataset_t *ds)
 {
-    return ds == NULL ? 0
-                      : (size_t)data_bytes_elem(ds->n, ds->feature_len,
-                                                ds->bytes != NULL ? 1 : sizeof(float));
+    return ds == NULL
+               ? 0
+               : (size_t)data_bytes_elem(ds->n, ds->feature_len,
+                                         ds->bytes != NULL ? 1 : sizeof(float), ds->label_len);
 }
 
 void dataset_set_byte_scale(dataset_t *ds, double scale)
@@ -433,12 +436,13 @@ status_t dataset_load_idx(const char *images, const char *labels, double scale, 
     for (int i = 1; i < fi.rank; i++)
         feature_len *= fi.dims[i];
     STATUS_CHECK_GOTO(
-        data_check_budget(images, data_bytes_elem(fi.dims[0], feature_len, 1), max_bytes, err), rc,
-        fail);
+        data_check_budget(images, data_bytes_elem(fi.dims[0], feature_len, 1, 1), max_bytes, err),
+        rc, fail);
     ds = calloc(1, sizeof(*ds));
     if (ds != NULL) {
         ds->n = fi.dims[0];
         ds->feature_len = feature_len;
+        ds->label_len = 1;
         ds->bytes = data_alloc_aligned(ds->n * feature_len);
         ds->labels = data_alloc_aligned(ds->n * sizeof(float));
     }
@@ -608,7 +612,7 @@ status_t dataset_synthetic(const job_synthetic_t *spec, double scale, uint64_t m
     STATUS_CHECK(synthetic_check(spec, scale, &len, err));
     /* The data and, while it is generated, the teacher. */
     STATUS_CHECK(data_check_budget("synthetic data",
-                                   data_bytes_of((uint64_t)spec->examples, len) +
+                                   data_bytes_of((uint64_t)spec->examples, len, 1) +
                                        (uint64_t)len * (uint64_t)spec->classes * sizeof(float),
                                    max_bytes, err));
     ds = dataset_alloc((size_t)spec->examples, len);
@@ -750,7 +754,8 @@ static bool produce(data_pipeline_t *p, batch_slot_t *slot)
     for (size_t i = 0; i < rows; i++) {
         size_t e = p->order[start + i];
         dataset_row(ds, e, slot->features + i * len);
-        slot->labels[i] = ds->labels[e];
+        memcpy(slot->labels + i * ds->label_len, ds->labels + e * ds->label_len,
+               ds->label_len * sizeof(float));
     }
     slot->size = (int)rows;
     slot->epoch = p->epoch;
@@ -861,7 +866,8 @@ static status_t opts_check(const dataset_t *ds, const data_pipeline_opts_t *o, s
     if (o->prefetch < 0 || o->prefetch > DATA_MAX_PREFETCH)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "prefetch must be 0 to %d, not %d",
                            DATA_MAX_PREFETCH, o->prefetch);
-    if ((ds->features == NULL && ds->bytes == NULL) || ds->labels == NULL || ds->feature_len == 0)
+    if ((ds->features == NULL && ds->bytes == NULL) || ds->labels == NULL || ds->feature_len == 0 ||
+        ds->label_len == 0)
         return status_fail(err, STATUS_INVALID_ARGUMENT, "the dataset is empty");
     return STATUS_OK;
 }
@@ -886,7 +892,8 @@ static status_t pipeline_alloc(data_pipeline_t *p, status_msg_t *err)
     rows = p->shard_n < (size_t)o->batch_size ? p->shard_n : (size_t)o->batch_size;
     p->n_slots = o->prefetch > 0 ? o->prefetch + 1 : 1;
     STATUS_CHECK(data_check_budget("the data pipeline's batches and indices",
-                                   data_bytes_of(rows, p->ds->feature_len) * (uint64_t)p->n_slots +
+                                   data_bytes_of(rows, p->ds->feature_len, p->ds->label_len) *
+                                           (uint64_t)p->n_slots +
                                        ((uint64_t)p->shard_n * 2 + p->buffer_n) * sizeof(size_t),
                                    o->max_bytes, err));
     p->shard = malloc(p->shard_n * sizeof(size_t));
@@ -899,7 +906,7 @@ static status_t pipeline_alloc(data_pipeline_t *p, status_msg_t *err)
         p->shard[i] = idx + i * n_shards;
     for (int i = 0; i < p->n_slots; i++) {
         p->slots[i].features = data_alloc_aligned(rows * p->ds->feature_len * sizeof(float));
-        p->slots[i].labels = data_alloc_aligned(rows * sizeof(float));
+        p->slots[i].labels = data_alloc_aligned(rows * p->ds->label_len * sizeof(float));
         if (p->slots[i].features == NULL || p->slots[i].labels == NULL)
             goto nomem;
     }

@@ -3,7 +3,9 @@
  * dropped), repeat, and prefetch on its own thread.
  *
  * Features are float32 rows of `feature_len` values (images scaled as the job says; token ids of
- * text stored as floats), labels are float32 (class index, or the 0/1 or regression target).
+ * text stored as floats), labels float32 rows of `label_len` values: one (a class index, a 0/1
+ * or a regression target), or as many as the model's output has (one-hot or soft classes,
+ * several 0/1 targets, a vector or an image to regress).
  * Images read as raw bytes (IDX files, a TFRecord bytes_list) stay bytes in memory, a quarter
  * of the floats, and become floats a batch at a time, computed as the loaders computed them
  * before: the numbers are the same either way. */
@@ -21,12 +23,14 @@ typedef struct dataset {
     float *features;   /* [n, feature_len], 64-byte aligned; NULL when held as bytes */
     uint8_t *bytes;    /* [n, feature_len] raw uint8 values, or NULL */
     double byte_scale; /* with bytes: byte v is (float)(v * byte_scale) (dataset_set_byte_scale) */
-    float *labels;     /* [n] */
+    float *labels;     /* [n, label_len] */
     size_t n;
     size_t feature_len;
+    size_t label_len;        /* >= 1 */
     int shape[JOB_MAX_RANK]; /* feature shape without the batch dimension */
     int rank;
-    int classes; /* number of label classes (max label + 1), 0 for regression */
+    int classes; /* number of label classes (max label + 1); 0 for regression targets, and for
+                  * labels of several values */
     /* NumPy sources: the arrays of inputs, one a model input, whose values lie one after the
      * other in each row, and each one's values per example (0: a source of one feature) */
     int n_parts;
@@ -66,8 +70,8 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
                                status_msg_t *err);
 
 /* Loads NumPy arrays: inputs [n, ...] (float32, float64, uint8, int32 or int64; times `scale`)
- * and labels [n] or [n, 1], from two .npy files (memory-mapped) or two members of an .npz
- * archive. Errors name the file and what does not fit. */
+ * and labels [n, ...] (label_len: the values after the first dimension), from two .npy files
+ * (memory-mapped) or two members of an .npz archive. Errors name the file and what does not fit. */
 status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_bytes,
                             dataset_t **ret_ds, status_msg_t *err);
 
@@ -118,7 +122,7 @@ typedef struct data_pipeline_opts {
 
 typedef struct data_batch {
     const float *features; /* [size, feature_len] */
-    const float *labels;   /* [size] */
+    const float *labels;   /* [size, label_len] */
     int size;
     int64_t epoch; /* 0-based epoch the batch belongs to */
     int64_t index; /* 0-based number of the batch in its epoch (of this shard) */

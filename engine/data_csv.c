@@ -81,25 +81,25 @@ static status_t header(csv_loader_t *l, csv_reader_t *r, const csv_field_t *f, s
 
 static status_t row(csv_loader_t *l, csv_reader_t *r, const csv_field_t *f, size_t n, size_t hint)
 {
-    float *out;
-    double v, y = 0;
+    float *out, *y;
+    double v;
     size_t k = 0;
 
     if (n != l->columns)
         return status_fail(l->err, STATUS_DATA_LOSS, "%s:%llu: %zu fields, the header has %zu",
                            csv_path(r), (unsigned long long)csv_line(r), n, l->columns);
-    STATUS_CHECK(data_rows_next(&l->rows, csv_path(r), hint, &out, l->err));
+    STATUS_CHECK(data_rows_next(&l->rows, csv_path(r), hint, &out, &y, l->err));
     for (size_t i = 0; i < n; i++) {
         if (!number(&f[i], &v))
             return status_fail(l->err, STATUS_DATA_LOSS,
                                "%s:%llu: column %zu: '%.40s' is not a number", csv_path(r),
                                (unsigned long long)csv_line(r), i + 1, f[i].text);
         if (i == l->label)
-            y = v;
+            *y = (float)v;
         else
             out[k++] = (float)(v * l->scale);
     }
-    data_rows_add(&l->rows, (float)y);
+    data_rows_add(&l->rows);
     return STATUS_OK;
 }
 

@@ -64,9 +64,9 @@ static status_t check_labels(const job_source_t *src, const npy_array_t *x, cons
     char name[600];
 
     name_of(src, -1, name, sizeof(name));
-    if (!(y->h.rank == 1 || (y->h.rank == 2 && y->h.shape[1] == 1)))
+    if (y->h.rank < 1)
         return status_fail(err, STATUS_INVALID_ARGUMENT,
-                           "%s: the labels must be [examples] or [examples, 1]", name);
+                           "%s: the labels must be an array of one row per example", name);
     if (y->h.shape[0] != x->h.shape[0])
         return status_fail(err, STATUS_INVALID_ARGUMENT, "%s: %llu labels for %llu inputs", name,
                            (unsigned long long)y->h.shape[0], (unsigned long long)x->h.shape[0]);
@@ -95,7 +95,7 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
                             dataset_t **ret_ds, status_msg_t *err)
 {
     npy_array_t x[JOB_MAX_MODEL_INPUTS], y;
-    size_t lens[JOB_MAX_MODEL_INPUTS], n_x = src->n_x, loaded = 0, n = 0, len = 0;
+    size_t lens[JOB_MAX_MODEL_INPUTS], n_x = src->n_x, loaded = 0, n = 0, len = 0, label_len = 1;
     uint64_t held = 0; /* bytes of the archive's arrays read */
     dataset_t *ds = NULL;
     char name[600];
@@ -135,11 +135,15 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
     if (rc != STATUS_OK)
         goto out;
     n = (size_t)x[0].h.shape[0];
+    for (int d = 1; d < y.h.rank; d++)
+        label_len *= (size_t)y.h.shape[d];
     name_of(src, 0, name, sizeof(name));
-    rc = data_check_budget(name, data_bytes_of(n, len), max_bytes, err);
+    rc = data_check_budget(name, data_bytes_of(n, len, label_len), max_bytes, err);
+    if (rc == STATUS_OK && label_len == 0)
+        rc = status_fail(err, STATUS_INVALID_ARGUMENT, "%s: the labels have no values", name);
     if (rc == STATUS_OK && (ds = calloc(1, sizeof(*ds))) != NULL) {
         ds->features = data_alloc_aligned(n * len * sizeof(float));
-        ds->labels = data_alloc_aligned(n * sizeof(float));
+        ds->labels = data_alloc_aligned(n * label_len * sizeof(float));
     }
     if (rc == STATUS_OK && (ds == NULL || ds->features == NULL || ds->labels == NULL))
         rc = status_fail(err, STATUS_NO_MEMORY, "%s: no memory for %zu examples of %zu floats",
@@ -148,6 +152,7 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
         goto out;
     ds->n = n;
     ds->feature_len = len;
+    ds->label_len = label_len;
     if (n_x > 1) { /* the inputs' values one after the other */
         ds->rank = 1;
         ds->shape[0] = (int)(len < INT32_MAX ? len : INT32_MAX);
@@ -160,13 +165,15 @@ status_t dataset_load_numpy(const job_source_t *src, double scale, uint64_t max_
     ds->n_parts = (int)n_x;
     memcpy(ds->part_len, lens, n_x * sizeof(*lens));
     interleave(x, lens, n_x, n, len, scale, ds->features);
-    npy_to_float(&y.h, y.data, ds->labels, n, 1.0);
+    npy_to_float(&y.h, y.data, ds->labels, n * label_len, 1.0);
     name_of(src, -1, name, sizeof(name));
-    for (size_t i = 0; i < n && rc == STATUS_OK; i++)
+    for (size_t i = 0; i < n * label_len && rc == STATUS_OK; i++)
         if (!isfinite(ds->labels[i]))
-            rc =
-                status_fail(err, STATUS_DATA_LOSS, "%s: label %zu is not a finite number", name, i);
-    ds->classes = data_classes(ds->labels, n);
+            rc = status_fail(err, STATUS_DATA_LOSS,
+                             "%s: the label of example %zu is not a finite "
+                             "number",
+                             name, i / label_len);
+    ds->classes = data_classes(ds->labels, n, label_len);
 out:
     for (size_t i = 0; i < loaded; i++)
         npy_release(&x[i]);

@@ -35,11 +35,16 @@ static size_t elem(const data_rows_t *r)
     return r->bytes ? 1 : sizeof(float);
 }
 
+static size_t labels_of(const data_rows_t *r)
+{
+    return r->label_len > 0 ? r->label_len : 1;
+}
+
 /* Room for cap examples (the n read so far copied over). */
 static status_t resize(data_rows_t *r, const char *what, size_t cap, status_msg_t *err)
 {
     void *f = data_alloc_aligned(cap * r->len * elem(r));
-    float *y = data_alloc_aligned(cap * sizeof(float));
+    float *y = data_alloc_aligned(cap * labels_of(r) * sizeof(float));
 
     if (f == NULL || y == NULL) {
         free(f);
@@ -49,7 +54,7 @@ static status_t resize(data_rows_t *r, const char *what, size_t cap, status_msg_
     }
     if (r->n > 0) {
         memcpy(f, r->features, r->n * r->len * elem(r));
-        memcpy(y, r->labels, r->n * sizeof(float));
+        memcpy(y, r->labels, r->n * labels_of(r) * sizeof(float));
     }
     free(r->features);
     free(r->labels);
@@ -66,10 +71,11 @@ static status_t make_room(data_rows_t *r, const char *what, size_t hint, status_
         if (r->cap == 0 && hint + 1 > cap)
             cap = hint + 1;
         /* Past the budget, grow only as far as it allows. */
-        if (r->max_bytes > 0 && data_bytes_elem(cap, r->len, elem(r)) > r->max_bytes) {
-            STATUS_CHECK(data_check_budget(what, data_bytes_elem(r->n + 1, r->len, elem(r)),
-                                           r->max_bytes, err));
-            cap = (size_t)(r->max_bytes / (r->len * elem(r) + sizeof(float)));
+        if (r->max_bytes > 0 &&
+            data_bytes_elem(cap, r->len, elem(r), labels_of(r)) > r->max_bytes) {
+            STATUS_CHECK(data_check_budget(
+                what, data_bytes_elem(r->n + 1, r->len, elem(r), labels_of(r)), r->max_bytes, err));
+            cap = (size_t)(r->max_bytes / (r->len * elem(r) + labels_of(r) * sizeof(float)));
         }
         STATUS_CHECK(resize(r, what, cap, err));
     }
@@ -77,30 +83,34 @@ static status_t make_room(data_rows_t *r, const char *what, size_t hint, status_
 }
 
 status_t data_rows_next(data_rows_t *r, const char *what, size_t hint, float **ret_row,
-                        status_msg_t *err)
+                        float **ret_labels, status_msg_t *err)
 {
     STATUS_CHECK(make_room(r, what, hint, err));
     *ret_row = (float *)r->features + r->n * r->len;
+    *ret_labels = r->labels + r->n * labels_of(r);
     return STATUS_OK;
 }
 
 status_t data_rows_next_bytes(data_rows_t *r, const char *what, size_t hint, uint8_t **ret_row,
-                              status_msg_t *err)
+                              float **ret_labels, status_msg_t *err)
 {
     STATUS_CHECK(make_room(r, what, hint, err));
     *ret_row = (uint8_t *)r->features + r->n * r->len;
+    *ret_labels = r->labels + r->n * labels_of(r);
     return STATUS_OK;
 }
 
-void data_rows_add(data_rows_t *r, float label)
+void data_rows_add(data_rows_t *r)
 {
-    r->labels[r->n++] = label;
+    r->n++;
 }
 
-int data_classes(const float *labels, size_t n)
+int data_classes(const float *labels, size_t n, size_t label_len)
 {
     float max = 0;
 
+    if (label_len != 1)
+        return 0;
     for (size_t i = 0; i < n; i++) {
         float y = labels[i];
         if (!(y >= 0 && y == floorf(y) && y < 1e7f))
@@ -131,9 +141,10 @@ status_t data_rows_finish(data_rows_t *r, const char *what, const int *shape, in
     ds->labels = r->labels;
     ds->n = r->n;
     ds->feature_len = r->len;
+    ds->label_len = labels_of(r);
     ds->rank = rank;
     memcpy(ds->shape, shape, (size_t)rank * sizeof(int));
-    ds->classes = data_classes(ds->labels, ds->n);
+    ds->classes = data_classes(ds->labels, ds->n, ds->label_len);
     r->features = NULL;
     r->labels = NULL;
     *ret = ds;

@@ -92,25 +92,26 @@ static status_t add_record(loader_t *l, const char *path, uint64_t offset, const
                            size_t len)
 {
     size_t n = l->rows.len, hint = (size_t)(l->total_bytes / (len + 16));
-    float *row = NULL, y;
+    float *row = NULL, *y;
     uint8_t *bytes = NULL;
 
     if (l->rows.bytes)
-        STATUS_CHECK(data_rows_next_bytes(&l->rows, path, hint, &bytes, l->err));
+        STATUS_CHECK(data_rows_next_bytes(&l->rows, path, hint, &bytes, &y, l->err));
     else
-        STATUS_CHECK(data_rows_next(&l->rows, path, hint, &row, l->err));
+        STATUS_CHECK(data_rows_next(&l->rows, path, hint, &row, &y, l->err));
     if (l->src->n_inputs > 1)
         STATUS_CHECK(decode_inputs(l, path, offset, rec, len, row));
     else
         STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->inputs[0],
                             bytes != NULL ? (void *)bytes : (void *)row, n));
-    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, &y, 1));
+    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, y, l->rows.label_len));
     if (l->scale != 1 && row != NULL) /* bytes: scaled as they become floats */
         for (size_t i = 0; i < n; i++)
             row[i] = (float)(row[i] * l->scale);
-    if (!isfinite(y))
-        return bad_record(l, path, offset, "is not a finite number", &l->src->label);
-    data_rows_add(&l->rows, y);
+    for (size_t i = 0; i < l->rows.label_len; i++)
+        if (!isfinite(y[i]))
+            return bad_record(l, path, offset, "is not a finite number", &l->src->label);
+    data_rows_add(&l->rows);
     return STATUS_OK;
 }
 
@@ -119,7 +120,7 @@ static status_t load_file(loader_t *l, const char *path)
     tfrecord_reader_t *r;
     const uint8_t *rec;
     size_t len;
-    size_t max_record = l->rows.len * 10 + RECORD_SLACK;
+    size_t max_record = (l->rows.len + l->rows.label_len) * 10 + RECORD_SLACK;
     status_t rc;
 
     STATUS_CHECK(tfrecord_open(path, max_record, &r, l->err));
@@ -174,6 +175,7 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
     if (src->n_inputs < 1)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: no input feature", src->files[0]);
     l.rows.len = 0;
+    l.rows.label_len = job_shape_len(src->label.shape, src->label.rank);
     for (int k = 0; k < src->n_inputs; k++) {
         size_t n = job_shape_len(src->inputs[k].shape, src->inputs[k].rank);
         l.rows.len += n;

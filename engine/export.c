@@ -16,7 +16,8 @@
 /* ---- config.json ------------------------------------------------------------------------------
  */
 
-static const char *const keras_activation[] = {
+/* (gelu_approximate has none: export_model refuses it) */
+static const char *const keras_activation[JOB_ACT_COUNT_] = {
     [JOB_ACT_LINEAR] = "linear",
     [JOB_ACT_RELU] = "relu",
     [JOB_ACT_SIGMOID] = "sigmoid",
@@ -371,6 +372,7 @@ static cJSON *loss_config(const job_t *job)
         [JOB_LOSS_SQUARED_HINGE] = "SquaredHinge",
         [JOB_LOSS_POISSON] = "Poisson",
         [JOB_LOSS_CATEGORICAL_CROSSENTROPY] = "CategoricalCrossentropy",
+        [JOB_LOSS_KL_DIVERGENCE] = "KLDivergence",
     };
     static const char *const names[] = {
         [JOB_LOSS_MSE] = "mean_squared_error",
@@ -383,6 +385,7 @@ static cJSON *loss_config(const job_t *job)
         [JOB_LOSS_SQUARED_HINGE] = "squared_hinge",
         [JOB_LOSS_POISSON] = "poisson",
         [JOB_LOSS_CATEGORICAL_CROSSENTROPY] = "categorical_crossentropy",
+        [JOB_LOSS_KL_DIVERGENCE] = "kl_divergence",
     };
     cJSON *c = cJSON_CreateObject();
 
@@ -488,8 +491,9 @@ static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int6
         cJSON_AddNumberToObject(acc, "threshold",
                                 output_threshold(job, (double)job->accuracy_threshold));
         cJSON_AddItemToArray(metrics, object("keras.metrics", "BinaryAccuracy", acc));
-    } else if (job->metric_accuracy && job->loss == JOB_LOSS_BINARY_CROSSENTROPY &&
-               job->accuracy_threshold != 0.5f) {
+    } else if (job->metric_accuracy && job->loss == JOB_LOSS_BINARY_CROSSENTROPY) {
+        /* Keras 3 picks "accuracy" by the outputs' shape: of several 0/1 targets, categorical
+         * accuracy; Tessera's (as tf.keras 2's, by the loss) is the share of values right */
         cJSON *acc = cJSON_CreateObject();
         cJSON_AddStringToObject(acc, "name", "accuracy");
         cJSON_AddNumberToObject(acc, "threshold", (double)job->accuracy_threshold);
@@ -780,6 +784,12 @@ status_t export_model(const job_t *job, const export_state_t *st, const char *di
 
     if (layers == NULL || vars == NULL || opt == NULL || config == NULL || paths == NULL)
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t l = 0; rc == STATUS_OK && l < job->model.n_layers; l++)
+        if (job->model.layers[l].activation == JOB_ACT_GELU_APPROXIMATE)
+            rc = status_fail(err, STATUS_BAD_CONFIG,
+                             "layer '%s': its gelu_approximate has no name in Keras's JSON "
+                             "(Keras's gelu is the exact one): not exported",
+                             job->model.layers[l].name);
     if (rc == STATUS_OK)
         rc = files_mkdirs(dir, err);
     if (rc == STATUS_OK) {

@@ -9,7 +9,8 @@
 
 static const char *const needs_classes = "needs an output of class probabilities (2 or more)";
 
-status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, status_msg_t *err)
+status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, size_t label_len,
+                       status_msg_t *err)
 {
     for (int i = 0; i < n; i++) {
         const job_metric_t *m = &ms[i];
@@ -22,11 +23,11 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, status_msg
         case JOB_METRIC_MAE:
         case JOB_METRIC_MSE:
         case JOB_METRIC_RMSE:
-            if (outputs != 1)
+            if (outputs != label_len)
                 return status_fail(err, STATUS_BAD_CONFIG,
-                                   "metric %s compares one predicted value per example with its "
-                                   "label; the model gives %zu values",
-                                   m->name, outputs);
+                                   "metric %s compares each predicted value with its label; the "
+                                   "model gives %zu values an example, the labels %zu",
+                                   m->name, outputs, label_len);
             break;
         case JOB_METRIC_PRECISION:
         case JOB_METRIC_RECALL:
@@ -42,14 +43,30 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, status_msg
     return STATUS_OK;
 }
 
-/* Whether output i of an example labelled y is a positive. */
-static inline bool positive(size_t outputs, size_t i, float y)
+/* Whether output i of example b is a positive: its own label is not 0 (labels of as many values
+ * as outputs, or one output), or the example's label is class i. */
+static inline bool positive(size_t outputs, const float *y, size_t label_len, int b, size_t i)
 {
-    return outputs == 1 ? y != 0 : (size_t)y == i;
+    if (label_len == outputs)
+        return y[(size_t)b * label_len + i] != 0;
+    return (size_t)y[b] == i;
+}
+
+/* The class of example b: its label, or its label row's largest value (the first of equals). */
+static size_t class_of(const float *y, size_t label_len, int b)
+{
+    const float *row = y + (size_t)b * label_len;
+    size_t best = 0;
+
+    if (label_len == 1)
+        return (size_t)row[0];
+    for (size_t i = 1; i < label_len; i++)
+        best = row[i] > row[best] ? i : best;
+    return best;
 }
 
 static void auc_update(const job_metric_t *m, const float *pred, size_t outputs, const float *y,
-                       int batch, double *pos, double *neg)
+                       size_t label_len, int batch, double *pos, double *neg)
 {
     float scale = (float)(m->thresholds - 1);
 
@@ -60,7 +77,7 @@ static void auc_update(const job_metric_t *m, const float *pred, size_t outputs,
             p = p > 1 ? 1 : p;
             bucket = p > 0 ? (int)ceilf(p * scale) - 1 : 0; /* NaN: bucket 0 */
             bucket = bucket < 0 ? 0 : bucket;
-            if (positive(outputs, i, y[b]))
+            if (positive(outputs, y, label_len, b, i))
                 pos[bucket] += 1;
             else
                 neg[bucket] += 1;
@@ -68,7 +85,7 @@ static void auc_update(const job_metric_t *m, const float *pred, size_t outputs,
 }
 
 static void confusion_update(const job_metric_t *m, const float *pred, size_t outputs,
-                             const float *y, int batch, double *s)
+                             const float *y, size_t label_len, int batch, double *s)
 {
     size_t lo = m->class_id >= 0 ? (size_t)m->class_id : 0;
     size_t hi = m->class_id >= 0 ? lo + 1 : outputs;
@@ -76,7 +93,7 @@ static void confusion_update(const job_metric_t *m, const float *pred, size_t ou
     for (int b = 0; b < batch; b++)
         for (size_t i = lo; i < hi; i++) {
             bool above = pred[(size_t)b * outputs + i] > m->threshold;
-            bool pos = positive(outputs, i, y[b]);
+            bool pos = positive(outputs, y, label_len, b, i);
             s[0] += pos && above;  /* true positives */
             s[1] += !pos && above; /* false positives */
             s[2] += pos && !above; /* false negatives */
@@ -84,11 +101,11 @@ static void confusion_update(const job_metric_t *m, const float *pred, size_t ou
 }
 
 static void top_k_update(const job_metric_t *m, const float *pred, size_t outputs, const float *y,
-                         int batch, double *s)
+                         size_t label_len, int batch, double *s)
 {
     for (int b = 0; b < batch; b++) {
         const float *p = pred + (size_t)b * outputs;
-        size_t label = (size_t)y[b], higher = 0;
+        size_t label = class_of(y, label_len, b), higher = 0;
         if (label < outputs && isfinite(p[label]))
             for (size_t i = 0; i < outputs && higher < (size_t)m->k; i++)
                 higher += p[i] > p[label];
@@ -98,27 +115,27 @@ static void top_k_update(const job_metric_t *m, const float *pred, size_t output
 }
 
 void metrics_update(const job_metric_t *ms, int n, const float *pred, const float *raw,
-                    size_t outputs, const float *y, int batch, double *state)
+                    size_t outputs, const float *y, size_t label_len, int batch, double *state)
 {
     for (int i = 0; i < n; i++) {
         const job_metric_t *m = &ms[i];
         double *s = state + m->offset;
         switch (m->kind) {
         case JOB_METRIC_TOP_K:
-            top_k_update(m, pred, outputs, y, batch, s);
+            top_k_update(m, pred, outputs, y, label_len, batch, s);
             break;
         case JOB_METRIC_AUC:
-            auc_update(m, pred, outputs, y, batch, s, s + m->thresholds);
+            auc_update(m, pred, outputs, y, label_len, batch, s, s + m->thresholds);
             break;
         case JOB_METRIC_PRECISION:
         case JOB_METRIC_RECALL:
-            confusion_update(m, pred, outputs, y, batch, s);
+            confusion_update(m, pred, outputs, y, label_len, batch, s);
             break;
         case JOB_METRIC_MAE:
         case JOB_METRIC_MSE:
-        case JOB_METRIC_RMSE:
-            for (int b = 0; b < batch; b++) {
-                double d = (double)y[b] - (double)raw[b];
+        case JOB_METRIC_RMSE: /* label_len == outputs (metrics_check) */
+            for (size_t v = 0; v < (size_t)batch * label_len; v++) {
+                double d = (double)y[v] - (double)raw[v];
                 s[0] += m->kind == JOB_METRIC_MAE ? fabs(d) : d * d;
                 s[1] += 1;
             }

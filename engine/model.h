@@ -68,6 +68,15 @@ int model_max_batch(const model_t *m);
 size_t model_input_len(const model_t *m);
 size_t model_output_len(const model_t *m);
 
+/* The data's labels have label_len values an example: one (a class index for the categorical
+ * cross-entropies), or one for each output value (one-hot or soft classes, several 0/1 targets,
+ * a vector or an image to regress), which every loss but the categorical ones needs. Checks
+ * that the loss and the job's metrics take them (err names the loss or the metric); before it
+ * the model takes labels of its loss's default width (1 for the categorical losses, else
+ * model_output_len). */
+status_t model_set_labels(model_t *m, size_t label_len, status_msg_t *err);
+size_t model_label_len(const model_t *m);
+
 /* Forward, loss and backward on a batch: afterwards every param's grad (or rows) holds the
  * gradient of the mean loss. Fails with STATUS_INVALID_ARGUMENT naming the example when a label
  * is out of range, or an embedding id outside the vocabulary, and when the loss is NaN or

@@ -21,6 +21,7 @@ struct model {
     size_t in_at[JOB_MAX_MODEL_INPUTS], n_in[JOB_MAX_MODEL_INPUTS];
     float *in_buf[JOB_MAX_MODEL_INPUTS];
     job_loss_kind_t loss;
+    size_t label_len;    /* labels an example: 1, or out_len (model_set_labels) */
     double huber_delta;  /* huber's delta (model_set_huber_delta; 1 by default) */
     float smoothing;     /* the cross-entropies' label_smoothing (model_set_label_smoothing) */
     bool loss_sum;       /* reduction "sum" (job_t.loss_sum) */
@@ -56,7 +57,9 @@ struct model {
 size_t model_sync_width(const model_t *m);
 void model_set_sync(model_t *m, layer_sync_t *s, int rank);
 
-/* Decides how the last activation meets the loss; rejects combinations that make no sense. */
+/* Decides how the last activation meets the loss, and the labels' default width (one value an
+ * example for the categorical losses, else one for each output value); rejects combinations
+ * that make no sense. */
 status_t model_check_loss(model_t *m, status_msg_t *err);
 
 /* Loss of the last layer's output against labels y, with the gradient into dy: of the loss

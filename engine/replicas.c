@@ -431,6 +431,7 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
             r->bytes += model_bytes(r->reps[i].model);
             share_values(r->reps[i].model, first);
             model_set_loss_options(r->reps[i].model, job);
+            r->reps[i].model->label_len = first->label_len; /* checked on the first */
             if (job->metric_width > 0) {
                 r->reps[i].metrics = calloc(job->metric_width, sizeof(double));
                 if (r->reps[i].metrics == NULL)
@@ -516,7 +517,7 @@ status_t replicas_step(replicas_t *r, const data_batch_t *b, model_stats_t *ret_
         int lo = q * r->per, hi = lo + r->per < m ? lo + r->per : m;
         r->reps[q].n = hi > lo ? hi - lo : 0;
         r->reps[q].x = b->features + (size_t)(lo < m ? lo : 0) * in;
-        r->reps[q].y = b->labels + (lo < m ? lo : 0);
+        r->reps[q].y = b->labels + (size_t)(lo < m ? lo : 0) * r->first->label_len;
         /* replica q's slice of this batch: its own draws, the same on every run */
         model_set_draw_key(r->reps[q].model, model_draw_key(b->epoch, b->index, q));
     }

@@ -116,7 +116,15 @@ static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const c
                            "%s: the %s data has %zu values per example but the model's input "
                            "takes %zu",
                            t->where, split, ds->feature_len, model_input_len(t->model));
-    if (t->job->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY &&
+    if (ds != t->train && ds->label_len != t->train->label_len)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: the %s labels have %zu values an example, the training labels %zu",
+                           t->where, split, ds->label_len, t->train->label_len);
+    status_msg_t why;
+    if (model_set_labels(t->model, ds->label_len, &why) != STATUS_OK)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: %s", t->where, why.text);
+    if ((t->job->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ||
+         t->job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY) &&
         (size_t)ds->classes > model_output_len(t->model))
         return status_fail(err, STATUS_BAD_CONFIG,
                            "%s: the %s labels go up to %d but the model's output has only %zu "
@@ -200,9 +208,6 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
                            memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test)),
                            &t->model, err));
     model_set_loss_options(t->model, job);
-    status_msg_t why;
-    if (metrics_check(job->metrics, job->n_metrics, model_output_len(t->model), &why) != STATUS_OK)
-        return status_fail(err, STATUS_BAD_CONFIG, "%s: %s", t->where, why.text);
     if (job->metric_width > 0 && (t->metrics = calloc(job->metric_width, sizeof(double))) == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     model_metrics_into(t->model, t->metrics);
@@ -504,7 +509,8 @@ static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *r
             break;
         /* slice v of this batch drops the same values whichever worker computes it */
         model_set_draw_key(t->model, model_draw_key(b->epoch, b->index, v));
-        status_t rc = model_train_slice(t->model, b->features + (size_t)lo * in, b->labels + lo, n,
+        status_t rc = model_train_slice(t->model, b->features + (size_t)lo * in,
+                                        b->labels + (size_t)lo * model_label_len(t->model), n,
                                         b->size, &st, err);
         ret_stats->loss_sum += st.loss_sum; /* a loss that is not finite: trainer_step says where */
         if (rc != STATUS_OK)

@@ -59,6 +59,12 @@ def metric_tables():
             [(m.group(1), re.findall(r'"([^"]+)"', m.group(2))) for m in re.finditer(KEY_TABLE, src)])
 
 
+def loss_names():
+    """The names `loss:` takes (common/job/job.c's loss_names), in source order."""
+    src = open(os.path.join(ROOT, "common", "job", "job.c")).read()
+    return re.findall(r'"([^"]+)"', re.search(r"loss_names\[\] = \{([^}]*)\}", src).group(1))
+
+
 def layer_table():
     """(name, Keras class, [options]) for every row of the layer table (common/job/layers.c)."""
     src = open(os.path.join(ROOT, "common", "job", "layers.c")).read()
@@ -137,6 +143,10 @@ def main():
     for name, cls, opts in layer_table():
         w("| `%s` | `%s` | %s |" % (name, cls, ", ".join("`%s`" % k for k in opts) or "none"))
     w("")
+    w("### Losses\n")
+    w("`loss:` entries (a name, or `{NAME: {OPTIONS}}` with the `parse_loss` tables' options), "
+      "from the loss parser's table:\n")
+    w("Names: %s\n" % ", ".join("`%s`" % n for n in loss_names()))
     names, tables = metric_tables()
     w("### Metrics\n")
     w("`metrics:` entries (a name, or `{NAME: {OPTIONS}}`), from the metrics parser's tables: "

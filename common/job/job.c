@@ -70,7 +70,10 @@ static const char *const loss_names[] = {"mse",
                                          "hinge",
                                          "squared_hinge",
                                          "poisson",
-                                         "categorical_crossentropy"};
+                                         "categorical_crossentropy",
+                                         "kl_divergence",
+                                         "kld",
+                                         "kullback_leibler_divergence"};
 static const job_loss_kind_t loss_kinds[] = {JOB_LOSS_MSE,
                                              JOB_LOSS_MSE,
                                              JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
@@ -83,7 +86,28 @@ static const job_loss_kind_t loss_kinds[] = {JOB_LOSS_MSE,
                                              JOB_LOSS_HINGE,
                                              JOB_LOSS_SQUARED_HINGE,
                                              JOB_LOSS_POISSON,
-                                             JOB_LOSS_CATEGORICAL_CROSSENTROPY};
+                                             JOB_LOSS_CATEGORICAL_CROSSENTROPY,
+                                             JOB_LOSS_KL_DIVERGENCE,
+                                             JOB_LOSS_KL_DIVERGENCE,
+                                             JOB_LOSS_KL_DIVERGENCE};
+
+const char *job_loss_name(job_loss_kind_t loss)
+{
+    static const char *const names[] = {
+        [JOB_LOSS_MSE] = "mean_squared_error",
+        [JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = "sparse_categorical_crossentropy",
+        [JOB_LOSS_BINARY_CROSSENTROPY] = "binary_crossentropy",
+        [JOB_LOSS_MAE] = "mean_absolute_error",
+        [JOB_LOSS_HUBER] = "huber",
+        [JOB_LOSS_LOG_COSH] = "log_cosh",
+        [JOB_LOSS_HINGE] = "hinge",
+        [JOB_LOSS_SQUARED_HINGE] = "squared_hinge",
+        [JOB_LOSS_POISSON] = "poisson",
+        [JOB_LOSS_CATEGORICAL_CROSSENTROPY] = "categorical_crossentropy",
+        [JOB_LOSS_KL_DIVERGENCE] = "kl_divergence",
+    };
+    return (size_t)loss < JOB_N_OF(names) && names[loss] != NULL ? names[loss] : "loss";
+}
 
 bool job_loss_has_accuracy(job_loss_kind_t loss)
 {
@@ -505,6 +529,17 @@ static status_t parse_feature(job_ctx_t *c, const job_node_t *entry_value, const
     return (f->name = job_tree_strdup(c, name)) != NULL ? STATUS_OK : STATUS_NO_MEMORY;
 }
 
+/* Whether a label's shape holds at most JOB_MAX_LABEL_VALUES values (each dimension >= 1). */
+static bool label_fits(const job_feature_t *f)
+{
+    uint64_t n = 1;
+
+    for (int i = 0; i < f->rank; i++)
+        if ((n *= (uint64_t)f->shape[i]) > JOB_MAX_LABEL_VALUES)
+            return false;
+    return true;
+}
+
 /* features: {NAME: FEATURE, ...}: the label (named by label:, default "label") and the inputs
  * (several for a model of several inputs, matched by name in parse_job). */
 static status_t parse_features(job_ctx_t *c, const job_node_t *map, job_source_t *s)
@@ -531,11 +566,12 @@ static status_t parse_features(job_ctx_t *c, const job_node_t *map, job_source_t
         rc = parse_feature(c, e->value, e->key, is_label ? &s->label : &s->inputs[s->n_inputs]);
         s->n_inputs += !is_label && rc == STATUS_OK;
         if (rc == STATUS_OK && is_label &&
-            (s->label.kind == JOB_FEATURE_BYTES_LIST || s->label.shape[0] != 1 ||
-             s->label.rank != 1))
+            (s->label.kind == JOB_FEATURE_BYTES_LIST || !label_fits(&s->label)))
             rc = job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
-                               "%s: a label is one number: {int64_list: [1]} or {float_list: [1]}",
-                               c->path);
+                               "%s: a label is numbers: {int64_list: SHAPE} or {float_list: SHAPE} "
+                               "(one value, [1], for a class index or a target), of at most %d "
+                               "values",
+                               c->path, JOB_MAX_LABEL_VALUES);
         job_tree_pop(c, at);
     }
     job_tree_pop(c, old);

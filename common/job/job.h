@@ -20,7 +20,7 @@ typedef enum {
     JOB_LOSS_MSE,
     JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
     JOB_LOSS_BINARY_CROSSENTROPY,
-    /* one value per example, as mse: */
+    /* a value's loss against its label, as mse: */
     JOB_LOSS_MAE,
     JOB_LOSS_HUBER, /* job_t.huber_delta */
     JOB_LOSS_LOG_COSH,
@@ -28,12 +28,17 @@ typedef enum {
     JOB_LOSS_SQUARED_HINGE,
     JOB_LOSS_POISSON,
     /* Keras's categorical cross-entropy of one-hot labels: the data's class ids, one-hot as
-     * keras.utils.to_categorical makes them (job_t.label_smoothing) */
+     * keras.utils.to_categorical makes them, or the data's rows of class probabilities
+     * (job_t.label_smoothing) */
     JOB_LOSS_CATEGORICAL_CROSSENTROPY,
+    JOB_LOSS_KL_DIVERGENCE, /* of the labels' distribution from the output's */
 } job_loss_kind_t;
 
 /* Whether the loss has an accuracy (the cross-entropies). */
 bool job_loss_has_accuracy(job_loss_kind_t loss);
+
+/* The loss's name in a job file ("mean_squared_error"), for messages. */
+const char *job_loss_name(job_loss_kind_t loss);
 
 typedef enum {
     JOB_DATA_IDX,       /* images + labels IDX files, gzipped or not */
@@ -58,6 +63,9 @@ typedef struct job_feature {
     int rank;
 } job_feature_t;
 
+/* The most values one example's label may hold (a TFRecord label feature's shape). */
+#define JOB_MAX_LABEL_VALUES (1 << 24)
+
 typedef enum {
     JOB_SYNTHETIC_CLASSIFICATION, /* dense features, labels from a fixed random teacher */
     JOB_SYNTHETIC_TEXT,           /* integer token sequences, binary labels from token weights */
@@ -81,7 +89,7 @@ typedef struct job_source {
     job_synthetic_t synthetic;
     /* tfrecord: paths or glob patterns (resolved), read in sorted order; the model's inputs
      * (several: one a model input, named as the model names it and put in its order) and the
-     * label (exactly one value) */
+     * label (one value, or as many as the model's output has: at most JOB_MAX_LABEL_VALUES) */
     char **files;
     size_t n_files;
     job_feature_t inputs[JOB_MAX_MODEL_INPUTS], label;

@@ -369,8 +369,13 @@ static status_t get_activation(kctx_t *k, const cJSON *cfg, const char *key, boo
     }
     if (!cJSON_IsString(v))
         return type_error(k, key, v, "an activation name");
-    if (job_activation_parse(v->valuestring, ret))
+    if (job_activation_parse(v->valuestring, ret) && *ret != JOB_ACT_GELU_APPROXIMATE)
         return STATUS_OK;
+    if (strcmp(v->valuestring, "gelu_approximate") == 0) /* a job file's name, not Keras's */
+        return kfail(k,
+                     "%s: gelu_approximate is not a Keras activation (Keras's JSON names only "
+                     "the exact gelu); a job file's model may use it",
+                     key);
     job_unknown_name(msg, sizeof(msg), "activation", v->valuestring, job_activation_names,
                      JOB_N_OF(job_activation_names));
     return kfail(k, "%s", msg);

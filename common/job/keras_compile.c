@@ -38,6 +38,7 @@ static const class_map_t loss_classes[] = {
     {"Hinge", "hinge"},
     {"SquaredHinge", "squared_hinge"},
     {"Poisson", "poisson"},
+    {"KLDivergence", "kl_divergence"},
 };
 
 static const class_map_t optimizer_classes[] = {

@@ -91,6 +91,9 @@ typedef enum {
     JOB_ACT_EXPONENTIAL,
     JOB_ACT_MISH,
     JOB_ACT_LOG_SOFTMAX,
+    /* job files only: Keras's gelu(x, approximate=True), 0.5 x (1 + tanh(sqrt(2 / pi) (x +
+     * 0.044715 x^3))), which Keras's JSON cannot name (its "gelu" is the exact one) */
+    JOB_ACT_GELU_APPROXIMATE,
     JOB_ACT_COUNT_
 } job_activation_t;
 

@@ -6,10 +6,25 @@
 
 #include "job/internal.h"
 
-const char *const job_activation_names[JOB_ACT_COUNT_] = {
-    "linear", "relu",         "sigmoid",    "tanh",        "softmax", "gelu",
-    "elu",    "selu",         "softplus",   "softsign",    "swish",   "leaky_relu",
-    "relu6",  "hard_sigmoid", "hard_swish", "exponential", "mish",    "log_softmax"};
+const char *const job_activation_names[JOB_ACT_COUNT_] = {"linear",
+                                                          "relu",
+                                                          "sigmoid",
+                                                          "tanh",
+                                                          "softmax",
+                                                          "gelu",
+                                                          "elu",
+                                                          "selu",
+                                                          "softplus",
+                                                          "softsign",
+                                                          "swish",
+                                                          "leaky_relu",
+                                                          "relu6",
+                                                          "hard_sigmoid",
+                                                          "hard_swish",
+                                                          "exponential",
+                                                          "mish",
+                                                          "log_softmax",
+                                                          "gelu_approximate"};
 
 static const job_init_info_t inits[] = {
     {"zeros", "Zeros", JOB_INIT_ZEROS, NULL, NULL, 0, 0, false},
@@ -130,7 +145,7 @@ void job_unknown_name(char *buf, size_t size, const char *what, const char *s,
 bool job_activation_needs_input(job_activation_t act)
 {
     return act == JOB_ACT_GELU || act == JOB_ACT_SWISH || act == JOB_ACT_HARD_SWISH ||
-           act == JOB_ACT_MISH;
+           act == JOB_ACT_MISH || act == JOB_ACT_GELU_APPROXIMATE;
 }
 
 bool job_activation_parse(const char *s, job_activation_t *ret)

@@ -10,6 +10,7 @@ relative (absolute below 1), the loss within 1e-5 relative.
 Then an MLP with the newer layers goes through tessera train and tessera export, and Keras
 loads the .keras file and evaluates it to Tessera's test accuracy."""
 import os
+import re
 import subprocess
 import tempfile
 import zlib
@@ -319,13 +320,47 @@ def functional_cases():
     ]
 
 
+def label_row_cases():
+    """Labels of one value for each output value: one-hot and soft classes, several 0/1
+    targets, distributions, vectors and images to regress."""
+    def dense(units, act=None, shape=(6,)):
+        return [keras.Input(shape), L.Dense(5, activation="tanh"), L.Dense(units, activation=act)]
+    image = [keras.Input((5, 5, 2)), L.Conv2D(3, 3, padding="same")]
+    return [
+        ("rows: categorical crossentropy of soft labels", dense(5, "softmax"),
+         "categorical_crossentropy", ("rows", "soft")),
+        ("rows: one-hot, from logits, smoothed", dense(5),
+         "{categorical_crossentropy: {from_logits: true, label_smoothing: 0.1}}",
+         ("rows", "one-hot")),
+        ("rows: binary crossentropy of several targets", dense(3, "sigmoid"),
+         "binary_crossentropy", ("rows", "binary")),
+        ("rows: binary, from logits, smoothed", dense(3),
+         "{binary_crossentropy: {from_logits: true, label_smoothing: 0.2}}", ("rows", "binary")),
+        ("rows: kl divergence", dense(4, "softmax"), "kl_divergence", ("rows", "soft")),
+        ("rows: mse of a vector", dense(3), "mse", ("rows", "regression")),
+        ("rows: log-cosh of a vector", dense(3), "log_cosh", ("rows", "regression")),
+        ("rows: hinge of several signs", dense(3), "hinge", ("rows", "sign")),
+        ("rows: poisson of counts", dense(3, "exponential"), "poisson", ("rows", "counts")),
+        ("rows: mae of an image", image, "mae", ("rows", "regression")),
+        ("rows: huber summed over an image", image, "{huber: {delta: 0.5, reduction: sum}}",
+         ("rows", "regression")),
+        ("rows: binary crossentropy of a mask", image + [L.Activation("sigmoid")],
+         "binary_crossentropy", ("rows", "binary")),
+        ("rows: mse of an image, unreduced", image, "{mse: {reduction: none}}",
+         ("rows", "regression")),
+    ]
+
+
 KERAS_LOSS = {
+    "categorical_crossentropy": lambda: keras.losses.CategoricalCrossentropy(),
+    "kl_divergence": lambda: keras.losses.KLDivergence(),
     "mse": lambda: keras.losses.MeanSquaredError(),
     "mae": lambda: keras.losses.MeanAbsoluteError(),
     "{huber: {delta: 0.5}}": lambda: keras.losses.Huber(delta=0.5),
     "{huber: {delta: 0.5, reduction: sum}}": lambda: keras.losses.Huber(delta=0.5,
                                                                         reduction="sum"),
     "{mse: {reduction: mean}}": lambda: keras.losses.MeanSquaredError(reduction="mean"),
+    "{mse: {reduction: none}}": lambda: keras.losses.MeanSquaredError(reduction=None),
     "{sparse_categorical_crossentropy: {from_logits: true, reduction: none}}":
         lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None),
     "{sparse_categorical_crossentropy: {from_logits: true, reduction: sum}}":
@@ -364,7 +399,22 @@ def data(rng, model, labels):
         x = rng.integers(0, labels[1], shape).astype(np.float32)
     else:
         x = rng.normal(0, 1, shape).astype(np.float32)
-    if labels == "regression":
+    if labels[0] == "rows":  # one label for each output value
+        size = (BATCH,) + tuple(model.output_shape[1:])
+        kind = labels[1]
+        if kind == "soft":
+            y = rng.dirichlet(np.ones(size[-1]), BATCH)
+        elif kind == "one-hot":
+            y = np.eye(size[-1])[rng.integers(0, size[-1], BATCH)]
+        elif kind == "binary":
+            y = rng.integers(0, 2, size)
+        elif kind == "sign":
+            y = rng.choice([-1.0, 1.0], size)
+        elif kind == "counts":
+            y = rng.integers(0, 4, size)
+        else:
+            y = rng.normal(0, 1, size)
+    elif labels == "regression":
         y = rng.normal(0, 1, BATCH)
     elif labels == "binary":
         y = rng.integers(0, 2, BATCH)
@@ -394,8 +444,9 @@ def keras_step(layers, loss, labels, rng):
             layer.moving_variance.assign(rng.uniform(0.5, 2.0, layer.moving_variance.shape)
                                          .astype(np.float32))
     x, y = data(rng, model, labels)
-    y_in = y.reshape(-1, 1) if model.output_shape[-1] == 1 else y
-    if "{categorical" in loss:  # Keras's one-hot labels of Tessera's class ids
+    y_in = y.reshape(-1, 1) if model.output_shape[-1] == 1 and y.ndim == 1 else y
+    one_hot = loss.startswith("{categorical") or loss == "categorical_crossentropy"
+    if one_hot and labels[0] != "rows":  # Keras's one-hot labels of Tessera's class ids
         y_in = keras.utils.to_categorical(y, model.output_shape[-1])
     xin = x.astype(np.int32) if labels[0] == "ids" and not isinstance(x, list) else x
     out_eval = np.asarray(model(xin, training=False))
@@ -652,14 +703,53 @@ def exported_two_inputs(tmp):
           "two inputs: Keras evaluates %.4f, Tessera %.4f" % (theirs, ours))
 
 
+def exported_multi_label(tmp):
+    """Labels of several values end to end: Fashion-MNIST's classes as ten 0/1 targets (one-hot
+    rows in an .npz) under binary_crossentropy with a sigmoid output of ten units (multi-label),
+    trained by tessera train and exported: Keras loads the model and evaluates the test split
+    to Tessera's loss, binary accuracy (the share of the ten values right) and AUC."""
+    arrays = {}
+    for split, images, labels in (("train", "train-images-idx3-ubyte.gz",
+                                   "train-labels-idx1-ubyte.gz"),
+                                  ("test", "t10k-images-idx3-ubyte.gz",
+                                   "t10k-labels-idx1-ubyte.gz")):
+        x = fashion(images, 16).reshape(-1, 784).astype("float32") / 255
+        y = np.eye(10, dtype="float32")[fashion(labels, 8)]
+        arrays[split] = (x, y)
+        np.savez(os.path.join(tmp, "ml-%s.npz" % split), x=x, y=y)
+    path = os.path.join(tmp, "ml.yaml")
+    with open(path, "w") as f:
+        f.write("name: multi-label\nmodel:\n"
+                "  - {dense: {units: 64, activation: relu}, input_shape: [784]}\n"
+                "  - {dense: {units: 10, activation: sigmoid}}\n"
+                "loss: binary_crossentropy\nmetrics: [accuracy, auc]\n"
+                "optimizer: {adam: {learning_rate: 0.001}}\n"
+                "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
+                "  train: {format: npz, file: ml-train.npz, x: x, y: y}\n"
+                "  test: {format: npz, file: ml-test.npz, x: x, y: y}\n"
+                "train: {steps: 300}\ncheckpoint: {dir: ckpt-ml}\n")
+    out = tessera("train", path, cwd=tmp)
+    ours = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)", out.splitlines()[-1]))
+    tessera("export", path, "--out", os.path.join(tmp, "export-ml"), cwd=tmp)
+    back = keras.saving.load_model(os.path.join(tmp, "export-ml", "model.keras"))
+    theirs = back.evaluate(*arrays["test"], verbose=0, return_dict=True, batch_size=256)
+    for name in ("loss", "accuracy", "auc"):
+        print("exported multi-label %-8s tessera %s, keras %.4f" % (
+            name, ours.get(name), theirs.get(name, -1)))
+        check(name in ours and abs(float(ours[name]) - theirs.get(name, -1)) <= 0.002,
+              "multi-label %s: Keras evaluates %s, Tessera %s" % (name, theirs, ours))
+    check(float(ours.get("accuracy", 0)) > 0.95, "multi-label accuracy %s" % ours)
+
+
 def main():
-    worst, all_cases = 0.0, cases() + functional_cases()
+    worst, all_cases = 0.0, cases() + functional_cases() + label_row_cases()
     with tempfile.TemporaryDirectory() as tmp:
         for name, layers, loss, labels in all_cases:
             worst = max(worst, run_case(name, layers, loss, labels, tmp))
         exported(tmp)
         exported_shared(tmp)
         exported_two_inputs(tmp)
+        exported_multi_label(tmp)
     finish("%d models agree with Keras %s: outputs, losses, gradients (largest relative "
            "difference %.1e)" % (len(all_cases), keras.__version__, worst))
 

@@ -48,6 +48,14 @@ def binary_case(rng):
     return p.reshape(N, 1), y
 
 
+def multi_label_case(rng, k):
+    """k 0/1 targets an example (a label for each output), as a sigmoid output predicts them."""
+    y = (rng.random((N, k)) < 0.4).astype("float32")
+    p = np.clip(0.3 * y + rng.random((N, k)) * 0.7, 0, 1).astype("float32")
+    p[:40] = np.round(p[:40] * 6) / 6
+    return p, y
+
+
 def regression_case(rng):
     y = rng.normal(size=N).astype("float32")
     p = (y + rng.normal(size=N) * 0.5).astype("float32")
@@ -90,6 +98,15 @@ def cases(rng):
     p, y = binary_case(rng)
     yield ("binary", 1, p, y, aucs() + confusion() + [("mae", M.MeanAbsoluteError()),
                                                   ("mse", M.MeanSquaredError())])
+    p, y = multi_label_case(rng, 4)
+    yield ("4 targets", 4, p, y, aucs() + confusion() + [
+        ("{precision: {class_id: 1, name: p_c1}}", M.Precision(class_id=1)),
+        ("mae", M.MeanAbsoluteError()), ("rmse", M.RootMeanSquaredError())])
+    p, y = classes_case(rng, 6)
+    y = keras.utils.to_categorical(y, 6).astype("float32")  # one-hot rows, as the data gives
+    yield ("one-hot", 6, p, y, [("top_k_categorical_accuracy", M.TopKCategoricalAccuracy()),
+                                ("{top_k_categorical_accuracy: {k: 2, name: top2}}",
+                                 M.TopKCategoricalAccuracy(k=2))] + aucs() + confusion())
     p, y = regression_case(rng)
     yield ("regression", 1, p, y, [("mae", M.MeanAbsoluteError()),
                                    ("rmse", M.RootMeanSquaredError()),
@@ -99,7 +116,9 @@ def cases(rng):
 def keras_results(outputs, p, y, metrics):
     out = []
     for _, m in metrics:
-        if outputs > 1 and not isinstance(m, M.SparseTopKCategoricalAccuracy):
+        if y.ndim == 2:  # a label for each output
+            m.update_state(y, p)
+        elif outputs > 1 and not isinstance(m, M.SparseTopKCategoricalAccuracy):
             m.update_state(keras.utils.to_categorical(y, outputs), p)
         elif outputs > 1:
             m.update_state(y, p)
@@ -117,7 +136,7 @@ def main():
             job = os.path.join(tmp, "job.yaml")
             with open(job, "w") as f:
                 f.write("model: [{dense: {units: %d}, input_shape: [4]}]\n" % outputs)
-                f.write("loss: %s\n" % ("mse" if outputs == 1 else
+                f.write("loss: %s\n" % ("mse" if outputs == 1 or y.ndim == 2 else
                                         "sparse_categorical_crossentropy"))
                 f.write("metrics: [%s]\n" % ", ".join(entry for entry, _ in metrics))
                 f.write("data: {batch_size: 8, train: {format: synthetic, examples: 10, "

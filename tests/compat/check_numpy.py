@@ -4,7 +4,8 @@ np.save writes the Fashion-MNIST training images ([60000, 28, 28] uint8) and lab
 np.savez_compressed the same arrays with Keras's key names (x_train, y_train); `tessera train`
 on either ends at exactly the numbers it reaches on the IDX files (same examples, same order,
 same seed). Float64 images and int64 labels from np.save train too (a different dtype is not
-a different dataset).
+a different dataset). One-hot labels ([60000, 10] float32, as keras.utils.to_categorical makes
+them) under categorical_crossentropy end at exactly the numbers of the class ids.
 
 CSV the same way: Python's csv module writes the training set in the layout of Kaggle's
 fashion-mnist_train.csv (a header "label,pixel1..pixel784", one image a row), split over two
@@ -57,6 +58,12 @@ with tempfile.TemporaryDirectory() as tmp:
     on_npy = train(tmp, "npy", "{format: npy, x: x.npy, y: y.npy}")
     on_npz = train(tmp, "npz", "{format: npz, file: fm.npz, x: x_train, y: y_train}")
     on_f64 = train(tmp, "f64", "{format: npy, x: x64.npy, y: y64.npy}")
+    np.save(os.path.join(tmp, "y1hot.npy"), np.eye(10, dtype=np.float32)[y])
+    categorical = lambda name, source: train_text(tmp, name, (JOB % (
+        "0.00392156862745098", source)).replace("sparse_categorical_crossentropy",
+                                                "categorical_crossentropy"))
+    on_ids = categorical("ids", "{format: npy, x: x.npy, y: y.npy}")
+    on_1hot = categorical("1hot", "{format: npy, x: x.npy, y: y1hot.npy}")
     flat = x.reshape(60000, 784)
     for part, rows in (("a", range(0, 25000)), ("b", range(25000, 60000))):
         with open(os.path.join(tmp, "fm-%s.csv" % part), "w", newline="") as f:
@@ -72,6 +79,8 @@ with tempfile.TemporaryDirectory() as tmp:
         "%strain-labels-idx1-ubyte.gz}" % (FM, FM)))
     print("IDX: %s\nnpy: %s\nnpz: %s\nfloat64/int64 npy: %s\ncsv: %s" % (
         on_idx, on_npy, on_npz, on_f64, on_csv))
+    print("categorical_crossentropy, class ids: %s\none-hot rows: %s" % (on_ids, on_1hot))
+    check(on_1hot == on_ids, "one-hot labels differ from class ids")
     check(on_npy == on_idx, "npy differs from IDX")
     check(on_npz == on_idx, "npz differs from IDX")
     check(on_f64 == on_idx, "float64/int64 npy differs from IDX")

@@ -6,7 +6,8 @@
  * DIR/job.yaml is a job whose model and loss are under test (its data section is not read).
  * For each of the model's variables NAME ("dense/kernel"), DIR/NAME.f32 (with '/' as "__") holds
  * its values, float32 little-endian in Keras's layout. DIR/x.f32 holds BATCH inputs and
- * DIR/y.f32 BATCH labels (one float an example: every loss takes one). One step of forward, loss
+ * DIR/y.f32 BATCH labels (one float an example, or one for each output value: the file's size
+ * says which). One step of forward, loss
  * and backward in training mode; written: DIR/out.f32, the model's output [BATCH, outputs],
  * DIR/loss.txt, the mean loss, and DIR/NAME.grad.f32, each variable's gradient of the mean loss;
  * for a moving statistic (BatchNormalization's) DIR/NAME.moved.f32 instead, its value after the
@@ -105,15 +106,18 @@ int main(int argc, char **argv)
         read_floats(path, p->value, p->n);
     }
     in_len = model_input_len(m);
-    label_len = 1; /* every loss takes one label an example (a class, a target, a count) */
+    snprintf(path, sizeof(path), "%s/y.f32", dir);
+    y = read_all(path, &len);
+    label_len = len / sizeof(float) / (size_t)(batch > 0 ? batch : 1);
+    if (model_set_labels(m, label_len, &err) != STATUS_OK) {
+        fprintf(stderr, "layer_steps: %s\n", err.text);
+        return 1;
+    }
     x = malloc((size_t)batch * in_len * sizeof(float) + 1);
-    y = malloc((size_t)batch * label_len * sizeof(float) + 1);
-    if (x == NULL || y == NULL)
+    if (x == NULL)
         return 2;
     snprintf(path, sizeof(path), "%s/x.f32", dir);
     read_floats(path, x, (size_t)batch * in_len);
-    snprintf(path, sizeof(path), "%s/y.f32", dir);
-    read_floats(path, y, (size_t)batch * label_len);
     if (model_evaluate(m, x, y, batch, &st, &err) != STATUS_OK) {
         fprintf(stderr, "layer_steps: %s\n", err.text);
         return 1;

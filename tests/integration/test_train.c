@@ -177,8 +177,8 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
                             FM "t10k-labels-idx1-ubyte.gz", "adam"),
                    "t10k-labels-idx1-ubyte.gz", NULL);
     expect_failure(
-        write_job("loss.yaml", "model:\n" MLP "\nloss: kl_divergence\ndata: {batch_size: 8}\n"),
-        "kl_divergence", NULL);
+        write_job("loss.yaml", "model:\n" MLP "\nloss: categorical_hinge\ndata: {batch_size: 8}\n"),
+        "categorical_hinge", NULL);
     expect_failure("/nonexistent/job.yaml", "/nonexistent/job.yaml", NULL);
     /* A strategy tessera train cannot honour is refused, not run on one device in silence. */
     expect_failure(write_job("mwms.yaml",

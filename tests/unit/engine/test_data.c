@@ -735,6 +735,80 @@ static void write_npy(const char *path, int rows, int cols, float base)
     fclose(f);
 }
 
+/* Labels of several values an example (one-hot rows, several targets) come from a NumPy array
+ * [n, k] or a TFRecord feature of k values, and a batch carries each example's row whole. */
+START_TEST(labels_of_several_values_stay_whole_rows)
+{
+    char x[512], y[512], path[512], *xs[1] = {x}, *files[1] = {path};
+    job_source_t npy = {.present = true, .format = JOB_DATA_NPY, .x = xs, .n_x = 1, .y = y};
+    job_source_t tf = {
+        .present = true,
+        .format = JOB_DATA_TFRECORD,
+        .files = files,
+        .n_files = 1,
+        .inputs = {{.name = "x", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1}},
+        .n_inputs = 1,
+        .label = {.name = "y", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {3}, .rank = 1}};
+    data_pipeline_opts_t po = {
+        .num_shards = 1, .batch_size = 2, .shuffle_buffer = 8, .seed = 3, .epochs = 1};
+    data_pipeline_t *p = NULL;
+    data_batch_t b;
+    example_writer_t w = {0};
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+    const uint8_t *ex;
+    size_t len, seen = 0;
+    FILE *f;
+
+    snprintf(x, sizeof(x), "%s/x.npy", tmpdir);
+    snprintf(y, sizeof(y), "%s/y.npy", tmpdir);
+    write_npy(x, 5, 2, 0.0f); /* example e: 2e, 2e + 1 */
+    write_npy(y, 5, 3, 0.0f); /* example e: 3e, 3e + 1, 3e + 2 */
+    ck_assert_msg(dataset_load(&npy, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->label_len, 3);
+    ck_assert_int_eq(ds->classes, 0);
+    ck_assert_float_eq(ds->labels[13], 13.0f);
+    /* shuffled batches: each example's features and its three labels travel together */
+    ck_assert_int_eq(data_pipeline_new(ds, &po, &p, &err), STATUS_OK);
+    while (data_pipeline_next(p, &b))
+        for (int i = 0; i < b.size; i++, seen++) {
+            float e = b.features[i * 2] / 2;
+            for (int k = 0; k < 3; k++)
+                ck_assert_float_eq(b.labels[i * 3 + k], 3 * e + (float)k);
+        }
+    ck_assert_uint_eq(seen, 5);
+    data_pipeline_free(p);
+    dataset_free(ds);
+
+    snprintf(path, sizeof(path), "%s/rows.tfrecord", tmpdir);
+    ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+    for (int e = 0; e < 2; e++) {
+        const float xv[2] = {(float)e, 1.0f}, yv[3] = {0.0f, (float)e, 1.0f};
+        example_writer_reset(&w);
+        example_add_floats(&w, "x", xv, 2);
+        example_add_floats(&w, "y", yv, 3);
+        ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
+        ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
+    }
+    fclose(f);
+    ck_assert_msg(dataset_load(&tf, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->label_len, 3);
+    ck_assert_float_eq(ds->labels[4], 1.0f);
+    dataset_free(ds);
+    /* a record whose label holds other than the job's three values names itself */
+    ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+    example_writer_reset(&w);
+    example_add_floats(&w, "x", (const float[]){1.0f, 2.0f}, 2);
+    example_add_floats(&w, "y", (const float[]){1.0f, 2.0f}, 2);
+    ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
+    ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
+    fclose(f);
+    example_writer_free(&w);
+    ck_assert_int_eq(dataset_load(&tf, 1.0, 0, &ds, &err), STATUS_DATA_LOSS);
+    ck_assert_msg(strstr(err.text, "feature 'y' holds 2 values, the job says 3"), "%s", err.text);
+}
+END_TEST
+
 /* A model of several inputs reads one array or feature for each: every example's row holds
  * their values one after the other, in the order the source lists them (the job puts a
  * TFRecord's features in the model's order by name). */
@@ -822,6 +896,7 @@ int main(void)
     tcase_add_test(idx, datasets_and_pipelines_respect_the_memory_limit);
     tcase_add_test(idx, files_are_dealt_to_workers_when_there_are_enough);
     tcase_add_test(idx, several_inputs_lie_one_after_the_other_in_each_row);
+    tcase_add_test(idx, labels_of_several_values_stay_whole_rows);
     suite_add_tcase(s, idx);
 
     tcase_set_timeout(syn, 60);

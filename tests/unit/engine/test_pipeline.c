@@ -16,6 +16,7 @@ static dataset_t *counting_dataset(size_t n)
     ck_assert_ptr_nonnull(ds);
     ds->n = n;
     ds->feature_len = 2;
+    ds->label_len = 1;
     ds->rank = 1;
     ds->shape[0] = 2;
     ds->features = aligned_alloc(64, (n * 2 * sizeof(float) + 63) / 64 * 64);

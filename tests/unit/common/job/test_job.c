@@ -1284,7 +1284,7 @@ START_TEST(keras_compile_configs_refuse_what_is_not_built)
     assert_compile_refused("classes", "\"amsgrad\": true", "\"amsgrad\": true, \"bogus\": 1",
                            "bogus");
     assert_compile_refused("classes", "\"class_name\": \"SparseCategoricalCrossentropy\"",
-                           "\"class_name\": \"KLDivergence\"", "loss KLDivergence");
+                           "\"class_name\": \"CategoricalHinge\"", "loss CategoricalHinge");
     assert_compile_refused("binary", "\"multi_label\": false", "\"multi_label\": true",
                            "multi_label");
     assert_compile_refused("classes", "\"k\": 2", "\"k\": 2, \"from_logits\": true", "from_logits");

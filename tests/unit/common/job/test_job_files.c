@@ -74,9 +74,14 @@ START_TEST(tfrecord_source_maps_features)
                "the label 'label'");
     ASSERT_BAD(TF("files: a, features: {x: {floats: [4]}, label: {int64_list: [1]}}"), "floats");
     ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {bytes_list: [1]}}"),
-               "a label is one number");
-    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {int64_list: [2]}}"),
-               "a label is one number");
+               "a label is numbers");
+    ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {float_list: [4096, 4097]}}"),
+               "at most 16777216 values");
+    parse_ok(TF("files: a, features: {x: {float_list: [4]}, label: {float_list: [2, 3]}}"),
+             "/jobs/job.yaml", &job); /* six values an example: the loss checks the model's */
+    ck_assert_int_eq(job.data.train.label.rank, 2);
+    ck_assert_int_eq(job.data.train.label.shape[1], 3);
+    job_done(&job);
     ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {int64_list: [1]}}, "
                   "images: b"),
                "images");

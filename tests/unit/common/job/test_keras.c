@@ -628,6 +628,8 @@ START_TEST(options_tessera_does_not_implement_are_rejected_by_name)
     assert_mutation_rejected(fx, 7, "lora_rank", "4", "layer 'dense_1'", "lora_rank");
     assert_mutation_rejected(fx, 7, "dtype", "\"mixed_float16\"", "layer 'dense_1'",
                              "dtype \"mixed_float16\" is not supported");
+    assert_mutation_rejected(fx, 7, "activation", "\"gelu_approximate\"", "layer 'dense_1'",
+                             "gelu_approximate is not a Keras activation");
     assert_mutation_rejected(fx, 7, "activation", "\"gelu_new\"", "unknown activation 'gelu_new'",
                              "known activations: linear, relu, sigmoid, tanh, softmax, gelu");
     assert_mutation_rejected(fx, 7, "kernel_initializer",
