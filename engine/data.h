@@ -35,6 +35,10 @@ typedef struct dataset {
      * other in each row, and each one's values per example (0: a source of one feature) */
     int n_parts;
     size_t part_len[JOB_MAX_MODEL_INPUTS];
+    /* NumPy sources: the arrays of labels, one a model output's, whose values lie one after the
+     * other in each label row, and each one's values per example (0: labels of one array) */
+    int n_label_parts;
+    size_t label_part_len[JOB_MAX_OUTPUTS];
 } dataset_t;
 
 /* One worker's share of a job's data: part `index` of `count`. */

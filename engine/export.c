@@ -359,7 +359,19 @@ static cJSON *optimizer_config(const optimizer_config_t *o, int64_t iterations)
     return object("keras.optimizers", optimizer_keras_class(o->kind), c);
 }
 
-static cJSON *loss_config(const job_t *job)
+/* Output k's loss (job_t.outputs; a job of one output may leave them empty: its fields). */
+static job_output_t output_loss(const job_t *job, int k)
+{
+    if (job->n_outputs > 0)
+        return job->outputs[k];
+    return (job_output_t){.loss = job->loss,
+                          .from_logits = job->from_logits,
+                          .huber_delta = job->huber_delta,
+                          .label_smoothing = job->label_smoothing,
+                          .weight = 1.0};
+}
+
+static cJSON *loss_config(const job_t *job, const job_output_t *o)
 {
     static const char *const classes[] = {
         [JOB_LOSS_MSE] = "MeanSquaredError",
@@ -389,18 +401,18 @@ static cJSON *loss_config(const job_t *job)
     };
     cJSON *c = cJSON_CreateObject();
 
-    cJSON_AddStringToObject(c, "name", names[job->loss]);
+    cJSON_AddStringToObject(c, "name", names[o->loss]);
     if (job->loss_unreduced) /* Keras's None */
         cJSON_AddNullToObject(c, "reduction");
     else
         cJSON_AddStringToObject(c, "reduction", job->loss_sum ? "sum" : "sum_over_batch_size");
-    if (job_loss_has_accuracy(job->loss))
-        cJSON_AddBoolToObject(c, "from_logits", job->from_logits);
-    if (job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY || job->loss == JOB_LOSS_BINARY_CROSSENTROPY)
-        cJSON_AddNumberToObject(c, "label_smoothing", job->label_smoothing);
-    if (job->loss == JOB_LOSS_HUBER)
-        cJSON_AddNumberToObject(c, "delta", job->huber_delta);
-    return object("keras.losses", classes[job->loss], c);
+    if (job_loss_has_accuracy(o->loss))
+        cJSON_AddBoolToObject(c, "from_logits", o->from_logits);
+    if (o->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY || o->loss == JOB_LOSS_BINARY_CROSSENTROPY)
+        cJSON_AddNumberToObject(c, "label_smoothing", o->label_smoothing);
+    if (o->loss == JOB_LOSS_HUBER)
+        cJSON_AddNumberToObject(c, "delta", o->huber_delta);
+    return object("keras.losses", classes[o->loss], c);
 }
 
 /* A threshold on probabilities as Keras must apply it to this model's outputs: a binary
@@ -426,6 +438,7 @@ static cJSON *metric_config(const job_t *job, const job_metric_t *m)
         [JOB_METRIC_MAE] = "MeanAbsoluteError",
         [JOB_METRIC_MSE] = "MeanSquaredError",
         [JOB_METRIC_RMSE] = "RootMeanSquaredError",
+        [JOB_METRIC_OUTPUT_LOSS] = NULL, /* Keras reports each output's loss itself */
     };
     static const char *const curves[] = {"ROC", "PR", "PRGAIN"};
     static const char *const sums[] = {"interpolation", "minoring", "majoring"};
@@ -434,6 +447,8 @@ static cJSON *metric_config(const job_t *job, const job_metric_t *m)
     const char *class_name = classes[m->kind];
     cJSON *c;
 
+    if (m->kind == JOB_METRIC_OUTPUT_LOSS)
+        return NULL;
     if ((m->kind == JOB_METRIC_AUC || m->kind == JOB_METRIC_PRECISION ||
          m->kind == JOB_METRIC_RECALL) &&
         !binary && (!classes_one_hot || job->from_logits)) {
@@ -481,8 +496,19 @@ static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int6
     cJSON *c = cJSON_CreateObject(), *metrics = cJSON_CreateArray();
 
     cJSON_AddItemToObject(c, "optimizer", optimizer_config(o, iterations));
-    cJSON_AddItemToObject(c, "loss", loss_config(job));
-    cJSON_AddNullToObject(c, "loss_weights");
+    if (job_model_outputs(&job->model) > 1) { /* a list of losses and their weights */
+        cJSON *losses = cJSON_AddArrayToObject(c, "loss");
+        cJSON *weights = cJSON_AddArrayToObject(c, "loss_weights");
+        for (int k = 0; k < job_model_outputs(&job->model); k++) {
+            job_output_t out = output_loss(job, k);
+            cJSON_AddItemToArray(losses, loss_config(job, &out));
+            cJSON_AddItemToArray(weights, cJSON_CreateNumber(out.weight));
+        }
+    } else {
+        job_output_t out = output_loss(job, 0);
+        cJSON_AddItemToObject(c, "loss", loss_config(job, &out));
+        cJSON_AddNullToObject(c, "loss_weights");
+    }
     if (job->metric_accuracy && job->loss == JOB_LOSS_BINARY_CROSSENTROPY && job->from_logits) {
         /* Keras's "accuracy" would threshold the logits at 0.5; Tessera's, like the loss, reads
          * them as logits: a logit above 0 is class 1. */
@@ -627,7 +653,12 @@ char *export_keras_config(const job_t *job, int64_t iterations)
     } else if (graph) {
         cJSON_AddItemToObject(config, "input_layers", tensor_ref(input_name, 0));
     }
-    if (graph) {
+    if (graph && m->n_outputs > 1) { /* the outputs in their order */
+        cJSON *outs = cJSON_AddArrayToObject(config, "output_layers");
+        for (int k = 0; k < m->n_outputs; k++)
+            cJSON_AddItemToArray(outs, tensor_ref(m->layers[m->outputs[k]].name,
+                                                  job_layer_call(m, (size_t)m->outputs[k])));
+    } else if (graph) {
         cJSON_AddItemToObject(
             config, "output_layers",
             tensor_ref(m->layers[m->n_layers - 1].name, job_layer_call(m, m->n_layers - 1)));

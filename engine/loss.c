@@ -28,69 +28,116 @@ static bool elementwise(job_loss_kind_t loss)
            loss != JOB_LOSS_CATEGORICAL_CROSSENTROPY && loss != JOB_LOSS_KL_DIVERGENCE;
 }
 
-status_t model_check_loss(model_t *m, status_msg_t *err)
+/* One output's loss against its layer. */
+static status_t check_head(model_t *m, model_head_t *h, status_msg_t *err)
 {
-    job_activation_t act = layer_activation_of(&m->layers[m->n_layers - 1]);
-    const layer_t *last = &m->layers[m->n_layers - 1];
-    const char *name = job_loss_name(m->loss);
+    const layer_t *last = &m->layers[h->layer];
+    job_activation_t act = layer_activation_of(last);
+    const char *name = job_loss_name(h->loss);
+    bool read = false; /* by another layer: its activation stays (others read its output) */
 
-    m->label_len = elementwise(m->loss) || m->loss == JOB_LOSS_KL_DIVERGENCE ? m->out_len : 1;
-    if (m->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ||
-        m->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY || m->loss == JOB_LOSS_KL_DIVERGENCE) {
+    for (size_t i = 0; m->graph && i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_ins; k++)
+            read |= m->layers[i].src[k] == h->layer;
+    h->out_len = last->out_len;
+    h->label_len = elementwise(h->loss) || h->loss == JOB_LOSS_KL_DIVERGENCE ? h->out_len : 1;
+    h->fused = false;
+    if (h->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ||
+        h->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY || h->loss == JOB_LOSS_KL_DIVERGENCE) {
         if (last->out_rank != 1 || last->out_len < 2)
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s needs an output of (batch, classes) with classes >= 2; the "
-                               "last layer '%s' gives %zu values",
-                               name, last->spec.name, last->out_len);
-        if (m->loss == JOB_LOSS_KL_DIVERGENCE) /* of probabilities, no logits to fold */
+                               "%s layer '%s' gives %zu values",
+                               name, m->n_heads > 1 ? "output" : "last", last->spec.name,
+                               last->out_len);
+        if (h->loss == JOB_LOSS_KL_DIVERGENCE) /* of probabilities, no logits to fold */
             return STATUS_OK;
-        m->fused = !m->from_logits && act == JOB_ACT_SOFTMAX;
-        if (!m->from_logits && act != JOB_ACT_SOFTMAX)
+        h->fused = !h->from_logits && act == JOB_ACT_SOFTMAX && !read;
+        if (!h->from_logits && act != JOB_ACT_SOFTMAX)
             LOG_WARNING(TRAIN,
-                        "the last layer '%s' has no softmax, so its outputs are not "
+                        "the output layer '%s' has no softmax, so its outputs are not "
                         "probabilities: did you mean %s with from_logits: true?",
                         last->spec.name, name);
-    } else if (m->loss == JOB_LOSS_BINARY_CROSSENTROPY) {
-        m->fused = !m->from_logits && act == JOB_ACT_SIGMOID;
-        if (!m->from_logits && act != JOB_ACT_SIGMOID)
+    } else if (h->loss == JOB_LOSS_BINARY_CROSSENTROPY) {
+        h->fused = !h->from_logits && act == JOB_ACT_SIGMOID && !read;
+        if (!h->from_logits && act != JOB_ACT_SIGMOID)
             LOG_WARNING(TRAIN,
-                        "the last layer '%s' has no sigmoid, so its outputs are not "
+                        "the output layer '%s' has no sigmoid, so its outputs are not "
                         "probabilities: did you mean binary_crossentropy with from_logits: true?",
                         last->spec.name);
     }
-    if (m->fused && (last->spec.activity_reg.l1 != 0 || last->spec.activity_reg.l2 != 0))
+    if (h->fused && (last->spec.activity_reg.l1 != 0 || last->spec.activity_reg.l2 != 0))
         return status_fail(err, STATUS_BAD_CONFIG,
-                           "the last layer '%s': an activity_regularizer on an output whose "
+                           "the output layer '%s': an activity_regularizer on an output whose "
                            "softmax or sigmoid the loss takes over is not supported",
                            last->spec.name);
     return STATUS_OK;
 }
 
-status_t model_set_labels(model_t *m, size_t label_len, status_msg_t *err)
+status_t model_check_loss(model_t *m, status_msg_t *err)
 {
-    const layer_t *last = &m->layers[m->n_layers - 1];
-    const char *name = job_loss_name(m->loss);
-    size_t k = m->out_len;
+    m->label_len = 0;
+    for (int k = 0; k < m->n_heads; k++) {
+        STATUS_CHECK(check_head(m, &m->heads[k], err));
+        m->heads[k].label_at = m->label_len;
+        m->label_len += m->heads[k].label_len;
+    }
+    m->out_len = m->heads[0].out_len;
+    return STATUS_OK;
+}
 
-    if (m->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY && label_len != 1)
+bool model_layer_fused(const model_t *m, size_t i)
+{
+    for (int k = 0; k < m->n_heads; k++)
+        if ((size_t)m->heads[k].layer == i)
+            return m->heads[k].fused;
+    return false;
+}
+
+/* Whether output h takes labels of label_len values an example; err says why not. */
+static status_t check_labels(const model_t *m, const model_head_t *h, size_t label_len,
+                             status_msg_t *err)
+{
+    const char *name = job_loss_name(h->loss), *layer = m->layers[h->layer].spec.name;
+    size_t k = h->out_len;
+
+    if (h->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY && label_len != 1)
         return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s takes one class index an example; the labels have %zu values an "
-                           "example (one-hot labels: categorical_crossentropy)",
-                           name, label_len);
-    if (m->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY && label_len != 1 && label_len != k)
+                           "%s takes one class index an example; the labels of '%s' have %zu "
+                           "values an example (one-hot labels: categorical_crossentropy)",
+                           name, layer, label_len);
+    if (h->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY && label_len != 1 && label_len != k)
         return status_fail(err, STATUS_BAD_CONFIG,
                            "%s takes one class index or a row of %zu class probabilities "
-                           "(one-hot) an example, as the last layer '%s' gives; the labels have "
-                           "%zu values an example",
-                           name, k, last->spec.name, label_len);
-    if (m->loss != JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY &&
-        m->loss != JOB_LOSS_CATEGORICAL_CROSSENTROPY && label_len != k)
+                           "(one-hot) an example, as the layer '%s' gives; the labels have %zu "
+                           "values an example",
+                           name, k, layer, label_len);
+    if (h->loss != JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY &&
+        h->loss != JOB_LOSS_CATEGORICAL_CROSSENTROPY && label_len != k)
         return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s compares each output value with its label: the last layer '%s' "
-                           "gives %zu values an example and the labels have %zu",
-                           name, last->spec.name, k, label_len);
-    STATUS_CHECK(metrics_check(m->metrics, m->n_metrics, k, label_len, err));
-    m->label_len = label_len;
+                           "%s compares each output value with its label: the layer '%s' gives "
+                           "%zu values an example and the labels have %zu",
+                           name, layer, k, label_len);
+    return STATUS_OK;
+}
+
+status_t model_set_labels(model_t *m, const size_t *lens, int n, status_msg_t *err)
+{
+    size_t at = 0;
+
+    if (n != m->n_heads)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "the data gives the labels of %d output%s, and the model has %d", n,
+                           n == 1 ? "" : "s", m->n_heads);
+    for (int k = 0; k < n; k++)
+        STATUS_CHECK(check_labels(m, &m->heads[k], lens[k], err));
+    STATUS_CHECK(metrics_check(m->metrics, m->n_metrics, m->heads[0].out_len, lens[0], err));
+    for (int k = 0; k < n; k++) {
+        m->heads[k].label_at = at;
+        m->heads[k].label_len = lens[k];
+        at += lens[k];
+    }
+    m->label_len = at;
     return STATUS_OK;
 }
 
@@ -105,16 +152,16 @@ static status_t bad_label(status_msg_t *err, int example, float label, const cha
                        example, what);
 }
 
-/* A categorical cross-entropy example's labels: its class (a class index, or the largest value
- * of its row, as Keras's categorical accuracy takes it), checked; the targets are then
- * target(). */
-static status_t class_of(const model_t *m, const float *row, int b, int *ret_class,
+/* A categorical cross-entropy example's labels (its head's, `row`): its class (a class index,
+ * or the largest value of its row, as Keras's categorical accuracy takes it), checked; the
+ * targets are then target(). */
+static status_t class_of(const model_head_t *h, const float *row, int b, int *ret_class,
                          status_msg_t *err)
 {
-    size_t k = m->out_len;
+    size_t k = h->out_len;
     int best = 0;
 
-    if (m->label_len == 1) {
+    if (h->label_len == 1) {
         int label = (int)row[0];
         if (!(row[0] >= 0) || label >= (int)k || (float)label != row[0])
             return bad_label(err, b, row[0], "not a class index of the output");
@@ -132,31 +179,43 @@ static status_t class_of(const model_t *m, const float *row, int b, int *ret_cla
 
 /* The target of class i: its one-hot value for a class index, or the label row's, smoothed as
  * Keras's label_smoothing s does, t (1 - s) + s / k. */
-static inline float target(const model_t *m, const float *row, int label, size_t i)
+static inline float target(const model_head_t *h, const float *row, int label, size_t i)
 {
-    float t = m->label_len == 1 ? (i == (size_t)label ? 1.0f : 0.0f) : row[i], s = m->smoothing;
-    return s == 0 ? t : t * (1.0f - s) + s / (float)m->out_len;
+    float t = h->label_len == 1 ? (i == (size_t)label ? 1.0f : 0.0f) : row[i], s = h->smoothing;
+    return s == 0 ? t : t * (1.0f - s) + s / (float)h->out_len;
 }
+
+/* What each loss below reads: the head, its output [batch, out_len] (logits or probabilities),
+ * its labels y (example b's at y + b * stride), the gradient's scale, dy (or NULL). */
+typedef struct loss_args {
+    const model_t *m;
+    model_head_t *h;
+    const float *out, *y;
+    size_t stride;
+    int batch;
+    float inv;
+    float *dy;
+} loss_args_t;
 
 /* Categorical cross-entropy (sparse, or of one-hot or soft targets) on logits (log-softmax):
  * -sum t_i log p_i = T log(sum) - sum t_i (x_i - max), T the targets' sum (1 for one-hot), and
  * its gradient T p_i - t_i. */
-static status_t scce_logits(model_t *m, const float *z, const float *y, int batch, float inv,
-                            float *dy, model_stats_t *st, status_msg_t *err)
+static status_t scce_logits(const loss_args_t *a, model_stats_t *st, status_msg_t *err)
 {
-    size_t k = m->out_len, L = m->label_len;
-    for (int b = 0; b < batch; b++) {
-        const float *x = z + (size_t)b * k, *row = y + (size_t)b * L;
-        float *p = m->probs + (size_t)b * k, max = x[0], sum = 0, total = 0, dot = 0;
+    model_head_t *h = a->h;
+    size_t k = h->out_len;
+    for (int b = 0; b < a->batch; b++) {
+        const float *x = a->out + (size_t)b * k, *row = a->y + (size_t)b * a->stride;
+        float *p = h->probs + (size_t)b * k, max = x[0], sum = 0, total = 0, dot = 0;
         int label, arg = 0;
-        STATUS_CHECK(class_of(m, row, b, &label, err));
+        STATUS_CHECK(class_of(h, row, b, &label, err));
         for (size_t i = 1; i < k; i++)
             if (x[i] > max) {
                 max = x[i];
                 arg = (int)i;
             }
         for (size_t i = 0; i < k; i++) {
-            float t = target(m, row, label, i);
+            float t = target(h, row, label, i);
             p[i] = expf(x[i] - max);
             sum += p[i];
             total += t;
@@ -167,8 +226,8 @@ static status_t scce_logits(model_t *m, const float *z, const float *y, int batc
         st->loss_sum += (double)(total * logf(sum) - dot);
         for (size_t i = 0; i < k; i++) {
             p[i] /= sum;
-            if (dy != NULL)
-                dy[(size_t)b * k + i] = (total * p[i] - target(m, row, label, i)) * inv;
+            if (a->dy != NULL)
+                a->dy[(size_t)b * k + i] = (total * p[i] - target(h, row, label, i)) * a->inv;
         }
     }
     return STATUS_OK;
@@ -181,15 +240,15 @@ static inline float clip_prob(float p)
 
 /* The same on probabilities (a softmax not folded, or no softmax). Keras rescales the outputs
  * to sum to one, then clips: -sum t_i log(clip(x_i / sum)). */
-static status_t scce_probs(model_t *m, const float *p, const float *y, int batch, float inv,
-                           float *dy, model_stats_t *st, status_msg_t *err)
+static status_t scce_probs(const loss_args_t *a, model_stats_t *st, status_msg_t *err)
 {
-    size_t k = m->out_len, L = m->label_len;
-    for (int b = 0; b < batch; b++) {
-        const float *x = p + (size_t)b * k, *row = y + (size_t)b * L;
+    const model_head_t *h = a->h;
+    size_t k = h->out_len;
+    for (int b = 0; b < a->batch; b++) {
+        const float *x = a->out + (size_t)b * k, *row = a->y + (size_t)b * a->stride;
         float sum = 0, total = 0, loss = 0;
         int label, arg = 0;
-        STATUS_CHECK(class_of(m, row, b, &label, err));
+        STATUS_CHECK(class_of(h, row, b, &label, err));
         for (size_t i = 0; i < k; i++) {
             sum += x[i];
             if (x[i] > x[arg])
@@ -197,17 +256,17 @@ static status_t scce_probs(model_t *m, const float *p, const float *y, int batch
         }
         st->correct += arg == label;
         for (size_t i = 0; i < k; i++) {
-            float t = target(m, row, label, i);
+            float t = target(h, row, label, i);
             total += t;
             if (t != 0)
                 loss -= t * logf(clip_prob(x[i] / sum));
         }
         st->loss_sum += (double)loss;
-        if (dy == NULL)
+        if (a->dy == NULL)
             continue;
         for (size_t i = 0; i < k; i++) { /* d/dx_i of -sum_j t_j log(x_j / sum x) */
-            float t = target(m, row, label, i);
-            dy[(size_t)b * k + i] = (total / sum - (t != 0 ? t / x[i] : 0.0f)) * inv;
+            float t = target(h, row, label, i);
+            a->dy[(size_t)b * k + i] = (total / sum - (t != 0 ? t / x[i] : 0.0f)) * a->inv;
         }
     }
     return STATUS_OK;
@@ -215,16 +274,16 @@ static status_t scce_probs(model_t *m, const float *p, const float *y, int batch
 
 /* Binary cross-entropy of each output value against its 0/1 label (several for a multi-label
  * output), the example's loss their mean; its accuracy the share of values right. */
-static status_t bce(model_t *m, const float *out, const float *y, int batch, float inv, bool logits,
-                    float *dy, model_stats_t *st, status_msg_t *err)
+static status_t bce(const loss_args_t *a, bool logits, model_stats_t *st, status_msg_t *err)
 {
-    size_t k = m->out_len;
-    float s = m->smoothing, per = inv / (float)k;
-    for (int b = 0; b < batch; b++) {
+    model_head_t *h = a->h;
+    size_t k = h->out_len;
+    float s = h->smoothing, per = a->inv / (float)k;
+    for (int b = 0; b < a->batch; b++) {
         double loss = 0, right = 0;
         for (size_t j = 0; j < k; j++) {
             size_t at = (size_t)b * k + j;
-            float t = y[at], v = out[at], p, label = t;
+            float t = a->y[(size_t)b * a->stride + j], v = a->out[at], p, label = t;
             if (!(t >= 0 && t <= 1))
                 return bad_label(err, b, t, "outside [0, 1]");
             if (s != 0) /* Keras's label_smoothing: toward 1/2 */
@@ -233,17 +292,17 @@ static status_t bce(model_t *m, const float *out, const float *y, int batch, flo
                 /* max(z, 0) - z t + log(1 + exp(-|z|)) */
                 loss += (double)(fmaxf(v, 0) - v * t + log1pf(expf(-fabsf(v))));
                 p = 1.0f / (1.0f + expf(-v));
-                m->probs[at] = p;
-                if (dy != NULL)
-                    dy[at] = (p - t) * per;
+                h->probs[at] = p;
+                if (a->dy != NULL)
+                    a->dy[at] = (p - t) * per;
             } else {
                 p = clip_prob(v);
                 loss += -(double)(t * logf(p) + (1 - t) * logf(1 - p));
-                if (dy != NULL)
-                    dy[at] = (p - t) / (p * (1 - p)) * per;
+                if (a->dy != NULL)
+                    a->dy[at] = (p - t) / (p * (1 - p)) * per;
             }
             /* Keras thresholds the output as it is (unclipped), or the logits' sigmoid */
-            right += ((logits ? p : v) > m->accuracy_threshold) == (label > 0.5f);
+            right += ((logits ? p : v) > a->m->accuracy_threshold) == (label > 0.5f);
         }
         st->loss_sum += loss / (double)k;
         st->correct += right / (double)k;
@@ -253,18 +312,18 @@ static status_t bce(model_t *m, const float *out, const float *y, int batch, flo
 
 /* The losses of each output value against its label, as Keras 3 defines them (keras.losses):
  * each value's loss and its derivative in the prediction, the example's loss their mean. */
-static status_t pointwise(model_t *m, const float *out, const float *y, int batch, float inv,
-                          float *dy, model_stats_t *st, status_msg_t *err)
+static status_t pointwise(const loss_args_t *a, model_stats_t *st, status_msg_t *err)
 {
-    size_t k = m->out_len;
-    float per = inv / (float)k, delta = (float)m->huber_delta;
+    const model_head_t *h = a->h;
+    size_t k = h->out_len;
+    float per = a->inv / (float)k, delta = (float)h->huber_delta;
 
-    for (int b = 0; b < batch; b++) {
+    for (int b = 0; b < a->batch; b++) {
         double sum = 0;
         for (size_t j = 0; j < k; j++) {
             size_t at = (size_t)b * k + j;
-            float p = out[at], t = y[at], d = p - t, loss, grad;
-            switch (m->loss) {
+            float p = a->out[at], t = a->y[(size_t)b * a->stride + j], d = p - t, loss, grad;
+            switch (h->loss) {
             case JOB_LOSS_MAE:
                 loss = fabsf(d);
                 grad = (float)((d > 0) - (d < 0));
@@ -280,13 +339,13 @@ static status_t pointwise(model_t *m, const float *out, const float *y, int batc
                 break;
             case JOB_LOSS_HINGE:
             case JOB_LOSS_SQUARED_HINGE: { /* labels -1 or 1; 0 counts as -1 */
-                float s, h;
+                float s, hinge;
                 if (!(t == -1 || t == 0 || t == 1))
                     return bad_label(err, b, t, "not -1, 0 or 1 (hinge losses)");
                 s = t == 1 ? 1.0f : -1.0f;
-                h = fmaxf(1.0f - s * p, 0.0f);
-                loss = m->loss == JOB_LOSS_HINGE ? h : h * h;
-                grad = h > 0 ? (m->loss == JOB_LOSS_HINGE ? -s : -2.0f * s * h) : 0.0f;
+                hinge = fmaxf(1.0f - s * p, 0.0f);
+                loss = h->loss == JOB_LOSS_HINGE ? hinge : hinge * hinge;
+                grad = hinge > 0 ? (h->loss == JOB_LOSS_HINGE ? -s : -2.0f * s * hinge) : 0.0f;
                 break;
             }
             case JOB_LOSS_POISSON: /* p - t log(p + eps): p must be a rate, > 0 */
@@ -301,8 +360,8 @@ static status_t pointwise(model_t *m, const float *out, const float *y, int batc
                 break;
             }
             sum += (double)loss;
-            if (dy != NULL)
-                dy[at] = grad * per;
+            if (a->dy != NULL)
+                a->dy[at] = grad * per;
         }
         st->loss_sum += sum / (double)k;
     }
@@ -311,41 +370,38 @@ static status_t pointwise(model_t *m, const float *out, const float *y, int batc
 
 /* Keras's KL divergence: sum t_i log(t_i / p_i), t and p clipped to [eps, 1] (where p is
  * clipped its gradient is 0, as the clip's). */
-static status_t kl_divergence(model_t *m, const float *out, const float *y, int batch, float inv,
-                              float *dy, model_stats_t *st)
+static status_t kl_divergence(const loss_args_t *a, model_stats_t *st)
 {
-    size_t k = m->out_len;
+    size_t k = a->h->out_len;
 
-    for (int b = 0; b < batch; b++) {
+    for (int b = 0; b < a->batch; b++) {
         double sum = 0;
         for (size_t j = 0; j < k; j++) {
             size_t at = (size_t)b * k + j;
-            float t = y[at], p = out[at];
+            float t = a->y[(size_t)b * a->stride + j], p = a->out[at];
             bool inside = p >= PROB_EPSILON && p <= 1;
             t = t < PROB_EPSILON ? PROB_EPSILON : t > 1 ? 1 : t;
             p = p < PROB_EPSILON ? PROB_EPSILON : p > 1 ? 1 : p;
             sum += (double)(t * logf(t / p));
-            if (dy != NULL)
-                dy[at] = inside ? -t / p * inv : 0.0f;
+            if (a->dy != NULL)
+                a->dy[at] = inside ? -t / p * a->inv : 0.0f;
         }
         st->loss_sum += sum;
     }
     return STATUS_OK;
 }
 
-/* The loss of the batch against y, with its gradient scaled by inv into dy. */
-static status_t loss_of(model_t *m, const float *out, bool logits, const float *y, int batch,
-                        float inv, float *dy, model_stats_t *st, status_msg_t *err)
+/* The loss of one output over the batch, with its gradient scaled by a->inv. */
+static status_t loss_of(const loss_args_t *a, bool logits, model_stats_t *st, status_msg_t *err)
 {
-    switch (m->loss) {
+    switch (a->h->loss) {
     case JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
     case JOB_LOSS_CATEGORICAL_CROSSENTROPY: /* the same; only the first smooths its labels */
-        return logits ? scce_logits(m, out, y, batch, inv, dy, st, err)
-                      : scce_probs(m, out, y, batch, inv, dy, st, err);
+        return logits ? scce_logits(a, st, err) : scce_probs(a, st, err);
     case JOB_LOSS_BINARY_CROSSENTROPY:
-        return bce(m, out, y, batch, inv, logits, dy, st, err);
+        return bce(a, logits, st, err);
     case JOB_LOSS_KL_DIVERGENCE:
-        return kl_divergence(m, out, y, batch, inv, dy, st);
+        return kl_divergence(a, st);
     case JOB_LOSS_MSE:
     case JOB_LOSS_MAE:
     case JOB_LOSS_HUBER:
@@ -353,43 +409,73 @@ static status_t loss_of(model_t *m, const float *out, bool logits, const float *
     case JOB_LOSS_HINGE:
     case JOB_LOSS_SQUARED_HINGE:
     case JOB_LOSS_POISSON:
-        return pointwise(m, out, y, batch, inv, dy, st, err);
+        return pointwise(a, st, err);
     }
     return STATUS_INTERNAL;
 }
 
-status_t model_loss(model_t *m, const float *y, int batch, int total, float *dy, model_stats_t *st,
-                    status_msg_t *err)
+/* Output h's loss: its part of the batch's loss (weighted) in st, its gradient in h->dy. */
+static status_t head_loss(model_t *m, model_head_t *h, const float *y, int batch, int total,
+                          bool grad, model_stats_t *st, status_msg_t *err)
 {
-    const layer_t *last = &m->layers[m->n_layers - 1];
-    const float *out = last->out;
-    /* the cross-entropies on logits leave the probabilities in m->probs */
-    bool logits = (m->fused || m->from_logits) && job_loss_has_accuracy(m->loss);
+    const layer_t *last = &m->layers[h->layer];
+    /* the cross-entropies on logits leave the probabilities in h->probs */
+    bool logits = (h->fused || h->from_logits) && job_loss_has_accuracy(h->loss);
     /* an elementwise loss of an output of several axes: each example's loss is the mean of
      * `positions` losses (one per place along the axes before the last), which "sum" and "none"
      * add up instead */
-    double positions = elementwise(m->loss)
-                           ? (double)(m->out_len / (size_t)last->out_shape[last->out_rank - 1])
+    double positions = elementwise(h->loss)
+                           ? (double)(h->out_len / (size_t)last->out_shape[last->out_rank - 1])
                            : 1.0;
+    loss_args_t a = {.m = m,
+                     .h = h,
+                     .out = last->out,
+                     .y = y + h->label_at,
+                     .stride = m->label_len,
+                     .batch = batch,
+                     .inv = h->weight / (float)total,
+                     .dy = grad ? h->dy : NULL};
+    model_stats_t one = {0};
 
-    st->examples = batch;
     if (m->loss_sum) {
         /* reduction "sum": the gradient of the batch's sum, and the batch's loss (its sum)
          * counted once per example, as Keras's epoch loss weighs each batch's by its size */
-        double before = st->loss_sum;
-        STATUS_CHECK(loss_of(m, out, logits, y, batch, (float)positions, dy, st, err));
-        st->loss_sum = before + (st->loss_sum - before) * positions * (double)total;
+        a.inv = h->weight * (float)positions;
+        STATUS_CHECK(loss_of(&a, logits, &one, err));
+        one.loss_sum *= positions * (double)total;
     } else if (m->loss_unreduced) {
         /* reduction "none": Keras's fit (TensorFlow's backend; JAX's and torch's need a
          * scalar) steps on the gradient of the losses' sum and reports their mean, each
          * example's loss counted once */
-        STATUS_CHECK(loss_of(m, out, logits, y, batch, (float)positions, dy, st, err));
+        a.inv = h->weight * (float)positions;
+        STATUS_CHECK(loss_of(&a, logits, &one, err));
     } else {
-        STATUS_CHECK(loss_of(m, out, logits, y, batch, 1.0f / (float)total, dy, st, err));
+        STATUS_CHECK(loss_of(&a, logits, &one, err));
     }
-    /* the metrics read probabilities, as the loss does; the errors the outputs, as Keras's */
-    if (m->metric_sink != NULL && m->n_metrics > 0)
-        metrics_update(m->metrics, m->n_metrics, logits ? m->probs : out, out, m->out_len, y,
-                       m->label_len, batch, m->metric_sink);
+    st->loss_sum += one.loss_sum * h->weight;
+    for (int i = 0; m->n_heads > 1 && m->metric_sink != NULL && i < m->n_metrics; i++)
+        if (m->metrics[i].kind == JOB_METRIC_OUTPUT_LOSS &&
+            m->metrics[i].class_id == (int)(h - m->heads)) { /* its own loss, unweighted */
+            m->metric_sink[m->metrics[i].offset] += one.loss_sum;
+            m->metric_sink[m->metrics[i].offset + 1] += batch;
+        }
+    if (h == &m->heads[0] && m->n_heads == 1) {
+        st->correct += one.correct;
+        /* the metrics read probabilities, as the loss does; the errors the outputs, as Keras's */
+        if (m->metric_sink != NULL && m->n_metrics > 0)
+            /* (a folded activation's output is probs: Keras's errors compare that) */
+            metrics_update(m->metrics, m->n_metrics, logits ? h->probs : last->out,
+                           h->fused ? h->probs : last->out, h->out_len, a.y, m->label_len, batch,
+                           m->metric_sink);
+    }
+    return STATUS_OK;
+}
+
+status_t model_loss(model_t *m, const float *y, int batch, int total, bool grad, model_stats_t *st,
+                    status_msg_t *err)
+{
+    st->examples = batch;
+    for (int k = 0; k < m->n_heads; k++)
+        STATUS_CHECK(head_loss(m, &m->heads[k], y, batch, total, grad, st, err));
     return STATUS_OK;
 }

@@ -37,6 +37,7 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, size_t lab
                                    m->name, m->class_id, outputs);
             break;
         case JOB_METRIC_AUC:
+        case JOB_METRIC_OUTPUT_LOSS:
             break;
         }
     }
@@ -130,6 +131,8 @@ void metrics_update(const job_metric_t *ms, int n, const float *pred, const floa
         case JOB_METRIC_PRECISION:
         case JOB_METRIC_RECALL:
             confusion_update(m, pred, outputs, y, label_len, batch, s);
+            break;
+        case JOB_METRIC_OUTPUT_LOSS: /* the loss adds it (model_loss) */
             break;
         case JOB_METRIC_MAE:
         case JOB_METRIC_MSE:

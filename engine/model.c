@@ -182,17 +182,19 @@ static status_t graph_buffers(model_t *m, status_msg_t *err)
     m->grad_of = calloc(m->n_layers, sizeof(*m->grad_of));
     if (m->gbuf == NULL || m->grad_of == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    /* backward needs every layer but the last read by a later one (job_model_finish checks it
-     * of a parsed model; model_new takes any spec) */
+    /* backward needs every layer but the outputs read by a later one (job_model_finish checks
+     * it of a parsed model; model_new takes any spec) */
     for (size_t i = 0; i + 1 < m->n_layers; i++) {
         bool read = false;
+        for (int k = 0; k < m->n_heads; k++)
+            read |= (size_t)m->heads[k].layer == i;
         for (size_t j = i + 1; j < m->n_layers && !read; j++)
             for (int k = 0; k < m->layers[j].n_ins && !read; k++)
                 read = m->layers[j].src[k] == (int)i;
         if (!read)
             return status_fail(err, STATUS_BAD_CONFIG,
                                "nothing reads the output of layer %s: every layer must lead to "
-                               "the model's output, the last layer",
+                               "one of the model's outputs",
                                m->layers[i].spec.name);
     }
     for (size_t i = 0; i + 1 < m->n_layers; i++) {
@@ -221,6 +223,23 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
         if ((size_t)spec->layers[i].kind >= JOB_LAYER_KINDS)
             return status_fail(err, STATUS_BAD_CONFIG, "layer %zu: unknown kind %d", i,
                                (int)spec->layers[i].kind);
+    if (spec->n_outputs < 0 || spec->n_outputs > JOB_MAX_OUTPUTS)
+        return status_fail(err, STATUS_BAD_CONFIG, "%d outputs (at most %d)", spec->n_outputs,
+                           JOB_MAX_OUTPUTS);
+    for (int k = 0; k < spec->n_outputs && spec->n_outputs > 1; k++) {
+        bool again = false;
+        for (int e = 0; e < k; e++)
+            again |= spec->outputs[e] == spec->outputs[k];
+        if (spec->outputs[k] < 0 || (size_t)spec->outputs[k] >= spec->n_layers || again)
+            return status_fail(err, STATUS_BAD_CONFIG, "output %d: not a layer of its own", k);
+    }
+    if (spec->n_outputs > 1) { /* nothing reads the last layer: it must be an output */
+        bool last = false;
+        for (int k = 0; k < spec->n_outputs; k++)
+            last |= (size_t)spec->outputs[k] == spec->n_layers - 1;
+        if (!last)
+            return status_fail(err, STATUS_BAD_CONFIG, "the last layer is not an output");
+    }
     STATUS_CHECK(be->init(err));
     m = calloc(1, sizeof(*m));
     if (m == NULL)
@@ -228,10 +247,16 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     m->be = be;
     m->max_batch = max_batch;
     m->max_bytes = max_bytes > 0 && max_bytes < SIZE_MAX ? (size_t)max_bytes : SIZE_MAX;
-    m->loss = loss;
-    m->huber_delta = 1.0;
     m->accuracy_threshold = 0.5f;
-    m->from_logits = from_logits;
+    m->n_heads = job_model_outputs(spec);
+    for (int k = 0; k < m->n_heads; k++)
+        m->heads[k] = (model_head_t){.layer = job_model_output(spec, k),
+                                     /* the others' until model_set_loss_options: one that
+                                      * fits any output */
+                                     .loss = k == 0 ? loss : JOB_LOSS_MSE,
+                                     .from_logits = k == 0 && from_logits,
+                                     .huber_delta = 1.0,
+                                     .weight = 1.0f};
     m->n_layers = spec->n_layers;
     m->layers = calloc(spec->n_layers, sizeof(*m->layers));
     m->params = calloc(count_params(spec) + 1, sizeof(*m->params));
@@ -284,11 +309,14 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
         if (l->out_len > max_len)
             max_len = l->out_len;
     }
-    rc = masks[spec->n_layers - 1] == NULL
-             ? STATUS_OK
-             : status_fail(err, STATUS_BAD_CONFIG,
-                           "the mask of the Embedding's mask_zero reaches the model's output: a "
-                           "GlobalAveragePooling1D must use it (masking a loss is not supported)");
+    rc = STATUS_OK;
+    for (int k = 0; k < m->n_heads && rc == STATUS_OK; k++) /* every output's loss: unmasked */
+        if (masks[m->heads[k].layer] != NULL)
+            rc = status_fail(err, STATUS_BAD_CONFIG,
+                             "the mask of the Embedding's mask_zero reaches the model's output "
+                             "'%s': a GlobalAveragePooling1D must use it (masking a loss is not "
+                             "supported)",
+                             spec->layers[m->heads[k].layer].name);
     free(masks);
     if (rc == STATUS_OK && m->graph)
         rc = graph_buffers(m, err);
@@ -296,7 +324,6 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
         model_free(m);
         return rc;
     }
-    m->out_len = m->layers[m->n_layers - 1].out_len;
     rc = model_check_loss(m, err);
     if (rc != STATUS_OK) {
         model_free(m);
@@ -304,8 +331,14 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     }
     m->grad_a = layer_floats(m, layer_mul_sat((size_t)max_batch, max_len));
     m->grad_b = layer_floats(m, layer_mul_sat((size_t)max_batch, max_len));
-    m->probs = layer_floats(m, layer_mul_sat((size_t)max_batch, m->out_len));
-    if (m->grad_a == NULL || m->grad_b == NULL || m->probs == NULL) {
+    for (int k = 0; k < m->n_heads && m->grad_a != NULL; k++) {
+        model_head_t *h = &m->heads[k];
+        h->probs = layer_floats(m, layer_mul_sat((size_t)max_batch, h->out_len));
+        h->dy = (size_t)h->layer == m->n_layers - 1 ? m->grad_a : m->gbuf[h->layer];
+        if (h->probs == NULL)
+            m->grad_a = NULL;
+    }
+    if (m->grad_a == NULL || m->grad_b == NULL) {
         layer_plan_t at = {.m = m, .index = (int)spec->n_layers - 1, .name = "gradients"};
         rc = layer_plan_failed(&at, err);
         model_free(m);
@@ -414,9 +447,24 @@ size_t model_output_len(const model_t *m)
     return m->out_len;
 }
 
+const float *model_output_of(const model_t *m, int k)
+{
+    return m->heads[k].fused ? m->heads[k].probs : m->layers[m->heads[k].layer].out;
+}
+
 const float *model_output(const model_t *m)
 {
-    return m->fused ? m->probs : m->layers[m->n_layers - 1].out;
+    return model_output_of(m, 0);
+}
+
+int model_outputs(const model_t *m)
+{
+    return m->n_heads;
+}
+
+size_t model_output_len_of(const model_t *m, int k)
+{
+    return m->heads[k].out_len;
 }
 
 bool model_constrain(model_t *m)
@@ -478,20 +526,40 @@ uint64_t *model_rng_state(model_t *m, size_t i)
 
 void model_set_huber_delta(model_t *m, double delta)
 {
-    if (delta > 0)
-        m->huber_delta = delta;
+    for (int k = 0; delta > 0 && k < m->n_heads; k++)
+        m->heads[k].huber_delta = delta;
 }
 
-void model_set_loss_options(model_t *m, const job_t *job)
+status_t model_set_loss_options(model_t *m, const job_t *job, status_msg_t *err)
 {
-    model_set_huber_delta(m, job->huber_delta);
+    int n = job->n_outputs > 0 ? job->n_outputs : 1;
+
+    if (n != m->n_heads)
+        return status_fail(err, STATUS_BAD_CONFIG, "the job gives %d loss%s for %d outputs", n,
+                           n == 1 ? "" : "es", m->n_heads);
+    for (int k = 0; k < n; k++) {
+        /* a job of one output may leave outputs[] empty: its loss is in the job's fields */
+        job_output_t o = job->n_outputs > 0
+                             ? job->outputs[k]
+                             : (job_output_t){.loss = job->loss,
+                                              .from_logits = job->from_logits,
+                                              .huber_delta = job->huber_delta,
+                                              .label_smoothing = job->label_smoothing,
+                                              .weight = 1.0};
+        model_head_t *h = &m->heads[k];
+        h->loss = o.loss;
+        h->from_logits = o.from_logits;
+        h->huber_delta = o.huber_delta > 0 ? o.huber_delta : 1.0;
+        h->smoothing =
+            o.label_smoothing >= 0 && o.label_smoothing <= 1 ? (float)o.label_smoothing : 0.0f;
+        h->weight = (float)o.weight;
+    }
     m->loss_sum = job->loss_sum;
     m->loss_unreduced = job->loss_unreduced;
-    m->smoothing =
-        job->label_smoothing >= 0 && job->label_smoothing <= 1 ? (float)job->label_smoothing : 0.0f;
     m->accuracy_threshold = job->accuracy_threshold;
     m->n_metrics = job->n_metrics < JOB_MAX_METRICS ? job->n_metrics : JOB_MAX_METRICS;
     memcpy(m->metrics, job->metrics, (size_t)m->n_metrics * sizeof(*m->metrics));
+    return model_check_loss(m, err);
 }
 
 void model_metrics_into(model_t *m, double *state)

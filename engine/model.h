@@ -68,14 +68,23 @@ int model_max_batch(const model_t *m);
 size_t model_input_len(const model_t *m);
 size_t model_output_len(const model_t *m);
 
-/* The data's labels have label_len values an example: one (a class index for the categorical
+/* The data's labels have lens[k] values an example for output k (n: the model's outputs), one
+ * after the other in each example's label row: one (a class index for the categorical
  * cross-entropies), or one for each output value (one-hot or soft classes, several 0/1 targets,
  * a vector or an image to regress), which every loss but the categorical ones needs. Checks
- * that the loss and the job's metrics take them (err names the loss or the metric); before it
- * the model takes labels of its loss's default width (1 for the categorical losses, else
- * model_output_len). */
-status_t model_set_labels(model_t *m, size_t label_len, status_msg_t *err);
+ * that each loss and the job's metrics take them (err names the loss or the metric); before it
+ * the model takes labels of each loss's default width (1 for the categorical losses, else the
+ * output's values). model_label_len: the row's values. */
+status_t model_set_labels(model_t *m, const size_t *lens, int n, status_msg_t *err);
 size_t model_label_len(const model_t *m);
+
+/* The model's outputs (1 but for a Functional model of several) and output k's values per
+ * example. */
+int model_outputs(const model_t *m);
+size_t model_output_len_of(const model_t *m, int k);
+
+/* Output k's values of the last forward pass, after its activation. */
+const float *model_output_of(const model_t *m, int k);
 
 /* Forward, loss and backward on a batch: afterwards every param's grad (or rows) holds the
  * gradient of the mean loss. Fails with STATUS_INVALID_ARGUMENT naming the example when a label
@@ -117,7 +126,8 @@ void model_use_values(model_t *dst, model_t *src);
 status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
                         model_stats_t *ret_stats, status_msg_t *err);
 
-/* The output of the last forward pass, [batch, output_len], after the last activation. */
+/* The output of the last forward pass, [batch, output_len], after the last activation (the first
+ * output's, of a model of several). */
 const float *model_output(const model_t *m);
 
 /* The random streams training draws from (each Dropout layer's), in layer order: how many, and
@@ -126,12 +136,15 @@ const float *model_output(const model_t *m);
 size_t model_rng_count(model_t *m);
 uint64_t *model_rng_state(model_t *m, size_t i);
 
-/* The huber loss's delta (job_t.huber_delta); 1 by default. */
+/* The huber loss's delta (job_t.huber_delta) of every output; 1 by default. */
 void model_set_huber_delta(model_t *m, double delta);
 
-/* The loss options of a job beyond its kind: huber's delta, the cross-entropies'
- * label_smoothing. */
-void model_set_loss_options(model_t *m, const job_t *job);
+/* The job's losses (each output's kind, options and weight; model_new took the first output's,
+ * the others' mean squared error until this), reduction, accuracy threshold and metrics. The
+ * labels go back to each loss's default width: model_set_labels comes after it. Fails (err
+ * naming the output's layer) when an output cannot take its loss, or the job's outputs are not the
+ * model's. */
+status_t model_set_loss_options(model_t *m, const job_t *job, status_msg_t *err);
 
 /* Where training steps and evaluations add the sums of the job's metrics beyond accuracy
  * (job_t.metric_width of them; engine/metrics.h): state, or nowhere when NULL (the default).

@@ -430,8 +430,13 @@ status_t replicas_new(const job_t *job, model_t *first, int n, int per_replica, 
         if (rc == STATUS_OK) {
             r->bytes += model_bytes(r->reps[i].model);
             share_values(r->reps[i].model, first);
-            model_set_loss_options(r->reps[i].model, job);
-            r->reps[i].model->label_len = first->label_len; /* checked on the first */
+            rc = model_set_loss_options(r->reps[i].model, job, err);
+            /* the labels the data gives, checked on the first */
+            for (int k = 0; rc == STATUS_OK && k < first->n_heads; k++) {
+                r->reps[i].model->heads[k].label_at = first->heads[k].label_at;
+                r->reps[i].model->heads[k].label_len = first->heads[k].label_len;
+            }
+            r->reps[i].model->label_len = first->label_len;
             if (job->metric_width > 0) {
                 r->reps[i].metrics = calloc(job->metric_width, sizeof(double));
                 if (r->reps[i].metrics == NULL)

@@ -29,7 +29,7 @@ static status_t forward(model_t *m, const float *x, int batch, bool training, st
             in = l->ins[0];
         }
         l->in = in;
-        STATUS_CHECK(layer_forward(l, batch, training, m->fused && i == m->n_layers - 1, err));
+        STATUS_CHECK(layer_forward(l, batch, training, model_layer_fused(m, i), err));
         in = l->out;
     }
     return STATUS_OK;
@@ -218,7 +218,7 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
 
     m->forward_s = m->backward_s = 0;
     STATUS_CHECK(forward(m, x, batch, true, err));
-    STATUS_CHECK(model_loss(m, y, batch, total, dy, &st, err));
+    STATUS_CHECK(model_loss(m, y, batch, total, true, &st, err)); /* into each head's dy */
     /* the activity terms of this slice's examples: the slices' add up to the batch's */
     st.loss_sum += activity_terms(m, batch);
     *ret_stats = st;
@@ -229,9 +229,10 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "the loss became %s: lower the learning rate or check the data",
                            isnan(st.loss_sum) ? "NaN" : "infinite");
-    if (m->graph) {
+    if (m->graph) { /* each output's gradient starts from its loss's; readers add theirs */
         memset(m->grad_of, 0, m->n_layers * sizeof(*m->grad_of));
-        m->grad_of[m->n_layers - 1] = dy;
+        for (int k = 0; k < m->n_heads; k++)
+            m->grad_of[m->heads[k].layer] = m->heads[k].dy;
     }
     for (size_t i = m->n_layers; i-- > 0;) {
         layer_t *l = &m->layers[i];
@@ -245,7 +246,7 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         l->share = share;
         if (has_activity_reg(l))
             activity_grad(l, batch, total, dy);
-        layer_backward_params(l, batch, dy, m->fused && i == m->n_layers - 1);
+        layer_backward_params(l, batch, dy, model_layer_fused(m, i));
         if (l->own == NULL && l->next_call > 0)
             gather_calls(m, l);
         /* before the gradients leave (a PS push, an all-reduce bucket) */
@@ -288,7 +289,7 @@ status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
 {
     model_stats_t st = {0};
     STATUS_CHECK(forward(m, x, batch, false, err));
-    STATUS_CHECK(model_loss(m, y, batch, batch, NULL, &st, err));
+    STATUS_CHECK(model_loss(m, y, batch, batch, false, &st, err));
     st.loss_sum += regularization(m) * batch + activity_terms(m, batch);
     *ret_stats = st;
     return STATUS_OK;

@@ -116,12 +116,24 @@ static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const c
                            "%s: the %s data has %zu values per example but the model's input "
                            "takes %zu",
                            t->where, split, ds->feature_len, model_input_len(t->model));
-    if (ds != t->train && ds->label_len != t->train->label_len)
+    /* the labels of each output (NumPy: one array each), one after the other in a row */
+    size_t lens[JOB_MAX_OUTPUTS] = {ds->label_len};
+    int parts = ds->n_label_parts > 0 ? ds->n_label_parts : 1;
+    if (ds->n_label_parts > 0)
+        memcpy(lens, ds->label_part_len, (size_t)parts * sizeof(*lens));
+    size_t train_lens[JOB_MAX_OUTPUTS] = {t->train->label_len};
+    int train_parts = t->train->n_label_parts > 0 ? t->train->n_label_parts : 1;
+    if (t->train->n_label_parts > 0)
+        memcpy(train_lens, t->train->label_part_len, (size_t)train_parts * sizeof(*lens));
+    if (ds != t->train &&
+        (parts != train_parts || memcmp(lens, train_lens, (size_t)parts * sizeof(*lens)) != 0))
         return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s: the %s labels have %zu values an example, the training labels %zu",
-                           t->where, split, ds->label_len, t->train->label_len);
+                           "%s: the %s labels have %zu values an example in %d array%s, the "
+                           "training labels %zu in %d",
+                           t->where, split, ds->label_len, parts, parts == 1 ? "" : "s",
+                           t->train->label_len, train_parts);
     status_msg_t why;
-    if (model_set_labels(t->model, ds->label_len, &why) != STATUS_OK)
+    if (model_set_labels(t->model, lens, parts, &why) != STATUS_OK)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: %s", t->where, why.text);
     if ((t->job->loss == JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ||
          t->job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY) &&
@@ -207,7 +219,9 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
                            o->seed ? o->seed : job->seed,
                            memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test)),
                            &t->model, err));
-    model_set_loss_options(t->model, job);
+    status_msg_t why;
+    if (model_set_loss_options(t->model, job, &why) != STATUS_OK)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: %s", t->where, why.text);
     if (job->metric_width > 0 && (t->metrics = calloc(job->metric_width, sizeof(double))) == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     model_metrics_into(t->model, t->metrics);

@@ -29,6 +29,8 @@ static void source_done(job_source_t *s)
     for (size_t i = 0; i < s->n_x; i++)
         free(s->x[i]);
     free(s->x);
+    for (size_t i = 0; i < s->n_y; i++)
+        free(s->y[i]);
     free(s->y);
     free(s->archive);
 }
@@ -187,6 +189,127 @@ static status_t parse_loss(job_ctx_t *c, const job_node_t *n, job_t *job)
                            job->label_smoothing);
     job_tree_pop(c, old);
     return rc;
+}
+
+/* An output's loss as parse_loss leaves it in the job's fields. */
+static job_output_t output_of(const job_t *j)
+{
+    return (job_output_t){.loss = j->loss,
+                          .from_logits = j->from_logits,
+                          .huber_delta = j->huber_delta,
+                          .label_smoothing = j->label_smoothing,
+                          .weight = 1.0};
+}
+
+/* The index of the model's output named `name`, or -1. */
+static int output_named(const job_model_t *m, const char *name)
+{
+    for (int k = 0; k < job_model_outputs(m); k++)
+        if (m->output_names[k][0] != '\0' && strcmp(m->output_names[k], name) == 0)
+            return k;
+    return -1;
+}
+
+/* One output's loss entry, parsed as `loss:` is, into job->outputs[k]; its reduction must be the
+ * first output's. */
+static status_t parse_output_loss(job_ctx_t *c, const job_node_t *n, job_t *job, int k)
+{
+    job_t one = {0};
+    status_t rc = parse_loss(c, n, &one);
+
+    if (rc != STATUS_OK)
+        return rc;
+    if (k > 0 && (one.loss_sum != job->loss_sum || one.loss_unreduced != job->loss_unreduced))
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                             "%s: every output's loss needs the same reduction", c->path);
+    job->loss_sum = one.loss_sum;
+    job->loss_unreduced = one.loss_unreduced;
+    job->outputs[k] = output_of(&one);
+    return STATUS_OK;
+}
+
+/* loss: for a model of several outputs, one loss for every output, a list of them in the model's
+ * order of outputs, or a mapping of the outputs' names to theirs (as Keras's compile takes). */
+static status_t parse_losses(job_ctx_t *c, const job_node_t *n, job_t *job)
+{
+    const job_model_t *m = &job->model;
+    int outputs = job_model_outputs(m);
+    /* (a Functional model's one output by its name too, unless that is a loss's: Keras's
+     * dict of one output) */
+    bool by_name = n->kind == JOB_NODE_MAP;
+
+    for (size_t i = 0; by_name && i < n->n; i++)
+        by_name = output_named(m, n->entries[i].key) >= 0 &&
+                  (m->n_outputs > 1 ||
+                   job_name_index(n->entries[i].key, loss_names, JOB_N_OF(loss_names)) < 0);
+    if (n->kind == JOB_NODE_SEQ && (int)n->n != outputs)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                             "%s: %zu losses for a model of %d output%s (a list gives one for "
+                             "each output, in the model's order)",
+                             c->path, n->n, outputs, outputs == 1 ? "" : "s");
+    if (by_name && (int)n->n != outputs)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                             "%s: %zu losses for a model of %d outputs: name each output once",
+                             c->path, n->n, outputs);
+    for (int k = 0; k < outputs; k++) {
+        size_t old;
+        status_t rc;
+        if (n->kind == JOB_NODE_SEQ) {
+            old = job_tree_push_index(c, (size_t)k);
+            rc = parse_output_loss(c, n->items[k], job, k);
+        } else if (by_name) {
+            old = job_tree_push_key(c, m->output_names[k]);
+            rc = parse_output_loss(c, job_tree_child(n, m->output_names[k]), job, k);
+        } else { /* one loss, every output's */
+            old = c->path_len;
+            rc = parse_output_loss(c, n, job, k);
+        }
+        job_tree_pop(c, old);
+        STATUS_CHECK(rc);
+    }
+    /* output 0's in the job's own fields, which a model of one output reads */
+    job->n_outputs = outputs;
+    job->loss = job->outputs[0].loss;
+    job->from_logits = job->outputs[0].from_logits;
+    job->huber_delta = job->outputs[0].huber_delta;
+    job->label_smoothing = job->outputs[0].label_smoothing;
+    return STATUS_OK;
+}
+
+/* loss_weights: a list of one weight for each output, or a mapping of the outputs' names to
+ * theirs (1 for those it leaves out); the total loss is the weighted sum. */
+static status_t parse_loss_weights(job_ctx_t *c, const job_node_t *n, job_t *job)
+{
+    const job_model_t *m = &job->model;
+
+    if (m->n_outputs < 2)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                             "%s: loss_weights weigh the losses of a model of several outputs; "
+                             "this one has one",
+                             c->path);
+    if (n->kind == JOB_NODE_SEQ && (int)n->n != m->n_outputs)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                             "%s: %zu weights for a model of %d outputs", c->path, n->n,
+                             m->n_outputs);
+    if (n->kind != JOB_NODE_SEQ && n->kind != JOB_NODE_MAP)
+        return job_tree_type_error(c, n, "a list of weights, or a mapping of output names to them");
+    for (size_t i = 0; i < n->n; i++) {
+        const job_node_t *v = n->kind == JOB_NODE_SEQ ? n->items[i] : n->entries[i].value;
+        int k = n->kind == JOB_NODE_SEQ ? (int)i : output_named(m, n->entries[i].key);
+        size_t old = n->kind == JOB_NODE_SEQ ? job_tree_push_index(c, i)
+                                             : job_tree_push_key(c, n->entries[i].key);
+        double w = 0;
+        status_t rc = k < 0 ? job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                            "%s: the model has no output of that name", c->path)
+                            : job_tree_double(c, v, &w);
+        if (rc == STATUS_OK && !(w >= 0 && isfinite(w)))
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, v->line, "%s: a weight is >= 0, got %g",
+                               c->path, w);
+        job_tree_pop(c, old);
+        STATUS_CHECK(rc);
+        job->outputs[k].weight = w;
+    }
+    return STATUS_OK;
 }
 
 static const char *const schedule_names[] = {"constant", "linear_warmup", "exponential_decay",
@@ -478,33 +601,39 @@ static status_t parse_files(job_ctx_t *c, const job_node_t *map, job_source_t *s
     return rc;
 }
 
-/* x: a path (npy) or an archive member's name (npz), or a list of them, one a model input. */
-static status_t parse_x(job_ctx_t *c, const job_node_t *map, bool paths, job_source_t *s)
+/* x (y): a path (npy) or an archive member's name (npz), or a list of them, one a model input
+ * (an output's labels). */
+static status_t parse_arrays(job_ctx_t *c, const job_node_t *map, const char *key, bool paths,
+                             char ***ret, size_t *ret_n)
 {
     size_t old;
-    const job_node_t *n = job_tree_enter(c, map, "x", &old);
+    const job_node_t *n = job_tree_enter(c, map, key, &old);
     const job_node_t *const *items =
         n != NULL && n->kind == JOB_NODE_SEQ ? (const job_node_t *const *)n->items : &n;
     size_t count = n == NULL ? 0 : n->kind == JOB_NODE_SEQ ? n->n : 1;
-    const char *want = paths ? "a .npy path or a list of them (one a model input)"
+    bool x = key[0] == 'x';
+    const char *want = paths ? (x ? "a .npy path or a list of them (one a model input)"
+                                  : "a .npy path or a list of them (one a model output's labels)")
+                       : x   ? "an array's name in the archive or a list of them (one a model "
+                               "input)"
                              : "an array's name in the archive or a list of them (one a model "
-                               "input)";
+                               "output's labels)";
     status_t rc = STATUS_OK;
 
     if (n == NULL)
-        return job_tree_missing(c, map, "x");
-    if (count == 0 || count > JOB_MAX_MODEL_INPUTS)
+        return job_tree_missing(c, map, key);
+    if (count == 0 || count > (x ? JOB_MAX_MODEL_INPUTS : JOB_MAX_OUTPUTS))
         rc = job_tree_type_error(c, n, want);
-    else if ((s->x = calloc(count, sizeof(*s->x))) == NULL)
+    else if ((*ret = calloc(count, sizeof(**ret))) == NULL)
         rc = status_fail(c->err, STATUS_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < count && rc == STATUS_OK; i++) {
         if (items[i]->kind != JOB_NODE_SCALAR || items[i]->text[0] == '\0')
             rc = job_tree_type_error(c, items[i], want);
-        else if ((s->x[i] = paths ? job_tree_resolve(c, items[i]->text)
-                                  : job_tree_strdup(c, items[i]->text)) == NULL)
+        else if (((*ret)[i] = paths ? job_tree_resolve(c, items[i]->text)
+                                    : job_tree_strdup(c, items[i]->text)) == NULL)
             rc = STATUS_NO_MEMORY;
         else
-            s->n_x = i + 1;
+            *ret_n = i + 1;
     }
     job_tree_pop(c, old);
     return rc;
@@ -611,17 +740,14 @@ static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
     }
     if (s->format == JOB_DATA_NPY) {
         STATUS_CHECK(job_tree_check_map(c, n, npy_keys, JOB_N_OF(npy_keys), false));
-        STATUS_CHECK(parse_x(c, n, true, s));
-        return job_tree_get_path(c, n, "y", true, &s->y);
+        STATUS_CHECK(parse_arrays(c, n, "x", true, &s->x, &s->n_x));
+        return parse_arrays(c, n, "y", true, &s->y, &s->n_y);
     }
     if (s->format == JOB_DATA_NPZ) {
-        const char *y = NULL;
         STATUS_CHECK(job_tree_check_map(c, n, npz_keys, JOB_N_OF(npz_keys), false));
         STATUS_CHECK(job_tree_get_path(c, n, "file", true, &s->archive));
-        STATUS_CHECK(parse_x(c, n, false, s));
-        STATUS_CHECK(job_tree_get_string(c, n, "y", true, &y));
-        s->y = job_tree_strdup(c, y);
-        return s->y != NULL ? STATUS_OK : STATUS_NO_MEMORY;
+        STATUS_CHECK(parse_arrays(c, n, "x", false, &s->x, &s->n_x));
+        return parse_arrays(c, n, "y", false, &s->y, &s->n_y);
     }
     if (s->format == JOB_DATA_CSV) {
         const char *label = NULL, *delim = ",";
@@ -843,7 +969,8 @@ static status_t parse_tensorboard(job_ctx_t *c, const job_node_t *n, job_t *job)
 static status_t parse_loss_optimizer(job_ctx_t *c, const job_node_t *root, job_ctx_t *kc,
                                      const job_node_t *kroot, job_t *job)
 {
-    EITHER("loss", true, parse_loss, job);
+    EITHER("loss", true, parse_losses, job);
+    EITHER("loss_weights", false, parse_loss_weights, job);
     EITHER("optimizer", false, parse_optimizer, &job->optimizer);
     return STATUS_OK;
 }
@@ -1013,10 +1140,10 @@ static status_t check_ids_and_losses(job_ctx_t *c, const job_node_t *root, job_t
 
 static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
 {
-    static const char *const top_keys[] = {"name",     "strategy",    "model",      "loss",
-                                           "metrics",  "optimizer",   "data",       "train",
-                                           "evaluate", "partitioner", "checkpoint", "tensorboard",
-                                           "seed",     "resume",      "init_from"};
+    static const char *const top_keys[] = {"name",         "strategy", "model",       "loss",
+                                           "loss_weights", "metrics",  "optimizer",   "data",
+                                           "train",        "evaluate", "partitioner", "checkpoint",
+                                           "tensorboard",  "seed",     "resume",      "init_from"};
     const char *name = NULL;
     const job_node_t *n;
     int64_t seed = -1;
@@ -1035,6 +1162,27 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
         STATUS_CHECK(parse_strategy(c, n, job));
     SECTION("model", true, job_parse_model, &job->model);
     STATUS_CHECK(parse_compile_sections(c, root, job, &accumulate));
+    if (job->n_outputs > 1 && (job->n_metrics > 0 || job->metric_accuracy))
+        return job_tree_fail(c, STATUS_BAD_CONFIG,
+                             job_tree_child(root, "metrics") != NULL
+                                 ? job_tree_child(root, "metrics")->line
+                                 : root->line,
+                             "metrics: a model of several outputs reports its loss and each "
+                             "output's; metrics for each output are not supported yet");
+    for (int k = 0; job->n_outputs > 1 && k < job->n_outputs; k++) { /* each output's loss */
+        job_metric_t *m = &job->metrics[job->n_metrics++];
+        *m = (job_metric_t){
+            .kind = JOB_METRIC_OUTPUT_LOSS, .class_id = k, .offset = job->metric_width, .width = 2};
+        snprintf(m->name, sizeof(m->name), "%.58s_loss", job->model.output_names[k]);
+        job->metric_width += 2;
+        for (int e = 0; e + 1 < job->n_metrics; e++)
+            if (strcmp(job->metrics[e].name, m->name) == 0)
+                return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
+                                     "model: two outputs' losses would both be reported as %s: "
+                                     "give the outputs names that differ in their first 58 "
+                                     "characters",
+                                     m->name);
+    }
     SECTION("data", true, parse_data, &job->data);
     if (job->data.global_batch_size > 0 && job->strategy == JOB_STRATEGY_PARAMETER_SERVER)
         return job_tree_fail(

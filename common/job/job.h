@@ -96,9 +96,9 @@ typedef struct job_source {
     int n_inputs;
     /* npy: the inputs' and labels' files (resolved); npz: the archive (resolved) and the
      * arrays' names in it. x: n_x of them, one a model input in the model's order (a list in
-     * the job for a model of several inputs) */
-    char **x, *y, *archive;
-    size_t n_x;
+     * the job for a model of several inputs); y: n_y, one an output's labels likewise */
+    char **x, **y, *archive;
+    size_t n_x, n_y;
     char delimiter; /* csv: ',' unless the job says otherwise (files and label.name as above) */
 } job_source_t;
 
@@ -133,6 +133,9 @@ typedef enum {
     JOB_METRIC_MAE,       /* mean_absolute_error: [sum |y - p|, values] */
     JOB_METRIC_MSE,       /* mean_squared_error: [sum (y - p)^2, values] */
     JOB_METRIC_RMSE,      /* root_mean_squared_error: the same */
+    /* a model of several outputs: output class_id's own loss, unweighted, as Keras reports it
+     * ("NAME_loss"), added by the job for each output, never named in one: [sum, examples] */
+    JOB_METRIC_OUTPUT_LOSS,
 } job_metric_kind_t;
 
 typedef enum {
@@ -162,12 +165,25 @@ typedef struct job_metric {
     size_t offset, width; /* its sums in the job's metric state (job_t.metric_width) */
 } job_metric_t;
 
+/* The loss of one output of a model of several (job_t.outputs). */
+typedef struct job_output {
+    job_loss_kind_t loss;
+    bool from_logits;
+    double huber_delta, label_smoothing; /* as job_t's */
+    double weight;                       /* Keras's loss_weights: the total is the weighted sum */
+} job_output_t;
+
 typedef struct job {
     char *name;
     char *path; /* the job file, for messages */
     job_strategy_t strategy;
     int replicas; /* mirrored, central_storage: {NAME: {replicas: N}}; 0: every core */
     job_model_t model;
+    /* Each output's loss, in the model's order of outputs (job_model_outputs of them; one for a
+     * model of one output). The loss fields below are output 0's; the reduction is every
+     * output's. */
+    job_output_t outputs[JOB_MAX_OUTPUTS];
+    int n_outputs;
     job_loss_kind_t loss;
     bool from_logits;
     double huber_delta; /* huber: where the loss turns linear (Keras's delta, 1.0) */

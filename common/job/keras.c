@@ -1169,22 +1169,56 @@ static status_t endpoint(kctx_t *k, const cJSON *v, const char *key, const char 
     return STATUS_OK;
 }
 
-/* output_layers: one [LAYER, NODE, 0] (Keras 3 writes it bare, Keras 2 in a list). */
-static status_t one_endpoint(kctx_t *k, const cJSON *cfg, const char *key, const char **ret_name,
-                             int *ret_call)
-{
-    const cJSON *v = kget(cfg, key);
-
-    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsArray(v->child))
-        v = v->child;
-    if ((cJSON_IsArray(v) && cJSON_IsArray(v->child)) || cJSON_IsObject(v))
-        return kfail(k, "%s lists %d tensors: models with several outputs are not supported yet",
-                     key, cJSON_GetArraySize(v));
-    return endpoint(k, v, key, ret_name, ret_call);
-}
-
 /* The item of object `obj` whose key is the j-th in sorted order (by bytes: Python's order of
  * str keys); obj has at most JOB_MAX_MODEL_INPUTS items. */
+static const cJSON *sorted_item(const cJSON *obj, int j);
+
+/* output_layers: one [LAYER, NODE, 0] (Keras 3 writes it bare, Keras 2 in a list), a list of
+ * them, or {NAME: [LAYER, NODE, 0], ...} (outputs by name, in the keys' sorted order, as Keras
+ * flattens a dict): each names a call the graph makes, once; an output's name is its layer's, or
+ * its key. With one, it is the last call made (a later one would lead nowhere). */
+static status_t read_outputs(kctx_t *k, const cJSON *cfg, const job_model_t *g, job_model_t *m)
+{
+    const cJSON *v = kget(cfg, "output_layers"), *item;
+    int n = cJSON_IsObject(v) || (cJSON_IsArray(v) && cJSON_IsArray(v->child))
+                ? cJSON_GetArraySize(v)
+                : 1;
+
+    if (n < 1 || n > JOB_MAX_OUTPUTS || (cJSON_IsObject(v) && n > JOB_MAX_MODEL_INPUTS))
+        return kfail(k, "output_layers lists %d tensors (1 to %d)", n, JOB_MAX_OUTPUTS);
+    for (int i = 0; i < n; i++) {
+        const char *name, *key = NULL;
+        int call, at = -1;
+        if (cJSON_IsObject(v))
+            item = sorted_item(v, i);
+        else if (cJSON_IsArray(v) && cJSON_IsArray(v->child))
+            item = cJSON_GetArrayItem(v, i);
+        else
+            item = v;
+        if (cJSON_IsObject(v))
+            key = item->string;
+        STATUS_CHECK(endpoint(k, item, "output_layers", &name, &call));
+        for (size_t j = 0; j < g->n_layers && at < 0; j++)
+            if (strcmp(g->layers[j].name, name) == 0 && job_layer_call(g, j) == call)
+                at = (int)j;
+        if (at < 0)
+            return kfail(k, "output_layers names '%.60s' call %d, which the model does not make",
+                         name, call);
+        for (int e = 0; e < i; e++)
+            if (m->outputs[e] == at)
+                return kfail(k, "output_layers names '%.60s' call %d twice", name, call);
+        if (key != NULL && strlen(key) >= sizeof(m->output_names[i]))
+            return kfail(k, "output_layers: the name '%.60s' is too long", key);
+        m->outputs[i] = at;
+        snprintf(m->output_names[i], sizeof(m->output_names[i]), "%s", key != NULL ? key : name);
+    }
+    if (n == 1 && m->outputs[0] != (int)g->n_layers - 1)
+        return kfail(k, "output_layers names '%.60s' call %d, not the last call made",
+                     m->output_names[0], job_layer_call(g, (size_t)m->outputs[0]));
+    m->n_outputs = n > 1 ? n : 0;
+    return STATUS_OK;
+}
+
 static const cJSON *sorted_item(const cJSON *obj, int j)
 {
     const cJSON *items[JOB_MAX_MODEL_INPUTS], *v;
@@ -1371,10 +1405,7 @@ static status_t parse_functional_config(kctx_t *k, const cJSON *cfg, job_model_t
     static const char *const config_keys[] = {"name",         "layers",        "trainable",
                                               "input_layers", "output_layers", "dtype"};
     const cJSON *layers = kget(cfg, "layers");
-    const char *out_end;
-    const job_layer_t *last;
     kgraph_t g = {0};
-    int out_call;
     status_t rc;
 
     STATUS_CHECK(check_keys(k, cfg, "Functional config", config_keys, JOB_N_OF(config_keys)));
@@ -1391,12 +1422,7 @@ static status_t parse_functional_config(kctx_t *k, const cJSON *cfg, job_model_t
     if (rc == STATUS_OK)
         rc = make_graph(k, &g, m);
     if (rc == STATUS_OK)
-        rc = one_endpoint(k, cfg, "output_layers", &out_end, &out_call);
-    last = rc == STATUS_OK ? &g.nodes.layers[g.nodes.n_layers - 1] : NULL;
-    if (last != NULL && (strcmp(out_end, last->name) != 0 ||
-                         out_call != job_layer_call(&g.nodes, g.nodes.n_layers - 1)))
-        rc = kfail(k, "output_layers names '%.60s' call %d, not the last call made", out_end,
-                   out_call);
+        rc = read_outputs(k, cfg, &g.nodes, m);
     if (rc == STATUS_OK) { /* the graph takes the layers' place */
         job_layer_t *templates = m->layers;
         m->layers = g.nodes.layers;

@@ -202,7 +202,7 @@ static status_t job_form(kc_t *k, status_t rc, const char *name, cJSON *config, 
     return made(k, cJSON_CreateString(name), ret);
 }
 
-static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret)
+static status_t one_loss(kc_t *k, const cJSON *loss, cJSON **ret)
 {
     static const fixed_t fixed[] = {{"ignore_class", "null"}, {"axis", "-1"}};
     const char *cls, *name;
@@ -211,10 +211,7 @@ static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret)
     if (cJSON_IsString(loss))
         return made(k, cJSON_CreateString(loss->valuestring), ret);
     if (!cJSON_IsObject(loss))
-        return KC_FAIL(k,
-                       "%s: compile_config: a loss per output (a list or a mapping) is not "
-                       "supported: one loss",
-                       k->file);
+        return KC_FAIL(k, "%s: compile_config: a loss is a name or a serialized loss", k->file);
     STATUS_CHECK(object_of(k, "the loss", loss, &cls, &config));
     if ((name = class_of(k, "loss", loss_classes, JOB_N_OF(loss_classes), cls, config)) == NULL)
         return STATUS_BAD_CONFIG;
@@ -225,6 +222,49 @@ static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret)
         return KC_FAIL(k, "%s: out of memory", k->file);
     }
     return job_form(k, drop_fixed(k, cls, config, fixed, JOB_N_OF(fixed)), name, config, ret);
+}
+
+/* The loss: one (every output's), a list of one an output, or a mapping of the outputs' names
+ * to theirs (an object without class_name), as the job file takes them. */
+static status_t loss_of(kc_t *k, const cJSON *loss, cJSON **ret)
+{
+    bool by_name = cJSON_IsObject(loss) && !cJSON_HasObjectItem(loss, "class_name");
+    cJSON *all;
+    const cJSON *v;
+
+    if (!cJSON_IsArray(loss) && !by_name)
+        return one_loss(k, loss, ret);
+    if ((all = by_name ? cJSON_CreateObject() : cJSON_CreateArray()) == NULL)
+        return KC_FAIL(k, "%s: out of memory", k->file);
+    cJSON_ArrayForEach(v, loss)
+    {
+        cJSON *item = NULL;
+        status_t rc = one_loss(k, v, &item);
+        if (rc == STATUS_OK && !(by_name ? cJSON_AddItemToObject(all, v->string, item)
+                                         : cJSON_AddItemToArray(all, item))) {
+            cJSON_Delete(item);
+            rc = KC_FAIL(k, "%s: out of memory", k->file);
+        }
+        if (rc != STATUS_OK) {
+            cJSON_Delete(all);
+            return rc;
+        }
+    }
+    *ret = all;
+    return STATUS_OK;
+}
+
+/* loss_weights: a list of numbers, or a mapping of the outputs' names to them, as they are. */
+static status_t loss_weights_of(kc_t *k, const cJSON *w, cJSON **ret)
+{
+    const cJSON *v;
+
+    if (!cJSON_IsArray(w) && !cJSON_IsObject(w))
+        return KC_FAIL(k, "%s: compile_config: loss_weights is a list or a mapping of numbers",
+                       k->file);
+    cJSON_ArrayForEach(v, w) if (!cJSON_IsNumber(v)) return KC_FAIL(
+        k, "%s: compile_config: loss_weights holds something not a number", k->file);
+    return made(k, cJSON_Duplicate(w, true), ret);
 }
 
 /* The learning rate: a number, or Keras's ExponentialDecay or PiecewiseConstantDecay. */
@@ -447,9 +487,11 @@ status_t job_keras_compile_text(const char *text, size_t len, const char *file,
                 rc = KC_FAIL(&k, "%s: compile_config gives %.60s twice", file, e->string);
     }
     v = cJSON_GetObjectItemCaseSensitive(cc, "loss_weights");
-    if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v))
-        rc = KC_FAIL(&k, "%s: compile_config: loss_weights (several outputs) is not supported",
-                     file);
+    if (rc == STATUS_OK && want->loss && v != NULL && !cJSON_IsNull(v)) {
+        rc = loss_weights_of(&k, v, &item);
+        if (rc == STATUS_OK)
+            rc = add_section(&k, out, "loss_weights", item);
+    }
     v = cJSON_GetObjectItemCaseSensitive(cc, "weighted_metrics");
     if (rc == STATUS_OK && v != NULL && !cJSON_IsNull(v) &&
         !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))

@@ -781,6 +781,16 @@ size_t job_shape_len(const int *shape, int rank)
     return n;
 }
 
+int job_model_outputs(const job_model_t *m)
+{
+    return m->n_outputs > 1 ? m->n_outputs : 1;
+}
+
+int job_model_output(const job_model_t *m, int k)
+{
+    return m->n_outputs > 1 ? m->outputs[k] : (int)m->n_layers - 1;
+}
+
 int job_model_inputs(const job_model_t *m)
 {
     return m->n_inputs > 1 ? m->n_inputs : 1;
@@ -807,6 +817,8 @@ int job_layer_call(const job_model_t *m, size_t i)
 
 bool job_model_is_graph(const job_model_t *m)
 {
+    if (m->n_outputs > 1)
+        return true;
     for (size_t i = 0; i < m->n_layers; i++)
         if (m->layers[i].n_inputs > 1 || job_layer_input(m, i, 0) != (int)i - 1 ||
             m->layers[i].shares > 0 || m->n_inputs > 1)
@@ -815,8 +827,8 @@ bool job_model_is_graph(const job_model_t *m)
 }
 
 /* The wiring of a graph: merges read two or more earlier layers (Subtract two), other layers one;
- * every layer but the last (the output) is read by a later one; an integer input (ids) goes to
- * Embedding layers only. */
+ * every layer but the outputs (the last, and the others of a model of several) is read by a later
+ * one; an integer input (ids) goes to Embedding layers only. */
 static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err)
 {
     bool *read = calloc(m->n_layers + 1, sizeof(*read)), input_read[JOB_MAX_MODEL_INPUTS] = {0};
@@ -866,12 +878,14 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
             return status_fail(err, STATUS_BAD_CONFIG, "%s: no layer reads the model's input '%s'",
                                where, m->n_inputs > 1 ? m->inputs[k].name : "");
         }
+    for (int k = 0; k < job_model_outputs(m); k++)
+        read[job_model_output(m, k)] = true;
     for (size_t i = 0; i + 1 < m->n_layers; i++)
         if (!read[i]) {
             free(read);
             return status_fail(err, STATUS_BAD_CONFIG,
                                "%s: nothing reads the output of layer '%s': every layer must lead "
-                               "to the model's output, the last layer",
+                               "to one of the model's outputs",
                                where, m->layers[i].name);
         }
     free(read);
@@ -889,6 +903,30 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
                            "%s: the model has no input shape: give input_shape on the first "
                            "layer (for example input_shape: [784])",
                            where);
+    /* several outputs: distinct layers, the last among them (nothing reads it) */
+    bool last_out = m->n_outputs == 0;
+    if (m->n_outputs == 1 || m->n_outputs < 0 || m->n_outputs > JOB_MAX_OUTPUTS)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: %d outputs (2 to %d, or one)", where,
+                           m->n_outputs, JOB_MAX_OUTPUTS);
+    for (int k = 0; k < m->n_outputs; k++) {
+        if (m->outputs[k] < 0 || (size_t)m->outputs[k] >= m->n_layers)
+            return status_fail(err, STATUS_BAD_CONFIG, "%s: output %d is not a layer", where, k);
+        for (int e = 0; e < k; e++)
+            if (m->outputs[e] == m->outputs[k] ||
+                strcmp(m->output_names[e], m->output_names[k]) == 0)
+                return status_fail(err, STATUS_BAD_CONFIG,
+                                   "%s: outputs %d and %d are one layer, or one name", where, e, k);
+        /* it names the output's loss in reports and TensorBoard tags, as a layer's name does */
+        if (!layer_name_valid(m->output_names[k]))
+            return status_fail(err, STATUS_BAD_CONFIG,
+                               "%s: output %d: its name may hold only letters, digits, '_', '.' "
+                               "and '-', and begin with a letter, a digit or '.'",
+                               where, k);
+        last_out |= (size_t)m->outputs[k] == m->n_layers - 1;
+    }
+    if (!last_out)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "%s: nothing reads the last layer, and it is not an output", where);
     /* an Embedding reads token ids, a model input: with several, the one it names (which then
      * holds ids: check_graph), else the first layer reads the model's input, whatever the graph */
     for (size_t i = 0; i < m->n_layers && m->n_inputs > 1; i++)

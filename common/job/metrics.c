@@ -135,6 +135,7 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
     case JOB_METRIC_MAE:
     case JOB_METRIC_MSE:
     case JOB_METRIC_RMSE:
+    case JOB_METRIC_OUTPUT_LOSS:
         m->width = 2;
         break;
     case JOB_METRIC_AUC:
@@ -276,6 +277,7 @@ void job_metrics_result(const job_t *job, const double *state, double *ret)
         case JOB_METRIC_TOP_K:
         case JOB_METRIC_MAE:
         case JOB_METRIC_MSE:
+        case JOB_METRIC_OUTPUT_LOSS:
             ret[i] = div0(s[0], s[1]);
             break;
         case JOB_METRIC_RMSE:

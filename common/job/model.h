@@ -19,6 +19,8 @@
 #define JOB_INPUT_MODEL      (-1)
 #define JOB_INPUT_OF(k)      (JOB_INPUT_MODEL - (k))
 #define JOB_MAX_MODEL_INPUTS 8
+/* The most outputs a Functional model may have (each with its loss). */
+#define JOB_MAX_OUTPUTS 8
 static inline int job_input_index(int src)
 {
     return JOB_INPUT_MODEL - src;
@@ -221,6 +223,12 @@ typedef struct job_model {
      * input_shape). An example's features are the inputs' values one after the other. */
     job_model_input_t inputs[JOB_MAX_MODEL_INPUTS];
     int n_inputs;
+    /* A Functional model of several outputs: each one's layer (a call's index) and name (the
+     * output's in Keras: its layer's, or its key in a dict of outputs), in Keras's order of
+     * outputs (0: one output, the last layer, which is always an output) */
+    int outputs[JOB_MAX_OUTPUTS];
+    char output_names[JOB_MAX_OUTPUTS][64];
+    int n_outputs;
     bool input_is_int; /* embedding input: integer ids */
     job_layer_t *layers;
     size_t n_layers;
@@ -232,7 +240,7 @@ typedef struct job_model {
 } job_model_t;
 
 /* Parses a Keras `model.to_json()` document (Keras 2 / tf.keras or Keras 3; Sequential, or
- * Functional with one input and one output) into ret_model; `path` names it in messages. */
+ * Functional) into ret_model; `path` names it in messages. */
 status_t job_parse_keras_json(const char *text, size_t len, const char *path,
                               job_model_t *ret_model, status_msg_t *err);
 
@@ -257,6 +265,10 @@ bool job_layer_shareable(const job_model_t *m, size_t i);
 
 /* The values of a shape (a feature's, an input's): the product of its dimensions. */
 size_t job_shape_len(const int *shape, int rank);
+
+/* The model's outputs (1 but for a Functional model of several) and output k's layer. */
+int job_model_outputs(const job_model_t *m);
+int job_model_output(const job_model_t *m, int k);
 
 /* The model's inputs (1 for a Sequential model) and input k's shape. */
 int job_model_inputs(const job_model_t *m);

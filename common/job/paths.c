@@ -50,8 +50,8 @@ static status_t check_source(const roots_t *roots, const char *split, const job_
     STATUS_CHECK(check_file(roots, what, s->labels, err));
     for (size_t i = 0; s->format == JOB_DATA_NPY && i < s->n_x; i++) /* npz: names in it */
         STATUS_CHECK(check_file(roots, what, s->x[i], err));
-    if (s->format == JOB_DATA_NPY)
-        STATUS_CHECK(check_file(roots, what, s->y, err));
+    for (size_t i = 0; s->format == JOB_DATA_NPY && i < s->n_y; i++)
+        STATUS_CHECK(check_file(roots, what, s->y[i], err));
     STATUS_CHECK(check_file(roots, what, s->archive, err));
     for (size_t i = 0; i < s->n_files; i++)
         STATUS_CHECK(check_file(roots, what, s->files[i], err));

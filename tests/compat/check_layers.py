@@ -703,6 +703,126 @@ def exported_two_inputs(tmp):
           "two inputs: Keras evaluates %.4f, Tessera %.4f" % (theirs, ours))
 
 
+def two_outputs_step(tmp):
+    """A model of two outputs (classes under sparse categorical cross-entropy, read again by the
+    second output's branch; a vector under Huber), weighted by loss_weights: one training step
+    of Keras's against Tessera's, the losses' weighted sum and every gradient."""
+    rng = np.random.default_rng(5)
+    keras.utils.set_random_seed(1)
+    x = keras.Input((6,))
+    h = L.Dense(5, activation="tanh", name="h")(x)
+    c = L.Dense(3, activation="softmax", name="cls")(h)
+    r = L.Dense(2, name="reg")(L.Concatenate(name="cat")([h, c]))
+    model = keras.Model(x, [c, r])
+    for v in model.weights:
+        v.assign(rng.normal(0, 0.4, v.shape).astype(np.float32))
+    xs = rng.normal(0, 1, (BATCH, 6)).astype(np.float32)
+    yc = rng.integers(0, 3, BATCH).astype(np.float32)
+    yr = rng.normal(0, 1, (BATCH, 2)).astype(np.float32)
+    start = {id(v): np.asarray(v.numpy(), dtype="<f4") for v in model.weights}
+    losses = [keras.losses.SparseCategoricalCrossentropy(), keras.losses.Huber(delta=0.5)]
+    with tf.GradientTape() as tape:
+        oc, orr = model(xs, training=True)
+        value = 0.25 * losses[0](yc, oc) + 2.0 * losses[1](yr, orr)
+    grads = tape.gradient(value, model.trainable_variables)
+    d = os.path.join(tmp, "two-outputs")
+    os.makedirs(d)
+    with open(os.path.join(d, "model.json"), "w") as f:
+        f.write(model.to_json())
+    with open(os.path.join(d, "job.yaml"), "w") as f:
+        f.write("model: {keras_json: %s}\nloss: {cls: sparse_categorical_crossentropy, reg: "
+                "{huber: {delta: 0.5}}}\nloss_weights: {cls: 0.25, reg: 2.0}\ndata: "
+                "{batch_size: %d, train: {format: synthetic, examples: 8, shape: [1], "
+                "classes: 2}}\n" % (os.path.join(d, "model.json"), BATCH))
+    names = {id(v): "%s/%s" % (layer.name, v.name) for layer in model.layers
+             for v in layer.weights}
+    for v in model.weights:
+        start[id(v)].tofile(os.path.join(d, names[id(v)].replace("/", "__") + ".f32"))
+    xs.astype("<f4").tofile(os.path.join(d, "x.f32"))
+    np.concatenate([yc.reshape(-1, 1), yr], axis=1).astype("<f4").tofile(os.path.join(d, "y.f32"))
+    with open(os.path.join(d, "labels.txt"), "w") as f:
+        f.write("1 2\n")
+    run = subprocess.run([os.path.join(BUILD, "tests", "layer_steps"), d, str(BATCH)],
+                         capture_output=True, text=True)
+    check(run.returncode == 0, "two outputs: layer_steps: %s" % run.stderr.strip())
+    if run.returncode != 0:
+        return 0.0
+    worst = 0.0
+    for k, out in enumerate((oc, orr)):
+        ours = np.fromfile(os.path.join(d, "out.f32" if k == 0 else "out_%d.f32" % k),
+                           dtype="<f4").reshape(np.shape(out))
+        worst = max(worst, close(ours, np.asarray(out)))
+    ours_loss = float(open(os.path.join(d, "loss.txt")).read())
+    worst = max(worst, abs(ours_loss - float(value)) / max(abs(float(value)), 1.0))
+    for v, g in zip(model.trainable_variables, grads):
+        mine = np.fromfile(os.path.join(d, names[id(v)].replace("/", "__") + ".grad.f32"),
+                           dtype="<f4").reshape(v.shape)
+        worst = max(worst, close(mine, tf.convert_to_tensor(g).numpy()))
+    check(worst <= TOL, "two outputs: differ from Keras by %.2e (loss %.7g, keras %.7g)" % (
+        worst, ours_loss, float(value)))
+    print("%-52s outputs, loss and %d gradients agree (largest relative difference %.1e)" % (
+        "two outputs, weighted losses", len(grads), worst))
+    return worst
+
+
+def exported_two_outputs(tmp):
+    """A model of two outputs trained by tessera train from an .npz archive (y: one array an
+    output) and exported: Keras evaluates the test split to Tessera's loss and each output's."""
+    x = keras.Input((784,), name="image")
+    h = L.Dense(64, activation="relu", name="hidden")(x)
+    cls = L.Dense(10, name="classes")(h)
+    ink = L.Dense(1, name="ink")(h)  # the image's mean brightness, regressed
+    model = keras.Model(x, [cls, ink])
+    with open(os.path.join(tmp, "two-out.json"), "w") as f:
+        f.write(model.to_json())
+    arrays = {}
+    for split, images, labels in (("train", "train-images-idx3-ubyte.gz",
+                                   "train-labels-idx1-ubyte.gz"),
+                                  ("test", "t10k-images-idx3-ubyte.gz",
+                                   "t10k-labels-idx1-ubyte.gz")):
+        xs = fashion(images, 16).reshape(-1, 784).astype("float32") / 255
+        arrays[split] = (xs, fashion(labels, 8), xs.mean(axis=1, keepdims=True))
+        np.savez(os.path.join(tmp, "two-out-%s.npz" % split), x=xs, y=arrays[split][1],
+                 ink=arrays[split][2])
+    path = os.path.join(tmp, "two-out.yaml")
+    with open(path, "w") as f:
+        f.write("name: two-outputs\nmodel: {keras_json: two-out.json}\n"
+                "loss: [{sparse_categorical_crossentropy: {from_logits: true}}, mse]\n"
+                "loss_weights: [1.0, 4.0]\noptimizer: {adam: {learning_rate: 0.001}}\n"
+                "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
+                "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
+                "  test: {format: npz, file: two-out-test.npz, x: x, y: [y, ink]}\n"
+                "train: {steps: 300}\ncheckpoint: {dir: ckpt-two-out}\n")
+    out = tessera("train", path, cwd=tmp)
+    ours = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)", out.splitlines()[-1]))
+    tessera("export", path, "--out", os.path.join(tmp, "export-two-out"), cwd=tmp)
+    back = keras.saving.load_model(os.path.join(tmp, "export-two-out", "model.keras"))
+    xs, ys, inks = arrays["test"]
+    # batches of 250 divide the split: Keras's per-output losses are means of the batches'
+    # (a short last batch would count as much as a full one), Tessera's of the examples'
+    theirs = back.evaluate(xs, [ys, inks], verbose=0, return_dict=True, batch_size=250)
+    for name in ("loss", "classes_loss", "ink_loss"):
+        print("exported two outputs %-13s tessera %s, keras %.5f" % (
+            name, ours.get(name), theirs.get(name, -1)))
+        want = theirs.get(name, -1)
+        check(name in ours and abs(float(ours[name]) - want) <= 0.002 * max(1.0, abs(want)),
+              "two outputs %s: Keras evaluates %s, Tessera %s" % (name, theirs, ours))
+    check(float(ours.get("classes_loss", 9)) < 1.0, "two outputs: %s" % ours)  # untrained: 2.3
+    # the archive back as a job's model: its compile config's losses and loss_weights, and its
+    # weights, evaluate to the same numbers
+    again = os.path.join(tmp, "two-out-again.yaml")
+    with open(again, "w") as f:
+        f.write("name: two-outputs-again\nmodel: {keras: export-two-out/model.keras}\n"
+                "data:\n  batch_size: 250\n"
+                "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
+                "  test: {format: npz, file: two-out-test.npz, x: x, y: [y, ink]}\n")
+    back_ours = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)",
+                                tessera("train", again, "--evaluate", cwd=tmp)))
+    print("the archive as a model: %s" % back_ours)
+    check(back_ours == {k: ours[k] for k in back_ours} and "ink_loss" in back_ours,
+          "the archive evaluates to %s, the trained job %s" % (back_ours, ours))
+
+
 def exported_multi_label(tmp):
     """Labels of several values end to end: Fashion-MNIST's classes as ten 0/1 targets (one-hot
     rows in an .npz) under binary_crossentropy with a sigmoid output of ten units (multi-label),
@@ -746,10 +866,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, layers, loss, labels in all_cases:
             worst = max(worst, run_case(name, layers, loss, labels, tmp))
+        worst = max(worst, two_outputs_step(tmp))
         exported(tmp)
         exported_shared(tmp)
         exported_two_inputs(tmp)
         exported_multi_label(tmp)
+        exported_two_outputs(tmp)
     finish("%d models agree with Keras %s: outputs, losses, gradients (largest relative "
            "difference %.1e)" % (len(all_cases), keras.__version__, worst))
 

@@ -7,7 +7,9 @@
  * For each of the model's variables NAME ("dense/kernel"), DIR/NAME.f32 (with '/' as "__") holds
  * its values, float32 little-endian in Keras's layout. DIR/x.f32 holds BATCH inputs and
  * DIR/y.f32 BATCH labels (one float an example, or one for each output value: the file's size
- * says which). One step of forward, loss
+ * says which; a model of several outputs: each example's labels of every output one after the
+ * other, DIR/labels.txt giving how many each output takes, and DIR/out_K.f32 is output K's). One
+ * step of forward, loss
  * and backward in training mode; written: DIR/out.f32, the model's output [BATCH, outputs],
  * DIR/loss.txt, the mean loss, and DIR/NAME.grad.f32, each variable's gradient of the mean loss;
  * for a moving statistic (BatchNormalization's) DIR/NAME.moved.f32 instead, its value after the
@@ -99,7 +101,10 @@ int main(int argc, char **argv)
         return 1;
     }
     free(text);
-    model_set_loss_options(m, &job);
+    if (model_set_loss_options(m, &job, &err) != STATUS_OK) {
+        fprintf(stderr, "layer_steps: %s\n", err.text);
+        return 1;
+    }
     for (size_t i = 0; i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
         path_of(p->name, ".f32", path, sizeof(path));
@@ -109,7 +114,16 @@ int main(int argc, char **argv)
     snprintf(path, sizeof(path), "%s/y.f32", dir);
     y = read_all(path, &len);
     label_len = len / sizeof(float) / (size_t)(batch > 0 ? batch : 1);
-    if (model_set_labels(m, label_len, &err) != STATUS_OK) {
+    /* a model of several outputs: DIR/labels.txt gives each output's label values */
+    size_t lens[JOB_MAX_OUTPUTS] = {label_len};
+    int parts = 1;
+    snprintf(path, sizeof(path), "%s/labels.txt", dir);
+    if ((f = fopen(path, "r")) != NULL) {
+        for (parts = 0; parts < JOB_MAX_OUTPUTS && fscanf(f, "%zu", &lens[parts]) == 1; parts++)
+            ;
+        fclose(f);
+    }
+    if (model_set_labels(m, lens, parts, &err) != STATUS_OK) {
         fprintf(stderr, "layer_steps: %s\n", err.text);
         return 1;
     }
@@ -130,6 +144,10 @@ int main(int argc, char **argv)
     }
     snprintf(path, sizeof(path), "%s/out.f32", dir);
     write_floats(path, model_output(m), (size_t)batch * model_output_len(m));
+    for (int k = 1; k < model_outputs(m); k++) {
+        snprintf(path, sizeof(path), "%s/out_%d.f32", dir, k);
+        write_floats(path, model_output_of(m, k), (size_t)batch * model_output_len_of(m, k));
+    }
     for (size_t i = 0; i < model_param_count(m); i++) {
         model_param_t *p = model_param(m, i);
         float *g = p->grad;

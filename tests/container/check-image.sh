@@ -69,7 +69,10 @@ start() { # NAME PROGRAM ARGS...: starts it from the image, waits for its gRPC a
     --metrics-listen 127.0.0.1:0 2> "$logs/$name.log" &
   pods+=($!)
   for _ in $(seq 100); do
-    addr=$(sed -n 's/.*main: serving gRPC on \([0-9.:]*\).*/\1/p' "$logs/$name.log")
+    # the log appears when the background job has opened it: until then, no address (a sed
+    # of a missing file would end the script under set -e)
+    addr=
+    [ -f "$logs/$name.log" ] && addr=$(sed -n 's/.*main: serving gRPC on \([0-9.:]*\).*/\1/p' "$logs/$name.log")
     [ -n "$addr" ] && return 0
     sleep 0.1
   done

@@ -739,8 +739,9 @@ static void write_npy(const char *path, int rows, int cols, float base)
  * [n, k] or a TFRecord feature of k values, and a batch carries each example's row whole. */
 START_TEST(labels_of_several_values_stay_whole_rows)
 {
-    char x[512], y[512], path[512], *xs[1] = {x}, *files[1] = {path};
-    job_source_t npy = {.present = true, .format = JOB_DATA_NPY, .x = xs, .n_x = 1, .y = y};
+    char x[512], y[512], path[512], *xs[1] = {x}, *ys[1] = {y}, *files[1] = {path};
+    job_source_t npy = {
+        .present = true, .format = JOB_DATA_NPY, .x = xs, .n_x = 1, .y = ys, .n_y = 1};
     job_source_t tf = {
         .present = true,
         .format = JOB_DATA_TFRECORD,
@@ -814,8 +815,9 @@ END_TEST
  * TFRecord's features in the model's order by name). */
 START_TEST(several_inputs_lie_one_after_the_other_in_each_row)
 {
-    char a[512], b[512], y[512], path[512], *xs[2] = {a, b}, *files[1] = {path};
-    job_source_t npy = {.present = true, .format = JOB_DATA_NPY, .x = xs, .n_x = 2, .y = y};
+    char a[512], b[512], y[512], path[512], *xs[2] = {a, b}, *ys[1] = {y}, *files[1] = {path};
+    job_source_t npy = {
+        .present = true, .format = JOB_DATA_NPY, .x = xs, .n_x = 2, .y = ys, .n_y = 1};
     job_source_t tf = {
         .present = true,
         .format = JOB_DATA_TFRECORD,

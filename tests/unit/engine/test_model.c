@@ -542,7 +542,7 @@ START_TEST(model_dense_relu_softmax_crossentropy_gradients_match)
     fixture_t f;
     job_layer_t l[] = {dense(5, JOB_ACT_RELU), dense(3, JOB_ACT_SOFTMAX)};
     build(&f, (int[]){4}, 1, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, false, 3, l, 2);
-    ck_assert(f.m->fused);
+    ck_assert(f.m->heads[0].fused);
     check_gradients(&f);
     teardown(&f);
 }
@@ -560,7 +560,9 @@ START_TEST(model_smoothed_crossentropies_gradients_match)
         build(&f, (int[]){4}, 1,
               k == 2 ? JOB_LOSS_BINARY_CROSSENTROPY : JOB_LOSS_CATEGORICAL_CROSSENTROPY, k > 0, 4,
               l, 2);
-        model_set_loss_options(f.m, &job);
+        job.loss = k == 2 ? JOB_LOSS_BINARY_CROSSENTROPY : JOB_LOSS_CATEGORICAL_CROSSENTROPY;
+        job.from_logits = k > 0;
+        ck_assert_int_eq(model_set_loss_options(f.m, &job, &err), STATUS_OK);
         check_gradients(&f);
         /* the smoothed targets' loss is above the plain one's minimum: never 0 */
         ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, f.batch, &st, &err), STATUS_OK);
@@ -804,7 +806,7 @@ START_TEST(model_label_rows_compute_and_differentiate)
         build(&f, (int[]){3}, 1, loss, cases[c].logits, 6, l, 2);
         free(f.y);
         f.y = calloc(6 * 3, sizeof(float));
-        ck_assert_int_eq(model_set_labels(f.m, 3, &err), STATUS_OK);
+        ck_assert_int_eq(model_set_labels(f.m, (size_t[]){3}, 1, &err), STATUS_OK);
         for (int v = 0; v < 6 * 3; v++) /* soft rows summing to 1; counts; 0/1; targets */
             f.y[v] = loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY || loss == JOB_LOSS_KL_DIVERGENCE
                          ? (v % 3 == v / 3 % 3 ? 0.5f : 0.25f)
@@ -869,6 +871,69 @@ START_TEST(model_label_rows_of_an_output_of_several_axes)
 }
 END_TEST
 
+/* A model of two outputs: each output's loss (class ids under sparse categorical cross-entropy,
+ * two targets under mse) weighted and added up, the labels of both one after the other in each
+ * row; gradients match central differences, whether the classes' softmax is read by another
+ * layer (kept) or only by its loss (folded). */
+START_TEST(model_of_two_outputs_adds_their_weighted_losses)
+{
+    for (int read = 0; read < 2; read++) {
+        job_layer_t l[] = {
+            reads(dense(4, JOB_ACT_TANH), JOB_INPUT_MODEL),
+            reads(dense(3, JOB_ACT_SOFTMAX), 0),
+            read ? merge(JOB_LAYER_CONCATENATE, 1, 0, -2) : reads(dense(5, JOB_ACT_RELU), 0),
+            reads(dense(2, JOB_ACT_LINEAR), 2),
+        };
+        job_t job = {.n_outputs = 2,
+                     .outputs = {{.loss = JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, .weight = 0.5},
+                                 {.loss = JOB_LOSS_MSE, .huber_delta = 1, .weight = 2.0}},
+                     .accuracy_threshold = 0.5f};
+        fixture_t f;
+        model_stats_t st;
+        status_msg_t err;
+        double want = 0;
+
+        memset(&f, 0, sizeof(f));
+        memcpy(f.layers, l, sizeof(l));
+        f.spec.layers = f.layers;
+        f.spec.n_layers = 4;
+        f.spec.input_rank = 1;
+        f.spec.input_shape[0] = 3;
+        f.spec.n_outputs = 2;
+        f.spec.outputs[0] = 1;
+        f.spec.outputs[1] = 3;
+        build_spec(&f, JOB_LOSS_MSE, false, 6);
+        ck_assert_int_eq(model_set_loss_options(f.m, &job, &err), STATUS_OK);
+        ck_assert_int_eq(model_outputs(f.m), 2);
+        ck_assert(f.m->heads[0].fused == (read == 0));
+        ck_assert_int_eq(model_set_labels(f.m, (size_t[]){1, 2}, 2, &err), STATUS_OK);
+        ck_assert_uint_eq(model_label_len(f.m), 3);
+        free(f.y);
+        f.y = calloc(6 * 3, sizeof(float));
+        for (int b = 0; b < 6; b++) {
+            f.y[b * 3] = (float)(b % 3);
+            f.y[b * 3 + 1] = 0.5f * (float)b - 1.0f;
+            f.y[b * 3 + 2] = 1.0f - 0.25f * (float)b;
+        }
+        ck_assert_int_eq(model_evaluate(f.m, f.x, f.y, 6, &st, &err), STATUS_OK);
+        for (int b = 0; b < 6; b++) {
+            const float *p = model_output_of(f.m, 0) + b * 3, *q = model_output_of(f.m, 1) + b * 2;
+            double d0 = q[0] - f.y[b * 3 + 1], d1 = q[1] - f.y[b * 3 + 2];
+            want += 0.5 * -log((double)p[b % 3]) + 2.0 * (d0 * d0 + d1 * d1) / 2;
+        }
+        ck_assert_msg(fabs(st.loss_sum - want) <= 1e-5 * fmax(1, fabs(want)),
+                      "loss %.9g, the weighted sum %.9g", st.loss_sum, want);
+        check_gradients(&f);
+        /* labels the outputs cannot take: named */
+        ck_assert_int_eq(model_set_labels(f.m, (size_t[]){3}, 1, &err), STATUS_BAD_CONFIG);
+        ck_assert_int_eq(model_set_labels(f.m, (size_t[]){2, 2}, 2, &err), STATUS_BAD_CONFIG);
+        ck_assert_msg(strstr(err.text, "sparse_categorical_crossentropy takes one class index"),
+                      "%s", err.text);
+        teardown(&f);
+    }
+}
+END_TEST
+
 /* Rescaling between two layers: x * scale + offset forward, the gradient times scale back. */
 START_TEST(model_rescaling_gradients_match)
 {
@@ -906,7 +971,7 @@ START_TEST(model_binary_crossentropy_gradients_match_with_and_without_logits)
     check_gradients(&f);
     teardown(&f);
     build(&f, (int[]){4}, 1, JOB_LOSS_BINARY_CROSSENTROPY, false, 4, b, 2);
-    ck_assert(f.m->fused);
+    ck_assert(f.m->heads[0].fused);
     check_gradients(&f);
     teardown(&f);
 }
@@ -1144,12 +1209,12 @@ START_TEST(model_rejects_shapes_that_do_not_chain)
     ck_assert_int_eq(model_new(&spec, JOB_LOSS_BINARY_CROSSENTROPY, false, 8, 1, 0, &m, &err),
                      STATUS_OK);
     ck_assert_int_eq(model_label_len(m), 10);
-    ck_assert_int_eq(model_set_labels(m, 1, &err), STATUS_BAD_CONFIG);
+    ck_assert_int_eq(model_set_labels(m, (size_t[]){1}, 1, &err), STATUS_BAD_CONFIG);
     ck_assert_ptr_nonnull(strstr(err.text, "binary_crossentropy compares each output value"));
     model_free(m);
     m = NULL;
     ck_assert_int_eq(model_new(&spec, JOB_LOSS_KL_DIVERGENCE, false, 8, 1, 0, &m, &err), STATUS_OK);
-    ck_assert_int_eq(model_set_labels(m, 1, &err), STATUS_BAD_CONFIG);
+    ck_assert_int_eq(model_set_labels(m, (size_t[]){1}, 1, &err), STATUS_BAD_CONFIG);
     model_free(m);
     m = NULL;
     l[0] = dense(1, JOB_ACT_LINEAR);
@@ -1376,6 +1441,7 @@ int main(void)
     tcase_add_test(tc, model_pointwise_losses_compute_and_differentiate);
     tcase_add_test(tc, model_label_rows_compute_and_differentiate);
     tcase_add_test(tc, model_label_rows_of_an_output_of_several_axes);
+    tcase_add_test(tc, model_of_two_outputs_adds_their_weighted_losses);
     tcase_add_test(tc, model_rescaling_gradients_match);
     tcase_add_test(tc, model_crossentropy_from_logits_gradients_match);
     tcase_add_test(tc, model_binary_crossentropy_gradients_match_with_and_without_logits);

@@ -895,6 +895,87 @@ START_TEST(oversized_jobs_and_files_are_refused_before_parsing)
 }
 END_TEST
 
+/* A Keras model of two outputs (a: 3 classes, read by b: 3 values) in m.json. */
+static const char two_outputs_json[] =
+    "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8], \"name\": "
+    "\"x\"}, \"name\": \"x\", \"inbound_nodes\": []}, "
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"a\", \"units\": 3}, \"name\": \"a\", "
+    "\"inbound_nodes\": [[[\"x\", 0, 0, {}]]]}, "
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"b\", \"units\": 3}, \"name\": \"b\", "
+    "\"inbound_nodes\": [[[\"a\", 0, 0, {}]]]}], "
+    "\"input_layers\": [[\"x\", 0, 0]], \"output_layers\": [[\"a\", 0, 0], [\"b\", 0, 0]]}}";
+
+static status_t parse_two_outputs(const char *rest, job_t *job, status_msg_t *err)
+{
+    char text[1024];
+    job_file_t file = {"m.json", two_outputs_json, sizeof(two_outputs_json) - 1};
+
+    snprintf(text, sizeof(text),
+             "model: {keras_json: m.json}\n%s"
+             "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [8], "
+             "classes: 3}}\n",
+             rest);
+    return job_parse_with_files(text, strlen(text), "job.yaml", &file, 1, job, err);
+}
+
+/* A model of several outputs: one loss for all of them, a list in the outputs' order, or a
+ * mapping by their names; loss_weights likewise; each output's loss is reported ("a_loss");
+ * metrics, and losses or weights that do not match the outputs, are refused by name. */
+START_TEST(several_outputs_take_a_loss_each)
+{
+    job_t job;
+    status_msg_t err = {0};
+
+    ck_assert_int_eq(parse_two_outputs("loss: mse\n", &job, &err), STATUS_OK);
+    ck_assert_int_eq(job.n_outputs, 2);
+    ck_assert_int_eq(job.outputs[1].loss, JOB_LOSS_MSE);
+    ck_assert_double_eq(job.outputs[1].weight, 1.0);
+    ck_assert_int_eq(job.n_metrics, 2);
+    ck_assert_str_eq(job.metrics[1].name, "b_loss");
+    ck_assert_int_eq(job.metrics[1].kind, JOB_METRIC_OUTPUT_LOSS);
+    job_done(&job);
+    ck_assert_int_eq(parse_two_outputs("loss: [{categorical_crossentropy: {from_logits: true}}, "
+                                       "{huber: {delta: 2}}]\nloss_weights: [0.5, 3]\n",
+                                       &job, &err),
+                     STATUS_OK);
+    ck_assert_int_eq(job.outputs[0].loss, JOB_LOSS_CATEGORICAL_CROSSENTROPY);
+    ck_assert(job.outputs[0].from_logits);
+    ck_assert_double_eq(job.outputs[1].huber_delta, 2.0);
+    ck_assert_double_eq(job.outputs[0].weight, 0.5);
+    ck_assert_double_eq(job.outputs[1].weight, 3.0);
+    job_done(&job);
+    ck_assert_int_eq(parse_two_outputs("loss: {b: mae, a: sparse_categorical_crossentropy}\n"
+                                       "loss_weights: {b: 0.25}\n",
+                                       &job, &err),
+                     STATUS_OK);
+    ck_assert_int_eq(job.outputs[0].loss, JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY);
+    ck_assert_int_eq(job.outputs[1].loss, JOB_LOSS_MAE);
+    ck_assert_double_eq(job.outputs[0].weight, 1.0);
+    ck_assert_double_eq(job.outputs[1].weight, 0.25);
+    job_done(&job);
+#define REFUSED(rest, want)                                                                        \
+    do {                                                                                           \
+        ck_assert_int_eq(parse_two_outputs(rest, &job, &err), STATUS_BAD_CONFIG);                  \
+        ck_assert_msg(strstr(err.text, want) != NULL, "want '%s' in: %s", want, err.text);         \
+    } while (0)
+    REFUSED("loss: [mse]\n", "1 losses for a model of 2 outputs");
+    REFUSED("loss: {a: mse}\n", "name each output once");
+    REFUSED("loss: [mse, {mae: {reduction: sum}}]\n", "the same reduction");
+    REFUSED("loss: mse\nloss_weights: [1]\n", "1 weights for a model of 2 outputs");
+    REFUSED("loss: mse\nloss_weights: {c: 1}\n", "no output of that name");
+    REFUSED("loss: mse\nloss_weights: [1, -1]\n", "a weight is >= 0");
+    REFUSED("loss: mse\nmetrics: [mae]\n", "metrics for each output are not supported yet");
+#undef REFUSED
+    /* a model of one output has no weights to give */
+    const char *one = "model: [{dense: {units: 1}, input_shape: [4]}]\nloss: mse\n"
+                      "loss_weights: [2]\ndata: {batch_size: 8, train: {format: synthetic, "
+                      "examples: 10, shape: [4], classes: 2}}\n";
+    ck_assert_int_eq(job_parse(one, strlen(one), "job.yaml", &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "this one has one"), "%s", err.text);
+}
+END_TEST
+
 /* Values the kernels would turn into infinities in float32 are refused in the job file. */
 START_TEST(values_beyond_float32_are_rejected)
 {
@@ -1411,6 +1492,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, duplicate_keys_in_huge_mappings_are_found_fast);
     tcase_add_test(tc, many_unnamed_layers_are_named_as_keras_does);
     tcase_add_test(tc, oversized_jobs_and_files_are_refused_before_parsing);
+    tcase_add_test(tc, several_outputs_take_a_loss_each);
     tcase_add_test(tc, values_beyond_float32_are_rejected);
     tcase_add_test(tc, layer_structure_mistakes_are_explained);
     tcase_add_test(tc, metrics_are_read_with_their_options);

@@ -92,7 +92,8 @@ START_TEST(tfrecord_source_maps_features)
     ck_assert_int_eq(job.data.train.format, JOB_DATA_NPY);
     ck_assert_uint_eq(job.data.train.n_x, 1);
     ck_assert_str_eq(job.data.train.x[0], "/jobs/x.npy");
-    ck_assert_str_eq(job.data.train.y, "/jobs/y.npy");
+    ck_assert_uint_eq(job.data.train.n_y, 1);
+    ck_assert_str_eq(job.data.train.y[0], "/jobs/y.npy");
     ck_assert_int_eq(job.data.test.format, JOB_DATA_NPZ);
     ck_assert_str_eq(job.data.test.archive, "/d/fm.npz");
     ck_assert_str_eq(job.data.test.x[0], "x_test");

@@ -856,8 +856,27 @@ START_TEST(functional_models_outside_what_is_built_are_rejected)
     ck_assert(!job_model_is_graph(&m)); /* a chain, as a Sequential model would be */
     job_model_done(&m);
 
-    assert_rejected(functional(two, in, "[[\"a\", 0, 0], [\"b\", 0, 0]]"), "f.json",
-                    "output_layers lists 2 tensors: models with several outputs", NULL);
+    /* two outputs, one read by the other: a graph whose outputs are both layers, in order */
+    ok = functional(two, in, "[[\"b\", 0, 0], [\"a\", 0, 0]]");
+    ck_assert_int_eq(job_parse_keras_json(ok, strlen(ok), "f.json", &m, &err), STATUS_OK);
+    ck_assert(job_model_is_graph(&m));
+    ck_assert_int_eq(job_model_outputs(&m), 2);
+    ck_assert_int_eq(job_model_output(&m, 0), 1);
+    ck_assert_int_eq(job_model_output(&m, 1), 0);
+    ck_assert_str_eq(m.output_names[1], "a");
+    job_model_done(&m);
+    assert_rejected(functional(two, in, "[[\"a\", 0, 0], [\"a\", 0, 0]]"), "f.json",
+                    "output_layers names 'a' call 0 twice", NULL);
+    assert_rejected(functional(two, in, "[[\"a\", 0, 0], [\"c\", 0, 0]]"), "f.json",
+                    "output_layers names 'c' call 0, which the model does not make", NULL);
+    /* a dict of outputs: its keys name them, in sorted order, and must be names */
+    ok = functional(two, in, "{\"z\": [\"a\", 0, 0], \"y\": [\"b\", 0, 0]}");
+    ck_assert_int_eq(job_parse_keras_json(ok, strlen(ok), "f.json", &m, &err), STATUS_OK);
+    ck_assert_str_eq(m.output_names[0], "y");
+    ck_assert_int_eq(job_model_output(&m, 0), 1);
+    job_model_done(&m);
+    assert_rejected(functional(two, in, "{\"a b\": [\"a\", 0, 0], \"y\": [\"b\", 0, 0]}"), "f.json",
+                    "output 0: its name may hold only letters", NULL);
     assert_rejected(functional(two, in, "[\"a\", 0, 0]"), "f.json",
                     "output_layers names 'a' call 0, not the last call made", NULL);
     assert_rejected(functional(two, "[[\"b\", 0, 0]]", "[\"b\", 0, 0]"), "f.json",
@@ -1112,7 +1131,7 @@ START_TEST(shared_layers_outside_what_is_built_are_rejected)
     assert_rejected(functional(calls, in, "[\"a\", 1, 0]"), "f.json",
                     "output_layers names 'a' call 1, not the last call made", NULL);
     assert_rejected(functional(calls, in, "[\"a\", 3, 0]"), "f.json",
-                    "output_layers names 'a' call 3, not the last call made", NULL);
+                    "output_layers names 'a' call 3, which the model does not make", NULL);
     assert_rejected(functional("{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": "
                                "\"a\"}, \"name\": \"a\", \"inbound_nodes\": [[[\"x\", 0, 0, {}]], "
                                "[[\"a\", 0, 0, {}]]]}",
