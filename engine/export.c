@@ -386,22 +386,11 @@ static cJSON *loss_config(const job_t *job, const job_output_t *o)
         [JOB_LOSS_CATEGORICAL_CROSSENTROPY] = "CategoricalCrossentropy",
         [JOB_LOSS_KL_DIVERGENCE] = "KLDivergence",
     };
-    static const char *const names[] = {
-        [JOB_LOSS_MSE] = "mean_squared_error",
-        [JOB_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = "sparse_categorical_crossentropy",
-        [JOB_LOSS_BINARY_CROSSENTROPY] = "binary_crossentropy",
-        [JOB_LOSS_MAE] = "mean_absolute_error",
-        [JOB_LOSS_HUBER] = "huber_loss",
-        [JOB_LOSS_LOG_COSH] = "log_cosh",
-        [JOB_LOSS_HINGE] = "hinge",
-        [JOB_LOSS_SQUARED_HINGE] = "squared_hinge",
-        [JOB_LOSS_POISSON] = "poisson",
-        [JOB_LOSS_CATEGORICAL_CROSSENTROPY] = "categorical_crossentropy",
-        [JOB_LOSS_KL_DIVERGENCE] = "kl_divergence",
-    };
     cJSON *c = cJSON_CreateObject();
 
-    cJSON_AddStringToObject(c, "name", names[o->loss]);
+    /* Keras's default names are the job's, but for Huber's */
+    cJSON_AddStringToObject(c, "name",
+                            o->loss == JOB_LOSS_HUBER ? "huber_loss" : job_loss_name(o->loss));
     if (job->loss_unreduced) /* Keras's None */
         cJSON_AddNullToObject(c, "reduction");
     else

@@ -703,6 +703,19 @@ def exported_two_inputs(tmp):
           "two inputs: Keras evaluates %.4f, Tessera %.4f" % (theirs, ours))
 
 
+def train_and_export(tmp, name, job):
+    """tessera train of the job text (written to NAME.yaml), then tessera export: the test
+    numbers Tessera printed last ({"loss": "0.6577", ...}), and Keras's model loaded from the
+    export."""
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(job + "checkpoint: {dir: ckpt-%s}\n" % name)
+    out = tessera("train", path, cwd=tmp)
+    ours = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)", out.splitlines()[-1]))
+    tessera("export", path, "--out", os.path.join(tmp, "export-" + name), cwd=tmp)
+    return ours, keras.saving.load_model(os.path.join(tmp, "export-" + name, "model.keras"))
+
+
 def two_outputs_step(tmp):
     """A model of two outputs (classes under sparse categorical cross-entropy, read again by the
     second output's branch; a vector under Huber), weighted by loss_weights: one training step
@@ -784,19 +797,15 @@ def exported_two_outputs(tmp):
         arrays[split] = (xs, fashion(labels, 8), xs.mean(axis=1, keepdims=True))
         np.savez(os.path.join(tmp, "two-out-%s.npz" % split), x=xs, y=arrays[split][1],
                  ink=arrays[split][2])
-    path = os.path.join(tmp, "two-out.yaml")
-    with open(path, "w") as f:
-        f.write("name: two-outputs\nmodel: {keras_json: two-out.json}\n"
-                "loss: [{sparse_categorical_crossentropy: {from_logits: true}}, mse]\n"
-                "loss_weights: [1.0, 4.0]\noptimizer: {adam: {learning_rate: 0.001}}\n"
-                "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
-                "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
-                "  test: {format: npz, file: two-out-test.npz, x: x, y: [y, ink]}\n"
-                "train: {steps: 300}\ncheckpoint: {dir: ckpt-two-out}\n")
-    out = tessera("train", path, cwd=tmp)
-    ours = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)", out.splitlines()[-1]))
-    tessera("export", path, "--out", os.path.join(tmp, "export-two-out"), cwd=tmp)
-    back = keras.saving.load_model(os.path.join(tmp, "export-two-out", "model.keras"))
+    ours, back = train_and_export(
+        tmp, "two-out",
+        "name: two-outputs\nmodel: {keras_json: two-out.json}\n"
+        "loss: [{sparse_categorical_crossentropy: {from_logits: true}}, mse]\n"
+        "loss_weights: [1.0, 4.0]\noptimizer: {adam: {learning_rate: 0.001}}\n"
+        "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
+        "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
+        "  test: {format: npz, file: two-out-test.npz, x: x, y: [y, ink]}\n"
+        "train: {steps: 300}\n")
     xs, ys, inks = arrays["test"]
     # batches of 250 divide the split: Keras's per-output losses are means of the batches'
     # (a short last batch would count as much as a full one), Tessera's of the examples'
@@ -837,21 +846,17 @@ def exported_multi_label(tmp):
         y = np.eye(10, dtype="float32")[fashion(labels, 8)]
         arrays[split] = (x, y)
         np.savez(os.path.join(tmp, "ml-%s.npz" % split), x=x, y=y)
-    path = os.path.join(tmp, "ml.yaml")
-    with open(path, "w") as f:
-        f.write("name: multi-label\nmodel:\n"
-                "  - {dense: {units: 64, activation: relu}, input_shape: [784]}\n"
-                "  - {dense: {units: 10, activation: sigmoid}}\n"
-                "loss: binary_crossentropy\nmetrics: [accuracy, auc]\n"
-                "optimizer: {adam: {learning_rate: 0.001}}\n"
-                "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
-                "  train: {format: npz, file: ml-train.npz, x: x, y: y}\n"
-                "  test: {format: npz, file: ml-test.npz, x: x, y: y}\n"
-                "train: {steps: 300}\ncheckpoint: {dir: ckpt-ml}\n")
-    out = tessera("train", path, cwd=tmp)
-    ours = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)", out.splitlines()[-1]))
-    tessera("export", path, "--out", os.path.join(tmp, "export-ml"), cwd=tmp)
-    back = keras.saving.load_model(os.path.join(tmp, "export-ml", "model.keras"))
+    ours, back = train_and_export(
+        tmp, "ml",
+        "name: multi-label\nmodel:\n"
+        "  - {dense: {units: 64, activation: relu}, input_shape: [784]}\n"
+        "  - {dense: {units: 10, activation: sigmoid}}\n"
+        "loss: binary_crossentropy\nmetrics: [accuracy, auc]\n"
+        "optimizer: {adam: {learning_rate: 0.001}}\n"
+        "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
+        "  train: {format: npz, file: ml-train.npz, x: x, y: y}\n"
+        "  test: {format: npz, file: ml-test.npz, x: x, y: y}\n"
+        "train: {steps: 300}\n")
     theirs = back.evaluate(*arrays["test"], verbose=0, return_dict=True, batch_size=256)
     for name in ("loss", "accuracy", "auc"):
         print("exported multi-label %-8s tessera %s, keras %.4f" % (
