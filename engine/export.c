@@ -406,9 +406,9 @@ static cJSON *loss_config(const job_t *job, const job_output_t *o)
 
 /* A threshold on probabilities as Keras must apply it to this model's outputs: a binary
  * model's logits (from_logits) are above logit(t) where their sigmoid is above t. */
-static double output_threshold(const job_t *job, double t)
+static double output_threshold(const job_output_t *o, double t)
 {
-    if (!job->from_logits)
+    if (!o->from_logits)
         return t;
     return t <= 0 ? -1e30 : t >= 1 ? 1e30 : log(t / (1 - t));
 }
@@ -417,7 +417,7 @@ static double output_threshold(const job_t *job, double t)
  * (with a warning naming it) where Keras has none: AUC, precision and recall of several classes
  * need Keras's one-hot labels (a categorical_crossentropy model) and probabilities (no
  * from_logits: Keras would take each logit's sigmoid, not their softmax). */
-static cJSON *metric_config(const job_t *job, const job_metric_t *m)
+static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const char *name)
 {
     static const char *const classes[] = {
         [JOB_METRIC_TOP_K] = "SparseTopKCategoricalAccuracy",
@@ -431,26 +431,26 @@ static cJSON *metric_config(const job_t *job, const job_metric_t *m)
     };
     static const char *const curves[] = {"ROC", "PR", "PRGAIN"};
     static const char *const sums[] = {"interpolation", "minoring", "majoring"};
-    bool classes_one_hot = job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY;
-    bool binary = job->loss == JOB_LOSS_BINARY_CROSSENTROPY || !job_loss_has_accuracy(job->loss);
+    bool classes_one_hot = o->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY;
+    bool binary = o->loss == JOB_LOSS_BINARY_CROSSENTROPY || !job_loss_has_accuracy(o->loss);
     const char *class_name = classes[m->kind];
     cJSON *c;
 
-    if (m->kind == JOB_METRIC_OUTPUT_LOSS)
+    if (m->kind == JOB_METRIC_OUTPUT_LOSS || m->kind == JOB_METRIC_OUTPUT_ACCURACY)
         return NULL;
     if ((m->kind == JOB_METRIC_AUC || m->kind == JOB_METRIC_PRECISION ||
          m->kind == JOB_METRIC_RECALL) &&
-        !binary && (!classes_one_hot || job->from_logits)) {
+        !binary && (!classes_one_hot || o->from_logits)) {
         LOG_WARNING(TRAIN,
                     "export: metric %s is left out of the compile config: Keras computes it on "
                     "one-hot labels and probabilities, and this model's %s",
-                    m->name, job->from_logits ? "outputs are logits" : "labels are class ids");
+                    m->name, o->from_logits ? "outputs are logits" : "labels are class ids");
         return NULL;
     }
     if (m->kind == JOB_METRIC_TOP_K && classes_one_hot)
         class_name = "TopKCategoricalAccuracy";
     c = cJSON_CreateObject();
-    cJSON_AddStringToObject(c, "name", m->name);
+    cJSON_AddStringToObject(c, "name", name);
     cJSON_AddStringToObject(c, "dtype", "float32");
     switch (m->kind) {
     case JOB_METRIC_TOP_K:
@@ -463,11 +463,11 @@ static cJSON *metric_config(const job_t *job, const job_metric_t *m)
         cJSON_AddBoolToObject(c, "multi_label", false);
         cJSON_AddNullToObject(c, "num_labels");
         cJSON_AddNullToObject(c, "label_weights");
-        cJSON_AddBoolToObject(c, "from_logits", job->from_logits);
+        cJSON_AddBoolToObject(c, "from_logits", o->from_logits);
         break;
     case JOB_METRIC_PRECISION:
     case JOB_METRIC_RECALL:
-        cJSON_AddNumberToObject(c, "thresholds", output_threshold(job, m->threshold));
+        cJSON_AddNumberToObject(c, "thresholds", output_threshold(o, m->threshold));
         cJSON_AddNullToObject(c, "top_k");
         if (m->class_id >= 0)
             cJSON_AddNumberToObject(c, "class_id", m->class_id);
@@ -478,6 +478,22 @@ static cJSON *metric_config(const job_t *job, const job_metric_t *m)
         break;
     }
     return object("keras.metrics", class_name, c);
+}
+
+/* An output's accuracy as Keras computes what Tessera does: binary cross-entropy's at the
+ * threshold (of logits under from_logits: a logit above 0 is class 1; and BinaryAccuracy by name,
+ * as Keras 3 picks "accuracy" by the outputs' shape: of several 0/1 targets, categorical), else
+ * Keras's "accuracy". */
+static cJSON *accuracy_config(const job_output_t *o, float threshold)
+{
+    cJSON *acc;
+
+    if (o->loss != JOB_LOSS_BINARY_CROSSENTROPY)
+        return cJSON_CreateString("accuracy");
+    acc = cJSON_CreateObject();
+    cJSON_AddStringToObject(acc, "name", "accuracy");
+    cJSON_AddNumberToObject(acc, "threshold", output_threshold(o, (double)threshold));
+    return object("keras.metrics", "BinaryAccuracy", acc);
 }
 
 static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int64_t iterations)
@@ -498,28 +514,34 @@ static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int6
         cJSON_AddItemToObject(c, "loss", loss_config(job, &out));
         cJSON_AddNullToObject(c, "loss_weights");
     }
-    if (job->metric_accuracy && job->loss == JOB_LOSS_BINARY_CROSSENTROPY && job->from_logits) {
-        /* Keras's "accuracy" would threshold the logits at 0.5; Tessera's, like the loss, reads
-         * them as logits: a logit above 0 is class 1. */
-        cJSON *acc = cJSON_CreateObject();
-        cJSON_AddStringToObject(acc, "name", "accuracy");
-        cJSON_AddNumberToObject(acc, "threshold",
-                                output_threshold(job, (double)job->accuracy_threshold));
-        cJSON_AddItemToArray(metrics, object("keras.metrics", "BinaryAccuracy", acc));
-    } else if (job->metric_accuracy && job->loss == JOB_LOSS_BINARY_CROSSENTROPY) {
-        /* Keras 3 picks "accuracy" by the outputs' shape: of several 0/1 targets, categorical
-         * accuracy; Tessera's (as tf.keras 2's, by the loss) is the share of values right */
-        cJSON *acc = cJSON_CreateObject();
-        cJSON_AddStringToObject(acc, "name", "accuracy");
-        cJSON_AddNumberToObject(acc, "threshold", (double)job->accuracy_threshold);
-        cJSON_AddItemToArray(metrics, object("keras.metrics", "BinaryAccuracy", acc));
-    } else if (job->metric_accuracy) {
-        cJSON_AddItemToArray(metrics, cJSON_CreateString("accuracy"));
-    }
-    for (int i = 0; i < job->n_metrics; i++) {
-        cJSON *m = metric_config(job, &job->metrics[i]);
-        if (m != NULL)
-            cJSON_AddItemToArray(metrics, m);
+    if (job_model_outputs(&job->model) > 1) { /* {OUTPUT: [its metrics]}, by Keras's names */
+        cJSON_Delete(metrics);
+        metrics = cJSON_CreateObject();
+        for (int k = 0; k < job->model.n_outputs; k++) {
+            const char *out = job->model.output_names[k];
+            job_output_t loss = output_loss(job, k);
+            cJSON *list = cJSON_AddArrayToObject(metrics, out);
+            for (int i = 0; i < job->n_metrics; i++) {
+                const job_metric_t *m = &job->metrics[i];
+                cJSON *mc;
+                if (m->output != k) /* (Keras prefixes the output's name: unprefixed here) */
+                    continue;
+                mc = m->kind == JOB_METRIC_OUTPUT_ACCURACY
+                         ? accuracy_config(&loss, m->threshold)
+                         : metric_config(&loss, m, m->name + strlen(out) + 1);
+                if (mc != NULL)
+                    cJSON_AddItemToArray(list, mc);
+            }
+        }
+    } else {
+        job_output_t loss = output_loss(job, 0);
+        if (job->metric_accuracy)
+            cJSON_AddItemToArray(metrics, accuracy_config(&loss, job->accuracy_threshold));
+        for (int i = 0; i < job->n_metrics; i++) {
+            cJSON *m = metric_config(&loss, &job->metrics[i], job->metrics[i].name);
+            if (m != NULL)
+                cJSON_AddItemToArray(metrics, m);
+        }
     }
     cJSON_AddItemToObject(c, "metrics", metrics);
     cJSON_AddNullToObject(c, "weighted_metrics");

@@ -131,7 +131,13 @@ status_t model_set_labels(model_t *m, const size_t *lens, int n, status_msg_t *e
                            n == 1 ? "" : "s", m->n_heads);
     for (int k = 0; k < n; k++)
         STATUS_CHECK(check_labels(m, &m->heads[k], lens[k], err));
-    STATUS_CHECK(metrics_check(m->metrics, m->n_metrics, m->heads[0].out_len, lens[0], err));
+    for (int i = 0; i < m->n_metrics; i++) { /* each against its output */
+        int k = m->n_heads > 1 ? m->metrics[i].output : 0;
+        if (k < 0 || k >= n)
+            return status_fail(err, STATUS_BAD_CONFIG, "metric %s: no output %d",
+                               m->metrics[i].name, k);
+        STATUS_CHECK(metrics_check(&m->metrics[i], 1, m->heads[k].out_len, lens[k], err));
+    }
     for (int k = 0; k < n; k++) {
         m->heads[k].label_at = at;
         m->heads[k].label_len = lens[k];
@@ -453,20 +459,23 @@ static status_t head_loss(model_t *m, model_head_t *h, const float *y, int batch
         STATUS_CHECK(loss_of(&a, logits, &one, err));
     }
     st->loss_sum += one.loss_sum * h->weight;
-    for (int i = 0; m->n_heads > 1 && m->metric_sink != NULL && i < m->n_metrics; i++)
-        if (m->metrics[i].kind == JOB_METRIC_OUTPUT_LOSS &&
-            m->metrics[i].class_id == (int)(h - m->heads)) { /* its own loss, unweighted */
-            m->metric_sink[m->metrics[i].offset] += one.loss_sum;
-            m->metric_sink[m->metrics[i].offset + 1] += batch;
-        }
-    if (h == &m->heads[0] && m->n_heads == 1) {
+    if (m->n_heads == 1)
         st->correct += one.correct;
-        /* the metrics read probabilities, as the loss does; the errors the outputs, as Keras's */
-        if (m->metric_sink != NULL && m->n_metrics > 0)
-            /* (a folded activation's output is probs: Keras's errors compare that) */
-            metrics_update(m->metrics, m->n_metrics, logits ? h->probs : last->out,
-                           h->fused ? h->probs : last->out, h->out_len, a.y, m->label_len, batch,
-                           m->metric_sink);
+    /* this output's metrics (every metric, of a model of one) */
+    for (int i = 0; m->metric_sink != NULL && i < m->n_metrics; i++) {
+        const job_metric_t *me = &m->metrics[i];
+        double *s = m->metric_sink + me->offset;
+        if (m->n_heads > 1 && me->output != (int)(h - m->heads))
+            continue;
+        if (me->kind == JOB_METRIC_OUTPUT_LOSS || me->kind == JOB_METRIC_OUTPUT_ACCURACY) {
+            s[0] += me->kind == JOB_METRIC_OUTPUT_LOSS ? one.loss_sum : one.correct;
+            s[1] += batch; /* its own loss, unweighted */
+            continue;
+        }
+        /* the metrics read probabilities, as the loss does; the errors the outputs, as Keras's
+         * (a folded activation's output is probs: Keras's errors compare that) */
+        metrics_update(me, 1, logits ? h->probs : last->out, h->fused ? h->probs : last->out,
+                       h->out_len, a.y, h->label_len, m->label_len, batch, m->metric_sink);
     }
     return STATUS_OK;
 }

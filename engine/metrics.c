@@ -38,6 +38,7 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, size_t lab
             break;
         case JOB_METRIC_AUC:
         case JOB_METRIC_OUTPUT_LOSS:
+        case JOB_METRIC_OUTPUT_ACCURACY:
             break;
         }
     }
@@ -46,17 +47,18 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, size_t lab
 
 /* Whether output i of example b is a positive: its own label is not 0 (labels of as many values
  * as outputs, or one output), or the example's label is class i. */
-static inline bool positive(size_t outputs, const float *y, size_t label_len, int b, size_t i)
+static inline bool positive(size_t outputs, const float *y, size_t label_len, size_t stride, int b,
+                            size_t i)
 {
     if (label_len == outputs)
-        return y[(size_t)b * label_len + i] != 0;
-    return (size_t)y[b] == i;
+        return y[(size_t)b * stride + i] != 0;
+    return (size_t)y[(size_t)b * stride] == i;
 }
 
 /* The class of example b: its label, or its label row's largest value (the first of equals). */
-static size_t class_of(const float *y, size_t label_len, int b)
+static size_t class_of(const float *y, size_t label_len, size_t stride, int b)
 {
-    const float *row = y + (size_t)b * label_len;
+    const float *row = y + (size_t)b * stride;
     size_t best = 0;
 
     if (label_len == 1)
@@ -67,7 +69,7 @@ static size_t class_of(const float *y, size_t label_len, int b)
 }
 
 static void auc_update(const job_metric_t *m, const float *pred, size_t outputs, const float *y,
-                       size_t label_len, int batch, double *pos, double *neg)
+                       size_t label_len, size_t stride, int batch, double *pos, double *neg)
 {
     float scale = (float)(m->thresholds - 1);
 
@@ -78,7 +80,7 @@ static void auc_update(const job_metric_t *m, const float *pred, size_t outputs,
             p = p > 1 ? 1 : p;
             bucket = p > 0 ? (int)ceilf(p * scale) - 1 : 0; /* NaN: bucket 0 */
             bucket = bucket < 0 ? 0 : bucket;
-            if (positive(outputs, y, label_len, b, i))
+            if (positive(outputs, y, label_len, stride, b, i))
                 pos[bucket] += 1;
             else
                 neg[bucket] += 1;
@@ -86,7 +88,7 @@ static void auc_update(const job_metric_t *m, const float *pred, size_t outputs,
 }
 
 static void confusion_update(const job_metric_t *m, const float *pred, size_t outputs,
-                             const float *y, size_t label_len, int batch, double *s)
+                             const float *y, size_t label_len, size_t stride, int batch, double *s)
 {
     size_t lo = m->class_id >= 0 ? (size_t)m->class_id : 0;
     size_t hi = m->class_id >= 0 ? lo + 1 : outputs;
@@ -94,7 +96,7 @@ static void confusion_update(const job_metric_t *m, const float *pred, size_t ou
     for (int b = 0; b < batch; b++)
         for (size_t i = lo; i < hi; i++) {
             bool above = pred[(size_t)b * outputs + i] > m->threshold;
-            bool pos = positive(outputs, y, label_len, b, i);
+            bool pos = positive(outputs, y, label_len, stride, b, i);
             s[0] += pos && above;  /* true positives */
             s[1] += !pos && above; /* false positives */
             s[2] += pos && !above; /* false negatives */
@@ -102,11 +104,11 @@ static void confusion_update(const job_metric_t *m, const float *pred, size_t ou
 }
 
 static void top_k_update(const job_metric_t *m, const float *pred, size_t outputs, const float *y,
-                         size_t label_len, int batch, double *s)
+                         size_t label_len, size_t stride, int batch, double *s)
 {
     for (int b = 0; b < batch; b++) {
         const float *p = pred + (size_t)b * outputs;
-        size_t label = class_of(y, label_len, b), higher = 0;
+        size_t label = class_of(y, label_len, stride, b), higher = 0;
         if (label < outputs && isfinite(p[label]))
             for (size_t i = 0; i < outputs && higher < (size_t)m->k; i++)
                 higher += p[i] > p[label];
@@ -116,32 +118,36 @@ static void top_k_update(const job_metric_t *m, const float *pred, size_t output
 }
 
 void metrics_update(const job_metric_t *ms, int n, const float *pred, const float *raw,
-                    size_t outputs, const float *y, size_t label_len, int batch, double *state)
+                    size_t outputs, const float *y, size_t label_len, size_t stride, int batch,
+                    double *state)
 {
     for (int i = 0; i < n; i++) {
         const job_metric_t *m = &ms[i];
         double *s = state + m->offset;
         switch (m->kind) {
         case JOB_METRIC_TOP_K:
-            top_k_update(m, pred, outputs, y, label_len, batch, s);
+            top_k_update(m, pred, outputs, y, label_len, stride, batch, s);
             break;
         case JOB_METRIC_AUC:
-            auc_update(m, pred, outputs, y, label_len, batch, s, s + m->thresholds);
+            auc_update(m, pred, outputs, y, label_len, stride, batch, s, s + m->thresholds);
             break;
         case JOB_METRIC_PRECISION:
         case JOB_METRIC_RECALL:
-            confusion_update(m, pred, outputs, y, label_len, batch, s);
+            confusion_update(m, pred, outputs, y, label_len, stride, batch, s);
             break;
-        case JOB_METRIC_OUTPUT_LOSS: /* the loss adds it (model_loss) */
+        case JOB_METRIC_OUTPUT_LOSS: /* the loss adds these (model_loss) */
+        case JOB_METRIC_OUTPUT_ACCURACY:
             break;
         case JOB_METRIC_MAE:
         case JOB_METRIC_MSE:
         case JOB_METRIC_RMSE: /* label_len == outputs (metrics_check) */
-            for (size_t v = 0; v < (size_t)batch * label_len; v++) {
-                double d = (double)y[v] - (double)raw[v];
-                s[0] += m->kind == JOB_METRIC_MAE ? fabs(d) : d * d;
-                s[1] += 1;
-            }
+            for (int b = 0; b < batch; b++)
+                for (size_t v = 0; v < label_len; v++) {
+                    double d =
+                        (double)y[(size_t)b * stride + v] - (double)raw[(size_t)b * outputs + v];
+                    s[0] += m->kind == JOB_METRIC_MAE ? fabs(d) : d * d;
+                    s[1] += 1;
+                }
             break;
         }
     }

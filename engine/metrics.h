@@ -20,9 +20,11 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, size_t lab
  * positive; with a label for each output (one-hot classes, several 0/1 targets), each output is
  * positive where its label is not 0, and top-k's class is the label's largest (Keras's argmax).
  * raw: the model's outputs as they are (logits where pred is their sigmoid), which the errors
- * (MAE, MSE, RMSE) compare with y value by value, as Keras's do. Labels were checked by the
- * loss. */
+ * (MAE, MSE, RMSE) compare with y value by value, as Keras's do. Example b's labels are at
+ * y + b * stride (stride: label_len, or the whole row of a model of several outputs). Labels
+ * were checked by the loss. */
 void metrics_update(const job_metric_t *ms, int n, const float *pred, const float *raw,
-                    size_t outputs, const float *y, size_t label_len, int batch, double *state);
+                    size_t outputs, const float *y, size_t label_len, size_t stride, int batch,
+                    double *state);
 
 #endif

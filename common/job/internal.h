@@ -77,6 +77,10 @@ typedef struct job_keras_loss {
 typedef struct job_keras_want {
     bool loss, optimizer, metrics;
     job_keras_loss_t for_loss; /* with metrics */
+    /* a model of several outputs: each one's name and loss, for a mapping of metrics by output */
+    int n_outputs;
+    const char (*output_names)[64];
+    job_keras_loss_t for_outputs[JOB_MAX_OUTPUTS];
 } job_keras_want_t;
 
 /* A Keras 3 config.json's compile_config in the job file's form (keras_compile.c): JSON text

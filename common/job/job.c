@@ -1031,7 +1031,16 @@ static status_t parse_compile_sections(job_ctx_t *c, const job_node_t *root, job
                            .for_loss = {.binary = job->loss == JOB_LOSS_BINARY_CROSSENTROPY ||
                                                   !job_loss_has_accuracy(job->loss),
                                         .logits = job->from_logits,
-                                        .one_hot = job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY}};
+                                        .one_hot = job->loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY},
+                           .n_outputs = job->model.n_outputs,
+                           .output_names = (const char(*)[64])job->model.output_names};
+    for (int o = 0; o < job->n_outputs && o < JOB_MAX_OUTPUTS; o++) {
+        job_loss_kind_t l = job->outputs[o].loss;
+        want.for_outputs[o] = (job_keras_loss_t){.binary = l == JOB_LOSS_BINARY_CROSSENTROPY ||
+                                                           !job_loss_has_accuracy(l),
+                                                 .logits = job->outputs[o].from_logits,
+                                                 .one_hot = l == JOB_LOSS_CATEGORICAL_CROSSENTROPY};
+    }
     if (rc == STATUS_OK)
         rc = keras_compile_tree(&kc, job, &want, &kroot, &unused);
     if (rc == STATUS_OK)
@@ -1162,25 +1171,27 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
         STATUS_CHECK(parse_strategy(c, n, job));
     SECTION("model", true, job_parse_model, &job->model);
     STATUS_CHECK(parse_compile_sections(c, root, job, &accumulate));
-    if (job->n_outputs > 1 && (job->n_metrics > 0 || job->metric_accuracy))
-        return job_tree_fail(c, STATUS_BAD_CONFIG,
-                             job_tree_child(root, "metrics") != NULL
-                                 ? job_tree_child(root, "metrics")->line
-                                 : root->line,
-                             "metrics: a model of several outputs reports its loss and each "
-                             "output's; metrics for each output are not supported yet");
     for (int k = 0; job->n_outputs > 1 && k < job->n_outputs; k++) { /* each output's loss */
-        job_metric_t *m = &job->metrics[job->n_metrics++];
-        *m = (job_metric_t){
-            .kind = JOB_METRIC_OUTPUT_LOSS, .class_id = k, .offset = job->metric_width, .width = 2};
+        job_metric_t *m;
+        if (job->n_metrics == JOB_MAX_METRICS)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, root->line,
+                                 "metrics: at most %d, each output's loss among them (this "
+                                 "model's %d outputs leave %d)",
+                                 JOB_MAX_METRICS, job->n_outputs, JOB_MAX_METRICS - job->n_outputs);
+        m = &job->metrics[job->n_metrics++];
+        *m = (job_metric_t){.kind = JOB_METRIC_OUTPUT_LOSS,
+                            .class_id = k,
+                            .output = k,
+                            .offset = job->metric_width,
+                            .width = 2};
         snprintf(m->name, sizeof(m->name), "%.58s_loss", job->model.output_names[k]);
         job->metric_width += 2;
         for (int e = 0; e + 1 < job->n_metrics; e++)
             if (strcmp(job->metrics[e].name, m->name) == 0)
                 return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
-                                     "model: two outputs' losses would both be reported as %s: "
-                                     "give the outputs names that differ in their first 58 "
-                                     "characters",
+                                     "model: an output's loss and another metric would both be "
+                                     "reported as %s: give them names that differ (an output's "
+                                     "within its first 58 characters)",
                                      m->name);
     }
     SECTION("data", true, parse_data, &job->data);

@@ -136,6 +136,9 @@ typedef enum {
     /* a model of several outputs: output class_id's own loss, unweighted, as Keras reports it
      * ("NAME_loss"), added by the job for each output, never named in one: [sum, examples] */
     JOB_METRIC_OUTPUT_LOSS,
+    /* a model of several outputs: output `output`'s accuracy (its loss's, as `accuracy` is for a
+     * model of one; binary's at `threshold`): [right, examples] */
+    JOB_METRIC_OUTPUT_ACCURACY,
 } job_metric_kind_t;
 
 typedef enum {
@@ -158,6 +161,8 @@ typedef struct job_metric {
     char name[64];   /* as reported: Keras's default name, or the job's `name` */
     int k;           /* top-k */
     int class_id;    /* precision, recall: the one class they count; -1: every output */
+    int output;      /* a model of several outputs: the output it measures (its name prefixes
+                      * the metric's: "cls_accuracy"); 0 for a model of one */
     float threshold; /* precision, recall: a prediction above it is positive */
     int thresholds;  /* auc: num_thresholds */
     job_auc_curve_t curve;

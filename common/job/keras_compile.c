@@ -442,6 +442,40 @@ static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss,
 }
 
 /* item as out[key], or STATUS_NO_MEMORY (item freed). */
+/* A list of metrics (or one) read for a loss, into *ret (a list). */
+static status_t metric_list(kc_t *k, const cJSON *v, const job_keras_loss_t *loss, cJSON **ret)
+{
+    cJSON *list = cJSON_CreateArray(), *item;
+    const cJSON *m;
+    status_t rc = STATUS_OK;
+
+    if (list == NULL)
+        return status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+    if (!cJSON_IsArray(v)) {
+        cJSON_Delete(list);
+        return KC_FAIL(k,
+                       "%s: compile_config: metrics must be a list (or a mapping of outputs "
+                       "to lists)",
+                       k->file);
+    }
+    cJSON_ArrayForEach(m, v)
+    {
+        rc = metric_of(k, m, loss, &item);
+        if (rc == STATUS_OK && !cJSON_AddItemToArray(list, item)) {
+            cJSON_Delete(item);
+            rc = status_fail(k->err, STATUS_NO_MEMORY, "%s: out of memory", k->file);
+        }
+        if (rc != STATUS_OK)
+            break;
+    }
+    if (rc != STATUS_OK) {
+        cJSON_Delete(list);
+        return rc;
+    }
+    *ret = list;
+    return STATUS_OK;
+}
+
 static status_t add_section(kc_t *k, cJSON *out, const char *key, cJSON *item)
 {
     if (item != NULL && cJSON_AddItemToObject(out, key, item))
@@ -511,24 +545,31 @@ status_t job_keras_compile_text(const char *text, size_t len, const char *file,
     }
     v = cJSON_GetObjectItemCaseSensitive(cc, "metrics");
     if (rc == STATUS_OK && want->metrics && v != NULL && !cJSON_IsNull(v)) {
-        cJSON *list = cJSON_CreateArray();
-        const cJSON *m;
-        if (list == NULL)
-            rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", file);
-        else if (!cJSON_IsArray(v))
-            rc = KC_FAIL(&k,
-                         "%s: compile_config: metrics per output (a mapping) are not "
-                         "supported",
-                         file);
-        cJSON_ArrayForEach(m, v)
-        {
-            if (rc != STATUS_OK)
-                break;
-            rc = metric_of(&k, m, &want->for_loss, &item);
-            if (rc == STATUS_OK && !cJSON_AddItemToArray(list, item)) {
-                cJSON_Delete(item);
+        cJSON *list = NULL;
+        if (cJSON_IsObject(v)) { /* {OUTPUT: [metrics]}: each read for its output's loss */
+            const cJSON *o;
+            if ((list = cJSON_CreateObject()) == NULL)
                 rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", file);
+            cJSON_ArrayForEach(o, v)
+            {
+                int at = 0;
+                cJSON *one = NULL;
+                while (at < want->n_outputs && strcmp(want->output_names[at], o->string) != 0)
+                    at++;
+                if (rc == STATUS_OK && at == want->n_outputs)
+                    rc = KC_FAIL(&k, "%s: compile_config: metrics for '%.60s', not an output", file,
+                                 o->string);
+                if (rc == STATUS_OK)
+                    rc = metric_list(&k, o, &want->for_outputs[at], &one);
+                if (rc == STATUS_OK && !cJSON_AddItemToObject(list, o->string, one)) {
+                    cJSON_Delete(one);
+                    rc = status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", file);
+                }
+                if (rc != STATUS_OK)
+                    break;
             }
+        } else {
+            rc = metric_list(&k, v, &want->for_loss, &list);
         }
         if (rc == STATUS_OK && cJSON_GetArraySize(list) > 0)
             rc = add_section(&k, out, "metrics", list);

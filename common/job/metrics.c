@@ -136,6 +136,7 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
     case JOB_METRIC_MSE:
     case JOB_METRIC_RMSE:
     case JOB_METRIC_OUTPUT_LOSS:
+    case JOB_METRIC_OUTPUT_ACCURACY:
         m->width = 2;
         break;
     case JOB_METRIC_AUC:
@@ -182,7 +183,8 @@ static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job)
             snprintf(m->name, sizeof(m->name), "%s", metric_reported[i - FIRST_OTHER]);
             rc = parse_other(c, opts, m);
         }
-        for (int k = 0; rc == STATUS_OK && k < job->n_metrics; k++)
+        /* (several outputs: the names are checked once their output's prefixes them) */
+        for (int k = 0; rc == STATUS_OK && job->model.n_outputs < 2 && k < job->n_metrics; k++)
             if (strcmp(job->metrics[k].name, m->name) == 0)
                 rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
                                    "%s: a second metric named '%s': give one a name of its own "
@@ -198,8 +200,107 @@ static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job)
     return rc;
 }
 
+/* The metrics of output k of a model of several: parsed as a model of one's, each then measuring
+ * that output under its name ("cls_accuracy"; accuracy becomes a metric of its own). */
+static status_t parse_output_metrics(job_ctx_t *c, const job_node_t *n, job_t *job, int k)
+{
+    const char *out = job->model.output_names[k];
+    const job_node_t *const *items =
+        n->kind == JOB_NODE_SEQ ? (const job_node_t *const *)n->items : &n;
+    size_t count = n->kind == JOB_NODE_SEQ ? n->n : 1;
+
+    for (size_t i = 0; i < count; i++) {
+        size_t old = n->kind == JOB_NODE_SEQ ? job_tree_push_index(c, i) : c->path_len;
+        int first = job->n_metrics;
+        status_t rc;
+        job->metric_accuracy = false;
+        job->accuracy_threshold = 0.5f;
+        rc = parse_one(c, items[i], job);
+        if (rc == STATUS_OK && job->metric_accuracy) { /* this output's accuracy */
+            if (!job_loss_has_accuracy(job->outputs[k].loss) || job->accuracy_threshold != 0.5f)
+                rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[i]->line,
+                                   "%s: output %s's accuracy is its cross-entropy's (a threshold "
+                                   "of its own is not supported yet), and its loss %s has none",
+                                   c->path, out, job_loss_name(job->outputs[k].loss));
+            else if (job->n_metrics == JOB_MAX_METRICS)
+                rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[i]->line, "%s: at most %d metrics",
+                                   c->path, JOB_MAX_METRICS);
+            else
+                job->metrics[job->n_metrics++] =
+                    (job_metric_t){.kind = JOB_METRIC_OUTPUT_ACCURACY,
+                                   .name = "accuracy",
+                                   .threshold = job->accuracy_threshold,
+                                   .offset = job->metric_width,
+                                   .width = 2};
+            job->metric_width += rc == STATUS_OK ? 2 : 0;
+        }
+        for (int e = first; rc == STATUS_OK && e < job->n_metrics; e++) {
+            job_metric_t *m = &job->metrics[e];
+            size_t a = strlen(out), b = strlen(m->name);
+            if (a + 1 + b >= sizeof(m->name)) {
+                rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[i]->line,
+                                   "%s: the metric's name with its output's, %s_%s, is longer "
+                                   "than %zu characters",
+                                   c->path, out, m->name, sizeof(m->name) - 1);
+                break;
+            }
+            memmove(m->name + a + 1, m->name, b + 1); /* "accuracy" -> "cls_accuracy" */
+            memcpy(m->name, out, a);
+            m->name[a] = '_';
+            m->output = k;
+            for (int d = 0; rc == STATUS_OK && d < e; d++)
+                if (strcmp(job->metrics[d].name, m->name) == 0)
+                    rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[i]->line,
+                                       "%s: a second metric named '%s'", c->path, m->name);
+        }
+        job_tree_pop(c, old);
+        STATUS_CHECK(rc);
+    }
+    job->metric_accuracy = false;
+    job->accuracy_threshold = 0.5f;
+    return STATUS_OK;
+}
+
 status_t job_parse_metrics(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
+    const job_model_t *model = &job->model;
+
+    if (model->n_outputs > 1) { /* one list an output: in their order, or by their names */
+        bool by_name = n->kind == JOB_NODE_MAP;
+        if (n->kind == JOB_NODE_SEQ && (int)n->n != model->n_outputs)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                 "%s: a model of %d outputs takes a list of %d lists of metrics "
+                                 "(one an output, in their order) or a mapping of its outputs' "
+                                 "names to theirs",
+                                 c->path, model->n_outputs, model->n_outputs);
+        if (!by_name && n->kind != JOB_NODE_SEQ)
+            return job_tree_type_error(c, n,
+                                       "a list of lists of metrics, or a mapping of the "
+                                       "outputs' names to their metrics");
+        for (size_t i = 0; i < n->n; i++) {
+            int k = (int)i;
+            size_t old;
+            status_t rc = STATUS_OK;
+            if (by_name) {
+                for (k = 0;
+                     k < model->n_outputs && strcmp(model->output_names[k], n->entries[i].key) != 0;
+                     k++)
+                    ;
+                if (k == model->n_outputs)
+                    return job_tree_fail(c, STATUS_BAD_CONFIG, n->entries[i].value->line,
+                                         "%s: the model has no output named '%s'", c->path,
+                                         n->entries[i].key);
+            }
+            old = by_name ? job_tree_push_key(c, n->entries[i].key) : job_tree_push_index(c, i);
+            if (!by_name && n->items[i]->kind != JOB_NODE_SEQ) /* Keras 3 wants lists too */
+                rc = job_tree_type_error(c, n->items[i], "a list of this output's metrics");
+            else
+                rc = parse_output_metrics(c, by_name ? n->entries[i].value : n->items[i], job, k);
+            job_tree_pop(c, old);
+            STATUS_CHECK(rc);
+        }
+        return STATUS_OK;
+    }
     if (n->kind != JOB_NODE_SEQ)
         return parse_one(c, n, job);
     for (size_t k = 0; k < n->n; k++) {
@@ -278,6 +379,7 @@ void job_metrics_result(const job_t *job, const double *state, double *ret)
         case JOB_METRIC_MAE:
         case JOB_METRIC_MSE:
         case JOB_METRIC_OUTPUT_LOSS:
+        case JOB_METRIC_OUTPUT_ACCURACY:
             ret[i] = div0(s[0], s[1]);
             break;
         case JOB_METRIC_RMSE:

@@ -780,7 +780,8 @@ def two_outputs_step(tmp):
 
 def exported_two_outputs(tmp):
     """A model of two outputs trained by tessera train from an .npz archive (y: one array an
-    output) and exported: Keras evaluates the test split to Tessera's loss and each output's."""
+    output) with metrics for each output, and exported: Keras evaluates the test split to
+    Tessera's loss, each output's, and each output's metrics, under the same names."""
     x = keras.Input((784,), name="image")
     h = L.Dense(64, activation="relu", name="hidden")(x)
     cls = L.Dense(10, name="classes")(h)
@@ -802,6 +803,8 @@ def exported_two_outputs(tmp):
         "name: two-outputs\nmodel: {keras_json: two-out.json}\n"
         "loss: [{sparse_categorical_crossentropy: {from_logits: true}}, mse]\n"
         "loss_weights: [1.0, 4.0]\noptimizer: {adam: {learning_rate: 0.001}}\n"
+        "metrics: {classes: [accuracy, {sparse_top_k_categorical_accuracy: {k: 2}}], "
+        "ink: [mae]}\n"
         "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
         "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
         "  test: {format: npz, file: two-out-test.npz, x: x, y: [y, ink]}\n"
@@ -810,7 +813,8 @@ def exported_two_outputs(tmp):
     # batches of 250 divide the split: Keras's per-output losses are means of the batches'
     # (a short last batch would count as much as a full one), Tessera's of the examples'
     theirs = back.evaluate(xs, [ys, inks], verbose=0, return_dict=True, batch_size=250)
-    for name in ("loss", "classes_loss", "ink_loss"):
+    for name in ("loss", "classes_loss", "ink_loss", "classes_accuracy",
+                 "classes_sparse_top_k_categorical_accuracy", "ink_mean_absolute_error"):
         print("exported two outputs %-13s tessera %s, keras %.5f" % (
             name, ours.get(name), theirs.get(name, -1)))
         want = theirs.get(name, -1)

@@ -74,7 +74,7 @@ int main(int argc, char **argv)
         memset(part, 0, job.metric_width * sizeof(double));
         const float *at = pred + (size_t)lo * outputs;
         metrics_update(job.metrics, job.n_metrics, at, at, outputs, y + (size_t)lo * label_len,
-                       label_len, hi - lo, part);
+                       label_len, label_len, hi - lo, part);
         for (size_t k = 0; k < job.metric_width; k++)
             sums[k] += part[k];
         lo = hi;

@@ -965,7 +965,38 @@ START_TEST(several_outputs_take_a_loss_each)
     REFUSED("loss: mse\nloss_weights: [1]\n", "1 weights for a model of 2 outputs");
     REFUSED("loss: mse\nloss_weights: {c: 1}\n", "no output of that name");
     REFUSED("loss: mse\nloss_weights: [1, -1]\n", "a weight is >= 0");
-    REFUSED("loss: mse\nmetrics: [mae]\n", "metrics for each output are not supported yet");
+    REFUSED("loss: mse\nmetrics: [mae]\n", "takes a list of 2 lists of metrics");
+    REFUSED("loss: mse\nmetrics: {c: [mae]}\n", "no output named 'c'");
+    REFUSED("loss: mse\nmetrics: [auc, mae]\n", "a list of this output's metrics");
+    REFUSED("loss: mse\nmetrics: {a: [{mae: {name: m0}}, {mae: {name: m1}}, {mae: {name: m2}}, "
+            "{mae: {name: m3}}, {mae: {name: m4}}, {mae: {name: m5}}, {mae: {name: m6}}, {mae: "
+            "{name: m7}}, {mae: {name: m8}}, {mae: {name: m9}}, {mae: {name: m10}}, {mae: {name: "
+            "m11}}, {mae: {name: m12}}, {mae: {name: m13}}, {mae: {name: m14}}]}\n",
+            "at most 16, each output's loss among them");
+    REFUSED("loss: mse\nmetrics: {a: [accuracy]}\n", "its loss mean_squared_error has none");
+#undef REFUSED
+    /* metrics for each output, named after it as Keras names them */
+    ck_assert_int_eq(parse_two_outputs("loss: [sparse_categorical_crossentropy, mse]\n"
+                                       "metrics: {b: [mae], a: [accuracy, auc]}\n",
+                                       &job, &err),
+                     STATUS_OK);
+    ck_assert_int_eq(job.n_metrics, 5); /* b_mae, a_accuracy, a_auc and the two losses */
+    ck_assert_str_eq(job.metrics[0].name, "b_mean_absolute_error");
+    ck_assert_int_eq(job.metrics[0].output, 1);
+    ck_assert_str_eq(job.metrics[1].name, "a_accuracy");
+    ck_assert_int_eq(job.metrics[1].kind, JOB_METRIC_OUTPUT_ACCURACY);
+    ck_assert_int_eq(job.metrics[1].output, 0);
+    ck_assert_str_eq(job.metrics[2].name, "a_auc");
+    ck_assert(!job.metric_accuracy);
+    job_done(&job);
+    ck_assert_int_eq(parse_two_outputs("loss: mse\nmetrics: [[], [mse]]\n", &job, &err), STATUS_OK);
+    ck_assert_str_eq(job.metrics[0].name, "b_mean_squared_error");
+    job_done(&job);
+#define REFUSED(rest, want)                                                                        \
+    do {                                                                                           \
+        ck_assert_int_eq(parse_two_outputs(rest, &job, &err), STATUS_BAD_CONFIG);                  \
+        ck_assert_msg(strstr(err.text, want) != NULL, "want '%s' in: %s", want, err.text);         \
+    } while (0)
 #undef REFUSED
     /* a model of one output has no weights to give */
     const char *one = "model: [{dense: {units: 1}, input_shape: [4]}]\nloss: mse\n"
