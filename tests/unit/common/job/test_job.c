@@ -992,12 +992,6 @@ START_TEST(several_outputs_take_a_loss_each)
     ck_assert_int_eq(parse_two_outputs("loss: mse\nmetrics: [[], [mse]]\n", &job, &err), STATUS_OK);
     ck_assert_str_eq(job.metrics[0].name, "b_mean_squared_error");
     job_done(&job);
-#define REFUSED(rest, want)                                                                        \
-    do {                                                                                           \
-        ck_assert_int_eq(parse_two_outputs(rest, &job, &err), STATUS_BAD_CONFIG);                  \
-        ck_assert_msg(strstr(err.text, want) != NULL, "want '%s' in: %s", want, err.text);         \
-    } while (0)
-#undef REFUSED
     /* a model of one output has no weights to give */
     const char *one = "model: [{dense: {units: 1}, input_shape: [4]}]\nloss: mse\n"
                       "loss_weights: [2]\ndata: {batch_size: 8, train: {format: synthetic, "
