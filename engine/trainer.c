@@ -87,6 +87,18 @@ void trainer_free(trainer_t *t)
     free(t);
 }
 
+/* The labels of each output in a dataset's rows, one after the other (NumPy: one array each;
+ * else one part of all of them): their values per example into lens, and how many parts. */
+static int label_parts(const dataset_t *ds, size_t *lens)
+{
+    if (ds->n_label_parts == 0) {
+        lens[0] = ds->label_len;
+        return 1;
+    }
+    memcpy(lens, ds->label_part_len, (size_t)ds->n_label_parts * sizeof(*lens));
+    return ds->n_label_parts;
+}
+
 /* The model's input and output must fit the data the job feeds it. */
 static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const char *split,
                                 status_msg_t *err)
@@ -116,15 +128,8 @@ static status_t check_data_fits(const trainer_t *t, const dataset_t *ds, const c
                            "%s: the %s data has %zu values per example but the model's input "
                            "takes %zu",
                            t->where, split, ds->feature_len, model_input_len(t->model));
-    /* the labels of each output (NumPy: one array each), one after the other in a row */
-    size_t lens[JOB_MAX_OUTPUTS] = {ds->label_len};
-    int parts = ds->n_label_parts > 0 ? ds->n_label_parts : 1;
-    if (ds->n_label_parts > 0)
-        memcpy(lens, ds->label_part_len, (size_t)parts * sizeof(*lens));
-    size_t train_lens[JOB_MAX_OUTPUTS] = {t->train->label_len};
-    int train_parts = t->train->n_label_parts > 0 ? t->train->n_label_parts : 1;
-    if (t->train->n_label_parts > 0)
-        memcpy(train_lens, t->train->label_part_len, (size_t)train_parts * sizeof(*lens));
+    size_t lens[JOB_MAX_OUTPUTS], train_lens[JOB_MAX_OUTPUTS];
+    int parts = label_parts(ds, lens), train_parts = label_parts(t->train, train_lens);
     if (ds != t->train &&
         (parts != train_parts || memcmp(lens, train_lens, (size_t)parts * sizeof(*lens)) != 0))
         return status_fail(err, STATUS_BAD_CONFIG,

@@ -659,6 +659,16 @@ def exported_shared(tmp):
           "shared layer: --init-from the export evaluates %.4f, trained %.4f" % (again, ours))
 
 
+def fashion_splits():
+    """Fashion-MNIST's splits: ("train" or "test", images [n, 784] as floats in [0, 1], labels)."""
+    for split, images, labels in (("train", "train-images-idx3-ubyte.gz",
+                                   "train-labels-idx1-ubyte.gz"),
+                                  ("test", "t10k-images-idx3-ubyte.gz",
+                                   "t10k-labels-idx1-ubyte.gz")):
+        yield (split, fashion(images, 16).reshape(-1, 784).astype("float32") / 255,
+               fashion(labels, 8))
+
+
 def exported_two_inputs(tmp):
     """A model of two inputs from Keras's JSON (each Fashion-MNIST image cut into its top and
     bottom halves, the top as 392 values, the bottom as a 14x28 matrix), trained by tessera
@@ -672,12 +682,9 @@ def exported_two_inputs(tmp):
     with open(os.path.join(tmp, "two.json"), "w") as f:
         f.write(model.to_json())
     halves = {}
-    for split, images, labels in (("train", "train-images-idx3-ubyte.gz",
-                                   "train-labels-idx1-ubyte.gz"),
-                                  ("test", "t10k-images-idx3-ubyte.gz",
-                                   "t10k-labels-idx1-ubyte.gz")):
-        x = fashion(images, 16).reshape(-1, 28, 28).astype("float32") / 255
-        halves[split] = (x[:, :14].reshape(-1, 392), x[:, 14:], fashion(labels, 8))
+    for split, x, y in fashion_splits():
+        x = x.reshape(-1, 28, 28)
+        halves[split] = (x[:, :14].reshape(-1, 392), x[:, 14:], y)
         np.savez(os.path.join(tmp, "two-%s.npz" % split), top=halves[split][0],
                  bottom=halves[split][1], y=halves[split][2])
     path = os.path.join(tmp, "two.yaml")
@@ -790,12 +797,8 @@ def exported_two_outputs(tmp):
     with open(os.path.join(tmp, "two-out.json"), "w") as f:
         f.write(model.to_json())
     arrays = {}
-    for split, images, labels in (("train", "train-images-idx3-ubyte.gz",
-                                   "train-labels-idx1-ubyte.gz"),
-                                  ("test", "t10k-images-idx3-ubyte.gz",
-                                   "t10k-labels-idx1-ubyte.gz")):
-        xs = fashion(images, 16).reshape(-1, 784).astype("float32") / 255
-        arrays[split] = (xs, fashion(labels, 8), xs.mean(axis=1, keepdims=True))
+    for split, xs, y in fashion_splits():
+        arrays[split] = (xs, y, xs.mean(axis=1, keepdims=True))
         np.savez(os.path.join(tmp, "two-out-%s.npz" % split), x=xs, y=arrays[split][1],
                  ink=arrays[split][2])
     ours, back = train_and_export(
@@ -842,12 +845,8 @@ def exported_multi_label(tmp):
     trained by tessera train and exported: Keras loads the model and evaluates the test split
     to Tessera's loss, binary accuracy (the share of the ten values right) and AUC."""
     arrays = {}
-    for split, images, labels in (("train", "train-images-idx3-ubyte.gz",
-                                   "train-labels-idx1-ubyte.gz"),
-                                  ("test", "t10k-images-idx3-ubyte.gz",
-                                   "t10k-labels-idx1-ubyte.gz")):
-        x = fashion(images, 16).reshape(-1, 784).astype("float32") / 255
-        y = np.eye(10, dtype="float32")[fashion(labels, 8)]
+    for split, x, y in fashion_splits():
+        y = np.eye(10, dtype="float32")[y]
         arrays[split] = (x, y)
         np.savez(os.path.join(tmp, "ml-%s.npz" % split), x=x, y=y)
     ours, back = train_and_export(
