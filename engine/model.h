@@ -113,6 +113,29 @@ void model_on_backward(model_t *m, model_backward_fn fn, void *arg);
  * (with the callbacks of model_on_backward), for a per-step breakdown. */
 void model_step_seconds(const model_t *m, double *ret_forward, double *ret_backward);
 
+/* Synchronized BatchNormalization: where the replicas of a training step add up their
+ * per-channel sums, so that each normalizes by the statistics of the whole global batch. sum
+ * adds vals[0..len) over every replica of the step, in place, the same sums in the same order on
+ * each; false when a replica failed the step (its part never comes): the step fails, and vals
+ * are not to be used. Local replicas on threads (replicas.c) and the worker processes of a
+ * multi_worker_mirrored ring (worker/sync.c) each make one; rank is the replica's place in it. */
+typedef struct layer_sync layer_sync_t;
+struct layer_sync {
+    bool (*sum)(layer_sync_t *s, int rank, double *vals, size_t len);
+};
+
+/* The doubles a synchronized BatchNormalization layer of the model exchanges at once at most
+ * (0: the model has none), and the exchange its layers use, this model being replica `rank`
+ * (NULL: none, each replica's own batch). */
+size_t model_sync_width(const model_t *m);
+void model_set_sync(model_t *m, layer_sync_t *s, int rank);
+
+/* A training pass without examples, as the exchange sees it: every sum the model's synchronized
+ * layers make in a forward and backward pass, in their order, with nothing of its own (zeros),
+ * for a replica whose slice of a step is empty while the others' are not. true at once when
+ * the model exchanges nothing; false as sum is. */
+bool model_sync_idle(model_t *m);
+
 /* Where a sparse parameter (an Embedding's table) finds its token ids in each example's
  * features: *ret_len values from *ret_at (the model input its layer reads). False for any
  * other parameter. */

@@ -65,11 +65,6 @@ struct model {
     size_t alloc_bytes, alloc_count; /* its size */
 };
 
-/* synchronized BatchNormalization: the doubles its layers exchange at once at most (0: the model
- * has none), and the exchange of a set of local replicas, this model being replica `rank`. */
-size_t model_sync_width(const model_t *m);
-void model_set_sync(model_t *m, layer_sync_t *s, int rank);
-
 /* Decides how each output's activation meets its loss, and its labels' default width (one value
  * an example for the categorical losses, else one for each output value); rejects combinations
  * that make no sense. */

@@ -11,11 +11,12 @@
 #include "model_internal.h"
 #include "spin.h"
 
-/* synchronized BatchNormalization's exchange (layer.h): each replica with examples writes its
- * sums in its row, all wait, each adds the rows up in replica order, all wait again (so that no
- * row is written before every replica has read it). A replica that fails its step aborts it:
- * the others return false instead of waiting for sums that never come. */
-struct layer_sync {
+/* synchronized BatchNormalization's exchange (model.h) between local replicas: each replica with
+ * examples writes its sums in its row, all wait, each adds the rows up in replica order, all
+ * wait again (so that no row is written before every replica has read it). A replica that fails
+ * its step aborts it: the others return false instead of waiting for sums that never come. */
+typedef struct local_sync {
+    layer_sync_t base; /* first: the layers' pointer is this one's */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int parties; /* this step's replicas with examples */
@@ -24,9 +25,9 @@ struct layer_sync {
     bool aborted;
     double *rows; /* a row of width doubles per replica */
     size_t width;
-};
+} local_sync_t;
 
-static bool sync_wait(layer_sync_t *s)
+static bool sync_wait(local_sync_t *s)
 {
     bool ok;
 
@@ -48,8 +49,10 @@ static bool sync_wait(layer_sync_t *s)
     return ok;
 }
 
-bool layer_sync_sum(layer_sync_t *s, int rank, double *vals, size_t len)
+static bool local_sum(layer_sync_t *base, int rank, double *vals, size_t len)
 {
+    local_sync_t *s = (local_sync_t *)base;
+
     if (len > s->width)
         return false;
     memcpy(s->rows + (size_t)rank * s->width, vals, len * sizeof(double));
@@ -64,7 +67,7 @@ bool layer_sync_sum(layer_sync_t *s, int rank, double *vals, size_t len)
     return sync_wait(s);
 }
 
-static void sync_abort(layer_sync_t *s)
+static void sync_abort(local_sync_t *s)
 {
     pthread_mutex_lock(&s->mu);
     s->aborted = true;
@@ -116,7 +119,7 @@ struct replicas {
     int64_t *cat_index;
     float *cat_grad;
     struct row_ref *refs;
-    layer_sync_t *sync; /* synchronized BatchNormalization's; NULL: none in the model */
+    local_sync_t *sync; /* synchronized BatchNormalization's; NULL: none in the model */
     /* the task: a step (fn NULL), or fn(arg, q, n) on every replica q */
     replicas_fn fn;
     void *arg;
@@ -379,7 +382,7 @@ bool replicas_rows(const replicas_t *r, size_t param, const int64_t **ret_index,
 /* The exchange of synchronized BatchNormalization, every replica's layers pointed at it. */
 static status_t make_sync(replicas_t *r, size_t width, status_msg_t *err)
 {
-    layer_sync_t *s = calloc(1, sizeof(*s));
+    local_sync_t *s = calloc(1, sizeof(*s));
 
     if (s == NULL || (s->rows = calloc((size_t)r->n * width, sizeof(double))) == NULL) {
         free(s);
@@ -387,10 +390,11 @@ static status_t make_sync(replicas_t *r, size_t width, status_msg_t *err)
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    s->base.sum = local_sum;
     s->width = width;
     r->sync = s;
     for (int q = 0; q < r->n; q++)
-        model_set_sync(r->reps[q].model, s, q);
+        model_set_sync(r->reps[q].model, &s->base, q);
     return STATUS_OK;
 }
 

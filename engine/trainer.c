@@ -514,18 +514,24 @@ void trainer_rows_into(const trainer_t *t, size_t param, float *g, float *mask)
  * slice and divided by the whole batch's examples (nothing for the empty slices of a short last
  * batch), so that the sum over the processes is the gradient of the mean loss over the whole
  * batch. With one slice a step (no worker lost) the gradients are final as backward makes them,
- * layer by layer: the all-reduce may take them while backward goes on. */
+ * layer by layer: the all-reduce may take them while backward goes on. Every process makes as
+ * many passes as the one with the most slices, in lockstep: a synchronized BatchNormalization
+ * sums its statistics over the slices of each pass (the whole global batch while no worker is
+ * lost), and a process whose slice of a pass is empty still takes its part in those sums. */
 static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *ret_stats,
                            status_msg_t *err)
 {
-    int per = t->job->data.batch_size, ran = 0;
+    int per = t->job->data.batch_size, ran = 0, passes = (t->n_slices + t->stride - 1) / t->stride;
     size_t in = model_input_len(t->model), np = model_param_count(t->model);
 
-    for (int v = t->slice; v < t->n_slices; v += t->stride) {
+    for (int pass = 0, v = t->slice; pass < passes; pass++, v += t->stride) {
         int lo = v * per, n = b->size - lo < per ? b->size - lo : per;
         model_stats_t st;
-        if (n <= 0)
-            break;
+        if (v >= t->n_slices || n <= 0) {
+            if (!model_sync_idle(t->model))
+                return status_fail(err, STATUS_CANCELLED, "another worker failed this step");
+            continue;
+        }
         /* slice v of this batch drops the same values whichever worker computes it */
         model_set_draw_key(t->model, model_draw_key(b->epoch, b->index, v));
         status_t rc = model_train_slice(t->model, b->features + (size_t)lo * in,

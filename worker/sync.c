@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -55,9 +56,58 @@ struct sync {
     size_t *n_rows;
     int64_t **own_index; /* the model's own row buffers, while the sum's stand in */
     float **own_grad;
+    /* synchronized BatchNormalization: its sums go round the ring inside forward and backward
+     * (bn_sum), on the trainer's thread, so no bucket may be in the ring then: such a model's
+     * gradients go after backward. bn_rc: the closure's first failed sum, and why. */
+    layer_sync_t bn;
+    float *bn_buf;
+    size_t bn_width;
+    status_t bn_rc;
+    status_msg_t bn_err;
 };
 
 static status_t make_rows(sync_t *s);
+
+/* A double as four 16-bit limbs, each exact in a float. */
+#define BN_LIMBS 4
+
+/* synchronized BatchNormalization's sums over the workers (model.h): an all-gather made of the
+ * ring's all-reduce (each worker's doubles as limbs in its own place, zeros elsewhere: the sum of
+ * a limb and zeros is the limb, exactly), then each value summed in ring order, so that every
+ * worker gets the same double, as exact as one device's. */
+static bool bn_sum(layer_sync_t *base, int rank, double *vals, size_t len)
+{
+    sync_t *s = (sync_t *)((char *)base - offsetof(sync_t, bn));
+    size_t per = len * BN_LIMBS, n = per * (size_t)s->ring_size;
+
+    (void)rank; /* one replica a worker */
+    if (s->bn_rc != STATUS_OK || len > s->bn_width)
+        return false;
+    memset(s->bn_buf, 0, n * sizeof(float));
+    for (size_t i = 0; i < len; i++) {
+        uint64_t bits;
+        memcpy(&bits, &vals[i], sizeof(bits));
+        for (int k = 0; k < BN_LIMBS; k++)
+            s->bn_buf[(size_t)s->ring_rank * per + i * BN_LIMBS + (size_t)k] =
+                (float)((bits >> (16 * k)) & 0xffff);
+    }
+    if ((s->bn_rc = ring_allreduce(s->ring, s->bn_buf, n, &s->bn_err)) != STATUS_OK)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        double sum = 0;
+        for (int q = 0; q < s->ring_size; q++) {
+            const float *limb = s->bn_buf + (size_t)q * per + i * BN_LIMBS;
+            uint64_t bits = 0;
+            double v;
+            for (int k = 0; k < BN_LIMBS; k++)
+                bits |= (uint64_t)limb[k] << (16 * k);
+            memcpy(&v, &bits, sizeof(v));
+            sum += v;
+        }
+        vals[i] = sum;
+    }
+    return true;
+}
 
 /* The comm thread: all-reduces each published bucket, in order, into the gradients. */
 static void *comm_main(void *arg)
@@ -177,6 +227,9 @@ void sync_free(sync_t *s)
         pthread_mutex_destroy(&s->mu);
         model_on_backward(trainer_model(s->t), NULL, NULL);
     }
+    if (s->bn_buf != NULL)
+        model_set_sync(trainer_model(s->t), NULL, 0);
+    free(s->bn_buf);
     free(s->param_off);
     free(s->bucket_lo);
     free(s->bucket_hi);
@@ -227,10 +280,21 @@ status_t sync_new(trainer_t *t, int rank, int size, int64_t bytes_per_pack, bool
         sync_free(s);
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     }
+    if (size > 1 && (s->bn_width = model_sync_width(m)) > 0) {
+        s->bn_buf = calloc(s->bn_width * BN_LIMBS * (size_t)size, sizeof(float));
+        if (s->bn_buf == NULL) {
+            sync_free(s);
+            return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+        }
+        s->bn.sum = bn_sum;
+        model_set_sync(m, &s->bn, 0);
+    }
     rc = plan_buckets(s, bytes_per_pack > 0 ? (size_t)bytes_per_pack : SYNC_AUTO_BYTES_PER_PACK,
                       err);
-    /* buckets during backward: dense gradients only (an Embedding's rows come after it) */
-    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating && size > 1 && s->n_mask == 0)
+    /* buckets during backward: dense gradients only (an Embedding's rows come after it), and
+     * not while synchronized BatchNormalization needs the ring inside backward */
+    if (rc == STATUS_OK && s->n_buckets > 1 && !accumulating && size > 1 && s->n_mask == 0 &&
+        s->bn_buf == NULL)
         rc = start_comm(s, err);
     if (rc == STATUS_OK)
         rc = ring_listen(":0", &s->listen_fd, ret_port, err);
@@ -262,6 +326,7 @@ status_t sync_connect(sync_t *s, char *const *ring, size_t n, int rank, uint64_t
         STATUS_CHECK(trainer_set_slices(s->t, rank, (int)n, err));
     s->ring_rank = rank;
     s->ring_size = (int)n;
+    s->bn_rc = STATUS_OK;
     o.next_address = ring[(size_t)(rank + 1) % n];
     return ring_connect(&o, &s->ring, err);
 }
@@ -509,6 +574,8 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
     *ret_steps = 0;
     if (s->ring == NULL)
         return status_fail(err, STATUS_INVALID_USAGE, "the ring of the job is not connected");
+    if (s->bn_rc != STATUS_OK) /* a closure that failed in a sum: the ring is broken */
+        return status_fail(err, s->bn_rc, "%s", s->bn_err.text);
     snapshot(s, true);
     trainer_drop_window(s->t);
     for (int k = 0; k < steps; k++) {
@@ -524,7 +591,9 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
             status_t rc = trainer_step(s->t, &b, &st, err);
             if (rc != STATUS_OK) { /* the others wait for this step's gradients: tell them now */
                 ring_abort(s->ring);
-                return rc;
+                if (s->bn_rc != STATUS_OK && err != NULL) /* the ring failed, not the layer */
+                    *err = s->bn_err;
+                return s->bn_rc != STATUS_OK ? s->bn_rc : rc;
             }
             if (trainer_accumulate(s->t)) /* once per window of accumulate_steps */
                 STATUS_CHECK(reduce_and_update(s, err));

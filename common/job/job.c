@@ -1210,18 +1210,6 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
                                  "train it with another strategy",
                                  job->model.layers[i].name);
 
-    for (size_t i = 0;
-         job->strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED && i < job->model.n_layers; i++)
-        if (job->model.layers[i].kind == JOB_LAYER_BATCH_NORMALIZATION &&
-            job->model.layers[i].synchronized)
-            return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
-                                 "model: layer %s is a synchronized BatchNormalization, whose "
-                                 "statistics multi_worker_mirrored would have to all-reduce "
-                                 "inside each forward and backward pass, which is not built: "
-                                 "set synchronized: false, or train it with mirrored (whose "
-                                 "replicas synchronize it)",
-                                 job->model.layers[i].name);
-
     STATUS_CHECK(match_features(c, root, job, &job->data.train));
     STATUS_CHECK(match_features(c, root, job, &job->data.test));
     STATUS_CHECK(check_ids_and_losses(c, root, job));

@@ -13,13 +13,11 @@
 #include "backend.h"
 #include "model.h"
 
-/* synchronized BatchNormalization: where the local replicas of a step add up their sums
- * (replicas.c makes one per set of replicas). layer_sync_sum adds vals[0..len) over every
- * replica of this step that has examples, in place, the same sums in the same order on each;
- * false when a replica failed this step (its part never comes): the step fails, and vals are
- * not to be used. */
-typedef struct layer_sync layer_sync_t;
-bool layer_sync_sum(layer_sync_t *s, int rank, double *vals, size_t len);
+/* synchronized BatchNormalization's sums over the replicas of a step (model.h) */
+static inline bool layer_sync_sum(layer_sync_t *s, int rank, double *vals, size_t len)
+{
+    return s->sum(s, rank, vals, len);
+}
 
 typedef struct layer {
     job_layer_t spec;
@@ -66,9 +64,9 @@ typedef struct layer {
     float *batch_mean, *batch_var;
     double *sums; /* BatchNormalization: per-channel sums and factors, 3 a channel */
     float share;
-    /* synchronized BatchNormalization over local replicas: the set's exchange (NULL: this
-     * replica's batch alone), this replica's rank in it, and the rows of the step's global
-     * batch (set by the forward pass) */
+    /* synchronized BatchNormalization: the replicas' exchange (NULL: this replica's batch
+     * alone), this replica's rank in it, and the rows of the step's global batch (set by the
+     * forward pass) */
     layer_sync_t *sync;
     int sync_rank;
     double sync_rows;

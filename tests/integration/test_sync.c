@@ -62,6 +62,8 @@ typedef struct mlp_more {
     int bytes_per_pack;    /* train.bytes_per_pack; 0: automatic */
     const char *extra;     /* more top-level keys, or NULL */
     bool dropout;          /* a Dropout layer (rate 0.3) before the last Dense */
+    int batch_norm;        /* a BatchNormalization before the last Dense: 1 synchronized, -1 not */
+    int steps;             /* train.steps in place of the epochs; 0: the epochs */
 } mlp_more_t;
 
 /* The MLP example with `strategy`, `batch` (per worker), `epochs` and `more`, in the test's
@@ -86,12 +88,16 @@ static const char *mlp_job_of(const char *name, const char *strategy, int batch,
     ck_assert(getdelim(&text, &len, '\0', f) > 0);
     fclose(f);
     snprintf(now[0], sizeof(now[0]), "strategy: %s", strategy);
-    snprintf(now[1], sizeof(now[1]), "%s%s", more.dropout ? "  - {dropout: {rate: 0.3}}\n" : "",
+    snprintf(now[1], sizeof(now[1]), "%s%s%s", more.dropout ? "  - {dropout: {rate: 0.3}}\n" : "",
+             more.batch_norm > 0   ? "  - {batch_normalization: {synchronized: true}}\n"
+             : more.batch_norm < 0 ? "  - {batch_normalization: {}}\n"
+                                   : "",
              was[1]);
     snprintf(now[2], sizeof(now[2]), "%s", optimizer ? optimizer : was[2]);
     snprintf(now[3], sizeof(now[3]), "%sbatch_size: %d", more.global ? "global_" : "", batch);
-    snprintf(now[4], sizeof(now[4]), "train: {epochs: %d, steps_per_execution: 20%s%.0d%s%.0d}",
-             epochs, accumulate ? ", accumulate_steps: " : "", accumulate,
+    snprintf(now[4], sizeof(now[4]), "train: {%s: %d, steps_per_execution: 20%s%.0d%s%.0d}",
+             more.steps > 0 ? "steps" : "epochs", more.steps > 0 ? more.steps : epochs,
+             accumulate ? ", accumulate_steps: " : "", accumulate,
              more.bytes_per_pack ? ", bytes_per_pack: " : "", more.bytes_per_pack);
     snprintf(out, sizeof(path[0]), "%s/%s.yaml", harness_tmpdir(), name);
     ck_assert_ptr_nonnull(f = fopen(out, "w"));
@@ -271,6 +277,55 @@ START_TEST(sync_epoch_ends_where_one_device_does)
                   "exit %d: %s", rc, out);
     free(out);
     free(one);
+    stop_cluster(&c);
+}
+END_TEST
+
+/* `job` run by `tessera train` (c NULL) or submitted to c: its output (free it). */
+static char *run_job(cluster_t *c, const char *job)
+{
+    char *args[] = {"train", (char *)job, NULL}, *out = NULL;
+    int rc = c == NULL ? tessera(args, &out) : submit_watch(c, job, &out);
+
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    return out;
+}
+
+/* A synchronized BatchNormalization normalizes both workers' slices of 32 by the statistics of
+ * the whole global batch, summed over the ring inside forward and backward: 400 steps end where
+ * one_device's batch of 64 ends, to the printed digits (unsynchronized, each worker normalizes
+ * its own 32: elsewhere). Over a whole epoch such a model amplifies the rounding of sums taken in
+ * another order into the printed digits, so the epoch is checked against mirrored's two
+ * synchronized replicas of 32 (a unit test holds those to one_device's steps), whose sums go in
+ * the same order: its last global batch has 32 examples, all worker 0's, and worker 1 takes its
+ * part in the sums with nothing. */
+START_TEST(sync_synchronized_batch_normalization_ends_where_one_device_does)
+{
+    cluster_t c;
+    mlp_more_t steps = {.batch_norm = 1, .steps = 400}, epoch = {.batch_norm = 1};
+    char *out[5], *numbers[5];
+    const char *what[5] = {"one_device, 64", "mirrored, 2 x 32", "2 workers, 32", "unsynchronized",
+                           "2 workers, epoch"};
+
+    out[0] = run_job(NULL, mlp_job_of("bn-one", "one_device", 64, 1, steps));
+    out[1] = run_job(NULL, mlp_job_of("bn-mir", "{mirrored: {replicas: 2}}", 32, 1, epoch));
+    start_cluster(&c);
+    out[2] = run_job(&c, mlp_job_of("bn-mwms", "multi_worker_mirrored", 32, 1, steps));
+    out[3] = run_job(&c, mlp_job_of("bn-apart", "multi_worker_mirrored", 32, 1,
+                                    (mlp_more_t){.batch_norm = -1, .steps = 400}));
+    out[4] = run_job(&c, mlp_job_of("bn-mwms-epoch", "multi_worker_mirrored", 32, 1, epoch));
+    printf("synchronized batch normalization (400 steps; mirrored and the last, one epoch):\n");
+    for (int k = 0; k < 5; k++) {
+        numbers[k] = harness_result(out[k]);
+        printf("  %-18s %s\n", what[k], numbers[k]);
+    }
+    ck_assert_str_eq(numbers[0], numbers[2]);
+    ck_assert_str_ne(numbers[0], numbers[3]);
+    ck_assert_str_eq(numbers[1], numbers[4]);
+    for (int k = 0; k < 5; k++) {
+        free(numbers[k]);
+        free(out[k]);
+    }
     stop_cluster(&c);
 }
 END_TEST
@@ -713,6 +768,7 @@ static Suite *sync_suite(void)
     tcase_add_test(tc, sync_fashion_mnist_mlp_reaches_86_percent_on_two_workers);
     tcase_add_test(tc, sync_epoch_ends_where_one_device_does);
     tcase_add_test(tc, sync_functional_model_ends_where_one_device_does);
+    tcase_add_test(tc, sync_synchronized_batch_normalization_ends_where_one_device_does);
     tcase_add_test(tc, sync_worker_killed_the_job_finishes_on_the_other_at_the_same_numbers);
     tcase_add_test(tc, sync_worker_restarted_rejoins_the_ring);
     tcase_add_test(tc, sync_worker_hung_is_noticed_and_taken_back);
