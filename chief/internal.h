@@ -130,6 +130,10 @@ void chief_metrics_alive(coordinator_t *c, const bool *alive, size_t n);
 void chief_job_event(coordinator_t *c, chief_job_t *j, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The event of epoch `epoch` (from 0) ended, with its numbers (the test split's when
+ * `evaluated`; the accuracies when the job has one). Call with c->mu held. */
+void chief_epoch_event(coordinator_t *c, chief_job_t *j, int64_t epoch, bool evaluated);
+
 /* Wakes the watchers: j's progress moved. Call with c->mu held. */
 void chief_job_changed(coordinator_t *c);
 

@@ -1,6 +1,7 @@
 /* The chief's job table: queued, running and ended jobs, their events, and the limits on what
  * clients may leave in it. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,22 @@ void chief_job_event(coordinator_t *c, chief_job_t *j, const char *fmt, ...)
     va_start(ap, fmt);
     job_event_v(c, j, fmt, ap);
     va_end(ap);
+}
+
+void chief_epoch_event(coordinator_t *c, chief_job_t *j, int64_t epoch, bool evaluated)
+{
+    const Tessera__V1__JobProgress *p = &j->progress;
+    char acc[2][48] = {"", ""};
+
+    if (job_reports_accuracy(&j->job)) {
+        snprintf(acc[0], sizeof(acc[0]), ", accuracy %.4f", p->accuracy);
+        snprintf(acc[1], sizeof(acc[1]), ", test accuracy %.4f", p->test_accuracy);
+    }
+    if (evaluated)
+        chief_job_event(c, j, "epoch %lld: loss %.4f%s, test loss %.4f%s", (long long)epoch + 1,
+                        p->loss, acc[0], p->test_loss, acc[1]);
+    else
+        chief_job_event(c, j, "epoch %lld: loss %.4f%s", (long long)epoch + 1, p->loss, acc[0]);
 }
 
 bool chief_job_ended(const chief_job_t *j)
@@ -317,4 +334,6 @@ void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V
     info->finished_at = j->finished_at;
     if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING)
         pr->elapsed_seconds = clock_wall_s() - j->started_at;
+    if (!job_reports_accuracy(&j->job)) /* a regression, several outputs: none to show */
+        pr->accuracy = pr->test_accuracy = NAN;
 }

@@ -262,10 +262,7 @@ static status_t evaluate(running_t *r, status_msg_t *err)
                         "worker %zu sent %zu metric sums of the test split, the job has "
                         "%zu: not counted",
                         w, resp->n_metric_sums, j->job.metric_width);
-        chief_job_event(c, j,
-                        "epoch %lld: loss %.4f, accuracy %.4f, test loss %.4f, test accuracy %.4f",
-                        (long long)j->progress.epoch + 1, j->progress.loss, j->progress.accuracy,
-                        j->progress.test_loss, j->progress.test_accuracy);
+        chief_epoch_event(c, j, j->progress.epoch, true);
         pthread_mutex_unlock(&c->mu);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         return STATUS_OK;
@@ -396,8 +393,7 @@ static status_t train(running_t *r, int64_t batches, bool has_test, const ckpt_m
             rc = evaluate(r, err);
         } else if (rc == STATUS_OK) {
             pthread_mutex_lock(&c->mu);
-            chief_job_event(c, j, "epoch %lld: loss %.4f, accuracy %.4f", (long long)e + 1,
-                            j->progress.loss, j->progress.accuracy);
+            chief_epoch_event(c, j, e, false);
             pthread_mutex_unlock(&c->mu);
         }
         if (rc == STATUS_OK)

@@ -542,13 +542,9 @@ static status_t end_epoch(sync_run_t *s, int64_t e, bool has_test, status_msg_t 
         j->progress.test_loss = sums[0] / sums[2];
         j->progress.test_accuracy = sums[1] / sums[2];
         dispatch_progress_metrics(&j->progress, &j->job, s->closure_metrics, true);
-        chief_job_event(c, j,
-                        "epoch %lld: loss %.4f, accuracy %.4f, test loss %.4f, test accuracy %.4f",
-                        (long long)e + 1, j->progress.loss, j->progress.accuracy,
-                        j->progress.test_loss, j->progress.test_accuracy);
+        chief_epoch_event(c, j, e, true);
     } else {
-        chief_job_event(c, j, "epoch %lld: loss %.4f, accuracy %.4f", (long long)e + 1,
-                        j->progress.loss, j->progress.accuracy);
+        chief_epoch_event(c, j, e, false);
     }
     pthread_mutex_unlock(&c->mu);
     return STATUS_OK;

@@ -10,7 +10,7 @@ status_t chief_tb_open(chief_tb_t *t, const chief_job_t *j, status_msg_t *err)
                    .job = j->job.name ? j->job.name : j->name,
                    .update_freq = j->job.tensorboard_update_freq,
                    .histogram_freq = j->job.tensorboard_histogram_freq,
-                   .accuracy = job_loss_has_accuracy(j->job.loss)};
+                   .accuracy = job_reports_accuracy(&j->job)};
 
     *t = (chief_tb_t){.rc = STATUS_OK};
     return j->job.tensorboard_logdir != NULL ? tb_open(&o, &t->run, err) : STATUS_OK;

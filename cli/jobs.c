@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,13 @@ const char *cli_take_positional(int *argc, char **argv)
     return NULL;
 }
 
+/* Whether the progress holds an evaluation's numbers (a loss is never 0 in practice; the
+ * accuracy is NaN for a job without one). */
+static bool evaluated(const Tessera__V1__JobProgress *p)
+{
+    return p->test_loss > 0 || p->test_accuracy > 0;
+}
+
 /* A job's metrics beyond loss and accuracy, as "SEP PREFIXNAME VALUE" each. */
 static void print_metrics(Tessera__V1__MetricValue *const *m, size_t n, const char *sep,
                           const char *prefix)
@@ -99,11 +107,15 @@ static void print_info(const Tessera__V1__JobInfo *j)
 {
     const Tessera__V1__JobProgress *p = j->progress;
     printf("%-28s %-10s", j->id, state_name(j->state));
-    if (p != NULL && p->total_steps > 0)
-        printf(" step %lld/%lld epoch %lld loss %.4f accuracy %.4f", (long long)p->step,
-               (long long)p->total_steps, (long long)p->epoch + 1, p->loss, p->accuracy);
-    if (p != NULL && p->total_steps > 0)
+    if (p != NULL && p->total_steps > 0) {
+        printf(" step %lld/%lld epoch %lld loss %.4f", (long long)p->step,
+               (long long)p->total_steps, (long long)p->epoch + 1, p->loss);
+        if (!isnan(p->accuracy)) /* NaN: the job has none */
+            printf(" accuracy %.4f", p->accuracy);
         print_metrics(p->metrics, p->n_metrics, " ", "");
+    }
+    if (p != NULL && evaluated(p))
+        printf(" test_loss %.4f", p->test_loss);
     if (p != NULL && p->test_accuracy > 0)
         printf(" test_accuracy %.4f", p->test_accuracy);
     if (p != NULL)
@@ -155,14 +167,18 @@ static void show_progress(const Tessera__V1__JobInfo *j, watch_state_t *ws)
             for (int i = 0; i < width; i++)
                 bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
             bar[width] = '\0';
-            printf("\r\033[K%s [%s] %lld/%lld  loss %.4f  accuracy %.4f  %.0f examples/s", j->id,
-                   bar, (long long)p->step, (long long)p->total_steps, p->loss, p->accuracy,
-                   p->examples_per_second);
+            printf("\r\033[K%s [%s] %lld/%lld  loss %.4f", j->id, bar, (long long)p->step,
+                   (long long)p->total_steps, p->loss);
+            if (!isnan(p->accuracy))
+                printf("  accuracy %.4f", p->accuracy);
+            printf("  %.0f examples/s", p->examples_per_second);
             fflush(stdout);
         } else if (t - ws->last_line >= 5) {
-            printf("step %lld/%lld: loss %.4f, accuracy %.4f, %.0f examples/s\n",
-                   (long long)p->step, (long long)p->total_steps, p->loss, p->accuracy,
-                   p->examples_per_second);
+            printf("step %lld/%lld: loss %.4f", (long long)p->step, (long long)p->total_steps,
+                   p->loss);
+            if (!isnan(p->accuracy))
+                printf(", accuracy %.4f", p->accuracy);
+            printf(", %.0f examples/s\n", p->examples_per_second);
             ws->last_line = t;
         }
     }
@@ -210,11 +226,16 @@ static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
         if (p->train_seconds > 0)
             printf(" (training %.2f s, %.0f steps/s)", p->train_seconds,
                    (double)p->step / p->train_seconds);
-        printf("; loss %.4f, accuracy %.4f", p->loss, p->accuracy);
+        printf("; loss %.4f", p->loss);
+        if (!isnan(p->accuracy))
+            printf(", accuracy %.4f", p->accuracy);
         print_metrics(p->metrics, p->n_metrics, ", ", "");
-        if (p->test_accuracy > 0)
-            printf("; test loss %.4f, test accuracy %.4f", p->test_loss, p->test_accuracy);
-        print_metrics(p->test_metrics, p->n_test_metrics, ", test ", "");
+        if (evaluated(p)) {
+            printf("; test loss %.4f", p->test_loss);
+            if (!isnan(p->test_accuracy))
+                printf(", test accuracy %.4f", p->test_accuracy);
+            print_metrics(p->test_metrics, p->n_test_metrics, ", test ", "");
+        }
     } else if (j->reason && j->reason[0]) {
         char note[96];
         printf(": %s%s", j->reason, fault_note(j, note, sizeof(note)));

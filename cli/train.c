@@ -66,10 +66,14 @@ static void print_epoch(const train_progress_t *p, const job_t *job)
     else
         printf("step %lld/%lld (epoch %lld)", (long long)p->step, (long long)p->total_steps,
                (long long)p->epoch + 1);
-    printf(": loss %.4f - accuracy %.4f", p->loss, p->accuracy);
+    printf(": loss %.4f", p->loss);
+    if (job_reports_accuracy(job))
+        printf(" - accuracy %.4f", p->accuracy);
     print_metrics(job, p->metrics, " - ", "");
     if (p->has_test) {
-        printf(" - test_loss %.4f - test_accuracy %.4f", p->test_loss, p->test_accuracy);
+        printf(" - test_loss %.4f", p->test_loss);
+        if (job_reports_accuracy(job))
+            printf(" - test_accuracy %.4f", p->test_accuracy);
         print_metrics(job, p->test_metrics, " - ", "test_");
     }
     printf(" - %.0f examples/s - %.1f s\n", p->examples_per_second, p->seconds);
@@ -95,15 +99,19 @@ static void on_progress(const train_progress_t *p, void *arg)
         for (int i = 0; i < width; i++)
             bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
         bar[width] = '\0';
-        printf("\r\033[Kepoch %lld [%s] %lld/%lld  loss %.4f  accuracy %.4f  %.0f examples/s",
-               (long long)p->epoch + 1, bar, (long long)p->epoch_step, (long long)p->epoch_steps,
-               p->loss, p->accuracy, p->examples_per_second);
+        printf("\r\033[Kepoch %lld [%s] %lld/%lld  loss %.4f", (long long)p->epoch + 1, bar,
+               (long long)p->epoch_step, (long long)p->epoch_steps, p->loss);
+        if (job_reports_accuracy(st->job))
+            printf("  accuracy %.4f", p->accuracy);
+        printf("  %.0f examples/s", p->examples_per_second);
     } else {
         if (p->seconds - st->last_print < 5.0)
             return;
-        printf("step %lld: epoch %lld, loss %.4f, accuracy %.4f, %.0f examples/s\n",
-               (long long)p->step, (long long)p->epoch + 1, p->loss, p->accuracy,
-               p->examples_per_second);
+        printf("step %lld: epoch %lld, loss %.4f", (long long)p->step, (long long)p->epoch + 1,
+               p->loss);
+        if (job_reports_accuracy(st->job))
+            printf(", accuracy %.4f", p->accuracy);
+        printf(", %.0f examples/s\n", p->examples_per_second);
     }
     st->last_print = p->seconds;
     fflush(stdout);
@@ -155,8 +163,10 @@ int cli_train(int argc, char **argv)
         }
     }
     if (o.evaluate) {
-        printf("evaluated %s at step %lld: test loss %.4f, test accuracy %.4f",
-               job.name ? job.name : path, (long long)res.steps, res.test_loss, res.test_accuracy);
+        printf("evaluated %s at step %lld: test loss %.4f", job.name ? job.name : path,
+               (long long)res.steps, res.test_loss);
+        if (job_reports_accuracy(&job))
+            printf(", test accuracy %.4f", res.test_accuracy);
         print_metrics(&job, res.test_metrics, ", test ", "");
         printf("\n");
         rc = 0;
@@ -168,13 +178,16 @@ int cli_train(int argc, char **argv)
     if (res.optimizer_from >= 0)
         printf("its optimizer went on from iteration %lld of %s; ", (long long)res.optimizer_from,
                job.init_from);
-    printf("trained %s: %lld steps, %lld epochs in %.1f s (%.0f examples/s); loss %.4f, "
-           "accuracy %.4f",
+    printf("trained %s: %lld steps, %lld epochs in %.1f s (%.0f examples/s); loss %.4f",
            job.name ? job.name : path, (long long)res.steps, (long long)res.epochs, res.seconds,
-           res.examples_per_second, res.loss, res.accuracy);
+           res.examples_per_second, res.loss);
+    if (job_reports_accuracy(&job))
+        printf(", accuracy %.4f", res.accuracy);
     print_metrics(&job, res.metrics, ", ", "");
     if (!isnan(res.test_accuracy)) {
-        printf("; test loss %.4f, test accuracy %.4f", res.test_loss, res.test_accuracy);
+        printf("; test loss %.4f", res.test_loss);
+        if (job_reports_accuracy(&job))
+            printf(", test accuracy %.4f", res.test_accuracy);
         print_metrics(&job, res.test_metrics, ", test ", "");
     }
     printf("\n");

@@ -84,8 +84,7 @@ static status_t open_tensorboard(const job_t *job, tb_run_t **ret, status_msg_t 
                    .job = job->name ? job->name : "job",
                    .update_freq = job->tensorboard_update_freq,
                    .histogram_freq = job->tensorboard_histogram_freq,
-                   /* several outputs: each one's loss, no accuracy */
-                   .accuracy = job_loss_has_accuracy(job->loss) && job->n_outputs <= 1};
+                   .accuracy = job_reports_accuracy(job)};
 
     *ret = NULL;
     return job->tensorboard_logdir != NULL ? tb_open(&o, ret, err) : STATUS_OK;

@@ -117,6 +117,11 @@ bool job_loss_has_accuracy(job_loss_kind_t loss)
            loss == JOB_LOSS_BINARY_CROSSENTROPY || loss == JOB_LOSS_CATEGORICAL_CROSSENTROPY;
 }
 
+bool job_reports_accuracy(const job_t *job)
+{
+    return job_loss_has_accuracy(job->loss) && job->n_outputs <= 1;
+}
+
 /* Keras's reduction of a batch's losses: the mean over the examples (sum_over_batch_size, mean,
  * mean_with_sample_weight without sample weights), their sum, or none (null in YAML too): the
  * losses apart, which Keras's fit trains on as their sum and reports as their mean. */

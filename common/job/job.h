@@ -243,6 +243,10 @@ typedef struct job {
     uint64_t seed;                      /* model initialization; default: data.seed */
 } job_t;
 
+/* Whether the job has an accuracy to show beside its loss: one output, under a cross-entropy
+ * (a regression has none; a model of several outputs shows each one's loss and metrics). */
+bool job_reports_accuracy(const job_t *job);
+
 /* The value of each of the job's metrics (ret[n_metrics]) from their sums (state[metric_width],
  * added up over any batches, replicas and workers); a metric that has seen nothing is 0, as
  * Keras's is. */

@@ -461,6 +461,34 @@ START_TEST(ps_training_rejected_job_reports_the_error_to_the_cli)
 }
 END_TEST
 
+/* A regression job on the cluster: its loss, metrics and test loss, but no accuracy (the chief
+ * sends none, its events show none). */
+START_TEST(ps_training_regression_shows_no_accuracy)
+{
+    cluster_t c;
+    char path[512], *out = NULL;
+    int rc;
+
+    start_cluster(&c);
+    snprintf(path, sizeof(path), "%s/regression.yaml", harness_tmpdir());
+    write_file(path, "name: regression\nmodel:\n  - {dense: {units: 1}, input_shape: [784]}\n"
+                     "loss: mse\nmetrics: [mae]\ndata:\n  batch_size: 8\n"
+                     "  train: {format: synthetic, kind: classification, examples: 64, shape: "
+                     "[784], classes: 2}\n"
+                     "  test: {format: synthetic, kind: classification, examples: 32, shape: "
+                     "[784], classes: 2}\ntrain: {epochs: 2}\n");
+    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "accuracy") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, "epoch 2: loss ") != NULL && strstr(out, "; loss ") != NULL &&
+                      strstr(out, ", mean_absolute_error ") != NULL &&
+                      strstr(out, "; test loss ") != NULL,
+                  "%s", out);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 /* The Fashion-MNIST MLP with a second hidden layer; %s: the optimizer, %d: the batch, %s: the
  * train section's keys. */
 static const char packs_job[] =
@@ -754,6 +782,7 @@ int main(void)
     tcase_add_test(tc, ps_training_staleness_bound_holds_a_worker_that_runs_ahead);
     tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);
+    tcase_add_test(tc, ps_training_regression_shows_no_accuracy);
     tcase_add_test(tc, ps_training_accumulated_batches_push_as_one_larger_batch);
     tcase_add_test(tc, ps_training_gradient_packs_overlap_backward_and_change_nothing);
     tcase_add_test(tc, ps_training_step_phases_add_up_to_the_step);

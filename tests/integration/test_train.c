@@ -199,6 +199,31 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
 }
 END_TEST
 
+/* A regression has a loss and its metrics but no accuracy: none is printed (Keras prints none
+ * either), rather than an accuracy of 0 that means nothing. */
+START_TEST(train_regression_prints_no_accuracy)
+{
+    char body[2048], data[1024], *out = NULL;
+    int rc;
+
+    snprintf(data, sizeof(data), fmnist_data, FM "train-images-idx3-ubyte.gz",
+             FM "train-labels-idx1-ubyte.gz");
+    snprintf(body, sizeof(body),
+             "model:\n  - {dense: {units: 16, activation: relu}, input_shape: [784]}\n"
+             "  - {dense: {units: 1}}\nloss: mse\nmetrics: [mae]\n%s"
+             "  test: {format: idx, images: " FM "t10k-images-idx3-ubyte.gz, labels: " FM
+             "t10k-labels-idx1-ubyte.gz}\n  scale: 0.00392156862745098\ntrain: {steps: 100}\n",
+             data);
+    rc = train(write_job("regression.yaml", body), NULL, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "accuracy") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, "; loss ") != NULL && strstr(out, ", mean_absolute_error ") &&
+                      strstr(out, "; test loss ") && strstr(out, ", test mean_absolute_error "),
+                  "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(train_rejects_truncated_data_and_out_of_range_labels)
 {
     char cmd[1024], trunc[512], labels[512];
@@ -246,6 +271,7 @@ int main(void)
     tcase_add_test(tc, train_fashion_mnist_mlp_mirrored_ends_where_one_device_does);
     tcase_add_test(tc, train_rejects_bad_jobs_naming_the_culprit);
     tcase_add_test(tc, train_rejects_truncated_data_and_out_of_range_labels);
+    tcase_add_test(tc, train_regression_prints_no_accuracy);
     tcase_add_test(tc, train_stops_on_a_nan_loss_naming_the_step);
     suite_add_tcase(s, tc);
     return check_run(s, CK_NOFORK);
