@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "base/clock.h"
+#include "gemm_narrow.h"
 #include "spin.h"
 
 /* CBLAS enum values (cblas.h): row-major 101, no-trans 111, trans 112. */
@@ -51,8 +52,11 @@ static void load(void)
     const char *forced = getenv("TESSERA_BLAS_CORETYPE");
     const char *core = forced != NULL && forced[0] != '\0' ? forced : best_coretype();
     const char *inherited = getenv("OPENBLAS_CORETYPE");
+    const char *best = best_coretype();
     void *h = NULL;
 
+    /* Tessera's own kernels go by what the CPU runs, whatever OpenBLAS is told */
+    gemm_narrow_select(best == NULL ? 0 : strcmp(best, "SkylakeX") == 0 ? 2 : 1);
     if (core != NULL) {
         if (inherited != NULL && strcmp(inherited, core) != 0)
             LOG_INFO(TRAIN, "OPENBLAS_CORETYPE=%s replaced by %s, the best this CPU runs%s",
@@ -133,6 +137,7 @@ typedef struct gemm_job {
     const float *a, *b;
     float *c;
     bool by_rows;
+    bool narrow; /* gemm_narrow's product, not OpenBLAS's */
     int parts;
     unsigned fp_mode; /* the caller's floating-point control word, which the helpers adopt */
     blas_part_fn fn;  /* blas_parallel's work instead of a product, when set */
@@ -187,7 +192,11 @@ static void gemm_part(const gemm_job_t *j, int part)
         hi = (int)((int64_t)total * (part + 1) / j->parts);
     if (hi <= lo)
         return;
-    if (j->by_rows) {
+    if (j->narrow) {
+        const float *a = j->trans_a ? j->a + lo : j->a + (size_t)lo * j->lda;
+        gemm_narrow(j->trans_a, hi - lo, j->n, j->k, a, j->lda, j->b, j->ldb, j->beta,
+                    j->c + (size_t)lo * j->ldc, j->ldc);
+    } else if (j->by_rows) {
         const float *a = j->trans_a ? j->a + lo : j->a + (size_t)lo * j->lda;
         sgemm1(j->trans_a, j->trans_b, hi - lo, j->n, j->k, j->alpha, a, j->lda, j->b, j->ldb,
                j->beta, j->c + (size_t)lo * j->ldc, j->ldc);
@@ -262,9 +271,14 @@ void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
     int parts = pool.threads;
+    /* decided on the whole product: every block of its rows is computed the same way */
+    bool narrow = gemm_narrow_fits(trans_a, trans_b, m, n, k, alpha, beta);
     if (parts == 1 || thread_serial || 2.0 * m * n * k < PARALLEL_MIN_FLOPS ||
         (m < 2 * parts && n < 2 * parts)) {
-        sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        if (narrow)
+            gemm_narrow(trans_a, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        else
+            sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
     run_job((gemm_job_t){.trans_a = trans_a,
@@ -280,7 +294,8 @@ void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
                          .a = a,
                          .b = b,
                          .c = c,
-                         .by_rows = m >= n || m >= 8 * parts,
+                         .by_rows = narrow || m >= n || m >= 8 * parts,
+                         .narrow = narrow,
                          .parts = parts,
                          .fp_mode = fp_mode_get()});
 }

@@ -50,13 +50,19 @@ START_TEST(blas_sgemm_split_over_threads_matches_one_thread)
 {
     /* Split by rows (m >= n), by columns (few rows), transposed operands, beta 0 and 1. */
     static const shape_t shapes[] = {
-        {false, false, 256, 128, 784}, {true, false, 784, 128, 64}, {false, true, 64, 784, 128},
-        {false, false, 4, 4096, 256},  {true, true, 300, 97, 131},
+        {false, false, 256, 128, 784},
+        {true, false, 784, 128, 64},
+        {false, true, 64, 784, 128},
+        {false, false, 4, 4096, 256},
+        {true, true, 300, 97, 131},
+        /* the narrow kernels' (gemm_narrow.h), split by rows of C */
+        {false, false, 1000, 16, 144},
+        {true, false, 144, 32, 1000},
     };
     status_msg_t err = {0};
     unsigned seed = 7;
     size_t n_shapes = sizeof(shapes) / sizeof(shapes[0]);
-    float *a[5], *b[5], *one[5], *many[5];
+    float *a[8], *b[8], *one[8], *many[8];
 
     ck_assert_int_eq(blas_init(&err), STATUS_OK);
     for (size_t i = 0; i < n_shapes; i++) {
@@ -94,6 +100,70 @@ START_TEST(blas_sgemm_split_over_threads_matches_one_thread)
         free(b[i]);
         free(one[i]);
         free(many[i]);
+    }
+}
+END_TEST
+
+/* C = op(A) B + beta C in double, row-major with the given strides (B never transposed). */
+static void reference(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                      int ldb, float beta, float *c, int ldc)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double sum = beta != 0.0f ? c[(size_t)i * ldc + j] : 0.0;
+            for (int p = 0; p < k; p++)
+                sum += (double)(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]) *
+                       b[(size_t)p * ldb + j];
+            c[(size_t)i * ldc + j] = (float)sum;
+        }
+}
+
+/* The products the narrow kernels take (16 or 32 columns: a convolution's forward pass and its
+ * kernel's gradient) equal the sums, with rows of C and of A's long side that fill no whole
+ * tile or chunk, strides wider than the rows, beta 1 adding to C, and beta 0 overwriting a C
+ * of NaN (as BLAS does). */
+START_TEST(blas_sgemm_narrow_products_equal_the_sums)
+{
+    static const struct {
+        bool ta;
+        int m, n, k, pad;
+    } shapes[] = {
+        {false, 1000, 16, 144, 0}, {false, 77, 32, 9, 3},    {false, 64, 16, 1, 0},
+        {false, 131, 32, 288, 5},  {true, 144, 16, 1000, 0}, {true, 9, 32, 300, 2},
+        {true, 13, 16, 513, 7},    {true, 288, 32, 256, 0},
+    };
+    status_msg_t err = {0};
+    unsigned seed = 11;
+
+    ck_assert_int_eq(blas_init(&err), STATUS_OK);
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        bool ta = shapes[i].ta;
+        int m = shapes[i].m, n = shapes[i].n, k = shapes[i].k, pad = shapes[i].pad;
+        int lda = (ta ? m : k) + pad, ldb = n + pad, ldc = n + pad;
+        size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)k * ldb, nc = (size_t)m * ldc;
+        float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float)),
+              *c = malloc(nc * sizeof(float)), *want = malloc(nc * sizeof(float));
+        fill(a, na, &seed);
+        fill(b, nb, &seed);
+        for (int beta = 0; beta < 2; beta++) {
+            fill(want, nc, &seed);
+            memcpy(c, want, nc * sizeof(float));
+            if (beta == 0)
+                for (size_t j = 0; j < nc; j++)
+                    c[j] = NAN;
+            blas_sgemm(ta, false, m, n, k, 1.0f, a, lda, b, ldb, (float)beta, c, ldc);
+            reference(ta, m, n, k, a, lda, b, ldb, (float)beta, want, ldc);
+            for (int r = 0; r < m; r++) { /* the padding between rows is not C's */
+                size_t j = first_difference(c + (size_t)r * ldc, want + (size_t)r * ldc, (size_t)n);
+                ck_assert_msg(j == (size_t)n, "shape %zu, beta %d, C[%d][%zu]: %g, the sum %g", i,
+                              beta, r, j, j < (size_t)n ? (double)c[(size_t)r * ldc + j] : 0.0,
+                              j < (size_t)n ? (double)want[(size_t)r * ldc + j] : 0.0);
+            }
+        }
+        free(a);
+        free(b);
+        free(c);
+        free(want);
     }
 }
 END_TEST
@@ -144,6 +214,7 @@ int main(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, blas_sgemm_split_over_threads_matches_one_thread);
+    tcase_add_test(tc, blas_sgemm_narrow_products_equal_the_sums);
     tcase_add_test(tc, blas_flush_denormals_holds_on_the_helpers_and_restores);
     suite_add_tcase(s, tc);
     return check_run(s, CK_FORK);
