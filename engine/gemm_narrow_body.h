@@ -37,11 +37,11 @@ NARROW_TARGET static void NARROW_FN(nn)(int m, int n, int kd, const float *a, si
     for (; i + NARROW_ROWS <= m; i += NARROW_ROWS)
         for (int j = 0; j < n; j += 16)
             NARROW_FN(nn_tile)
-            (NARROW_ROWS, kd, a + (size_t)i * lda, lda, b + j, ldb, c + (size_t)i * ldc + j, ldc,
-             acc, true);
+    (NARROW_ROWS, kd, a + (size_t)i * lda, lda, b + j, ldb, c + (size_t)i * ldc + j, ldc, acc,
+     true);
     for (int j = 0; i < m && j < n; j += 16)
         NARROW_FN(nn_tile)
-        (m - i, kd, a + (size_t)i * lda, lda, b + j, ldb, c + (size_t)i * ldc + j, ldc, acc, false);
+    (m - i, kd, a + (size_t)i * lda, lda, b + j, ldb, c + (size_t)i * ldc + j, ldc, acc, false);
 }
 
 /* C's rows [0, rows) and 16 columns from c: C += A^T B over `len` rows of A and B, where C's
@@ -83,11 +83,9 @@ NARROW_TARGET static void NARROW_FN(tn)(int m, int n, int k, const float *a, siz
             for (int j = 0; j < n; j += 16) {
                 if (i + NARROW_ROWS <= m)
                     NARROW_FN(tn_tile)
-                    (NARROW_ROWS, len, ac + i, lda, bc + j, ldb, c + (size_t)i * ldc + j, ldc,
-                     true);
-                else
-                    NARROW_FN(tn_tile)
-                    (m - i, len, ac + i, lda, bc + j, ldb, c + (size_t)i * ldc + j, ldc, false);
+                (NARROW_ROWS, len, ac + i, lda, bc + j, ldb, c + (size_t)i * ldc + j, ldc, true);
+                else NARROW_FN(tn_tile)(m - i, len, ac + i, lda, bc + j, ldb,
+                                        c + (size_t)i * ldc + j, ldc, false);
             }
     }
 }
