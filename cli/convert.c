@@ -214,7 +214,7 @@ static status_t load_data(const convert_opts_t *o, convert_form_t *form, dataset
         rc = status_fail(err, STATUS_INVALID_ARGUMENT,
                          "%s: a model of several inputs: tessera convert writes one input feature",
                          o->job);
-    else if (job_model_outputs(&job.model) > 1 || src->n_y > 1) /* one label feature */
+    else if (job_model_outputs(&job.model) > 1 || src->n_y > 1 || src->n_label > 1)
         rc = status_fail(err, STATUS_INVALID_ARGUMENT,
                          "%s: a model of several outputs: tessera convert writes one label feature",
                          o->job);

@@ -1,6 +1,6 @@
-/* CSV files with a header row as a dataset (data.h): every column but the label is an input
- * value, every field a number. Files are read one after another (globs expanded and sorted);
- * each must have the same header. */
+/* CSV files with a header row as a dataset (data.h): every column but the labels (one, or one
+ * an output of a model of several) is an input value, every field a number. Files are read one
+ * after another (globs expanded and sorted); each must have the same header. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -16,8 +16,9 @@ typedef struct csv_loader {
     const job_source_t *src;
     double scale;
     data_rows_t rows;
-    size_t columns, label; /* the header's column count, the label's index */
-    char *header;          /* the first file's header, to compare the others with */
+    size_t columns;                /* the header's column count */
+    size_t label[JOB_MAX_OUTPUTS]; /* the label columns' indexes, in the source's order */
+    char *header;                  /* the first file's header, to compare the others with */
     uint64_t total_bytes;
     status_msg_t *err;
 } csv_loader_t;
@@ -64,18 +65,22 @@ static status_t header(csv_loader_t *l, csv_reader_t *r, const csv_field_t *f, s
     }
     l->header = joined;
     l->columns = n;
-    for (l->label = 0; l->label < n; l->label++)
-        if (strcmp(f[l->label].text, l->src->label.name) == 0)
-            break;
-    if (l->label == n)
-        return status_fail(l->err, STATUS_INVALID_ARGUMENT,
-                           "%s: no column '%s' in the header (its first column is '%.40s'); name "
-                           "the label column with label: NAME",
-                           csv_path(r), l->src->label.name, f[0].text);
-    if (n < 2)
-        return status_fail(l->err, STATUS_INVALID_ARGUMENT, "%s: no column besides the label",
-                           csv_path(r));
-    l->rows.len = n - 1;
+    for (int k = 0; k < l->src->n_label; k++) {
+        size_t i = 0;
+        while (i < n && strcmp(f[i].text, l->src->label[k].name) != 0)
+            i++;
+        if (i == n)
+            return status_fail(l->err, STATUS_INVALID_ARGUMENT,
+                               "%s: no column '%s' in the header (its first column is '%.40s'); "
+                               "name the label column with label: NAME",
+                               csv_path(r), l->src->label[k].name, f[0].text);
+        l->label[k] = i;
+    }
+    if (n < (size_t)l->src->n_label + 1)
+        return status_fail(l->err, STATUS_INVALID_ARGUMENT, "%s: no column besides the label%s",
+                           csv_path(r), l->src->n_label > 1 ? "s" : "");
+    l->rows.len = n - (size_t)l->src->n_label;
+    l->rows.label_len = (size_t)l->src->n_label;
     return STATUS_OK;
 }
 
@@ -90,12 +95,15 @@ static status_t row(csv_loader_t *l, csv_reader_t *r, const csv_field_t *f, size
                            csv_path(r), (unsigned long long)csv_line(r), n, l->columns);
     STATUS_CHECK(data_rows_next(&l->rows, csv_path(r), hint, &out, &y, l->err));
     for (size_t i = 0; i < n; i++) {
+        int at = 0;
         if (!number(&f[i], &v))
             return status_fail(l->err, STATUS_DATA_LOSS,
                                "%s:%llu: column %zu: '%.40s' is not a number", csv_path(r),
                                (unsigned long long)csv_line(r), i + 1, f[i].text);
-        if (i == l->label)
-            *y = (float)v;
+        while (at < l->src->n_label && l->label[at] != i)
+            at++;
+        if (at < l->src->n_label)
+            y[at] = (float)v;
         else
             out[k++] = (float)(v * l->scale);
     }
@@ -154,6 +162,11 @@ status_t dataset_load_csv(const job_source_t *src, double scale, uint64_t max_by
     shape[0] = (int)l.rows.len;
     if (rc == STATUS_OK)
         rc = data_rows_finish(&l.rows, src->files[0], shape, 1, ret_ds, err);
+    if (rc == STATUS_OK && src->n_label > 1) { /* a column for each of several outputs */
+        (*ret_ds)->n_label_parts = src->n_label;
+        for (int k = 0; k < src->n_label; k++)
+            (*ret_ds)->label_part_len[k] = 1;
+    }
     data_rows_free(&l.rows);
     free(l.header);
     return rc;

@@ -104,13 +104,18 @@ static status_t add_record(loader_t *l, const char *path, uint64_t offset, const
     else
         STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->inputs[0],
                             bytes != NULL ? (void *)bytes : (void *)row, n));
-    STATUS_CHECK(decode(l, path, offset, rec, len, &l->src->label, y, l->rows.label_len));
+    for (int k = 0; k < l->src->n_label; k++) { /* one an output, end to end */
+        const job_feature_t *f = &l->src->label[k];
+        size_t m = job_shape_len(f->shape, f->rank);
+        STATUS_CHECK(decode(l, path, offset, rec, len, f, y, m));
+        for (size_t i = 0; i < m; i++)
+            if (!isfinite(y[i]))
+                return bad_record(l, path, offset, "is not a finite number", f);
+        y += m;
+    }
     if (l->scale != 1 && row != NULL) /* bytes: scaled as they become floats */
         for (size_t i = 0; i < n; i++)
             row[i] = (float)(row[i] * l->scale);
-    for (size_t i = 0; i < l->rows.label_len; i++)
-        if (!isfinite(y[i]))
-            return bad_record(l, path, offset, "is not a finite number", &l->src->label);
     data_rows_add(&l->rows);
     return STATUS_OK;
 }
@@ -175,7 +180,10 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
     if (src->n_inputs < 1)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: no input feature", src->files[0]);
     l.rows.len = 0;
-    l.rows.label_len = job_shape_len(src->label.shape, src->label.rank);
+    if (src->n_label < 1)
+        return status_fail(err, STATUS_BAD_CONFIG, "%s: no label feature", src->files[0]);
+    for (int k = 0; k < src->n_label; k++)
+        l.rows.label_len += job_shape_len(src->label[k].shape, src->label[k].rank);
     for (int k = 0; k < src->n_inputs; k++) {
         size_t n = job_shape_len(src->inputs[k].shape, src->inputs[k].rank);
         l.rows.len += n;
@@ -201,6 +209,11 @@ status_t dataset_load_tfrecord(const job_source_t *src, double scale, uint64_t m
     globfree(&g);
     if (rc == STATUS_OK)
         rc = data_rows_finish(&l.rows, src->files[0], shape, rank, ret_ds, err);
+    if (rc == STATUS_OK && src->n_label > 1) { /* labels for several outputs */
+        (*ret_ds)->n_label_parts = src->n_label;
+        for (int k = 0; k < src->n_label; k++)
+            (*ret_ds)->label_part_len[k] = job_shape_len(src->label[k].shape, src->label[k].rank);
+    }
     data_rows_free(&l.rows);
     free(l.scratch);
     return rc;

@@ -25,7 +25,8 @@ static void source_done(job_source_t *s)
     free(s->files);
     for (int i = 0; i < s->n_inputs; i++)
         free(s->inputs[i].name);
-    free(s->label.name);
+    for (int i = 0; i < s->n_label; i++)
+        free(s->label[i].name);
     for (size_t i = 0; i < s->n_x; i++)
         free(s->x[i]);
     free(s->x);
@@ -617,12 +618,14 @@ static status_t parse_arrays(job_ctx_t *c, const job_node_t *map, const char *ke
         n != NULL && n->kind == JOB_NODE_SEQ ? (const job_node_t *const *)n->items : &n;
     size_t count = n == NULL ? 0 : n->kind == JOB_NODE_SEQ ? n->n : 1;
     bool x = key[0] == 'x';
-    const char *want = paths ? (x ? "a .npy path or a list of them (one a model input)"
-                                  : "a .npy path or a list of them (one a model output's labels)")
-                       : x   ? "an array's name in the archive or a list of them (one a model "
-                               "input)"
-                             : "an array's name in the archive or a list of them (one a model "
-                               "output's labels)";
+    const char *want = strcmp(key, "label") == 0
+                           ? "a name or a list of them (one a model output's labels)"
+                       : paths ? (x ? "a .npy path or a list of them (one a model input)"
+                                    : "a .npy path or a list of them (one a model output's labels)")
+                       : x     ? "an array's name in the archive or a list of them (one a model "
+                                 "input)"
+                               : "an array's name in the archive or a list of them (one a model "
+                                 "output's labels)";
     status_t rc = STATUS_OK;
 
     if (n == NULL)
@@ -674,41 +677,95 @@ static bool label_fits(const job_feature_t *f)
     return true;
 }
 
-/* features: {NAME: FEATURE, ...}: the label (named by label:, default "label") and the inputs
- * (several for a model of several inputs, matched by name in parse_job). */
+/* label: NAME, or a list of names for a model of several outputs (one an output's labels, in
+ * the model's order): into *ret (free each and it), or "label" when the key is absent and not
+ * required. The same name twice is refused. */
+static status_t label_names(job_ctx_t *c, const job_node_t *map, bool required, char ***ret,
+                            size_t *ret_n)
+{
+    status_t rc;
+
+    *ret = NULL;
+    *ret_n = 0;
+    if (!required && !job_tree_given(job_tree_child(map, "label"))) {
+        if ((*ret = calloc(1, sizeof(**ret))) == NULL || ((*ret)[0] = strdup("label")) == NULL)
+            return status_fail(c->err, STATUS_NO_MEMORY, "out of memory");
+        *ret_n = 1;
+        return STATUS_OK;
+    }
+    rc = parse_arrays(c, map, "label", false, ret, ret_n);
+    for (size_t i = 0; rc == STATUS_OK && i < *ret_n; i++)
+        for (size_t k = 0; k < i; k++)
+            if (strcmp((*ret)[i], (*ret)[k]) == 0)
+                rc = job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(map, "label")->line,
+                                   "%s.label names '%s' twice: each output's labels are their "
+                                   "own",
+                                   c->path, (*ret)[i]);
+    return rc;
+}
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* features: {NAME: FEATURE, ...}: the labels (named by label:, default "label"; several for a
+ * model of several outputs) and the inputs (several for a model of several inputs, matched by
+ * name in parse_job). */
 static status_t parse_features(job_ctx_t *c, const job_node_t *map, job_source_t *s)
 {
-    const char *label = "label";
-    size_t old;
+    char **labels;
+    size_t old, n_labels;
     const job_node_t *n;
-    status_t rc = STATUS_OK;
+    uint64_t values = 0;
+    status_t rc;
 
-    STATUS_CHECK(job_tree_get_string(c, map, "label", false, &label));
-    if ((n = job_tree_enter(c, map, "features", &old)) == NULL)
+    STATUS_CHECK(label_names(c, map, false, &labels, &n_labels));
+    if ((n = job_tree_enter(c, map, "features", &old)) == NULL) {
+        free_names(labels, n_labels);
         return job_tree_missing(c, map, "features");
-    if (n->kind != JOB_NODE_MAP || n->n < 2 || n->n > JOB_MAX_MODEL_INPUTS + 1 ||
-        job_tree_child(n, label) == NULL)
-        rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
-                           "%s must map the label '%s' and the model's input, or each of its %d "
-                           "inputs at most by their names (name the label feature with label: "
-                           "NAME)",
-                           c->path, label, JOB_MAX_MODEL_INPUTS);
+    }
+    rc = n->kind == JOB_NODE_MAP && n->n >= n_labels + 1 && n->n <= JOB_MAX_MODEL_INPUTS + n_labels
+             ? STATUS_OK
+             : STATUS_BAD_CONFIG;
+    for (size_t k = 0; rc == STATUS_OK && k < n_labels; k++)
+        if (job_tree_child(n, labels[k]) == NULL)
+            rc = STATUS_BAD_CONFIG;
+    if (rc != STATUS_OK)
+        rc =
+            job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                          "%s must map the label%s '%s'%s and the model's input, or each of its %d "
+                          "inputs at most by their names (name the label feature with label: "
+                          "NAME, or one an output with label: [NAME, ...])",
+                          c->path, n_labels > 1 ? "s" : "", labels[0], n_labels > 1 ? ", ..." : "",
+                          JOB_MAX_MODEL_INPUTS);
     for (size_t i = 0; rc == STATUS_OK && i < n->n; i++) {
         const job_node_entry_t *e = &n->entries[i];
-        bool is_label = strcmp(e->key, label) == 0;
-        size_t at = job_tree_push_key(c, e->key);
-        rc = parse_feature(c, e->value, e->key, is_label ? &s->label : &s->inputs[s->n_inputs]);
-        s->n_inputs += !is_label && rc == STATUS_OK;
-        if (rc == STATUS_OK && is_label &&
-            (s->label.kind == JOB_FEATURE_BYTES_LIST || !label_fits(&s->label)))
+        size_t at = job_tree_push_key(c, e->key), k = 0;
+        job_feature_t *f;
+        while (k < n_labels && strcmp(e->key, labels[k]) != 0)
+            k++;
+        f = k < n_labels ? &s->label[k] : &s->inputs[s->n_inputs];
+        rc = parse_feature(c, e->value, e->key, f);
+        if (rc == STATUS_OK && k < n_labels)
+            s->n_label++;
+        else if (rc == STATUS_OK)
+            s->n_inputs++;
+        values +=
+            rc == STATUS_OK && k < n_labels && label_fits(f) ? job_shape_len(f->shape, f->rank) : 0;
+        if (rc == STATUS_OK && k < n_labels &&
+            (f->kind == JOB_FEATURE_BYTES_LIST || !label_fits(f) || values > JOB_MAX_LABEL_VALUES))
             rc = job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
                                "%s: a label is numbers: {int64_list: SHAPE} or {float_list: SHAPE} "
                                "(one value, [1], for a class index or a target), of at most %d "
-                               "values",
+                               "values in all",
                                c->path, JOB_MAX_LABEL_VALUES);
         job_tree_pop(c, at);
     }
     job_tree_pop(c, old);
+    free_names(labels, n_labels);
     return rc;
 }
 
@@ -755,17 +812,24 @@ static status_t parse_source(job_ctx_t *c, const job_node_t *n, job_source_t *s)
         return parse_arrays(c, n, "y", false, &s->y, &s->n_y);
     }
     if (s->format == JOB_DATA_CSV) {
-        const char *label = NULL, *delim = ",";
+        const char *delim = ",";
+        char **labels;
+        size_t n_labels;
         STATUS_CHECK(job_tree_check_map(c, n, csv_keys, JOB_N_OF(csv_keys), false));
         STATUS_CHECK(parse_files(c, n, s));
-        STATUS_CHECK(job_tree_get_string(c, n, "label", true, &label));
         STATUS_CHECK(job_tree_get_string(c, n, "delimiter", false, &delim));
         if (strlen(delim) != 1 || delim[0] == '"' || delim[0] == '\n' || delim[0] == '\r')
             return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(n, "delimiter")->line,
                                  "%s.delimiter must be one character (not a quote or newline)",
                                  c->path);
         s->delimiter = delim[0];
-        return (s->label.name = job_tree_strdup(c, label)) != NULL ? STATUS_OK : STATUS_NO_MEMORY;
+        /* one column an output: the names become the source's */
+        STATUS_CHECK(label_names(c, n, true, &labels, &n_labels));
+        for (size_t i = 0; i < n_labels; i++)
+            s->label[i].name = labels[i];
+        s->n_label = (int)n_labels;
+        free(labels);
+        return STATUS_OK;
     }
     if (s->format == JOB_DATA_TFRECORD) {
         STATUS_CHECK(job_tree_check_map(c, n, tfrecord_keys, JOB_N_OF(tfrecord_keys), false));

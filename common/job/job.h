@@ -89,17 +89,18 @@ typedef struct job_source {
     job_synthetic_t synthetic;
     /* tfrecord: paths or glob patterns (resolved), read in sorted order; the model's inputs
      * (several: one a model input, named as the model names it and put in its order) and the
-     * label (one value, or as many as the model's output has: at most JOB_MAX_LABEL_VALUES) */
+     * labels: one feature an output, in the model's order (each one value, or as many as its
+     * output has; at most JOB_MAX_LABEL_VALUES in all). csv: the label columns' names. */
     char **files;
     size_t n_files;
-    job_feature_t inputs[JOB_MAX_MODEL_INPUTS], label;
-    int n_inputs;
+    job_feature_t inputs[JOB_MAX_MODEL_INPUTS], label[JOB_MAX_OUTPUTS];
+    int n_inputs, n_label;
     /* npy: the inputs' and labels' files (resolved); npz: the archive (resolved) and the
      * arrays' names in it. x: n_x of them, one a model input in the model's order (a list in
      * the job for a model of several inputs); y: n_y, one an output's labels likewise */
     char **x, **y, *archive;
     size_t n_x, n_y;
-    char delimiter; /* csv: ',' unless the job says otherwise (files and label.name as above) */
+    char delimiter; /* csv: ',' unless the job says otherwise (files and label names as above) */
 } job_source_t;
 
 typedef struct job_data {

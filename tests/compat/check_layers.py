@@ -837,6 +837,29 @@ def exported_two_outputs(tmp):
     print("the archive as a model: %s" % back_ours)
     check(back_ours == {k: ours[k] for k in back_ours} and "ink_loss" in back_ours,
           "the archive evaluates to %s, the trained job %s" % (back_ours, ours))
+    # the test split as TFRecord, written by TensorFlow: one label feature an output (label:
+    # [y, ink]; each Example keeps them in another order): the same numbers
+    import tensorflow as tf
+    with tf.io.TFRecordWriter(os.path.join(tmp, "two-out-test.tfrecord")) as w:
+        for i in range(len(ys)):
+            feature = {
+                "ink": tf.train.Feature(float_list=tf.train.FloatList(value=inks[i])),
+                "image": tf.train.Feature(float_list=tf.train.FloatList(value=xs[i])),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(ys[i])]))}
+            w.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                    .SerializeToString())
+    with open(again, "w") as f:
+        f.write("name: two-outputs-tfrecord\nmodel: {keras: export-two-out/model.keras}\n"
+                "data:\n  batch_size: 250\n"
+                "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
+                "  test: {format: tfrecord, files: two-out-test.tfrecord, label: [y, ink], "
+                "features: {image: {float_list: [784]}, y: {int64_list: [1]}, "
+                "ink: {float_list: [1]}}}\n")
+    from_records = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)",
+                                   tessera("train", again, "--evaluate", cwd=tmp)))
+    print("its test split from TFRecord: %s" % from_records)
+    check(from_records == back_ours,
+          "from TFRecord: %s, from the .npz: %s" % (from_records, back_ours))
 
 
 def exported_multi_label(tmp):

@@ -693,12 +693,14 @@ START_TEST(files_are_dealt_to_workers_when_there_are_enough)
         .n_files = 1,
         .inputs = {{.name = "x", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1}},
         .n_inputs = 1,
-        .label = {.name = "label", .kind = JOB_FEATURE_INT64_LIST, .shape = {1}, .rank = 1}};
+        .label = {{.name = "label", .kind = JOB_FEATURE_INT64_LIST, .shape = {1}, .rank = 1}},
+        .n_label = 1};
     job_source_t csv = {.present = true,
                         .format = JOB_DATA_CSV,
                         .files = files,
                         .n_files = 1,
-                        .label = {.name = "label"},
+                        .label = {{.name = "label"}},
+                        .n_label = 1,
                         .delimiter = ','};
 
     write_shard_files(4);
@@ -749,7 +751,8 @@ START_TEST(labels_of_several_values_stay_whole_rows)
         .n_files = 1,
         .inputs = {{.name = "x", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1}},
         .n_inputs = 1,
-        .label = {.name = "y", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {3}, .rank = 1}};
+        .label = {{.name = "y", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {3}, .rank = 1}},
+        .n_label = 1};
     data_pipeline_opts_t po = {
         .num_shards = 1, .batch_size = 2, .shuffle_buffer = 8, .seed = 3, .epochs = 1};
     data_pipeline_t *p = NULL;
@@ -810,6 +813,87 @@ START_TEST(labels_of_several_values_stay_whole_rows)
 }
 END_TEST
 
+/* A model of several outputs reads one label feature (TFRecord) or column (CSV) for each, named
+ * in the model's order: every example's label row holds their values one after the other in
+ * that order, whatever order the file keeps them in, and the dataset says where each output's
+ * part begins. A record without one of them names it. */
+START_TEST(labels_of_several_outputs_come_from_a_feature_or_column_each)
+{
+    char path[512], csv_path[512], *files[1] = {path}, *csv_files[1] = {csv_path};
+    job_source_t tf = {
+        .present = true,
+        .format = JOB_DATA_TFRECORD,
+        .files = files,
+        .n_files = 1,
+        .inputs = {{.name = "x", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1}},
+        .n_inputs = 1,
+        .label = {{.name = "box", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1},
+                  {.name = "cls", .kind = JOB_FEATURE_INT64_LIST, .shape = {1}, .rank = 1}},
+        .n_label = 2};
+    job_source_t csv = {.present = true,
+                        .format = JOB_DATA_CSV,
+                        .files = csv_files,
+                        .n_files = 1,
+                        .delimiter = ',',
+                        .label = {{.name = "z"}, {.name = "y"}},
+                        .n_label = 2};
+    example_writer_t w = {0};
+    dataset_t *ds = NULL;
+    status_msg_t err = {0};
+    const uint8_t *ex;
+    size_t len;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/outputs.tfrecord", tmpdir);
+    ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+    for (int e = 0; e < 3; e++) {
+        const int64_t cls = e;
+        example_writer_reset(&w);
+        example_add_int64s(&w, "cls", &cls, 1); /* before the box: the job's order counts */
+        example_add_floats(&w, "x", (const float[]){(float)e, 0.5f}, 2);
+        example_add_floats(&w, "box", (const float[]){10.0f * e, 10.0f * e + 1}, 2);
+        ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
+        ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
+    }
+    fclose(f);
+    ck_assert_msg(dataset_load(&tf, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->label_len, 3);
+    ck_assert_int_eq(ds->n_label_parts, 2);
+    ck_assert_uint_eq(ds->label_part_len[0], 2);
+    ck_assert_uint_eq(ds->label_part_len[1], 1);
+    for (int e = 0; e < 3; e++) {
+        ck_assert_float_eq(ds->labels[e * 3], 10.0f * e);
+        ck_assert_float_eq(ds->labels[e * 3 + 1], 10.0f * e + 1);
+        ck_assert_float_eq(ds->labels[e * 3 + 2], (float)e);
+    }
+    dataset_free(ds);
+    ck_assert_ptr_nonnull(f = fopen(path, "wb")); /* a record without its class */
+    example_writer_reset(&w);
+    example_add_floats(&w, "x", (const float[]){1.0f, 2.0f}, 2);
+    example_add_floats(&w, "box", (const float[]){1.0f, 2.0f}, 2);
+    ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
+    ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
+    fclose(f);
+    example_writer_free(&w);
+    ck_assert_int_eq(dataset_load(&tf, 1.0, 0, &ds, &err), STATUS_DATA_LOSS);
+    ck_assert_msg(strstr(err.text, "feature 'cls' is missing"), "%s", err.text);
+
+    snprintf(csv_path, sizeof(csv_path), "%s/outputs.csv", tmpdir);
+    ck_assert_ptr_nonnull(f = fopen(csv_path, "w"));
+    fprintf(f, "a,y,b,z\n1,2,3,4\n5,6,7,8\n");
+    fclose(f);
+    ck_assert_msg(dataset_load(&csv, 1.0, 0, &ds, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_uint_eq(ds->feature_len, 2);
+    ck_assert_uint_eq(ds->label_len, 2);
+    ck_assert_int_eq(ds->n_label_parts, 2);
+    ck_assert_float_eq(ds->labels[0], 4.0f); /* z, then y */
+    ck_assert_float_eq(ds->labels[1], 2.0f);
+    ck_assert_float_eq(ds->labels[3], 6.0f);
+    ck_assert_float_eq(value(ds, 1), 3.0f); /* a and b are the inputs */
+    dataset_free(ds);
+}
+END_TEST
+
 /* A model of several inputs reads one array or feature for each: every example's row holds
  * their values one after the other, in the order the source lists them (the job puts a
  * TFRecord's features in the model's order by name). */
@@ -826,7 +910,8 @@ START_TEST(several_inputs_lie_one_after_the_other_in_each_row)
         .inputs = {{.name = "img", .kind = JOB_FEATURE_BYTES_LIST, .shape = {3}, .rank = 1},
                    {.name = "meta", .kind = JOB_FEATURE_FLOAT_LIST, .shape = {2}, .rank = 1}},
         .n_inputs = 2,
-        .label = {.name = "label", .kind = JOB_FEATURE_INT64_LIST, .shape = {1}, .rank = 1}};
+        .label = {{.name = "label", .kind = JOB_FEATURE_INT64_LIST, .shape = {1}, .rank = 1}},
+        .n_label = 1};
     example_writer_t w = {0};
     const uint8_t img[3] = {2, 4, 6}, *ex;
     const float meta[2] = {-1.0f, 3.0f};
@@ -899,6 +984,7 @@ int main(void)
     tcase_add_test(idx, files_are_dealt_to_workers_when_there_are_enough);
     tcase_add_test(idx, several_inputs_lie_one_after_the_other_in_each_row);
     tcase_add_test(idx, labels_of_several_values_stay_whole_rows);
+    tcase_add_test(idx, labels_of_several_outputs_come_from_a_feature_or_column_each);
     suite_add_tcase(s, idx);
 
     tcase_set_timeout(syn, 60);

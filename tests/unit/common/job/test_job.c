@@ -122,7 +122,7 @@ START_TEST(tfrecord_example_is_the_mlp_on_tfrecord_shards)
     ck_assert_ptr_nonnull(strstr(job.data.train.files[0], "examples/data/fm-train-*-of-00004"));
     ck_assert_int_eq(job.data.train.inputs[0].kind, JOB_FEATURE_BYTES_LIST);
     ck_assert_int_eq(job.data.train.inputs[0].shape[0], 784);
-    ck_assert_str_eq(job.data.train.label.name, "label");
+    ck_assert_str_eq(job.data.train.label[0].name, "label");
     ck_assert_int_eq(job.data.test.format, JOB_DATA_TFRECORD);
     ck_assert_ptr_nonnull(strstr(job.checkpoint_dir, "examples/ckpt/"));
     job_done(&job);

@@ -57,8 +57,8 @@ START_TEST(tfrecord_source_maps_features)
     ck_assert_str_eq(job.data.train.inputs[0].name, "img");
     ck_assert_int_eq(job.data.train.inputs[0].kind, JOB_FEATURE_BYTES_LIST);
     ck_assert_int_eq(job.data.train.inputs[0].rank, 2);
-    ck_assert_str_eq(job.data.train.label.name, "y");
-    ck_assert_int_eq(job.data.train.label.kind, JOB_FEATURE_INT64_LIST);
+    ck_assert_str_eq(job.data.train.label[0].name, "y");
+    ck_assert_int_eq(job.data.train.label[0].kind, JOB_FEATURE_INT64_LIST);
     ck_assert_uint_eq(job.data.test.n_files, 1);
     ck_assert_str_eq(job.data.test.files[0], "/jobs/t.tfrecord");
     ck_assert_str_eq(job.data.test.inputs[0].name, "x");
@@ -79,12 +79,35 @@ START_TEST(tfrecord_source_maps_features)
                "at most 16777216 values");
     parse_ok(TF("files: a, features: {x: {float_list: [4]}, label: {float_list: [2, 3]}}"),
              "/jobs/job.yaml", &job); /* six values an example: the loss checks the model's */
-    ck_assert_int_eq(job.data.train.label.rank, 2);
-    ck_assert_int_eq(job.data.train.label.shape[1], 3);
+    ck_assert_int_eq(job.data.train.label[0].rank, 2);
+    ck_assert_int_eq(job.data.train.label[0].shape[1], 3);
     job_done(&job);
     ASSERT_BAD(TF("files: a, features: {x: {float_list: [4]}, label: {int64_list: [1]}}, "
                   "images: b"),
                "images");
+    /* a model of several outputs: one label feature an output, in the model's order, whatever
+     * the order of the features */
+    parse_ok(TF("files: a, label: [box, cls], features: {cls: {int64_list: [1]}, x: {float_list: "
+                "[4]}, box: {float_list: [2]}}"),
+             "/jobs/job.yaml", &job);
+    ck_assert_int_eq(job.data.train.n_label, 2);
+    ck_assert_int_eq(job.data.train.n_inputs, 1);
+    ck_assert_str_eq(job.data.train.label[0].name, "box");
+    ck_assert_int_eq(job.data.train.label[0].shape[0], 2);
+    ck_assert_str_eq(job.data.train.label[1].name, "cls");
+    ck_assert_int_eq(job.data.train.label[1].kind, JOB_FEATURE_INT64_LIST);
+    job_done(&job);
+    ASSERT_BAD(TF("files: a, label: [box, cls], features: {x: {float_list: [4]}, box: "
+                  "{float_list: [2]}}"),
+               "must map the labels 'box', ...");
+    ASSERT_BAD(TF("files: a, label: [box, box], features: {x: {float_list: [4]}, box: "
+                  "{float_list: [2]}}"),
+               "names 'box' twice");
+    ASSERT_BAD(TF("files: a, label: [], features: {x: {float_list: [4]}, box: {float_list: [2]}}"),
+               "a name or a list of them");
+    ASSERT_BAD(TF("files: a, label: [a, b], features: {x: {float_list: [4]}, a: {float_list: "
+                  "[4096, 4096]}, b: {float_list: [4096, 4096]}}"),
+               "at most 16777216 values in all");
 #undef TF
     parse_ok(MODEL "loss: mse\ndata:\n  batch_size: 8\n  train: {format: npy, x: x.npy, y: y.npy}\n"
                    "  test: {format: npz, file: /d/fm.npz, x: x_test, y: y_test}\n",
@@ -124,8 +147,15 @@ START_TEST(tfrecord_source_maps_features)
     ck_assert_int_eq(job.data.train.format, JOB_DATA_CSV);
     ck_assert_uint_eq(job.data.train.n_files, 2);
     ck_assert_str_eq(job.data.train.files[1], "/jobs/b-*.csv");
-    ck_assert_str_eq(job.data.train.label.name, "y");
+    ck_assert_str_eq(job.data.train.label[0].name, "y");
     ck_assert_int_eq(job.data.train.delimiter, ';');
+    job_done(&job);
+    /* one label column an output of a model of several */
+    parse_ok(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: csv, files: a.csv, label: "
+                   "[y, z]}}\n",
+             "/jobs/job.yaml", &job);
+    ck_assert_int_eq(job.data.train.n_label, 2);
+    ck_assert_str_eq(job.data.train.label[1].name, "z");
     job_done(&job);
     ASSERT_BAD(MODEL "loss: mse\ndata: {batch_size: 8, train: {format: csv, files: a.csv}}\n",
                "'label'");
