@@ -154,6 +154,19 @@ static status_t share_params(model_t *m, const job_model_t *spec, size_t i, stat
                                l->spec.name, in_b, in_a);
         }
     }
+    /* an Embedding's first call gathers every call's rows: room for all of them */
+    if (l->spec.kind == JOB_LAYER_EMBEDDING) {
+        size_t rows = first->rows_cap + l->rows_cap, dim = (size_t)l->spec.output_dim;
+        if (rows > (size_t)l->spec.input_dim)
+            rows = (size_t)l->spec.input_dim > first->rows_cap ? (size_t)l->spec.input_dim
+                                                               : first->rows_cap;
+        first->w->rows_index = layer_alloc(m, rows, sizeof(int64_t));
+        first->w->rows_grad = layer_alloc(m, rows * dim, sizeof(float));
+        if (first->w->rows_index == NULL || first->w->rows_grad == NULL)
+            return status_fail(err, m->alloc_rc, "layer %s: no room for the rows of its calls",
+                               l->spec.name);
+        first->rows_cap = rows;
+    }
     own = calloc(l->n_params + 1, sizeof(*own));
     if (own == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
@@ -435,19 +448,27 @@ bool model_sync_idle(model_t *m)
     return ok;
 }
 
-bool model_param_ids(const model_t *m, size_t i, size_t *ret_at, size_t *ret_len)
+size_t model_param_ids(const model_t *m, size_t i, size_t *ret_at, size_t *ret_len)
 {
+    bool seen[JOB_MAX_MODEL_INPUTS] = {0};
+    size_t n = 0;
+
     for (size_t k = 0; i < m->n_params && m->params[i].sparse && k < m->n_layers; k++) {
         const layer_t *l = &m->layers[k];
-        int in;
-        if (l->spec.kind != JOB_LAYER_EMBEDDING || l->params != &m->params[i] || l->src[0] >= 0)
+        if (l->spec.kind != JOB_LAYER_EMBEDDING || l->params != &m->params[i])
             continue;
-        in = job_input_index(l->src[0]);
-        *ret_at = m->n_model_in > 1 ? m->in_at[in] : 0;
-        *ret_len = m->n_model_in > 1 ? m->n_in[in] : m->in_len;
-        return true;
+        /* the first call, then the later ones: each reads a model input (embedding_plan) */
+        for (int call = (int)k + 1; call > 0; call = m->layers[call - 1].next_call) {
+            int src = m->layers[call - 1].src[0], in = job_input_index(src);
+            if (src >= 0 || in < 0 || in >= JOB_MAX_MODEL_INPUTS || seen[in])
+                continue;
+            seen[in] = true;
+            ret_at[n] = m->n_model_in > 1 ? m->in_at[in] : 0;
+            ret_len[n++] = m->n_model_in > 1 ? m->n_in[in] : m->in_len;
+        }
+        break;
     }
-    return false;
+    return n;
 }
 
 void model_use_values(model_t *dst, model_t *src)

@@ -137,9 +137,10 @@ void model_set_sync(model_t *m, layer_sync_t *s, int rank);
 bool model_sync_idle(model_t *m);
 
 /* Where a sparse parameter (an Embedding's table) finds its token ids in each example's
- * features: *ret_len values from *ret_at (the model input its layer reads). False for any
- * other parameter. */
-bool model_param_ids(const model_t *m, size_t i, size_t *ret_at, size_t *ret_len);
+ * features: ret_len[k] values from ret_at[k] for each model input its layer's calls read (a
+ * shared Embedding's calls read one each), at most JOB_MAX_MODEL_INPUTS of them: how many. 0
+ * for any other parameter. */
+size_t model_param_ids(const model_t *m, size_t i, size_t *ret_at, size_t *ret_len);
 
 /* Makes dst (a model of src's spec) compute with src's parameter values where they are:
  * every parameter's value buffer, and what a shared layer's later calls read. */

@@ -306,10 +306,12 @@ static status_t make_rows(replicas_t *r, status_msg_t *err)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < np; i++) {
         model_param_t *p = model_param(r->first, i);
-        size_t at, ids, rows, len;
-        /* the ids an example holds for this table: its layer's input (model_param_ids) */
-        if (!p->sparse || !model_param_ids(r->first, i, &at, &ids))
+        size_t at[JOB_MAX_MODEL_INPUTS], lens[JOB_MAX_MODEL_INPUTS], ids = 0, rows, len, n;
+        /* the ids an example holds for this table: its layer's inputs (model_param_ids) */
+        if (!p->sparse || (n = model_param_ids(r->first, i, at, lens)) == 0)
             continue;
+        for (size_t k = 0; k < n; k++)
+            ids += lens[k];
         rows = (size_t)r->n * (size_t)r->per * ids;
         len = p->n / (size_t)p->shape[0];
         r->rows_index[i] = malloc((rows + 1) * sizeof(int64_t));

@@ -181,6 +181,34 @@ static double regularization(model_t *m)
     return sum;
 }
 
+/* A shared Embedding's later call's rows into its first call's p: an id's rows add up; the ids
+ * the first call did not see follow its own, in the later call's order (room: share_params). */
+static void gather_rows(layer_t *l, model_param_t *p, const model_param_t *add)
+{
+    size_t dim = p->n / (size_t)p->shape[0];
+
+    for (size_t s = 0; s < p->n_rows; s++)
+        l->slot_of_row[p->rows_index[s]] = (int32_t)s;
+    for (size_t j = 0; j < add->n_rows; j++) {
+        int64_t id = add->rows_index[j];
+        int32_t slot = l->slot_of_row[id];
+        float *g;
+        if (slot < 0) {
+            slot = (int32_t)p->n_rows++;
+            l->slot_of_row[id] = slot;
+            p->rows_index[slot] = id;
+            memcpy(p->rows_grad + (size_t)slot * dim, add->rows_grad + j * dim,
+                   dim * sizeof(float));
+            continue;
+        }
+        g = p->rows_grad + (size_t)slot * dim;
+        for (size_t e = 0; e < dim; e++)
+            g[e] += add->rows_grad[j * dim + e];
+    }
+    for (size_t s = 0; s < p->n_rows; s++)
+        l->slot_of_row[p->rows_index[s]] = -1;
+}
+
 /* A shared layer's first call: adds its later calls' gradients (their backward came first) to
  * its own, the gradients of the weights they use. */
 static void gather_calls(model_t *m, layer_t *l)
@@ -190,6 +218,10 @@ static void gather_calls(model_t *m, layer_t *l)
         for (size_t k = 0; k < l->n_params; k++) {
             float *g = l->params[k].grad;
             const float *add = c->own[k].grad;
+            if (l->params[k].sparse) {
+                gather_rows(l, &l->params[k], &c->own[k]);
+                continue;
+            }
             for (size_t e = 0; e < l->params[k].n; e++)
                 g[e] += add[e];
         }

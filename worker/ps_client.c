@@ -36,8 +36,9 @@ typedef struct var_ref {
     int32_t *mark; /* sparse: id -> slot in `ids` this step, -1 otherwise */
     int64_t *ids;  /* sparse: the step's distinct ids */
     size_t n_ids;
-    size_t ids_at, ids_len; /* sparse: where an example's features hold its ids */
-    float *residual;        /* bfloat16 on the wire with error feedback: what rounding dropped */
+    /* sparse: where an example's features hold its ids (a shared table's calls: several) */
+    size_t ids_at[JOB_MAX_MODEL_INPUTS], ids_len[JOB_MAX_MODEL_INPUTS], n_id_spans, ids_per;
+    float *residual; /* bfloat16 on the wire with error feedback: what rounding dropped */
 } var_ref_t;
 
 /* What a push sends as one item: a dense shard's chunk of whole blocks (rpc/types.h), a whole
@@ -202,7 +203,7 @@ static status_t place(ps_client_t *c, const Tessera__V1__ConfigureJobRequest *re
                                (long long)covered, v->p->shape[0]);
         if (v->p->sparse) {
             size_t vocab = (size_t)v->p->shape[0];
-            size_t max_ids = (size_t)c->batch * v->ids_len;
+            size_t max_ids = (size_t)c->batch * v->ids_per;
             v->mark = malloc(vocab * sizeof(int32_t));
             v->ids = malloc((max_ids + 1) * sizeof(int64_t));
             if (v->mark == NULL || v->ids == NULL)
@@ -765,11 +766,12 @@ static void gather_ids(ps_client_t *c, const float *features, int batch)
         v->n_ids = 0;
         for (int s = 0; s < v->n_shards; s++)
             v->shards[s].n_local = 0;
-        for (int e = 0; e < batch; e++) {
-            const float *ids = features + (size_t)e * c->feature_len + v->ids_at;
-            for (size_t k = 0; k < v->ids_len; k++)
-                add_id(v, ids[k]);
-        }
+        for (int e = 0; e < batch; e++)
+            for (size_t span = 0; span < v->n_id_spans; span++) {
+                const float *ids = features + (size_t)e * c->feature_len + v->ids_at[span];
+                for (size_t k = 0; k < v->ids_len[span]; k++)
+                    add_id(v, ids[k]);
+            }
     }
 }
 
@@ -998,9 +1000,11 @@ status_t ps_client_new(model_t *model, const Tessera__V1__ConfigureJobRequest *r
         v->p = model_param(model, i);
         v->row_len = v->p->n / (size_t)v->p->shape[0];
         c->push_pull &= !v->p->sparse; /* the next batch needs other rows */
-        if (v->p->sparse && !model_param_ids(model, i, &v->ids_at, &v->ids_len))
+        if (v->p->sparse && (v->n_id_spans = model_param_ids(model, i, v->ids_at, v->ids_len)) == 0)
             rc = status_fail(err, STATUS_INVALID_ARGUMENT,
                              "%s: an embedding table whose layer reads no model input", v->p->name);
+        for (size_t k = 0; k < v->n_id_spans; k++)
+            v->ids_per += v->ids_len[k];
         if (c->feedback && !v->p->sparse && (v->residual = calloc(v->p->n, sizeof(float))) == NULL)
             rc = status_fail(err, STATUS_NO_MEMORY, "out of memory for the rounding residuals");
     }

@@ -769,7 +769,7 @@ bool job_layer_shareable(const job_model_t *m, size_t i)
         l->shares > 0 && (size_t)l->shares <= i ? &m->layers[l->shares - 1] : NULL;
 
     return first != NULL && first->shares == 0 && first->kind == l->kind &&
-           l->kind != JOB_LAYER_BATCH_NORMALIZATION && l->kind != JOB_LAYER_EMBEDDING;
+           l->kind != JOB_LAYER_BATCH_NORMALIZATION;
 }
 
 size_t job_shape_len(const int *shape, int rank)
@@ -846,7 +846,7 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
                           m->layers[l->shares - 1].kind != l->kind
                       ? "is a later call of a layer that is not an earlier first call of its kind"
                       : "is called more than once: sharing is not supported for this kind (its "
-                        "moving statistics or sparse gradients belong to one call)";
+                        "moving statistics belong to one call)";
         else if (job_layer_is_merge(l->kind) && l->kind == JOB_LAYER_SUBTRACT && n != 2)
             why = "takes exactly two inputs";
         else if (job_layer_is_merge(l->kind) && n < 2)

@@ -1,5 +1,6 @@
 /* Embedding: each token id selects a row of the table [input_dim, output_dim]. Its gradient is
- * sparse: one row per distinct id of the batch (model_param_t's rows_*). The first layer only.
+ * sparse: one row per distinct id of the batch (model_param_t's rows_*). It reads a model input;
+ * a shared one (several calls, each on an input of its own) sums its calls' rows (step.c).
  * With mask_zero, id 0 is padding: the layer keeps the mask of each example's steps, which the
  * model hands to the layers that use it (model.c). */
 #include <string.h>
@@ -32,6 +33,7 @@ static status_t embedding_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
     initializer_fill(s->kernel_init.kind == JOB_INIT_DEFAULT ? &dflt : &s->kernel_init,
                      JOB_INIT_RANDOM_UNIFORM, l->w->value, l->w->n, 1, 1, p->seed);
     max_rows = layer_mul_sat((size_t)p->max_batch, layer_shape_len(l->in_shape, l->in_rank));
+    l->rows_cap = max_rows;
     l->w->rows_index = layer_alloc(p->m, max_rows, sizeof(int64_t));
     l->w->rows_grad = layer_floats(p->m, layer_mul_sat(max_rows, (size_t)s->output_dim));
     l->slot_of_row = layer_alloc(p->m, (size_t)s->input_dim, sizeof(int32_t));

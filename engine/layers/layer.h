@@ -38,6 +38,7 @@ typedef struct layer {
     uint64_t draw_key;    /* model_set_draw_key: this pass's key */
     bool draw_keyed;
     int32_t *slot_of_row; /* Embedding: row -> slot in rows_index during backward */
+    size_t rows_cap;      /* Embedding: the rows its param's rows_* hold at most */
     int64_t *ids;         /* Embedding: the batch's ids */
     int32_t *slots;       /* Embedding: each id's slot in rows_index */
     float *xhat;          /* LayerNormalization: the normalized input, [max_batch, in_len] */

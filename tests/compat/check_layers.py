@@ -303,6 +303,17 @@ def text_and_values():
     return keras.Model([values, ids], L.Dense(1)(L.Concatenate()([a, L.Dense(2)(values)])))
 
 
+def shared_embedding():
+    """The Keras guide's shared layer: one Embedding (masked) over two inputs of token ids of
+    different lengths, each call pooled with its own mask; ids the calls share sum their rows."""
+    left = keras.Input((5,), dtype="int32", name="left")
+    right = keras.Input((3,), dtype="int32", name="right")
+    emb = L.Embedding(6, 4, mask_zero=True)
+    a = L.GlobalAveragePooling1D()(emb(left))
+    b = L.GlobalAveragePooling1D()(emb(right))
+    return keras.Model([left, right], L.Dense(1)(L.Concatenate()([a, L.Dense(3)(b)])))
+
+
 def functional_cases():
     return [
         ("functional: resnet-style blocks", resnet_block, "mse", "regression"),
@@ -317,6 +328,7 @@ def functional_cases():
         ("functional: two inputs", two_inputs, "mse", "regression"),
         ("functional: an embedding's mask through two branches", masked_text, "mse", ("ids", 7)),
         ("functional: token ids and values, two inputs", text_and_values, "mse", ("ids", 9)),
+        ("functional: an embedding shared by two inputs", shared_embedding, "mse", ("ids", 6)),
     ]
 
 

@@ -278,6 +278,40 @@ START_TEST(ps_training_values_and_token_ids_in_two_inputs_learn)
 }
 END_TEST
 
+/* The Keras guide's shared layer: one Embedding over two inputs of token ids (5 and 3 of the
+ * synthetic text's 8), from Keras's JSON. The workers pull the rows of both inputs' ids
+ * (model_param_ids: one span a call) and push the calls' rows summed by id, and it learns. */
+START_TEST(ps_training_embedding_shared_by_two_inputs_learns)
+{
+    cluster_t c;
+    char path[512], job[1024], *out = NULL;
+    int rc;
+
+    snprintf(
+        job, sizeof(job),
+        "name: shared-embedding\nstrategy: parameter_server\n"
+        "model: {keras_json: %s}\n"
+        "loss: {binary_crossentropy: {from_logits: true}}\nmetrics: [accuracy]\n"
+        "optimizer: {adam: {learning_rate: 0.01}}\n"
+        "data:\n  batch_size: 32\n"
+        "  train: {format: synthetic, kind: text, examples: 3000, shape: [8], vocabulary: 50}\n"
+        "  test: {format: synthetic, kind: text, examples: 500, shape: [8], vocabulary: 50, "
+        "seed: 9}\n"
+        "train: {epochs: 3}\n",
+        harness_source("tests/fixtures/keras/keras3_shared_text.json"));
+    start_cluster(&c);
+    snprintf(path, sizeof(path), "%s/shared-embedding.yaml", harness_tmpdir());
+    write_file(path, job);
+    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("an embedding shared by two inputs, 2 workers and 2 ps: test accuracy %.4f\n",
+           test_accuracy(out));
+    ck_assert_msg(test_accuracy(out) >= 0.6, "test accuracy %.4f: %s", test_accuracy(out), out);
+    free(out);
+    stop_cluster(&c);
+}
+END_TEST
+
 static int64_t job_step(rpc_channel_t *ch, const char *id)
 {
     Tessera__V1__GetJobResponse *r = NULL;
@@ -783,6 +817,7 @@ int main(void)
     tcase_add_test(tc, ps_training_queued_jobs_run_one_after_the_other_and_cancel_is_prompt);
     tcase_add_test(tc, ps_training_rejected_job_reports_the_error_to_the_cli);
     tcase_add_test(tc, ps_training_regression_shows_no_accuracy);
+    tcase_add_test(tc, ps_training_embedding_shared_by_two_inputs_learns);
     tcase_add_test(tc, ps_training_accumulated_batches_push_as_one_larger_batch);
     tcase_add_test(tc, ps_training_gradient_packs_overlap_backward_and_change_nothing);
     tcase_add_test(tc, ps_training_step_phases_add_up_to_the_step);

@@ -515,7 +515,7 @@ START_TEST(model_embedding_of_a_second_input_names_where_its_ids_are)
     fixture_t f;
     job_layer_t l[5] = {reads(plain(JOB_LAYER_FLATTEN), JOB_INPUT_OF(0)),
                         {.kind = JOB_LAYER_EMBEDDING, .input_dim = 9, .output_dim = 2}};
-    size_t at = 0, len = 0;
+    size_t at[JOB_MAX_MODEL_INPUTS] = {0}, len[JOB_MAX_MODEL_INPUTS] = {0};
 
     l[1].inputs[0] = JOB_INPUT_OF(1);
     l[1].n_inputs = 1;
@@ -530,9 +530,9 @@ START_TEST(model_embedding_of_a_second_input_names_where_its_ids_are)
     f.spec.inputs[1] = (job_model_input_t){.name = "ids", .shape = {5}, .rank = 1, .is_int = true};
     build_spec(&f, JOB_LOSS_MSE, false, 2);
     ck_assert(model_param(f.m, 0)->sparse);
-    ck_assert(model_param_ids(f.m, 0, &at, &len));
-    ck_assert_uint_eq(at, 3);
-    ck_assert_uint_eq(len, 5);
+    ck_assert_uint_eq(model_param_ids(f.m, 0, at, len), 1);
+    ck_assert_uint_eq(at[0], 3);
+    ck_assert_uint_eq(len[0], 5);
     teardown(&f);
 }
 END_TEST
