@@ -460,8 +460,11 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
         cJSON_AddNumberToObject(c, "num_thresholds", m->thresholds);
         cJSON_AddStringToObject(c, "curve", curves[m->curve]);
         cJSON_AddStringToObject(c, "summation_method", sums[m->summation]);
-        cJSON_AddBoolToObject(c, "multi_label", false);
-        cJSON_AddNullToObject(c, "num_labels");
+        cJSON_AddBoolToObject(c, "multi_label", m->num_labels > 0);
+        if (m->num_labels > 0)
+            cJSON_AddNumberToObject(c, "num_labels", m->num_labels);
+        else
+            cJSON_AddNullToObject(c, "num_labels");
         cJSON_AddNullToObject(c, "label_weights");
         cJSON_AddBoolToObject(c, "from_logits", o->from_logits);
         break;

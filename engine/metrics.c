@@ -37,6 +37,12 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, size_t lab
                                    m->name, m->class_id, outputs);
             break;
         case JOB_METRIC_AUC:
+            if (m->num_labels > 0 && (size_t)m->num_labels != outputs)
+                return status_fail(err, STATUS_BAD_CONFIG,
+                                   "metric %s: multi_label over num_labels %d; the model gives %zu "
+                                   "values an example",
+                                   m->name, m->num_labels, outputs);
+            break;
         case JOB_METRIC_OUTPUT_LOSS:
         case JOB_METRIC_OUTPUT_ACCURACY:
             break;
@@ -68,14 +74,18 @@ static size_t class_of(const float *y, size_t label_len, size_t stride, int b)
     return best;
 }
 
+/* The buckets' positives and negatives: in s, [positives, negatives] of num_thresholds each;
+ * with multi_label one such pair an output, one after the other. */
 static void auc_update(const job_metric_t *m, const float *pred, size_t outputs, const float *y,
-                       size_t label_len, size_t stride, int batch, double *pos, double *neg)
+                       size_t label_len, size_t stride, int batch, double *s)
 {
     float scale = (float)(m->thresholds - 1);
+    size_t t = (size_t)m->thresholds;
 
     for (int b = 0; b < batch; b++)
         for (size_t i = 0; i < outputs; i++) {
             float p = pred[(size_t)b * outputs + i];
+            double *pos = m->num_labels > 0 ? s + 2 * t * i : s;
             int bucket;
             p = p > 1 ? 1 : p;
             bucket = p > 0 ? (int)ceilf(p * scale) - 1 : 0; /* NaN: bucket 0 */
@@ -83,7 +93,7 @@ static void auc_update(const job_metric_t *m, const float *pred, size_t outputs,
             if (positive(outputs, y, label_len, stride, b, i))
                 pos[bucket] += 1;
             else
-                neg[bucket] += 1;
+                pos[t + (size_t)bucket] += 1;
         }
 }
 
@@ -129,7 +139,7 @@ void metrics_update(const job_metric_t *ms, int n, const float *pred, const floa
             top_k_update(m, pred, outputs, y, label_len, stride, batch, s);
             break;
         case JOB_METRIC_AUC:
-            auc_update(m, pred, outputs, y, label_len, stride, batch, s, s + m->thresholds);
+            auc_update(m, pred, outputs, y, label_len, stride, batch, s);
             break;
         case JOB_METRIC_PRECISION:
         case JOB_METRIC_RECALL:

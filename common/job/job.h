@@ -156,6 +156,8 @@ typedef enum {
 
 #define JOB_MAX_METRICS        16
 #define JOB_MAX_AUC_THRESHOLDS 10000
+/* The most sums one AUC keeps (2 x num_thresholds x num_labels): 32 MiB of doubles. */
+#define JOB_MAX_AUC_SUMS (1 << 22)
 
 typedef struct job_metric {
     job_metric_kind_t kind;
@@ -166,6 +168,8 @@ typedef struct job_metric {
                       * the metric's: "cls_accuracy"); 0 for a model of one */
     float threshold; /* precision, recall: a prediction above it is positive */
     int thresholds;  /* auc: num_thresholds */
+    int num_labels;  /* auc with multi_label: one curve an output, num_labels of them, averaged;
+                      * 0: every output's predictions in one curve */
     job_auc_curve_t curve;
     job_auc_summation_t summation;
     size_t offset, width; /* its sums in the job's metric state (job_t.metric_width) */

@@ -3,7 +3,7 @@
  * loss, optimizer and metrics sections. Keras's serialized objects ({"class_name": "Adam",
  * "config": {...}}) become {adam: {...}}: the options keep Keras's names, which are the job
  * file's; options that must keep their Keras defaults here (reduction, use_ema, ignore_class,
- * multi_label, ...) are checked and dropped, anything else is passed on and refused by name if
+ * label_weights, ...) are checked and dropped, anything else is passed on and refused by name if
  * the job file has no such option. */
 #include <math.h>
 #include <stdio.h>
@@ -369,8 +369,7 @@ static const class_map_t metric_strings[] = {
 
 static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss, cJSON **ret)
 {
-    static const fixed_t auc_fixed[] = {
-        {"multi_label", "false"}, {"num_labels", "null"}, {"label_weights", "null"}};
+    static const fixed_t auc_fixed[] = {{"label_weights", "null"}};
     static const fixed_t pr_fixed[] = {{"top_k", "null"}};
     bool binary_logits = loss->binary && loss->logits;
     const char *cls, *name;

@@ -78,7 +78,8 @@ static status_t get_choice_nocase(job_ctx_t *c, const job_node_t *opts, const ch
 static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *m)
 {
     static const char *const topk_keys[] = {"name", "k"};
-    static const char *const auc_keys[] = {"name", "num_thresholds", "curve", "summation_method"};
+    static const char *const auc_keys[] = {
+        "name", "num_thresholds", "curve", "summation_method", "multi_label", "num_labels"};
     static const char *const pr_keys[] = {"name", "thresholds", "class_id"};
     static const char *const name_keys[] = {"name"};
     const char *name = NULL;
@@ -105,6 +106,21 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
                                        JOB_N_OF(auc_summations), &summation));
         m->curve = (job_auc_curve_t)curve;
         m->summation = (job_auc_summation_t)summation;
+        bool multi_label = false;
+        STATUS_CHECK(job_tree_get_bool(c, opts, "multi_label", &multi_label));
+        STATUS_CHECK(job_tree_get_int(c, opts, "num_labels", false, 1, &m->num_labels));
+        /* the sums' room is fixed before the model is built: it takes num_labels, not the
+         * model's width as Keras infers it from the first batch */
+        if (multi_label != (m->num_labels > 0))
+            return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line, "%s: %s", c->path,
+                                 multi_label ? "auc with multi_label: true needs num_labels: the "
+                                               "model's outputs (one curve each)"
+                                             : "num_labels is for auc with multi_label: true");
+        if ((uint64_t)m->thresholds * (uint64_t)(multi_label ? m->num_labels : 1) * 2 >
+            JOB_MAX_AUC_SUMS)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
+                                 "%s: auc keeps 2 x num_thresholds x num_labels sums, at most %d",
+                                 c->path, JOB_MAX_AUC_SUMS);
         break;
     }
     case JOB_METRIC_PRECISION:
@@ -140,7 +156,7 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
         m->width = 2;
         break;
     case JOB_METRIC_AUC:
-        m->width = 2 * (size_t)m->thresholds;
+        m->width = 2 * (size_t)m->thresholds * (size_t)(m->num_labels > 0 ? m->num_labels : 1);
         break;
     case JOB_METRIC_PRECISION:
     case JOB_METRIC_RECALL:
@@ -392,7 +408,15 @@ void job_metrics_result(const job_t *job, const double *state, double *ret)
             ret[i] = div0(s[0], s[0] + s[2]);
             break;
         case JOB_METRIC_AUC:
-            ret[i] = auc_result(m, s, s + m->thresholds);
+            if (m->num_labels > 0) { /* multi_label: the mean of the outputs' curves */
+                double sum = 0;
+                size_t t = (size_t)m->thresholds;
+                for (int j = 0; j < m->num_labels; j++)
+                    sum += auc_result(m, s + 2 * t * (size_t)j, s + 2 * t * (size_t)j + t);
+                ret[i] = sum / m->num_labels;
+            } else {
+                ret[i] = auc_result(m, s, s + m->thresholds);
+            }
             break;
         }
     }

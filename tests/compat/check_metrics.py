@@ -101,12 +101,18 @@ def cases(rng):
     p, y = multi_label_case(rng, 4)
     yield ("4 targets", 4, p, y, aucs() + confusion() + [
         ("{precision: {class_id: 1, name: p_c1}}", M.Precision(class_id=1)),
-        ("mae", M.MeanAbsoluteError()), ("rmse", M.RootMeanSquaredError())])
+        ("mae", M.MeanAbsoluteError()), ("rmse", M.RootMeanSquaredError()),
+        ("{auc: {multi_label: true, num_labels: 4, name: ml}}",
+         M.AUC(multi_label=True, num_labels=4)),
+        ("{auc: {multi_label: true, num_labels: 4, curve: PR, num_thresholds: 9, name: ml_pr}}",
+         M.AUC(multi_label=True, num_labels=4, curve="PR", num_thresholds=9))])
     p, y = classes_case(rng, 6)
     y = keras.utils.to_categorical(y, 6).astype("float32")  # one-hot rows, as the data gives
     yield ("one-hot", 6, p, y, [("top_k_categorical_accuracy", M.TopKCategoricalAccuracy()),
                                 ("{top_k_categorical_accuracy: {k: 2, name: top2}}",
-                                 M.TopKCategoricalAccuracy(k=2))] + aucs() + confusion())
+                                 M.TopKCategoricalAccuracy(k=2))] + aucs() + confusion() +
+           [("{auc: {multi_label: true, num_labels: 6, name: ml}}",
+             M.AUC(multi_label=True, num_labels=6))])
     p, y = regression_case(rng)
     yield ("regression", 1, p, y, [("mae", M.MeanAbsoluteError()),
                                    ("rmse", M.RootMeanSquaredError()),

@@ -1099,6 +1099,18 @@ START_TEST(metrics_are_read_with_their_options)
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 1}}]\n", "num_thresholds");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 20000}}]\n",
                "num_thresholds may be at most 10000");
+    /* multi_label: a curve an output, num_labels of them (the sums' room) */
+    parse_ok(MODEL TAIL "metrics: [{auc: {multi_label: true, num_labels: 3, num_thresholds: 7}}]\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.metrics[0].num_labels, 3);
+    ck_assert_uint_eq(job.metrics[0].width, 2 * 7 * 3);
+    job_done(&job);
+    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {multi_label: true}}]\n",
+               "multi_label: true needs num_labels");
+    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_labels: 3}}]\n",
+               "num_labels is for auc with multi_label: true");
+    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {multi_label: true, num_labels: 100000}}]\n",
+               "at most 4194304");
     ASSERT_BAD(MODEL TAIL "metrics: [{precision: {top_k: 2}}]\n", "top_k");
     ASSERT_BAD(MODEL TAIL "metrics: [{precision: {thresholds: [0.3, 0.6]}}]\n", "thresholds");
     ASSERT_BAD(MODEL TAIL "metrics: [{recall: {thresholds: 2}}]\n",
