@@ -470,8 +470,14 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
         break;
     case JOB_METRIC_PRECISION:
     case JOB_METRIC_RECALL:
-        cJSON_AddNumberToObject(c, "thresholds", output_threshold(o, m->threshold));
-        cJSON_AddNullToObject(c, "top_k");
+        if (isinf(m->threshold)) /* top_k alone: Keras's default threshold */
+            cJSON_AddNullToObject(c, "thresholds");
+        else
+            cJSON_AddNumberToObject(c, "thresholds", output_threshold(o, m->threshold));
+        if (m->k > 0)
+            cJSON_AddNumberToObject(c, "top_k", m->k);
+        else
+            cJSON_AddNullToObject(c, "top_k");
         if (m->class_id >= 0)
             cJSON_AddNumberToObject(c, "class_id", m->class_id);
         else

@@ -1,6 +1,8 @@
 /* The metrics' sums, as Keras 3 counts them: AUC's predictions clipped to [0, 1] and bucketed
  * by ceil(p (thresholds - 1)) - 1 (a prediction exactly on a threshold is below it), the
- * positives and negatives of each bucket kept apart; precision and recall count p > threshold;
+ * positives and negatives of each bucket kept apart; precision and recall count p > threshold
+ * (with top_k, of an example's k highest predictions only: ties go to the lower index, as
+ * tf.math.top_k picks them);
  * a class is in the top k when fewer than k classes score strictly higher (ties count in, as
  * TensorFlow's in_top_k). */
 #include "metrics.h"
@@ -97,6 +99,16 @@ static void auc_update(const job_metric_t *m, const float *pred, size_t outputs,
         }
 }
 
+/* Whether prediction i of row p is among its k highest (ties to the lower index). */
+static bool in_top_k(const float *p, size_t outputs, size_t i, int k)
+{
+    int before = 0;
+
+    for (size_t j = 0; j < outputs && before < k; j++)
+        before += p[j] > p[i] || (p[j] == p[i] && j < i);
+    return before < k;
+}
+
 static void confusion_update(const job_metric_t *m, const float *pred, size_t outputs,
                              const float *y, size_t label_len, size_t stride, int batch, double *s)
 {
@@ -105,7 +117,8 @@ static void confusion_update(const job_metric_t *m, const float *pred, size_t ou
 
     for (int b = 0; b < batch; b++)
         for (size_t i = lo; i < hi; i++) {
-            bool above = pred[(size_t)b * outputs + i] > m->threshold;
+            const float *row = pred + (size_t)b * outputs;
+            bool above = row[i] > m->threshold && (m->k == 0 || in_top_k(row, outputs, i, m->k));
             bool pos = positive(outputs, y, label_len, stride, b, i);
             s[0] += pos && above;  /* true positives */
             s[1] += !pos && above; /* false positives */

@@ -162,7 +162,7 @@ typedef enum {
 typedef struct job_metric {
     job_metric_kind_t kind;
     char name[64];   /* as reported: Keras's default name, or the job's `name` */
-    int k;           /* top-k */
+    int k;           /* top-k; precision, recall: top_k (0: none) */
     int class_id;    /* precision, recall: the one class they count; -1: every output */
     int output;      /* a model of several outputs: the output it measures (its name prefixes
                       * the metric's: "cls_accuracy"); 0 for a model of one */

@@ -370,7 +370,6 @@ static const class_map_t metric_strings[] = {
 static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss, cJSON **ret)
 {
     static const fixed_t auc_fixed[] = {{"label_weights", "null"}};
-    static const fixed_t pr_fixed[] = {{"top_k", "null"}};
     bool binary_logits = loss->binary && loss->logits;
     const char *cls, *name;
     cJSON *config, *logits;
@@ -423,7 +422,7 @@ static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss,
     if (rc == STATUS_OK && strcmp(name, "auc") == 0)
         rc = drop_fixed(k, cls, config, auc_fixed, JOB_N_OF(auc_fixed));
     else if (rc == STATUS_OK && (strcmp(name, "precision") == 0 || strcmp(name, "recall") == 0))
-        rc = drop_fixed(k, cls, config, pr_fixed, JOB_N_OF(pr_fixed));
+        rc = drop_fixed(k, cls, config, NULL, 0);
     else if (rc == STATUS_OK)
         rc = drop_fixed(k, cls, config, NULL, 0);
     if (rc == STATUS_OK && binary_logits && strcmp(name, "binary_accuracy") == 0)

@@ -80,7 +80,7 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
     static const char *const topk_keys[] = {"name", "k"};
     static const char *const auc_keys[] = {
         "name", "num_thresholds", "curve", "summation_method", "multi_label", "num_labels"};
-    static const char *const pr_keys[] = {"name", "thresholds", "class_id"};
+    static const char *const pr_keys[] = {"name", "thresholds", "class_id", "top_k"};
     static const char *const name_keys[] = {"name"};
     const char *name = NULL;
     double threshold = 0.5;
@@ -129,9 +129,17 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
         STATUS_CHECK(job_tree_get_double(c, opts, "thresholds", false, &threshold));
         if (!(threshold >= 0 && threshold <= 1))
             return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
-                                 "%s: thresholds must be one number from 0 to 1, got %g", c->path,
-                                 threshold);
+                                 "%s: thresholds must be one number from 0 to 1, got %g (a list "
+                                 "of several is not supported)",
+                                 c->path, threshold);
         STATUS_CHECK(job_tree_get_int(c, opts, "class_id", false, 0, &m->class_id));
+        /* top_k: only an example's k highest predictions may count as positive, whatever
+         * their values unless thresholds is given too (Keras's default threshold is then
+         * -inf, not 0.5) */
+        m->k = 0;
+        STATUS_CHECK(job_tree_get_int(c, opts, "top_k", false, 1, &m->k));
+        if (m->k > 0 && !job_tree_given(job_tree_child(opts, "thresholds")))
+            threshold = -INFINITY;
         break;
     default:
         STATUS_CHECK(job_tree_check_map(c, opts, name_keys, JOB_N_OF(name_keys), true));

@@ -1,7 +1,7 @@
 """Tessera's metrics against Keras's own metric classes (keras.metrics, the Keras 3 that
 tensorflow-cpu installs), on the same predictions: sparse top-k with ties, AUC for each curve and
-summation method (with predictions exactly on thresholds, at 0 and at 1), precision and recall
-(thresholds, class_id), and the mean absolute, squared and root mean squared errors. Keras sees
+summation method (with predictions exactly on thresholds, at 0 and at 1; of several labels),
+precision and recall (thresholds, class_id, top_k with ties), and the mean absolute, squared and root mean squared errors. Keras sees
 one-hot labels where Tessera sees class ids, as Keras users of categorical losses write them.
 Tessera's sums are made by tests/compat/metric_values.c (the engine's code) over uneven pieces of
 the examples, added up as workers' are; every result agrees with Keras's within 1e-5 relative
@@ -95,13 +95,20 @@ def cases(rng):
            [("{precision: {class_id: 2, name: p_c2}}", M.Precision(class_id=2)),
             ("{recall: {class_id: 7, thresholds: 0.2, name: r_c7}}",
              M.Recall(class_id=7, thresholds=0.2))])
+    yield ("10 classes", k, p, y,  # at most 16 metrics a job
+           [("{precision: {top_k: 2, name: p_top2}}", M.Precision(top_k=2)),
+            ("{recall: {top_k: 3, name: r_top3}}", M.Recall(top_k=3)),
+            ("{precision: {top_k: 1, class_id: 4, thresholds: 0.2, name: p_t1c4}}",
+             M.Precision(top_k=1, class_id=4, thresholds=0.2))])
     p, y = binary_case(rng)
     yield ("binary", 1, p, y, aucs() + confusion() + [("mae", M.MeanAbsoluteError()),
                                                   ("mse", M.MeanSquaredError())])
     p, y = multi_label_case(rng, 4)
     yield ("4 targets", 4, p, y, aucs() + confusion() + [
         ("{precision: {class_id: 1, name: p_c1}}", M.Precision(class_id=1)),
-        ("mae", M.MeanAbsoluteError()), ("rmse", M.RootMeanSquaredError()),
+        ("mae", M.MeanAbsoluteError()), ("rmse", M.RootMeanSquaredError())])
+    yield ("4 targets", 4, p, y, [
+        ("{recall: {top_k: 2, name: r_top2}}", M.Recall(top_k=2)),
         ("{auc: {multi_label: true, num_labels: 4, name: ml}}",
          M.AUC(multi_label=True, num_labels=4)),
         ("{auc: {multi_label: true, num_labels: 4, curve: PR, num_thresholds: 9, name: ml_pr}}",
@@ -169,7 +176,9 @@ def main():
 
 
 EXPORT_METRICS = ("[accuracy, auc, {auc: {curve: PR, name: pr_auc}}, precision, "
-                  "{recall: {class_id: 3}}, {sparse_top_k_categorical_accuracy: {k: 2}}]")
+                  "{recall: {class_id: 3}}, {sparse_top_k_categorical_accuracy: {k: 2}}, "
+                  "{precision: {top_k: 2, name: p_top2}}, "
+                  "{auc: {multi_label: true, num_labels: 10, name: ml_auc}}]")
 
 
 def exported_metrics(tmp):
@@ -191,7 +200,7 @@ def exported_metrics(tmp):
                             batch_size=256)
     # (the top-k metric is Keras's TopKCategoricalAccuracy of the one-hot labels, under its name)
     for name in ["accuracy", "auc", "pr_auc", "precision", "recall",
-                 "sparse_top_k_categorical_accuracy"]:
+                 "sparse_top_k_categorical_accuracy", "p_top2", "ml_auc"]:
         ours_name = keras_name = name
         check(ours_name in ours and keras_name in theirs,
               "export: %s missing (Tessera %s, Keras %s)" % (name, ours, theirs))

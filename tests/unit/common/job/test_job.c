@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1099,6 +1100,17 @@ START_TEST(metrics_are_read_with_their_options)
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 1}}]\n", "num_thresholds");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 20000}}]\n",
                "num_thresholds may be at most 10000");
+    /* top_k: alone, any of an example's k highest predictions counts (Keras's threshold -inf) */
+    parse_ok(MODEL TAIL "metrics: [{precision: {top_k: 2}}, {recall: {top_k: 1, thresholds: "
+                        "0.4}}]\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.metrics[0].k, 2);
+    ck_assert(isinf(job.metrics[0].threshold) && job.metrics[0].threshold < 0);
+    ck_assert_int_eq(job.metrics[1].k, 1);
+    ck_assert_float_eq_tol(job.metrics[1].threshold, 0.4f, 1e-7f);
+    job_done(&job);
+    ASSERT_BAD(MODEL TAIL "metrics: [{precision: {top_k: 0}}]\n", "top_k");
+    ASSERT_BAD(MODEL TAIL "metrics: [{recall: {thresholds: [0.3, 0.5]}}]\n", "thresholds");
     /* multi_label: a curve an output, num_labels of them (the sums' room) */
     parse_ok(MODEL TAIL "metrics: [{auc: {multi_label: true, num_labels: 3, num_thresholds: 7}}]\n",
              "j.yaml", &job);
@@ -1111,7 +1123,6 @@ START_TEST(metrics_are_read_with_their_options)
                "num_labels is for auc with multi_label: true");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {multi_label: true, num_labels: 100000}}]\n",
                "at most 4194304");
-    ASSERT_BAD(MODEL TAIL "metrics: [{precision: {top_k: 2}}]\n", "top_k");
     ASSERT_BAD(MODEL TAIL "metrics: [{precision: {thresholds: [0.3, 0.6]}}]\n", "thresholds");
     ASSERT_BAD(MODEL TAIL "metrics: [{recall: {thresholds: 2}}]\n",
                "thresholds must be one number from 0 to 1");
