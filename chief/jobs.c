@@ -1,7 +1,6 @@
 /* The chief's job table: queued, running and ended jobs, their events, and the limits on what
  * clients may leave in it. */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,6 +207,7 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
     }
     snprintf(j->name, sizeof(j->name), "%s", j->job.name ? j->job.name : "job");
     tessera__v1__job_progress__init(&j->progress);
+    j->progress.no_accuracy = !job_reports_accuracy(&j->job);
     chief_job_metrics_init(j);
     j->state = TESSERA__V1__JOB_STATE__JOB_STATE_QUEUED;
     j->submitted_at = clock_wall_s();
@@ -334,6 +334,4 @@ void chief_job_info(const chief_job_t *j, Tessera__V1__JobInfo *info, Tessera__V
     info->finished_at = j->finished_at;
     if (j->state == TESSERA__V1__JOB_STATE__JOB_STATE_RUNNING)
         pr->elapsed_seconds = clock_wall_s() - j->started_at;
-    if (!job_reports_accuracy(&j->job)) /* a regression, several outputs: none to show */
-        pr->accuracy = pr->test_accuracy = NAN;
 }

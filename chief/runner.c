@@ -253,6 +253,7 @@ static status_t evaluate(running_t *r, status_msg_t *err)
         pthread_mutex_lock(&c->mu);
         if (resp->examples > 0) {
             j->progress.test_loss = resp->loss_sum / (double)resp->examples;
+            j->progress.evaluated = true;
             j->progress.test_accuracy = resp->correct / (double)resp->examples;
         }
         if (resp->n_metric_sums == j->job.metric_width)

@@ -540,6 +540,7 @@ static status_t end_epoch(sync_run_t *s, int64_t e, bool has_test, status_msg_t 
     pthread_mutex_lock(&c->mu);
     if (sums[2] > 0) {
         j->progress.test_loss = sums[0] / sums[2];
+        j->progress.evaluated = true;
         j->progress.test_accuracy = sums[1] / sums[2];
         dispatch_progress_metrics(&j->progress, &j->job, s->closure_metrics, true);
         chief_epoch_event(c, j, e, true);

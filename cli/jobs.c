@@ -2,7 +2,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,11 +87,11 @@ const char *cli_take_positional(int *argc, char **argv)
     return NULL;
 }
 
-/* Whether the progress holds an evaluation's numbers (a loss is never 0 in practice; the
- * accuracy is NaN for a job without one). */
+/* Whether the progress holds an evaluation's numbers (a chief's journal from before
+ * `evaluated` existed: a test accuracy or loss not 0). */
 static bool evaluated(const Tessera__V1__JobProgress *p)
 {
-    return p->test_loss > 0 || p->test_accuracy > 0;
+    return p->evaluated || p->test_accuracy > 0 || p->test_loss > 0;
 }
 
 /* A job's metrics beyond loss and accuracy, as "SEP PREFIXNAME VALUE" each. */
@@ -110,13 +109,13 @@ static void print_info(const Tessera__V1__JobInfo *j)
     if (p != NULL && p->total_steps > 0) {
         printf(" step %lld/%lld epoch %lld loss %.4f", (long long)p->step,
                (long long)p->total_steps, (long long)p->epoch + 1, p->loss);
-        if (!isnan(p->accuracy)) /* NaN: the job has none */
+        if (!p->no_accuracy)
             printf(" accuracy %.4f", p->accuracy);
         print_metrics(p->metrics, p->n_metrics, " ", "");
     }
     if (p != NULL && evaluated(p))
         printf(" test_loss %.4f", p->test_loss);
-    if (p != NULL && p->test_accuracy > 0)
+    if (p != NULL && evaluated(p) && !p->no_accuracy)
         printf(" test_accuracy %.4f", p->test_accuracy);
     if (p != NULL)
         print_metrics(p->test_metrics, p->n_test_metrics, " ", "test_");
@@ -169,14 +168,14 @@ static void show_progress(const Tessera__V1__JobInfo *j, watch_state_t *ws)
             bar[width] = '\0';
             printf("\r\033[K%s [%s] %lld/%lld  loss %.4f", j->id, bar, (long long)p->step,
                    (long long)p->total_steps, p->loss);
-            if (!isnan(p->accuracy))
+            if (!p->no_accuracy)
                 printf("  accuracy %.4f", p->accuracy);
             printf("  %.0f examples/s", p->examples_per_second);
             fflush(stdout);
         } else if (t - ws->last_line >= 5) {
             printf("step %lld/%lld: loss %.4f", (long long)p->step, (long long)p->total_steps,
                    p->loss);
-            if (!isnan(p->accuracy))
+            if (!p->no_accuracy)
                 printf(", accuracy %.4f", p->accuracy);
             printf(", %.0f examples/s\n", p->examples_per_second);
             ws->last_line = t;
@@ -227,12 +226,12 @@ static int show_result(const Tessera__V1__JobInfo *j, const watch_state_t *ws)
             printf(" (training %.2f s, %.0f steps/s)", p->train_seconds,
                    (double)p->step / p->train_seconds);
         printf("; loss %.4f", p->loss);
-        if (!isnan(p->accuracy))
+        if (!p->no_accuracy)
             printf(", accuracy %.4f", p->accuracy);
         print_metrics(p->metrics, p->n_metrics, ", ", "");
         if (evaluated(p)) {
             printf("; test loss %.4f", p->test_loss);
-            if (!isnan(p->test_accuracy))
+            if (!p->no_accuracy)
                 printf(", test accuracy %.4f", p->test_accuracy);
             print_metrics(p->test_metrics, p->n_test_metrics, ", test ", "");
         }

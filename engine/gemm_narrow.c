@@ -22,7 +22,7 @@ typedef float vec8_u __attribute__((vector_size(32), aligned(4))); /* unaligned 
 /* AVX-512: 32 vector registers, 24 of them accumulators */
 #define NARROW_ROWS     12
 #define NARROW_FN(name) name##_v4
-#define NARROW_TARGET   __attribute__((target("arch=x86-64-v4")))
+#define NARROW_TARGET   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
 #include "gemm_narrow_body.h"
 #undef NARROW_ROWS
 #undef NARROW_FN
@@ -31,7 +31,7 @@ typedef float vec8_u __attribute__((vector_size(32), aligned(4))); /* unaligned 
 /* AVX2: 16 vector registers, 12 of them accumulators */
 #define NARROW_ROWS     6
 #define NARROW_FN(name) name##_v3
-#define NARROW_TARGET   __attribute__((target("arch=x86-64-v3")))
+#define NARROW_TARGET   __attribute__((target("avx2,fma")))
 #include "gemm_narrow_body.h"
 #undef NARROW_ROWS
 #undef NARROW_FN

@@ -10,7 +10,7 @@
 
 #include <stdbool.h>
 
-/* Picks the kernels for the CPU: 2 for AVX-512 (x86-64-v4), 1 for AVX2 with FMA (x86-64-v3),
+/* Picks the kernels for the CPU: 2 for AVX-512 (F, VL, BW, DQ), 1 for AVX2 with FMA,
  * 0 for none (every product stays OpenBLAS's). Call once, before any product. */
 void gemm_narrow_select(int level);
 

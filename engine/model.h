@@ -133,7 +133,7 @@ void model_set_sync(model_t *m, layer_sync_t *s, int rank);
 /* A training pass without examples, as the exchange sees it: every sum the model's synchronized
  * layers make in a forward and backward pass, in their order, with nothing of its own (zeros),
  * for a replica whose slice of a step is empty while the others' are not. true at once when
- * the model exchanges nothing; false as sum is. */
+ * the model exchanges nothing; false as sum is (or without memory for the zeros). */
 bool model_sync_idle(model_t *m);
 
 /* Where a sparse parameter (an Embedding's table) finds its token ids in each example's

@@ -529,7 +529,9 @@ static status_t slice_step(trainer_t *t, const data_batch_t *b, model_stats_t *r
         model_stats_t st;
         if (v >= t->n_slices || n <= 0) {
             if (!model_sync_idle(t->model))
-                return status_fail(err, STATUS_CANCELLED, "another worker failed this step");
+                return status_fail(err, STATUS_CANCELLED,
+                                   "the sums of synchronized BatchNormalization failed (another "
+                                   "worker failed this step, or no memory)");
             continue;
         }
         /* slice v of this batch drops the same values whichever worker computes it */

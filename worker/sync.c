@@ -589,8 +589,10 @@ status_t sync_steps(sync_t *s, int steps, _Atomic bool *cancelled, model_stats_t
             STATUS_CHECK(overlapped_step(s, &b, &st, err));
         } else {
             status_t rc = trainer_step(s->t, &b, &st, err);
-            if (rc != STATUS_OK) { /* the others wait for this step's gradients: tell them now */
-                ring_abort(s->ring);
+            /* a sum of backward that failed leaves the step "done" with local statistics: the
+             * ring is broken all the same, and no gradient may go into it */
+            if (rc != STATUS_OK || s->bn_rc != STATUS_OK) {
+                ring_abort(s->ring); /* the others wait for this step: tell them now */
                 if (s->bn_rc != STATUS_OK && err != NULL) /* the ring failed, not the layer */
                     *err = s->bn_err;
                 return s->bn_rc != STATUS_OK ? s->bn_rc : rc;

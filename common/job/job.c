@@ -677,6 +677,13 @@ static bool label_fits(const job_feature_t *f)
     return true;
 }
 
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
 /* label: NAME, or a list of names for a model of several outputs (one an output's labels, in
  * the model's order): into *ret (free each and it), or "label" when the key is absent and not
  * required. The same name twice is refused. */
@@ -688,8 +695,11 @@ static status_t label_names(job_ctx_t *c, const job_node_t *map, bool required, 
     *ret = NULL;
     *ret_n = 0;
     if (!required && !job_tree_given(job_tree_child(map, "label"))) {
-        if ((*ret = calloc(1, sizeof(**ret))) == NULL || ((*ret)[0] = strdup("label")) == NULL)
+        if ((*ret = calloc(1, sizeof(**ret))) == NULL || ((*ret)[0] = strdup("label")) == NULL) {
+            free(*ret);
+            *ret = NULL;
             return status_fail(c->err, STATUS_NO_MEMORY, "out of memory");
+        }
         *ret_n = 1;
         return STATUS_OK;
     }
@@ -701,14 +711,12 @@ static status_t label_names(job_ctx_t *c, const job_node_t *map, bool required, 
                                    "%s.label names '%s' twice: each output's labels are their "
                                    "own",
                                    c->path, (*ret)[i]);
+    if (rc != STATUS_OK) {
+        free_names(*ret, *ret_n);
+        *ret = NULL;
+        *ret_n = 0;
+    }
     return rc;
-}
-
-static void free_names(char **names, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
 }
 
 /* features: {NAME: FEATURE, ...}: the labels (named by label:, default "label"; several for a

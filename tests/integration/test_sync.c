@@ -598,6 +598,12 @@ START_TEST(sync_chief_restarted_resumes_from_the_workers_checkpoint)
     free(a);
     free(b);
     free(out);
+    /* the job that ended before the restart keeps its numbers, accuracies included (its file
+     * is not read again: the journal says it has an accuracy) */
+    rc = tessera((char *[]){"list", c.chief_flag, NULL}, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    a = strstr(out, " test_accuracy ");
+    ck_assert_msg(a != NULL && strstr(a + 1, " test_accuracy ") != NULL, "%s", out);
     free(calm);
     free(id);
     stop_cluster(&c);
