@@ -308,7 +308,7 @@ static status_t bce(const loss_args_t *a, bool logits, model_stats_t *st, status
                     a->dy[at] = (p - t) / (p * (1 - p)) * per;
             }
             /* Keras thresholds the output as it is (unclipped), or the logits' sigmoid */
-            right += ((logits ? p : v) > a->m->accuracy_threshold) == (label > 0.5f);
+            right += ((logits ? p : v) > h->threshold) == (label > 0.5f);
         }
         st->loss_sum += loss / (double)k;
         st->correct += right / (double)k;

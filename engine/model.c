@@ -260,10 +260,10 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     m->be = be;
     m->max_batch = max_batch;
     m->max_bytes = max_bytes > 0 && max_bytes < SIZE_MAX ? (size_t)max_bytes : SIZE_MAX;
-    m->accuracy_threshold = 0.5f;
     m->n_heads = job_model_outputs(spec);
     for (int k = 0; k < m->n_heads; k++)
         m->heads[k] = (model_head_t){.layer = job_model_output(spec, k),
+                                     .threshold = 0.5f,
                                      /* the others' until model_set_loss_options: one that
                                       * fits any output */
                                      .loss = k == 0 ? loss : JOB_LOSS_MSE,
@@ -608,10 +608,14 @@ status_t model_set_loss_options(model_t *m, const job_t *job, status_msg_t *err)
         h->smoothing =
             o.label_smoothing >= 0 && o.label_smoothing <= 1 ? (float)o.label_smoothing : 0.0f;
         h->weight = (float)o.weight;
+        /* a model of one: the job's accuracy's; of several: each output's accuracy metric's */
+        h->threshold = n == 1 ? job->accuracy_threshold : 0.5f;
+        for (int i = 0; n > 1 && i < job->n_metrics; i++)
+            if (job->metrics[i].kind == JOB_METRIC_OUTPUT_ACCURACY && job->metrics[i].output == k)
+                h->threshold = job->metrics[i].threshold;
     }
     m->loss_sum = job->loss_sum;
     m->loss_unreduced = job->loss_unreduced;
-    m->accuracy_threshold = job->accuracy_threshold;
     m->n_metrics = job->n_metrics < JOB_MAX_METRICS ? job->n_metrics : JOB_MAX_METRICS;
     memcpy(m->metrics, job->metrics, (size_t)m->n_metrics * sizeof(*m->metrics));
     return model_check_loss(m, err);

@@ -15,6 +15,7 @@ typedef struct model_head {
     float smoothing;    /* the cross-entropies' label_smoothing */
     double huber_delta; /* huber's delta (1 by default) */
     float weight;       /* Keras's loss_weights: the total loss is the weighted sum */
+    float threshold;    /* binary cross-entropy's accuracy: a value above it predicts 1 */
     size_t out_len;     /* its values per example */
     /* its labels in each example's label row: label_len values from label_at (1, or out_len) */
     size_t label_at, label_len;
@@ -53,7 +54,6 @@ struct model {
     job_metric_t metrics[JOB_MAX_METRICS];
     int n_metrics;
     double *metric_sink;
-    float accuracy_threshold; /* binary accuracy's; 0.5 by default */
     model_backward_fn on_backward;
     void *on_backward_arg;
     double forward_s, backward_s; /* of the last training step (model_step_seconds) */

@@ -241,10 +241,16 @@ static status_t parse_output_metrics(job_ctx_t *c, const job_node_t *n, job_t *j
         job->accuracy_threshold = 0.5f;
         rc = parse_one(c, items[i], job);
         if (rc == STATUS_OK && job->metric_accuracy) { /* this output's accuracy */
-            if (!job_loss_has_accuracy(job->outputs[k].loss) || job->accuracy_threshold != 0.5f)
+            if (!job_loss_has_accuracy(job->outputs[k].loss))
                 rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[i]->line,
-                                   "%s: output %s's accuracy is its cross-entropy's (a threshold "
-                                   "of its own is not supported yet), and its loss %s has none",
+                                   "%s: output %s's accuracy is its cross-entropy's, and its "
+                                   "loss %s has none",
+                                   c->path, out, job_loss_name(job->outputs[k].loss));
+            else if (job->accuracy_threshold != 0.5f &&
+                     job->outputs[k].loss != JOB_LOSS_BINARY_CROSSENTROPY)
+                rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[i]->line,
+                                   "%s: output %s's accuracy takes a threshold under "
+                                   "binary_crossentropy only (its loss is %s)",
                                    c->path, out, job_loss_name(job->outputs[k].loss));
             else if (job->n_metrics == JOB_MAX_METRICS)
                 rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[i]->line, "%s: at most %d metrics",

@@ -874,6 +874,41 @@ def exported_two_outputs(tmp):
           "from TFRecord: %s, from the .npz: %s" % (from_records, back_ours))
 
 
+def exported_binary_threshold(tmp):
+    """An output's binary accuracy at a threshold of its own: a model of two outputs, the classes
+    and whether the image is brighter than the median one (a sigmoid under binary
+    cross-entropy, its accuracy at 0.3), trained by tessera train and exported: Keras evaluates
+    each output's accuracy to Tessera's."""
+    x = keras.Input((784,), name="image")
+    h = L.Dense(32, activation="relu", name="hidden")(x)
+    model = keras.Model(x, [L.Dense(10, name="classes")(h),
+                            L.Dense(1, activation="sigmoid", name="bright")(h)])
+    with open(os.path.join(tmp, "bright.json"), "w") as f:
+        f.write(model.to_json())
+    arrays = {}
+    for split, xs, y in fashion_splits():
+        ink = xs.mean(axis=1, keepdims=True)
+        arrays[split] = (xs, y, (ink > np.median(ink)).astype(np.float32))
+        np.savez(os.path.join(tmp, "bright-%s.npz" % split), x=xs, y=y, bright=arrays[split][2])
+    ours, back = train_and_export(
+        tmp, "bright",
+        "name: bright\nmodel: {keras_json: bright.json}\n"
+        "loss: [{sparse_categorical_crossentropy: {from_logits: true}}, binary_crossentropy]\n"
+        "optimizer: {adam: {learning_rate: 0.001}}\n"
+        "metrics: {classes: [accuracy], bright: [{binary_accuracy: {threshold: 0.3}}]}\n"
+        "data:\n  batch_size: 64\n  shuffle_buffer: 10000\n  seed: 1\n"
+        "  train: {format: npz, file: bright-train.npz, x: x, y: [y, bright]}\n"
+        "  test: {format: npz, file: bright-test.npz, x: x, y: [y, bright]}\n"
+        "train: {steps: 200}\n")
+    xs, ys, bright = arrays["test"]
+    theirs = back.evaluate(xs, [ys, bright], verbose=0, return_dict=True, batch_size=250)
+    for name in ("classes_accuracy", "bright_accuracy"):
+        print("exported threshold %-17s tessera %s, keras %.5f" % (
+            name, ours.get(name), theirs.get(name, -1)))
+        check(name in ours and abs(float(ours[name]) - theirs.get(name, -1)) <= 0.002,
+              "threshold 0.3: Keras evaluates %s, Tessera %s" % (theirs, ours))
+
+
 def exported_multi_label(tmp):
     """Labels of several values end to end: Fashion-MNIST's classes as ten 0/1 targets (one-hot
     rows in an .npz) under binary_crossentropy with a sigmoid output of ten units (multi-label),
@@ -915,6 +950,7 @@ def main():
         exported_two_inputs(tmp)
         exported_multi_label(tmp)
         exported_two_outputs(tmp)
+        exported_binary_threshold(tmp)
     finish("%d models agree with Keras %s: outputs, losses, gradients (largest relative "
            "difference %.1e)" % (len(all_cases), keras.__version__, worst))
 

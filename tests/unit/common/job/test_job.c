@@ -976,7 +976,18 @@ START_TEST(several_outputs_take_a_loss_each)
             "m11}}, {mae: {name: m12}}, {mae: {name: m13}}, {mae: {name: m14}}]}\n",
             "at most 16, each output's loss among them");
     REFUSED("loss: mse\nmetrics: {a: [accuracy]}\n", "its loss mean_squared_error has none");
+    REFUSED("loss: [sparse_categorical_crossentropy, mse]\n"
+            "metrics: {a: [{binary_accuracy: {threshold: 0.3}}]}\n",
+            "takes a threshold under binary_crossentropy only");
 #undef REFUSED
+    /* an output's binary accuracy with a threshold of its own, as Keras's BinaryAccuracy */
+    ck_assert_int_eq(parse_two_outputs("loss: [binary_crossentropy, mse]\n"
+                                       "metrics: {a: [{binary_accuracy: {threshold: 0.3}}]}\n",
+                                       &job, &err),
+                     STATUS_OK);
+    ck_assert_int_eq(job.metrics[0].kind, JOB_METRIC_OUTPUT_ACCURACY);
+    ck_assert_float_eq_tol(job.metrics[0].threshold, 0.3f, 1e-7f);
+    job_done(&job);
     /* metrics for each output, named after it as Keras names them */
     ck_assert_int_eq(parse_two_outputs("loss: [sparse_categorical_crossentropy, mse]\n"
                                        "metrics: {b: [mae], a: [accuracy, auc]}\n",
