@@ -838,14 +838,19 @@ def exported_two_outputs(tmp):
     check(float(ours.get("classes_loss", 9)) < 1.0, "two outputs: %s" % ours)  # untrained: 2.3
     # the archive back as a job's model: its compile config's losses and loss_weights, and its
     # weights, evaluate to the same numbers
-    again = os.path.join(tmp, "two-out-again.yaml")
-    with open(again, "w") as f:
-        f.write("name: two-outputs-again\nmodel: {keras: export-two-out/model.keras}\n"
-                "data:\n  batch_size: 250\n"
-                "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
-                "  test: {format: npz, file: two-out-test.npz, x: x, y: [y, ink]}\n")
-    back_ours = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)",
-                                tessera("train", again, "--evaluate", cwd=tmp)))
+    def evaluate_archive(name, test):
+        """The exported archive as a job's model, evaluated on the test split `test`."""
+        again = os.path.join(tmp, name + ".yaml")
+        with open(again, "w") as f:
+            f.write("name: %s\nmodel: {keras: export-two-out/model.keras}\n"
+                    "data:\n  batch_size: 250\n"
+                    "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
+                    "  test: %s\n" % (name, test))
+        return dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)",
+                               tessera("train", again, "--evaluate", cwd=tmp)))
+
+    back_ours = evaluate_archive("two-outputs-again",
+                                 "{format: npz, file: two-out-test.npz, x: x, y: [y, ink]}")
     print("the archive as a model: %s" % back_ours)
     check(back_ours == {k: ours[k] for k in back_ours} and "ink_loss" in back_ours,
           "the archive evaluates to %s, the trained job %s" % (back_ours, ours))
@@ -860,15 +865,10 @@ def exported_two_outputs(tmp):
                 "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(ys[i])]))}
             w.write(tf.train.Example(features=tf.train.Features(feature=feature))
                     .SerializeToString())
-    with open(again, "w") as f:
-        f.write("name: two-outputs-tfrecord\nmodel: {keras: export-two-out/model.keras}\n"
-                "data:\n  batch_size: 250\n"
-                "  train: {format: npz, file: two-out-train.npz, x: x, y: [y, ink]}\n"
-                "  test: {format: tfrecord, files: two-out-test.tfrecord, label: [y, ink], "
-                "features: {image: {float_list: [784]}, y: {int64_list: [1]}, "
-                "ink: {float_list: [1]}}}\n")
-    from_records = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)",
-                                   tessera("train", again, "--evaluate", cwd=tmp)))
+    from_records = evaluate_archive(
+        "two-outputs-tfrecord",
+        "{format: tfrecord, files: two-out-test.tfrecord, label: [y, ink], features: {image: "
+        "{float_list: [784]}, y: {int64_list: [1]}, ink: {float_list: [1]}}}")
     print("its test split from TFRecord: %s" % from_records)
     check(from_records == back_ours,
           "from TFRecord: %s, from the .npz: %s" % (from_records, back_ours))

@@ -248,7 +248,9 @@ END_TEST
 /* A model of two inputs, values and token ids (an Embedding reads the second), from Keras's
  * JSON: the workers pull the rows of the ids input alone (model_param_ids), and it learns. The
  * synthetic text data gives both inputs ids (1 to 49): the values input reads them as numbers. */
-START_TEST(ps_training_values_and_token_ids_in_two_inputs_learn)
+/* The Keras model `fixture` (a JSON of tests/fixtures/keras) trained on the synthetic text data
+ * (8 token ids an example) for 3 epochs on 2 PS and 2 workers: it learns. */
+static void text_model_learns(const char *name, const char *fixture, const char *what)
 {
     cluster_t c;
     char path[512], job[1024], *out = NULL;
@@ -256,7 +258,7 @@ START_TEST(ps_training_values_and_token_ids_in_two_inputs_learn)
 
     snprintf(
         job, sizeof(job),
-        "name: two-inputs\nstrategy: parameter_server\n"
+        "name: %s\nstrategy: parameter_server\n"
         "model: {keras_json: %s}\n"
         "loss: {binary_crossentropy: {from_logits: true}}\nmetrics: [accuracy]\n"
         "optimizer: {adam: {learning_rate: 0.01}}\n"
@@ -265,16 +267,22 @@ START_TEST(ps_training_values_and_token_ids_in_two_inputs_learn)
         "  test: {format: synthetic, kind: text, examples: 500, shape: [8], vocabulary: 50, "
         "seed: 9}\n"
         "train: {epochs: 3}\n",
-        harness_source("tests/fixtures/keras/keras3_text_and_values.json"));
+        name, harness_source(fixture));
     start_cluster(&c);
-    snprintf(path, sizeof(path), "%s/two-inputs.yaml", harness_tmpdir());
+    snprintf(path, sizeof(path), "%s/%s.yaml", harness_tmpdir(), name);
     write_file(path, job);
     rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("values and token ids, 2 workers and 2 ps: test accuracy %.4f\n", test_accuracy(out));
+    printf("%s, 2 workers and 2 ps: test accuracy %.4f\n", what, test_accuracy(out));
     ck_assert_msg(test_accuracy(out) >= 0.6, "test accuracy %.4f: %s", test_accuracy(out), out);
     free(out);
     stop_cluster(&c);
+}
+
+START_TEST(ps_training_values_and_token_ids_in_two_inputs_learn)
+{
+    text_model_learns("two-inputs", "tests/fixtures/keras/keras3_text_and_values.json",
+                      "values and token ids");
 }
 END_TEST
 
@@ -283,32 +291,8 @@ END_TEST
  * (model_param_ids: one span a call) and push the calls' rows summed by id, and it learns. */
 START_TEST(ps_training_embedding_shared_by_two_inputs_learns)
 {
-    cluster_t c;
-    char path[512], job[1024], *out = NULL;
-    int rc;
-
-    snprintf(
-        job, sizeof(job),
-        "name: shared-embedding\nstrategy: parameter_server\n"
-        "model: {keras_json: %s}\n"
-        "loss: {binary_crossentropy: {from_logits: true}}\nmetrics: [accuracy]\n"
-        "optimizer: {adam: {learning_rate: 0.01}}\n"
-        "data:\n  batch_size: 32\n"
-        "  train: {format: synthetic, kind: text, examples: 3000, shape: [8], vocabulary: 50}\n"
-        "  test: {format: synthetic, kind: text, examples: 500, shape: [8], vocabulary: 50, "
-        "seed: 9}\n"
-        "train: {epochs: 3}\n",
-        harness_source("tests/fixtures/keras/keras3_shared_text.json"));
-    start_cluster(&c);
-    snprintf(path, sizeof(path), "%s/shared-embedding.yaml", harness_tmpdir());
-    write_file(path, job);
-    rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
-    printf("an embedding shared by two inputs, 2 workers and 2 ps: test accuracy %.4f\n",
-           test_accuracy(out));
-    ck_assert_msg(test_accuracy(out) >= 0.6, "test accuracy %.4f: %s", test_accuracy(out), out);
-    free(out);
-    stop_cluster(&c);
+    text_model_learns("shared-embedding", "tests/fixtures/keras/keras3_shared_text.json",
+                      "an embedding shared by two inputs");
 }
 END_TEST
 

@@ -604,6 +604,7 @@ START_TEST(sync_chief_restarted_resumes_from_the_workers_checkpoint)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     a = strstr(out, " test_accuracy ");
     ck_assert_msg(a != NULL && strstr(a + 1, " test_accuracy ") != NULL, "%s", out);
+    free(out);
     free(calm);
     free(id);
     stop_cluster(&c);

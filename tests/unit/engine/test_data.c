@@ -737,6 +737,23 @@ static void write_npy(const char *path, int rows, int cols, float base)
     fclose(f);
 }
 
+/* Overwrites path with one record of two features, "x" and `name`, each the floats {1, 2}. */
+static void write_record_of_two(const char *path, const char *name)
+{
+    example_writer_t w = {0};
+    const uint8_t *ex;
+    size_t len;
+    FILE *f;
+
+    ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+    example_add_floats(&w, "x", (const float[]){1.0f, 2.0f}, 2);
+    example_add_floats(&w, name, (const float[]){1.0f, 2.0f}, 2);
+    ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
+    ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
+    fclose(f);
+    example_writer_free(&w);
+}
+
 /* Labels of several values an example (one-hot rows, several targets) come from a NumPy array
  * [n, k] or a TFRecord feature of k values, and a batch carries each example's row whole. */
 START_TEST(labels_of_several_values_stay_whole_rows)
@@ -800,14 +817,8 @@ START_TEST(labels_of_several_values_stay_whole_rows)
     ck_assert_float_eq(ds->labels[4], 1.0f);
     dataset_free(ds);
     /* a record whose label holds other than the job's three values names itself */
-    ck_assert_ptr_nonnull(f = fopen(path, "wb"));
-    example_writer_reset(&w);
-    example_add_floats(&w, "x", (const float[]){1.0f, 2.0f}, 2);
-    example_add_floats(&w, "y", (const float[]){1.0f, 2.0f}, 2);
-    ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
-    ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
-    fclose(f);
     example_writer_free(&w);
+    write_record_of_two(path, "y");
     ck_assert_int_eq(dataset_load(&tf, 1.0, 0, &ds, &err), STATUS_DATA_LOSS);
     ck_assert_msg(strstr(err.text, "feature 'y' holds 2 values, the job says 3"), "%s", err.text);
 }
@@ -867,14 +878,8 @@ START_TEST(labels_of_several_outputs_come_from_a_feature_or_column_each)
         ck_assert_float_eq(ds->labels[e * 3 + 2], (float)e);
     }
     dataset_free(ds);
-    ck_assert_ptr_nonnull(f = fopen(path, "wb")); /* a record without its class */
-    example_writer_reset(&w);
-    example_add_floats(&w, "x", (const float[]){1.0f, 2.0f}, 2);
-    example_add_floats(&w, "box", (const float[]){1.0f, 2.0f}, 2);
-    ck_assert_ptr_nonnull(ex = example_finish(&w, &len));
-    ck_assert_int_eq(tfrecord_write(f, path, ex, len, NULL), STATUS_OK);
-    fclose(f);
     example_writer_free(&w);
+    write_record_of_two(path, "box"); /* a record without its class */
     ck_assert_int_eq(dataset_load(&tf, 1.0, 0, &ds, &err), STATUS_DATA_LOSS);
     ck_assert_msg(strstr(err.text, "feature 'cls' is missing"), "%s", err.text);
 
