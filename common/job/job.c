@@ -25,7 +25,7 @@ static void source_done(job_source_t *s)
     free(s->files);
     for (int i = 0; i < s->n_inputs; i++)
         free(s->inputs[i].name);
-    for (int i = 0; i < s->n_label; i++)
+    for (int i = 0; i < JOB_MAX_OUTPUTS; i++) /* a failed parse may leave them out of order */
         free(s->label[i].name);
     for (size_t i = 0; i < s->n_x; i++)
         free(s->x[i]);
