@@ -138,6 +138,15 @@ static void add_weights(cJSON *c, const job_layer_t *l, const char *kernel)
     cJSON_AddItemToObject(c, "bias_constraint", constraint(&l->bias_constraint));
 }
 
+/* A normalization's gamma and beta regularizers and constraints (its kernel's and bias's). */
+static void add_gamma_beta(cJSON *c, const job_layer_t *l)
+{
+    cJSON_AddItemToObject(c, "gamma_regularizer", regularizer(&l->kernel_reg));
+    cJSON_AddItemToObject(c, "beta_regularizer", regularizer(&l->bias_reg));
+    cJSON_AddItemToObject(c, "gamma_constraint", constraint(&l->kernel_constraint));
+    cJSON_AddItemToObject(c, "beta_constraint", constraint(&l->bias_constraint));
+}
+
 /* One layer's config: the options Tessera trained it with (initializers are left to Keras's
  * defaults: they do not matter once the weights are loaded). */
 static cJSON *layer_config(const job_layer_t *l)
@@ -230,6 +239,7 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddBoolToObject(c, "center", l->center);
         cJSON_AddBoolToObject(c, "scale", l->scale_gamma);
         cJSON_AddBoolToObject(c, "rms_scaling", false);
+        add_gamma_beta(c, l);
         break;
     case JOB_LAYER_BATCH_NORMALIZATION:
         cJSON_AddNumberToObject(c, "axis", -1);
@@ -238,6 +248,7 @@ static cJSON *layer_config(const job_layer_t *l)
         cJSON_AddBoolToObject(c, "center", l->center);
         cJSON_AddBoolToObject(c, "scale", l->scale_gamma);
         cJSON_AddBoolToObject(c, "synchronized", l->synchronized);
+        add_gamma_beta(c, l);
         break;
     case JOB_LAYER_RELU:
         if (isnan(l->max_value))

@@ -246,7 +246,12 @@ static status_t read_layer_normalization(job_layer_reader_t *r, job_layer_t *l,
     STATUS_CHECK(r->ops->get_bool(r, "center", &l->center));
     STATUS_CHECK(r->ops->get_bool(r, "scale", &l->scale_gamma));
     STATUS_CHECK(r->ops->get_init(r, "gamma_initializer", &l->kernel_init));
-    return r->ops->get_init(r, "beta_initializer", &l->bias_init);
+    STATUS_CHECK(r->ops->get_init(r, "beta_initializer", &l->bias_init));
+    /* gamma and beta are the layer's kernel and bias: their regularizers and constraints */
+    STATUS_CHECK(r->ops->get_regularizer(r, "gamma_regularizer", &l->kernel_reg));
+    STATUS_CHECK(r->ops->get_regularizer(r, "beta_regularizer", &l->bias_reg));
+    STATUS_CHECK(r->ops->get_constraint(r, "gamma_constraint", &l->kernel_constraint));
+    return r->ops->get_constraint(r, "beta_constraint", &l->bias_constraint);
 }
 
 /* The ReLU layer: Keras's relu(x, negative_slope, max_value, threshold), no cap by default. */
@@ -490,12 +495,12 @@ static const char *const batch_norm_keys[] = {"axis",
                                               "gamma_initializer",
                                               "beta_initializer",
                                               "moving_mean_initializer",
-                                              "moving_variance_initializer"};
+                                              "moving_variance_initializer",
+                                              "gamma_regularizer",
+                                              "beta_regularizer",
+                                              "gamma_constraint",
+                                              "beta_constraint"};
 static const job_keras_key_t batch_norm_fixed[] = {
-    {"gamma_regularizer", JOB_KERAS_NULL},
-    {"beta_regularizer", JOB_KERAS_NULL},
-    {"gamma_constraint", JOB_KERAS_NULL},
-    {"beta_constraint", JOB_KERAS_NULL},
     {"renorm", JOB_KERAS_FALSE},
     {"renorm_clipping", JOB_KERAS_NULL},
     {"renorm_momentum", JOB_KERAS_IGNORED},
@@ -503,8 +508,10 @@ static const job_keras_key_t batch_norm_fixed[] = {
     {"adjustment", JOB_KERAS_NULL},
     {"fused", JOB_KERAS_IGNORED},
 };
-static const char *const layer_norm_keys[] = {"epsilon", "center", "scale", "gamma_initializer",
-                                              "beta_initializer"};
+static const char *const layer_norm_keys[] = {
+    "epsilon",           "center",           "scale",
+    "gamma_initializer", "beta_initializer", "gamma_regularizer",
+    "beta_regularizer",  "gamma_constraint", "beta_constraint"};
 
 /* Keras options of Dense and Conv2D that must stay off. */
 #define WEIGHTS_OFF                                                                                \
@@ -538,9 +545,8 @@ static const job_keras_key_t global_pool_fixed[] = {
 };
 
 static const job_keras_key_t layer_norm_fixed[] = {
-    {"axis", JOB_KERAS_LAST_AXIS},         {"rms_scaling", JOB_KERAS_FALSE},
-    {"gamma_regularizer", JOB_KERAS_NULL}, {"beta_regularizer", JOB_KERAS_NULL},
-    {"gamma_constraint", JOB_KERAS_NULL},  {"beta_constraint", JOB_KERAS_NULL},
+    {"axis", JOB_KERAS_LAST_AXIS},
+    {"rms_scaling", JOB_KERAS_FALSE},
 };
 
 static const job_layer_info_t table[] = {

@@ -133,6 +133,13 @@ def cases():
                                                           center=False),
             L.Flatten(), L.Dense(4), L.BatchNormalization(scale=False), L.Dense(1)],
          "mse", "regression"),
+        ("normalizations with gamma and beta regularizers", [
+            keras.Input((6,)), L.Dense(5),
+            L.BatchNormalization(gamma_regularizer=reg.L2(0.05), beta_regularizer=reg.L1(0.02),
+                                 gamma_constraint="non_neg"),
+            L.Dense(4), L.LayerNormalization(gamma_regularizer=reg.L1L2(0.01, 0.03),
+                                             beta_regularizer=reg.L2(0.1)),
+            L.Dense(1)], "mse", "regression"),
         ("sparse categorical cross-entropy from logits", [
             keras.Input((6,)), L.Dense(5, activation="relu"), L.Dense(3)],
          "{sparse_categorical_crossentropy: {from_logits: true}}", ("classes", 3)),

@@ -524,28 +524,32 @@ START_TEST(every_layer_kind_fits_the_readers)
 }
 END_TEST
 
-/* LayerNormalization as Keras 3 writes it (axis [-1], rms_scaling false, its initializers) and
- * as a job file does; another axis, RMS scaling or a gamma regularizer are refused by name. */
+/* LayerNormalization as Keras 3 writes it (axis [-1], rms_scaling false, its initializers, its
+ * gamma's and beta's regularizers and constraints) and as a job file does; another axis or RMS
+ * scaling are refused by name. */
 START_TEST(layer_normalization_is_read_from_both_formats)
 {
     static const char *const refused[][2] = {
         {"\"axis\": [1]", "axis other than -1 (the last axis) is not supported"},
         {"\"axis\": [-1], \"rms_scaling\": true", "rms_scaling true is not supported"},
-        {"\"gamma_regularizer\": {\"class_name\": \"L2\", \"config\": {\"l2\": 0.1}}",
-         "gamma_regularizer is not supported"},
+        {"\"gamma_regularizer\": {\"class_name\": \"L3\", \"config\": {\"l2\": 0.1}}",
+         "gamma_regularizer"},
         {"\"epsilon\": 0", "epsilon must be a positive float32 number"},
     };
 
     assert_same_model(
         "  - {dense: {units: 4}, input_shape: [3]}\n"
-        "  - {layer_normalization: {epsilon: 0.01, center: false, gamma_initializer: zeros}}\n"
+        "  - {layer_normalization: {epsilon: 0.01, center: false, gamma_initializer: zeros, "
+        "gamma_regularizer: {l2: 0.1}, gamma_constraint: non_neg}}\n"
         "  - layer_normalization\n",
         "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 3]}},"
         "{\"class_name\": \"Dense\", \"config\": {\"units\": 4}},"
         "{\"class_name\": \"LayerNormalization\", \"config\": {\"axis\": [-1], \"epsilon\": "
         "0.01, \"center\": false, \"scale\": true, \"rms_scaling\": false, "
         "\"gamma_initializer\": {\"class_name\": \"Zeros\", \"config\": {}}, "
-        "\"beta_regularizer\": null, \"gamma_constraint\": null}},"
+        "\"gamma_regularizer\": {\"class_name\": \"L2\", \"config\": {\"l2\": 0.1}}, "
+        "\"beta_regularizer\": null, \"gamma_constraint\": {\"class_name\": \"NonNeg\", "
+        "\"config\": {}}}},"
         "{\"class_name\": \"LayerNormalization\", \"config\": {\"axis\": -1}}");
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         char layer[512];
@@ -816,9 +820,8 @@ START_TEST(batch_normalization_parses_in_both_generations)
                              "renorm true is not supported", NULL);
     assert_mutation_rejected("keras3_batchnorm", 2, "momentum", "1.5", "momentum", "0 to 1");
     assert_mutation_rejected("keras3_batchnorm", 2, "axis", "0", "axis", "other than the batch");
-    assert_mutation_rejected("keras3_batchnorm", 2, "gamma_regularizer",
-                             "{\"class_name\": \"L2\", \"config\": {\"l2\": 0.1}}",
-                             "gamma_regularizer is not supported", NULL);
+    assert_mutation_rejected("keras3_batchnorm", 2, "renorm_clipping", "{\"rmax\": 3}",
+                             "renorm_clipping", NULL);
 }
 END_TEST
 
