@@ -83,7 +83,9 @@ static void set_progress(chief_job_t *j, const Tessera__V1__JobProgress *p)
     j->progress.test_loss = p->test_loss;
     j->progress.test_accuracy = p->test_accuracy;
     j->progress.evaluated = p->evaluated;
-    j->progress.no_accuracy = p->no_accuracy;
+    /* a job whose file was read again knows; a journal from before the field says nothing */
+    j->progress.no_accuracy =
+        p->no_accuracy || (j->job.model.n_layers > 0 && !job_reports_accuracy(&j->job));
     j->progress.elapsed_seconds = p->elapsed_seconds;
     j->progress.train_seconds = p->train_seconds;
     /* the journal's metrics: the job's when its file was read again (a job to go on with),

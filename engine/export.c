@@ -485,8 +485,8 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
             cJSON_AddNullToObject(c, "thresholds");
         else
             cJSON_AddNumberToObject(c, "thresholds", output_threshold(o, m->threshold));
-        if (m->k > 0)
-            cJSON_AddNumberToObject(c, "top_k", m->k);
+        if (m->top_k > 0)
+            cJSON_AddNumberToObject(c, "top_k", m->top_k);
         else
             cJSON_AddNullToObject(c, "top_k");
         if (m->class_id >= 0)

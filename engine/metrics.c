@@ -118,7 +118,8 @@ static void confusion_update(const job_metric_t *m, const float *pred, size_t ou
     for (int b = 0; b < batch; b++)
         for (size_t i = lo; i < hi; i++) {
             const float *row = pred + (size_t)b * outputs;
-            bool above = row[i] > m->threshold && (m->k == 0 || in_top_k(row, outputs, i, m->k));
+            bool above =
+                row[i] > m->threshold && (m->top_k == 0 || in_top_k(row, outputs, i, m->top_k));
             bool pos = positive(outputs, y, label_len, stride, b, i);
             s[0] += pos && above;  /* true positives */
             s[1] += !pos && above; /* false positives */

@@ -156,13 +156,16 @@ typedef enum {
 
 #define JOB_MAX_METRICS        16
 #define JOB_MAX_AUC_THRESHOLDS 10000
-/* The most sums one AUC keeps (2 x num_thresholds x num_labels): 32 MiB of doubles. */
-#define JOB_MAX_AUC_SUMS (1 << 22)
+/* The most sums a job's metrics keep, all of them (AUC keeps 2 x num_thresholds x num_labels):
+ * 8 MiB of doubles, what a checkpoint's manifest holds (CKPT_MAX_METRIC_SUMS). */
+#define JOB_MAX_METRIC_SUMS (1 << 20)
 
 typedef struct job_metric {
     job_metric_kind_t kind;
     char name[64];   /* as reported: Keras's default name, or the job's `name` */
-    int k;           /* top-k; precision, recall: top_k (0: none) */
+    int k;           /* top-k */
+    int top_k;       /* precision, recall: only an example's top_k highest predictions may
+                      * count as positive (0: any) */
     int class_id;    /* precision, recall: the one class they count; -1: every output */
     int output;      /* a model of several outputs: the output it measures (its name prefixes
                       * the metric's: "cls_accuracy"); 0 for a model of one */

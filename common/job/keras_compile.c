@@ -346,12 +346,14 @@ static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_ac
 
 /* sigmoid(t): Keras's threshold on a binary model's logits as the probability Tessera compares
  * (logit > t exactly where sigmoid(logit) > sigmoid(t)); an absent one is Keras's 0.5, on the
- * logits. */
+ * logits. Anything but a number (a list of thresholds) is left for the job parser to refuse. */
 static void threshold_to_probability(cJSON *config, const char *key)
 {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(config, key);
     double v = t != NULL && cJSON_IsNumber(t) ? t->valuedouble : 0.5;
 
+    if (t != NULL && !cJSON_IsNumber(t))
+        return;
     cJSON_DeleteItemFromObjectCaseSensitive(config, key);
     cJSON_AddNumberToObject(config, key, 1.0 / (1.0 + exp(-v)));
 }
@@ -428,7 +430,10 @@ static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss,
     if (rc == STATUS_OK && binary_logits && strcmp(name, "binary_accuracy") == 0)
         threshold_to_probability(config, "threshold");
     else if (rc == STATUS_OK && binary_logits &&
-             (strcmp(name, "precision") == 0 || strcmp(name, "recall") == 0))
+             (strcmp(name, "precision") == 0 || strcmp(name, "recall") == 0) &&
+             /* top_k without thresholds: Keras's threshold is then -inf, the job parser's too */
+             (cJSON_GetObjectItemCaseSensitive(config, "top_k") == NULL ||
+              cJSON_GetObjectItemCaseSensitive(config, "thresholds") != NULL))
         threshold_to_probability(config, "thresholds");
     /* reported under Keras's name (auc_1, ...); accuracy is the job's one accuracy, whatever
      * its name */

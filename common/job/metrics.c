@@ -117,10 +117,10 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
                                                "model's outputs (one curve each)"
                                              : "num_labels is for auc with multi_label: true");
         if ((uint64_t)m->thresholds * (uint64_t)(multi_label ? m->num_labels : 1) * 2 >
-            JOB_MAX_AUC_SUMS)
+            JOB_MAX_METRIC_SUMS)
             return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
                                  "%s: auc keeps 2 x num_thresholds x num_labels sums, at most %d",
-                                 c->path, JOB_MAX_AUC_SUMS);
+                                 c->path, JOB_MAX_METRIC_SUMS);
         break;
     }
     case JOB_METRIC_PRECISION:
@@ -136,9 +136,8 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
         /* top_k: only an example's k highest predictions may count as positive, whatever
          * their values unless thresholds is given too (Keras's default threshold is then
          * -inf, not 0.5) */
-        m->k = 0;
-        STATUS_CHECK(job_tree_get_int(c, opts, "top_k", false, 1, &m->k));
-        if (m->k > 0 && !job_tree_given(job_tree_child(opts, "thresholds")))
+        STATUS_CHECK(job_tree_get_int(c, opts, "top_k", false, 1, &m->top_k));
+        if (m->top_k > 0 && !job_tree_given(job_tree_child(opts, "thresholds")))
             threshold = -INFINITY;
         break;
     default:
@@ -214,6 +213,11 @@ static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job)
                                    "%s: a second metric named '%s': give one a name of its own "
                                    "({%s: {name: ...}})",
                                    c->path, m->name, metric_names[i]);
+        if (rc == STATUS_OK && job->metric_width + m->width > JOB_MAX_METRIC_SUMS)
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                               "%s: the metrics keep more than %d sums in all (AUC's: 2 x "
+                               "num_thresholds x num_labels each)",
+                               c->path, JOB_MAX_METRIC_SUMS);
         if (rc == STATUS_OK) {
             m->offset = job->metric_width;
             job->metric_width += m->width;
@@ -457,6 +461,8 @@ uint64_t job_metrics_signature(const job_t *job)
         h = fnv(h, ints, sizeof(ints));
         h = fnv(h, &m->threshold, sizeof(m->threshold));
         h = fnv(h, sizes, sizeof(sizes));
+        if (m->top_k > 0) /* (none: the signature of the sums kept before top_k existed) */
+            h = fnv(h, &m->top_k, sizeof(m->top_k));
     }
     return h;
 }

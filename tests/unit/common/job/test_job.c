@@ -1115,9 +1115,9 @@ START_TEST(metrics_are_read_with_their_options)
     parse_ok(MODEL TAIL "metrics: [{precision: {top_k: 2}}, {recall: {top_k: 1, thresholds: "
                         "0.4}}]\n",
              "j.yaml", &job);
-    ck_assert_int_eq(job.metrics[0].k, 2);
+    ck_assert_int_eq(job.metrics[0].top_k, 2);
     ck_assert(isinf(job.metrics[0].threshold) && job.metrics[0].threshold < 0);
-    ck_assert_int_eq(job.metrics[1].k, 1);
+    ck_assert_int_eq(job.metrics[1].top_k, 1);
     ck_assert_float_eq_tol(job.metrics[1].threshold, 0.4f, 1e-7f);
     job_done(&job);
     ASSERT_BAD(MODEL TAIL "metrics: [{precision: {top_k: 0}}]\n", "top_k");
@@ -1133,7 +1133,10 @@ START_TEST(metrics_are_read_with_their_options)
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_labels: 3}}]\n",
                "num_labels is for auc with multi_label: true");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {multi_label: true, num_labels: 100000}}]\n",
-               "at most 4194304");
+               "at most 1048576");
+    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 10000, name: a}}, {auc: "
+                          "{num_thresholds: 10000, multi_label: true, num_labels: 52, name: b}}]\n",
+               "more than 1048576 sums in all");
     ASSERT_BAD(MODEL TAIL "metrics: [{precision: {thresholds: [0.3, 0.6]}}]\n", "thresholds");
     ASSERT_BAD(MODEL TAIL "metrics: [{recall: {thresholds: 2}}]\n",
                "thresholds must be one number from 0 to 1");
@@ -1262,6 +1265,10 @@ static status_t parse_archive(const char *config, const char *rest, job_t *job, 
 
 /* model: {keras: PATH}: the model, and the loss, optimizer and metrics model.compile() was
  * given, where the job file gives none; the job trains on from the archive's weights. */
+static const char *changed_fixture(const char *stem, const char *from, const char *to);
+static void assert_compile_refused(const char *stem, const char *from, const char *to,
+                                   const char *expected);
+
 START_TEST(keras_archives_bring_their_compile_config)
 {
     static char config[16384];
@@ -1320,6 +1327,17 @@ START_TEST(keras_archives_bring_their_compile_config)
     ck_assert_str_eq(job.metrics[2].name, "recall");
     ck_assert_float_eq_tol(job.metrics[2].threshold, 0.62245935f, 1e-6f);
     job_done(&job);
+    /* top_k without thresholds: any of the k highest counts (Keras's -inf), not sigmoid(0.5);
+     * a list of thresholds is refused, not read as the default */
+    ck_assert_msg(parse_archive(changed_fixture("binary", "\"thresholds\": 0.0, \"top_k\": null",
+                                                "\"thresholds\": null, \"top_k\": 2"),
+                                ARCHIVE_DATA, &job, &err) == STATUS_OK,
+                  "%s", err.text);
+    ck_assert_int_eq(job.metrics[1].top_k, 2);
+    ck_assert(isinf(job.metrics[1].threshold) && job.metrics[1].threshold < 0);
+    job_done(&job);
+    assert_compile_refused("binary", "\"thresholds\": 0.0", "\"thresholds\": [0.2, 0.4]",
+                           "thresholds must be a number");
     ck_assert_msg(parse_archive(config, ARCHIVE_DATA "train: {epochs: 1, accumulate_steps: 1}\n",
                                 &job, &err) == STATUS_OK,
                   "%s", err.text);
