@@ -75,7 +75,19 @@ static status_t get_choice_nocase(job_ctx_t *c, const job_node_t *opts, const ch
 }
 
 /* The options of one metric beyond accuracy; m->kind and m->name are set. */
-static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *m)
+/* The values output k of the model gives an example, where its layer says them (a Dense's
+ * units); 0 where only building the model would tell. */
+static int output_units(const job_model_t *model, int k)
+{
+    int at = job_model_output(model, k);
+
+    return at >= 0 && (size_t)at < model->n_layers && model->layers[at].kind == JOB_LAYER_DENSE
+               ? model->layers[at].units
+               : 0;
+}
+
+static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *job, int output,
+                            job_metric_t *m)
 {
     static const char *const topk_keys[] = {"name", "k"};
     static const char *const auc_keys[] = {
@@ -109,12 +121,15 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
         bool multi_label = false;
         STATUS_CHECK(job_tree_get_bool(c, opts, "multi_label", &multi_label));
         STATUS_CHECK(job_tree_get_int(c, opts, "num_labels", false, 1, &m->num_labels));
-        /* the sums' room is fixed before the model is built: it takes num_labels, not the
-         * model's width as Keras infers it from the first batch */
+        /* the sums' room is fixed before the model is built: num_labels, or the output's
+         * width where its Dense layer says it (Keras infers it from the first batch) */
+        if (multi_label && m->num_labels == 0)
+            m->num_labels = output_units(&job->model, output);
         if (multi_label != (m->num_labels > 0))
             return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line, "%s: %s", c->path,
-                                 multi_label ? "auc with multi_label: true needs num_labels: the "
-                                               "model's outputs (one curve each)"
+                                 multi_label ? "auc with multi_label: true needs num_labels (the "
+                                               "output's values, one curve each) where the "
+                                               "output is not a Dense layer"
                                              : "num_labels is for auc with multi_label: true");
         if ((uint64_t)m->thresholds * (uint64_t)(multi_label ? m->num_labels : 1) * 2 >
             JOB_MAX_METRIC_SUMS)
@@ -174,7 +189,7 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, job_metric_t *
 }
 
 /* One entry of `metrics:`. */
-static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job)
+static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job, int output)
 {
     static const char *const threshold_keys[] = {"threshold"};
     const job_node_t *opts = NULL;
@@ -204,7 +219,7 @@ static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job)
         if (rc == STATUS_OK) {
             *m = (job_metric_t){.kind = metric_kinds[i - FIRST_OTHER]};
             snprintf(m->name, sizeof(m->name), "%s", metric_reported[i - FIRST_OTHER]);
-            rc = parse_other(c, opts, m);
+            rc = parse_other(c, opts, job, output, m);
         }
         /* (several outputs: the names are checked once their output's prefixes them) */
         for (int k = 0; rc == STATUS_OK && job->model.n_outputs < 2 && k < job->n_metrics; k++)
@@ -243,7 +258,7 @@ static status_t parse_output_metrics(job_ctx_t *c, const job_node_t *n, job_t *j
         status_t rc;
         job->metric_accuracy = false;
         job->accuracy_threshold = 0.5f;
-        rc = parse_one(c, items[i], job);
+        rc = parse_one(c, items[i], job, k);
         if (rc == STATUS_OK && job->metric_accuracy) { /* this output's accuracy */
             if (!job_loss_has_accuracy(job->outputs[k].loss))
                 rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[i]->line,
@@ -336,10 +351,10 @@ status_t job_parse_metrics(job_ctx_t *c, const job_node_t *n, job_t *job)
         return STATUS_OK;
     }
     if (n->kind != JOB_NODE_SEQ)
-        return parse_one(c, n, job);
+        return parse_one(c, n, job, 0);
     for (size_t k = 0; k < n->n; k++) {
         size_t old = job_tree_push_index(c, k);
-        status_t rc = parse_one(c, n->items[k], job);
+        status_t rc = parse_one(c, n->items[k], job, 0);
         job_tree_pop(c, old);
         STATUS_CHECK(rc);
     }

@@ -111,6 +111,7 @@ def cases(rng):
         ("{recall: {top_k: 2, name: r_top2}}", M.Recall(top_k=2)),
         ("{auc: {multi_label: true, num_labels: 4, name: ml}}",
          M.AUC(multi_label=True, num_labels=4)),
+        ("{auc: {multi_label: true, name: ml_dense}}", M.AUC(multi_label=True)),
         ("{auc: {multi_label: true, num_labels: 4, curve: PR, num_thresholds: 9, name: ml_pr}}",
          M.AUC(multi_label=True, num_labels=4, curve="PR", num_thresholds=9))])
     p, y = classes_case(rng, 6)

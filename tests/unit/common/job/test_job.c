@@ -1107,7 +1107,6 @@ START_TEST(metrics_are_read_with_their_options)
     ASSERT_BAD(MODEL TAIL "metrics: [auc, auc]\n", "a second metric named 'auc'",
                "give one a name of its own");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {curve: lift}}]\n", "unknown curve 'lift'");
-    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {multi_label: true}}]\n", "multi_label");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 1}}]\n", "num_thresholds");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 20000}}]\n",
                "num_thresholds may be at most 10000");
@@ -1128,7 +1127,12 @@ START_TEST(metrics_are_read_with_their_options)
     ck_assert_int_eq(job.metrics[0].num_labels, 3);
     ck_assert_uint_eq(job.metrics[0].width, 2 * 7 * 3);
     job_done(&job);
-    ASSERT_BAD(MODEL TAIL "metrics: [{auc: {multi_label: true}}]\n",
+    /* without num_labels: the output Dense layer's units */
+    parse_ok(MODEL TAIL "metrics: [{auc: {multi_label: true}}]\n", "j.yaml", &job);
+    ck_assert_int_eq(job.metrics[0].num_labels, job.model.layers[job.model.n_layers - 1].units);
+    job_done(&job);
+    ASSERT_BAD("model: [{dense: {units: 3}, input_shape: [4]}, {dropout: {rate: 0.1}}]\n" TAIL
+               "metrics: [{auc: {multi_label: true}}]\n",
                "multi_label: true needs num_labels");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_labels: 3}}]\n",
                "num_labels is for auc with multi_label: true");
@@ -1444,8 +1448,8 @@ START_TEST(keras_compile_configs_refuse_what_is_not_built)
                            "bogus");
     assert_compile_refused("classes", "\"class_name\": \"SparseCategoricalCrossentropy\"",
                            "\"class_name\": \"CategoricalHinge\"", "loss CategoricalHinge");
-    assert_compile_refused("binary", "\"multi_label\": false", "\"multi_label\": true",
-                           "multi_label");
+    assert_compile_refused("binary", "\"label_weights\": null", "\"label_weights\": [1]",
+                           "label_weights");
     assert_compile_refused("classes", "\"k\": 2", "\"k\": 2, \"from_logits\": true", "from_logits");
     assert_compile_refused("classes", "\"compile_config\": {", "\"compile_config\": {\"x\": 1, ",
                            "x is not supported");
