@@ -16,23 +16,25 @@
 #include "job/internal.h"
 #include "job/tree.h"
 
+/* A list of n strings and the list. */
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
 static void source_done(job_source_t *s)
 {
     free(s->images);
     free(s->labels);
-    for (size_t i = 0; i < s->n_files; i++)
-        free(s->files[i]);
-    free(s->files);
+    free_names(s->files, s->n_files);
     for (int i = 0; i < s->n_inputs; i++)
         free(s->inputs[i].name);
     for (int i = 0; i < JOB_MAX_OUTPUTS; i++) /* a failed parse may leave them out of order */
         free(s->label[i].name);
-    for (size_t i = 0; i < s->n_x; i++)
-        free(s->x[i]);
-    free(s->x);
-    for (size_t i = 0; i < s->n_y; i++)
-        free(s->y[i]);
-    free(s->y);
+    free_names(s->x, s->n_x);
+    free_names(s->y, s->n_y);
     free(s->archive);
 }
 
@@ -675,13 +677,6 @@ static bool label_fits(const job_feature_t *f)
         if ((n *= (uint64_t)f->shape[i]) > JOB_MAX_LABEL_VALUES)
             return false;
     return true;
-}
-
-static void free_names(char **names, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
 }
 
 /* label: NAME, or a list of names for a model of several outputs (one an output's labels, in

@@ -729,6 +729,16 @@ def exported_two_inputs(tmp):
           "two inputs: Keras evaluates %.4f, Tessera %.4f" % (theirs, ours))
 
 
+def keras_agrees(what, names, ours, theirs):
+    """Each of the numbers `names` that Tessera printed (ours) is what Keras evaluated the
+    exported model to (theirs), within 0.002 (relative above 1)."""
+    for name in names:
+        want = theirs.get(name, -1)
+        print("exported %s: %-13s tessera %s, keras %.5f" % (what, name, ours.get(name), want))
+        check(name in ours and abs(float(ours[name]) - want) <= 0.002 * max(1.0, abs(want)),
+              "%s %s: Keras evaluates %s, Tessera %s" % (what, name, theirs, ours))
+
+
 def train_and_export(tmp, name, job):
     """tessera train of the job text (written to NAME.yaml), then tessera export: the test
     numbers Tessera printed last ({"loss": "0.6577", ...}), and Keras's model loaded from the
@@ -835,13 +845,9 @@ def exported_two_outputs(tmp):
     # batches of 250 divide the split: Keras's per-output losses are means of the batches'
     # (a short last batch would count as much as a full one), Tessera's of the examples'
     theirs = back.evaluate(xs, [ys, inks], verbose=0, return_dict=True, batch_size=250)
-    for name in ("loss", "classes_loss", "ink_loss", "classes_accuracy",
-                 "classes_sparse_top_k_categorical_accuracy", "ink_mean_absolute_error"):
-        print("exported two outputs %-13s tessera %s, keras %.5f" % (
-            name, ours.get(name), theirs.get(name, -1)))
-        want = theirs.get(name, -1)
-        check(name in ours and abs(float(ours[name]) - want) <= 0.002 * max(1.0, abs(want)),
-              "two outputs %s: Keras evaluates %s, Tessera %s" % (name, theirs, ours))
+    keras_agrees("two outputs", ("loss", "classes_loss", "ink_loss", "classes_accuracy",
+                                 "classes_sparse_top_k_categorical_accuracy",
+                                 "ink_mean_absolute_error"), ours, theirs)
     check(float(ours.get("classes_loss", 9)) < 1.0, "two outputs: %s" % ours)  # untrained: 2.3
     # the archive back as a job's model: its compile config's losses and loss_weights, and its
     # weights, evaluate to the same numbers
@@ -909,11 +915,7 @@ def exported_binary_threshold(tmp):
         "train: {steps: 200}\n")
     xs, ys, bright = arrays["test"]
     theirs = back.evaluate(xs, [ys, bright], verbose=0, return_dict=True, batch_size=250)
-    for name in ("classes_accuracy", "bright_accuracy"):
-        print("exported threshold %-17s tessera %s, keras %.5f" % (
-            name, ours.get(name), theirs.get(name, -1)))
-        check(name in ours and abs(float(ours[name]) - theirs.get(name, -1)) <= 0.002,
-              "threshold 0.3: Keras evaluates %s, Tessera %s" % (theirs, ours))
+    keras_agrees("threshold 0.3", ("classes_accuracy", "bright_accuracy"), ours, theirs)
 
 
 def exported_multi_label(tmp):
@@ -938,11 +940,7 @@ def exported_multi_label(tmp):
         "  test: {format: npz, file: ml-test.npz, x: x, y: y}\n"
         "train: {steps: 300}\n")
     theirs = back.evaluate(*arrays["test"], verbose=0, return_dict=True, batch_size=256)
-    for name in ("loss", "accuracy", "auc"):
-        print("exported multi-label %-8s tessera %s, keras %.4f" % (
-            name, ours.get(name), theirs.get(name, -1)))
-        check(name in ours and abs(float(ours[name]) - theirs.get(name, -1)) <= 0.002,
-              "multi-label %s: Keras evaluates %s, Tessera %s" % (name, theirs, ours))
+    keras_agrees("multi-label", ("loss", "accuracy", "auc"), ours, theirs)
     check(float(ours.get("accuracy", 0)) > 0.95, "multi-label accuracy %s" % ours)
 
 
