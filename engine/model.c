@@ -422,27 +422,16 @@ bool model_sync_idle(model_t *m)
 
     if (width == 0 || (zeros = calloc(width, sizeof(double))) == NULL)
         return width == 0;
-    /* as bn_forward sums: the channels' sums and the rows, then the squared distances */
-    for (size_t i = 0; ok && i < m->n_layers; i++) {
-        layer_t *l = &m->layers[i];
-        size_t c = (size_t)l->in_shape[l->in_rank - 1];
-        if (!synchronized_bn(l) || l->sync == NULL)
-            continue;
-        memset(zeros, 0, width * sizeof(double));
-        ok = layer_sync_sum(l->sync, l->sync_rank, zeros, c + 1);
-        memset(zeros, 0, width * sizeof(double));
-        ok = ok && layer_sync_sum(l->sync, l->sync_rank, zeros, c);
-    }
-    /* as bn_backward_input sums, layers last to first; it does not run for a layer that reads
-     * a model input (no gradient to take there) */
+    /* forward, layers first to last */
+    for (size_t i = 0; ok && i < m->n_layers; i++)
+        if (synchronized_bn(&m->layers[i]) && m->layers[i].sync != NULL)
+            ok = layer_batch_norm_idle(&m->layers[i], false, zeros, width);
+    /* backward, last to first; no input gradient for a layer that reads a model input */
     for (size_t i = m->n_layers; ok && i-- > 0;) {
         layer_t *l = &m->layers[i];
-        size_t c = (size_t)l->in_shape[l->in_rank - 1];
         bool reads_input = m->graph ? l->src[0] < 0 : i == 0;
-        if (!synchronized_bn(l) || l->sync == NULL || reads_input)
-            continue;
-        memset(zeros, 0, width * sizeof(double));
-        ok = layer_sync_sum(l->sync, l->sync_rank, zeros, 2 * c);
+        if (synchronized_bn(l) && l->sync != NULL && !reads_input)
+            ok = layer_batch_norm_idle(l, true, zeros, width);
     }
     free(zeros);
     return ok;

@@ -280,6 +280,20 @@ static void bn_backward_input(layer_t *l, int batch, const float *dy, float *dx)
     blas_parallel(input_part, &j, 3 * rows * c);
 }
 
+bool layer_batch_norm_idle(layer_t *l, bool backward, double *zeros, size_t width)
+{
+    size_t c = bn_channels(l);
+
+    memset(zeros, 0, width * sizeof(double));
+    if (backward) /* as bn_backward_input: the sums of dy and dy * xhat */
+        return layer_sync_sum(l->sync, l->sync_rank, zeros, 2 * c);
+    /* as batch_stats: the channels' sums and the rows, then the squared distances */
+    if (!layer_sync_sum(l->sync, l->sync_rank, zeros, c + 1))
+        return false;
+    memset(zeros, 0, width * sizeof(double));
+    return layer_sync_sum(l->sync, l->sync_rank, zeros, c);
+}
+
 const layer_ops_t layer_batch_normalization = {
     .param_count = bn_params,
     .plan = bn_plan,

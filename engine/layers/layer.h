@@ -180,4 +180,9 @@ static inline uint64_t layer_rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* A synchronized BatchNormalization's part in a training pass without examples: the sums its
+ * forward (backward: false) or its input gradient (backward: true) makes, with zeros. zeros
+ * holds model_sync_width(m) of them. false as layer_sync_sum is. */
+bool layer_batch_norm_idle(layer_t *l, bool backward, double *zeros, size_t width);
+
 #endif
