@@ -17,6 +17,7 @@ typedef struct train_cmd_opts {
     bool resume;
     char *init_from;
     bool evaluate;
+    char *device;
 } train_cmd_opts_t;
 
 static const config_option_t train_options[] = {
@@ -35,6 +36,9 @@ static const config_option_t train_options[] = {
     {"evaluate", CONFIG_BOOL, offsetof(train_cmd_opts_t, evaluate), "false", 0, 0,
      "Do not train: evaluate the starting model (--init-from's, --resume's checkpoint's) on the "
      "test split, as Keras's model.evaluate."},
+    {"device", CONFIG_STRING, offsetof(train_cmd_opts_t, device), NULL, 0, 0,
+     "Compute on this device instead of the job's (device: in the job, default cpu): cpu, cuda "
+     "(the first GPU) or cuda:N."},
 };
 
 static const config_table_t train_table = {
@@ -126,6 +130,7 @@ int cli_train(int argc, char **argv)
     train_result_t res;
     progress_state_t ps = {.tty = isatty(STDOUT_FILENO) != 0, .last_print = 0, .job = &job};
     const char *path = cli_take_positional(&argc, argv);
+    job_device_t device;
     int rc = 2;
 
     memset(&job, 0, sizeof(job));
@@ -145,8 +150,13 @@ int cli_train(int argc, char **argv)
         fprintf(stderr, "tessera train: %s\n", err.text);
         goto out;
     }
+    if (o.device != NULL && job_device_parse(o.device, &device, &err) != STATUS_OK) {
+        fprintf(stderr, "tessera train: --device: %s\n", err.text);
+        goto out;
+    }
     {
         train_opts_t to = {
+            .device = o.device != NULL ? &device : NULL,
             .threads = (int)o.threads,
             .steps = o.steps,
             .epochs = o.epochs,

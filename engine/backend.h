@@ -1,10 +1,11 @@
 /* The device a model computes on: its memory and the kernels the layers are made of.
  *
  * Layers never call BLAS or touch a device themselves: they plan their buffers with the
- * backend's allocator and run the backend's kernels on them. The CPU backend (backend_cpu.c,
- * OpenBLAS for the matrix products) is the first implementation; a GPU backend provides the
- * same table over device memory. Pointers passed to the kernels are the backend's memory; the
- * host-side values a kernel takes (ids, shapes) are plain arguments.
+ * backend's allocator and run the backend's kernels on them. The CPU backend (backend/cpu.c,
+ * OpenBLAS for the matrix products) is the first implementation; the CUDA backend
+ * (backend/cuda.c, cuBLAS and CUDA kernels) provides the same table over device memory.
+ * Pointers passed to the kernels are the backend's memory; the host-side values a kernel takes
+ * (ids, shapes) are plain arguments.
  *
  * Tensors are float32, row-major, channels last (NHWC), batch first. */
 #ifndef TESSERA_BACKEND_H
@@ -28,10 +29,18 @@ typedef struct backend_window {
 
 typedef struct backend {
     const char *name;
+    /* The kernels cannot read the host's own memory (malloc's): the model copies its inputs
+     * into memory of the backend first. The backend's memory is readable by the host after
+     * each kernel returns, on every backend. */
+    bool device_memory;
     /* Prepares the kernels; idempotent and thread-safe. */
     status_t (*init)(status_msg_t *err);
     /* Compute threads a kernel may use; call before training, not while a kernel runs. */
     status_t (*set_threads)(int threads, status_msg_t *err);
+    /* The first failure of a kernel since init (the kernels themselves return nothing), or
+     * STATUS_OK; NULL where kernels cannot fail. A step checks it before it trusts its
+     * results. */
+    status_t (*check)(status_msg_t *err);
 
     /* Memory: zeroed, 64-byte aligned; NULL when there is not enough. */
     void *(*alloc)(size_t bytes);
@@ -81,5 +90,13 @@ typedef struct backend {
 
 /* The CPU backend: OpenBLAS (chosen for this CPU, see blas.h) and vectorized C loops. */
 const backend_t *backend_cpu(void);
+
+/* The backend of a job's device (job.h's job_device_t: cpu, cuda, cuda:N; a bare cuda is
+ * cuda:0), initialized. Fails with STATUS_CUDA naming the device where it is not there, and
+ * with STATUS_UNIMPLEMENTED where this build has no CUDA backend. One CUDA device a process. */
+status_t backend_open(const job_device_t *device, const backend_t **ret, status_msg_t *err);
+
+/* The CUDA backend on device `ordinal`, initialized (backend/cuda.c; built with CUDA only). */
+status_t backend_cuda(int ordinal, const backend_t **ret, status_msg_t *err);
 
 #endif

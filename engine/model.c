@@ -223,7 +223,14 @@ static status_t graph_buffers(model_t *m, status_msg_t *err)
 status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logits, int max_batch,
                    uint64_t seed, uint64_t max_bytes, model_t **ret_model, status_msg_t *err)
 {
-    const backend_t *be = backend_cpu();
+    return model_new_on(backend_cpu(), spec, loss, from_logits, max_batch, seed, max_bytes,
+                        ret_model, err);
+}
+
+status_t model_new_on(const backend_t *be, const job_model_t *spec, job_loss_kind_t loss,
+                      bool from_logits, int max_batch, uint64_t seed, uint64_t max_bytes,
+                      model_t **ret_model, status_msg_t *err)
+{
     model_t *m;
     size_t max_len;
     const float **masks; /* of an Embedding with mask_zero: alive after each layer, or NULL */
@@ -296,6 +303,15 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
             return rc;
         }
     }
+    /* a device reads its own copy of the batch */
+    if (be->device_memory && m->n_model_in == 1 &&
+        (m->x_buf = layer_floats(m, layer_mul_sat((size_t)max_batch, m->in_len))) == NULL) {
+        layer_plan_t at = {.m = m, .index = 0, .name = "the input"};
+        rc = layer_plan_failed(&at, err);
+        free(masks);
+        model_free(m);
+        return rc;
+    }
     max_len = m->in_len;
     for (size_t i = 0; i < spec->n_layers; i++) {
         layer_t *l = &m->layers[i];
@@ -354,6 +370,11 @@ status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logi
     if (m->grad_a == NULL || m->grad_b == NULL) {
         layer_plan_t at = {.m = m, .index = (int)spec->n_layers - 1, .name = "gradients"};
         rc = layer_plan_failed(&at, err);
+        model_free(m);
+        return rc;
+    }
+    /* what the device met while the buffers were made (their zeroing, say) */
+    if (be->check != NULL && (rc = be->check(err)) != STATUS_OK) {
         model_free(m);
         return rc;
     }

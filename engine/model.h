@@ -11,8 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job/job.h"
+#include "backend.h"
 #include "base/status.h"
+#include "job/job.h"
 
 /* One variable: a Dense/Conv2D kernel or bias, an Embedding table, or a moving statistic. */
 typedef struct model_param {
@@ -53,6 +54,10 @@ typedef struct model_stats {
  * STATUS_RESOURCE_EXHAUSTED naming the layer, before allocating that buffer. */
 status_t model_new(const job_model_t *spec, job_loss_kind_t loss, bool from_logits, int max_batch,
                    uint64_t seed, uint64_t max_bytes, model_t **ret_model, status_msg_t *err);
+/* model_new computing on backend `be` (model_new's: the CPU's). */
+status_t model_new_on(const backend_t *be, const job_model_t *spec, job_loss_kind_t loss,
+                      bool from_logits, int max_batch, uint64_t seed, uint64_t max_bytes,
+                      model_t **ret_model, status_msg_t *err);
 
 /* Bytes of the model's buffers (what model_new counted against max_bytes). */
 size_t model_bytes(const model_t *m);

@@ -37,6 +37,7 @@ struct model {
     int n_model_in;
     size_t in_at[JOB_MAX_MODEL_INPUTS], n_in[JOB_MAX_MODEL_INPUTS];
     float *in_buf[JOB_MAX_MODEL_INPUTS];
+    float *x_buf; /* a backend of device_memory: the batch's features, copied for its kernels */
     /* the outputs and their losses (heads[0]: the only one, or the first in Keras's order) */
     model_head_t heads[JOB_MAX_OUTPUTS];
     int n_heads;

@@ -7,12 +7,24 @@
 #include "base/clock.h"
 #include "model_internal.h"
 
+/* Whether the backend's kernels have all worked so far (a device's may fail): after each
+ * layer, so that no host loop reads what a failed kernel left. */
+static status_t device_ok(const model_t *m, status_msg_t *err)
+{
+    return m->be->check != NULL ? m->be->check(err) : STATUS_OK;
+}
+
 static status_t forward(model_t *m, const float *x, int batch, bool training, status_msg_t *err)
 {
-    const float *in = x;
+    const float *in;
     if (batch < 1 || batch > m->max_batch)
         return status_fail(err, STATUS_INVALID_USAGE, "batch of %d examples (at most %d)", batch,
                            m->max_batch);
+    if (m->x_buf != NULL) {
+        m->be->copy(m->x_buf, x, (size_t)batch * m->in_len * sizeof(float));
+        x = m->x_buf;
+    }
+    in = x;
     for (int k = 0; k < m->n_model_in && m->n_model_in > 1; k++) /* each input's own rows */
         for (int b = 0; b < batch; b++)
             memcpy(m->in_buf[k] + (size_t)b * m->n_in[k], x + (size_t)b * m->in_len + m->in_at[k],
@@ -30,6 +42,7 @@ static status_t forward(model_t *m, const float *x, int batch, bool training, st
         }
         l->in = in;
         STATUS_CHECK(layer_forward(l, batch, training, model_layer_fused(m, i), err));
+        STATUS_CHECK(device_ok(m, err)); /* before a host loop reads what a kernel left */
         in = l->out;
     }
     return STATUS_OK;
@@ -279,6 +292,7 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         if (has_activity_reg(l))
             activity_grad(l, batch, total, dy);
         layer_backward_params(l, batch, dy, model_layer_fused(m, i));
+        STATUS_CHECK(device_ok(m, err)); /* and no gradient a failed kernel left leaves */
         if (l->own == NULL && l->next_call > 0)
             gather_calls(m, l);
         /* before the gradients leave (a PS push, an all-reduce bucket) */
@@ -291,6 +305,7 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
         } else {
             dx = layer_backward_input(l, batch, dy, i > 0 ? spare : NULL);
         }
+        STATUS_CHECK(device_ok(m, err));
         if (has_params && m->on_backward != NULL)
             m->on_backward(m->on_backward_arg, MODEL_VALUES_FREE, first);
         if (dx == spare) { /* the input gradient landed in the spare buffer: swap */
@@ -301,7 +316,7 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
     /* the loss holds the term once in the mean over the whole batch, as Keras's loss does */
     ret_stats->loss_sum += reg * batch;
     m->backward_s = clock_now_s() - t1;
-    return STATUS_OK;
+    return device_ok(m, err);
 }
 
 void model_on_backward(model_t *m, model_backward_fn fn, void *arg)

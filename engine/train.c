@@ -487,6 +487,7 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     const char *init = opts->init_from ? opts->init_from : job->init_from;
     init_weights_t w = {0};
     int replicas = 1;
+    const backend_t *be = NULL;
     status_t rc;
 
     memset(ret, 0, sizeof(*ret));
@@ -504,20 +505,26 @@ status_t train_run(const job_t *job, const train_opts_t *opts, train_progress_cb
     rc = check_strategy(job, &replicas, err);
     if (rc == STATUS_OK)
         rc = job_set_replicas(&run, replicas, err);
-    if (rc == STATUS_OK)
+    if (rc == STATUS_OK) /* the host's share of the work, on a GPU too */
         rc = backend_cpu()->set_threads(opts->threads, err);
+
     if (rc == STATUS_OK)
         rc = find_resume(job, job->resume || opts->resume, &ckpt, &m, &s, err);
     /* Starting weights only for a run that starts: a resumed one has its checkpoint's. */
     if (rc == STATUS_OK && init != NULL && ckpt == NULL)
         rc = init_weights_open(init, &w, err);
+    /* after the forks of reading a .keras archive: a child of a process with a CUDA context
+     * inherits its address space */
+    if (rc == STATUS_OK)
+        rc = backend_open(opts->device != NULL ? opts->device : &job->device, &be, err);
     if (rc == STATUS_OK) {
         trainer_opts_t to = {.num_shards = 1,
                              .epochs = steps_limit > 0 ? -1 : run.epochs,
                              .optimizer = true,
                              .start_epoch = s.next_epoch,
                              .start_batch = s.next_batch,
-                             .replicas = replicas};
+                             .replicas = replicas,
+                             .backend = be};
         rc = trainer_new(&run, &to, &t, err);
     }
     if (rc == STATUS_OK && ckpt != NULL) {

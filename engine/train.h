@@ -16,12 +16,13 @@
 #include "trainer.h"
 
 typedef struct train_opts {
-    int threads;           /* compute threads (large GEMMs are split over them) */
-    int64_t steps;         /* > 0 overrides the job's train length in steps */
-    int64_t epochs;        /* > 0 overrides the job's epochs */
-    bool resume;           /* as the job's resume: true */
-    const char *init_from; /* overrides the job's init_from */
-    bool evaluate_only;    /* no training: evaluate the starting model on the test split */
+    int threads;                /* compute threads (large GEMMs are split over them) */
+    int64_t steps;              /* > 0 overrides the job's train length in steps */
+    int64_t epochs;             /* > 0 overrides the job's epochs */
+    bool resume;                /* as the job's resume: true */
+    const char *init_from;      /* overrides the job's init_from */
+    bool evaluate_only;         /* no training: evaluate the starting model on the test split */
+    const job_device_t *device; /* overrides the job's device */
 } train_opts_t;
 
 typedef struct train_progress {

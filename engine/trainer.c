@@ -206,6 +206,10 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
         return status_fail(err, STATUS_INVALID_ARGUMENT,
                            "%s: slice %d of %d (with %d local replicas)", t->where, o->slice_index,
                            slices, replicas);
+    if (o->backend != NULL && o->backend->device_memory && (replicas > 1 || slices > 1))
+        return status_fail(err, STATUS_UNIMPLEMENTED,
+                           "%s: replicas on a %s device are not built yet (one replica a process)",
+                           t->where, o->backend->name);
     t->slice = slices > 1 ? o->slice_index : 0;
     t->n_slices = slices;
     t->stride = slices;
@@ -220,10 +224,10 @@ static status_t trainer_build(trainer_t *t, const trainer_opts_t *o, status_msg_
     if (job->data.test.present)
         STATUS_CHECK(dataset_load(&job->data.test, job->data.scale,
                                   memory_left(max, dataset_bytes(t->train)), &t->test, err));
-    STATUS_CHECK(model_new(&job->model, job->loss, job->from_logits, job->data.batch_size,
-                           o->seed ? o->seed : job->seed,
-                           memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test)),
-                           &t->model, err));
+    STATUS_CHECK(model_new_on(
+        o->backend != NULL ? o->backend : backend_cpu(), &job->model, job->loss, job->from_logits,
+        job->data.batch_size, o->seed ? o->seed : job->seed,
+        memory_left(max, dataset_bytes(t->train) + dataset_bytes(t->test)), &t->model, err));
     status_msg_t why;
     if (model_set_loss_options(t->model, job, &why) != STATUS_OK)
         return status_fail(err, STATUS_BAD_CONFIG, "%s: %s", t->where, why.text);

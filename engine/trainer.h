@@ -35,6 +35,8 @@ typedef struct trainer_opts {
      * slice of each, leaving gradients that sum over the processes (all-reduce) to the global
      * batch's; 0 or 1: off */
     int slice_index, slice_count;
+    /* what the model computes on (backend_open of the job's device); NULL: the CPU */
+    const backend_t *backend;
 } trainer_opts_t;
 
 #define TRAINER_MAX_REPLICAS 1024

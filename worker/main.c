@@ -24,6 +24,10 @@ static const config_option_t worker_options[] = {
     {"advertise", CONFIG_ADDRESS, offsetof(worker_opts_t, advertise), NULL, 0, 0,
      "The HOST:PORT announced with --chief (default: the listen address, with this machine's "
      "name when it listens on every interface)."},
+    {"device", CONFIG_STRING, offsetof(worker_opts_t, device), NULL, 0, 0,
+     "The device this worker computes on when a job's device: is cuda: cuda:N picks the GPU "
+     "(several workers on one host, one GPU each); cpu makes the worker refuse GPU jobs. "
+     "Unset: the job's cuda:N, or cuda:0. A job on the cpu computes on the cpu."},
 };
 
 static const config_table_t worker_table = {

@@ -73,7 +73,9 @@ typedef struct wjob {
 
 typedef struct worker_service {
     daemon_t *daemon;
-    uint64_t max_bytes; /* of one job's model and data (--max-memory-bytes) */
+    uint64_t max_bytes;  /* of one job's model and data (--max-memory-bytes) */
+    job_device_t device; /* --device */
+    bool device_given;
     pthread_mutex_t mu; /* guards job, queue, stopping */
     pthread_cond_t cv;
     wjob_t *job;
@@ -155,10 +157,31 @@ static status_t resume_newest(wjob_t *j, status_msg_t *err)
     return rc;
 }
 
-/* Parses the job with the files that came with it and builds model and data. */
-static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t max_bytes,
-                           const roots_t *roots, wjob_t **ret, status_msg_t *err)
+/* The backend of the job's device on this worker: its --device picks the GPU of a cuda job,
+ * and --device cpu refuses one. */
+static status_t wjob_backend(const job_t *job, const worker_service_t *w, const backend_t **ret,
+                             status_msg_t *err)
 {
+    job_device_t d = job->device;
+    char name[16];
+
+    if (d.cuda && w->device_given && !w->device.cuda)
+        return status_fail(err, STATUS_BAD_CONFIG,
+                           "the job computes on device %s, and this worker was started with "
+                           "--device cpu",
+                           job_device_str(&d, name, sizeof(name)));
+    if (d.cuda && w->device_given && w->device.ordinal >= 0)
+        d.ordinal = w->device.ordinal;
+    return backend_open(&d, ret, err);
+}
+
+/* Parses the job with the files that came with it and builds model and data. */
+static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, const worker_service_t *w,
+                           wjob_t **ret, status_msg_t *err)
+{
+    uint64_t max_bytes = w->max_bytes;
+    const roots_t *roots = daemon_roots(w->daemon);
+    const backend_t *be = NULL;
     wjob_t *j = calloc(1, sizeof(*j));
     job_file_t *files = calloc(req->n_files + 1, sizeof(*files));
     status_t rc;
@@ -181,6 +204,8 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
     j->seed = req->seed ? req->seed : j->job.seed;
     if (rc == STATUS_OK && !job_is_synchronous(&j->job)) /* on the parameter servers */
         rc = job_check_for_ps(&j->job, req->job_path[0] ? req->job_path : "job", err);
+    if (rc == STATUS_OK)
+        rc = wjob_backend(&j->job, w, &be, err);
     if (rc == STATUS_OK) {
         bool mwms = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED,
              sync = job_is_synchronous(&j->job), local = sync && !mwms;
@@ -197,7 +222,8 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, uint64_t
                              .epochs = -1, /* the chief counts the steps */
                              .max_bytes = max_bytes,
                              .start_epoch = req->start_epoch,
-                             .start_batch = req->start_batch};
+                             .start_batch = req->start_batch,
+                             .backend = be};
         /* what this worker reads (data, starting weights) and, synchronous, writes */
         rc = job_paths_check(
             &j->job,
@@ -430,7 +456,7 @@ static status_t on_configure(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "worker_index",
                             "worker_index %d is not in [0, num_workers %d)", req->worker_index,
                             req->num_workers);
-    rc = wjob_build(req, w->max_bytes, daemon_roots(w->daemon), &j, &err);
+    rc = wjob_build(req, w, &j, &err);
     if (rc != STATUS_OK)
         return rpc_ctx_fail(ctx,
                             rc == STATUS_NO_MEMORY || rc == STATUS_RESOURCE_EXHAUSTED
@@ -892,10 +918,16 @@ static status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, 
     const worker_opts_t *o = opts;
     worker_service_t *w = calloc(1, sizeof(*w));
     rpc_server_t *s = daemon_rpc(d);
+    status_msg_t why;
     status_t rc;
 
     if (w == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    if (o->device != NULL && job_device_parse(o->device, &w->device, &why) != STATUS_OK) {
+        free(w);
+        return status_fail(err, STATUS_BAD_CONFIG, "--device: %s", why.text);
+    }
+    w->device_given = o->device != NULL;
     rc = make_metrics(w, daemon_metrics(d), err);
     if (rc != STATUS_OK) {
         free(w);

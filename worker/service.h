@@ -11,6 +11,7 @@ typedef struct worker_opts {
     int64_t max_memory_bytes;
     char *chief;     /* announce this worker to the chief at this address (NULL: do not) */
     char *advertise; /* the address announced; NULL: the listen address */
+    char *device;    /* --device: cpu, cuda or cuda:N; NULL: the job's device */
 } worker_opts_t;
 
 /* tessera-worker: the handlers are installed and the closure executor started by setup; stop

@@ -2,6 +2,7 @@
 #include "files/keras_archive.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <signal.h>
 #include <stdio.h>
@@ -532,10 +533,22 @@ static int child_read(const char *path, const char *out_path, char *why, size_t 
 
 static void limit_memory(void) __attribute__((unused));
 
+/* CHILD_MEMORY more than the address space the child starts with (the parent's: a GPU
+ * runtime's reservations can be larger than the limit itself). open and read, not stdio: the
+ * child of a threaded parent. */
 static void limit_memory(void)
 {
-    struct rlimit as = {CHILD_MEMORY, CHILD_MEMORY};
+    char buf[64] = {0};
+    int fd = open("/proc/self/statm", O_RDONLY);
+    unsigned long long pages = 0;
+    struct rlimit as;
 
+    if (fd >= 0) {
+        if (read(fd, buf, sizeof(buf) - 1) > 0)
+            pages = strtoull(buf, NULL, 10); /* the first field: the whole address space */
+        close(fd);
+    }
+    as.rlim_cur = as.rlim_max = pages * (unsigned long long)sysconf(_SC_PAGESIZE) + CHILD_MEMORY;
     setrlimit(RLIMIT_AS, &as);
 }
 

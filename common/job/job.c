@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "job/job.h"
 
+#include <errno.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -521,10 +522,12 @@ static status_t parse_optimizer(job_ctx_t *c, const job_node_t *n, optimizer_con
 }
 
 /* strategy: NAME, or {NAME: {replicas: N}} for the strategies with local replicas. */
+/* In job_strategy_t order */
+static const char *const strategies[] = {"one_device", "parameter_server", "mirrored",
+                                         "multi_worker_mirrored", "central_storage"};
+
 static status_t parse_strategy(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
-    static const char *const strategies[] = {"one_device", "parameter_server", "mirrored",
-                                             "multi_worker_mirrored", "central_storage"};
     static const char *const replica_keys[] = {"replicas"};
     size_t old = job_tree_push_key(c, "strategy");
     const job_node_t *opts = NULL;
@@ -544,6 +547,64 @@ static status_t parse_strategy(job_ctx_t *c, const job_node_t *n, job_t *job)
         rc = job_tree_get_int(c, opts, "replicas", false, 1, &job->replicas);
     job_tree_pop(c, old);
     return rc;
+}
+
+status_t job_device_parse(const char *text, job_device_t *ret, status_msg_t *err)
+{
+    char *end = NULL;
+    long ordinal;
+
+    *ret = (job_device_t){.ordinal = -1};
+    if (strcmp(text, "cpu") == 0)
+        return STATUS_OK;
+    ret->cuda = true;
+    if (strcmp(text, "cuda") == 0)
+        return STATUS_OK;
+    if (strncmp(text, "cuda:", 5) == 0 && text[5] >= '0' && text[5] <= '9') {
+        errno = 0;
+        ordinal = strtol(text + 5, &end, 10);
+        if (errno == 0 && *end == '\0' && ordinal <= JOB_MAX_CUDA_ORDINAL) {
+            ret->ordinal = (int)ordinal;
+            return STATUS_OK;
+        }
+    }
+    *ret = (job_device_t){.ordinal = -1};
+    return status_fail(err, STATUS_BAD_CONFIG,
+                       "device '%.64s': expected cpu, cuda or cuda:N (N from 0 to %d)", text,
+                       JOB_MAX_CUDA_ORDINAL);
+}
+
+const char *job_device_str(const job_device_t *device, char *buf, size_t len)
+{
+    if (!device->cuda)
+        snprintf(buf, len, "cpu");
+    else if (device->ordinal < 0)
+        snprintf(buf, len, "cuda");
+    else
+        snprintf(buf, len, "cuda:%d", device->ordinal);
+    return buf;
+}
+
+/* device: cpu | cuda | cuda:N; on a GPU for the strategies whose replicas are one a process */
+static status_t parse_device(job_ctx_t *c, const job_node_t *root, job_t *job)
+{
+    const job_node_t *n = job_tree_child(root, "device");
+    const char *text = NULL;
+    status_msg_t why;
+
+    STATUS_CHECK(job_tree_get_string(c, root, "device", false, &text));
+    if (text == NULL)
+        return STATUS_OK;
+    if (job_device_parse(text, &job->device, &why) != STATUS_OK)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line, "%s", why.text);
+    if (job->device.cuda && job->strategy != JOB_STRATEGY_ONE_DEVICE &&
+        job->strategy != JOB_STRATEGY_PARAMETER_SERVER)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                             "device: %s under strategy %s is not built yet (its replicas' "
+                             "all-reduce across GPUs needs NCCL): train on a GPU with one_device "
+                             "or parameter_server, or on the CPU",
+                             text, strategies[job->strategy]);
+    return STATUS_OK;
 }
 
 /* ---- data, train, partitioner, checkpoint ---- */
@@ -1221,10 +1282,10 @@ static status_t check_ids_and_losses(job_ctx_t *c, const job_node_t *root, job_t
 
 static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
 {
-    static const char *const top_keys[] = {"name",         "strategy", "model",       "loss",
-                                           "loss_weights", "metrics",  "optimizer",   "data",
-                                           "train",        "evaluate", "partitioner", "checkpoint",
-                                           "tensorboard",  "seed",     "resume",      "init_from"};
+    static const char *const top_keys[] = {
+        "name",        "strategy", "model",  "loss",      "loss_weights", "metrics",
+        "optimizer",   "data",     "train",  "evaluate",  "partitioner",  "checkpoint",
+        "tensorboard", "seed",     "resume", "init_from", "device"};
     const char *name = NULL;
     const job_node_t *n;
     int64_t seed = -1;
@@ -1241,6 +1302,7 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
     n = job_tree_child(root, "strategy");
     if (job_tree_given(n))
         STATUS_CHECK(parse_strategy(c, n, job));
+    STATUS_CHECK(parse_device(c, root, job));
     SECTION("model", true, job_parse_model, &job->model);
     STATUS_CHECK(parse_compile_sections(c, root, job, &accumulate));
     for (int k = 0; job->n_outputs > 1 && k < job->n_outputs; k++) { /* each output's loss */

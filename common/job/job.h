@@ -123,6 +123,20 @@ typedef enum {
     JOB_STRATEGY_CENTRAL_STORAGE,
 } job_strategy_t;
 
+/* Where a job computes: `device: cpu | cuda | cuda:N`. */
+typedef struct job_device {
+    bool cuda;
+    int ordinal; /* cuda:N's N; -1: a bare cuda (device 0, or a worker's own --device cuda:N) */
+} job_device_t;
+
+#define JOB_MAX_CUDA_ORDINAL 63
+
+/* Parses "cpu", "cuda" or "cuda:N" (N from 0 to JOB_MAX_CUDA_ORDINAL); fails with
+ * STATUS_BAD_CONFIG naming the text. */
+status_t job_device_parse(const char *text, job_device_t *ret, status_msg_t *err);
+/* "cpu", "cuda" or "cuda:N", in buf */
+const char *job_device_str(const job_device_t *device, char *buf, size_t len);
+
 /* The metrics beyond loss and accuracy (metrics.c). Each keeps sums, which add up across
  * batches, replicas and workers (the confusion counts of AUC, precision and recall, never
  * ratios); a result is computed from the sums at the end (an epoch, an evaluation). */
@@ -190,7 +204,8 @@ typedef struct job {
     char *name;
     char *path; /* the job file, for messages */
     job_strategy_t strategy;
-    int replicas; /* mirrored, central_storage: {NAME: {replicas: N}}; 0: every core */
+    int replicas;        /* mirrored, central_storage: {NAME: {replicas: N}}; 0: every core */
+    job_device_t device; /* default: cpu */
     job_model_t model;
     /* Each output's loss, in the model's order of outputs (job_model_outputs of them; one for a
      * model of one output). The loss fields below are output 0's; the reduction is every

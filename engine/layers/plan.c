@@ -113,11 +113,15 @@ status_t layer_plan_error(const layer_plan_t *p, status_msg_t *err, const char *
 status_t layer_plan_failed(const layer_plan_t *p, status_msg_t *err)
 {
     const model_t *m = p->m;
+    status_msg_t why;
 
+    if (m->alloc_rc == STATUS_NO_MEMORY && m->be->check != NULL &&
+        m->be->check(&why) != STATUS_OK) /* the device failed, rather than ran out */
+        return status_fail(err, STATUS_CUDA, "layer %d (%s): %s", p->index, p->name, why.text);
     if (m->alloc_rc == STATUS_NO_MEMORY)
         return status_fail(err, STATUS_NO_MEMORY,
-                           "layer %d (%s): out of memory for a buffer of %zu bytes", p->index,
-                           p->name, m->alloc_bytes);
+                           "layer %d (%s): out of memory for a buffer of %zu bytes%s", p->index,
+                           p->name, m->alloc_bytes, m->be->device_memory ? " on the device" : "");
     if (m->alloc_count > INT_MAX)
         return status_fail(err, STATUS_RESOURCE_EXHAUSTED,
                            "layer %d (%s): a tensor of %zu values at batch size %d is over the "

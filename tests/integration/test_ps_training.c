@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <grpc/grpc.h>
 
@@ -479,6 +480,58 @@ START_TEST(ps_training_rejected_job_reports_the_error_to_the_cli)
 }
 END_TEST
 
+/* Submits the job at `path` to a chief over ps and worker w, and expects it to fail configuring
+ * that worker with `want` (or `or_want`) in the message. */
+static void expect_refused_by(const launch_proc_t *ps, const launch_proc_t *w, const char *path,
+                              const char *want, const char *or_want)
+{
+    launch_proc_t chief;
+    char ps_flag[300], worker_flag[300], flag[300], *out = NULL;
+    int rc;
+
+    snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", ps->listen);
+    snprintf(worker_flag, sizeof(worker_flag), "--worker=%s", w->listen);
+    harness_start(&chief, "tessera-chief", "gpu-chief", ps_flag, worker_flag, NULL);
+    snprintf(flag, sizeof(flag), "--chief=%s", chief.listen);
+    rc = tessera((char *[]){"submit", (char *)path, flag, "--watch", NULL}, &out);
+    ck_assert_msg(rc != 0, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "configuring worker 0") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, want) != NULL || (or_want != NULL && strstr(out, or_want) != NULL),
+                  "%s", out);
+    free(out);
+    harness_stop(&chief);
+}
+
+/* A job on a GPU: a worker started with --device cpu refuses it, and so does one on a host
+ * without a GPU (or a build without CUDA); either way the job fails naming the worker and the
+ * device. */
+START_TEST(ps_training_gpu_job_is_refused_by_a_worker_without_one)
+{
+    launch_proc_t ps, w;
+    char path[512];
+
+    snprintf(path, sizeof(path), "%s/gpu.yaml", harness_tmpdir());
+    write_file(path, "name: gpu\ndevice: cuda\nstrategy: parameter_server\nmodel:\n"
+                     "  - {dense: {units: 4}, input_shape: [784]}\nloss: mse\n"
+                     "data: {batch_size: 8, train: {format: synthetic, kind: classification, "
+                     "examples: 64, shape: [784], classes: 2}}\ntrain: {steps: 4}\n");
+    harness_start(&ps, "tessera-ps", "gpu-ps0", "--task-index=0", NULL);
+    harness_start(&w, "tessera-worker", "gpu-w0", "--task-index=0", "--device=cpu", NULL);
+    expect_refused_by(&ps, &w, path,
+                      "the job computes on device cuda, and this worker was started with "
+                      "--device cpu",
+                      NULL);
+    harness_stop(&w);
+    if (access("/dev/nvidia0", F_OK) != 0 && access("/dev/nvidiactl", F_OK) != 0) {
+        harness_start(&w, "tessera-worker", "gpu-w1", "--task-index=0", "--device=cuda:1", NULL);
+        expect_refused_by(&ps, &w, path, "cuda:1: no CUDA device is visible",
+                          "device cuda:1: this build of Tessera has no CUDA backend");
+        harness_stop(&w);
+    }
+    harness_stop(&ps);
+}
+END_TEST
+
 /* A regression job on the cluster: its loss, metrics and test loss, but no accuracy (the chief
  * sends none, its events show none). */
 START_TEST(ps_training_regression_shows_no_accuracy)
@@ -807,6 +860,7 @@ int main(void)
     tcase_add_test(tc, ps_training_step_phases_add_up_to_the_step);
     tcase_add_test(tc, ps_training_newer_optimizers_clip_on_the_worker_whatever_the_packs);
     tcase_add_test(tc, ps_training_bfloat16_on_the_wire_halves_the_bytes_and_learns);
+    tcase_add_test(tc, ps_training_gpu_job_is_refused_by_a_worker_without_one);
     suite_add_tcase(s, tc);
     int rc = check_run(s, CK_NOFORK);
     grpc_shutdown();

@@ -196,6 +196,41 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
     expect_failure(job_with("flag.yaml", MLP, FM "train-images-idx3-ubyte.gz",
                             FM "train-labels-idx1-ubyte.gz", "adam"),
                    "--bogus", "--bogus");
+    /* devices: a name that is none, and a GPU where its strategy has no all-reduce there yet */
+    expect_failure(write_job("device.yaml",
+                             "device: gpu0\nmodel:\n" MLP
+                             "\nloss: mse\ndata: {batch_size: 8, train: {format: "
+                             "synthetic, examples: 16, shape: [784], classes: 2}}\n"),
+                   "device 'gpu0': expected cpu, cuda or cuda:N", NULL);
+    expect_failure(job_with("flagdevice.yaml", MLP, FM "train-images-idx3-ubyte.gz",
+                            FM "train-labels-idx1-ubyte.gz", "adam"),
+                   "--device: device 'cuda:-1'", "--device=cuda:-1");
+    expect_failure(write_job("mirroredgpu.yaml",
+                             "strategy: mirrored\ndevice: cuda\nmodel:\n" MLP
+                             "\nloss: mse\ndata: {batch_size: 8, train: {format: synthetic, "
+                             "examples: 16, shape: [784], classes: 2}}\n"),
+                   "device: cuda under strategy mirrored is not built yet", NULL);
+}
+END_TEST
+
+/* A GPU job where there is none (this build without CUDA, or a host without a GPU): a clear
+ * error naming the device, before any data is read. On a host with a GPU the gpu suite trains
+ * on it instead. */
+START_TEST(train_on_cuda_without_a_gpu_names_the_device)
+{
+    char *out = NULL;
+    int rc;
+
+    if (access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0)
+        return;
+    rc = train(harness_source("examples/fashion-mnist-mlp.yaml"), "--device=cuda:1", &out);
+    ck_assert_msg(rc == 1, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "cuda:1: no CUDA device is visible") != NULL ||
+                      strstr(out, "device cuda:1: this build of Tessera has no CUDA backend") !=
+                          NULL,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "epoch") == NULL, "%s", out);
+    free(out);
 }
 END_TEST
 
@@ -273,6 +308,7 @@ int main(void)
     tcase_add_test(tc, train_rejects_truncated_data_and_out_of_range_labels);
     tcase_add_test(tc, train_regression_prints_no_accuracy);
     tcase_add_test(tc, train_stops_on_a_nan_loss_naming_the_step);
+    tcase_add_test(tc, train_on_cuda_without_a_gpu_names_the_device);
     suite_add_tcase(s, tc);
     return check_run(s, CK_NOFORK);
 }

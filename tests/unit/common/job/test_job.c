@@ -1525,6 +1525,51 @@ START_TEST(missing_job_file_is_named)
 }
 END_TEST
 
+/* device: cpu, cuda or cuda:N and nothing else; a GPU only for one replica a process */
+START_TEST(devices_are_cpu_cuda_or_cuda_n)
+{
+    static const char *const good[] = {"cpu", "cuda", "cuda:0", "cuda:63"};
+    static const int ordinal[] = {-1, -1, 0, 63};
+    static const char *const bad[] = {"gpu",     "CUDA",    "cuda:",   "cuda:64",
+                                      "cuda:-1", "cuda: 1", "cuda:1x", "cuda:99999999999999999999",
+                                      ""};
+    const char *model = "model:\n  - {dense: {units: 2}, input_shape: [4]}\nloss: mse\n" DATA_ONLY;
+    char text[512], name[16];
+    job_device_t d;
+    status_msg_t err;
+    job_t job;
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ck_assert_int_eq(job_device_parse(good[i], &d, &err), STATUS_OK);
+        ck_assert(d.cuda == (i > 0));
+        ck_assert_int_eq(d.ordinal, ordinal[i]);
+        ck_assert_str_eq(job_device_str(&d, name, sizeof(name)), good[i]);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(job_device_parse(bad[i], &d, &err), STATUS_BAD_CONFIG);
+        ck_assert_msg(strstr(err.text, "expected cpu, cuda or cuda:N") != NULL, "%s", err.text);
+        ck_assert(!d.cuda);
+    }
+    snprintf(text, sizeof(text), "strategy: parameter_server\ndevice: cuda:2\n%s", model);
+    ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_OK);
+    ck_assert(job.device.cuda && job.device.ordinal == 2);
+    job_done(&job);
+    snprintf(text, sizeof(text), "%s", model); /* default: cpu */
+    ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_OK);
+    ck_assert(!job.device.cuda);
+    job_done(&job);
+    snprintf(text, sizeof(text), "device: tpu\n%s", model);
+    ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "j.yaml:1") != NULL && strstr(err.text, "'tpu'") != NULL, "%s",
+                  err.text);
+    snprintf(text, sizeof(text), "device: cuda\nstrategy: multi_worker_mirrored\n%s", model);
+    ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_BAD_CONFIG);
+    ck_assert_msg(strstr(err.text, "device: cuda under strategy multi_worker_mirrored is not "
+                                   "built yet") != NULL,
+                  "%s", err.text);
+}
+END_TEST
+
 static void remove_tmp_dir(void)
 {
     static const char *const files[] = {"job.yaml", "models/cnn.json", "models/bad.json"};
@@ -1586,6 +1631,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, keras_json_mistakes_name_the_model_file);
     tcase_add_test(tc, malformed_documents_are_rejected);
     tcase_add_test(tc, missing_job_file_is_named);
+    tcase_add_test(tc, devices_are_cpu_cuda_or_cuda_n);
     suite_add_tcase(s, tc);
     return s;
 }
