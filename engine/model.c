@@ -497,6 +497,11 @@ size_t model_bytes(const model_t *m)
     return m->bytes;
 }
 
+const backend_t *model_backend(const model_t *m)
+{
+    return m->be;
+}
+
 int model_max_batch(const model_t *m)
 {
     return m->max_batch;

@@ -59,6 +59,9 @@ status_t model_new_on(const backend_t *be, const job_model_t *spec, job_loss_kin
                       bool from_logits, int max_batch, uint64_t seed, uint64_t max_bytes,
                       model_t **ret_model, status_msg_t *err);
 
+/* The backend the model computes on. */
+const backend_t *model_backend(const model_t *m);
+
 /* Bytes of the model's buffers (what model_new counted against max_bytes). */
 size_t model_bytes(const model_t *m);
 void model_free(model_t *m);

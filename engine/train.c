@@ -195,10 +195,11 @@ static status_t train_loop(trainer_t *t, const job_t *job, int64_t steps_limit,
     pr->total_steps = steps_limit > 0 ? steps_limit : pr->epochs * pr->epoch_steps;
     pr->has_test = trainer_test_examples(t) > 0 && job->evaluate;
     s->last_save = t0;
-    LOG_INFO(TRAIN, "training %s on %zu examples, batch %d%s, BLAS kernels for this CPU",
-             job->name ? job->name : "job", trainer_train_examples(t),
-             job->data.batch_size * trainer_replicas(t),
-             trainer_replicas(t) > 1 ? " (split over the replicas)" : "");
+    LOG_INFO(TRAIN, "training %s on %zu examples, batch %d%s, %s", job->name ? job->name : "job",
+             trainer_train_examples(t), job->data.batch_size * trainer_replicas(t),
+             trainer_replicas(t) > 1 ? " (split over the replicas)" : "",
+             model_backend(trainer_model(t))->device_memory ? "on the GPU"
+                                                            : "BLAS kernels for this CPU");
     STATUS_CHECK(open_tensorboard(job, &tb, err));
     while ((steps_limit == 0 || pr->step < steps_limit) && trainer_next(t, &b)) {
         model_stats_t st;

@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -54,6 +55,18 @@ static struct {
     bool have_key;
 } cuda = {.lock = PTHREAD_MUTEX_INITIALIZER, .ordinal = -1};
 
+/* cuBLAS, loaded when the backend starts (load_cublas): a CUDA build that computes on the CPU
+ * maps none of its hundreds of megabytes. */
+static struct {
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const float *, const float *, int, const float *, int, const float *,
+                            float *, int);
+} cublas;
+
 static _Thread_local cuda_thread_t *self;
 /* the calling thread's first failure since its last check() */
 static _Thread_local bool failed;
@@ -90,7 +103,7 @@ static void thread_free(void *arg)
     if (t == self)
         self = NULL;
     if (t->blas != NULL)
-        cublasDestroy(t->blas);
+        cublas.destroy(t->blas);
     if (t->scratch != NULL)
         cudaFree(t->scratch);
     free(t);
@@ -125,16 +138,16 @@ static cublasHandle_t blas_handle(cuda_thread_t *t)
 {
     if (t->blas != NULL)
         return t->blas;
-    if (cublasCreate(&t->blas) != CUBLAS_STATUS_SUCCESS) {
+    if (cublas.create(&t->blas) != CUBLAS_STATUS_SUCCESS) {
         t->blas = NULL;
         fail("cublasCreate", "cuBLAS could not start on this device");
         return NULL;
     }
     /* float32 products as the CPU's (no TF32 rounding of the inputs) */
-    if (cublasSetStream(t->blas, cudaStreamPerThread) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetMathMode(t->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+    if (cublas.set_stream(t->blas, cudaStreamPerThread) != CUBLAS_STATUS_SUCCESS ||
+        cublas.set_math_mode(t->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
         fail("cublasSetStream", "cuBLAS refused the thread's stream or float32 math");
-        cublasDestroy(t->blas);
+        cublas.destroy(t->blas);
         t->blas = NULL;
         return NULL;
     }
@@ -159,6 +172,41 @@ static void *scratch(cuda_thread_t *t, size_t bytes)
 }
 
 /* ---- the device ---------------------------------------------------------------------------- */
+
+#define STR_(x)       #x
+#define STR(x)        STR_(x)
+#define CUBLAS_SONAME "libcublas.so." STR(CUBLAS_VER_MAJOR)
+
+/* Loads cuBLAS: from the loader's path, else the toolkit's directory this build found. Called
+ * under the lock. */
+static status_t load_cublas(status_msg_t *err)
+{
+    static const char *const names[] = {CUBLAS_SONAME, TESSERA_CUDA_LIBDIR "/" CUBLAS_SONAME};
+    void *h = NULL;
+
+    if (cublas.sgemm != NULL)
+        return STATUS_OK;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && h == NULL; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return status_fail(err, STATUS_CUDA,
+                           "cannot load cuBLAS (%s): %s; put the CUDA toolkit's library directory "
+                           "on LD_LIBRARY_PATH",
+                           CUBLAS_SONAME, dlerror());
+    /* POSIX guarantees dlsym's result converts to a function pointer; ISO C needs the detour */
+    *(void **)&cublas.create = dlsym(h, "cublasCreate_v2");
+    *(void **)&cublas.destroy = dlsym(h, "cublasDestroy_v2");
+    *(void **)&cublas.set_stream = dlsym(h, "cublasSetStream_v2");
+    *(void **)&cublas.set_math_mode = dlsym(h, "cublasSetMathMode");
+    *(void **)&cublas.sgemm = dlsym(h, "cublasSgemm_v2");
+    if (cublas.create == NULL || cublas.destroy == NULL || cublas.set_stream == NULL ||
+        cublas.set_math_mode == NULL || cublas.sgemm == NULL) {
+        cublas.sgemm = NULL;
+        return status_fail(err, STATUS_CUDA, "%s lacks the functions this backend calls",
+                           CUBLAS_SONAME);
+    }
+    return STATUS_OK;
+}
 
 static status_t cuda_init(status_msg_t *err)
 {
@@ -204,6 +252,8 @@ static status_t cuda_init(status_msg_t *err)
                          cuda.ordinal, prop.name);
         goto out;
     }
+    if ((st = load_cublas(err)) != STATUS_OK)
+        goto out;
     if (!cuda.have_key && pthread_key_create(&cuda.key, thread_free) != 0) {
         st = status_fail(err, STATUS_SYSTEM, "pthread_key_create failed");
         goto out;
@@ -376,8 +426,8 @@ static void cuda_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
     if (h == NULL)
         return;
     /* cuBLAS is column-major: the row-major C is C^T there, and C^T = op(B)^T op(A)^T */
-    if (cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n,
-                    m, k, &alpha, b, ldb, a, lda, &beta, c, ldc) != CUBLAS_STATUS_SUCCESS) {
+    if (cublas.sgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n,
+                     m, k, &alpha, b, ldb, a, lda, &beta, c, ldc) != CUBLAS_STATUS_SUCCESS) {
         fail("cublasSgemm", "the product failed");
         return;
     }

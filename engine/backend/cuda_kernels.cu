@@ -271,6 +271,24 @@ unsigned row_blocks(size_t rows)
 
 /* ---- convolution and pooling --------------------------------------------------------------- */
 
+/* Element i's place in a [batch, h, w, c] tensor. */
+struct nhwc {
+    size_t b;
+    int y, x, c;
+};
+
+__device__ nhwc place(size_t i, int h, int w, int c)
+{
+    nhwc p;
+    p.c = (int)(i % c);
+    i /= c;
+    p.x = (int)(i % w);
+    i /= w;
+    p.y = (int)(i % h);
+    p.b = i / h;
+    return p;
+}
+
 /* cols[b, oy, ox, ky, kx, c] = in[b, oy*sh - pad_t + ky, ox*sw - pad_l + kx, c], 0 outside */
 __global__ void im2col_k(cuda_window_t g, const float *in, int batch, float *cols)
 {
@@ -312,13 +330,9 @@ __global__ void col2im_k(cuda_window_t g, const float *cols, int batch, float *d
     size_t n = (size_t)batch * g.h * g.w * g.c, row = (size_t)g.kh * g.kw * g.c;
     GRID_LOOP(i, n)
     {
-        size_t t = i;
-        int c = (int)(t % g.c);
-        t /= g.c;
-        int ix = (int)(t % g.w);
-        t /= g.w;
-        int iy = (int)(t % g.h);
-        size_t b = t / g.h;
+        nhwc p = place(i, g.h, g.w, g.c);
+        size_t b = p.b;
+        int iy = p.y, ix = p.x, c = p.c;
         int oy0, oy1, ox0, ox1;
         float s = 0.0f;
         covering(iy, g.sh, g.pad_t, g.kh, g.oh, &oy0, &oy1);
@@ -348,13 +362,9 @@ __global__ void max_pool_k(cuda_window_t g, const float *in, int batch, float *o
     size_t n = (size_t)batch * g.oh * g.ow * g.c, in_len = (size_t)g.h * g.w * g.c;
     GRID_LOOP(i, n)
     {
-        size_t t = i;
-        int c = (int)(t % g.c);
-        t /= g.c;
-        int ox = (int)(t % g.ow);
-        t /= g.ow;
-        int oy = (int)(t % g.oh);
-        size_t b = t / g.oh;
+        nhwc p = place(i, g.oh, g.ow, g.c);
+        size_t b = p.b;
+        int oy = p.y, ox = p.x, c = p.c;
         const float *img = in + b * in_len;
         int y0, y1, x0, x1;
         span(oy, g.sh, g.pad_t, g.kh, g.h, &y0, &y1);
@@ -388,13 +398,9 @@ __global__ void average_pool_k(cuda_window_t g, const float *in, int batch, floa
     size_t n = (size_t)batch * g.oh * g.ow * g.c, in_len = (size_t)g.h * g.w * g.c;
     GRID_LOOP(i, n)
     {
-        size_t t = i;
-        int c = (int)(t % g.c);
-        t /= g.c;
-        int ox = (int)(t % g.ow);
-        t /= g.ow;
-        int oy = (int)(t % g.oh);
-        size_t b = t / g.oh;
+        nhwc p = place(i, g.oh, g.ow, g.c);
+        size_t b = p.b;
+        int oy = p.y, ox = p.x, c = p.c;
         const float *img = in + b * in_len;
         int y0, y1, x0, x1;
         float s = 0.0f;
@@ -413,13 +419,9 @@ __global__ void average_pool_backward_k(cuda_window_t g, const float *dy, int ba
     size_t n = (size_t)batch * g.h * g.w * g.c, out_len = (size_t)g.oh * g.ow * g.c;
     GRID_LOOP(i, n)
     {
-        size_t t = i;
-        int c = (int)(t % g.c);
-        t /= g.c;
-        int ix = (int)(t % g.w);
-        t /= g.w;
-        int iy = (int)(t % g.h);
-        size_t b = t / g.h;
+        nhwc p = place(i, g.h, g.w, g.c);
+        size_t b = p.b;
+        int iy = p.y, ix = p.x, c = p.c;
         int oy0, oy1, ox0, ox1;
         float s = 0.0f;
         covering(iy, g.sh, g.pad_t, g.kh, g.oh, &oy0, &oy1);
