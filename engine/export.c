@@ -476,7 +476,11 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
             cJSON_AddNumberToObject(c, "num_labels", m->num_labels);
         else
             cJSON_AddNullToObject(c, "num_labels");
-        cJSON_AddNullToObject(c, "label_weights");
+        if (m->label_weights != NULL)
+            cJSON_AddItemToObject(c, "label_weights",
+                                  cJSON_CreateDoubleArray(m->label_weights, m->n_label_weights));
+        else
+            cJSON_AddNullToObject(c, "label_weights");
         cJSON_AddBoolToObject(c, "from_logits", o->from_logits);
         break;
     case JOB_METRIC_PRECISION:

@@ -44,6 +44,11 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, size_t lab
                                    "metric %s: multi_label over num_labels %d; the model gives %zu "
                                    "values an example",
                                    m->name, m->num_labels, outputs);
+            if (m->label_weights != NULL && (size_t)m->n_label_weights != outputs)
+                return status_fail(err, STATUS_BAD_CONFIG,
+                                   "metric %s: %d label_weights; the model gives %zu values an "
+                                   "example, one weight each",
+                                   m->name, m->n_label_weights, outputs);
             break;
         case JOB_METRIC_OUTPUT_LOSS:
         case JOB_METRIC_OUTPUT_ACCURACY:
@@ -88,14 +93,16 @@ static void auc_update(const job_metric_t *m, const float *pred, size_t outputs,
         for (size_t i = 0; i < outputs; i++) {
             float p = pred[(size_t)b * outputs + i];
             double *pos = m->num_labels > 0 ? s + 2 * t * i : s;
+            /* one curve of every output: each counts by its weight */
+            double w = m->label_weights != NULL && m->num_labels == 0 ? m->label_weights[i] : 1;
             int bucket;
             p = p > 1 ? 1 : p;
             bucket = p > 0 ? (int)ceilf(p * scale) - 1 : 0; /* NaN: bucket 0 */
             bucket = bucket < 0 ? 0 : bucket;
             if (positive(outputs, y, label_len, stride, b, i))
-                pos[bucket] += 1;
+                pos[bucket] += w;
             else
-                pos[t + (size_t)bucket] += 1;
+                pos[t + (size_t)bucket] += w;
         }
 }
 

@@ -51,6 +51,8 @@ void job_done(job_t *job)
     free(job->checkpoint_dir);
     free(job->tensorboard_logdir);
     free(job->init_from);
+    for (int i = 0; i < JOB_MAX_METRICS; i++) /* a metric refused after its weights too */
+        free(job->metrics[i].label_weights);
     memset(job, 0, sizeof(*job));
 }
 

@@ -170,6 +170,7 @@ typedef enum {
 
 #define JOB_MAX_METRICS        16
 #define JOB_MAX_AUC_THRESHOLDS 10000
+#define JOB_MAX_LABEL_WEIGHTS  65536
 /* The most sums a job's metrics keep, all of them (AUC keeps 2 x num_thresholds x num_labels):
  * 8 MiB of doubles, what a checkpoint's manifest holds (CKPT_MAX_METRIC_SUMS). */
 #define JOB_MAX_METRIC_SUMS (1 << 20)
@@ -187,6 +188,11 @@ typedef struct job_metric {
     int thresholds;  /* auc: num_thresholds */
     int num_labels;  /* auc with multi_label: one curve an output, num_labels of them, averaged;
                       * 0: every output's predictions in one curve */
+    /* auc's label_weights (NULL: none), one an output: with multi_label the curves' weights in
+     * their mean, without it each output's weight in the one curve's counts (Keras's); owned
+     * by the job */
+    double *label_weights;
+    int n_label_weights;
     job_auc_curve_t curve;
     job_auc_summation_t summation;
     size_t offset, width; /* its sums in the job's metric state (job_t.metric_width) */

@@ -3,8 +3,8 @@
  * loss, optimizer and metrics sections. Keras's serialized objects ({"class_name": "Adam",
  * "config": {...}}) become {adam: {...}}: the options keep Keras's names, which are the job
  * file's; options that must keep their Keras defaults here (reduction, use_ema, ignore_class,
- * label_weights, ...) are checked and dropped, anything else is passed on and refused by name if
- * the job file has no such option. */
+ * ...) are checked and dropped, anything else is passed on and refused by name if the job file
+ * has no such option. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,7 +371,6 @@ static const class_map_t metric_strings[] = {
 
 static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss, cJSON **ret)
 {
-    static const fixed_t auc_fixed[] = {{"label_weights", "null"}};
     bool binary_logits = loss->binary && loss->logits;
     const char *cls, *name;
     cJSON *config, *logits;
@@ -421,11 +420,7 @@ static status_t metric_of(kc_t *k, const cJSON *m, const job_keras_loss_t *loss,
     /* keep the name Keras reports it under */
     const cJSON *keras_name = cJSON_GetObjectItemCaseSensitive(config, "name");
     char *reported = cJSON_IsString(keras_name) ? strdup(keras_name->valuestring) : NULL;
-    if (rc == STATUS_OK && strcmp(name, "auc") == 0)
-        rc = drop_fixed(k, cls, config, auc_fixed, JOB_N_OF(auc_fixed));
-    else if (rc == STATUS_OK && (strcmp(name, "precision") == 0 || strcmp(name, "recall") == 0))
-        rc = drop_fixed(k, cls, config, NULL, 0);
-    else if (rc == STATUS_OK)
+    if (rc == STATUS_OK)
         rc = drop_fixed(k, cls, config, NULL, 0);
     if (rc == STATUS_OK && binary_logits && strcmp(name, "binary_accuracy") == 0)
         threshold_to_probability(config, "threshold");

@@ -7,6 +7,7 @@
  * recall at one threshold, top-k with ties counted in, means of absolute and squared errors. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -86,12 +87,49 @@ static int output_units(const job_model_t *model, int k)
                : 0;
 }
 
+/* auc's label_weights: a list of non-negative numbers, one an output, not all 0 (their mean
+ * would divide by nothing). */
+static status_t parse_label_weights(job_ctx_t *c, const job_node_t *opts, job_metric_t *m)
+{
+    const job_node_t *n = job_tree_child(opts, "label_weights");
+    size_t old;
+    double sum = 0;
+    status_t rc = STATUS_OK;
+
+    if (!job_tree_given(n))
+        return STATUS_OK;
+    old = job_tree_push_key(c, "label_weights");
+    if (n->kind != JOB_NODE_SEQ || n->n == 0 || n->n > JOB_MAX_LABEL_WEIGHTS)
+        rc = job_tree_type_error(c, n, "a list of 1 to 65536 non-negative numbers");
+    if (rc == STATUS_OK && (m->label_weights = calloc(n->n, sizeof(double))) == NULL)
+        rc = status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
+    for (size_t i = 0; rc == STATUS_OK && i < n->n; i++) {
+        size_t at = job_tree_push_index(c, i);
+        rc = job_tree_double(c, n->items[i], &m->label_weights[i]);
+        if (rc == STATUS_OK && m->label_weights[i] < 0)
+            rc = job_tree_type_error(c, n->items[i], "a non-negative number");
+        sum += rc == STATUS_OK ? m->label_weights[i] : 0;
+        job_tree_pop(c, at);
+    }
+    if (rc == STATUS_OK && !(sum > 0))
+        rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                           "%s: label_weights are all 0: no label would count", c->path);
+    job_tree_pop(c, old);
+    m->n_label_weights = rc == STATUS_OK ? (int)n->n : 0;
+    if (rc != STATUS_OK) {
+        free(m->label_weights);
+        m->label_weights = NULL;
+    }
+    return rc;
+}
+
 static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *job, int output,
                             job_metric_t *m)
 {
     static const char *const topk_keys[] = {"name", "k"};
     static const char *const auc_keys[] = {
-        "name", "num_thresholds", "curve", "summation_method", "multi_label", "num_labels"};
+        "name",        "num_thresholds", "curve",        "summation_method",
+        "multi_label", "num_labels",     "label_weights"};
     static const char *const pr_keys[] = {"name", "thresholds", "class_id", "top_k"};
     static const char *const name_keys[] = {"name"};
     const char *name = NULL;
@@ -131,6 +169,11 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *j
                                                "output's values, one curve each) where the "
                                                "output is not a Dense layer"
                                              : "num_labels is for auc with multi_label: true");
+        STATUS_CHECK(parse_label_weights(c, opts, m));
+        if (multi_label && m->label_weights != NULL && m->n_label_weights != m->num_labels)
+            return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
+                                 "%s: label_weights has %d weights for multi_label's %d labels",
+                                 c->path, m->n_label_weights, m->num_labels);
         if ((uint64_t)m->thresholds * (uint64_t)(multi_label ? m->num_labels : 1) * 2 >
             JOB_MAX_METRIC_SUMS)
             return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
@@ -441,12 +484,15 @@ void job_metrics_result(const job_t *job, const double *state, double *ret)
             ret[i] = div0(s[0], s[0] + s[2]);
             break;
         case JOB_METRIC_AUC:
-            if (m->num_labels > 0) { /* multi_label: the mean of the outputs' curves */
-                double sum = 0;
+            if (m->num_labels > 0) { /* multi_label: the (weighted) mean of the outputs' curves */
+                double sum = 0, weights = 0;
                 size_t t = (size_t)m->thresholds;
-                for (int j = 0; j < m->num_labels; j++)
-                    sum += auc_result(m, s + 2 * t * (size_t)j, s + 2 * t * (size_t)j + t);
-                ret[i] = sum / m->num_labels;
+                for (int j = 0; j < m->num_labels; j++) {
+                    double w = m->label_weights != NULL ? m->label_weights[j] : 1;
+                    sum += w * auc_result(m, s + 2 * t * (size_t)j, s + 2 * t * (size_t)j + t);
+                    weights += w;
+                }
+                ret[i] = sum / weights;
             } else {
                 ret[i] = auc_result(m, s, s + m->thresholds);
             }
@@ -478,6 +524,8 @@ uint64_t job_metrics_signature(const job_t *job)
         h = fnv(h, sizes, sizeof(sizes));
         if (m->top_k > 0) /* (none: the signature of the sums kept before top_k existed) */
             h = fnv(h, &m->top_k, sizeof(m->top_k));
+        if (m->label_weights != NULL) /* the counts they weighed */
+            h = fnv(h, m->label_weights, (size_t)m->n_label_weights * sizeof(double));
     }
     return h;
 }

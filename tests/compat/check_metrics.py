@@ -1,6 +1,7 @@
 """Tessera's metrics against Keras's own metric classes (keras.metrics, the Keras 3 that
 tensorflow-cpu installs), on the same predictions: sparse top-k with ties, AUC for each curve and
-summation method (with predictions exactly on thresholds, at 0 and at 1; of several labels),
+summation method (with predictions exactly on thresholds, at 0 and at 1; of several labels, and
+weighted by label_weights),
 precision and recall (thresholds, class_id, top_k with ties), and the mean absolute, squared and root mean squared errors. Keras sees
 one-hot labels where Tessera sees class ids, as Keras users of categorical losses write them.
 Tessera's sums are made by tests/compat/metric_values.c (the engine's code) over uneven pieces of
@@ -113,7 +114,15 @@ def cases(rng):
          M.AUC(multi_label=True, num_labels=4)),
         ("{auc: {multi_label: true, name: ml_dense}}", M.AUC(multi_label=True)),
         ("{auc: {multi_label: true, num_labels: 4, curve: PR, num_thresholds: 9, name: ml_pr}}",
-         M.AUC(multi_label=True, num_labels=4, curve="PR", num_thresholds=9))])
+         M.AUC(multi_label=True, num_labels=4, curve="PR", num_thresholds=9)),
+        # label_weights: the labels' curves weighted in their mean, or each label's counts
+        # weighted in the one curve
+        ("{auc: {multi_label: true, label_weights: [1, 0.5, 0, 2], name: ml_w}}",
+         M.AUC(multi_label=True, label_weights=[1, 0.5, 0, 2])),
+        ("{auc: {label_weights: [1, 0.5, 0.25, 2], name: auc_w}}",
+         M.AUC(label_weights=[1, 0.5, 0.25, 2])),
+        ("{auc: {curve: PR, label_weights: [0, 3, 1, 1], name: pr_w}}",
+         M.AUC(curve="PR", label_weights=[0, 3, 1, 1]))])
     p, y = classes_case(rng, 6)
     y = keras.utils.to_categorical(y, 6).astype("float32")  # one-hot rows, as the data gives
     yield ("one-hot", 6, p, y, [("top_k_categorical_accuracy", M.TopKCategoricalAccuracy()),
@@ -179,7 +188,9 @@ def main():
 EXPORT_METRICS = ("[accuracy, auc, {auc: {curve: PR, name: pr_auc}}, precision, "
                   "{recall: {class_id: 3}}, {sparse_top_k_categorical_accuracy: {k: 2}}, "
                   "{precision: {top_k: 2, name: p_top2}}, "
-                  "{auc: {multi_label: true, num_labels: 10, name: ml_auc}}]")
+                  "{auc: {multi_label: true, num_labels: 10, name: ml_auc}}, "
+                  "{auc: {multi_label: true, label_weights: [1, 2, 1, 0, 1, 1, 1, 3, 1, 1], "
+                  "name: ml_auc_w}}]")
 
 
 def exported_metrics(tmp):
@@ -201,7 +212,7 @@ def exported_metrics(tmp):
                             batch_size=256)
     # (the top-k metric is Keras's TopKCategoricalAccuracy of the one-hot labels, under its name)
     for name in ["accuracy", "auc", "pr_auc", "precision", "recall",
-                 "sparse_top_k_categorical_accuracy", "p_top2", "ml_auc"]:
+                 "sparse_top_k_categorical_accuracy", "p_top2", "ml_auc", "ml_auc_w"]:
         ours_name = keras_name = name
         check(ours_name in ours and keras_name in theirs,
               "export: %s missing (Tessera %s, Keras %s)" % (name, ours, theirs))

@@ -196,6 +196,14 @@ START_TEST(train_rejects_bad_jobs_naming_the_culprit)
     expect_failure(job_with("flag.yaml", MLP, FM "train-images-idx3-ubyte.gz",
                             FM "train-labels-idx1-ubyte.gz", "adam"),
                    "--bogus", "--bogus");
+    /* AUC's label_weights, one for each of the model's values */
+    expect_failure(
+        write_job("weights.yaml",
+                  "model:\n" MLP
+                  "\nloss: sparse_categorical_crossentropy\nmetrics: [{auc: {label_weights: [1, 2, "
+                  "3]}}]\ndata: {batch_size: 8, train: {format: "
+                  "synthetic, examples: 16, shape: [784], classes: 2}}\n"),
+        "metric auc: 3 label_weights; the model gives 10 values an example", NULL);
     /* devices: a name that is none, and a GPU where its strategy has no all-reduce there yet */
     expect_failure(write_job("device.yaml",
                              "device: gpu0\nmodel:\n" MLP

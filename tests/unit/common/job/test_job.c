@@ -1448,8 +1448,28 @@ START_TEST(keras_compile_configs_refuse_what_is_not_built)
                            "bogus");
     assert_compile_refused("classes", "\"class_name\": \"SparseCategoricalCrossentropy\"",
                            "\"class_name\": \"CategoricalHinge\"", "loss CategoricalHinge");
-    assert_compile_refused("binary", "\"label_weights\": null", "\"label_weights\": [1]",
-                           "label_weights");
+    assert_compile_refused("binary", "\"label_weights\": null", "\"label_weights\": [-1]",
+                           "label_weights[0] must be a non-negative number");
+    assert_compile_refused("binary", "\"label_weights\": null", "\"label_weights\": [0]",
+                           "label_weights are all 0");
+    {
+        /* AUC's label_weights: one an output (checked against the model when it is built) */
+        job_t job;
+        status_msg_t err = {0};
+        const char *changed =
+            changed_fixture("binary", "\"label_weights\": null", "\"label_weights\": [2.5]");
+        bool found = false;
+        ck_assert_msg(parse_archive(changed, ARCHIVE_DATA, &job, &err) == STATUS_OK, "%s",
+                      err.text);
+        for (int i = 0; i < job.n_metrics; i++)
+            if (job.metrics[i].kind == JOB_METRIC_AUC) {
+                ck_assert_int_eq(job.metrics[i].n_label_weights, 1);
+                ck_assert(job.metrics[i].label_weights[0] == 2.5);
+                found = true;
+            }
+        ck_assert(found);
+        job_done(&job);
+    }
     assert_compile_refused("classes", "\"k\": 2", "\"k\": 2, \"from_logits\": true", "from_logits");
     assert_compile_refused("classes", "\"compile_config\": {", "\"compile_config\": {\"x\": 1, ",
                            "x is not supported");
