@@ -231,6 +231,7 @@ status_t model_new_on(const backend_t *be, const job_model_t *spec, job_loss_kin
                       bool from_logits, int max_batch, uint64_t seed, uint64_t max_bytes,
                       model_t **ret_model, status_msg_t *err)
 {
+    status_msg_t stale;
     model_t *m;
     size_t max_len;
     const float **masks; /* of an Embedding with mask_zero: alive after each layer, or NULL */
@@ -261,6 +262,8 @@ status_t model_new_on(const backend_t *be, const job_model_t *spec, job_loss_kin
             return status_fail(err, STATUS_BAD_CONFIG, "the last layer is not an output");
     }
     STATUS_CHECK(be->init(err));
+    if (be->check != NULL && be->check(&stale) != STATUS_OK) /* met where nothing checked */
+        LOG_WARNING(TRAIN, "a device error before this model: %s", stale.text);
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "model_internal.h"
 
 /* Whether the backend's kernels have all worked so far (a device's may fail): after each
@@ -12,6 +13,16 @@
 static status_t device_ok(const model_t *m, status_msg_t *err)
 {
     return m->be->check != NULL ? m->be->check(err) : STATUS_OK;
+}
+
+/* Forgets (and logs) a device error this thread met where nothing checked (a step that failed
+ * for another reason, a model freed): it is not the coming step's. */
+static void device_drain(const model_t *m)
+{
+    status_msg_t stale;
+
+    if (m->be->check != NULL && m->be->check(&stale) != STATUS_OK)
+        LOG_WARNING(TRAIN, "a device error before this step: %s", stale.text);
 }
 
 static status_t forward(model_t *m, const float *x, int batch, bool training, status_msg_t *err)
@@ -262,6 +273,7 @@ status_t model_train_slice(model_t *m, const float *x, const float *y, int batch
     double t0 = clock_now_s(), t1;
 
     m->forward_s = m->backward_s = 0;
+    device_drain(m);
     STATUS_CHECK(forward(m, x, batch, true, err));
     STATUS_CHECK(model_loss(m, y, batch, total, true, &st, err)); /* into each head's dy */
     /* the activity terms of this slice's examples: the slices' add up to the batch's */
@@ -335,6 +347,7 @@ status_t model_evaluate(model_t *m, const float *x, const float *y, int batch,
                         model_stats_t *ret_stats, status_msg_t *err)
 {
     model_stats_t st = {0};
+    device_drain(m);
     STATUS_CHECK(forward(m, x, batch, false, err));
     STATUS_CHECK(model_loss(m, y, batch, batch, false, &st, err));
     st.loss_sum += regularization(m) * batch + activity_terms(m, batch);

@@ -15,15 +15,25 @@ MODES = ["eager", "compile", "graphs"]
 PEAK_TFLOPS = {"H100": 66.9, "H200": 66.9, "A100": 19.5}
 
 
+KEYS = ("examples_per_s", "step_ms", "tflops")
+
+
 def parse(lines, with_mode):
     out = {}
     for line in lines.splitlines():
         f = line.split()
-        if len(f) < 2 or "=" not in line:
+        if len(f) < 2 or "unavailable" in line:
             continue
-        key = (f[0], f[1]) if with_mode else f[0]
-        vals = dict(x.split("=", 1) for x in f if "=" in x)
-        out[key] = {k: float(v) for k, v in vals.items()}
+        vals = {}
+        for x in f:
+            k, _, v = x.partition("=")
+            try:
+                if k in KEYS:
+                    vals[k] = float(v)
+            except ValueError:
+                pass
+        if "examples_per_s" in vals:
+            out[(f[0], f[1]) if with_mode else f[0]] = vals
     return out
 
 
@@ -33,6 +43,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds a side may take a round")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
     cases = args.cases or CASES
@@ -40,7 +51,7 @@ def main():
     ours, peer = {}, {}
     for r in range(args.rounds):
         t = subprocess.run([args.bench_gpu, "--device", args.device] + common + cases,
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, timeout=args.timeout)
         sys.stderr.write(t.stderr)
         if t.returncode != 0 and not t.stdout.strip():
             print(f"bench-gpu failed (exit {t.returncode}): {t.stderr.strip()}")
@@ -48,8 +59,8 @@ def main():
         for k, v in parse(t.stdout, False).items():
             ours.setdefault(k, []).append(v)
         p = subprocess.run([sys.executable, os.path.join(HERE, "peer_torch.py"), "--device",
-                            "cuda" if args.device.startswith("cuda") else args.device] + common
-                           + cases, capture_output=True, text=True)
+                            args.device] + common + cases, capture_output=True, text=True,
+                           timeout=args.timeout)
         sys.stderr.write(p.stderr)
         for line in p.stdout.splitlines():
             if "unavailable" in line and r == 0:
@@ -65,7 +76,8 @@ def main():
         name = "unknown"
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
     print(f"device: {name}; float32 peak {peak or '?'} TFLOP/s; medians of {args.rounds} rounds "
-          f"of {args.steps} steps")
+          f"of {args.steps} steps; PyTorch in float32 (no TF32), its batches on the GPU already, "
+          f"Tessera's copied from the host each step")
     print(f"{'case':10} {'tessera ex/s':>13} {'TFLOP/s':>8} " +
           " ".join(f"{m + ' ex/s':>13} {'ratio':>6}" for m in MODES))
     for c in cases:

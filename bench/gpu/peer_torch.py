@@ -1,7 +1,8 @@
 """The GPU benchmark's peer: the same models, batches and Adam steps in PyTorch on CUDA, three
 ways: eager, torch.compile (the default mode) and the whole step captured in a CUDA graph
 (static input tensors, Adam(capturable=True), as PyTorch's own whole-network capture recipe
-does). Prints one line a case and mode, as bench-gpu does:
+does), in float32 without TF32 as Tessera computes. Its batches are on the GPU already, where
+Tessera copies each from the host. Prints one line a case and mode, as bench-gpu does:
 
     CASE MODE examples_per_s=N step_ms=N
 
@@ -81,12 +82,12 @@ def run(kind, batch, mode, device, steps, warmup):
 
     for i in range(warmup):
         step(i)
-    if device == "cuda":
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     for i in range(steps):
         step(i)
-    if device == "cuda":
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
     return time.perf_counter() - t0
 
@@ -99,16 +100,21 @@ def main():
     ap.add_argument("--modes", default="eager,compile,graphs")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
+    if args.device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(args.device))  # the graphs' streams on it too
+        # float32 as Tessera computes it: no TF32 rounding in cuBLAS or cuDNN
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     for name in args.cases or list(CASES):
         kind, batch = CASES[name]
         for mode in args.modes.split(","):
-            if mode == "graphs" and args.device != "cuda":
+            if mode == "graphs" and not args.device.startswith("cuda"):
                 continue
             try:
                 secs = run(kind, batch, mode, args.device, args.steps, args.warmup)
             except Exception as e:  # a mode this PyTorch lacks (compile without Triton): say so
-                print(f"{name} {mode} unavailable: {type(e).__name__}: {str(e)[:120]}",
-                      flush=True)
+                why = " ".join(str(e).split())[:120]  # one line
+                print(f"{name} {mode} unavailable: {type(e).__name__}: {why}", flush=True)
                 continue
             print(f"{name} {mode} examples_per_s={args.steps * batch / secs:.0f} "
                   f"step_ms={1e3 * secs / args.steps:.3f}", flush=True)

@@ -51,7 +51,8 @@ static struct {
     atomic_bool ready;           /* init succeeded */
     cuda_block_t *live, *cached; /* the allocator's blocks */
     size_t cached_bytes;
-    pthread_key_t key; /* a thread's cuda_thread_t, freed when it exits */
+    size_t managed_bytes; /* live and cached */
+    pthread_key_t key;    /* a thread's cuda_thread_t, freed when it exits */
     bool have_key;
 } cuda = {.lock = PTHREAD_MUTEX_INITIALIZER, .ordinal = -1};
 
@@ -182,17 +183,19 @@ static void *scratch(cuda_thread_t *t, size_t bytes)
 static status_t load_cublas(status_msg_t *err)
 {
     static const char *const names[] = {CUBLAS_SONAME, TESSERA_CUDA_LIBDIR "/" CUBLAS_SONAME};
+    char first[200] = "";
     void *h = NULL;
 
     if (cublas.sgemm != NULL)
         return STATUS_OK;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && h == NULL; i++)
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)) == NULL && i == 0)
+            snprintf(first, sizeof(first), "%s", dlerror()); /* the loader path's reason */
     if (h == NULL)
         return status_fail(err, STATUS_CUDA,
                            "cannot load cuBLAS (%s): %s; put the CUDA toolkit's library directory "
                            "on LD_LIBRARY_PATH",
-                           CUBLAS_SONAME, dlerror());
+                           CUBLAS_SONAME, first);
     /* POSIX guarantees dlsym's result converts to a function pointer; ISO C needs the detour */
     *(void **)&cublas.create = dlsym(h, "cublasCreate_v2");
     *(void **)&cublas.destroy = dlsym(h, "cublasDestroy_v2");
@@ -202,6 +205,7 @@ static status_t load_cublas(status_msg_t *err)
     if (cublas.create == NULL || cublas.destroy == NULL || cublas.set_stream == NULL ||
         cublas.set_math_mode == NULL || cublas.sgemm == NULL) {
         cublas.sgemm = NULL;
+        dlclose(h);
         return status_fail(err, STATUS_CUDA, "%s lacks the functions this backend calls",
                            CUBLAS_SONAME);
     }
@@ -301,6 +305,7 @@ static cuda_block_t *take_cached(size_t bytes)
     cuda_block_t *found = *best;
     *best = found->next;
     cuda.cached_bytes -= found->bytes;
+    found->next = NULL;
     return found;
 }
 
@@ -308,8 +313,10 @@ static cuda_block_t *take_cached(size_t bytes)
  * scratch buffers. */
 #define CUDA_HEADROOM ((size_t)256 << 20)
 
-/* Whether `bytes` more of managed memory fit in what the device has free: managed memory past
- * the device's size would page to the host, and can stall the GPU rather than fail. */
+/* Whether `bytes` more of managed memory fit on the device beside all it holds already (live
+ * and cached, wherever its pages are now: the host loops pull some to the host, which
+ * cudaMemGetInfo then counts as free) and what the device has free: managed memory past the
+ * device's size would page, and can stall the GPU rather than fail. Called under the lock. */
 static bool fits_on_device(size_t bytes)
 {
     size_t free_bytes = 0, total = 0;
@@ -318,7 +325,9 @@ static bool fits_on_device(size_t bytes)
         cudaGetLastError();
         return false;
     }
-    return free_bytes > CUDA_HEADROOM && bytes <= free_bytes - CUDA_HEADROOM;
+    return total > CUDA_HEADROOM && cuda.managed_bytes <= total - CUDA_HEADROOM &&
+           bytes <= total - CUDA_HEADROOM - cuda.managed_bytes && free_bytes > CUDA_HEADROOM &&
+           bytes <= free_bytes - CUDA_HEADROOM;
 }
 
 /* A new block of managed memory, or NULL where it would not fit on the device. Called under the
@@ -331,23 +340,38 @@ static cuda_block_t *new_block(size_t bytes)
         return NULL;
     b->bytes = bytes;
     if (fits_on_device(bytes) &&
-        cudaMallocManaged(&b->p, bytes, cudaMemAttachGlobal) == cudaSuccess)
+        cudaMallocManaged(&b->p, bytes, cudaMemAttachGlobal) == cudaSuccess) {
+        cuda.managed_bytes += bytes;
         return b;
+    }
     cudaGetLastError(); /* not sticky: the caller reports the buffer that did not fit */
     free(b);
     return NULL;
 }
 
-/* Gives the cached blocks back to the driver. Called under the lock. */
-static void release_cached(void)
+/* The cached blocks, taken out of the cache for give_back. Called under the lock. */
+static cuda_block_t *take_all_cached(void)
 {
-    while (cuda.cached != NULL) {
-        cuda_block_t *b = cuda.cached;
-        cuda.cached = b->next;
+    cuda_block_t *all = cuda.cached;
+
+    cuda.managed_bytes -= cuda.cached_bytes;
+    cuda.cached = NULL;
+    cuda.cached_bytes = 0;
+    return all;
+}
+
+/* Gives blocks back to the driver, outside the lock: cudaFree waits for the whole device. */
+static void give_back(cuda_block_t *b)
+{
+    if (b != NULL) /* the device's, whatever thread frees */
+        cudaSetDevice(cuda.ordinal);
+    while (b != NULL) {
+        cuda_block_t *next = b->next;
         cudaFree(b->p);
         free(b);
+        b = next;
     }
-    cuda.cached_bytes = 0;
+    cudaGetLastError();
 }
 
 static void *cuda_alloc(size_t bytes)
@@ -355,30 +379,33 @@ static void *cuda_alloc(size_t bytes)
     size_t rounded =
         bytes < CUDA_ALIGN ? CUDA_ALIGN : (bytes + CUDA_ALIGN - 1) / CUDA_ALIGN * CUDA_ALIGN;
     cuda_thread_t *t = thread_ctx();
-    cuda_block_t *b;
+    cuda_block_t *b, *doomed = NULL;
 
     if (t == NULL || bytes > SIZE_MAX - CUDA_ALIGN)
         return NULL;
     pthread_mutex_lock(&cuda.lock);
-    b = take_cached(rounded);
-    if (b == NULL && (b = new_block(rounded)) == NULL) {
-        release_cached(); /* and try once more with the cache given back */
-        b = new_block(rounded);
-    }
-    if (b != NULL) {
-        b->next = cuda.live;
-        cuda.live = b;
-    }
+    if ((b = take_cached(rounded)) == NULL && (b = new_block(rounded)) == NULL)
+        doomed = take_all_cached();
     pthread_mutex_unlock(&cuda.lock);
+    if (doomed != NULL) { /* once more, with the cache given back */
+        give_back(doomed);
+        pthread_mutex_lock(&cuda.lock);
+        b = new_block(rounded);
+        pthread_mutex_unlock(&cuda.lock);
+    }
     if (b == NULL)
         return NULL; /* the caller names the buffer that did not fit */
+    pthread_mutex_lock(&cuda.lock);
+    b->next = cuda.live;
+    cuda.live = b;
+    pthread_mutex_unlock(&cuda.lock);
     finish(cudaMemsetAsync(b->p, 0, rounded, cudaStreamPerThread), "cudaMemsetAsync");
     return b->p;
 }
 
 static void cuda_free(void *p)
 {
-    cuda_block_t **at, *b = NULL;
+    cuda_block_t **at, *b = NULL, *doomed = NULL;
 
     if (p == NULL)
         return;
@@ -388,18 +415,20 @@ static void cuda_free(void *p)
     if (*at != NULL) {
         b = *at;
         *at = b->next;
+        b->next = NULL;
         if (cuda.cached_bytes + b->bytes <= CUDA_CACHE_MAX) {
             b->next = cuda.cached;
             cuda.cached = b;
             cuda.cached_bytes += b->bytes;
         } else {
-            cudaFree(b->p);
-            free(b);
+            cuda.managed_bytes -= b->bytes;
+            doomed = b;
         }
     }
     pthread_mutex_unlock(&cuda.lock);
-    if (b == NULL)
-        fail("cuda backend", "free of memory it did not allocate");
+    give_back(doomed);
+    if (b == NULL) /* a bug of the caller's, not the device's */
+        LOG_ERR(TRAIN, "cuda backend: free of %p, which it did not allocate", p);
 }
 
 static void cuda_copy(void *dst, const void *src, size_t bytes)
