@@ -469,6 +469,11 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
         break;
     case JOB_METRIC_AUC:
         cJSON_AddNumberToObject(c, "num_thresholds", m->thresholds);
+        if (m->threshold_list != NULL) {
+            cJSON *list = cJSON_AddArrayToObject(c, "thresholds");
+            for (int k = 0; list != NULL && k < m->thresholds - 2; k++)
+                cJSON_AddItemToArray(list, cJSON_CreateNumber(m->threshold_list[k]));
+        }
         cJSON_AddStringToObject(c, "curve", curves[m->curve]);
         cJSON_AddStringToObject(c, "summation_method", sums[m->summation]);
         cJSON_AddBoolToObject(c, "multi_label", m->num_labels > 0);

@@ -81,6 +81,25 @@ static size_t class_of(const float *y, size_t label_len, size_t stride, int b)
     return best;
 }
 
+/* The bucket of prediction p among thresholds -epsilon, list..., 1 + epsilon: the last whose
+ * threshold p passes; as for evenly spaced ones, 0 for NaN and below 0, and above 1 as 1. */
+static int listed_bucket(const float *list, int n, float p)
+{
+    int lo = 0, hi = n; /* how many of the list p passes: the first index it does not */
+
+    if (!(p > 0))
+        return 0;
+    p = p > 1 ? 1 : p;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (p > list[mid])
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo; /* -epsilon and lo of the list passed */
+}
+
 /* The buckets' positives and negatives: in s, [positives, negatives] of num_thresholds each;
  * with multi_label one such pair an output, one after the other. */
 static void auc_update(const job_metric_t *m, const float *pred, size_t outputs, const float *y,
@@ -96,9 +115,13 @@ static void auc_update(const job_metric_t *m, const float *pred, size_t outputs,
             /* one curve of every output: each counts by its weight */
             double w = m->label_weights != NULL && m->num_labels == 0 ? m->label_weights[i] : 1;
             int bucket;
-            p = p > 1 ? 1 : p;
-            bucket = p > 0 ? (int)ceilf(p * scale) - 1 : 0; /* NaN: bucket 0 */
-            bucket = bucket < 0 ? 0 : bucket;
+            if (m->threshold_list != NULL) {
+                bucket = listed_bucket(m->threshold_list, m->thresholds - 2, p);
+            } else {
+                p = p > 1 ? 1 : p;
+                bucket = p > 0 ? (int)ceilf(p * scale) - 1 : 0; /* NaN: bucket 0 */
+                bucket = bucket < 0 ? 0 : bucket;
+            }
             if (positive(outputs, y, label_len, stride, b, i))
                 pos[bucket] += w;
             else

@@ -51,8 +51,10 @@ void job_done(job_t *job)
     free(job->checkpoint_dir);
     free(job->tensorboard_logdir);
     free(job->init_from);
-    for (int i = 0; i < JOB_MAX_METRICS; i++) /* a metric refused after its weights too */
+    for (int i = 0; i < JOB_MAX_METRICS; i++) { /* a metric refused after them too */
         free(job->metrics[i].label_weights);
+        free(job->metrics[i].threshold_list);
+    }
     memset(job, 0, sizeof(*job));
 }
 

@@ -186,8 +186,12 @@ typedef struct job_metric {
                       * the metric's: "cls_accuracy"); 0 for a model of one */
     float threshold; /* precision, recall: a prediction above it is positive */
     int thresholds;  /* auc: num_thresholds */
-    int num_labels;  /* auc with multi_label: one curve an output, num_labels of them, averaged;
-                      * 0: every output's predictions in one curve */
+    /* auc's thresholds as a list: num_thresholds - 2 of them, ascending, from 0 to 1 (Keras adds
+     * -epsilon and 1 + epsilon around them); NULL: num_thresholds evenly spaced; owned by the job
+     */
+    float *threshold_list;
+    int num_labels; /* auc with multi_label: one curve an output, num_labels of them, averaged;
+                     * 0: every output's predictions in one curve */
     /* auc's label_weights (NULL: none), one an output: with multi_label the curves' weights in
      * their mean, without it each output's weight in the one curve's counts (Keras's); owned
      * by the job */

@@ -123,13 +123,61 @@ static status_t parse_label_weights(job_ctx_t *c, const job_node_t *opts, job_me
     return rc;
 }
 
+static int compare_floats(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* auc's thresholds as a list: 1 to JOB_MAX_AUC_THRESHOLDS - 2 numbers from 0 to 1, kept sorted
+ * (Keras sorts them); num_thresholds becomes their count + 2, Keras's, and a num_thresholds given
+ * beside them must say the same. */
+static status_t parse_auc_thresholds(job_ctx_t *c, const job_node_t *opts, job_metric_t *m)
+{
+    const job_node_t *n = job_tree_child(opts, "thresholds");
+    size_t old;
+    status_t rc = STATUS_OK;
+
+    if (!job_tree_given(n))
+        return STATUS_OK;
+    old = job_tree_push_key(c, "thresholds");
+    if (n->kind != JOB_NODE_SEQ || n->n == 0 || n->n > JOB_MAX_AUC_THRESHOLDS - 2)
+        rc = job_tree_type_error(c, n, "a list of 1 to 9998 numbers from 0 to 1");
+    if (rc == STATUS_OK && (m->threshold_list = calloc(n->n, sizeof(float))) == NULL)
+        rc = status_fail(c->err, STATUS_NO_MEMORY, "%s: out of memory", c->file);
+    for (size_t i = 0; rc == STATUS_OK && i < n->n; i++) {
+        size_t at = job_tree_push_index(c, i);
+        double v = 0;
+        rc = job_tree_double(c, n->items[i], &v);
+        if (rc == STATUS_OK && !(v >= 0 && v <= 1))
+            rc = job_tree_type_error(c, n->items[i], "a number from 0 to 1");
+        m->threshold_list[i] = (float)v;
+        job_tree_pop(c, at);
+    }
+    if (rc == STATUS_OK && job_tree_given(job_tree_child(opts, "num_thresholds")) &&
+        m->thresholds != (int)n->n + 2)
+        rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                           "%s: num_thresholds %d beside %zu thresholds: it is their count + 2 "
+                           "(give one of the two)",
+                           c->path, m->thresholds, n->n);
+    job_tree_pop(c, old);
+    if (rc != STATUS_OK) {
+        free(m->threshold_list);
+        m->threshold_list = NULL;
+        return rc;
+    }
+    qsort(m->threshold_list, n->n, sizeof(float), compare_floats);
+    m->thresholds = (int)n->n + 2;
+    return STATUS_OK;
+}
+
 static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *job, int output,
                             job_metric_t *m)
 {
     static const char *const topk_keys[] = {"name", "k"};
     static const char *const auc_keys[] = {
-        "name",        "num_thresholds", "curve",        "summation_method",
-        "multi_label", "num_labels",     "label_weights"};
+        "name",        "num_thresholds", "curve",         "summation_method",
+        "multi_label", "num_labels",     "label_weights", "thresholds"};
     static const char *const pr_keys[] = {"name", "thresholds", "class_id", "top_k"};
     static const char *const name_keys[] = {"name"};
     const char *name = NULL;
@@ -170,6 +218,7 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *j
                                                "output is not a Dense layer"
                                              : "num_labels is for auc with multi_label: true");
         STATUS_CHECK(parse_label_weights(c, opts, m));
+        STATUS_CHECK(parse_auc_thresholds(c, opts, m));
         if (multi_label && m->label_weights != NULL && m->n_label_weights != m->num_labels)
             return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
                                  "%s: label_weights has %d weights for multi_label's %d labels",
@@ -526,6 +575,8 @@ uint64_t job_metrics_signature(const job_t *job)
             h = fnv(h, &m->top_k, sizeof(m->top_k));
         if (m->label_weights != NULL) /* the counts they weighed */
             h = fnv(h, m->label_weights, (size_t)m->n_label_weights * sizeof(double));
+        if (m->threshold_list != NULL) /* the buckets they made */
+            h = fnv(h, m->threshold_list, (size_t)(m->thresholds - 2) * sizeof(float));
     }
     return h;
 }

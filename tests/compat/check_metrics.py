@@ -1,7 +1,7 @@
 """Tessera's metrics against Keras's own metric classes (keras.metrics, the Keras 3 that
 tensorflow-cpu installs), on the same predictions: sparse top-k with ties, AUC for each curve and
 summation method (with predictions exactly on thresholds, at 0 and at 1; of several labels, and
-weighted by label_weights),
+weighted by label_weights; at thresholds given as a list),
 precision and recall (thresholds, class_id, top_k with ties), and the mean absolute, squared and root mean squared errors. Keras sees
 one-hot labels where Tessera sees class ids, as Keras users of categorical losses write them.
 Tessera's sums are made by tests/compat/metric_values.c (the engine's code) over uneven pieces of
@@ -102,8 +102,13 @@ def cases(rng):
             ("{precision: {top_k: 1, class_id: 4, thresholds: 0.2, name: p_t1c4}}",
              M.Precision(top_k=1, class_id=4, thresholds=0.2))])
     p, y = binary_case(rng)
-    yield ("binary", 1, p, y, aucs() + confusion() + [("mae", M.MeanAbsoluteError()),
-                                                  ("mse", M.MeanSquaredError())])
+    yield ("binary", 1, p, y, aucs() + confusion() + [
+        ("mae", M.MeanAbsoluteError()), ("mse", M.MeanSquaredError()),
+        # thresholds as a list, unsorted, one of them on predictions (0.5)
+        ("{auc: {thresholds: [0.1, 0.5, 0.9, 0.3], name: a_list}}",
+         M.AUC(thresholds=[0.1, 0.5, 0.9, 0.3])),
+        ("{auc: {curve: PR, thresholds: [0.2, 0.4, 0.6, 0.8, 0.95], name: pr_list}}",
+         M.AUC(curve="PR", thresholds=[0.2, 0.4, 0.6, 0.8, 0.95]))])
     p, y = multi_label_case(rng, 4)
     yield ("4 targets", 4, p, y, aucs() + confusion() + [
         ("{precision: {class_id: 1, name: p_c1}}", M.Precision(class_id=1)),
@@ -122,7 +127,9 @@ def cases(rng):
         ("{auc: {label_weights: [1, 0.5, 0.25, 2], name: auc_w}}",
          M.AUC(label_weights=[1, 0.5, 0.25, 2])),
         ("{auc: {curve: PR, label_weights: [0, 3, 1, 1], name: pr_w}}",
-         M.AUC(curve="PR", label_weights=[0, 3, 1, 1]))])
+         M.AUC(curve="PR", label_weights=[0, 3, 1, 1])),
+        ("{auc: {multi_label: true, thresholds: [0.5, 0.25, 0.75], name: ml_list}}",
+         M.AUC(multi_label=True, thresholds=[0.5, 0.25, 0.75]))])
     p, y = classes_case(rng, 6)
     y = keras.utils.to_categorical(y, 6).astype("float32")  # one-hot rows, as the data gives
     yield ("one-hot", 6, p, y, [("top_k_categorical_accuracy", M.TopKCategoricalAccuracy()),
@@ -190,7 +197,7 @@ EXPORT_METRICS = ("[accuracy, auc, {auc: {curve: PR, name: pr_auc}}, precision, 
                   "{precision: {top_k: 2, name: p_top2}}, "
                   "{auc: {multi_label: true, num_labels: 10, name: ml_auc}}, "
                   "{auc: {multi_label: true, label_weights: [1, 2, 1, 0, 1, 1, 1, 3, 1, 1], "
-                  "name: ml_auc_w}}]")
+                  "name: ml_auc_w}}, {auc: {thresholds: [0.25, 0.5, 0.75], name: auc_list}}]")
 
 
 def exported_metrics(tmp):
@@ -212,7 +219,7 @@ def exported_metrics(tmp):
                             batch_size=256)
     # (the top-k metric is Keras's TopKCategoricalAccuracy of the one-hot labels, under its name)
     for name in ["accuracy", "auc", "pr_auc", "precision", "recall",
-                 "sparse_top_k_categorical_accuracy", "p_top2", "ml_auc", "ml_auc_w"]:
+                 "sparse_top_k_categorical_accuracy", "p_top2", "ml_auc", "ml_auc_w", "auc_list"]:
         ours_name = keras_name = name
         check(ours_name in ours and keras_name in theirs,
               "export: %s missing (Tessera %s, Keras %s)" % (name, ours, theirs))

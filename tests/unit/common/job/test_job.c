@@ -1545,6 +1545,38 @@ START_TEST(missing_job_file_is_named)
 }
 END_TEST
 
+/* AUC's thresholds as a list (Keras's AUC(thresholds=[...])): numbers from 0 to 1, sorted as
+ * Keras sorts them, num_thresholds their count + 2 */
+START_TEST(auc_threshold_lists_are_checked_and_sorted)
+{
+    const char *rest = "model:\n  - {dense: {units: 1, activation: sigmoid}, input_shape: [4]}\n"
+                       "loss: binary_crossentropy\n" DATA_ONLY;
+    static const struct {
+        const char *metric, *error;
+    } bad[] = {
+        {"{auc: {thresholds: [0.5, 1.5]}}", "thresholds[1] must be a number from 0 to 1"},
+        {"{auc: {thresholds: []}}", "a list of 1 to 9998 numbers"},
+        {"{auc: {thresholds: 0.5}}", "a list of 1 to 9998 numbers"},
+        {"{auc: {num_thresholds: 5, thresholds: [0.5]}}", "num_thresholds 5 beside 1 thresholds"},
+    };
+    char text[512];
+    status_msg_t err;
+    job_t job;
+
+    snprintf(text, sizeof(text), "metrics: [{auc: {thresholds: [0.9, 0.1, 0.5]}}]\n%s", rest);
+    ck_assert_msg(job_parse(text, strlen(text), "j.yaml", &job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_int_eq(job.metrics[0].thresholds, 5);
+    ck_assert(job.metrics[0].threshold_list[0] == 0.1f &&
+              job.metrics[0].threshold_list[1] == 0.5f && job.metrics[0].threshold_list[2] == 0.9f);
+    job_done(&job);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(text, sizeof(text), "metrics: [%s]\n%s", bad[i].metric, rest);
+        ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_BAD_CONFIG);
+        ck_assert_msg(strstr(err.text, bad[i].error) != NULL, "%s: %s", bad[i].metric, err.text);
+    }
+}
+END_TEST
+
 /* device: cpu, cuda or cuda:N and nothing else; a GPU only for one replica a process */
 START_TEST(devices_are_cpu_cuda_or_cuda_n)
 {
@@ -1652,6 +1684,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, malformed_documents_are_rejected);
     tcase_add_test(tc, missing_job_file_is_named);
     tcase_add_test(tc, devices_are_cpu_cuda_or_cuda_n);
+    tcase_add_test(tc, auc_threshold_lists_are_checked_and_sorted);
     suite_add_tcase(s, tc);
     return s;
 }
