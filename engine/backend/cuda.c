@@ -1,8 +1,8 @@
 /* The CUDA backend: cuBLAS for the matrix products, the kernels of cuda_kernels.cu for the rest.
  *
- * Memory is CUDA managed memory from a caching allocator, never more than the device has free
- * (managed memory past it would page, and can stall the GPU): the layers that have no kernel of the
- * backend yet (BatchNormalization, the loss, the optimizer, ...) run their C loops on the host
+ * Memory is CUDA managed memory from a caching allocator, never more than fits on the device
+ * (managed memory past it would page, and can stall the GPU): the layers that have no kernel of
+ * the backend yet (BatchNormalization, the loss, the optimizer, ...) run their C loops on the host
  * over the same buffers, and the driver moves the pages to whichever side touches them. Each
  * entry therefore waits for its kernels before it returns, so that host code after it sees the
  * results. That is correct everywhere and slow where host loops sit between device kernels:

@@ -324,19 +324,28 @@ __device__ void covering(int i, int stride, int pad, int k, int outs, int *lo, i
         *hi = outs;
 }
 
+/* Input element i's place, and the outputs whose windows cover it: [*oy0, *oy1) by
+ * [*ox0, *ox1). */
+__device__ nhwc covered_by(const cuda_window_t &g, size_t i, int *oy0, int *oy1, int *ox0,
+                           int *ox1)
+{
+    nhwc p = place(i, g.h, g.w, g.c);
+    covering(p.y, g.sh, g.pad_t, g.kh, g.oh, oy0, oy1);
+    covering(p.x, g.sw, g.pad_l, g.kw, g.ow, ox0, ox1);
+    return p;
+}
+
 /* dx[b, iy, ix, c] = the sum of the columns that copied it */
 __global__ void col2im_k(cuda_window_t g, const float *cols, int batch, float *dx)
 {
     size_t n = (size_t)batch * g.h * g.w * g.c, row = (size_t)g.kh * g.kw * g.c;
     GRID_LOOP(i, n)
     {
-        nhwc p = place(i, g.h, g.w, g.c);
+        int oy0, oy1, ox0, ox1;
+        nhwc p = covered_by(g, i, &oy0, &oy1, &ox0, &ox1);
         size_t b = p.b;
         int iy = p.y, ix = p.x, c = p.c;
-        int oy0, oy1, ox0, ox1;
         float s = 0.0f;
-        covering(iy, g.sh, g.pad_t, g.kh, g.oh, &oy0, &oy1);
-        covering(ix, g.sw, g.pad_l, g.kw, g.ow, &ox0, &ox1);
         for (int oy = oy0; oy < oy1; oy++)
             for (int ox = ox0; ox < ox1; ox++) {
                 int ky = iy + g.pad_t - oy * g.sh, kx = ix + g.pad_l - ox * g.sw;
@@ -354,21 +363,28 @@ __device__ void span(int o, int stride, int pad, int k, int limit, int *lo, int 
     *hi = b > limit ? limit : b;
 }
 
+/* Output element i's window: its example's image, the rows [*y0, *y1) and columns [*x0, *x1)
+ * of it inside the input, and its channel. */
+__device__ const float *window_of(const cuda_window_t &g, size_t i, const float *in, int *y0,
+                                  int *y1, int *x0, int *x1, int *c)
+{
+    nhwc p = place(i, g.oh, g.ow, g.c);
+    span(p.y, g.sh, g.pad_t, g.kh, g.h, y0, y1);
+    span(p.x, g.sw, g.pad_l, g.kw, g.w, x0, x1);
+    *c = p.c;
+    return in + p.b * g.h * g.w * g.c;
+}
+
 /* out[b, oy, ox, c]: the window's largest value, the first on ties, and its offset in the
  * example's image (argmax); the window's first element when nothing beats -inf */
 __global__ void max_pool_k(cuda_window_t g, const float *in, int batch, float *out,
                            int32_t *argmax)
 {
-    size_t n = (size_t)batch * g.oh * g.ow * g.c, in_len = (size_t)g.h * g.w * g.c;
+    size_t n = (size_t)batch * g.oh * g.ow * g.c;
     GRID_LOOP(i, n)
     {
-        nhwc p = place(i, g.oh, g.ow, g.c);
-        size_t b = p.b;
-        int oy = p.y, ox = p.x, c = p.c;
-        const float *img = in + b * in_len;
-        int y0, y1, x0, x1;
-        span(oy, g.sh, g.pad_t, g.kh, g.h, &y0, &y1);
-        span(ox, g.sw, g.pad_l, g.kw, g.w, &x0, &x1);
+        int y0, y1, x0, x1, c;
+        const float *img = window_of(g, i, in, &y0, &y1, &x0, &x1, &c);
         float best = -INFINITY;
         int32_t at = (int32_t)(((size_t)y0 * g.w + x0) * g.c + c);
         for (int y = y0; y < y1; y++)
@@ -395,17 +411,12 @@ __global__ void max_pool_backward_k(cuda_window_t g, const int32_t *argmax, cons
 /* TensorFlow's average: over the window's elements inside the input */
 __global__ void average_pool_k(cuda_window_t g, const float *in, int batch, float *out)
 {
-    size_t n = (size_t)batch * g.oh * g.ow * g.c, in_len = (size_t)g.h * g.w * g.c;
+    size_t n = (size_t)batch * g.oh * g.ow * g.c;
     GRID_LOOP(i, n)
     {
-        nhwc p = place(i, g.oh, g.ow, g.c);
-        size_t b = p.b;
-        int oy = p.y, ox = p.x, c = p.c;
-        const float *img = in + b * in_len;
-        int y0, y1, x0, x1;
+        int y0, y1, x0, x1, c;
+        const float *img = window_of(g, i, in, &y0, &y1, &x0, &x1, &c);
         float s = 0.0f;
-        span(oy, g.sh, g.pad_t, g.kh, g.h, &y0, &y1);
-        span(ox, g.sw, g.pad_l, g.kw, g.w, &x0, &x1);
         for (int y = y0; y < y1; y++)
             for (int x = x0; x < x1; x++)
                 s += img[((size_t)y * g.w + x) * g.c + c];
@@ -419,13 +430,11 @@ __global__ void average_pool_backward_k(cuda_window_t g, const float *dy, int ba
     size_t n = (size_t)batch * g.h * g.w * g.c, out_len = (size_t)g.oh * g.ow * g.c;
     GRID_LOOP(i, n)
     {
-        nhwc p = place(i, g.h, g.w, g.c);
-        size_t b = p.b;
-        int iy = p.y, ix = p.x, c = p.c;
         int oy0, oy1, ox0, ox1;
+        nhwc p = covered_by(g, i, &oy0, &oy1, &ox0, &ox1);
+        size_t b = p.b;
+        int c = p.c;
         float s = 0.0f;
-        covering(iy, g.sh, g.pad_t, g.kh, g.oh, &oy0, &oy1);
-        covering(ix, g.sw, g.pad_l, g.kw, g.ow, &ox0, &ox1);
         for (int oy = oy0; oy < oy1; oy++)
             for (int ox = ox0; ox < ox1; ox++) {
                 int y0, y1, x0, x1;
