@@ -500,68 +500,47 @@ static void cuda_activate_backward_(job_activation_t act, const float *x, const 
         finish(cuda_activate_backward((int)act, x, y, dy, n, width), "activate_backward");
 }
 
-static cuda_window_t window(const backend_window_t *g)
-{
-    return (cuda_window_t){.h = g->h,
-                           .w = g->w,
-                           .c = g->c,
-                           .kh = g->kh,
-                           .kw = g->kw,
-                           .sh = g->sh,
-                           .sw = g->sw,
-                           .oh = g->oh,
-                           .ow = g->ow,
-                           .pad_t = g->pad_t,
-                           .pad_l = g->pad_l};
-}
-
 static void cuda_im2col_(const backend_window_t *g, const float *in, int batch, float *cols)
 {
-    cuda_window_t w = window(g);
     if (thread_ctx() != NULL)
-        finish(cuda_im2col(&w, in, batch, cols), "im2col");
+        finish(cuda_im2col(g, in, batch, cols), "im2col");
 }
 
 static void cuda_col2im_(const backend_window_t *g, const float *cols, int batch, float *dx)
 {
-    cuda_window_t w = window(g);
     if (thread_ctx() != NULL)
-        finish(cuda_col2im(&w, cols, batch, dx), "col2im");
+        finish(cuda_col2im(g, cols, batch, dx), "col2im");
 }
 
 static void cuda_max_pool_(const backend_window_t *g, const float *in, int batch, float *out,
                            int32_t *argmax)
 {
-    cuda_window_t w = window(g);
     if (thread_ctx() != NULL)
-        finish(cuda_max_pool(&w, in, batch, out, argmax), "max_pool");
+        finish(cuda_max_pool(g, in, batch, out, argmax), "max_pool");
 }
 
 static void cuda_max_pool_backward_(const backend_window_t *g, const int32_t *argmax,
                                     const float *dy, int batch, float *dx)
 {
-    cuda_window_t w = window(g);
     size_t bytes = (size_t)batch * g->h * g->w * g->c * sizeof(float);
 
     if (thread_ctx() == NULL)
         return;
     if (ok(cudaMemsetAsync(dx, 0, bytes, cudaStreamPerThread), "max_pool_backward"))
-        finish(cuda_max_pool_backward(&w, argmax, dy, batch, dx), "max_pool_backward");
+        finish(cuda_max_pool_backward(g, argmax, dy, batch, dx), "max_pool_backward");
 }
 
 static void cuda_average_pool_(const backend_window_t *g, const float *in, int batch, float *out)
 {
-    cuda_window_t w = window(g);
     if (thread_ctx() != NULL)
-        finish(cuda_average_pool(&w, in, batch, out), "average_pool");
+        finish(cuda_average_pool(g, in, batch, out), "average_pool");
 }
 
 static void cuda_average_pool_backward_(const backend_window_t *g, const float *dy, int batch,
                                         float *dx)
 {
-    cuda_window_t w = window(g);
     if (thread_ctx() != NULL)
-        finish(cuda_average_pool_backward(&w, dy, batch, dx), "average_pool_backward");
+        finish(cuda_average_pool_backward(g, dy, batch, dx), "average_pool_backward");
 }
 
 static void cuda_mean_steps_(const float *x, int batch, size_t steps, size_t channels, float *out)

@@ -290,7 +290,7 @@ __device__ nhwc place(size_t i, int h, int w, int c)
 }
 
 /* cols[b, oy, ox, ky, kx, c] = in[b, oy*sh - pad_t + ky, ox*sw - pad_l + kx, c], 0 outside */
-__global__ void im2col_k(cuda_window_t g, const float *in, int batch, float *cols)
+__global__ void im2col_k(backend_window_t g, const float *in, int batch, float *cols)
 {
     size_t n = (size_t)batch * g.oh * g.ow * g.kh * g.kw * g.c;
     GRID_LOOP(i, n)
@@ -326,7 +326,7 @@ __device__ void covering(int i, int stride, int pad, int k, int outs, int *lo, i
 
 /* Input element i's place, and the outputs whose windows cover it: [*oy0, *oy1) by
  * [*ox0, *ox1). */
-__device__ nhwc covered_by(const cuda_window_t &g, size_t i, int *oy0, int *oy1, int *ox0,
+__device__ nhwc covered_by(const backend_window_t &g, size_t i, int *oy0, int *oy1, int *ox0,
                            int *ox1)
 {
     nhwc p = place(i, g.h, g.w, g.c);
@@ -336,7 +336,7 @@ __device__ nhwc covered_by(const cuda_window_t &g, size_t i, int *oy0, int *oy1,
 }
 
 /* dx[b, iy, ix, c] = the sum of the columns that copied it */
-__global__ void col2im_k(cuda_window_t g, const float *cols, int batch, float *dx)
+__global__ void col2im_k(backend_window_t g, const float *cols, int batch, float *dx)
 {
     size_t n = (size_t)batch * g.h * g.w * g.c, row = (size_t)g.kh * g.kw * g.c;
     GRID_LOOP(i, n)
@@ -365,7 +365,7 @@ __device__ void span(int o, int stride, int pad, int k, int limit, int *lo, int 
 
 /* Output element i's window: its example's image, the rows [*y0, *y1) and columns [*x0, *x1)
  * of it inside the input, and its channel. */
-__device__ const float *window_of(const cuda_window_t &g, size_t i, const float *in, int *y0,
+__device__ const float *window_of(const backend_window_t &g, size_t i, const float *in, int *y0,
                                   int *y1, int *x0, int *x1, int *c)
 {
     nhwc p = place(i, g.oh, g.ow, g.c);
@@ -377,7 +377,7 @@ __device__ const float *window_of(const cuda_window_t &g, size_t i, const float 
 
 /* out[b, oy, ox, c]: the window's largest value, the first on ties, and its offset in the
  * example's image (argmax); the window's first element when nothing beats -inf */
-__global__ void max_pool_k(cuda_window_t g, const float *in, int batch, float *out,
+__global__ void max_pool_k(backend_window_t g, const float *in, int batch, float *out,
                            int32_t *argmax)
 {
     size_t n = (size_t)batch * g.oh * g.ow * g.c;
@@ -400,7 +400,7 @@ __global__ void max_pool_k(cuda_window_t g, const float *in, int batch, float *o
     }
 }
 
-__global__ void max_pool_backward_k(cuda_window_t g, const int32_t *argmax, const float *dy,
+__global__ void max_pool_backward_k(backend_window_t g, const int32_t *argmax, const float *dy,
                                     int batch, float *dx)
 {
     size_t out_len = (size_t)g.oh * g.ow * g.c, in_len = (size_t)g.h * g.w * g.c;
@@ -409,7 +409,7 @@ __global__ void max_pool_backward_k(cuda_window_t g, const int32_t *argmax, cons
 }
 
 /* TensorFlow's average: over the window's elements inside the input */
-__global__ void average_pool_k(cuda_window_t g, const float *in, int batch, float *out)
+__global__ void average_pool_k(backend_window_t g, const float *in, int batch, float *out)
 {
     size_t n = (size_t)batch * g.oh * g.ow * g.c;
     GRID_LOOP(i, n)
@@ -425,7 +425,7 @@ __global__ void average_pool_k(cuda_window_t g, const float *in, int batch, floa
 }
 
 /* dx[b, iy, ix, c] = the sum over the windows covering it of dy / the window's count */
-__global__ void average_pool_backward_k(cuda_window_t g, const float *dy, int batch, float *dx)
+__global__ void average_pool_backward_k(backend_window_t g, const float *dy, int batch, float *dx)
 {
     size_t n = (size_t)batch * g.h * g.w * g.c, out_len = (size_t)g.oh * g.ow * g.c;
     GRID_LOOP(i, n)
@@ -553,7 +553,7 @@ extern "C" int cuda_activate_backward(int act, const float *x, const float *y, f
     return launched();
 }
 
-extern "C" int cuda_im2col(const cuda_window_t *g, const float *in, int batch, float *cols)
+extern "C" int cuda_im2col(const backend_window_t *g, const float *in, int batch, float *cols)
 {
     size_t n = (size_t)batch * g->oh * g->ow * g->kh * g->kw * g->c;
     if (n == 0)
@@ -562,7 +562,7 @@ extern "C" int cuda_im2col(const cuda_window_t *g, const float *in, int batch, f
     return launched();
 }
 
-extern "C" int cuda_col2im(const cuda_window_t *g, const float *cols, int batch, float *dx)
+extern "C" int cuda_col2im(const backend_window_t *g, const float *cols, int batch, float *dx)
 {
     size_t n = (size_t)batch * g->h * g->w * g->c;
     if (n == 0)
@@ -571,7 +571,7 @@ extern "C" int cuda_col2im(const cuda_window_t *g, const float *cols, int batch,
     return launched();
 }
 
-extern "C" int cuda_max_pool(const cuda_window_t *g, const float *in, int batch, float *out,
+extern "C" int cuda_max_pool(const backend_window_t *g, const float *in, int batch, float *out,
                              int32_t *argmax)
 {
     size_t n = (size_t)batch * g->oh * g->ow * g->c;
@@ -582,7 +582,7 @@ extern "C" int cuda_max_pool(const cuda_window_t *g, const float *in, int batch,
 }
 
 /* dx is zeroed first (cuda.c), then each output's gradient added at its argmax */
-extern "C" int cuda_max_pool_backward(const cuda_window_t *g, const int32_t *argmax,
+extern "C" int cuda_max_pool_backward(const backend_window_t *g, const int32_t *argmax,
                                       const float *dy, int batch, float *dx)
 {
     size_t n = (size_t)batch * g->oh * g->ow * g->c;
@@ -592,7 +592,7 @@ extern "C" int cuda_max_pool_backward(const cuda_window_t *g, const int32_t *arg
     return launched();
 }
 
-extern "C" int cuda_average_pool(const cuda_window_t *g, const float *in, int batch, float *out)
+extern "C" int cuda_average_pool(const backend_window_t *g, const float *in, int batch, float *out)
 {
     size_t n = (size_t)batch * g->oh * g->ow * g->c;
     if (n == 0)
@@ -601,7 +601,7 @@ extern "C" int cuda_average_pool(const cuda_window_t *g, const float *in, int ba
     return launched();
 }
 
-extern "C" int cuda_average_pool_backward(const cuda_window_t *g, const float *dy, int batch,
+extern "C" int cuda_average_pool_backward(const backend_window_t *g, const float *dy, int batch,
                                           float *dx)
 {
     size_t n = (size_t)batch * g->h * g->w * g->c;

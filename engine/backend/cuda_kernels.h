@@ -10,14 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* backend_window_t's fields, the same order (cuda.c copies one into the other) */
-typedef struct cuda_window {
-    int h, w, c, kh, kw, sh, sw, oh, ow, pad_t, pad_l;
-} cuda_window_t;
 
 int cuda_fill_rows(float *out, size_t rows, const float *row, size_t width);
 /* partial: scratch of cuda_column_sums_scratch(rows, width) floats */
@@ -28,13 +25,14 @@ int cuda_mul(const float *a, const float *b, float *out, size_t n);
 int cuda_activate(int act, float *v, size_t n, size_t width);
 int cuda_activate_backward(int act, const float *x, const float *y, float *dy, size_t n,
                            size_t width);
-int cuda_im2col(const cuda_window_t *g, const float *in, int batch, float *cols);
-int cuda_col2im(const cuda_window_t *g, const float *cols, int batch, float *dx);
-int cuda_max_pool(const cuda_window_t *g, const float *in, int batch, float *out, int32_t *argmax);
-int cuda_max_pool_backward(const cuda_window_t *g, const int32_t *argmax, const float *dy,
+int cuda_im2col(const backend_window_t *g, const float *in, int batch, float *cols);
+int cuda_col2im(const backend_window_t *g, const float *cols, int batch, float *dx);
+int cuda_max_pool(const backend_window_t *g, const float *in, int batch, float *out,
+                  int32_t *argmax);
+int cuda_max_pool_backward(const backend_window_t *g, const int32_t *argmax, const float *dy,
                            int batch, float *dx);
-int cuda_average_pool(const cuda_window_t *g, const float *in, int batch, float *out);
-int cuda_average_pool_backward(const cuda_window_t *g, const float *dy, int batch, float *dx);
+int cuda_average_pool(const backend_window_t *g, const float *in, int batch, float *out);
+int cuda_average_pool_backward(const backend_window_t *g, const float *dy, int batch, float *dx);
 int cuda_mean_steps(const float *x, int batch, size_t steps, size_t channels, float *out);
 int cuda_mean_steps_backward(const float *dy, int batch, size_t steps, size_t channels, float *dx);
 /* ids and slot: device copies of the host's */
