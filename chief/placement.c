@@ -9,6 +9,7 @@
 #include "fanout.h"
 #include "internal.h"
 #include "placement.h"
+#include "job/init_optimizer.h"
 #include "job/partitioner.h"
 #include "rpc/optimizer_proto.h"
 
@@ -23,6 +24,10 @@ void placement_done(plan_t *p)
     free(p->values);
     free(p->inits);
     free(p->init_values);
+    for (size_t i = 0; i < p->n_slot_values; i++)
+        free(p->slot_values[i]);
+    free(p->slot_values);
+    free(p->slot_data);
 }
 
 status_t placement_plan(coordinator_t *c, chief_job_t *j,
@@ -116,15 +121,61 @@ static status_t describe(const Tessera__V1__ConfigureJobResponse *vars, st_tenso
     return STATUS_OK;
 }
 
-/* Whether the archive's optimizer has taken steps (a state that would go on). */
-static bool optimizer_went_on(const init_weights_t *w)
+/* The archive optimizer's slots of every variable (job/init_optimizer.h), read whole into
+ * plan->slot_values; plan->updates gets its update count. */
+static status_t read_slots(chief_job_t *j, const init_weights_t *w, const st_tensor_t *v,
+                           const Tessera__V1__ConfigureJobResponse *vars, plan_t *plan,
+                           status_msg_t *err)
 {
-    const st_info_t *v = init_weights_optimizer_info(w, 0);
-    int64_t iterations = 0;
-    status_msg_t err;
+    size_t n = vars->n_variables;
+    bool *moving = calloc(n + 1, sizeof(*moving));
+    init_optimizer_t op = {0};
+    status_t rc = STATUS_OK;
 
-    return v != NULL && v->dtype == ST_I64 && v->rank == 0 &&
-           init_weights_optimizer_read(w, 0, &iterations, &err) == STATUS_OK && iterations > 0;
+    plan->slot_values = calloc(n * OPTIMIZER_MAX_SLOTS + 1, sizeof(*plan->slot_values));
+    plan->slot_data = calloc(plan->n_places * OPTIMIZER_MAX_SLOTS + 1, sizeof(*plan->slot_data));
+    if (moving == NULL || plan->slot_values == NULL || plan->slot_data == NULL)
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    else
+        plan->n_slot_values = n * OPTIMIZER_MAX_SLOTS;
+    for (size_t i = 0; i < n && rc == STATUS_OK; i++)
+        moving[i] = vars->variables[i]->moving;
+    if (rc == STATUS_OK)
+        rc = init_optimizer_plan(w, &j->job.optimizer, v, moving, n, j->job.keras_accumulate, &op,
+                                 err);
+    for (size_t e = 0; e < op.n && rc == STATUS_OK; e++) {
+        const Tessera__V1__VariableShard *var = vars->variables[op.param[e]];
+        size_t total = plan_elements(var->full_shape, var->n_full_shape);
+        float **slot = &plan->slot_values[op.param[e] * OPTIMIZER_MAX_SLOTS + op.slot[e]];
+        if ((*slot = malloc(total ? total * sizeof(float) : 1)) == NULL)
+            rc = status_fail(err, STATUS_NO_MEMORY, "out of memory for the slots of %s",
+                             var->variable);
+        else
+            rc = init_optimizer_read(w, &j->job.optimizer, &op, e, *slot, err);
+    }
+    if (rc == STATUS_OK && init_weights_optimizer_count(w) > 0)
+        plan->updates = op.updates;
+    init_optimizer_done(&op);
+    free(moving);
+    return rc;
+}
+
+/* Shard k (of variable i, whose rows are row_len elements) takes its rows of the variable's
+ * slots, and the optimizer's update count. */
+static void give_slots(plan_t *plan, size_t i, size_t k, size_t row_len)
+{
+    Tessera__V1__VariableShard *sh = &plan->shards[k];
+    ProtobufCBinaryData *data = &plan->slot_data[k * OPTIMIZER_MAX_SLOTS];
+    float *const *slot = &plan->slot_values[i * OPTIMIZER_MAX_SLOTS];
+    size_t s = 0;
+
+    for (; s < OPTIMIZER_MAX_SLOTS && slot[s] != NULL; s++) {
+        data[s].data = (uint8_t *)(slot[s] + (uint64_t)sh->row_offset * row_len);
+        data[s].len = plan_elements(sh->shape, sh->n_shape) * sizeof(float);
+    }
+    sh->n_slots = s;
+    sh->slots = s > 0 ? data : NULL;
+    sh->updates = s > 0 ? (uint64_t)plan->updates : 0;
 }
 
 status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResponse *vars,
@@ -141,13 +192,8 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
     char(*paths)[96] = calloc(nl + 1, sizeof(*paths));
     const char **names = calloc(nl + 1, sizeof(*names)), **at = calloc(nl + 1, sizeof(*at));
 
+    plan->updates = -1;
     rc = init_weights_open(j->job.init_from, &w, err);
-    /* The parameter servers' optimizer starts anew: CreateVariables carries values only. */
-    if (rc == STATUS_OK && j->job.init_optimizer && optimizer_went_on(&w))
-        LOG_WARNING(CHIEF,
-                    "job %s: the optimizer state in %s (its iteration count and slots) is not "
-                    "carried to parameter servers: their optimizer starts anew from its weights",
-                    j->id, j->job.init_from);
     if (rc == STATUS_OK && (paths == NULL || names == NULL || at == NULL))
         rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
     if (rc == STATUS_OK) { /* a .keras file's layers are found by their class paths */
@@ -162,6 +208,8 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
         rc = describe(vars, &v, err);
     if (rc == STATUS_OK)
         rc = init_weights_check(&w, v, n, err);
+    if (rc == STATUS_OK && j->job.init_optimizer)
+        rc = read_slots(j, &w, v, vars, plan, err);
     if (rc == STATUS_OK) {
         plan->values = calloc(n + 1, sizeof(*plan->values));
         plan->inits = calloc(plan->n_places + 1, sizeof(*plan->inits));
@@ -195,6 +243,8 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
             in->kind_case = TESSERA__V1__INITIALIZER__KIND_VALUES;
             in->values = val;
             sh->initializer = in;
+            if (plan->slot_values != NULL)
+                give_slots(plan, i, k, row_len);
         }
     }
     if (rc == STATUS_OK && k != plan->n_places)
@@ -213,9 +263,13 @@ static size_t shard_bytes(const Tessera__V1__VariableShard *sh)
 {
     const Tessera__V1__Initializer *in = sh->initializer;
 
-    return in != NULL && in->kind_case == TESSERA__V1__INITIALIZER__KIND_VALUES
-               ? in->values->data.len
-               : 0;
+    size_t bytes = in != NULL && in->kind_case == TESSERA__V1__INITIALIZER__KIND_VALUES
+                       ? in->values->data.len
+                       : 0;
+
+    for (size_t s = 0; s < sh->n_slots; s++)
+        bytes += sh->slots[s].len;
+    return bytes;
 }
 
 status_t placement_create(coordinator_t *c, chief_job_t *j, const plan_t *plan, status_msg_t *err)

@@ -18,6 +18,13 @@ typedef struct plan {
     size_t n_values;
     Tessera__V1__Initializer *inits;
     Tessera__V1__Initializer__Values *init_values;
+    /* and when the archive's optimizer goes on (job.init_optimizer): each variable's slots
+     * (OPTIMIZER_MAX_SLOTS a variable, NULL where it has none), each shard's slices of them
+     * (OPTIMIZER_MAX_SLOTS a place) and the updates it has applied (-1: it starts anew) */
+    float **slot_values;
+    size_t n_slot_values;
+    ProtobufCBinaryData *slot_data;
+    int64_t updates;
 } plan_t;
 
 /* Elements of a shape (1 for a scalar). */
@@ -31,7 +38,8 @@ status_t placement_plan(coordinator_t *c, chief_job_t *j,
 void placement_done(plan_t *p);
 /* init_from: reads the job's starting weights (a .keras archive or a safetensors file), checks
  * them against the variables the workers described, and gives every shard of the plan its
- * slice as its initializer. */
+ * slice as its initializer; with job.init_optimizer, its slice of the archive optimizer's slots
+ * and its update count too (plan->updates). */
 status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResponse *vars,
                              plan_t *plan, status_msg_t *err);
 /* CreateVariables on every PS, with the job's optimizer: in rounds, each PS's request carrying

@@ -774,6 +774,9 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
         if (rc == STATUS_OK) {
             pthread_mutex_lock(&c->mu);
             chief_job_event(c, j, "starting from the weights in %s", j->job.init_from);
+            if (plan.updates >= 0)
+                chief_job_event(c, j, "the optimizer goes on from iteration %lld",
+                                (long long)plan.updates);
             pthread_mutex_unlock(&c->mu);
         }
     }

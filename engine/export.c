@@ -738,28 +738,6 @@ static keras_tensor_t tensor_of(const model_param_t *p, const float *data)
  * velocity, momentum and norm, accumulator and linear), then (AMSGrad) every velocity_hat;
  * RMSprop its velocities, then momentums, then average gradients; SGD, Adagrad and Lion one
  * slot per variable. */
-size_t export_optimizer_order(const optimizer_config_t *o, model_t *m, size_t *param, size_t *slot)
-{
-    size_t n = model_param_count(m), k = optimizer_slot_count(o), count = 0;
-    bool interleave = o->kind == OPTIMIZER_ADAM || o->kind == OPTIMIZER_ADAMW ||
-                      o->kind == OPTIMIZER_NADAM || o->kind == OPTIMIZER_ADAMAX ||
-                      o->kind == OPTIMIZER_FTRL;
-
-    if (interleave)
-        for (size_t i = 0; i < n; i++)
-            for (size_t s = 0; s < 2 && !model_param(m, i)->moving; s++, count++) {
-                param[count] = i;
-                slot[count] = s;
-            }
-    for (size_t s = interleave ? 2 : 0; s < k; s++)
-        for (size_t i = 0; i < n; i++)
-            if (!model_param(m, i)->moving) {
-                param[count] = i;
-                slot[count++] = s;
-            }
-    return count;
-}
-
 /* The optimizer's variables for model.weights.h5: its slots in Keras's order, then Nadam's
  * u_product. out holds model_param_count * OPTIMIZER_MAX_SLOTS + 1. SIZE_MAX: out of memory. */
 static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *const *slots,
@@ -767,13 +745,18 @@ static size_t optimizer_vars(const optimizer_config_t *o, model_t *m, float *con
 {
     size_t cap = model_param_count(m) * OPTIMIZER_MAX_SLOTS + 1;
     size_t *param = calloc(cap, sizeof(*param)), *slot = calloc(cap, sizeof(*slot)), count = 0;
+    bool *moving = calloc(model_param_count(m) + 1, sizeof(*moving));
 
-    if (param == NULL || slot == NULL) {
+    if (param == NULL || slot == NULL || moving == NULL) {
         free(param);
         free(slot);
+        free(moving);
         return SIZE_MAX;
     }
-    count = export_optimizer_order(o, m, param, slot);
+    for (size_t i = 0; i < model_param_count(m); i++)
+        moving[i] = model_param(m, i)->moving;
+    count = optimizer_keras_order(o, moving, model_param_count(m), param, slot);
+    free(moving);
     for (size_t j = 0; j < count; j++) {
         const model_param_t *p = model_param(m, param[j]);
         out[j] = tensor_of(p, slots[param[j]] + slot[j] * p->n);

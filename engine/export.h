@@ -27,13 +27,6 @@ st_tensor_t *export_tensors(model_t *m);
  * it. NULL when out of memory. */
 char *export_keras_config(const job_t *job, int64_t iterations);
 
-/* The optimizer's slot variables in Keras's order, as model.weights.h5 keeps them after the
- * iteration count and the learning rate: entry j is slot slot[j] of param param[j] (both hold
- * model_param_count * OPTIMIZER_MAX_SLOTS). Keras keeps slots for the trainable variables only
- * (no moving statistics). Returns the count; Nadam's u_product, which follows them in Keras, is
- * not among them. */
-size_t export_optimizer_order(const optimizer_config_t *o, model_t *m, size_t *param, size_t *slot);
-
 /* Writes DIR/model.keras and DIR/model.safetensors (DIR is made when missing). */
 status_t export_model(const job_t *job, const export_state_t *st, const char *dir,
                       status_msg_t *err);

@@ -15,6 +15,7 @@
 #include "export.h"
 #include "files/init_weights.h"
 #include "files/tensorboard.h"
+#include "job/init_optimizer.h"
 #include "model_internal.h"
 #include "trainer.h"
 
@@ -351,112 +352,47 @@ static status_t apply_init_weights(init_weights_t *w, model_t *m, status_msg_t *
     return rc;
 }
 
-/* Optimizer variable i of w's archive, checked to have param p's shape. */
-static status_t check_optimizer_var(const init_weights_t *w, size_t i, const model_param_t *p,
-                                    const char *what, status_msg_t *err)
-{
-    uint64_t shape[ST_MAX_RANK];
-
-    for (int d = 0; d < p->rank; d++)
-        shape[d] = (uint64_t)p->shape[d];
-    return init_weights_optimizer_check(w, i, shape, p->rank, what, p->name, err);
-}
-
-/* model: {keras: PATH}: the archive optimizer's state, as Keras's load_model restores it: the
- * iteration count (Keras counts batches under gradient accumulation, Tessera the updates: a
- * window in progress, whose gradients Keras keeps, starts again), the slots in Keras's order
- * (export_optimizer_order). The learning rate Keras also keeps is the compile config's (Keras
- * writes the variable's value there), which the job already has; one that differs is named. An
- * optimizer Keras never built (a model saved before training) holds no slots and starts anew. */
+/* model: {keras: PATH}: the archive optimizer's state, as Keras's load_model restores it
+ * (job/init_optimizer.h): the iteration count (Keras counts batches under gradient
+ * accumulation, Tessera the updates: a window in progress, whose gradients Keras keeps, starts
+ * again) and the slots. An optimizer Keras never built (a model saved before training) holds
+ * no slots and starts anew. */
 static status_t apply_init_optimizer(const init_weights_t *w, trainer_t *t, const job_t *job,
                                      int64_t *ret_from, status_msg_t *err)
 {
     const optimizer_config_t *o = trainer_optimizer(t);
     model_t *m = trainer_model(t);
-    size_t n = init_weights_optimizer_count(w), np = model_param_count(m), trainable = 0;
-    size_t next = 1, cap = np * OPTIMIZER_MAX_SLOTS + 1, count = 0, expect;
-    size_t *param = NULL, *slot = NULL;
-    int k = job->keras_accumulate > 1 ? job->keras_accumulate : 1;
-    const st_info_t *v;
-    int64_t iterations = 0;
-    float lr = 0;
+    size_t np = model_param_count(m);
+    st_tensor_t *vars = calloc(np + 1, sizeof(*vars));
+    bool *moving = calloc(np + 1, sizeof(*moving));
+    init_optimizer_t plan = {0};
     status_t rc = STATUS_OK;
 
-    if (init_weights_optimizer_unread(w) != NULL)
-        return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s: its optimizer's state cannot be read (%s): name an optimizer in "
-                           "the job to start a new one",
-                           w->path, init_weights_optimizer_unread(w));
-    if (n == 0)
-        return STATUS_OK;
-    v = init_weights_optimizer_info(w, 0);
-    if (v->dtype != ST_I64 || v->rank != 0)
-        return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s: optimizer variable 0 is not an iteration count (an integer)",
-                           w->path);
-    STATUS_CHECK(init_weights_optimizer_read(w, 0, &iterations, err));
-    if (iterations < 0 || iterations > OPTIMIZER_MAX_ITERATIONS)
-        return status_fail(err, STATUS_BAD_CONFIG,
-                           "%s: the optimizer's iteration count is %lld (from 0 to 2^53)", w->path,
-                           (long long)iterations);
-    if (o->schedule.kind == LR_CONSTANT) { /* else a schedule, which Keras keeps no variable of */
-        v = init_weights_optimizer_info(w, next);
-        if (v == NULL || v->dtype != ST_F32 || v->rank != 0)
-            return status_fail(err, STATUS_BAD_CONFIG,
-                               "%s: optimizer variable 1 is not a learning rate (a float32 "
-                               "scalar), as a Keras optimizer without a schedule keeps",
-                               w->path);
-        STATUS_CHECK(init_weights_optimizer_read(w, next++, &lr, err));
-        if (lr != (float)o->schedule.lr)
-            LOG_WARNING(TRAIN,
-                        "%s: the optimizer's learning rate variable is %g, its compile config "
-                        "says %g: training goes on at the compile config's",
-                        w->path, (double)lr, o->schedule.lr);
+    if (vars == NULL || moving == NULL)
+        rc = status_fail(err, STATUS_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < np && rc == STATUS_OK; i++) {
+        const model_param_t *p = model_param(m, i);
+        vars[i].name = p->name;
+        vars[i].rank = p->rank;
+        for (int d = 0; d < p->rank; d++)
+            vars[i].shape[d] = (uint64_t)p->shape[d];
+        moving[i] = p->moving;
     }
-    for (size_t i = 0; i < np; i++)
-        trainable += !model_param(m, i)->moving;
-    if ((param = calloc(cap, sizeof(*param))) == NULL ||
-        (slot = calloc(cap, sizeof(*slot))) == NULL) {
-        free(param);
-        return status_fail(err, STATUS_NO_MEMORY, "out of memory");
-    }
-    count = export_optimizer_order(o, m, param, slot);
-    expect = (k > 1 ? trainable : 0) + count + (o->kind == OPTIMIZER_NADAM);
-    if (n - next != expect && (n - next != 0 || (iterations > 0 && expect > 0)))
-        rc = status_fail(err, STATUS_BAD_CONFIG,
-                         "%s: its optimizer holds %zu variables after the iteration count%s, "
-                         "%s over this model keeps %zu: the optimizer of another model (name an "
-                         "optimizer in the job to start a new one)",
-                         w->path, n - next, next > 1 ? " and learning rate" : "",
-                         optimizer_keras_name(o->kind), expect);
-    if (rc == STATUS_OK && n - next == expect) {
-        /* Keras's gradient accumulators come first: the window in progress is dropped */
-        for (size_t i = 0, j = 0; k > 1 && i < np && rc == STATUS_OK; i++)
-            if (!model_param(m, i)->moving)
-                rc = check_optimizer_var(w, next + j++, model_param(m, i), "gradient accumulator",
-                                         err);
-        if (k > 1)
-            next += trainable;
-        if (rc == STATUS_OK && k > 1 && iterations % k != 0)
-            LOG_WARNING(TRAIN,
-                        "%s: %lld batches of a window of gradient_accumulation_steps %d were "
-                        "accumulated when it was saved; training starts a new window",
-                        w->path, (long long)(iterations % k), k);
-        for (size_t j = 0; j < count && rc == STATUS_OK; j++)
-            rc = check_optimizer_var(w, next + j, model_param(m, param[j]), "optimizer slot", err);
-        for (size_t j = 0; j < count && rc == STATUS_OK; j++)
-            rc = init_weights_optimizer_read(
-                w, next + j, trainer_slots(t, param[j]) + slot[j] * model_param(m, param[j])->n,
-                err);
-    }
-    free(param);
-    free(slot);
-    if (rc == STATUS_OK) {
-        trainer_set_updates(t, iterations / k);
-        *ret_from = iterations / k;
+    if (rc == STATUS_OK)
+        rc = init_optimizer_plan(w, o, vars, moving, np, job->keras_accumulate, &plan, err);
+    for (size_t j = 0; j < plan.n && rc == STATUS_OK; j++)
+        rc = init_optimizer_read(
+            w, o, &plan, j,
+            trainer_slots(t, plan.param[j]) + plan.slot[j] * model_param(m, plan.param[j])->n, err);
+    if (rc == STATUS_OK && init_weights_optimizer_count(w) > 0) {
+        trainer_set_updates(t, plan.updates);
+        *ret_from = plan.updates;
         LOG_INFO(TRAIN, "%s: the optimizer goes on from iteration %lld", w->path,
-                 (long long)(iterations / k));
+                 (long long)plan.updates);
     }
+    init_optimizer_done(&plan);
+    free(vars);
+    free(moving);
     return rc;
 }
 

@@ -44,7 +44,8 @@ struct trainer {
     float **mb_mask; /* an Embedding's: the rows its mb_acc (the table's shape) holds */
     /* accumulate_steps: the gradients of the window so far, each batch's weighted by its size;
      * a moving statistic's batches folded as its updates would take them (trainer_accumulate),
-     * moving_batches of them in the update that ends the window (0 or 1: one batch's) */
+     * moving_batches of them in the update that ends the window (0 or 1: one batch's; a
+     * parameter server takes them as the push's batches) */
     float **acc;
     int acc_count, last_batch, moving_batches;
     double acc_examples;
@@ -623,16 +624,6 @@ bool trainer_accumulate(trainer_t *t)
     return ++t->acc_count >= t->job->accumulate_steps && trainer_close_window(t);
 }
 
-/* momentum^batches: what is left of a moving average after that many of its updates. */
-static float momentum_power(float m, int batches)
-{
-    float r = 1;
-
-    for (int b = 0; b < batches; b++)
-        r *= m;
-    return r;
-}
-
 bool trainer_close_window(trainer_t *t)
 {
     t->moving_batches = 0;
@@ -642,10 +633,11 @@ bool trainer_close_window(trainer_t *t)
         model_param_t *p = model_param(t->model, i);
         /* a moving statistic: the batches' statistics weighted as their updates would weigh
          * them, a mean, which the window's update takes as that many updates (update_moving;
-         * a parameter server as one) */
-        float left = !p->moving          ? 0
-                     : t->acc_count == 1 ? p->rest /* what update_moving takes */
-                                         : 1 - momentum_power(p->momentum, t->acc_count);
+         * a parameter server as the push's batches) */
+        float left = !p->moving ? 0
+                     : t->acc_count == 1
+                         ? p->rest /* what update_moving takes */
+                         : 1 - optimizer_momentum_power(p->momentum, (uint32_t)t->acc_count);
         float inv = !p->moving ? (float)(1.0 / t->acc_examples) : left > 0 ? 1 / left : 0;
         for (size_t k = 0; k < p->n; k++) {
             p->grad[k] = t->acc[i][k] * inv;
@@ -672,6 +664,11 @@ int trainer_window_batches(const trainer_t *t)
     return t->acc_count;
 }
 
+int trainer_window_closed(const trainer_t *t)
+{
+    return t->moving_batches > 1 ? t->moving_batches : 1;
+}
+
 status_t trainer_apply(trainer_t *t, status_msg_t *err)
 {
     return trainer_accumulate(t) ? trainer_update(t, err) : STATUS_OK;
@@ -685,7 +682,7 @@ static void update_moving(const trainer_t *t, model_param_t *p, size_t lo, size_
     float m = p->momentum, rest = p->rest;
 
     if (t->moving_batches > 1) {
-        m = momentum_power(p->momentum, t->moving_batches);
+        m = optimizer_momentum_power(p->momentum, (uint32_t)t->moving_batches);
         rest = 1 - m;
     }
     for (size_t k = lo; k < lo + n; k++)

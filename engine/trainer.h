@@ -109,6 +109,9 @@ bool trainer_close_window(trainer_t *t);
 void trainer_drop_window(trainer_t *t);
 /* The batches in the window so far. */
 int trainer_window_batches(const trainer_t *t);
+/* The batches the window that closed last held (1 without accumulation): what the gradients
+ * stand for, and how many updates a moving statistic's pushed value is worth. */
+int trainer_window_closed(const trainer_t *t);
 
 /* Applies the model's gradients with the job's optimizer now (opts.optimizer must be set). */
 status_t trainer_update(trainer_t *t, status_msg_t *err);

@@ -407,6 +407,16 @@ static status_t spec_from_proto(rpc_ctx_t *ctx, const Tessera__V1__VariableShard
     sp->sparse = p->sparse;
     sp->moving = p->moving;
     sp->momentum = p->momentum;
+    if (p->n_slots > OPTIMIZER_MAX_SLOTS)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, p->variable,
+                            "variable '%s': %zu optimizer slots, no optimizer keeps more than %d",
+                            p->variable, p->n_slots, OPTIMIZER_MAX_SLOTS);
+    for (size_t k = 0; k < p->n_slots; k++) {
+        sp->slots[k] = p->slots[k].data;
+        sp->slots_len[k] = p->slots[k].len;
+    }
+    sp->n_slots = p->n_slots;
+    sp->updates = p->updates;
     if (p->initializer != NULL &&
         p->initializer->kind_case == TESSERA__V1__INITIALIZER__KIND_VALUES) {
         sp->has_values = true;
@@ -603,9 +613,16 @@ static status_t do_push(rpc_ctx_t *ctx, const Tessera__V1__PushRequest *req, ps_
         goto out;
     }
     STATUS_CHECK_GOTO(check_job(ctx, req->job), rc, out);
+    if (req->batches > STORE_MAX_BATCHES) {
+        rc = rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, "batches",
+                          "job '%s': a push of %" PRIu32 " batches, more than %d", req->job,
+                          req->batches, STORE_MAX_BATCHES);
+        goto out;
+    }
     for (size_t i = 0; i < n; i++) {
         STATUS_CHECK_GOTO(push_item(ctx, req->items[i], i, payload, len, &sc, &end_max, &items[i]),
                           rc, out);
+        items[i].batches = req->batches;
         keys[i] = items[i].key;
     }
     STATUS_CHECK_GOTO(check_payload_used(ctx, end_max, len), rc, out);

@@ -30,6 +30,7 @@
 #define STORE_MAX_RANK               8
 #define STORE_MAX_NAME               255 /* bytes of a job or variable name */
 #define STORE_MAX_SHARDS_PER_REQUEST 65536
+#define STORE_MAX_BATCHES            65536 /* of one push (PushRequest.batches) */
 
 typedef struct store store_t;
 
@@ -69,6 +70,13 @@ typedef struct store_shard_spec {
     const uint8_t *values;
     size_t values_len;
     bool has_values;
+    /* The optimizer's state (init_from: an archive's optimizer going on): no slot arrays, or
+     * as many as the optimizer keeps, each slots_len[k] bytes of float32 (the shard's size, any
+     * alignment); and the updates applied so far, the shard's starting version. */
+    const uint8_t *slots[OPTIMIZER_MAX_SLOTS];
+    size_t slots_len[OPTIMIZER_MAX_SLOTS];
+    size_t n_slots;
+    uint64_t updates;
 } store_shard_spec_t;
 
 typedef struct store_key {
@@ -99,6 +107,10 @@ typedef struct store_push_item {
      * shard, whole blocks; grad holds those rows only, shape is the shard's. */
     bool has_chunk;
     size_t chunk_row, chunk_rows;
+    /* The batches the push stands for (0 or 1: one; at most STORE_MAX_BATCHES): a moving
+     * statistic takes them as that many updates, value * momentum^batches + g * (1 -
+     * momentum^batches). */
+    uint32_t batches;
 } store_push_item_t;
 
 /* One value returned by a pull: bytes [offset, offset + bytes) of the reply buffer, of the

@@ -4,9 +4,11 @@
  * the three steps). */
 #define _GNU_SOURCE
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "files/checkpoint.h"
 #include "job/initializer.h"
 #include "rpc/types.h"
 #include "job/partitioner.h"
@@ -305,9 +307,11 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     *ret_finite = optimizer_first_non_finite(sh->values, n) == n;
     if (sh->slots)
         optimizer_slots_init(opt, sh->slots, n);
+    for (size_t k = 0; k < sp->n_slots && k < sh->n_slots; k++)
+        memcpy(sh->slots + k * n, sp->slots[k], n * sizeof(float)); /* checked: check_state */
     for (size_t b = 0; b < sh->n_blocks; b++) {
         pthread_mutex_init(&sh->blocks[b].mu, NULL);
-        atomic_init(&sh->blocks[b].version, 0);
+        atomic_init(&sh->blocks[b].version, sp->updates);
         optimizer_bounds_measure_part(opt, sh->values, sh->slots, n,
                                       block_first_row(sh, b) * sh->row_len,
                                       block_n_rows(sh, b) * sh->row_len, &sh->blocks[b].bounds);
@@ -512,6 +516,53 @@ static void plans_free(plan_t *plans, size_t n)
     free(plans);
 }
 
+/* A shard's optimizer state (store_shard_spec_t) against the job's optimizer, before it is made. */
+static status_t check_state(const store_shard_spec_t *sp, size_t n, const optimizer_config_t *opt,
+                            store_err_t *err)
+{
+    size_t k = optimizer_slot_count(opt);
+
+    if (sp->n_slots != 0 && sp->n_slots != k)
+        return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
+                          "variable '%s' shard %d: %zu optimizer slots given, but %s keeps %zu",
+                          sp->variable, sp->shard, sp->n_slots, optimizer_kind_name(opt->kind), k);
+    for (size_t i = 0; i < sp->n_slots; i++)
+        if (sp->slots_len[i] != n * sizeof(float))
+            return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
+                              "variable '%s' shard %d: its %s slot is %zu bytes, the shard's %zu "
+                              "float32 take %zu",
+                              sp->variable, sp->shard, optimizer_slot_name(opt, i),
+                              sp->slots_len[i], n, n * sizeof(float));
+    if (sp->updates > (uint64_t)OPTIMIZER_MAX_ITERATIONS)
+        return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
+                          "variable '%s' shard %d: %" PRIu64 " updates so far, more than 2^53",
+                          sp->variable, sp->shard, sp->updates);
+    return STATUS_OK;
+}
+
+/* The slots a made shard took from its spec: finite, and sums of squares not negative (the
+ * update takes their square root). */
+static status_t check_slots(const shard_t *sh, const store_shard_spec_t *sp,
+                            const optimizer_config_t *opt, store_err_t *err)
+{
+    for (size_t k = 0; k < sp->n_slots; k++) {
+        const float *v = sh->slots + k * sh->n;
+        const char *name = optimizer_slot_name(opt, k);
+        size_t bad = optimizer_first_non_finite(v, sh->n);
+        bool nonnegative = ckpt_slot_nonnegative(name);
+        for (size_t i = 0; nonnegative && bad == sh->n && i < sh->n; i++)
+            if (v[i] < 0)
+                bad = i;
+        if (bad < sh->n)
+            return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
+                              "variable '%s' shard %d: its %s slot holds %g at element %zu%s; "
+                              "nothing was created",
+                              sp->variable, sp->shard, name, (double)v[bad], bad,
+                              isfinite(v[bad]) ? ", but it is a sum of squares" : "");
+    }
+    return STATUS_OK;
+}
+
 /* Makes the shards planned as new that have no allocation yet. */
 static status_t make_planned(const char *job, const optimizer_config_t *opt, plan_t *plans,
                              size_t n, store_err_t *err)
@@ -521,6 +572,7 @@ static status_t make_planned(const char *job, const optimizer_config_t *opt, pla
         if (p->dup || p->exists || p->made != NULL)
             continue;
         bool finite = true;
+        STATUS_CHECK(check_state(p->spec, p->n, opt, err));
         p->made = shard_make(job, p->spec, p->n, opt, &finite);
         if (p->made == NULL)
             return store_fail(err, STATUS_NO_MEMORY, p->spec->variable,
@@ -534,6 +586,7 @@ static status_t make_planned(const char *job, const optimizer_config_t *opt, pla
                 "was created",
                 p->spec->variable, p->spec->shard,
                 p->spec->has_values ? "its values hold" : "its initializer makes");
+        STATUS_CHECK(check_slots(p->made, p->spec, opt, err));
     }
     return STATUS_OK;
 }

@@ -427,6 +427,10 @@ static void apply_part(void *arg, size_t i)
     step = (int64_t)t->version;
     if (sh->var->moving) { /* a moving statistic: its average with the pushed one */
         float m = sh->var->momentum, rest = sh->var->rest, *v = sh->values + first;
+        if (it->batches > 1) { /* a window's: that many updates at once */
+            m = optimizer_momentum_power(m, it->batches);
+            rest = 1 - m;
+        }
         for (size_t k = 0; k < n; k++) {
             v[k] = v[k] * m + t->grad[k] * rest;
             if (t->out != NULL)

@@ -120,10 +120,11 @@ struct ps_client {
     const float *features;
     int batch;
     size_t feature_len;
-    bool push_pull;      /* every variable dense: each push brings the updated values back */
-    bool bf16, feedback; /* train.wire_dtype bfloat16, train.wire_error_feedback */
-    bool fresh;          /* the model holds what the last push-pull brought */
-    _Atomic int lost_ps; /* the PS whose call failed unreachable (UNAVAILABLE, TIMEOUT); -1 */
+    bool push_pull;           /* every variable dense: each push brings the updated values back */
+    bool bf16, feedback;      /* train.wire_dtype bfloat16, train.wire_error_feedback */
+    bool fresh;               /* the model holds what the last push-pull brought */
+    _Atomic uint32_t batches; /* the batches the step's push stands for (ps_client_push) */
+    _Atomic int lost_ps;      /* the PS whose call failed unreachable (UNAVAILABLE, TIMEOUT); -1 */
     /* The gradients go out in packs, the last layers' first: each as soon as backward has made
      * it, while backward goes on through the layers before (model_on_backward). The values a
      * push-pull brings back wait until backward no longer reads the old ones. With one pack, the
@@ -624,6 +625,7 @@ static status_t lane_push(ps_client_t *c, lane_t *l, size_t pack, status_msg_t *
     req.job = c->job;
     req.n_items = n;
     req.items = l->push_ptrs;
+    req.batches = atomic_load_explicit(&c->batches, memory_order_relaxed);
     opts = lane_call_opts(l, n_iov, c->push_pull);
     l->made_request = true;
     t0 = clock_now_s();
@@ -885,10 +887,13 @@ static void on_backward(void *arg, model_backward_event_t ev, size_t first)
     }
 }
 
-status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err)
+status_t ps_client_push(ps_client_t *c, int batches, ps_push_info_t *info, status_msg_t *err)
 {
     status_t rc = STATUS_OK;
 
+    /* packs sent during backward (no accumulation) stand for one batch, this store never
+     * changes: 0 on the wire, or the window's batches */
+    atomic_store_explicit(&c->batches, batches > 1 ? (uint32_t)batches : 0, memory_order_relaxed);
     c->fresh = false;
     if (c->n_packs <= 1) {
         clip_vars(c, 0);

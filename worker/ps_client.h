@@ -62,8 +62,9 @@ typedef struct ps_push_info {
 /* Pushes the gradients of the model's last training step, or what of them backward has not
  * already sent, and waits for every push to be done; info (may be NULL) says how it went. When
  * every variable is dense it is a PushPull: the updated values come back in the same round trip
- * and serve the next step. */
-status_t ps_client_push(ps_client_t *c, ps_push_info_t *info, status_msg_t *err);
+ * and serve the next step. batches: what the gradients stand for (trainer_window_closed: a
+ * window of accumulate_steps), which moving statistics take as that many updates. */
+status_t ps_client_push(ps_client_t *c, int batches, ps_push_info_t *info, status_msg_t *err);
 
 /* How many packs a step's gradients go out in. */
 size_t ps_client_packs(const ps_client_t *c);

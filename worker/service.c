@@ -565,7 +565,7 @@ static status_t push(worker_service_t *w, wjob_t *j, status_msg_t *err)
 {
     ps_push_info_t info;
     double t0 = clock_now_s(), waited;
-    status_t rc = ps_client_push(j->ps, &info, err);
+    status_t rc = ps_client_push(j->ps, trainer_window_closed(j->trainer), &info, err);
 
     waited = clock_now_s() - t0;
     add_phase(w, j, PHASE_PUSH, waited);

@@ -974,6 +974,10 @@ static status_t parse_train(job_ctx_t *c, const job_node_t *n, job_t *job)
         job_tree_get_int(c, n, "steps_per_execution", false, 1, &job->steps_per_execution));
     STATUS_CHECK(job_tree_get_i64(c, n, "max_staleness", false, 0, &job->max_staleness));
     STATUS_CHECK(job_tree_get_int(c, n, "accumulate_steps", false, 1, &job->accumulate_steps));
+    if (job->accumulate_steps > JOB_MAX_ACCUMULATE_STEPS)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(n, "accumulate_steps")->line,
+                             "%s.accumulate_steps: %d is more than %d", c->path,
+                             job->accumulate_steps, JOB_MAX_ACCUMULATE_STEPS);
     STATUS_CHECK(job_tree_get_i64(c, n, "bytes_per_pack", false, 0, &job->bytes_per_pack));
     STATUS_CHECK(job_tree_get_string(c, n, "wire_dtype", false, &wire));
     STATUS_CHECK(job_tree_get_bool(c, n, "wire_error_feedback", &job->wire_error_feedback));

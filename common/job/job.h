@@ -131,6 +131,11 @@ typedef struct job_device {
 
 #define JOB_MAX_CUDA_ORDINAL 63
 
+/* The most batches one update may accumulate (train.accumulate_steps, Keras's
+ * gradient_accumulation_steps): a parameter server takes a window's push as that many moving
+ * averages' updates, each a multiplication. */
+#define JOB_MAX_ACCUMULATE_STEPS 65536
+
 /* Parses "cpu", "cuda" or "cuda:N" (N from 0 to JOB_MAX_CUDA_ORDINAL); fails with
  * STATUS_BAD_CONFIG naming the text. */
 status_t job_device_parse(const char *text, job_device_t *ret, status_msg_t *err);
@@ -245,7 +250,8 @@ typedef struct job {
     int64_t steps;
     int steps_per_execution;  /* default 1 */
     int accumulate_steps;     /* the optimizer applies the mean gradient of this many batches
-                               * (Keras 3's gradient_accumulation_steps); 0 or 1: every batch */
+                               * (Keras 3's gradient_accumulation_steps); 0 or 1: every batch;
+                               * at most JOB_MAX_ACCUMULATE_STEPS */
     int64_t max_staleness;    /* parameter_server: 0 = off */
     int64_t bytes_per_pack;   /* parameter_server: gradients go to the PS in packs of at least
                                * this many bytes, each as soon as backward has made it; 0 =

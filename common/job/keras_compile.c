@@ -319,7 +319,8 @@ static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_ac
     cJSON_DeleteItemFromObjectCaseSensitive(config, "ema_momentum");
     acc = cJSON_GetObjectItemCaseSensitive(config, "gradient_accumulation_steps");
     if (acc != NULL && !cJSON_IsNull(acc))
-        *ret_accumulate = cJSON_IsNumber(acc) && acc->valuedouble >= 1 && acc->valuedouble <= 1e6 &&
+        *ret_accumulate = cJSON_IsNumber(acc) && acc->valuedouble >= 1 &&
+                                  acc->valuedouble <= JOB_MAX_ACCUMULATE_STEPS &&
                                   acc->valuedouble == (double)(int)acc->valuedouble
                               ? (int)acc->valuedouble
                               : -1;
@@ -331,8 +332,8 @@ static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_ac
     if (rc == STATUS_OK && *ret_accumulate < 0)
         rc = KC_FAIL(k,
                      "%s: compile_config: gradient_accumulation_steps must be an integer from "
-                     "1 to 1000000",
-                     k->file);
+                     "1 to %d",
+                     k->file, JOB_MAX_ACCUMULATE_STEPS);
     if (rc == STATUS_OK && *ret_accumulate > 1 && scheduled)
         rc = KC_FAIL(k,
                      "%s: compile_config: a learning-rate schedule with "

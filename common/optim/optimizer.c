@@ -1096,3 +1096,35 @@ const char *optimizer_slot_name(const optimizer_config_t *c, size_t k)
     }
     return NULL;
 }
+
+size_t optimizer_keras_order(const optimizer_config_t *c, const bool *moving, size_t n,
+                             size_t *param, size_t *slot)
+{
+    size_t k = optimizer_slot_count(c), count = 0;
+    bool interleave = c->kind == OPTIMIZER_ADAM || c->kind == OPTIMIZER_ADAMW ||
+                      c->kind == OPTIMIZER_NADAM || c->kind == OPTIMIZER_ADAMAX ||
+                      c->kind == OPTIMIZER_FTRL;
+
+    if (interleave)
+        for (size_t i = 0; i < n; i++)
+            for (size_t s = 0; s < 2 && !moving[i]; s++, count++) {
+                param[count] = i;
+                slot[count] = s;
+            }
+    for (size_t s = interleave ? 2 : 0; s < k; s++)
+        for (size_t i = 0; i < n; i++)
+            if (!moving[i]) {
+                param[count] = i;
+                slot[count++] = s;
+            }
+    return count;
+}
+
+float optimizer_momentum_power(float momentum, uint32_t batches)
+{
+    float r = 1;
+
+    for (uint32_t b = 0; b < batches && r != 0 && momentum != 1; b++)
+        r *= momentum;
+    return r;
+}

@@ -216,4 +216,17 @@ double optimizer_nadam_u_product(const optimizer_config_t *c, int64_t step);
  * linear), as checkpoints store it; NULL past optimizer_slot_count(). */
 const char *optimizer_slot_name(const optimizer_config_t *c, size_t k);
 
+/* momentum^batches in float32, multiplied out one batch at a time: what is left of a moving
+ * average after that many of its updates (BatchNormalization's statistics over a window of
+ * accumulated batches), rounded as the updates one by one would round it. */
+float optimizer_momentum_power(float momentum, uint32_t batches);
+
+/* The order in which Keras 3 keeps the slots of variables [0, n) (moving[i]: a moving statistic,
+ * without slots) among an optimizer's variables, as model.keras files hold them: the Adam family
+ * and Ftrl interleave their first two slots per variable, then every other slot runs over all
+ * variables. Entry j is slot slot[j] of variable param[j]; param and slot hold
+ * n * OPTIMIZER_MAX_SLOTS. Returns the entries. */
+size_t optimizer_keras_order(const optimizer_config_t *c, const bool *moving, size_t n,
+                             size_t *param, size_t *slot);
+
 #endif

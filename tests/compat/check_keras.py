@@ -162,7 +162,9 @@ with tempfile.TemporaryDirectory() as tmp:
     # model.save() keeps the optimizer's state, and Keras's load_model restores it: a job of
     # the archive alone trains on from it (iteration count, slots) as Keras's fit goes on. Keras
     # and Tessera take the same ten batches, in order, from the state Keras left; a job that
-    # names its own optimizer starts one anew, and must end elsewhere (the check can fail).
+    # names its own optimizer starts one anew, and must end elsewhere (the check can fail). The
+    # same job under parameter_server (one PS, one worker: one update a batch, as Keras's) has
+    # the chief hand the state to the PS, which goes on from it as tessera train does.
     x_more, y_more = x_train[2048:2688], y_train[2048:2688]
     np.save(os.path.join(tmp, "more-x.npy"), x_more)
     np.save(os.path.join(tmp, "more-y.npy"), y_more.astype("int64"))
@@ -197,12 +199,20 @@ with tempfile.TemporaryDirectory() as tmp:
         theirs = {"%s/%s" % (l.name, v.name): v.numpy() for l in model.layers for v in l.weights}
         ends = {}
         # --init-from takes the same archive's weights alone: the same optimizer, anew
-        for tag, flags in [("state", []), ("fresh", ["--init-from", archive])]:
+        for tag, flags in [("state", []), ("fresh", ["--init-from", archive]), ("ps", [])]:
             job = os.path.join(tmp, "state-%s-%s.yaml" % (name, tag))
             with open(job, "w") as f:
                 f.write("model: {keras: state-%s.keras}\n%scheckpoint: {dir: ckpt-state-%s-%s}\n"
                         % (name, more, name, tag))
-            out = tessera("train", job, *flags, cwd=tmp)
+                if tag == "ps":
+                    f.write("strategy: parameter_server\n")
+            if tag == "ps":
+                out = tessera("run", "--local", "--ps", "1", "--workers", "1", job, cwd=tmp)
+                check(("the optimizer goes on from iteration %d" % iterations) in out,
+                      "%s: the chief does not say the optimizer went on from Keras's iteration "
+                      "%d: %s" % (name, iterations, out))
+            else:
+                out = tessera("train", job, *flags, cwd=tmp)
             export = os.path.join(tmp, "export-state-%s-%s" % (name, tag))
             tessera("export", job, "--out", export, cwd=tmp)
             ours = load_file(os.path.join(export, "model.safetensors"))
@@ -213,10 +223,12 @@ with tempfile.TemporaryDirectory() as tmp:
                       in out, "%s: tessera train does not say it went on from Keras's iteration "
                       "%d: %s" % (name, iterations, out))
         print("optimizer state of %s (Keras iteration %d): after 10 more batches Tessera's weights "
-              "differ from Keras's by %.2e (relative to the largest), %.2e with a fresh optimizer"
-              % (name, iterations, ends["state"], ends["fresh"]))
-        check(ends["state"] <= 2e-4, "%s: Tessera trained on from Keras's optimizer state ends "
-              "%.2e away from Keras" % (name, ends["state"]))
+              "differ from Keras's by %.2e (relative to the largest), %.2e under "
+              "parameter_server, %.2e with a fresh optimizer"
+              % (name, iterations, ends["state"], ends["ps"], ends["fresh"]))
+        for tag in ("state", "ps"):
+            check(ends[tag] <= 2e-4, "%s: Tessera trained on from Keras's optimizer state (%s) "
+                  "ends %.2e away from Keras" % (name, tag, ends[tag]))
         check(ends["fresh"] > 10 * ends["state"] and ends["fresh"] > 1e-3,
               "%s: a fresh optimizer ends as near (%.2e) as the carried state (%.2e): the check "
               "cannot tell them apart" % (name, ends["fresh"], ends["state"]))

@@ -8,7 +8,7 @@
  *
  * - Parameter server, health Check, diagnostics Echo and Sink: the real handlers (ps-server/
  *   service.c over a real store) on an offline daemon (daemon_offline_new, rpc_offline_call),
- *   with small limits: 1 MiB messages, 8 MiB of variables, 4 jobs of at most 1024 shards. It
+ *   with small limits: 1 MiB messages, 8 MiB of variables, 5 jobs of at most 1024 shards. It
  *   starts with the jobs of the seed corpus (create-* of rpc_seeds.c), so that pulls and pushes
  *   find variables at once; a new ps_opts_t field needs a value in ps_start, or creating them
  *   fails loudly. The store lives across inputs, so that an input can use what an earlier one
@@ -71,7 +71,7 @@ static void ps_start(void)
     ps_opts = (ps_opts_t){
         .common = {.task_index = 0, .threads = 1, .max_message_bytes = MAX_MESSAGE},
         .max_memory_bytes = MAX_MEMORY_BYTES,
-        .max_jobs = 4,
+        .max_jobs = 5,
         .max_variables_per_job = 64,
         .max_shards_per_job = 1024,
     };

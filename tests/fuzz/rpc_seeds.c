@@ -162,6 +162,29 @@ static void add_create(seeds_t *s)
     req.job = "k";
     req.n_shards = 1;
     add(s, "create-sgd", RPC_PS_CREATE_VARIABLES, &req.base, NULL, 0);
+
+    /* A job whose Adam goes on from a Keras archive's state: the kernel's own values, its two
+     * slots and the updates applied so far. */
+    static float values[12], m[12], vel[12];
+    Tessera__V1__Initializer own = TESSERA__V1__INITIALIZER__INIT;
+    Tessera__V1__Initializer__Values own_values = TESSERA__V1__INITIALIZER__VALUES__INIT;
+    ProtobufCBinaryData slots[2] = {{sizeof(m), (uint8_t *)m}, {sizeof(vel), (uint8_t *)vel}};
+    for (int i = 0; i < 12; i++) {
+        values[i] = 0.1f * (float)(i - 6);
+        m[i] = 0.01f * (float)(6 - i);
+        vel[i] = 1e-4f * (float)(i + 1);
+    }
+    own_values.data = (ProtobufCBinaryData){sizeof(values), (uint8_t *)values};
+    own.kind_case = TESSERA__V1__INITIALIZER__KIND_VALUES;
+    own.values = &own_values;
+    optimizer_config_default(OPTIMIZER_ADAM, &opt);
+    optimizer_to_proto(&opt, 1.0, &om);
+    shard(&v[0], "dense/kernel", 0, 1, 2, kernel, kernel, &own, false);
+    v[0].n_slots = 2;
+    v[0].slots = slots;
+    v[0].updates = 42;
+    req.job = "s";
+    add(s, "create-state", RPC_PS_CREATE_VARIABLES, &req.base, NULL, 0);
 }
 
 static void add_pull(seeds_t *s)
@@ -253,6 +276,15 @@ static void add_push(seeds_t *s)
     kref.byte_length = 12 * sizeof(uint16_t);
     req.pull_dtype = TESSERA__V1__DTYPE__DTYPE_BFLOAT16;
     add(s, "push-pull-bf16", RPC_PS_PUSH_PULL, &req.base, &payload, 12 * sizeof(uint16_t));
+    /* a window of 4 accumulated batches' moving mean: averaged in as 4 updates */
+    int64_t stat[] = {3};
+    Tessera__V1__TensorRef sref =
+        tensor(TESSERA__V1__DTYPE__DTYPE_FLOAT32, 1, stat, 0, 3 * sizeof(float));
+    key[0].variable = "bn/moving_mean";
+    it[0].dense = &sref;
+    req.pull_dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+    req.batches = 4;
+    add(s, "push-pull-batches", RPC_PS_PUSH_PULL, &req.base, &payload, 3 * sizeof(float));
 }
 
 static void add_ps_admin(seeds_t *s)

@@ -163,6 +163,7 @@ status_t ps_push_raw(rpc_channel_t *ch, const push_spec_t *p, rpc_error_t *err)
     req.job = (char *)p->job;
     req.n_items = 1;
     req.items = items;
+    req.batches = p->batches;
     rc = rpc_ps_push(ch, &req, &opts, &resp, NULL, err);
     if (rc == STATUS_OK)
         protobuf_c_message_free_unpacked(&resp->base, NULL);

@@ -39,6 +39,7 @@ typedef struct push_spec {
     const void *payload;
     size_t payload_len;
     bool pull_after;
+    uint32_t batches; /* PushRequest.batches */
 } push_spec_t;
 
 /* Shard `shard` of `num` of a [d0, d1] (d1 = 0: [d0]) float32 variable in the div layout,

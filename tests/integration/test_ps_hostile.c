@@ -365,6 +365,46 @@ START_TEST(ps_hostile_findings_get_clear_errors_and_change_nothing)
     assert_floats_eq(got, own, 12);
     free(got);
 
+    /* 9. An optimizer's state (an archive's going on): more slots than any optimizer keeps, a
+     * slot of the wrong size, a negative sum of squares, or a count past 2^53 creates nothing;
+     * a good one starts the shard at its update count. */
+    float m[12] = {0}, vel[12] = {0};
+    ProtobufCBinaryData slots[4] = {
+        {48, (uint8_t *)m}, {48, (uint8_t *)vel}, {48, (uint8_t *)m}, {48, (uint8_t *)m}};
+    uint64_t version = 0;
+    ps_opt_desc(&opt, true, 0.001);
+    v.msg.slots = slots;
+    v.msg.n_slots = 4;
+    expect(&f, ps_create(f.ch, "f9", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err, "own",
+           "no optimizer keeps more than 3", "4 slots");
+    v.msg.n_slots = 2;
+    slots[1].len = 44;
+    expect(&f, ps_create(f.ch, "f9", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err, "own",
+           "its velocity slot is 44 bytes", "a velocity one float short");
+    slots[1].len = 48;
+    vel[3] = -1;
+    expect(&f, ps_create(f.ch, "f9", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err, "own",
+           "a sum of squares", "a negative velocity");
+    vel[3] = 1;
+    v.msg.updates = (UINT64_C(1) << 53) + 1;
+    expect(&f, ps_create(f.ch, "f9", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err, "own",
+           "more than 2^53", "updates past 2^53");
+    v.msg.updates = 77;
+    ck_assert_int_eq(ps_create(f.ch, "f9", &opt, &v, 1, NULL, &err), STATUS_OK);
+    got = ps_pull(f.ch, "f9", "own", 0, NULL, 0, NULL, &version);
+    assert_floats_eq(got, own, 12);
+    ck_assert_uint_eq(version, 77);
+    free(got);
+    /* a push that stands for more batches than a window may hold changes nothing */
+    p = ps_dense("f9", "own", 0, 4, 3, big);
+    p.batches = 65537;
+    expect(&f, ps_push_raw(f.ch, &p, &err), STATUS_INVALID_ARGUMENT, &err, "batches",
+           "65537 batches, more than 65536", "a window of 65537 batches");
+    got = ps_pull(f.ch, "f9", "own", 0, NULL, 0, NULL, &version);
+    assert_floats_eq(got, own, 12);
+    ck_assert_uint_eq(version, 77);
+    free(got);
+
     ck_assert_int_eq(health_check(f.ps.listen, "", 5000, &err), HEALTH_SERVING);
     free(f.w);
     free(f.emb);

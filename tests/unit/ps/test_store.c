@@ -377,6 +377,18 @@ START_TEST(store_moving_statistic_takes_the_moving_average)
         assert_floats_eq(got, want, 4);
         free(got);
     }
+    /* a window of 3 accumulated batches: momentum^3 of the average stays, as 3 updates leave */
+    it.grad = g;
+    it.batches = 3;
+    ck_assert_int_eq(store_push(s, "job", &it, 1, false, &version, NULL, NULL, NULL, &err),
+                     STATUS_OK);
+    for (int i = 0; i < 4; i++)
+        want[i] = want[i] * (0.99f * 0.99f * 0.99f) + g[i] * (1 - 0.99f * 0.99f * 0.99f);
+    got = pull_all(s, "job", "bn/moving_mean", 0, NULL, NULL);
+    assert_floats_eq(got, want, 4);
+    free(got);
+    it.grad = bad;
+    it.batches = 0;
     ck_assert_int_eq(store_push(s, "job", &it, 1, false, &version, NULL, NULL, NULL, &err),
                      STATUS_INVALID_ARGUMENT);
     ck_assert_msg(strstr(err.msg.text, "the statistic holds nan"), "%s", err.msg.text);
@@ -922,6 +934,88 @@ START_TEST(store_create_refuses_initial_values_beyond_float32)
 }
 END_TEST
 
+/* An optimizer that goes on (a Keras archive's): the shard takes the slots and update count it
+ * is given, and its next updates are the kernels' from that state, bias correction included. */
+START_TEST(store_create_with_optimizer_state_goes_on_from_it)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = adam();
+    store_shard_spec_t sp = spec("w", 3, 2, 1, 2); /* rows 2..3 of 3: one row */
+    int64_t shape[2] = {1, 2};
+    float values[2] = {0.5f, -0.25f}, m[2] = {0.01f, -0.02f}, v[2] = {4e-4f, 1e-3f};
+    float want[2] = {0.5f, -0.25f}, slots[4] = {0.01f, -0.02f, 4e-4f, 1e-3f}, g[2] = {0.3f, -0.1f};
+    uint64_t version = 0;
+
+    sp.has_values = true;
+    sp.values = (const uint8_t *)values;
+    sp.values_len = sizeof(values);
+    sp.slots[0] = (const uint8_t *)m;
+    sp.slots[1] = (const uint8_t *)v;
+    sp.slots_len[0] = sp.slots_len[1] = sizeof(m);
+    sp.n_slots = 2;
+    sp.updates = 1000;
+    create_ok(s, "job", &opt, &sp, 1, 1);
+    free(pull_all(s, "job", "w", 1, NULL, &version));
+    ck_assert_uint_eq(version, 1000);
+    for (int step = 0; step < 3; step++) {
+        push_dense(s, "job", "w", 1, shape, 2, g, 1001 + (uint64_t)step);
+        optimizer_apply_dense(&opt, 1000 + step, want, g, slots, 2);
+        float *got = pull_all(s, "job", "w", 1, NULL, NULL);
+        assert_floats_eq(got, want, 2);
+        free(got);
+    }
+    /* from a fresh state the same pushes end elsewhere: the state was used */
+    float fresh[2] = {0.5f, -0.25f}, zero[4] = {0};
+    for (int step = 0; step < 3; step++)
+        optimizer_apply_dense(&opt, step, fresh, g, zero, 2);
+    ck_assert(fresh[0] != want[0] && fresh[1] != want[1]);
+    store_free(s);
+}
+END_TEST
+
+/* A state that does not fit the optimizer or the shard, or that the update cannot take, is
+ * refused naming the variable and the slot, and nothing is created. */
+START_TEST(store_create_refuses_a_bad_optimizer_state)
+{
+    static const struct {
+        size_t n_slots, len1;
+        float v0;
+        uint64_t updates;
+        const char *want;
+    } cases[] = {
+        {1, 8, 1e-3f, 0, "1 optimizer slots given, but adam keeps 2"},
+        {2, 4, 1e-3f, 0, "its velocity slot is 4 bytes, the shard's 2 float32 take 8"},
+        {2, 8, -1e-3f, 0, "its velocity slot holds -0.001 at element 0, but it is a sum"},
+        {2, 8, NAN, 0, "its velocity slot holds nan at element 0"},
+        {2, 8, 1e-3f, (1ull << 53) + 1, "updates so far, more than 2^53"},
+    };
+    optimizer_config_t opt = adam();
+    float m[2] = {0}, v[2];
+
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        store_t *s = new_store();
+        store_shard_spec_t sp = spec("w", 2, 0, 0, 1);
+        store_totals_t t;
+        store_err_t err;
+        v[0] = cases[c].v0;
+        v[1] = 1e-3f;
+        sp.slots[0] = (const uint8_t *)m;
+        sp.slots[1] = (const uint8_t *)v;
+        sp.slots_len[0] = sizeof(m);
+        sp.slots_len[1] = cases[c].len1;
+        sp.n_slots = cases[c].n_slots;
+        sp.updates = cases[c].updates;
+        ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(err.msg.text, cases[c].want) != NULL &&
+                          strstr(err.msg.text, "variable 'w'") != NULL,
+                      "case %zu: %s", c, err.msg.text);
+        store_totals(s, &t);
+        ck_assert_uint_eq(t.shards + t.jobs, 0);
+        store_free(s);
+    }
+}
+END_TEST
+
 /* Each shard's bookkeeping counts against the memory limit, and shards per job are capped. */
 START_TEST(store_tiny_shards_pay_for_their_bookkeeping)
 {
@@ -1266,6 +1360,8 @@ int main(void)
     tcase_add_test(tc, store_concurrent_pushes_all_apply_and_pulls_never_see_half_an_update);
     tcase_add_test(tc, store_push_that_would_overflow_float32_changes_nothing);
     tcase_add_test(tc, store_create_refuses_initial_values_beyond_float32);
+    tcase_add_test(tc, store_create_with_optimizer_state_goes_on_from_it);
+    tcase_add_test(tc, store_create_refuses_a_bad_optimizer_state);
     tcase_add_test(tc, store_tiny_shards_pay_for_their_bookkeeping);
     tcase_add_test(tc, store_save_and_restore_round_trip_and_refuse_damage);
     suite_add_tcase(s, tc);
