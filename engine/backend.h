@@ -68,6 +68,20 @@ typedef struct backend {
     /* Convolution as a matrix product: one row of kh*kw*c values per output pixel. */
     void (*im2col)(const backend_window_t *g, const float *in, int batch, float *cols);
     void (*col2im)(const backend_window_t *g, const float *cols, int batch, float *dx);
+    /* Convolution without columns, straight from a zero-padded copy of the input; optional
+     * (NULL, or conv_fits false: im2col and gemm). The kernel w is [kh * kw * c, filters].
+     * conv_pad writes the copy (conv_pad_floats of it), conv_forward adds the convolution into
+     * out, conv_grad_kernel sets dw from the same copy, conv_grad_input sets dx, through dpad
+     * (conv_pad_floats, its own) and wt (filters * kh * kw * c floats, scratch). */
+    bool (*conv_fits)(const backend_window_t *g, int filters);
+    size_t (*conv_pad_floats)(const backend_window_t *g, int batch);
+    void (*conv_pad)(const backend_window_t *g, const float *in, int batch, float *pad);
+    void (*conv_forward)(const backend_window_t *g, const float *pad, int batch, const float *w,
+                         int filters, float *out);
+    void (*conv_grad_kernel)(const backend_window_t *g, const float *pad, int batch,
+                             const float *dy, int filters, float *dw);
+    void (*conv_grad_input)(const backend_window_t *g, const float *dy, int batch, const float *w,
+                            int filters, float *wt, float *dpad, float *dx);
 
     /* Pooling. Max keeps each output's input offset in argmax for the backward pass; average
      * divides by the window's elements inside the input, as TensorFlow does. */

@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "base/clock.h"
+#include "conv_direct.h"
 #include "gemm_narrow.h"
 #include "spin.h"
 
@@ -57,6 +58,7 @@ static void load(void)
 
     /* Tessera's own kernels go by what the CPU runs, whatever OpenBLAS is told */
     gemm_narrow_select(best == NULL ? 0 : strcmp(best, "SkylakeX") == 0 ? 2 : 1);
+    conv_direct_select(best == NULL ? 0 : strcmp(best, "SkylakeX") == 0 ? 2 : 1);
     if (core != NULL) {
         if (inherited != NULL && strcmp(inherited, core) != 0)
             LOG_INFO(TRAIN, "OPENBLAS_CORETYPE=%s replaced by %s, the best this CPU runs%s",

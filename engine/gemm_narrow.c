@@ -12,26 +12,19 @@ static narrow_fn nn_impl, tn_impl; /* NULL: none for this CPU */
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 
-typedef float vec8 __attribute__((vector_size(32)));
-typedef float vec8_u __attribute__((vector_size(32), aligned(4))); /* unaligned access */
-#define LOAD(p)     (*(const vec8_u *)(p))
-#define STORE(p, v) (*(vec8_u *)(p) = (v))
+#include "narrow_simd.h"
 
-#define NARROW_CHUNK 256 /* rows of A^T B at a time: 256 x 288 floats of A stay in L2 */
-
-/* AVX-512: 32 vector registers, 24 of them accumulators */
-#define NARROW_ROWS     12
+#define NARROW_ROWS     NARROW_V4_ROWS
 #define NARROW_FN(name) name##_v4
-#define NARROW_TARGET   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#define NARROW_TARGET   NARROW_V4_TARGET
 #include "gemm_narrow_body.h"
 #undef NARROW_ROWS
 #undef NARROW_FN
 #undef NARROW_TARGET
 
-/* AVX2: 16 vector registers, 12 of them accumulators */
-#define NARROW_ROWS     6
+#define NARROW_ROWS     NARROW_V3_ROWS
 #define NARROW_FN(name) name##_v3
-#define NARROW_TARGET   __attribute__((target("avx2,fma")))
+#define NARROW_TARGET   NARROW_V3_TARGET
 #include "gemm_narrow_body.h"
 #undef NARROW_ROWS
 #undef NARROW_FN

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "blas.h"
+#include "conv_direct.h"
 
 static status_t cpu_set_threads(int threads, status_msg_t *err)
 {
@@ -416,6 +417,157 @@ static void cpu_col2im(const backend_window_t *g, const float *cols, int batch, 
     run_window(col2im_part, g, cols, batch, dx);
 }
 
+/* The padded image a direct convolution reads: pad_t zero rows above the input and pad_l zero
+ * columns left of it, and zeros after it as far as the last windows reach. */
+static void padded_size(const backend_window_t *g, int *ret_hp, int *ret_wp)
+{
+    int hp = (g->oh - 1) * g->sh + g->kh, wp = (g->ow - 1) * g->sw + g->kw;
+
+    *ret_hp = hp > g->pad_t + g->h ? hp : g->pad_t + g->h;
+    *ret_wp = wp > g->pad_l + g->w ? wp : g->pad_l + g->w;
+}
+
+static conv_direct_t direct_of(const backend_window_t *g, int batch, int filters)
+{
+    int hp, wp;
+
+    padded_size(g, &hp, &wp);
+    return (conv_direct_t){.rows = batch * g->oh * g->ow,
+                           .oh = g->oh,
+                           .ow = g->ow,
+                           .kh = g->kh,
+                           .seg = g->kw * g->c,
+                           .filters = filters,
+                           .row_stride = (size_t)wp * g->c,
+                           .image = (size_t)hp * wp * g->c,
+                           .step_y = (size_t)g->sh * wp * g->c,
+                           .step_x = (size_t)g->sw * g->c};
+}
+
+static bool cpu_conv_fits(const backend_window_t *g, int filters)
+{
+    return conv_direct_fits(g->kw * g->c, filters);
+}
+
+static size_t cpu_conv_pad_floats(const backend_window_t *g, int batch)
+{
+    int hp, wp;
+
+    padded_size(g, &hp, &wp);
+    return (size_t)batch * hp * wp * g->c;
+}
+
+/* A direct convolution's work over the threads: the padded copy and the input's gradient by
+ * images, the forward pass by output rows, the kernel's gradient by its rows. */
+typedef struct direct_job {
+    const backend_window_t *g;
+    conv_direct_t d;
+    int batch;
+    const float *in, *pad, *w, *dy;
+    float *out, *dpad, *dx;
+} direct_job_t;
+
+static void pad_part(void *arg, int part, int parts)
+{
+    const direct_job_t *j = arg;
+    const backend_window_t *g = j->g;
+    size_t row = (size_t)g->w * g->c, left = (size_t)g->pad_l * g->c;
+    int hp, wp, lo, hi;
+
+    padded_size(g, &hp, &wp);
+    part_of(j->batch, part, parts, &lo, &hi);
+    for (int b = lo; b < hi; b++) {
+        float *img = j->out + (size_t)b * j->d.image;
+        const float *in = j->in + (size_t)b * g->h * row;
+        for (int y = 0; y < hp; y++) {
+            float *p = img + (size_t)y * j->d.row_stride;
+            int iy = y - g->pad_t;
+            if (iy < 0 || iy >= g->h) {
+                memset(p, 0, j->d.row_stride * sizeof(float));
+                continue;
+            }
+            memset(p, 0, left * sizeof(float));
+            memcpy(p + left, in + (size_t)iy * row, row * sizeof(float));
+            memset(p + left + row, 0, (j->d.row_stride - left - row) * sizeof(float));
+        }
+    }
+}
+
+static void cpu_conv_pad(const backend_window_t *g, const float *in, int batch, float *pad)
+{
+    direct_job_t j = {.g = g, .d = direct_of(g, batch, 16), .batch = batch, .in = in, .out = pad};
+
+    blas_parallel(pad_part, &j, (size_t)batch * j.d.image);
+}
+
+static void forward_part(void *arg, int part, int parts)
+{
+    const direct_job_t *j = arg;
+    int lo, hi;
+
+    part_of(j->d.rows, part, parts, &lo, &hi);
+    conv_direct_forward(&j->d, j->pad, j->w, j->out, lo, hi);
+}
+
+static void cpu_conv_forward(const backend_window_t *g, const float *pad, int batch, const float *w,
+                             int filters, float *out)
+{
+    direct_job_t j = {.d = direct_of(g, batch, filters), .pad = pad, .w = w, .out = out};
+
+    blas_parallel(forward_part, &j, (size_t)j.d.rows * j.d.kh * j.d.seg * filters);
+}
+
+static void grad_kernel_part(void *arg, int part, int parts)
+{
+    const direct_job_t *j = arg;
+    int lo, hi;
+
+    part_of(j->d.kh * j->d.seg, part, parts, &lo, &hi);
+    conv_direct_grad_kernel(&j->d, j->pad, j->dy, j->out, lo, hi);
+}
+
+static void cpu_conv_grad_kernel(const backend_window_t *g, const float *pad, int batch,
+                                 const float *dy, int filters, float *dw)
+{
+    direct_job_t j = {.d = direct_of(g, batch, filters), .pad = pad, .dy = dy, .out = dw};
+
+    blas_parallel(grad_kernel_part, &j, (size_t)j.d.rows * j.d.kh * j.d.seg * filters);
+}
+
+/* The input's gradient for a part of the images: into their padded images (zeroed first),
+ * then the inside of each into dx. */
+static void grad_input_part(void *arg, int part, int parts)
+{
+    const direct_job_t *j = arg;
+    const backend_window_t *g = j->g;
+    size_t row = (size_t)g->w * g->c, per = (size_t)g->oh * g->ow;
+    int lo, hi;
+
+    part_of(j->batch, part, parts, &lo, &hi);
+    memset(j->dpad + (size_t)lo * j->d.image, 0, (size_t)(hi - lo) * j->d.image * sizeof(float));
+    conv_direct_grad_input(&j->d, j->dy, j->w, j->dpad, (int)(lo * per), (int)(hi * per));
+    for (int b = lo; b < hi; b++)
+        for (int y = 0; y < g->h; y++)
+            memcpy(j->dx + ((size_t)b * g->h + y) * row,
+                   j->dpad + (size_t)b * j->d.image + (size_t)(y + g->pad_t) * j->d.row_stride +
+                       (size_t)g->pad_l * g->c,
+                   row * sizeof(float));
+}
+
+static void cpu_conv_grad_input(const backend_window_t *g, const float *dy, int batch,
+                                const float *w, int filters, float *wt, float *dpad, float *dx)
+{
+    direct_job_t j = {.g = g, .d = direct_of(g, batch, filters), .batch = batch, .dy = dy, .w = wt};
+    size_t k = (size_t)j.d.kh * j.d.seg;
+
+    for (size_t r = 0; r < k; r++) /* the kernel transposed: a row a filter */
+        for (int f = 0; f < filters; f++)
+            wt[(size_t)f * k + r] = w[r * filters + f];
+    j.dpad = dpad;
+    j.dx = dx;
+    blas_parallel(grad_input_part, &j, (size_t)j.d.rows * k * filters);
+}
+
 /* ---- pooling ------------------------------------------------------------------------------ */
 
 /* One max-pooling window for all C channels, channels innermost so that the loop vectorizes:
@@ -608,6 +760,12 @@ static const backend_t cpu_backend = {
     .activate_backward = cpu_activate_backward,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
+    .conv_fits = cpu_conv_fits,
+    .conv_pad_floats = cpu_conv_pad_floats,
+    .conv_pad = cpu_conv_pad,
+    .conv_forward = cpu_conv_forward,
+    .conv_grad_kernel = cpu_conv_grad_kernel,
+    .conv_grad_input = cpu_conv_grad_input,
     .max_pool = cpu_max_pool,
     .max_pool_backward = cpu_max_pool_backward,
     .average_pool = cpu_average_pool,

@@ -1,6 +1,8 @@
-/* Conv2D: im2col, then one matrix product with the kernel [kh, kw, in, filters]. Conv1D is the
- * same on an image of height 1: input (steps, channels), kernel [k, in, filters] (Keras's shape,
- * the same floats as [1, k, in, filters]). */
+/* Conv2D: im2col, then one matrix product with the kernel [kh, kw, in, filters]; or, where the
+ * backend has them for the shape (conv_fits: on the CPU, 16 or 32 filters over 16k channels),
+ * the backend's direct kernels over a zero-padded copy of the input, without columns. Conv1D
+ * is the same on an image of height 1: input (steps, channels), kernel [k, in, filters]
+ * (Keras's shape, the same floats as [1, k, in, filters]). */
 #include "job/initializer.h"
 #include "layers/layer.h"
 
@@ -57,6 +59,11 @@ static status_t conv_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
             return layer_plan_failed(p, err);
         initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, p->seed + 1);
     }
+    if (l->be->conv_fits != NULL && l->be->conv_fits(g, s->filters)) {
+        l->pad = layer_floats(p->m, l->be->conv_pad_floats(g, p->max_batch));
+        l->wt = layer_floats(p->m, (size_t)g->kh * g->kw * g->c * (size_t)s->filters);
+        return l->pad != NULL && l->wt != NULL ? STATUS_OK : layer_plan_failed(p, err);
+    }
     l->cols =
         layer_floats(p->m, layer_mul_sat(layer_mul_sat((size_t)p->max_batch * g->oh, (size_t)g->ow),
                                          (size_t)g->kh * g->kw * g->c));
@@ -68,10 +75,16 @@ static status_t conv_forward(layer_t *l, int batch, bool training, status_msg_t 
     const backend_window_t *g = &l->win;
     int k = g->kh * g->kw * g->c, rows = batch * g->oh * g->ow, filters = l->spec.filters;
 
-    l->be->im2col(g, l->in, batch, l->cols);
+    if (l->pad != NULL)
+        l->be->conv_pad(g, l->in, batch, l->pad);
+    else
+        l->be->im2col(g, l->in, batch, l->cols);
     l->be->fill_rows(l->out, (size_t)rows, l->b ? l->b->value : NULL, (size_t)filters);
-    l->be->gemm(false, false, rows, filters, k, 1.0f, l->cols, k, l->w->value, filters, 1.0f,
-                l->out, filters);
+    if (l->pad != NULL)
+        l->be->conv_forward(g, l->pad, batch, l->w->value, filters, l->out);
+    else
+        l->be->gemm(false, false, rows, filters, k, 1.0f, l->cols, k, l->w->value, filters, 1.0f,
+                    l->out, filters);
     return STATUS_OK;
 }
 
@@ -80,8 +93,11 @@ static void conv_backward_params(layer_t *l, int batch, const float *dy)
     const backend_window_t *g = &l->win;
     int k = g->kh * g->kw * g->c, rows = batch * g->oh * g->ow, filters = l->spec.filters;
 
-    l->be->gemm(true, false, k, filters, rows, 1.0f, l->cols, k, dy, filters, 0.0f, l->w->grad,
-                filters);
+    if (l->pad != NULL)
+        l->be->conv_grad_kernel(g, l->pad, batch, dy, filters, l->w->grad);
+    else
+        l->be->gemm(true, false, k, filters, rows, 1.0f, l->cols, k, dy, filters, 0.0f, l->w->grad,
+                    filters);
     if (l->b != NULL)
         l->be->column_sums(dy, (size_t)rows, (size_t)filters, l->b->grad);
 }
@@ -91,7 +107,11 @@ static void conv_backward_input(layer_t *l, int batch, const float *dy, float *d
     const backend_window_t *g = &l->win;
     int k = g->kh * g->kw * g->c, rows = batch * g->oh * g->ow, filters = l->spec.filters;
 
-    /* The columns are no longer needed: reuse them for their gradient. */
+    /* The columns (the padded input) are no longer needed: reuse them for their gradient. */
+    if (l->pad != NULL) {
+        l->be->conv_grad_input(g, dy, batch, l->w->value, filters, l->wt, l->pad, dx);
+        return;
+    }
     l->be->gemm(false, true, rows, k, filters, 1.0f, dy, filters, l->w->value, filters, 0.0f,
                 l->cols, k);
     l->be->col2im(g, l->cols, batch, dx);

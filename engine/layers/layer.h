@@ -32,10 +32,13 @@ typedef struct layer {
     const float *in;      /* input of the last forward pass */
     backend_window_t win; /* Conv2D and pooling geometry */
     float *cols;          /* Conv2D: im2col buffer */
-    int32_t *argmax;      /* MaxPooling2D: input offset of each output's maximum */
-    float *mask;          /* Dropout: kept (scale) or dropped (0) */
-    uint64_t rng;         /* Dropout: its seed, or its stream until draws are keyed */
-    uint64_t draw_key;    /* model_set_draw_key: this pass's key */
+    /* Conv2D without columns (backend conv_fits): the zero-padded input, from forward to the
+     * kernel's gradient, then the input's padded gradient; and the kernel transposed */
+    float *pad, *wt;
+    int32_t *argmax;   /* MaxPooling2D: input offset of each output's maximum */
+    float *mask;       /* Dropout: kept (scale) or dropped (0) */
+    uint64_t rng;      /* Dropout: its seed, or its stream until draws are keyed */
+    uint64_t draw_key; /* model_set_draw_key: this pass's key */
     bool draw_keyed;
     int32_t *slot_of_row; /* Embedding: row -> slot in rows_index during backward */
     size_t rows_cap;      /* Embedding: the rows its param's rows_* hold at most */
