@@ -54,7 +54,8 @@ void conv_direct_select(int level)
 
 bool conv_direct_fits(int seg, int filters)
 {
-    return impl != NULL && (filters == 16 || filters == 32) && seg > 0 && seg % 16 == 0;
+    return impl != NULL && filters > 0 && filters <= 64 && filters % 16 == 0 && seg > 0 &&
+           seg % 16 == 0;
 }
 
 void conv_direct_forward(const conv_direct_t *d, const float *pad, const float *w, float *out,

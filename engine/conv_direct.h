@@ -1,9 +1,10 @@
-/* Convolutions of 16 or 32 filters straight from a zero-padded copy of the input, without the
- * columns im2col writes: each output pixel's window is kh runs of kw * c floats in the padded
- * image (channels last), which these kernels read where they are. The columns of a 14x14x16
- * batch of 64 take 7 MB that im2col writes and the products read back twice; the padded copy
- * takes 1 MB. The arithmetic is gemm_narrow's: the same tiles, the same order of sums, so the
- * forward pass and the kernel's gradient are bit for bit those of im2col and gemm_narrow.
+/* Convolutions of 16 to 64 filters (a multiple of 16) straight from a zero-padded copy of the
+ * input, without the columns im2col writes: each output pixel's window is kh runs of kw * c
+ * floats in the padded image (channels last), which these kernels read where they are. The
+ * columns of a 14x14x16 batch of 64 take 7 MB that im2col writes and the products read back
+ * twice; the padded copy takes 1 MB. The arithmetic is gemm_narrow's: the same tiles, the same
+ * order of sums, so with 16 or 32 filters the forward pass and the kernel's gradient are bit
+ * for bit those of im2col and gemm_narrow.
  *
  * The caller (backend/cpu.c) pads the input and splits the work over threads: forward by
  * output rows, the kernel's gradient by its rows (every sum then runs over all output rows in
@@ -20,7 +21,7 @@ typedef struct conv_direct {
     int oh, ow;        /* output height and width */
     int kh;            /* kernel rows */
     int seg;           /* floats of one kernel row's window: kw * c, a multiple of 16 */
-    int filters;       /* 16 or 32 */
+    int filters;       /* 16, 32, 48 or 64 */
     size_t row_stride; /* floats between rows of the padded image: wp * c */
     size_t image;      /* floats of one padded image: hp * wp * c */
     size_t step_y;     /* floats between the windows of vertically neighbouring outputs */
@@ -31,7 +32,8 @@ typedef struct conv_direct {
 void conv_direct_select(int level);
 
 /* Whether the kernels take a convolution of `filters` filters whose kernel rows are `seg`
- * floats: a CPU they were built for, 16 or 32 filters, seg a multiple of 16. */
+ * floats: a CPU they were built for, 16 to 64 filters in steps of 16, seg a multiple of 16.
+ * (Wider, OpenBLAS's products over columns win back what im2col costs.) */
 bool conv_direct_fits(int seg, int filters);
 
 /* out[r, f] += the convolution, for output rows [lo, hi). w is the kernel [kh * seg, filters]. */

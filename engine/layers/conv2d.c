@@ -1,5 +1,5 @@
 /* Conv2D: im2col, then one matrix product with the kernel [kh, kw, in, filters]; or, where the
- * backend has them for the shape (conv_fits: on the CPU, 16 or 32 filters over 16k channels),
+ * backend has them for the shape (conv_fits: on the CPU, 16 to 64 filters over 16k channels),
  * the backend's direct kernels over a zero-padded copy of the input, without columns. Conv1D
  * is the same on an image of height 1: input (steps, channels), kernel [k, in, filters]
  * (Keras's shape, the same floats as [1, k, in, filters]). */
