@@ -71,24 +71,24 @@ static status_t build_manifest(coordinator_t *c, chief_job_t *j, const plan_t *p
     size_t n = plan->n_places;
 
     memset(ms, 0, sizeof(*ms));
-    *m = (ckpt_manifest_t){.step = pos->step,
-                           .job = j->job.name ? j->job.name : j->name,
-                           .job_hash = j->job.source_hash,
-                           .wall_time = clock_wall_s(),
-                           .optimizer = (char *)optimizer_kind_name(opt->kind),
-                           .iterations = pos->step,
-                           .learning_rate = optimizer_learning_rate(opt, pos->step),
-                           .n_slots = optimizer_slot_count(opt),
-                           .has_last_epoch = pos->has_last_epoch,
-                           .last_loss = pos->last_loss,
-                           .last_accuracy = pos->last_accuracy,
-                           /* borrowed, not freed with the manifest's lists */
-                           .metric_sums = (double *)pos->metric_sums,
-                           .n_metric_sums = pos->metric_sums != NULL ? j->job.metric_width : 0,
-                           .last_metrics = (double *)pos->last_metrics,
-                           .n_last_metrics =
-                               pos->last_metrics != NULL ? (size_t)j->job.n_metrics : 0,
-                           .metric_signature = job_metrics_signature(&j->job)};
+    *m = (ckpt_manifest_t){
+        .step = pos->step,
+        .job = j->job.name ? j->job.name : j->name,
+        .job_hash = j->job.source_hash,
+        .wall_time = clock_wall_s(),
+        .optimizer = (char *)optimizer_kind_name(opt->kind),
+        .iterations = j->updates_from + pos->step,
+        .learning_rate = optimizer_learning_rate(opt, j->updates_from + pos->step),
+        .n_slots = optimizer_slot_count(opt),
+        .has_last_epoch = pos->has_last_epoch,
+        .last_loss = pos->last_loss,
+        .last_accuracy = pos->last_accuracy,
+        /* borrowed, not freed with the manifest's lists */
+        .metric_sums = (double *)pos->metric_sums,
+        .n_metric_sums = pos->metric_sums != NULL ? j->job.metric_width : 0,
+        .last_metrics = (double *)pos->last_metrics,
+        .n_last_metrics = pos->last_metrics != NULL ? (size_t)j->job.n_metrics : 0,
+        .metric_signature = job_metrics_signature(&j->job)};
     memcpy(m->epoch_sums, pos->epoch_sums, sizeof(m->epoch_sums));
     m->slots = calloc(m->n_slots + 1, sizeof(*m->slots));
     m->vars = calloc(n + 1, sizeof(*m->vars));

@@ -43,6 +43,9 @@ typedef struct chief_job {
     job_file_copy_t *files;
     size_t n_files;
     job_t job;
+    /* the optimizer's updates before this job's first step: those of a Keras archive it goes
+     * on from (job.init_optimizer), kept in each checkpoint's iterations beyond its step */
+    int64_t updates_from;
     Tessera__V1__JobState state;
     char reason[512];
     char failed_task[32]; /* a failed job's: "worker:1", "ps:0", "chief:0" */

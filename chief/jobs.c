@@ -179,9 +179,6 @@ status_t chief_job_new(const Tessera__V1__SubmitJobRequest *req, chief_job_t **r
                                  ? "central_storage"
                                  : "multi_worker_mirrored");
     }
-    /* every other job runs on the parameter servers, one_device included */
-    if (rc == STATUS_OK && !job_is_synchronous(&j->job))
-        rc = job_check_for_ps(&j->job, req->job_path[0] ? req->job_path : "job", err);
     if (rc == STATUS_OK && j->job.init_from != NULL && j->job.init_from[0] != '/')
         rc = status_fail(err, STATUS_BAD_CONFIG,
                          "%s: init_from \"%s\" must be an absolute path when the job is "

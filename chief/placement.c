@@ -11,6 +11,7 @@
 #include "placement.h"
 #include "job/init_optimizer.h"
 #include "job/partitioner.h"
+#include "rpc/initializer_proto.h"
 #include "rpc/optimizer_proto.h"
 
 void placement_done(plan_t *p)
@@ -42,8 +43,14 @@ status_t placement_plan(coordinator_t *c, chief_job_t *j,
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < vars->n_variables; i++) {
         const Tessera__V1__VariableShard *v = vars->variables[i];
+        job_constraint_t con;
         status_t rc = partitioner_num_shards(&j->job.partitioner, v->full_shape, v->n_full_shape,
                                              sizeof(float), &counts[i], err);
+        /* a constraint whose norms span rows needs every row in one place: one shard */
+        if (rc == STATUS_OK &&
+            constraint_from_proto(v->constraint, (int)v->n_full_shape, &con, err) == STATUS_OK &&
+            constraint_spans_rows(&con))
+            counts[i] = 1;
         if (rc != STATUS_OK) {
             free(counts);
             return rc;
@@ -74,6 +81,9 @@ status_t placement_plan(coordinator_t *c, chief_job_t *j,
             p->rows = rows;
             plan->place_ptrs[k] = p;
             *sh = *v;
+            sh->n_slots = 0; /* a worker describes variables, not their optimizer's state */
+            sh->slots = NULL;
+            sh->updates = 0;
             sh->shard = s;
             sh->num_shards = counts[i];
             sh->row_offset = off;
@@ -161,7 +171,7 @@ static status_t read_slots(chief_job_t *j, const init_weights_t *w, const st_ten
 }
 
 /* Shard k (of variable i, whose rows are row_len elements) takes its rows of the variable's
- * slots, and the optimizer's update count. */
+ * slots. */
 static void give_slots(plan_t *plan, size_t i, size_t k, size_t row_len)
 {
     Tessera__V1__VariableShard *sh = &plan->shards[k];
@@ -175,7 +185,6 @@ static void give_slots(plan_t *plan, size_t i, size_t k, size_t row_len)
     }
     sh->n_slots = s;
     sh->slots = s > 0 ? data : NULL;
-    sh->updates = s > 0 ? (uint64_t)plan->updates : 0;
 }
 
 status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResponse *vars,
@@ -245,6 +254,8 @@ status_t placement_init_from(chief_job_t *j, const Tessera__V1__ConfigureJobResp
             sh->initializer = in;
             if (plan->slot_values != NULL)
                 give_slots(plan, i, k, row_len);
+            /* SGD without momentum keeps no slots, but its schedule goes on too */
+            sh->updates = plan->updates > 0 ? (uint64_t)plan->updates : 0;
         }
     }
     if (rc == STATUS_OK && k != plan->n_places)
@@ -331,7 +342,8 @@ status_t placement_create(coordinator_t *c, chief_job_t *j, const plan_t *plan, 
                 rc = status_fail(err, f[i].rc, "creating the variables on ps %zu (%s): %s%s", p,
                                  rpc_channel_target(c->ps[p]), f[i].err.message,
                                  f[i].rc == STATUS_RESOURCE_EXHAUSTED && j->job.init_from
-                                     ? " (init_from sends each shard's values in one message: "
+                                     ? " (init_from sends each shard's values, and its "
+                                       "optimizer's slots, in one message: "
                                        "partition the variable, or raise the PS's "
                                        "max_message_bytes)"
                                      : "");

@@ -474,6 +474,7 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
 
     pthread_mutex_lock(&c->mu);
     r->j->progress.step = m->step;
+    r->j->updates_from = m->iterations > m->step ? m->iterations - m->step : 0;
     if (m->has_last_epoch) { /* what a job resumed after its last step reports */
         r->j->progress.loss = m->last_loss;
         r->j->progress.accuracy = m->last_accuracy;
@@ -777,6 +778,7 @@ static status_t run_job(coordinator_t *c, chief_job_t *j, status_msg_t *err)
             if (plan.updates >= 0)
                 chief_job_event(c, j, "the optimizer goes on from iteration %lld",
                                 (long long)plan.updates);
+            j->updates_from = plan.updates > 0 ? plan.updates : 0;
             pthread_mutex_unlock(&c->mu);
         }
     }

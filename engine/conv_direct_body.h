@@ -111,12 +111,10 @@ NARROW_TARGET static void NARROW_FN(gk)(const conv_direct_t *d, const float *pad
                 float *c = dw + (size_t)k * ld + j;
                 if (rows == NARROW_ROWS && contig)
                     NARROW_FN(gk_tile)
-                    (NARROW_ROWS, len, pad, at, koff, b + j, ld, c, ld, true, true);
-                else if (rows == NARROW_ROWS)
-                    NARROW_FN(gk_tile)
-                    (NARROW_ROWS, len, pad, at, koff, b + j, ld, c, ld, true, false);
-                else
-                    NARROW_FN(gk_tile)(rows, len, pad, at, koff, b + j, ld, c, ld, false, false);
+                (NARROW_ROWS, len, pad, at, koff, b + j, ld, c, ld, true, true);
+                else if (rows == NARROW_ROWS) NARROW_FN(gk_tile)(NARROW_ROWS, len, pad, at, koff,
+                                                                 b + j, ld, c, ld, true, false);
+                else NARROW_FN(gk_tile)(rows, len, pad, at, koff, b + j, ld, c, ld, false, false);
             }
         }
     }
@@ -170,9 +168,8 @@ NARROW_TARGET static void NARROW_FN(gi)(const conv_direct_t *d, const float *dy,
                 size_t koff = (size_t)(k / d->seg) * d->row_stride + (size_t)(k % d->seg);
                 if (rows == NARROW_ROWS)
                     NARROW_FN(gi_tile)
-                    (NARROW_ROWS, d, dpad, at, koff, y, wt + k, (size_t)k_all, true);
-                else
-                    NARROW_FN(gi_tile)(rows, d, dpad, at, koff, y, wt + k, (size_t)k_all, false);
+                (NARROW_ROWS, d, dpad, at, koff, y, wt + k, (size_t)k_all, true);
+                else NARROW_FN(gi_tile)(rows, d, dpad, at, koff, y, wt + k, (size_t)k_all, false);
             }
         }
 }

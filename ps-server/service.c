@@ -417,6 +417,10 @@ static status_t spec_from_proto(rpc_ctx_t *ctx, const Tessera__V1__VariableShard
     }
     sp->n_slots = p->n_slots;
     sp->updates = p->updates;
+    if (constraint_from_proto(p->constraint, (int)p->n_full_shape, &sp->constraint, &m) !=
+        STATUS_OK)
+        return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, p->variable, "variable '%s': %s",
+                            p->variable, m.text);
     if (p->initializer != NULL &&
         p->initializer->kind_case == TESSERA__V1__INITIALIZER__KIND_VALUES) {
         sp->has_values = true;

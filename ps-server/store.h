@@ -22,6 +22,7 @@
 
 #include "base/pool.h"
 #include "job/initializer.h"
+#include "job/model.h"
 #include "daemon/metrics.h"
 #include "optim/optimizer.h"
 #include "base/status.h"
@@ -77,6 +78,10 @@ typedef struct store_shard_spec {
     size_t slots_len[OPTIMIZER_MAX_SLOTS];
     size_t n_slots;
     uint64_t updates;
+    /* Keras's weight constraint, applied after each update (JOB_CONSTRAINT_NONE: none); not on
+     * a sparse or moving variable. One whose norms span rows (constraint_spans_rows) needs the
+     * variable whole in one shard, which is then one block. */
+    job_constraint_t constraint;
 } store_shard_spec_t;
 
 typedef struct store_key {

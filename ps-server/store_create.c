@@ -10,6 +10,7 @@
 
 #include "files/checkpoint.h"
 #include "job/initializer.h"
+#include "rpc/initializer_proto.h"
 #include "rpc/types.h"
 #include "job/partitioner.h"
 #include "store_internal.h"
@@ -110,6 +111,16 @@ static status_t check_spec(const store_t *s, const store_shard_spec_t *sp, store
                           "variable '%s' shard %d: its values are %zu bytes, the shard's %zu "
                           "float32 take %zu",
                           sp->variable, sp->shard, sp->values_len, n, n * sizeof(float));
+    if (sp->constraint.kind != JOB_CONSTRAINT_NONE && (sp->sparse || sp->moving))
+        return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
+                          "variable '%s': a constraint on a %s variable, which the parameter "
+                          "servers do not apply",
+                          sp->variable, sp->sparse ? "sparse (row-updated)" : "moving");
+    if (constraint_spans_rows(&sp->constraint) && sp->num_shards != 1)
+        return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
+                          "variable '%s': its constraint's norms span rows, so it is one shard, "
+                          "not %d",
+                          sp->variable, sp->num_shards);
     if (sp->moving && (sp->sparse || !(sp->momentum >= 0 && sp->momentum <= 1)))
         return store_fail(err, STATUS_INVALID_ARGUMENT, sp->variable,
                           "variable '%s': a moving statistic is dense, its momentum from 0 to 1 "
@@ -122,12 +133,20 @@ static status_t check_spec(const store_t *s, const store_shard_spec_t *sp, store
     return STATUS_OK;
 }
 
+static bool same_constraint(const job_constraint_t *a, const job_constraint_t *b)
+{
+    return a->kind == b->kind &&
+           (a->kind == JOB_CONSTRAINT_NONE || (a->axes == b->axes && a->min_value == b->min_value &&
+                                               a->max_value == b->max_value && a->rate == b->rate));
+}
+
 /* Two descriptions of the same variable agree on what makes it (shape, sharding, kind). */
 static bool same_variable(const store_shard_spec_t *a, const store_shard_spec_t *b)
 {
     return a->rank == b->rank && store_same_dims(a->full_shape, b->full_shape, a->rank) &&
            a->num_shards == b->num_shards && a->sparse == b->sparse && a->moving == b->moving &&
-           (!a->moving || a->momentum == b->momentum);
+           (!a->moving || a->momentum == b->momentum) &&
+           same_constraint(&a->constraint, &b->constraint);
 }
 
 /* ---- create: planning --------------------------------------------------------------------- */
@@ -212,7 +231,8 @@ static status_t plan_against(const store_t *s, const sjob_t *j, const char *job,
         if (v != NULL &&
             (v->rank != sp->rank || !store_same_dims(v->full_shape, sp->full_shape, v->rank) ||
              v->num_shards != sp->num_shards || v->sparse != sp->sparse ||
-             v->moving != sp->moving || (sp->moving && v->momentum != (float)sp->momentum)))
+             v->moving != sp->moving || (sp->moving && v->momentum != (float)sp->momentum) ||
+             !same_constraint(&v->constraint, &sp->constraint)))
             return store_fail(
                 err, STATUS_ALREADY_EXISTS, sp->variable,
                 "variable '%s' of job '%s' exists with shape %s in %d shards%s; drop the "
@@ -281,7 +301,9 @@ static shard_t *shard_make(const char *job, const store_shard_spec_t *sp, size_t
     sh->n_rows = sp->rank ? (size_t)sp->shape[0] : 1;
     sh->row_len = n / sh->n_rows;
     sh->n_slots = optimizer_slot_count(opt);
-    sh->block_rows = sp->sparse ? sh->n_rows : rpc_block_rows(sh->row_len * sizeof(float));
+    sh->block_rows = sp->sparse || constraint_spans_rows(&sp->constraint)
+                         ? sh->n_rows /* updated whole */
+                         : rpc_block_rows(sh->row_len * sizeof(float));
     sh->n_blocks = sh->n_rows > 0 ? (sh->n_rows + sh->block_rows - 1) / sh->block_rows : 1;
     sh->values = alloc_floats(n);
     sh->slots = sh->n_slots ? alloc_floats(sh->n_slots * n) : NULL;
@@ -385,6 +407,7 @@ static var_t *var_make(const store_shard_spec_t *sp, size_t n_specs)
     v->moving = sp->moving;
     v->momentum = (float)sp->momentum;
     v->rest = (float)(1.0 - sp->momentum);
+    v->constraint = sp->constraint;
     return v;
 }
 

@@ -64,9 +64,10 @@ struct var {
     int64_t full_shape[STORE_MAX_RANK];
     int num_shards;
     bool sparse;
-    bool moving;          /* store_shard_spec_t.moving */
-    float momentum, rest; /* rest: 1 - momentum, computed in double as Keras does */
-    shard_t **shards;     /* held here, sorted by index */
+    bool moving;                 /* store_shard_spec_t.moving */
+    float momentum, rest;        /* rest: 1 - momentum, computed in double as Keras does */
+    job_constraint_t constraint; /* store_shard_spec_t.constraint */
+    shard_t **shards;            /* held here, sorted by index */
     size_t n_shards, cap_shards;
 };
 

@@ -406,6 +406,21 @@ static void check_part(void *arg, size_t i)
     pthread_mutex_unlock(&bl->mu);
 }
 
+/* Keras's constraint after the update, on the block's n values from first (the whole shard,
+ * the whole variable, when its norms span rows: then the shard is one block), and the reply's
+ * copy of them again. */
+static void constrain(const shard_t *sh, size_t first, size_t n, float *out)
+{
+    int shape[STORE_MAX_RANK];
+    const var_t *v = sh->var;
+
+    for (size_t d = 0; d < v->rank; d++)
+        shape[d] = d == 0 ? (int)(n / sh->row_len) : (int)v->full_shape[d];
+    job_constraint_apply(&v->constraint, sh->values + first, shape, (int)v->rank, n);
+    if (out != NULL)
+        memcpy(out, sh->values + first, n * sizeof(float));
+}
+
 /* Pool part: one task's update under its block's lock, the reply's rows written in the same
  * pass. Checked again first if another push updated the block since its check (or it was not
  * checked: a push of one block is checked only here); if that check fails it is not applied. */
@@ -442,7 +457,9 @@ static void apply_part(void *arg, size_t i)
     else
         optimizer_apply_dense_at(r->opt, step, sh->values + first, t->grad,
                                  sh->slots != NULL ? sh->slots + first : NULL, sh->n, n, t->out);
-    if (t->proven)
+    if (sh->var->constraint.kind != JOB_CONSTRAINT_NONE)
+        constrain(sh, first, n, t->out);
+    if (t->proven && sh->var->constraint.kind == JOB_CONSTRAINT_NONE)
         bl->bounds = t->next;
     else
         optimizer_bounds_measure_part(r->opt, sh->values, sh->slots, sh->n, first,

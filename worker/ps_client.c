@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "model.h"
 #include "rpc/client.h"
+#include "rpc/initializer_proto.h"
 
 #define PS_CALL_TIMEOUT_MS 60000
 #define ALL_PACKS          SIZE_MAX
@@ -226,7 +227,8 @@ static status_t place(ps_client_t *c, const Tessera__V1__ConfigureJobRequest *re
 
 /* The push's pieces, variable by variable: each dense shard in chunks of one block, the
  * parameter server's unit of update (rpc/types.h), so that a chunk is applied while the next is
- * on the wire; each embedding shard whole. */
+ * on the wire; each embedding shard whole, and each shard whose constraint's norms span rows
+ * (the PS keeps it one block). */
 static status_t make_pieces(ps_client_t *c, status_msg_t *err)
 {
     size_t n = 0;
@@ -235,9 +237,11 @@ static status_t make_pieces(ps_client_t *c, status_msg_t *err)
         for (size_t i = 0; i < c->n_vars; i++) {
             var_ref_t *v = &c->vars[i];
             size_t step = rpc_block_rows(v->row_len * sizeof(float));
+            /* a constraint whose norms span rows: the PS updates the shard whole */
+            bool whole = v->p->sparse || constraint_spans_rows(&v->p->constraint);
             for (int k = 0; k < v->n_shards; k++) {
                 shard_ref_t *s = &v->shards[k];
-                size_t rows = (size_t)s->rows, each = v->p->sparse ? rows : step;
+                size_t rows = (size_t)s->rows, each = whole ? rows : step;
                 for (size_t r = 0; r < rows; r += each) {
                     if (pass == 1)
                         c->pieces[n] = (piece_t){.v = v,

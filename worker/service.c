@@ -202,8 +202,6 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, const wo
                               err);
     free(files);
     j->seed = req->seed ? req->seed : j->job.seed;
-    if (rc == STATUS_OK && !job_is_synchronous(&j->job)) /* on the parameter servers */
-        rc = job_check_for_ps(&j->job, req->job_path[0] ? req->job_path : "job", err);
     if (rc == STATUS_OK)
         rc = wjob_backend(&j->job, w, &be, err);
     if (rc == STATUS_OK) {
@@ -285,12 +283,13 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
     Tessera__V1__VariableShard *vars = calloc(n + 1, sizeof(*vars));
     Tessera__V1__VariableShard **ptrs = calloc(n + 1, sizeof(*ptrs));
     initializer_msg_t *inits = calloc(n + 1, sizeof(*inits));
+    Tessera__V1__Constraint *constraints = calloc(n + 1, sizeof(*constraints));
     int64_t *shapes = calloc(4 * n + 1, sizeof(*shapes));
     int64_t *shard_examples = calloc((size_t)j->num_workers + 1, sizeof(*shard_examples));
     status_t rc;
 
     (void)w;
-    if (!vars || !ptrs || !inits || !shapes || !shard_examples) {
+    if (!vars || !ptrs || !inits || !constraints || !shapes || !shard_examples) {
         rc = rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory");
         goto out;
     }
@@ -308,6 +307,8 @@ static status_t describe_variables(worker_service_t *w, rpc_ctx_t *ctx, wjob_t *
         /* BatchNormalization's moving statistics: the PS averages in what workers push */
         vars[i].moving = p->moving;
         vars[i].momentum = p->moving ? 1.0 - (double)p->rest : 0;
+        /* Keras's constraint, which the PS applies after each update */
+        vars[i].constraint = constraint_to_proto(&p->constraint, &constraints[i]);
         /* The PS derives the fans from the variable's full shape, as Keras does. */
         initializer_to_proto(&p->init, p->init_default, &inits[i]);
         /* The PS draws the initial values from the job's seed, so that the same job file starts
@@ -332,6 +333,7 @@ out:
     free(vars);
     free(ptrs);
     free(inits);
+    free(constraints);
     free(shapes);
     free(shard_examples);
     return rc;

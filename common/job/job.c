@@ -58,14 +58,6 @@ void job_done(job_t *job)
     memset(job, 0, sizeof(*job));
 }
 
-/* Whether a layer has a weight constraint (kernel, bias or pointwise). */
-static bool constrained(const job_layer_t *l)
-{
-    return l->kernel_constraint.kind != JOB_CONSTRAINT_NONE ||
-           l->bias_constraint.kind != JOB_CONSTRAINT_NONE ||
-           l->pointwise_constraint.kind != JOB_CONSTRAINT_NONE;
-}
-
 /* ---- loss, metrics, optimizer ---- */
 
 static const char *const loss_names[] = {"mse",
@@ -1343,14 +1335,6 @@ static status_t parse_job(job_ctx_t *c, const job_node_t *root, job_t *job)
             job_tree_child(job_tree_child(root, "data"), "global_batch_size")->line,
             "data.global_batch_size: each step of parameter_server training is one worker's "
             "batch, no global one: give data.batch_size");
-    for (size_t i = 0; job->strategy == JOB_STRATEGY_PARAMETER_SERVER && i < job->model.n_layers;
-         i++)
-        if (constrained(&job->model.layers[i]))
-            return job_tree_fail(c, STATUS_BAD_CONFIG, job_tree_child(root, "model")->line,
-                                 "model: layer %s has a weight constraint, which parameter_server "
-                                 "training does not apply yet (the parameter servers would): "
-                                 "train it with another strategy",
-                                 job->model.layers[i].name);
 
     STATUS_CHECK(match_features(c, root, job, &job->data.train));
     STATUS_CHECK(match_features(c, root, job, &job->data.test));
@@ -1503,20 +1487,6 @@ status_t job_set_replicas(job_t *job, int replicas, status_msg_t *err)
                            "replicas: make it a multiple of %d, or give data.batch_size",
                            job->path ? job->path : "job", global, replicas, replicas);
     job->data.batch_size = global / replicas;
-    return STATUS_OK;
-}
-
-status_t job_check_for_ps(const job_t *job, const char *where, status_msg_t *err)
-{
-    for (size_t i = 0; i < job->model.n_layers; i++) {
-        const job_layer_t *l = &job->model.layers[i];
-        if (constrained(l))
-            return status_fail(err, STATUS_BAD_CONFIG,
-                               "%s: model: layer %s has a weight constraint, which training on "
-                               "parameter servers does not apply yet: train it with tessera "
-                               "train, mirrored or multi_worker_mirrored",
-                               where, l->name);
-    }
     return STATUS_OK;
 }
 

@@ -336,11 +336,6 @@ status_t job_set_replicas(job_t *job, int replicas, status_msg_t *err);
  * over workers; mirrored and central_storage over one host's replicas). */
 bool job_is_synchronous(const job_t *job);
 
-/* What training on parameter servers does not do yet, refused by name for a job a cluster runs
- * that way (parameter_server, and one_device on a chief): weight constraints. `where` prefixes
- * the message. */
-status_t job_check_for_ps(const job_t *job, const char *where, status_msg_t *err);
-
 /* The steps of one closure on a cluster: steps_per_execution, rounded up to whole windows of
  * accumulate_steps (a window's gradients never span closures, which may run on other workers or
  * run again). */

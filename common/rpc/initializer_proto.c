@@ -168,3 +168,58 @@ void initializer_to_proto(const job_init_t *init, job_init_kind_t dflt, initiali
         break;
     }
 }
+
+/* ---- constraints -------------------------------------------------------------------------- */
+
+/* The wire's kinds in job_constraint_kind_t's order: the two enums agree by value. */
+_Static_assert((int)TESSERA__V1__CONSTRAINT__KIND__KIND_NON_NEG == (int)JOB_CONSTRAINT_NON_NEG &&
+                   (int)TESSERA__V1__CONSTRAINT__KIND__KIND_MIN_MAX_NORM ==
+                       (int)JOB_CONSTRAINT_MIN_MAX_NORM,
+               "ps.proto Constraint.Kind and job_constraint_kind_t differ");
+
+status_t constraint_from_proto(const Tessera__V1__Constraint *p, int rank, job_constraint_t *ret,
+                               status_msg_t *err)
+{
+    job_constraint_t c = {.kind = JOB_CONSTRAINT_NONE};
+    const char *bad = NULL;
+
+    if (p == NULL || p->kind == TESSERA__V1__CONSTRAINT__KIND__KIND_NONE) {
+        *ret = c;
+        return STATUS_OK;
+    }
+    if ((unsigned)p->kind > (unsigned)JOB_CONSTRAINT_MIN_MAX_NORM)
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "constraint.kind: %d is no constraint",
+                           (int)p->kind);
+    c.kind = (job_constraint_kind_t)p->kind;
+    c.min_value = p->min_value;
+    c.max_value = p->max_value;
+    c.rate = p->rate;
+    c.axes = p->axes;
+    if (!job_constraint_valid(&c, &bad))
+        return status_fail(err, STATUS_INVALID_ARGUMENT, "constraint.%s is out of range", bad);
+    if (c.kind != JOB_CONSTRAINT_NON_NEG && rank < 32 && (c.axes >> rank) != 0)
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "constraint.axes 0x%x names a dimension past the variable's %d", c.axes,
+                           rank);
+    *ret = c;
+    return STATUS_OK;
+}
+
+Tessera__V1__Constraint *constraint_to_proto(const job_constraint_t *c,
+                                             Tessera__V1__Constraint *msg)
+{
+    if (c == NULL || c->kind == JOB_CONSTRAINT_NONE)
+        return NULL;
+    tessera__v1__constraint__init(msg);
+    msg->kind = (Tessera__V1__Constraint__Kind)c->kind;
+    msg->min_value = c->min_value;
+    msg->max_value = c->max_value;
+    msg->rate = c->rate;
+    msg->axes = c->axes;
+    return msg;
+}
+
+bool constraint_spans_rows(const job_constraint_t *c)
+{
+    return c->kind != JOB_CONSTRAINT_NONE && c->kind != JOB_CONSTRAINT_NON_NEG && (c->axes & 1u);
+}

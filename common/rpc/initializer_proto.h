@@ -40,4 +40,15 @@ typedef struct initializer_msg {
  * ret->msg points into ret: keep ret alive while the message is used. */
 void initializer_to_proto(const job_init_t *init, job_init_kind_t dflt, initializer_msg_t *ret);
 
+/* A weight constraint on the wire (ps.proto Constraint) and back. constraint_from_proto takes a
+ * variable of `rank` dimensions: NULL gives none; an unknown kind, an axis past the rank, or
+ * values job_constraint_valid refuses fail with STATUS_INVALID_ARGUMENT naming the field. */
+status_t constraint_from_proto(const Tessera__V1__Constraint *p, int rank, job_constraint_t *ret,
+                               status_msg_t *err);
+/* c (none: NULL) into *msg, which is returned. */
+Tessera__V1__Constraint *constraint_to_proto(const job_constraint_t *c,
+                                             Tessera__V1__Constraint *msg);
+/* Whether c's norm spans dimension 0 (rows): its variable is updated whole. */
+bool constraint_spans_rows(const job_constraint_t *c);
+
 #endif

@@ -59,14 +59,17 @@ static status_t conv_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
             return layer_plan_failed(p, err);
         initializer_fill(&s->bias_init, JOB_INIT_ZEROS, l->b->value, l->b->n, 1, 1, p->seed + 1);
     }
-    if (l->be->conv_fits != NULL && l->be->conv_fits(g, s->filters)) {
+    size_t cols = layer_mul_sat(layer_mul_sat((size_t)p->max_batch * g->oh, (size_t)g->ow),
+                                (size_t)g->kh * g->kw * g->c);
+    /* direct where the padded copy is no bigger than the columns (a 1x1 kernel of stride 2
+     * reads a quarter of its input: im2col copies less) */
+    if (l->be->conv_fits != NULL && l->be->conv_fits(g, s->filters) &&
+        l->be->conv_pad_floats(g, p->max_batch) <= cols) {
         l->pad = layer_floats(p->m, l->be->conv_pad_floats(g, p->max_batch));
         l->wt = layer_floats(p->m, (size_t)g->kh * g->kw * g->c * (size_t)s->filters);
         return l->pad != NULL && l->wt != NULL ? STATUS_OK : layer_plan_failed(p, err);
     }
-    l->cols =
-        layer_floats(p->m, layer_mul_sat(layer_mul_sat((size_t)p->max_batch * g->oh, (size_t)g->ow),
-                                         (size_t)g->kh * g->kw * g->c));
+    l->cols = layer_floats(p->m, cols);
     return l->cols != NULL ? STATUS_OK : layer_plan_failed(p, err);
 }
 

@@ -216,6 +216,11 @@ with tempfile.TemporaryDirectory() as tmp:
             export = os.path.join(tmp, "export-state-%s-%s" % (name, tag))
             tessera("export", job, "--out", export, cwd=tmp)
             ours = load_file(os.path.join(export, "model.safetensors"))
+            if tag != "fresh" and not accumulate:  # the export's optimizer counts on from Keras's
+                went = int(keras.saving.load_model(os.path.join(export, "model.keras"))
+                           .optimizer.iterations.numpy())
+                check(went == iterations + 10, "%s (%s): the export's optimizer is at iteration "
+                      "%d, Keras's went on to %d" % (name, tag, went, iterations + 10))
             ends[tag] = max(float(np.max(np.abs(ours[k] - v)) / (1e-3 + float(np.max(np.abs(v)))))
                             for k, v in theirs.items())
             if tag == "state":

@@ -944,6 +944,45 @@ def exported_multi_label(tmp):
     check(float(ours.get("accuracy", 0)) > 0.95, "multi-label accuracy %s" % ours)
 
 
+def ps_constraints(tmp):
+    """Weight constraints under parameter_server (2 PS, 2 workers, every variable cut in 3
+    shards): the parameter servers apply each after its update, as Keras does. A max_norm over
+    axis 0 (the kernel's columns: norms that span rows) keeps its variable whole on one PS, a
+    unit_norm over axis 1 (each row) stays in shards, and non_neg is elementwise. The starting
+    weights break all three (Glorot's columns have norms near 1.3, the output kernel's rows near
+    0.4), so the checks fail unless the servers constrain."""
+    with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
+        base = f.read().replace("train: {epochs: 5}", "train: {steps: 200}")
+    start, end = base.index("model:\n") + len("model:\n"), base.index("\nloss:")
+    layers = ("  - {dense: {units: 128, activation: relu, name: hidden, kernel_constraint: "
+              "{max_norm: {max_value: 0.5, axis: 0}}, bias_constraint: non_neg}, "
+              "input_shape: [784]}\n"
+              "  - {dense: {units: 10, name: logits, kernel_constraint: {unit_norm: {axis: 1}}}}\n")
+    path = os.path.join(tmp, "ps-constraints.yaml")
+    with open(path, "w") as f:
+        f.write(re.sub(r"(?m)^strategy: .*$", "strategy: parameter_server",
+                       base[:start] + layers + base[end:]) +
+                "\npartitioner: {fixed: {num_shards: 3}}\ncheckpoint: {dir: ckpt-psc}\n")
+    out = tessera("run", "--local", "--ps", "2", "--workers", "2", path, cwd=tmp)
+    ours = test_accuracy(out)
+    tessera("export", path, "--out", os.path.join(tmp, "export-psc"), cwd=tmp)
+    model = keras.saving.load_model(os.path.join(tmp, "export-psc", "model.keras"))
+    hidden, logits = model.layers[0], model.layers[1]
+    columns = np.sqrt((hidden.kernel.numpy() ** 2).sum(axis=0))
+    rows = np.sqrt((logits.kernel.numpy() ** 2).sum(axis=1))
+    print("parameter_server with constraints: test accuracy %.4f; hidden kernel column norms "
+          "%.4f-%.4f (max_norm 0.5), least bias %.4f (non_neg), output kernel row norms "
+          "%.6f-%.6f (unit_norm)" % (ours, columns.min(), columns.max(), hidden.bias.numpy().min(),
+                                     rows.min(), rows.max()))
+    check(columns.max() <= 0.5 + 1e-5, "max_norm under parameter_server: a column of norm %g"
+          % columns.max())
+    check(hidden.bias.numpy().min() >= 0, "non_neg under parameter_server: a bias of %g"
+          % hidden.bias.numpy().min())
+    check(np.abs(rows - 1).max() <= 1e-4, "unit_norm under parameter_server: row norms %g-%g"
+          % (rows.min(), rows.max()))
+    check(ours > 0.6, "parameter_server with constraints trains to %.4f only" % ours)
+
+
 def main():
     worst, all_cases = 0.0, cases() + functional_cases() + label_row_cases()
     with tempfile.TemporaryDirectory() as tmp:
@@ -956,6 +995,7 @@ def main():
         exported_multi_label(tmp)
         exported_two_outputs(tmp)
         exported_binary_threshold(tmp)
+        ps_constraints(tmp)
     finish("%d models agree with Keras %s: outputs, losses, gradients (largest relative "
            "difference %.1e)" % (len(all_cases), keras.__version__, worst))
 

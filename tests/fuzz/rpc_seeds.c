@@ -164,7 +164,7 @@ static void add_create(seeds_t *s)
     add(s, "create-sgd", RPC_PS_CREATE_VARIABLES, &req.base, NULL, 0);
 
     /* A job whose Adam goes on from a Keras archive's state: the kernel's own values, its two
-     * slots and the updates applied so far. */
+     * slots and the updates applied so far; the kernel constrained. */
     static float values[12], m[12], vel[12];
     Tessera__V1__Initializer own = TESSERA__V1__INITIALIZER__INIT;
     Tessera__V1__Initializer__Values own_values = TESSERA__V1__INITIALIZER__VALUES__INIT;
@@ -183,6 +183,12 @@ static void add_create(seeds_t *s)
     v[0].n_slots = 2;
     v[0].slots = slots;
     v[0].updates = 42;
+    /* and a max_norm over its columns, which the PS applies after each update */
+    Tessera__V1__Constraint con = TESSERA__V1__CONSTRAINT__INIT;
+    con.kind = TESSERA__V1__CONSTRAINT__KIND__KIND_MAX_NORM;
+    con.max_value = 2;
+    con.axes = 1;
+    v[0].constraint = &con;
     req.job = "s";
     add(s, "create-state", RPC_PS_CREATE_VARIABLES, &req.base, NULL, 0);
 }

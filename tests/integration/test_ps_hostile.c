@@ -395,6 +395,24 @@ START_TEST(ps_hostile_findings_get_clear_errors_and_change_nothing)
     assert_floats_eq(got, own, 12);
     ck_assert_uint_eq(version, 77);
     free(got);
+    /* a constraint of no kind, over a dimension the variable lacks, or out of range */
+    Tessera__V1__Constraint con = TESSERA__V1__CONSTRAINT__INIT;
+    ps_var_desc(&v, "con", 4, 3, 0, 1, 0.5, 0);
+    v.msg.constraint = &con;
+    con.kind = 9;
+    expect(&f, ps_create(f.ch, "f10", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
+           "con", "constraint.kind: 9 is no constraint", "an unknown constraint");
+    con.kind = TESSERA__V1__CONSTRAINT__KIND__KIND_MAX_NORM;
+    con.max_value = 2;
+    con.axes = 4;
+    expect(&f, ps_create(f.ch, "f10", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
+           "con", "names a dimension past the variable's 2", "a norm over axis 2 of a matrix");
+    con.axes = 1;
+    con.max_value = NAN;
+    expect(&f, ps_create(f.ch, "f10", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
+           "con", "constraint.max_value is out of range", "a NaN max_value");
+    v.msg.constraint = NULL;
+
     /* a push that stands for more batches than a window may hold changes nothing */
     p = ps_dense("f9", "own", 0, 4, 3, big);
     p.batches = 65537;

@@ -1016,6 +1016,66 @@ START_TEST(store_create_refuses_a_bad_optimizer_state)
 }
 END_TEST
 
+/* Keras's weight constraints, applied by the PS after each update: a max_norm over the
+ * kernel's columns (norms that span rows: the variable is one shard, one block) and a
+ * unit_norm over each row of a variable in 2 shards, each the kernels' update and then
+ * job_constraint_apply's; where the PS cannot apply one, the description is refused. */
+START_TEST(store_constraints_follow_each_update)
+{
+    store_t *s = new_store();
+    optimizer_config_t opt = sgd(0.5);
+    store_shard_spec_t sp[3] = {spec("col", 3, 2, 0, 1), spec("row", 4, 2, 0, 2),
+                                spec("row", 4, 2, 1, 2)},
+                       bad;
+    int64_t cshape[2] = {3, 2}, rshape[2] = {2, 2};
+    float g[6] = {1, -2, 0.5f, 3, -1, 0.25f}, *want, *got;
+    int full[2] = {3, 2}, half[2] = {2, 2};
+    store_err_t err;
+
+    sp[0].constraint =
+        (job_constraint_t){.kind = JOB_CONSTRAINT_MAX_NORM, .max_value = 0.3, .axes = 1};
+    sp[1].constraint = sp[2].constraint =
+        (job_constraint_t){.kind = JOB_CONSTRAINT_UNIT_NORM, .axes = 2};
+    create_ok(s, "job", &opt, sp, 3, 3);
+    want = pull_all(s, "job", "col", 0, NULL, NULL);
+    for (int step = 0; step < 2; step++) {
+        push_dense(s, "job", "col", 0, cshape, 2, g, (uint64_t)step + 1);
+        optimizer_apply_dense(&opt, step, want, g, NULL, 6);
+        job_constraint_apply(&sp[0].constraint, want, full, 2, 6);
+        got = pull_all(s, "job", "col", 0, NULL, NULL);
+        assert_floats_eq(got, want, 6);
+        free(got);
+    }
+    free(want);
+    want = pull_all(s, "job", "row", 1, NULL, NULL);
+    push_dense(s, "job", "row", 1, rshape, 2, g, 1);
+    optimizer_apply_dense(&opt, 0, want, g, NULL, 4);
+    job_constraint_apply(&sp[1].constraint, want, half, 2, 4);
+    got = pull_all(s, "job", "row", 1, NULL, NULL);
+    assert_floats_eq(got, want, 4);
+    ck_assert_float_eq_tol(want[0] * want[0] + want[1] * want[1], 1.0f, 1e-5f);
+    free(got);
+    free(want);
+
+    /* norms over rows cut in shards, a sparse or moving variable: refused, nothing made */
+    bad = spec("split", 4, 2, 0, 2);
+    bad.constraint = sp[0].constraint;
+    ck_assert_int_eq(store_create(s, "job2", &opt, &bad, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.msg.text, "norms span rows, so it is one shard, not 2"), "%s",
+                  err.msg.text);
+    bad = spec("emb", 4, 2, 0, 1);
+    bad.sparse = true;
+    bad.constraint = sp[1].constraint;
+    ck_assert_int_eq(store_create(s, "job2", &opt, &bad, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.msg.text, "a constraint on a sparse"), "%s", err.msg.text);
+    /* the same variable with another constraint is another variable */
+    bad = sp[0];
+    bad.constraint.max_value = 0.4;
+    ck_assert_int_eq(store_create(s, "job", &opt, &bad, 1, NULL, &err), STATUS_ALREADY_EXISTS);
+    store_free(s);
+}
+END_TEST
+
 /* Each shard's bookkeeping counts against the memory limit, and shards per job are capped. */
 START_TEST(store_tiny_shards_pay_for_their_bookkeeping)
 {
@@ -1362,6 +1422,7 @@ int main(void)
     tcase_add_test(tc, store_create_refuses_initial_values_beyond_float32);
     tcase_add_test(tc, store_create_with_optimizer_state_goes_on_from_it);
     tcase_add_test(tc, store_create_refuses_a_bad_optimizer_state);
+    tcase_add_test(tc, store_constraints_follow_each_update);
     tcase_add_test(tc, store_tiny_shards_pay_for_their_bookkeeping);
     tcase_add_test(tc, store_save_and_restore_round_trip_and_refuse_damage);
     suite_add_tcase(s, tc);

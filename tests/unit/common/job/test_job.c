@@ -634,11 +634,12 @@ START_TEST(newer_optimizers_weight_decay_and_clipping_are_read)
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {clipnorm: 1, clipvalue: 1}}\n",
                "at most one of clipnorm, global_clipnorm and clipvalue");
     ASSERT_BAD(MODEL TAIL "optimizer: {adam: {use_ema: true}}\n", "use_ema");
-    /* constraints: parameter_server does not apply them yet */
-    ASSERT_BAD("strategy: parameter_server\nmodel: [{dense: {units: 1, kernel_constraint: "
-               "non_neg}, input_shape: [4]}]\n" TAIL,
-               "layer dense has a weight constraint, which parameter_server training does not "
-               "apply yet");
+    /* constraints: the parameter servers apply them */
+    parse_ok("strategy: parameter_server\nmodel: [{dense: {units: 1, kernel_constraint: "
+             "non_neg}, input_shape: [4]}]\n" TAIL,
+             "j.yaml", &job);
+    ck_assert_int_eq(job.model.layers[0].kernel_constraint.kind, JOB_CONSTRAINT_NON_NEG);
+    job_done(&job);
     /* synchronized BatchNormalization: the replicas of mirrored and the workers of
      * multi_worker_mirrored synchronize it */
     for (int k = 0; k < 2; k++) {
