@@ -39,13 +39,28 @@ bool job_constraint_valid(const job_constraint_t *c, const char **ret_bad)
     return *ret_bad == NULL;
 }
 
+/* A norm constraint's desired norm for a slice of norm `norm`, in T (float as Keras computes
+ * it; double where float overflows). */
+#define DESIRED_NORM(T, c, norm)                                                                   \
+    ((c)->kind == JOB_CONSTRAINT_UNIT_NORM ? (T)1                                                  \
+     : (c)->kind == JOB_CONSTRAINT_MAX_NORM                                                        \
+         ? ((norm) < (T)(c)->max_value ? (norm) : (T)(c)->max_value)                               \
+         : (T)(c)->rate * ((norm) < (T)(c)->min_value                                              \
+                               ? (T)(c)->min_value                                                 \
+                               : ((norm) > (T)(c)->max_value ? (T)(c)->max_value : (norm))) +      \
+               ((T)1 - (T)(c)->rate) * (norm))
+
 /* One constraint on a weight of `shape`: the norm ones scale each slice along c->axes (Keras's
- * w * desired / (epsilon + norm), epsilon 1e-7, norms summed in double). */
+ * w * desired / (epsilon + norm), epsilon 1e-7, norms summed in double, the rest in float as
+ * Keras does; in double where float would overflow — a norm past float's range, a scale up to a
+ * huge min_value — so that finite values stay finite). */
 void job_constraint_apply(const job_constraint_t *c, float *v, const int *shape, int rank, size_t n)
 {
     size_t outer = 1, stride[JOB_MAX_RANK];
     double *sq;
 
+    if (rank < 0 || rank > JOB_MAX_RANK)
+        return; /* no weight has more dimensions; the wire refuses them (constraint_from_proto) */
     if (c->kind == JOB_CONSTRAINT_NON_NEG) {
         for (size_t i = 0; i < n; i++)
             v[i] = v[i] > 0.0f ? v[i] : 0.0f;
@@ -68,19 +83,14 @@ void job_constraint_apply(const job_constraint_t *c, float *v, const int *shape,
             if (pass == 0) {
                 sq[slot] += (double)v[i] * v[i];
             } else {
-                float norm = (float)sqrt(sq[slot]), desired;
-                if (c->kind == JOB_CONSTRAINT_UNIT_NORM)
-                    desired = 1.0f;
-                else if (c->kind == JOB_CONSTRAINT_MAX_NORM)
-                    desired = norm < (float)c->max_value ? norm : (float)c->max_value;
-                else
-                    desired =
-                        (float)c->rate *
-                            (norm < (float)c->min_value
-                                 ? (float)c->min_value
-                                 : (norm > (float)c->max_value ? (float)c->max_value : norm)) +
-                        (1.0f - (float)c->rate) * norm;
-                v[i] = v[i] * (desired / (1e-7f + norm));
+                float norm = (float)sqrt(sq[slot]),
+                      scale = DESIRED_NORM(float, c, norm) / (1e-7f + norm);
+                if (isfinite(norm) && isfinite(scale)) {
+                    v[i] = v[i] * scale;
+                } else {
+                    double dn = sqrt(sq[slot]);
+                    v[i] = (float)((double)v[i] * (DESIRED_NORM(double, c, dn) / (1e-7 + dn)));
+                }
             }
         }
     free(sq);

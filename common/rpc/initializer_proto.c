@@ -194,7 +194,11 @@ status_t constraint_from_proto(const Tessera__V1__Constraint *p, int rank, job_c
     c.min_value = p->min_value;
     c.max_value = p->max_value;
     c.rate = p->rate;
-    c.axes = p->axes;
+    c.axes = c.kind == JOB_CONSTRAINT_NON_NEG && p->axes == 0 ? 1 : p->axes; /* unused there */
+    if (rank > JOB_MAX_RANK)
+        return status_fail(err, STATUS_INVALID_ARGUMENT,
+                           "constraint on a variable of %d dimensions: weights have at most %d",
+                           rank, JOB_MAX_RANK);
     if (!job_constraint_valid(&c, &bad))
         return status_fail(err, STATUS_INVALID_ARGUMENT, "constraint.%s is out of range", bad);
     if (c.kind != JOB_CONSTRAINT_NON_NEG && rank < 32 && (c.axes >> rank) != 0)

@@ -408,6 +408,13 @@ START_TEST(ps_hostile_findings_get_clear_errors_and_change_nothing)
     expect(&f, ps_create(f.ch, "f10", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
            "con", "names a dimension past the variable's 2", "a norm over axis 2 of a matrix");
     con.axes = 1;
+    int64_t five[5] = {2, 1, 1, 1, 2};
+    v.msg.shape = v.msg.full_shape = five;
+    v.msg.n_shape = v.msg.n_full_shape = 5;
+    expect(&f, ps_create(f.ch, "f10", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
+           "con", "weights have at most 4", "a norm over a variable of 5 dimensions");
+    ps_var_desc(&v, "con", 4, 3, 0, 1, 0.5, 0);
+    v.msg.constraint = &con;
     con.max_value = NAN;
     expect(&f, ps_create(f.ch, "f10", &opt, &v, 1, NULL, &err), STATUS_INVALID_ARGUMENT, &err,
            "con", "constraint.max_value is out of range", "a NaN max_value");

@@ -1068,6 +1068,23 @@ START_TEST(store_constraints_follow_each_update)
     bad.constraint = sp[1].constraint;
     ck_assert_int_eq(store_create(s, "job2", &opt, &bad, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
     ck_assert_msg(strstr(err.msg.text, "a constraint on a sparse"), "%s", err.msg.text);
+    /* finite values stay finite where float's own arithmetic would overflow: a slice whose norm
+     * is past float's range, and a scale up to a huge min_value (0 * inf would be NaN) */
+    float big[2] = {3e38f, 3e38f}, small[4] = {0, 0, 1e-30f, 0};
+    int two[1] = {2}, two_by_two[2] = {2, 2};
+    job_constraint_t mm = {.kind = JOB_CONSTRAINT_MIN_MAX_NORM,
+                           .min_value = 1e32,
+                           .max_value = 3e38,
+                           .rate = 0.5,
+                           .axes = 2};
+    job_constraint_apply(&sp[0].constraint, big, two, 1, 2);
+    ck_assert_msg(isfinite(big[0]) && big[0] > 0 && big[0] <= 0.3f, "%g", (double)big[0]);
+    job_constraint_apply(&mm, small, two_by_two, 2, 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(isfinite(small[i]), "element %d: %g", i, (double)small[i]);
+    ck_assert_float_eq(small[0], 0.0f);
+    ck_assert_float_gt(small[2], 1e8f); /* 1e-30 * 5e31 / 1e-7 */
+
     /* the same variable with another constraint is another variable */
     bad = sp[0];
     bad.constraint.max_value = 0.4;
