@@ -82,6 +82,22 @@ static void create_ok(store_t *s, const char *job, const optimizer_config_t *opt
     ck_assert_uint_eq(created, want_created);
 }
 
+/* A description refused with INVALID_ARGUMENT naming `want` and the variable, nothing made. */
+static void create_refused(store_t *s, const optimizer_config_t *opt, const store_shard_spec_t *sp,
+                           const char *want)
+{
+    store_totals_t t;
+    store_err_t err;
+    char name[300];
+
+    snprintf(name, sizeof(name), "variable '%s'", sp->variable);
+    ck_assert_int_eq(store_create(s, "job", opt, sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.msg.text, want) != NULL && strstr(err.msg.text, name) != NULL, "%s",
+                  err.msg.text);
+    store_totals(s, &t);
+    ck_assert_uint_eq(t.shards + t.jobs, 0);
+}
+
 /* The whole shard's values (malloc'd) and its version. */
 static float *pull_all(store_t *s, const char *job, const char *var, int shard, size_t *ret_n,
                        uint64_t *ret_version)
@@ -920,16 +936,11 @@ START_TEST(store_create_refuses_initial_values_beyond_float32)
     store_t *s = new_store();
     optimizer_config_t opt = sgd(0.1);
     store_shard_spec_t sp = spec("w", 4, 0, 0, 1);
-    store_totals_t t;
-    store_err_t err;
 
     sp.init.kind = JOB_INIT_RANDOM_UNIFORM;
     sp.init.a = -1e39;
     sp.init.b = 1e39;
-    ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(err.msg.text, "float32") != NULL, "%s", err.msg.text);
-    store_totals(s, &t);
-    ck_assert_uint_eq(t.shards + t.jobs, 0);
+    create_refused(s, &opt, &sp, "float32");
     store_free(s);
 }
 END_TEST
@@ -995,8 +1006,6 @@ START_TEST(store_create_refuses_a_bad_optimizer_state)
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         store_t *s = new_store();
         store_shard_spec_t sp = spec("w", 2, 0, 0, 1);
-        store_totals_t t;
-        store_err_t err;
         v[0] = cases[c].v0;
         v[1] = 1e-3f;
         sp.slots[0] = (const uint8_t *)m;
@@ -1005,12 +1014,7 @@ START_TEST(store_create_refuses_a_bad_optimizer_state)
         sp.slots_len[1] = cases[c].len1;
         sp.n_slots = cases[c].n_slots;
         sp.updates = cases[c].updates;
-        ck_assert_int_eq(store_create(s, "job", &opt, &sp, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
-        ck_assert_msg(strstr(err.msg.text, cases[c].want) != NULL &&
-                          strstr(err.msg.text, "variable 'w'") != NULL,
-                      "case %zu: %s", c, err.msg.text);
-        store_totals(s, &t);
-        ck_assert_uint_eq(t.shards + t.jobs, 0);
+        create_refused(s, &opt, &sp, cases[c].want);
         store_free(s);
     }
 }
