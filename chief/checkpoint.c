@@ -62,33 +62,37 @@ static void manifest_drop(ckpt_manifest_t *m, manifest_store_t *ms)
     free(ms->part_list);
 }
 
+/* The manifest of a checkpoint at pos whose shards had had `updates` updates at most (the
+ * optimizer's step, which a window of accumulate_steps, a Keras archive's optimizer going on and
+ * a closure run again all make differ from the step; 0: none known, the step's count). */
 static status_t build_manifest(coordinator_t *c, chief_job_t *j, const plan_t *plan,
-                               const chief_position_t *pos, ckpt_manifest_t *m,
+                               const chief_position_t *pos, uint64_t updates, ckpt_manifest_t *m,
                                manifest_store_t *ms, status_msg_t *err)
 {
     const optimizer_config_t *opt = &j->job.optimizer;
+    int64_t iterations = updates > 0 ? (int64_t)updates : j->updates_from + pos->step;
     bool *used = ps_used(c, plan);
     size_t n = plan->n_places;
 
     memset(ms, 0, sizeof(*ms));
-    *m = (ckpt_manifest_t){
-        .step = pos->step,
-        .job = j->job.name ? j->job.name : j->name,
-        .job_hash = j->job.source_hash,
-        .wall_time = clock_wall_s(),
-        .optimizer = (char *)optimizer_kind_name(opt->kind),
-        .iterations = j->updates_from + pos->step,
-        .learning_rate = optimizer_learning_rate(opt, j->updates_from + pos->step),
-        .n_slots = optimizer_slot_count(opt),
-        .has_last_epoch = pos->has_last_epoch,
-        .last_loss = pos->last_loss,
-        .last_accuracy = pos->last_accuracy,
-        /* borrowed, not freed with the manifest's lists */
-        .metric_sums = (double *)pos->metric_sums,
-        .n_metric_sums = pos->metric_sums != NULL ? j->job.metric_width : 0,
-        .last_metrics = (double *)pos->last_metrics,
-        .n_last_metrics = pos->last_metrics != NULL ? (size_t)j->job.n_metrics : 0,
-        .metric_signature = job_metrics_signature(&j->job)};
+    *m = (ckpt_manifest_t){.step = pos->step,
+                           .job = j->job.name ? j->job.name : j->name,
+                           .job_hash = j->job.source_hash,
+                           .wall_time = clock_wall_s(),
+                           .optimizer = (char *)optimizer_kind_name(opt->kind),
+                           .iterations = iterations,
+                           .learning_rate = optimizer_learning_rate(opt, iterations),
+                           .n_slots = optimizer_slot_count(opt),
+                           .has_last_epoch = pos->has_last_epoch,
+                           .last_loss = pos->last_loss,
+                           .last_accuracy = pos->last_accuracy,
+                           /* borrowed, not freed with the manifest's lists */
+                           .metric_sums = (double *)pos->metric_sums,
+                           .n_metric_sums = pos->metric_sums != NULL ? j->job.metric_width : 0,
+                           .last_metrics = (double *)pos->last_metrics,
+                           .n_last_metrics =
+                               pos->last_metrics != NULL ? (size_t)j->job.n_metrics : 0,
+                           .metric_signature = job_metrics_signature(&j->job)};
     memcpy(m->epoch_sums, pos->epoch_sums, sizeof(m->epoch_sums));
     m->slots = calloc(m->n_slots + 1, sizeof(*m->slots));
     m->vars = calloc(n + 1, sizeof(*m->vars));
@@ -149,9 +153,10 @@ static status_t build_manifest(coordinator_t *c, chief_job_t *j, const plan_t *p
 
 /* ---- save --------------------------------------------------------------------------------- */
 
-/* One Save per PS that holds shards, all at once. */
+/* One Save per PS that holds shards, all at once; *ret_updates gets the most updates a
+ * trainable shard had (the optimizer's step: what the manifest's iterations says). */
 static status_t save_shards(coordinator_t *c, chief_job_t *j, const plan_t *plan, const char *path,
-                            int64_t step, status_msg_t *err)
+                            int64_t step, uint64_t *ret_updates, status_msg_t *err)
 {
     Tessera__V1__SaveRequest *reqs = calloc(c->n_ps + 1, sizeof(*reqs));
     char(*files)[48] = calloc(c->n_ps + 1, sizeof(*files));
@@ -188,10 +193,15 @@ static status_t save_shards(coordinator_t *c, chief_job_t *j, const plan_t *plan
     if (rc != STATUS_OK)
         goto out;
     fanout_run(f, n);
-    for (size_t i = 0; i < n && rc == STATUS_OK; i++)
+    *ret_updates = 0;
+    for (size_t i = 0; i < n && rc == STATUS_OK; i++) {
+        const Tessera__V1__SaveResponse *r = (const void *)f[i].resp;
         if (f[i].rc != STATUS_OK)
             rc = status_fail(err, f[i].rc, "ps:%zu (%s) could not write its shards: %s", which[i],
                              rpc_channel_target(c->ps[which[i]]), f[i].err.message);
+        else if (r != NULL && r->updates > *ret_updates)
+            *ret_updates = r->updates;
+    }
     fanout_done(f, n);
 out:
     free(reqs);
@@ -212,14 +222,15 @@ status_t chief_ckpt_save(coordinator_t *c, chief_job_t *j, const plan_t *plan,
     pb_buf_t json = {0};
     char *path = NULL;
     double t0 = clock_now_s();
+    uint64_t updates = 0;
     status_t rc = ckpt_begin(dir, pos->step, &path, err);
 
     if (rc == STATUS_ALREADY_EXISTS) /* this very state is on disk (the job resumed from it) */
         return STATUS_OK;
     STATUS_CHECK(rc);
-    rc = save_shards(c, j, plan, path, pos->step, err);
+    rc = save_shards(c, j, plan, path, pos->step, &updates, err);
     if (rc == STATUS_OK) {
-        rc = build_manifest(c, j, plan, pos, &m, &ms, err);
+        rc = build_manifest(c, j, plan, pos, updates, &m, &ms, err);
         if (rc == STATUS_OK)
             ckpt_manifest_encode(&m, &json);
         manifest_drop(&m, &ms);

@@ -882,7 +882,7 @@ static status_t on_save(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
     ps_service_t *st = user;
     store_err_t err;
     status_msg_t ferr = {0};
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, updates = 0;
     size_t shards = 0;
     char *path = NULL, *parent = NULL, *slash;
     double t0 = clock_now_s();
@@ -909,7 +909,7 @@ static status_t on_save(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
         rc = rpc_ctx_fail(ctx, rc, "directory", "%s", ferr.text);
         goto out;
     }
-    if (store_save(st->store, req->job, path, &bytes, &shards, &err) != STATUS_OK) {
+    if (store_save(st->store, req->job, path, &bytes, &shards, &updates, &err) != STATUS_OK) {
         rc = fail_store(ctx, &err);
         goto out;
     }
@@ -925,6 +925,7 @@ static status_t on_save(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
     }
     resp.file = path;
     resp.bytes = bytes;
+    resp.updates = updates;
     rc = rpc_ctx_respond(ctx, &resp.base, NULL, 0);
 out:
     free(path);

@@ -188,10 +188,11 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
  * safetensors file `path` (atomically: files/atomic.h; the caller fsyncs the directory), names as
  * files/checkpoint.h gives them. Each shard is copied under its read lock and written after,
  * so pushes wait at most one copy. *ret_bytes and *ret_shards (may be NULL) get the file's size
- * and the shards written. NOT_FOUND for an unknown job; the file's errors (IO, NO_MEMORY) name
- * path. */
+ * and the shards written, *ret_updates (may be NULL) the most updates a written shard that the
+ * optimizer trains (not a moving statistic) had. NOT_FOUND for an unknown job; the file's errors
+ * (IO, NO_MEMORY) name path. */
 status_t store_save(store_t *s, const char *job, const char *path, uint64_t *ret_bytes,
-                    size_t *ret_shards, store_err_t *err);
+                    size_t *ret_shards, uint64_t *ret_updates, store_err_t *err);
 
 /* Loads what store_save wrote into the job's shards here, which must be exactly the file's
  * (BAD_CONFIG naming the first tensor that is missing or differs in shape). Values and

@@ -82,8 +82,9 @@ static status_t layout_of(const sjob_t *j, layout_t *l, store_err_t *err)
 /* ---- save --------------------------------------------------------------------------------- */
 
 static status_t save_locked(const sjob_t *j, const char *path, uint64_t *ret_bytes,
-                            size_t *ret_shards, store_err_t *err)
+                            size_t *ret_shards, uint64_t *ret_updates, store_err_t *err)
 {
+    uint64_t updates = 0;
     layout_t l;
     st_writer_t *w = NULL;
     float *stage = NULL;
@@ -103,6 +104,8 @@ static status_t save_locked(const sjob_t *j, const char *path, uint64_t *ret_byt
         int64_t version;
         /* block by block: a push waits at most for the copy of one block */
         version = (int64_t)store_shard_version(sh);
+        if (!sh->var->moving && (uint64_t)version > updates)
+            updates = (uint64_t)version;
         for (size_t b = 0; b < sh->n_blocks; b++) {
             size_t first = block_first_row(sh, b) * sh->row_len;
             size_t count = block_n_rows(sh, b) * sh->row_len;
@@ -123,13 +126,15 @@ static status_t save_locked(const sjob_t *j, const char *path, uint64_t *ret_byt
         st_write_abort(w);
     if (rc == STATUS_OK && ret_shards != NULL)
         *ret_shards = l.n_shards;
+    if (rc == STATUS_OK && ret_updates != NULL)
+        *ret_updates = updates;
     free(stage);
     layout_free(&l);
     return rc == STATUS_OK ? rc : store_fail(err, rc, path, "%s", msg.text);
 }
 
 status_t store_save(store_t *s, const char *job, const char *path, uint64_t *ret_bytes,
-                    size_t *ret_shards, store_err_t *err)
+                    size_t *ret_shards, uint64_t *ret_updates, store_err_t *err)
 {
     sjob_t *j;
     status_t rc;
@@ -137,7 +142,7 @@ status_t store_save(store_t *s, const char *job, const char *path, uint64_t *ret
     pthread_rwlock_rdlock(&s->lock);
     rc = store_lookup_job(s, job, &j, err);
     if (rc == STATUS_OK)
-        rc = save_locked(j, path, ret_bytes, ret_shards, err);
+        rc = save_locked(j, path, ret_bytes, ret_shards, ret_updates, err);
     pthread_rwlock_unlock(&s->lock);
     return rc;
 }

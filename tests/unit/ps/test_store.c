@@ -1353,7 +1353,7 @@ START_TEST(store_save_and_restore_round_trip_and_refuse_damage)
     char path[256];
     store_err_t err;
     size_t n, shards = 0;
-    uint64_t bytes = 0, version = 0;
+    uint64_t bytes = 0, version = 0, updates = 0;
 
     for (int i = 0; i < 9; i++)
         g[i] = 0.1f * (float)(i - 4);
@@ -1361,8 +1361,10 @@ START_TEST(store_save_and_restore_round_trip_and_refuse_damage)
     push_dense(a, "j", "w", 0, shape0, 2, g, 1);
     push_dense(a, "j", "w", 0, shape0, 2, g, 2);
     snprintf(path, sizeof(path), "/tmp/tessera-store-ckpt-%d.safetensors", (int)getpid());
-    ck_assert_msg(store_save(a, "j", path, &bytes, &shards, &err) == STATUS_OK, "%s", err.msg.text);
+    ck_assert_msg(store_save(a, "j", path, &bytes, &shards, &updates, &err) == STATUS_OK, "%s",
+                  err.msg.text);
     ck_assert_uint_eq(shards, 2);
+    ck_assert_uint_eq(updates, 2); /* shard 0's two pushes: the optimizer's step */
     ck_assert_uint_gt(bytes, 15 * 3 * sizeof(float));
 
     /* a store whose job has one shard more refuses the file by the missing tensor */
