@@ -86,9 +86,12 @@ static status_t check_size(const store_t *s, const store_shard_spec_t *sp, size_
         return store_fail(
             err, STATUS_RESOURCE_EXHAUSTED, sp->variable,
             "variable '%s' shard %d: %" PRIu64 " elements of 4 bytes exceed the limit of "
-            "%" PRIu64 " bytes per shard (it must fit in one message); split it with a "
-            "partitioner",
-            sp->variable, sp->shard, n, s->limits.max_shard_bytes);
+            "%" PRIu64 " bytes per shard (it must fit in one message); %s",
+            sp->variable, sp->shard, n, s->limits.max_shard_bytes,
+            constraint_spans_rows(&sp->constraint)
+                ? "its constraint's norms span rows, so it cannot be split: raise the parameter "
+                  "servers' --max-message-bytes"
+                : "split it with a partitioner");
     *ret_n = (size_t)n;
     return STATUS_OK;
 }

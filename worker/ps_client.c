@@ -276,9 +276,16 @@ static status_t plan_packs(ps_client_t *c, size_t cap, status_msg_t *err)
         return status_fail(err, STATUS_NO_MEMORY, "out of memory");
     for (size_t i = c->n_pieces; i-- > 0;) {
         piece_t *p = &c->pieces[i];
+        size_t size = p->v->p->sparse ? 0 : p->rows * p->v->row_len * sizeof(float);
+        /* a whole shard (a constraint's norms over rows) that fills a pack travels alone: beside
+         * others, its push-pull's reply could pass the PS's limit, which it may nearly fill */
+        if (bytes > 0 && size >= cap && constraint_spans_rows(&p->v->p->constraint)) {
+            pack++;
+            bytes = 0;
+        }
         p->pack = pack;
         c->pack_first[pack] = (size_t)(p->v - c->vars);
-        bytes += p->v->p->sparse ? 0 : p->rows * p->v->row_len * sizeof(float);
+        bytes += size;
         if (i > 0 && bytes >= cap && !(p->v->p->sparse && c->pieces[i - 1].v == p->v)) {
             pack++;
             bytes = 0;

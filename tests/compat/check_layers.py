@@ -950,9 +950,10 @@ def ps_constraints(tmp):
     axis 0 (the kernel's columns: norms that span rows) keeps its variable whole on one PS, a
     unit_norm over axis 1 (each row) stays in shards, and non_neg is elementwise. The starting
     weights break all three (Glorot's columns have norms near 1.3, the output kernel's rows near
-    0.4), so the checks fail unless the servers constrain."""
+    0.4), so the checks fail unless the servers constrain. Packs of 64 KB: the 401 KB kernel
+    kept whole travels in a pack of its own."""
     with open(os.path.join(SOURCE, "examples", "fashion-mnist-mlp.yaml")) as f:
-        base = f.read().replace("train: {epochs: 5}", "train: {steps: 200}")
+        base = f.read().replace("train: {epochs: 5}", "train: {steps: 200, bytes_per_pack: 65536}")
     start, end = base.index("model:\n") + len("model:\n"), base.index("\nloss:")
     layers = ("  - {dense: {units: 128, activation: relu, name: hidden, kernel_constraint: "
               "{max_norm: {max_value: 0.5, axis: 0}}, bias_constraint: non_neg}, "

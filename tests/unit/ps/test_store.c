@@ -1067,6 +1067,12 @@ START_TEST(store_constraints_follow_each_update)
     ck_assert_int_eq(store_create(s, "job2", &opt, &bad, 1, NULL, &err), STATUS_INVALID_ARGUMENT);
     ck_assert_msg(strstr(err.msg.text, "norms span rows, so it is one shard, not 2"), "%s",
                   err.msg.text);
+    bad = spec("huge", 5000, 1000, 0, 1); /* 20 MB over the 16 MiB a shard may hold */
+    bad.constraint = sp[0].constraint;
+    ck_assert_int_eq(store_create(s, "job2", &opt, &bad, 1, NULL, &err), STATUS_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(err.msg.text, "cannot be split: raise the parameter servers' "
+                                       "--max-message-bytes"),
+                  "%s", err.msg.text);
     bad = spec("emb", 4, 2, 0, 1);
     bad.sparse = true;
     bad.constraint = sp[1].constraint;
