@@ -472,14 +472,14 @@ static void pad_part(void *arg, int part, int parts)
     const direct_job_t *j = arg;
     const backend_window_t *g = j->g;
     size_t row = (size_t)g->w * g->c, left = (size_t)g->pad_l * g->c;
-    int hp, wp, lo, hi;
+    size_t hp = j->d.image / j->d.row_stride; /* the padded image's rows */
+    int lo, hi;
 
-    padded_size(g, &hp, &wp);
     part_of(j->batch, part, parts, &lo, &hi);
     for (int b = lo; b < hi; b++) {
         float *img = j->out + (size_t)b * j->d.image;
         const float *in = j->in + (size_t)b * g->h * row;
-        for (int y = 0; y < hp; y++) {
+        for (int y = 0; y < (int)hp; y++) {
             float *p = img + (size_t)y * j->d.row_stride;
             int iy = y - g->pad_t;
             if (iy < 0 || iy >= g->h) {
