@@ -341,6 +341,10 @@ status_t model_new_on(const backend_t *be, const job_model_t *spec, job_loss_kin
         if (l->out_len > max_len)
             max_len = l->out_len;
     }
+    for (size_t i = 0; i < m->n_layers; i++) /* a shared BatchNormalization's calls */
+        if (m->layers[i].spec.kind == JOB_LAYER_BATCH_NORMALIZATION && m->layers[i].own == NULL &&
+            m->layers[i].next_call > 0)
+            layer_batch_norm_share(m->layers, i);
     rc = STATUS_OK;
     for (int k = 0; k < m->n_heads && rc == STATUS_OK; k++) /* every output's loss: unmasked */
         if (masks[m->heads[k].layer] != NULL)

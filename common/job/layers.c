@@ -784,8 +784,7 @@ bool job_layer_shareable(const job_model_t *m, size_t i)
     const job_layer_t *first =
         l->shares > 0 && (size_t)l->shares <= i ? &m->layers[l->shares - 1] : NULL;
 
-    return first != NULL && first->shares == 0 && first->kind == l->kind &&
-           l->kind != JOB_LAYER_BATCH_NORMALIZATION;
+    return first != NULL && first->shares == 0 && first->kind == l->kind;
 }
 
 size_t job_shape_len(const int *shape, int rank)
@@ -858,11 +857,7 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
         const char *why = NULL;
 
         if (l->shares > 0 && !job_layer_shareable(m, i))
-            why = l->shares > (int)i || m->layers[l->shares - 1].shares > 0 ||
-                          m->layers[l->shares - 1].kind != l->kind
-                      ? "is a later call of a layer that is not an earlier first call of its kind"
-                      : "is called more than once: sharing is not supported for this kind (its "
-                        "moving statistics belong to one call)";
+            why = "is a later call of a layer that is not an earlier first call of its kind";
         else if (job_layer_is_merge(l->kind) && l->kind == JOB_LAYER_SUBTRACT && n != 2)
             why = "takes exactly two inputs";
         else if (job_layer_is_merge(l->kind) && n < 2)
@@ -905,6 +900,90 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
                                where, m->layers[i].name);
         }
     free(read);
+    return STATUS_OK;
+}
+
+/* The order Keras runs a graph's calls in (Keras 3's map_graph and _run_through_graph, Keras 2's
+ * _map_graph_network and _run_internal_graph): a depth-first walk from the outputs, in their
+ * order, lists each call after its inputs (in their order); walking that list backwards, a call's
+ * depth is the most of 0 and its readers' depths + 1, raised to the depth of its layer's call seen
+ * last (a shared layer's calls run no earlier than one seen before). The calls run deepest first,
+ * those of one depth in the order the backward walk first met them (as a reader's input, or as an
+ * output). Sets each entry's run_rank: its place among its layer's calls in that order. */
+static status_t order_calls(job_model_t *m, const char *where, status_msg_t *err)
+{
+    size_t n = m->n_layers, n_post = 0, top = 0, seq = 0;
+    int *post = calloc(4 * n + 1, sizeof(int)), *depth = post + n, *met = depth + n;
+    int *layer_depth = met + n;
+    struct walk {
+        int node, next;
+    } *stack = calloc(n + 1, sizeof(*stack));
+    bool *done = calloc(n + 1, sizeof(*done));
+
+    if (post == NULL || stack == NULL || done == NULL) {
+        free(post);
+        free(stack);
+        free(done);
+        return status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", where);
+    }
+    for (int k = 0; k < job_model_outputs(m); k++) {
+        int out = job_model_output(m, k);
+        if (done[out])
+            continue;
+        done[out] = true; /* on the stack: inputs come before their readers, no cycle */
+        stack[top++] = (struct walk){out, 0};
+        while (top > 0) {
+            struct walk *w = &stack[top - 1];
+            const job_layer_t *l = &m->layers[w->node];
+            int src;
+            if (w->next == (l->n_inputs > 0 ? l->n_inputs : 1)) {
+                post[n_post++] = w->node;
+                top--;
+            } else if ((src = job_layer_input(m, (size_t)w->node, w->next++)) >= 0 && !done[src]) {
+                done[src] = true;
+                stack[top++] = (struct walk){src, 0};
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        met[i] = -1;
+    while (n_post-- > 0) {
+        int v = post[n_post], op = m->layers[v].shares > 0 ? m->layers[v].shares - 1 : v;
+        const job_layer_t *l = &m->layers[v];
+        if (met[v] < 0) { /* an output */
+            met[v] = (int)seq++;
+            depth[v] = 0;
+        }
+        if (layer_depth[op] > depth[v])
+            depth[v] = layer_depth[op];
+        layer_depth[op] = depth[v];
+        for (int k = 0; k < (l->n_inputs > 0 ? l->n_inputs : 1); k++) {
+            int src = job_layer_input(m, (size_t)v, k);
+            if (src < 0)
+                continue;
+            if (met[src] < 0) {
+                met[src] = (int)seq++;
+                depth[src] = depth[v] + 1;
+            } else if (depth[src] < depth[v] + 1) {
+                depth[src] = depth[v] + 1;
+            }
+        }
+    }
+    /* each call's rank: the calls of its layer that run before it */
+    for (size_t i = 0; i < n; i++) {
+        job_layer_t *l = &m->layers[i];
+        int op = l->shares > 0 ? l->shares - 1 : (int)i;
+        l->run_rank = 0;
+        for (size_t j = 0; j < n; j++) {
+            int other = m->layers[j].shares > 0 ? m->layers[j].shares - 1 : (int)j;
+            if (j != i && other == op &&
+                (depth[j] > depth[i] || (depth[j] == depth[i] && met[j] < met[i])))
+                l->run_rank++;
+        }
+    }
+    free(post);
+    free(stack);
+    free(done);
     return STATUS_OK;
 }
 
@@ -995,7 +1074,8 @@ status_t job_model_finish(job_model_t *m, const char *where, status_msg_t *err)
         if (m->layers[i].shares > 0 && (size_t)m->layers[i].shares <= i)
             memcpy(m->layers[i].name, m->layers[m->layers[i].shares - 1].name,
                    sizeof(m->layers[i].name));
-    return check_graph(m, where, err);
+    STATUS_CHECK(check_graph(m, where, err));
+    return order_calls(m, where, err);
 }
 
 void job_model_done(job_model_t *m)

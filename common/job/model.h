@@ -205,6 +205,9 @@ typedef struct job_layer {
      * in the graph's order; a later call holds 1 + the index of the layer's first call, whose
      * weights it uses (0: a first or only call). */
     int shares;
+    /* The place of this call among its layer's calls in the order Keras runs the graph (0: the
+     * first run; job_model_finish): a shared BatchNormalization moves its statistics in it. */
+    int run_rank;
 } job_layer_t;
 
 /* One input of a Functional model with several: its InputLayer's name and shape (without the
@@ -259,8 +262,7 @@ bool job_layer_is_merge(job_layer_kind_t k);
 int job_layer_input(const job_model_t *m, size_t i, int k);
 
 /* Whether layer i, a later call of a shared layer (shares > 0), may be one: it names an earlier
- * first call of its kind, and the kind keeps nothing per call beyond its output (not
- * BatchNormalization, whose moving statistics Keras moves once per call, nor Embedding). */
+ * first call of its kind. */
 bool job_layer_shareable(const job_model_t *m, size_t i);
 
 /* The values of a shape (a feature's, an input's): the product of its dimensions. */

@@ -58,6 +58,7 @@ static status_t bn_plan(layer_plan_t *p, layer_t *l, status_msg_t *err)
         stat[k]->momentum = (float)s->momentum;
         stat[k]->rest = (float)(1.0 - s->momentum);
     }
+    l->stat_weight = 1;
     l->xhat = layer_floats(p->m, layer_mul_sat((size_t)p->max_batch, len));
     l->inv_std = layer_floats(p->m, (size_t)c);
     l->batch_mean = layer_floats(p->m, (size_t)c);
@@ -242,8 +243,8 @@ static void bn_backward_params(layer_t *l, int batch, const float *dy)
         if (db != NULL)
             db[i] = (float)l->sums[i];
         /* the statistics for the moving averages, weighted as the gradients are */
-        mean_g[i] = l->batch_mean[i] * l->share;
-        var_g[i] = l->batch_var[i] * l->share;
+        mean_g[i] = l->batch_mean[i] * l->share * l->stat_weight;
+        var_g[i] = l->batch_var[i] * l->share * l->stat_weight;
     }
 }
 
@@ -278,6 +279,27 @@ static void bn_backward_input(layer_t *l, int batch, const float *dy, float *dx)
         k[i] = (double)((gamma ? gamma[i] : 1.0f) * l->inv_std[i] / n);
     bn_job_t j = {.l = l, .c = c, .rows = rows, .dy = dy, .dx = dx, .n = n};
     blas_parallel(input_part, &j, 3 * rows * c);
+}
+
+void layer_batch_norm_share(layer_t *layers, size_t first)
+{
+    double momentum = layers[first].spec.momentum, stays;
+    int calls = 0;
+
+    for (int c = (int)first + 1; c > 0; c = layers[c - 1].next_call)
+        calls++;
+    stays = pow(momentum, calls);
+    for (int c = (int)first + 1; c > 0; c = layers[c - 1].next_call) {
+        layer_t *l = &layers[c - 1];
+        int rank = l->spec.run_rank >= 0 && l->spec.run_rank < calls ? l->spec.run_rank : 0;
+        l->stat_weight =
+            stays < 1 ? (float)((1 - momentum) * pow(momentum, calls - 1 - rank) / (1 - stays))
+                      : (float)(1.0 / calls);
+    }
+    for (int k = 0; k < 2; k++) {
+        bn_moving(&layers[first], k)->momentum = (float)stays;
+        bn_moving(&layers[first], k)->rest = (float)(1 - stays);
+    }
 }
 
 bool layer_batch_norm_idle(layer_t *l, bool backward, double *zeros, size_t width)

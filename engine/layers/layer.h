@@ -68,6 +68,9 @@ typedef struct layer {
     float *batch_mean, *batch_var;
     double *sums; /* BatchNormalization: per-channel sums and factors, 3 a channel */
     float share;
+    /* BatchNormalization: the weight of this call's statistics in the moving update (1 but for
+     * a shared layer's calls: layer_batch_norm_share) */
+    float stat_weight;
     /* synchronized BatchNormalization: the replicas' exchange (NULL: this replica's batch
      * alone), this replica's rank in it, and the rows of the step's global batch (set by the
      * forward pass) */
@@ -182,6 +185,13 @@ static inline uint64_t layer_rng_next(uint64_t *s)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+
+/* A shared BatchNormalization, layers[first] its first call: Keras moves the statistics once a
+ * call, in the order it runs the calls (spec.run_rank). K calls move them as K batches of an
+ * accumulate_steps window do (trainer_close_window): momentum^K of the average stays, and the
+ * statistic the update takes is the calls' mean weighted (1 - momentum) momentum^(K-1-rank)
+ * / (1 - momentum^K), each call's weight (stat_weight) applied in its backward pass. */
+void layer_batch_norm_share(layer_t *layers, size_t first);
 
 /* A synchronized BatchNormalization's part in a training pass without examples: the sums its
  * forward (backward: false) or its input gradient (backward: true) makes, with zeros. zeros

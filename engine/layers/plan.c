@@ -87,6 +87,8 @@ model_param_t *layer_add_param(layer_plan_t *p, const char *what, const int *sha
     model_t *m = p->m;
     model_param_t *param = &m->params[m->n_params++];
 
+    /* the slot may be a shared layer's later call's, given back (share_params) with its flags */
+    *param = (model_param_t){0};
     param->n = layer_shape_len(shape, rank);
     param->rank = rank;
     memcpy(param->shape, shape, (size_t)rank * sizeof(int));

@@ -170,6 +170,21 @@ START_TEST(ps_training_shared_layer_learns)
 }
 END_TEST
 
+/* A shared Dense and a shared BatchNormalization (two calls each, Keras's JSON): the moving
+ * statistics are one pair of variables on the PS, which each push moves as two batches (the
+ * workers describe them with momentum^2) by the calls' statistics; the test split is evaluated
+ * with them, so statistics left at their start or moved wrongly would show. */
+START_TEST(ps_training_shared_batch_normalization_learns)
+{
+    double acc = functional_on_ps("shared-bn", "tests/fixtures/keras/keras3_shared_bn_mlp.json",
+                                  "{steps: 600}");
+
+    printf("shared batch normalization, 600 steps on 2 workers and 2 ps: test accuracy %.4f\n",
+           acc);
+    ck_assert_msg(acc >= 0.7, "test accuracy %.4f", acc);
+}
+END_TEST
+
 /* ResNet's block with BatchNormalization (the example), one epoch: the moving statistics live
  * on the parameter servers, which average in each worker's batch statistics (TensorFlow's
  * ParameterServerStrategy: each worker's assign updates the PS's variable), and the test split
@@ -838,6 +853,7 @@ int main(void)
     tcase_add_test(tc, ps_training_functional_model_learns);
     tcase_add_test(tc, ps_training_batch_normalization_keeps_its_moving_statistics_on_the_ps);
     tcase_add_test(tc, ps_training_shared_layer_learns);
+    tcase_add_test(tc, ps_training_shared_batch_normalization_learns);
     tcase_add_test(tc, ps_training_sparse_text_job_moves_only_touched_rows_and_learns);
     tcase_add_test(tc, ps_training_values_and_token_ids_in_two_inputs_learn);
     tcase_add_test(tc, ps_training_staleness_bound_holds_a_worker_that_runs_ahead);

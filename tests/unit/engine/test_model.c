@@ -421,6 +421,48 @@ START_TEST(model_graph_shared_layer_gradients_match)
 }
 END_TEST
 
+/* A shared layer's later call gives its parameters' slots back to the layers after it: they
+ * start clean, without the call's constraint or a BatchNormalization's moving flags; a shared
+ * BatchNormalization's K calls move its statistics as K batches (momentum^K stays) with weights
+ * by the order Keras runs the calls (run_rank) that sum to 1. */
+START_TEST(model_graph_shared_layer_slots_start_clean)
+{
+    job_layer_t l[5] = {reads(dense(4, JOB_ACT_TANH), JOB_INPUT_MODEL)};
+    job_model_t spec = {.layers = l, .n_layers = 5, .input_rank = 1, .input_shape = {4}};
+    status_msg_t err = {0};
+    model_t *m = NULL;
+
+    l[0].kernel_constraint = (job_constraint_t){.kind = JOB_CONSTRAINT_NON_NEG};
+    l[1] = reads(plain(JOB_LAYER_BATCH_NORMALIZATION), 0);
+    l[1].axis = -1;
+    l[1].momentum = 0.5;
+    l[1].epsilon = 1e-3;
+    l[2] = call_of(l, 0, 1);
+    l[3] = call_of(l, 1, 2);
+    l[3].run_rank = 0; /* Keras would run it first */
+    l[1].run_rank = 1;
+    l[4] = dense(2, JOB_ACT_LINEAR);
+    ck_assert_msg(model_new(&spec, JOB_LOSS_MSE, false, 2, 1, 0, &m, &err) == STATUS_OK, "%s",
+                  err.text);
+    ck_assert_uint_eq(model_param_count(m), 6);
+    for (size_t i = 0; i < model_param_count(m); i++) {
+        const model_param_t *p = model_param(m, i);
+        bool kernel0 = i == 0, stat = i == 2 || i == 3;
+        ck_assert_int_eq(p->constraint.kind,
+                         kernel0 ? JOB_CONSTRAINT_NON_NEG : JOB_CONSTRAINT_NONE);
+        ck_assert_int_eq(p->moving, stat);
+        if (stat) {
+            ck_assert_float_eq(p->momentum, 0.25f);
+            ck_assert_float_eq(p->rest, 0.75f);
+        }
+    }
+    /* the first call runs last: (1 - 0.5) / 0.75; the second first: 0.5 * 0.5 / 0.75 */
+    ck_assert_float_eq_tol(m->layers[1].stat_weight, 2.0f / 3, 1e-7f);
+    ck_assert_float_eq_tol(m->layers[3].stat_weight, 1.0f / 3, 1e-7f);
+    model_free(m);
+}
+END_TEST
+
 START_TEST(model_graph_shared_layer_on_another_shape_is_refused)
 {
     job_layer_t l[4] = {reads(dense(4, JOB_ACT_TANH), JOB_INPUT_MODEL)};
@@ -1430,6 +1472,7 @@ int main(void)
     tcase_add_test(tc, model_embedding_of_a_second_input_names_where_its_ids_are);
     tcase_add_test(tc, model_mask_of_another_input_is_refused);
     tcase_add_test(tc, model_graph_shared_layer_on_another_shape_is_refused);
+    tcase_add_test(tc, model_graph_shared_layer_slots_start_clean);
     tcase_add_test(tc, model_batch_normalization_gradients_match);
     tcase_add_test(tc, model_batch_normalization_infers_with_the_moving_statistics);
     tcase_add_test(tc, model_batch_normalization_on_another_axis_is_refused);

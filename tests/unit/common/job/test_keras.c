@@ -1112,6 +1112,41 @@ START_TEST(masks_of_mask_zero_parse_in_functional_models)
 }
 END_TEST
 
+/* A BatchNormalization called on two branches of different depths and on their sum, read by a
+ * Concatenate with its second call first: Keras runs the calls deepest first, those of one depth
+ * in the order its backward walk meets them, so the second call runs first (run_rank), then the
+ * first, then the third (nodes: da db dt bn bn add bn concat out). */
+START_TEST(a_shared_batch_normalization_runs_its_calls_in_keras_order)
+{
+#define SHARED_BN                                                                                  \
+    "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"bn\"}, \"name\": \"bn\", "  \
+    "\"inbound_nodes\": [[[\"da\", 0, 0, {}]], [[\"dt\", 0, 0, {}]], [[\"s\", 0, 0, {}]]]}"
+#define BN_CALL(k) "[\"bn\", " #k ", 0, {}]"
+#define BRANCHES   DENSE("da", "x") ", " DENSE("db", "x") ", " DENSE("dt", "db")
+#define MERGES                                                                                     \
+    MERGE("Add", "s", BN_CALL(0) ", " BN_CALL(1))                                                  \
+    ", " MERGE("Concatenate", "c", BN_CALL(1) ", " BN_CALL(2) ", " BN_CALL(0))
+    const char *calls = BRANCHES ", " SHARED_BN ", " MERGES ", " DENSE("o", "c");
+    const char *text = functional(calls, "[[\"x\", 0, 0]]", "[\"o\", 0, 0]");
+    static const int shares[] = {0, 0, 0, 0, 4, 0, 4, 0, 0}, ranks[] = {0, 0, 0, 1, 0, 0, 2, 0, 0};
+    job_model_t m;
+    status_msg_t err = {0};
+
+    ck_assert_msg(job_parse_keras_json(text, strlen(text), "f.json", &m, &err) == STATUS_OK, "%s",
+                  err.text);
+    ck_assert_uint_eq(m.n_layers, 9);
+    for (size_t i = 0; i < m.n_layers; i++) {
+        ck_assert_int_eq(m.layers[i].shares, shares[i]);
+        ck_assert_int_eq(m.layers[i].run_rank, ranks[i]);
+    }
+    job_model_done(&m);
+#undef BN_CALL
+#undef SHARED_BN
+#undef BRANCHES
+#undef MERGES
+}
+END_TEST
+
 /* Keras 2's form of calls, and what a shared layer may not be. */
 START_TEST(shared_layers_outside_what_is_built_are_rejected)
 {
@@ -1135,12 +1170,6 @@ START_TEST(shared_layers_outside_what_is_built_are_rejected)
                     "output_layers names 'a' call 1, not the last call made", NULL);
     assert_rejected(functional(calls, in, "[\"a\", 3, 0]"), "f.json",
                     "output_layers names 'a' call 3, which the model does not make", NULL);
-    assert_rejected(functional("{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": "
-                               "\"a\"}, \"name\": \"a\", \"inbound_nodes\": [[[\"x\", 0, 0, {}]], "
-                               "[[\"a\", 0, 0, {}]]]}",
-                               in, "[\"a\", 1, 0]"),
-                    "f.json", "layer 'a' (batch_normalization) is called more than once",
-                    "moving statistics", NULL);
     assert_rejected(
         functional(DENSE("a", "x") ", {\"class_name\": \"Dense\", \"config\": "
                                    "{\"name\": \"b\", \"units\": 3}, \"name\": \"b\", "
@@ -1306,6 +1335,7 @@ static Suite *keras_suite(void)
     tcase_add_test(tc, masks_of_mask_zero_parse_in_functional_models);
     tcase_add_test(tc, several_inputs_outside_what_is_built_are_rejected);
     tcase_add_test(tc, shared_layers_outside_what_is_built_are_rejected);
+    tcase_add_test(tc, a_shared_batch_normalization_runs_its_calls_in_keras_order);
     tcase_add_test(tc, unknown_top_level_key_is_rejected);
     tcase_add_test(tc, invalid_json_is_rejected_with_its_line);
     tcase_add_test(tc, nodes_of_the_wrong_type_are_errors_not_crashes);
