@@ -76,15 +76,71 @@ static status_t get_choice_nocase(job_ctx_t *c, const job_node_t *opts, const ch
 }
 
 /* The options of one metric beyond accuracy; m->kind and m->name are set. */
-/* The values output k of the model gives an example, where its layer says them (a Dense's
- * units); 0 where only building the model would tell. */
+/* Whether a kind's output keeps its (first) input's last axis: values one by one, the
+ * normalizations and dropouts, poolings and paddings over the other axes, merges but
+ * Concatenate. */
+static bool keeps_last_axis(job_layer_kind_t k)
+{
+    switch (k) {
+    case JOB_LAYER_DROPOUT:
+    case JOB_LAYER_ACTIVATION:
+    case JOB_LAYER_RESCALING:
+    case JOB_LAYER_LAYER_NORMALIZATION:
+    case JOB_LAYER_BATCH_NORMALIZATION:
+    case JOB_LAYER_MAX_POOLING1D:
+    case JOB_LAYER_AVERAGE_POOLING1D:
+    case JOB_LAYER_MAX_POOLING2D:
+    case JOB_LAYER_AVERAGE_POOLING2D:
+    case JOB_LAYER_GLOBAL_AVERAGE_POOLING1D:
+    case JOB_LAYER_GLOBAL_AVERAGE_POOLING2D:
+    case JOB_LAYER_GLOBAL_MAX_POOLING1D:
+    case JOB_LAYER_GLOBAL_MAX_POOLING2D:
+    case JOB_LAYER_RELU:
+    case JOB_LAYER_LEAKY_RELU:
+    case JOB_LAYER_ELU:
+    case JOB_LAYER_SOFTMAX:
+    case JOB_LAYER_PRELU:
+    case JOB_LAYER_ZERO_PADDING2D:
+    case JOB_LAYER_CROPPING2D:
+    case JOB_LAYER_UP_SAMPLING2D:
+    case JOB_LAYER_REPEAT_VECTOR:
+    case JOB_LAYER_SPATIAL_DROPOUT1D:
+    case JOB_LAYER_SPATIAL_DROPOUT2D:
+    case JOB_LAYER_GAUSSIAN_NOISE:
+        return true;
+    default:
+        return job_layer_is_merge(k) && k != JOB_LAYER_CONCATENATE;
+    }
+}
+
+/* The last axis of output k of the model, where its layers say it: a Dense's units, a
+ * convolution's filters, or the input's last axis, through the layers that keep it (an
+ * Activation or Dropout after the Dense, a global pooling after the Conv2D); 0 where only
+ * building the model would tell. The engine checks it is all the output gives an example. */
 static int output_units(const job_model_t *model, int k)
 {
     int at = job_model_output(model, k);
 
-    return at >= 0 && (size_t)at < model->n_layers && model->layers[at].kind == JOB_LAYER_DENSE
-               ? model->layers[at].units
-               : 0;
+    for (size_t steps = 0; steps <= model->n_layers; steps++) {
+        if (at < 0) { /* a model input */
+            int rank;
+            const int *shape = job_model_input_shape(model, job_input_index(at), &rank);
+            return at >= JOB_INPUT_OF(job_model_inputs(model) - 1) && rank > 0 ? shape[rank - 1]
+                                                                               : 0;
+        }
+        if ((size_t)at >= model->n_layers)
+            return 0;
+        const job_layer_t *l = &model->layers[at];
+        if (l->kind == JOB_LAYER_DENSE)
+            return l->units;
+        if (l->kind == JOB_LAYER_CONV1D || l->kind == JOB_LAYER_CONV2D ||
+            l->kind == JOB_LAYER_SEPARABLE_CONV2D)
+            return l->filters;
+        if (!keeps_last_axis(l->kind))
+            return 0;
+        at = job_layer_input(model, (size_t)at, 0);
+    }
+    return 0;
 }
 
 /* auc's label_weights: a list of non-negative numbers, one an output, not all 0 (their mean
@@ -214,8 +270,9 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *j
         if (multi_label != (m->num_labels > 0))
             return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line, "%s: %s", c->path,
                                  multi_label ? "auc with multi_label: true needs num_labels (the "
-                                               "output's values, one curve each) where the "
-                                               "output is not a Dense layer"
+                                               "output's values, one curve each) where its "
+                                               "layers do not say it (a Dense's units, a "
+                                               "convolution's filters)"
                                              : "num_labels is for auc with multi_label: true");
         STATUS_CHECK(parse_label_weights(c, opts, m));
         STATUS_CHECK(parse_auc_thresholds(c, opts, m));

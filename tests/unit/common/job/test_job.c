@@ -1132,9 +1132,22 @@ START_TEST(metrics_are_read_with_their_options)
     parse_ok(MODEL TAIL "metrics: [{auc: {multi_label: true}}]\n", "j.yaml", &job);
     ck_assert_int_eq(job.metrics[0].num_labels, job.model.layers[job.model.n_layers - 1].units);
     job_done(&job);
-    ASSERT_BAD("model: [{dense: {units: 3}, input_shape: [4]}, {dropout: {rate: 0.1}}]\n" TAIL
-               "metrics: [{auc: {multi_label: true}}]\n",
-               "multi_label: true needs num_labels");
+    /* through the layers that keep the last axis: a Dropout and an Activation after the Dense,
+     * a global pooling after a convolution */
+    parse_ok("model: [{dense: {units: 3}, input_shape: [4]}, {dropout: {rate: 0.1}}, {activation: "
+             "{activation: sigmoid}}]\n" TAIL "metrics: [{auc: {multi_label: true}}]\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.metrics[0].num_labels, 3);
+    job_done(&job);
+    parse_ok("model: [{conv2d: {filters: 5, kernel_size: 3}, input_shape: [6, 6, 2]}, "
+             "global_average_pooling2d]\n" TAIL "metrics: [{auc: {multi_label: true}}]\n",
+             "j.yaml", &job);
+    ck_assert_int_eq(job.metrics[0].num_labels, 5);
+    job_done(&job);
+    ASSERT_BAD(
+        "model: [{conv2d: {filters: 5, kernel_size: 3}, input_shape: [6, 6, 2]}, flatten]\n" TAIL
+        "metrics: [{auc: {multi_label: true}}]\n",
+        "multi_label: true needs num_labels");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_labels: 3}}]\n",
                "num_labels is for auc with multi_label: true");
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {multi_label: true, num_labels: 100000}}]\n",
