@@ -427,7 +427,9 @@ static double output_threshold(const job_output_t *o, double t)
 /* The Keras metric that computes what Tessera's does on the exported model's outputs, or NULL
  * (with a warning naming it) where Keras has none: AUC, precision and recall of several classes
  * need Keras's one-hot labels (a categorical_crossentropy model) and probabilities (no
- * from_logits: Keras would take each logit's sigmoid, not their softmax). */
+ * from_logits: Keras would take each logit's sigmoid, not their softmax). Precision or recall
+ * at several thresholds is one Keras metric of them all, written by the first of its metrics
+ * (m[0 .. list_len) in the job's list), under its list_name; the others are NULL. */
 static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const char *name)
 {
     static const char *const classes[] = {
@@ -447,8 +449,11 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
     const char *class_name = classes[m->kind];
     cJSON *c;
 
-    if (m->kind == JOB_METRIC_OUTPUT_LOSS || m->kind == JOB_METRIC_OUTPUT_ACCURACY)
+    if (m->kind == JOB_METRIC_OUTPUT_LOSS || m->kind == JOB_METRIC_OUTPUT_ACCURACY ||
+        m->list_at > 0)
         return NULL;
+    if (m->list_len > 1)
+        name = m->list_name;
     if ((m->kind == JOB_METRIC_AUC || m->kind == JOB_METRIC_PRECISION ||
          m->kind == JOB_METRIC_RECALL) &&
         !binary && (!classes_one_hot || o->from_logits)) {
@@ -490,9 +495,13 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
         break;
     case JOB_METRIC_PRECISION:
     case JOB_METRIC_RECALL:
-        if (isinf(m->threshold)) /* top_k alone: Keras's default threshold */
+        if (isinf(m->threshold)) { /* top_k alone: Keras's default threshold */
             cJSON_AddNullToObject(c, "thresholds");
-        else
+        } else if (m->list_len > 1) {
+            cJSON *list = cJSON_AddArrayToObject(c, "thresholds");
+            for (int k = 0; list != NULL && k < m->list_len; k++)
+                cJSON_AddItemToArray(list, cJSON_CreateNumber(output_threshold(o, m[k].threshold)));
+        } else
             cJSON_AddNumberToObject(c, "thresholds", output_threshold(o, m->threshold));
         if (m->top_k > 0)
             cJSON_AddNumberToObject(c, "top_k", m->top_k);

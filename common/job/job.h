@@ -204,6 +204,11 @@ typedef struct job_metric {
     int n_label_weights;
     job_auc_curve_t curve;
     job_auc_summation_t summation;
+    /* precision, recall with a list of thresholds (Keras's one metric of a vector of values):
+     * one metric a threshold, "NAME_T" each, list_len of them one after the other, this one
+     * list_at among them; list_name is NAME, the Keras metric's (0 list_len: a metric of one) */
+    int list_at, list_len;
+    char list_name[64];
     size_t offset, width; /* its sums in the job's metric state (job_t.metric_width) */
 } job_metric_t;
 

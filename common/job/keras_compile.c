@@ -345,18 +345,31 @@ static status_t optimizer_of(kc_t *k, const cJSON *opt, cJSON **ret, int *ret_ac
     return job_form(k, rc, name, config, ret);
 }
 
+static double sigmoid(double v)
+{
+    return 1.0 / (1.0 + exp(-v));
+}
+
 /* sigmoid(t): Keras's threshold on a binary model's logits as the probability Tessera compares
  * (logit > t exactly where sigmoid(logit) > sigmoid(t)); an absent one is Keras's 0.5, on the
- * logits. Anything but a number (a list of thresholds) is left for the job parser to refuse. */
+ * logits; a list, each of its numbers. Anything else is left for the job parser to refuse. */
 static void threshold_to_probability(cJSON *config, const char *key)
 {
-    cJSON *t = cJSON_GetObjectItemCaseSensitive(config, key);
-    double v = t != NULL && cJSON_IsNumber(t) ? t->valuedouble : 0.5;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(config, key), *item;
 
+    if (cJSON_IsArray(t)) {
+        cJSON_ArrayForEach(item, t)
+        {
+            if (cJSON_IsNumber(item))
+                cJSON_SetNumberValue(item, sigmoid(item->valuedouble));
+        }
+        return;
+    }
     if (t != NULL && !cJSON_IsNumber(t))
         return;
+    double v = t != NULL ? t->valuedouble : 0.5;
     cJSON_DeleteItemFromObjectCaseSensitive(config, key);
-    cJSON_AddNumberToObject(config, key, 1.0 / (1.0 + exp(-v)));
+    cJSON_AddNumberToObject(config, key, sigmoid(v));
 }
 
 /* Keras's string metrics as the classes they stand for where a binary model's logits need

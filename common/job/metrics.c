@@ -227,8 +227,45 @@ static status_t parse_auc_thresholds(job_ctx_t *c, const job_node_t *opts, job_m
     return STATUS_OK;
 }
 
+/* precision's and recall's thresholds: one number from 0 to 1, or a list of 1 to
+ * JOB_MAX_METRICS of them (*ret_n: their count; 0 when absent). */
+static status_t parse_pr_thresholds(job_ctx_t *c, const job_node_t *opts, double *ret, int *ret_n)
+{
+    const job_node_t *n = job_tree_child(opts, "thresholds");
+    size_t old;
+    status_t rc = STATUS_OK;
+
+    *ret_n = 0;
+    if (!job_tree_given(n))
+        return STATUS_OK;
+    old = job_tree_push_key(c, "thresholds");
+    if (n->kind != JOB_NODE_SEQ) {
+        rc = job_tree_double(c, n, &ret[0]);
+        *ret_n = 1;
+    } else if (n->n == 0 || n->n > JOB_MAX_METRICS) {
+        rc = job_tree_type_error(c, n, "a number from 0 to 1, or a list of 1 to 16 of them");
+    } else {
+        for (size_t i = 0; rc == STATUS_OK && i < n->n; i++) {
+            size_t at = job_tree_push_index(c, i);
+            rc = job_tree_double(c, n->items[i], &ret[i]);
+            job_tree_pop(c, at);
+        }
+        *ret_n = (int)n->n;
+    }
+    for (int i = 0; rc == STATUS_OK && i < *ret_n; i++)
+        if (!(ret[i] >= 0 && ret[i] <= 1))
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                               "%s: thresholds must be numbers from 0 to 1, got %g", c->path,
+                               ret[i]);
+    job_tree_pop(c, old);
+    return rc;
+}
+
+/* The options of one metric beyond accuracy (m->kind and m->name set); precision and recall at
+ * several thresholds leave them in ret_list[*ret_n] (*ret_n 0 otherwise; parse_one makes a
+ * metric of each). */
 static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *job, int output,
-                            job_metric_t *m)
+                            job_metric_t *m, double *ret_list, int *ret_n)
 {
     static const char *const topk_keys[] = {"name", "k"};
     static const char *const auc_keys[] = {
@@ -239,6 +276,7 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *j
     const char *name = NULL;
     double threshold = 0.5;
 
+    *ret_n = 0;
     m->k = 5;
     m->class_id = -1;
     m->thresholds = 200;
@@ -290,12 +328,10 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *j
     case JOB_METRIC_PRECISION:
     case JOB_METRIC_RECALL:
         STATUS_CHECK(job_tree_check_map(c, opts, pr_keys, JOB_N_OF(pr_keys), true));
-        STATUS_CHECK(job_tree_get_double(c, opts, "thresholds", false, &threshold));
-        if (!(threshold >= 0 && threshold <= 1))
-            return job_tree_fail(c, STATUS_BAD_CONFIG, opts->line,
-                                 "%s: thresholds must be one number from 0 to 1, got %g (a list "
-                                 "of several is not supported)",
-                                 c->path, threshold);
+        STATUS_CHECK(parse_pr_thresholds(c, opts, ret_list, ret_n));
+        if (*ret_n == 1) /* one, in a list or not: Keras's metric of one value */
+            threshold = ret_list[0];
+        *ret_n = *ret_n > 1 ? *ret_n : 0;
         STATUS_CHECK(job_tree_get_int(c, opts, "class_id", false, 0, &m->class_id));
         /* top_k: only an example's k highest predictions may count as positive, whatever
          * their values unless thresholds is given too (Keras's default threshold is then
@@ -365,27 +401,54 @@ static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job, int out
                                "%s: at most %d metrics besides "
                                "accuracy",
                                c->path, JOB_MAX_METRICS);
+        double list[JOB_MAX_METRICS];
+        int n_list = 0;
         if (rc == STATUS_OK) {
             *m = (job_metric_t){.kind = metric_kinds[i - FIRST_OTHER]};
             snprintf(m->name, sizeof(m->name), "%s", metric_reported[i - FIRST_OTHER]);
-            rc = parse_other(c, opts, job, output, m);
+            rc = parse_other(c, opts, job, output, m, list, &n_list);
         }
-        /* (several outputs: the names are checked once their output's prefixes them) */
-        for (int k = 0; rc == STATUS_OK && job->model.n_outputs < 2 && k < job->n_metrics; k++)
-            if (strcmp(job->metrics[k].name, m->name) == 0)
-                rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
-                                   "%s: a second metric named '%s': give one a name of its own "
-                                   "({%s: {name: ...}})",
-                                   c->path, m->name, metric_names[i]);
-        if (rc == STATUS_OK && job->metric_width + m->width > JOB_MAX_METRIC_SUMS)
+        /* several thresholds: a metric each, "precision_0.3", after the first */
+        if (rc == STATUS_OK && job->n_metrics + n_list > JOB_MAX_METRICS)
             rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
-                               "%s: the metrics keep more than %d sums in all (AUC's: 2 x "
-                               "num_thresholds x num_labels each)",
-                               c->path, JOB_MAX_METRIC_SUMS);
-        if (rc == STATUS_OK) {
-            m->offset = job->metric_width;
-            job->metric_width += m->width;
-            job->n_metrics++;
+                               "%s: its %d thresholds are a metric each, and a job keeps at most "
+                               "%d metrics besides accuracy",
+                               c->path, n_list, JOB_MAX_METRICS);
+        job_metric_t one = rc == STATUS_OK ? *m : (job_metric_t){0}; /* each threshold's start */
+        for (int t = 0; rc == STATUS_OK && t < (n_list > 0 ? n_list : 1); t++) {
+            job_metric_t *e = &job->metrics[job->n_metrics];
+            if (n_list > 0) {
+                *e = one;
+                snprintf(e->list_name, sizeof(e->list_name), "%s", one.name);
+                e->list_at = t;
+                e->list_len = n_list;
+                e->threshold = (float)list[t];
+                if ((size_t)snprintf(e->name, sizeof(e->name), "%s_%g", one.name,
+                                     (double)e->threshold) >= sizeof(e->name))
+                    rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                       "%s: the name of its threshold %g, %s_%g, is longer than "
+                                       "%zu characters",
+                                       c->path, list[t], e->list_name, (double)e->threshold,
+                                       sizeof(e->name) - 1);
+            }
+            /* (several outputs: the names are checked once their output's prefixes them) */
+            for (int k = 0; rc == STATUS_OK && job->model.n_outputs < 2 && k < job->n_metrics; k++)
+                if (strcmp(job->metrics[k].name, e->name) == 0)
+                    rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                       "%s: a second metric named '%s': give one a name of its "
+                                       "own ({%s: {name: ...}})%s",
+                                       c->path, e->name, metric_names[i],
+                                       n_list > 0 ? ", or list each threshold once" : "");
+            if (rc == STATUS_OK && job->metric_width + e->width > JOB_MAX_METRIC_SUMS)
+                rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                   "%s: the metrics keep more than %d sums in all (AUC's: 2 x "
+                                   "num_thresholds x num_labels each)",
+                                   c->path, JOB_MAX_METRIC_SUMS);
+            if (rc == STATUS_OK) {
+                e->offset = job->metric_width;
+                job->metric_width += e->width;
+                job->n_metrics++;
+            }
         }
     }
     job_tree_pop(c, old);

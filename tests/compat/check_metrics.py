@@ -2,7 +2,8 @@
 tensorflow-cpu installs), on the same predictions: sparse top-k with ties, AUC for each curve and
 summation method (with predictions exactly on thresholds, at 0 and at 1; of several labels, and
 weighted by label_weights; at thresholds given as a list),
-precision and recall (thresholds, class_id, top_k with ties), and the mean absolute, squared and root mean squared errors. Keras sees
+precision and recall (thresholds, several of them as a list, class_id, top_k with ties), and the
+mean absolute, squared and root mean squared errors. Keras sees
 one-hot labels where Tessera sees class ids, as Keras users of categorical losses write them.
 Tessera's sums are made by tests/compat/metric_values.c (the engine's code) over uneven pieces of
 the examples, added up as workers' are; every result agrees with Keras's within 1e-5 relative
@@ -100,7 +101,11 @@ def cases(rng):
            [("{precision: {top_k: 2, name: p_top2}}", M.Precision(top_k=2)),
             ("{recall: {top_k: 3, name: r_top3}}", M.Recall(top_k=3)),
             ("{precision: {top_k: 1, class_id: 4, thresholds: 0.2, name: p_t1c4}}",
-             M.Precision(top_k=1, class_id=4, thresholds=0.2))])
+             M.Precision(top_k=1, class_id=4, thresholds=0.2)),
+            ("{precision: {class_id: 2, thresholds: [0.3, 0.05], name: p_c2_list}}",
+             M.Precision(class_id=2, thresholds=[0.3, 0.05])),
+            ("{recall: {top_k: 2, thresholds: [0.1, 0.25, 0.4], name: r_top2_list}}",
+             M.Recall(top_k=2, thresholds=[0.1, 0.25, 0.4]))])
     p, y = binary_case(rng)
     yield ("binary", 1, p, y, aucs() + confusion() + [
         ("mae", M.MeanAbsoluteError()), ("mse", M.MeanSquaredError()),
@@ -109,6 +114,12 @@ def cases(rng):
          M.AUC(thresholds=[0.1, 0.5, 0.9, 0.3])),
         ("{auc: {curve: PR, thresholds: [0.2, 0.4, 0.6, 0.8, 0.95], name: pr_list}}",
          M.AUC(curve="PR", thresholds=[0.2, 0.4, 0.6, 0.8, 0.95]))])
+    # precision and recall at several thresholds: Keras's vector, Tessera's metric each
+    yield ("binary", 1, p, y, [
+        ("{precision: {thresholds: [0.7, 0.2, 0.5], name: p_list}}",
+         M.Precision(thresholds=[0.7, 0.2, 0.5])),
+        ("{recall: {thresholds: [0.1, 0.9], name: r_list}}", M.Recall(thresholds=[0.1, 0.9])),
+        ("{recall: {thresholds: [0.4]}}", M.Recall(thresholds=[0.4]))])
     p, y = multi_label_case(rng, 4)
     yield ("4 targets", 4, p, y, aucs() + confusion() + [
         ("{precision: {class_id: 1, name: p_c1}}", M.Precision(class_id=1)),
@@ -144,8 +155,10 @@ def cases(rng):
 
 
 def keras_results(outputs, p, y, metrics):
+    """(entry, Keras's value) of each metric, a pair for each value of a vector (precision or
+    recall at several thresholds)."""
     out = []
-    for _, m in metrics:
+    for entry, m in metrics:
         if y.ndim == 2:  # a label for each output
             m.update_state(y, p)
         elif outputs > 1 and not isinstance(m, M.SparseTopKCategoricalAccuracy):
@@ -154,7 +167,7 @@ def keras_results(outputs, p, y, metrics):
             m.update_state(y, p)
         else:
             m.update_state(y.reshape(-1, 1), p)
-        out.append(float(m.result()))
+        out.extend((entry, float(v)) for v in np.asarray(m.result()).reshape(-1))
     return out
 
 
@@ -183,7 +196,7 @@ def main():
             theirs = keras_results(outputs, p, y, metrics)
             check(len(ours) == len(theirs), "%s: %d results, Keras %d" %
                   (title, len(ours), len(theirs)))
-            for (name, value), want, (entry, _) in zip(ours, theirs, metrics):
+            for (name, value), (entry, want) in zip(ours, theirs):
                 got = float(value)
                 ok = abs(got - want) <= 1e-5 * abs(want) + 1e-7
                 check(ok, "%s: %s (%s) is %.8g, Keras's %.8g" % (title, name, entry, got, want))
@@ -197,7 +210,8 @@ EXPORT_METRICS = ("[accuracy, auc, {auc: {curve: PR, name: pr_auc}}, precision, 
                   "{precision: {top_k: 2, name: p_top2}}, "
                   "{auc: {multi_label: true, num_labels: 10, name: ml_auc}}, "
                   "{auc: {multi_label: true, label_weights: [1, 2, 1, 0, 1, 1, 1, 3, 1, 1], "
-                  "name: ml_auc_w}}, {auc: {thresholds: [0.25, 0.5, 0.75], name: auc_list}}]")
+                  "name: ml_auc_w}}, {auc: {thresholds: [0.25, 0.5, 0.75], name: auc_list}}, "
+                  "{precision: {thresholds: [0.3, 0.6], name: p_list}}]")
 
 
 def exported_metrics(tmp):
@@ -210,7 +224,7 @@ def exported_metrics(tmp):
     with open(job, "w") as f:
         f.write(text + "\ncheckpoint: {dir: ckpt-metrics}\n")
     out = tessera("train", job, "--steps", "300", cwd=tmp)
-    ours = dict(re.findall(r"test ([a-z_0-9]+) ([0-9.]+)", out.splitlines()[-1]))
+    ours = dict(re.findall(r"test ([a-z_0-9.]+) ([0-9.]+)", out.splitlines()[-1]))
     export = os.path.join(tmp, "export-metrics")
     tessera("export", job, "--out", export, cwd=tmp)
     model = keras.saving.load_model(os.path.join(export, "model.keras"))
@@ -219,8 +233,15 @@ def exported_metrics(tmp):
                             batch_size=256)
     # (the top-k metric is Keras's TopKCategoricalAccuracy of the one-hot labels, under its name)
     for name in ["accuracy", "auc", "pr_auc", "precision", "recall",
-                 "sparse_top_k_categorical_accuracy", "p_top2", "ml_auc", "ml_auc_w", "auc_list"]:
+                 "sparse_top_k_categorical_accuracy", "p_top2", "ml_auc", "ml_auc_w", "auc_list",
+                 "p_list_0.3", "p_list_0.6"]:
         ours_name = keras_name = name
+        if name.startswith("p_list_"):  # Keras's one metric of two values
+            keras_name = "p_list"
+            if keras_name in theirs:
+                theirs[name] = float(np.asarray(theirs[keras_name]).reshape(-1)[
+                    0 if name.endswith("0.3") else 1])
+            keras_name = name
         check(ours_name in ours and keras_name in theirs,
               "export: %s missing (Tessera %s, Keras %s)" % (name, ours, theirs))
         if ours_name in ours and keras_name in theirs:

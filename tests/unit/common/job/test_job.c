@@ -1121,7 +1121,6 @@ START_TEST(metrics_are_read_with_their_options)
     ck_assert_float_eq_tol(job.metrics[1].threshold, 0.4f, 1e-7f);
     job_done(&job);
     ASSERT_BAD(MODEL TAIL "metrics: [{precision: {top_k: 0}}]\n", "top_k");
-    ASSERT_BAD(MODEL TAIL "metrics: [{recall: {thresholds: [0.3, 0.5]}}]\n", "thresholds");
     /* multi_label: a curve an output, num_labels of them (the sums' room) */
     parse_ok(MODEL TAIL "metrics: [{auc: {multi_label: true, num_labels: 3, num_thresholds: 7}}]\n",
              "j.yaml", &job);
@@ -1155,9 +1154,8 @@ START_TEST(metrics_are_read_with_their_options)
     ASSERT_BAD(MODEL TAIL "metrics: [{auc: {num_thresholds: 10000, name: a}}, {auc: "
                           "{num_thresholds: 10000, multi_label: true, num_labels: 52, name: b}}]\n",
                "more than 1048576 sums in all");
-    ASSERT_BAD(MODEL TAIL "metrics: [{precision: {thresholds: [0.3, 0.6]}}]\n", "thresholds");
     ASSERT_BAD(MODEL TAIL "metrics: [{recall: {thresholds: 2}}]\n",
-               "thresholds must be one number from 0 to 1");
+               "thresholds must be numbers from 0 to 1, got 2");
     ASSERT_BAD(MODEL TAIL "metrics: [{accuracy: {threshold: 0.3}}]\n", "threshold");
     ASSERT_BAD(MODEL TAIL "metrics: [{sparse_top_k_categorical_accuracy: {k: 0}}]\n", "k");
 }
@@ -1346,7 +1344,7 @@ START_TEST(keras_archives_bring_their_compile_config)
     ck_assert_float_eq_tol(job.metrics[2].threshold, 0.62245935f, 1e-6f);
     job_done(&job);
     /* top_k without thresholds: any of the k highest counts (Keras's -inf), not sigmoid(0.5);
-     * a list of thresholds is refused, not read as the default */
+     * a list of thresholds on the logits is a metric each, at each one's sigmoid */
     ck_assert_msg(parse_archive(changed_fixture("binary", "\"thresholds\": 0.0, \"top_k\": null",
                                                 "\"thresholds\": null, \"top_k\": 2"),
                                 ARCHIVE_DATA, &job, &err) == STATUS_OK,
@@ -1354,8 +1352,15 @@ START_TEST(keras_archives_bring_their_compile_config)
     ck_assert_int_eq(job.metrics[1].top_k, 2);
     ck_assert(isinf(job.metrics[1].threshold) && job.metrics[1].threshold < 0);
     job_done(&job);
-    assert_compile_refused("binary", "\"thresholds\": 0.0", "\"thresholds\": [0.2, 0.4]",
-                           "thresholds must be a number");
+    ck_assert_msg(parse_archive(changed_fixture("binary", "\"thresholds\": 0.0",
+                                                "\"thresholds\": [0.2, -0.4]"),
+                                ARCHIVE_DATA, &job, &err) == STATUS_OK,
+                  "%s", err.text);
+    ck_assert_int_eq(job.metrics[1].list_len, 2);
+    ck_assert_int_eq(job.metrics[2].list_at, 1);
+    ck_assert_float_eq_tol(job.metrics[1].threshold, 1 / (1 + exp(-0.2)), 1e-7);
+    ck_assert_float_eq_tol(job.metrics[2].threshold, 1 / (1 + exp(0.4)), 1e-7);
+    job_done(&job);
     ck_assert_msg(parse_archive(config, ARCHIVE_DATA "train: {epochs: 1, accumulate_steps: 1}\n",
                                 &job, &err) == STATUS_OK,
                   "%s", err.text);
@@ -1591,6 +1596,59 @@ START_TEST(auc_threshold_lists_are_checked_and_sorted)
 }
 END_TEST
 
+/* Precision and recall at several thresholds (Keras's Precision(thresholds=[...]), one metric of
+ * a vector): a metric each, "NAME_T", in the list's order, their sums one after the other; a
+ * list of one is a metric of one value, as Keras's is. */
+START_TEST(precision_and_recall_threshold_lists_are_a_metric_each)
+{
+    const char *rest = "model:\n  - {dense: {units: 1, activation: sigmoid}, input_shape: [4]}\n"
+                       "loss: binary_crossentropy\n" DATA_ONLY;
+    static const struct {
+        const char *metric, *error;
+    } bad[] = {
+        {"{precision: {thresholds: []}}", "a list of 1 to 16 of them"},
+        {"{recall: {thresholds: [0.5, 1.5]}}", "numbers from 0 to 1, got 1.5"},
+        {"{recall: {thresholds: [0.5, 0.5]}}", "a second metric named 'recall_0.5'"},
+        {"{recall: {thresholds: [0.5, x]}}", "thresholds[1]"},
+        {"auc, mae, mse, rmse, {auc: {name: b}}, {precision: {thresholds: [0.1, 0.2, 0.3, 0.4, "
+         "0.5, 0.6, "
+         "0.7, 0.8, 0.9, 0.95, 0.99, 0.999]}}",
+         "its 12 thresholds are a metric each, and a job keeps at most 16"},
+    };
+    char text[512];
+    status_msg_t err;
+    job_t job;
+
+    snprintf(text, sizeof(text),
+             "metrics: [auc, {precision: {thresholds: [0.7, 0.25], name: p}}, {recall: "
+             "{thresholds: [0.4]}}]\n%s",
+             rest);
+    ck_assert_msg(job_parse(text, strlen(text), "j.yaml", &job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_int_eq(job.n_metrics, 4);
+    ck_assert_str_eq(job.metrics[1].name, "p_0.7");
+    ck_assert_str_eq(job.metrics[2].name, "p_0.25");
+    ck_assert_str_eq(job.metrics[3].name, "recall");
+    for (int k = 1; k <= 2; k++) {
+        ck_assert_int_eq(job.metrics[k].kind, JOB_METRIC_PRECISION);
+        ck_assert_str_eq(job.metrics[k].list_name, "p");
+        ck_assert_int_eq(job.metrics[k].list_at, k - 1);
+        ck_assert_int_eq(job.metrics[k].list_len, 2);
+        ck_assert_uint_eq(job.metrics[k].offset,
+                          job.metrics[k - 1].offset + job.metrics[k - 1].width);
+    }
+    ck_assert_float_eq(job.metrics[1].threshold, 0.7f);
+    ck_assert_float_eq(job.metrics[2].threshold, 0.25f);
+    ck_assert_float_eq(job.metrics[3].threshold, 0.4f);
+    ck_assert_int_eq(job.metrics[3].list_len, 0);
+    job_done(&job);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(text, sizeof(text), "metrics: [%s]\n%s", bad[i].metric, rest);
+        ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_BAD_CONFIG);
+        ck_assert_msg(strstr(err.text, bad[i].error) != NULL, "%s: %s", bad[i].metric, err.text);
+    }
+}
+END_TEST
+
 /* device: cpu, cuda or cuda:N and nothing else; a GPU only for one replica a process */
 START_TEST(devices_are_cpu_cuda_or_cuda_n)
 {
@@ -1699,6 +1757,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, missing_job_file_is_named);
     tcase_add_test(tc, devices_are_cpu_cuda_or_cuda_n);
     tcase_add_test(tc, auc_threshold_lists_are_checked_and_sorted);
+    tcase_add_test(tc, precision_and_recall_threshold_lists_are_a_metric_each);
     suite_add_tcase(s, tc);
     return s;
 }
