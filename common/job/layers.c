@@ -913,8 +913,7 @@ static status_t check_graph(job_model_t *m, const char *where, status_msg_t *err
 static status_t order_calls(job_model_t *m, const char *where, status_msg_t *err)
 {
     size_t n = m->n_layers, n_post = 0, top = 0, seq = 0;
-    int *post = calloc(4 * n + 1, sizeof(int)), *depth = post + n, *met = depth + n;
-    int *layer_depth = met + n;
+    int *post = calloc(4 * n + 1, sizeof(int)), *depth, *met, *layer_depth;
     struct walk {
         int node, next;
     } *stack = calloc(n + 1, sizeof(*stack));
@@ -926,6 +925,9 @@ static status_t order_calls(job_model_t *m, const char *where, status_msg_t *err
         free(done);
         return status_fail(err, STATUS_NO_MEMORY, "%s: out of memory", where);
     }
+    depth = post + n;
+    met = depth + n;
+    layer_depth = met + n;
     for (int k = 0; k < job_model_outputs(m); k++) {
         int out = job_model_output(m, k);
         if (done[out])

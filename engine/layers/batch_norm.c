@@ -285,13 +285,21 @@ void layer_batch_norm_share(layer_t *layers, size_t first)
 {
     double momentum = layers[first].spec.momentum, stays;
     int calls = 0;
+    bool ranked = true; /* the ranks are 0 .. calls - 1, each once (else: the calls' order) */
 
     for (int c = (int)first + 1; c > 0; c = layers[c - 1].next_call)
         calls++;
+    for (int c = (int)first + 1; c > 0 && ranked; c = layers[c - 1].next_call) {
+        int rank = layers[c - 1].spec.run_rank;
+        ranked = rank >= 0 && rank < calls;
+        for (int d = layers[c - 1].next_call; d > 0 && ranked; d = layers[d - 1].next_call)
+            ranked = layers[d - 1].spec.run_rank != rank;
+    }
     stays = pow(momentum, calls);
-    for (int c = (int)first + 1; c > 0; c = layers[c - 1].next_call) {
+    int at = 0;
+    for (int c = (int)first + 1; c > 0; c = layers[c - 1].next_call, at++) {
         layer_t *l = &layers[c - 1];
-        int rank = l->spec.run_rank >= 0 && l->spec.run_rank < calls ? l->spec.run_rank : 0;
+        int rank = ranked ? l->spec.run_rank : at;
         l->stat_weight =
             stays < 1 ? (float)((1 - momentum) * pow(momentum, calls - 1 - rank) / (1 - stays))
                       : (float)(1.0 / calls);

@@ -190,7 +190,8 @@ static inline uint64_t layer_rng_next(uint64_t *s)
  * call, in the order it runs the calls (spec.run_rank). K calls move them as K batches of an
  * accumulate_steps window do (trainer_close_window): momentum^K of the average stays, and the
  * statistic the update takes is the calls' mean weighted (1 - momentum) momentum^(K-1-rank)
- * / (1 - momentum^K), each call's weight (stat_weight) applied in its backward pass. */
+ * / (1 - momentum^K), each call's weight (stat_weight) applied in its backward pass. Ranks that
+ * are not 0 .. K-1 once each (a spec job_model_finish did not order) go by the calls' order. */
 void layer_batch_norm_share(layer_t *layers, size_t first);
 
 /* A synchronized BatchNormalization's part in a training pass without examples: the sums its
