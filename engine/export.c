@@ -454,6 +454,21 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
         return NULL;
     if (m->list_len > 1)
         name = m->list_name;
+    /* Keras compares logits with thresholds from 0 to 1 only: one past them has no Keras form */
+    for (int k = 0;
+         (m->kind == JOB_METRIC_PRECISION || m->kind == JOB_METRIC_RECALL) && o->from_logits &&
+         !isinf(m->threshold) && k < (m->list_len > 1 ? m->list_len : 1);
+         k++) {
+        double t = output_threshold(o, m[k].threshold);
+        if (!(t >= 0 && t <= 1)) {
+            LOG_WARNING(TRAIN,
+                        "export: metric %s is left out of the compile config: its threshold %g "
+                        "on probabilities is %g on this model's logits, and Keras takes "
+                        "thresholds from 0 to 1",
+                        name, (double)m[k].threshold, t);
+            return NULL;
+        }
+    }
     if ((m->kind == JOB_METRIC_AUC || m->kind == JOB_METRIC_PRECISION ||
          m->kind == JOB_METRIC_RECALL) &&
         !binary && (!classes_one_hot || o->from_logits)) {

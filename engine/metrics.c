@@ -41,8 +41,10 @@ status_t metrics_check(const job_metric_t *ms, int n, size_t outputs, size_t lab
         case JOB_METRIC_AUC:
             if (m->num_labels > 0 && (size_t)m->num_labels != outputs)
                 return status_fail(err, STATUS_BAD_CONFIG,
-                                   "metric %s: multi_label over num_labels %d; the model gives %zu "
-                                   "values an example",
+                                   "metric %s: multi_label over num_labels %d (given, or the last "
+                                   "axis of the output's layers); the model gives %zu values an "
+                                   "example: give num_labels, or make the output one value a "
+                                   "label (a Dense, a global pooling)",
                                    m->name, m->num_labels, outputs);
             if (m->label_weights != NULL && (size_t)m->n_label_weights != outputs)
                 return status_fail(err, STATUS_BAD_CONFIG,

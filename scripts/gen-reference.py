@@ -37,16 +37,19 @@ KEY_TABLE = r"static const char \*const (\w*keys)\[\] =\s*\{([^}]*)\}"
 
 def job_tables():
     """(function, table, [keys]) for every key table of the job parser, in source order; tables
-    outside a function (the optimizers') are named by their file scope."""
-    src = open(os.path.join(ROOT, "common", "job", "job.c")).read()
-    out, func = [], "job"
-    for m in re.finditer(r"^(?:static )?status_t (\w+)\(|^\}$|^( *)" + KEY_TABLE, src, re.M):
-        if m.group(1):
-            func = m.group(1)
-        elif m.group(0) == "}":
-            func = "(file scope)"
-        else:
-            out.append((func, m.group(3), re.findall(r'"([^"]+)"', m.group(4))))
+    outside a function (the optimizers') are named by their file scope. The model section's
+    (common/job/model.c) come first."""
+    out = []
+    for name in ("model.c", "job.c"):  # the model section's tables, then the rest
+        src = open(os.path.join(ROOT, "common", "job", name)).read()
+        func = "job"
+        for m in re.finditer(r"^(?:static )?status_t (\w+)\(|^\}$|^( *)" + KEY_TABLE, src, re.M):
+            if m.group(1):
+                func = m.group(1)
+            elif m.group(0) == "}":
+                func = "(file scope)"
+            else:
+                out.append((func, m.group(3), re.findall(r'"([^"]+)"', m.group(4))))
     return out
 
 
@@ -138,7 +141,11 @@ def main():
       "table; Keras options that must keep their defaults are checked and refused by name. Every "
       "layer also takes `name` and `activity_regularizer` (`{l1: X, l2: Y}`); the first takes "
       "`input_shape` beside it, and any may take `inputs: NAME | [NAME, ...]` beside it (the "
-      "earlier layers it reads, by name, or `input`: a graph).\n")
+      "earlier layers it reads, by name, `NAME@K` for a shared layer's call K, or the model's "
+      "input: `input`, or its name in `model.inputs`: a graph). `{call: NAME}` (with `inputs:` "
+      "beside it) calls the earlier layer NAME again, with its weights (a shared layer); "
+      "`model: {inputs: {NAME: SHAPE, ...}, layers: [...], outputs: [NAME, ...]}` names the "
+      "inputs and outputs of a graph.\n")
     w("| layer | Keras class | options |\n|---|---|---|")
     for name, cls, opts in layer_table():
         w("| `%s` | `%s` | %s |" % (name, cls, ", ".join("`%s`" % k for k in opts) or "none"))

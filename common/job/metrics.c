@@ -373,6 +373,16 @@ static status_t parse_other(job_ctx_t *c, const job_node_t *opts, const job_t *j
     return STATUS_OK;
 }
 
+/* The shortest text of a float32 that reads back as it ("0.3", not 0.300000012). */
+static void float_text(char *buf, size_t size, float v)
+{
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, size, "%.*g", digits, (double)v);
+        if ((float)strtod(buf, NULL) == v)
+            return;
+    }
+}
+
 /* One entry of `metrics:`. */
 static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job, int output)
 {
@@ -423,13 +433,14 @@ static status_t parse_one(job_ctx_t *c, const job_node_t *n, job_t *job, int out
                 e->list_at = t;
                 e->list_len = n_list;
                 e->threshold = (float)list[t];
-                if ((size_t)snprintf(e->name, sizeof(e->name), "%s_%g", one.name,
-                                     (double)e->threshold) >= sizeof(e->name))
+                char value[32];
+                float_text(value, sizeof(value), e->threshold);
+                if ((size_t)snprintf(e->name, sizeof(e->name), "%s_%s", one.name, value) >=
+                    sizeof(e->name))
                     rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
-                                       "%s: the name of its threshold %g, %s_%g, is longer than "
+                                       "%s: the name of its threshold %s, %s_%s, is longer than "
                                        "%zu characters",
-                                       c->path, list[t], e->list_name, (double)e->threshold,
-                                       sizeof(e->name) - 1);
+                                       c->path, value, one.name, value, sizeof(e->name) - 1);
             }
             /* (several outputs: the names are checked once their output's prefixes them) */
             for (int k = 0; rc == STATUS_OK && job->model.n_outputs < 2 && k < job->n_metrics; k++)
@@ -522,7 +533,46 @@ static status_t parse_output_metrics(job_ctx_t *c, const job_node_t *n, job_t *j
     return STATUS_OK;
 }
 
+/* The name Keras reports metric i under (among its output's): a list of thresholds' list_name,
+ * else the name without its output's prefix. */
+static const char *keras_name(const job_t *job, int i)
+{
+    const job_metric_t *m = &job->metrics[i];
+
+    if (m->list_len > 0)
+        return m->list_name;
+    if (job->model.n_outputs > 1)
+        return m->name + strlen(job->model.output_names[m->output]) + 1;
+    return m->name;
+}
+
+/* No two metrics of an output are one Keras metric's name (a list of thresholds is one metric
+ * under its name in Keras, which export writes), as Keras's compile would rename one. */
+static status_t check_keras_names(job_ctx_t *c, const job_node_t *n, const job_t *job)
+{
+    for (int i = 0; i < job->n_metrics; i++)
+        for (int d = 0; d < i; d++) {
+            const job_metric_t *a = &job->metrics[d], *b = &job->metrics[i];
+            bool one_list = a->list_len > 0 && b->list_len > 0 && i - b->list_at == d - a->list_at;
+            if (a->output == b->output && !one_list &&
+                strcmp(keras_name(job, d), keras_name(job, i)) == 0)
+                return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                     "%s: two metrics named '%s' in Keras (a list of thresholds "
+                                     "is one metric there): give one a name of its own",
+                                     c->path, keras_name(job, i));
+        }
+    return STATUS_OK;
+}
+
+static status_t parse_all(job_ctx_t *c, const job_node_t *n, job_t *job);
+
 status_t job_parse_metrics(job_ctx_t *c, const job_node_t *n, job_t *job)
+{
+    STATUS_CHECK(parse_all(c, n, job));
+    return check_keras_names(c, n, job);
+}
+
+static status_t parse_all(job_ctx_t *c, const job_node_t *n, job_t *job)
 {
     const job_model_t *model = &job->model;
 

@@ -415,13 +415,36 @@ static status_t set_input_shape(job_ctx_t *c, job_model_t *m, const job_node_t *
     return rc;
 }
 
-/* One list item: `flatten`, or {LAYER: {options}} with input_shape beside it on the first, and
- * inputs: NAME or [NAME, ...] beside it on a layer of a graph (kept in *ret_inputs for
- * wire_inputs). */
+/* {call: NAME}: a later call of the earlier layer named NAME (a shared layer), its options and
+ * weights that layer's. */
+static status_t parse_call(job_ctx_t *c, const job_node_entry_t *e, job_model_t *m)
+{
+    const char *name = e->value != NULL && e->value->kind == JOB_NODE_SCALAR ? e->value->text : "";
+    size_t first = m->n_layers;
+    job_layer_t *l;
+
+    for (size_t j = 0; j < m->n_layers && first == m->n_layers; j++)
+        if (m->layers[j].shares == 0 && name[0] != '\0' && strcmp(m->layers[j].name, name) == 0)
+            first = j;
+    if (first == m->n_layers)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
+                             "%s: call: '%s' names no layer before this one (the layer to call "
+                             "again needs name: in its options)",
+                             c->path, name);
+    STATUS_CHECK(job_model_add_layer(m, m->layers[first].kind, c->file, &l, c->err));
+    *l = m->layers[first];
+    l->shares = (int)first + 1;
+    l->n_inputs = 0;
+    return STATUS_OK;
+}
+
+/* One list item: `flatten`, {LAYER: {options}} with input_shape beside it on the first, or
+ * {call: NAME} (a shared layer's later call); inputs: NAME or [NAME, ...] beside it on a layer
+ * of a graph (kept in *ret_inputs for wire_inputs). */
 static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, job_model_t *m,
                             const job_node_t **ret_inputs)
 {
-    static const char *const item_keys[] = {"input_shape", "inputs"};
+    static const char *const item_keys[] = {"input_shape", "inputs", "call"};
     const job_node_t *opts = NULL, *shape = NULL;
     const job_node_entry_t *layer_entry = NULL;
     job_node_t empty = {.kind = JOB_NODE_MAP, .line = item->line};
@@ -445,6 +468,19 @@ static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, 
                 *ret_inputs = e->value;
                 continue;
             }
+            if (strcmp(e->key, item_keys[2]) == 0 && item->n <= 2 &&
+                (item->n == 1 || job_tree_child(item, "inputs") != NULL)) {
+                size_t old = job_tree_push_key(c, "call");
+                status_t rc = parse_call(c, e, m);
+                *ret_inputs = job_tree_child(item, "inputs");
+                job_tree_pop(c, old);
+                return rc;
+            }
+            if (strcmp(e->key, item_keys[2]) == 0)
+                return job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
+                                     "%s: call: NAME takes inputs: beside it, nothing else (the "
+                                     "options are the called layer's)",
+                                     c->path);
             if (near != NULL)
                 return job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
                                      "%s: unknown key '%s' (did you mean '%s'?)", c->path, e->key,
@@ -486,8 +522,40 @@ static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, 
     return STATUS_OK;
 }
 
-/* Layer i's `inputs:` (a name, or a list of them): the earlier layers of those names, or the
- * model's input, `input` (unless a layer before it has that name). */
+/* What NAME (a layer's, or NAME@K: call K of a shared layer, 0 its first) or one of the model's
+ * inputs (by its name in `inputs:`, or `input` for a model of one) is, among layers [0, before):
+ * a layer's index, JOB_INPUT_OF(k), or INT_MIN when nothing is. */
+static int resolve_name(const job_model_t *m, size_t before, const char *text)
+{
+    char base[64];
+    const char *at = strchr(text, '@');
+    long call = 0;
+    size_t len = at != NULL ? (size_t)(at - text) : strlen(text);
+
+    if (len == 0 || len >= sizeof(base))
+        return INT_MIN;
+    if (at != NULL) {
+        char *end;
+        if (!(at[1] >= '0' && at[1] <= '9'))
+            return INT_MIN;
+        call = strtol(at + 1, &end, 10);
+        if (*end != '\0' || call > (long)before)
+            return INT_MIN;
+    }
+    memcpy(base, text, len);
+    base[len] = '\0';
+    for (size_t j = 0; j < before; j++)
+        if (strcmp(m->layers[j].name, base) == 0 && job_layer_call(m, j) == (int)call)
+            return (int)j;
+    for (int k = 0; at == NULL && k < m->n_inputs; k++)
+        if (strcmp(m->inputs[k].name, base) == 0)
+            return JOB_INPUT_OF(k);
+    return at == NULL && m->n_inputs <= 1 && strcmp(base, "input") == 0 ? JOB_INPUT_MODEL : INT_MIN;
+}
+
+/* Layer i's `inputs:` (a name, or a list of them): the earlier layers of those names (NAME@K:
+ * a shared layer's call K), or the model's inputs by their names (`input` for a model of one,
+ * unless a layer before it has that name). */
 static status_t wire_inputs(job_ctx_t *c, const job_node_t *n, size_t i, job_model_t *m)
 {
     const job_node_t *const *items =
@@ -501,18 +569,14 @@ static status_t wire_inputs(job_ctx_t *c, const job_node_t *n, size_t i, job_mod
     l->n_inputs = 0;
     for (size_t k = 0; k < count; k++) {
         const char *name = items[k]->kind == JOB_NODE_SCALAR ? items[k]->text : NULL;
-        int src = INT_MIN;
+        int src;
         if (name == NULL || name[0] == '\0')
             return job_tree_type_error(c, items[k], "a layer's name, or input");
-        for (size_t j = i; j-- > 0 && src == INT_MIN;)
-            if (strcmp(m->layers[j].name, name) == 0)
-                src = (int)j;
-        if (src == INT_MIN && strcmp(name, "input") == 0)
-            src = JOB_INPUT_MODEL;
-        if (src == INT_MIN)
+        if ((src = resolve_name(m, i, name)) == INT_MIN)
             return job_tree_fail(c, STATUS_BAD_CONFIG, items[k]->line,
                                  "%s: '%s' is no layer before this one (a layer read by name "
-                                 "needs name: in its options; the model's input is `input`)",
+                                 "needs name: in its options, NAME@K is a shared layer's call K; "
+                                 "the model's input is `input`, or its name in inputs:)",
                                  c->path, name);
         l->inputs[l->n_inputs++] = src;
     }
@@ -617,9 +681,77 @@ static status_t parse_keras_file(job_ctx_t *c, const job_node_t *map, const char
     return rc;
 }
 
+/* model.inputs: {NAME: SHAPE, ...}, a Functional model's inputs in that order (as
+ * keras.Model([a, b], ...) takes them); the first one's shape is the model's input_shape. */
+static status_t parse_model_inputs(job_ctx_t *c, const job_node_t *n, job_model_t *m)
+{
+    size_t old = job_tree_push_key(c, "inputs");
+    status_t rc = STATUS_OK;
+
+    if (n->kind != JOB_NODE_MAP || n->n == 0 || n->n > JOB_MAX_MODEL_INPUTS)
+        rc = job_tree_type_error(c, n, "a mapping of 1 to 8 inputs, NAME: SHAPE");
+    for (size_t k = 0; rc == STATUS_OK && k < n->n; k++) {
+        const job_node_entry_t *e = &n->entries[k];
+        job_model_input_t *in = &m->inputs[k];
+        size_t at = job_tree_push_key(c, e->key);
+        if (strlen(e->key) >= sizeof(in->name))
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, e->line,
+                               "%s: an input's name is at most %zu characters", c->path,
+                               sizeof(in->name) - 1);
+        if (rc == STATUS_OK)
+            rc = job_tree_ints(c, e->value, JOB_MAX_RANK, 1, false, in->shape, &in->rank);
+        job_tree_pop(c, at);
+        snprintf(in->name, sizeof(in->name), "%s", e->key);
+    }
+    if (rc == STATUS_OK) {
+        m->n_inputs = (int)n->n;
+        m->input_rank = m->inputs[0].rank;
+        memcpy(m->input_shape, m->inputs[0].shape, sizeof(m->input_shape));
+    }
+    job_tree_pop(c, old);
+    return rc;
+}
+
+/* model.outputs: NAME or [NAME, ...] (NAME@K: a shared layer's call K), the model's outputs in
+ * that order, each named by its layer; one output is the last layer. */
+static status_t parse_model_outputs(job_ctx_t *c, const job_node_t *n, job_model_t *m)
+{
+    const job_node_t *const *items =
+        n->kind == JOB_NODE_SEQ ? (const job_node_t *const *)n->items : &n;
+    size_t count = n->kind == JOB_NODE_SEQ ? n->n : 1, old = job_tree_push_key(c, "outputs");
+    status_t rc = STATUS_OK;
+
+    if (count < 1 || count > JOB_MAX_OUTPUTS)
+        rc = job_tree_fail(c, STATUS_BAD_CONFIG, n->line, "%s: %zu outputs (1 to %d)", c->path,
+                           count, JOB_MAX_OUTPUTS);
+    for (size_t k = 0; rc == STATUS_OK && k < count; k++) {
+        const char *name = items[k]->kind == JOB_NODE_SCALAR ? items[k]->text : "";
+        int at = resolve_name(m, m->n_layers, name);
+        if (at < 0)
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[k]->line,
+                               "%s: '%s' names no layer (an output is a layer's name, or "
+                               "NAME@K for a shared layer's call K)",
+                               c->path, name);
+        else if (count == 1 && (size_t)at != m->n_layers - 1)
+            rc = job_tree_fail(c, STATUS_BAD_CONFIG, items[k]->line,
+                               "%s: the one output '%s' is not the last layer (nothing reads the "
+                               "last one)",
+                               c->path, name);
+        else if (count > 1) {
+            m->outputs[k] = at;
+            snprintf(m->output_names[k], sizeof(m->output_names[k]), "%s", m->layers[at].name);
+        }
+    }
+    m->n_outputs = rc == STATUS_OK && count > 1 ? (int)count : 0;
+    job_tree_pop(c, old);
+    return rc;
+}
+
 status_t job_parse_model(job_ctx_t *c, const job_node_t *n, job_model_t *m)
 {
-    static const char *const model_keys[] = {"keras_json", "keras", "layers", "input_shape"};
+    static const char *const model_keys[] = {"keras_json",  "keras",  "layers",
+                                             "input_shape", "inputs", "outputs"};
+    const job_node_t *inputs, *outputs;
     char where[400];
     const job_node_t *layers, *shape;
 
@@ -640,14 +772,30 @@ status_t job_parse_model(job_ctx_t *c, const job_node_t *n, job_model_t *m)
         if (!job_tree_given(layers))
             return job_tree_missing(c, n, "layers");
         shape = job_tree_child(n, "input_shape");
+        inputs = job_tree_child(n, "inputs");
+        outputs = job_tree_child(n, "outputs");
+        if (job_tree_given(shape) && job_tree_given(inputs))
+            return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
+                                 "%s: input_shape or inputs, not both (inputs name the model's "
+                                 "inputs and give their shapes)",
+                                 c->path);
         if (job_tree_given(shape))
             STATUS_CHECK(set_input_shape(c, m, shape));
+        if (job_tree_given(inputs))
+            STATUS_CHECK(parse_model_inputs(c, inputs, m));
         {
             size_t old = job_tree_push_key(c, "layers");
             status_t rc = parse_layers(c, layers, m);
             job_tree_pop(c, old);
             STATUS_CHECK(rc);
         }
+        for (int k = 0; k < m->n_inputs; k++) /* a name reads one thing */
+            if (resolve_name(m, m->n_layers, m->inputs[k].name) >= 0)
+                return job_tree_fail(c, STATUS_BAD_CONFIG, inputs->line,
+                                     "%s: the input '%s' and a layer have one name", c->path,
+                                     m->inputs[k].name);
+        if (job_tree_given(outputs))
+            STATUS_CHECK(parse_model_outputs(c, outputs, m));
     } else if (n->kind == JOB_NODE_SEQ) {
         STATUS_CHECK(parse_layers(c, n, m));
     } else {

@@ -1204,6 +1204,70 @@ START_TEST(job_file_layers_wire_a_graph_by_name)
 }
 END_TEST
 
+/* A job file's graph with Keras's Functional features: named inputs (model.inputs), a shared
+ * layer's later calls ({call: NAME}, read as NAME@K), several outputs (model.outputs). */
+START_TEST(job_file_graphs_take_inputs_outputs_and_shared_layers)
+{
+#define SIAMESE                                                                                    \
+    "model:\n"                                                                                     \
+    "  inputs: {left: [4], right: [4]}\n"                                                          \
+    "  layers:\n"                                                                                  \
+    "    - {dense: {units: 3, name: enc}, inputs: left}\n"                                         \
+    "    - {call: enc, inputs: right}\n"                                                           \
+    "    - {subtract: {name: diff}, inputs: [enc, enc@1]}\n"                                       \
+    "    - {dense: {units: 2, name: cls}}\n"                                                       \
+    "    - {dense: {units: 1, name: reg}, inputs: diff}\n"
+#define SIAMESE_DATA                                                                               \
+    "data: {batch_size: 8, train: {format: synthetic, examples: 10, shape: [8], classes: 2}}\n"
+    job_t job;
+
+    parse_ok(SIAMESE "  outputs: [reg, cls]\nloss: mse\n" SIAMESE_DATA, "job.yaml", &job);
+    ck_assert_int_eq(job.model.n_inputs, 2);
+    ck_assert_str_eq(job.model.inputs[1].name, "right");
+    ck_assert_int_eq(job_layer_input(&job.model, 0, 0), JOB_INPUT_OF(0));
+    ck_assert_int_eq(job_layer_input(&job.model, 1, 0), JOB_INPUT_OF(1));
+    ck_assert_int_eq(job.model.layers[1].shares, 1);
+    ck_assert_int_eq(job.model.layers[1].units, 3);
+    ck_assert_str_eq(job.model.layers[1].name, "enc");
+    ck_assert_int_eq(job_layer_input(&job.model, 2, 0), 0);
+    ck_assert_int_eq(job_layer_input(&job.model, 2, 1), 1);
+    ck_assert_int_eq(job.model.n_outputs, 2);
+    ck_assert_int_eq(job.model.outputs[0], 4);
+    ck_assert_int_eq(job.model.outputs[1], 3);
+    ck_assert_str_eq(job.model.output_names[0], "reg");
+    job_done(&job);
+    /* one output: the last layer */
+    parse_ok("model:\n  inputs: {x: [4]}\n  layers:\n    - {dense: {units: 3, name: a}}\n"
+             "    - {call: a}\n    - {dense: {units: 1, name: out}}\n  outputs: out\n" TAIL,
+             "job.yaml", &job);
+    ck_assert_int_eq(job.model.n_outputs, 0);
+    ck_assert_int_eq(job.model.layers[1].shares, 1);
+    ck_assert_int_eq(job_layer_input(&job.model, 1, 0), 0);
+    job_done(&job);
+    ASSERT_BAD(SIAMESE "  outputs: [cls]\n" TAIL, "the one output 'cls' is not the last layer");
+    ASSERT_BAD(SIAMESE "  outputs: [reg, nope]\n" TAIL, "model.outputs", "'nope' names no layer");
+    ASSERT_BAD(SIAMESE "  outputs: [reg, enc@2]\n" TAIL, "'enc@2' names no layer");
+    ASSERT_BAD(SIAMESE "  outputs: [reg, reg]\n" TAIL, "one layer, or one name");
+    ASSERT_BAD(SIAMESE "  outputs: [reg, cls]\n  input_shape: [4]\n" TAIL,
+               "input_shape or inputs, not both");
+    ASSERT_BAD("model:\n  inputs: {a: [4]}\n  layers:\n    - {dense: {units: 3, name: a}}\n" TAIL,
+               "the input 'a' and a layer have one name");
+    ASSERT_BAD("model:\n  inputs: [4]\n  layers: [{dense: {units: 3}}]\n" TAIL, "model.inputs",
+               "a mapping of 1 to 8 inputs");
+    ASSERT_BAD("model:\n  inputs: {a: [4]}\n  layers:\n    - {dense: {units: 3}}\n"
+               "    - {call: b}\n" TAIL,
+               "call: 'b' names no layer before this one");
+    ASSERT_BAD("model:\n  inputs: {a: [4]}\n  layers:\n    - {dense: {units: 3, name: b}}\n"
+               "    - {call: b, dense: {units: 3}}\n" TAIL,
+               "call: NAME takes inputs: beside it, nothing else");
+    ASSERT_BAD("model:\n  inputs: {a: [4]}\n  layers:\n    - {dense: {units: 3, name: b}}\n"
+               "    - {dense: {units: 3}, inputs: b@x}\n" TAIL,
+               "'b@x' is no layer before this one");
+#undef SIAMESE
+#undef SIAMESE_DATA
+}
+END_TEST
+
 /* A model of two inputs (a: [4], b: [2, 3]) with a TFRecord source of features `features`. */
 static status_t parse_two_inputs(const char *features, job_t *job, status_msg_t *err)
 {
@@ -1353,13 +1417,13 @@ START_TEST(keras_archives_bring_their_compile_config)
     ck_assert(isinf(job.metrics[1].threshold) && job.metrics[1].threshold < 0);
     job_done(&job);
     ck_assert_msg(parse_archive(changed_fixture("binary", "\"thresholds\": 0.0",
-                                                "\"thresholds\": [0.2, -0.4]"),
+                                                "\"thresholds\": [0.2, 0.4]"),
                                 ARCHIVE_DATA, &job, &err) == STATUS_OK,
                   "%s", err.text);
     ck_assert_int_eq(job.metrics[1].list_len, 2);
     ck_assert_int_eq(job.metrics[2].list_at, 1);
     ck_assert_float_eq_tol(job.metrics[1].threshold, 1 / (1 + exp(-0.2)), 1e-7);
-    ck_assert_float_eq_tol(job.metrics[2].threshold, 1 / (1 + exp(0.4)), 1e-7);
+    ck_assert_float_eq_tol(job.metrics[2].threshold, 1 / (1 + exp(-0.4)), 1e-7);
     job_done(&job);
     ck_assert_msg(parse_archive(config, ARCHIVE_DATA "train: {epochs: 1, accumulate_steps: 1}\n",
                                 &job, &err) == STATUS_OK,
@@ -1610,6 +1674,10 @@ START_TEST(precision_and_recall_threshold_lists_are_a_metric_each)
         {"{recall: {thresholds: [0.5, 1.5]}}", "numbers from 0 to 1, got 1.5"},
         {"{recall: {thresholds: [0.5, 0.5]}}", "a second metric named 'recall_0.5'"},
         {"{recall: {thresholds: [0.5, x]}}", "thresholds[1]"},
+        /* Keras's names: a list is one metric, "precision", beside the other precision */
+        {"{precision: {thresholds: [0.3, 0.7]}}, precision", "two metrics named 'precision'"},
+        {"{precision: {thresholds: [0.3, 0.7]}}, {precision: {thresholds: [0.5, 0.9]}}",
+         "two metrics named 'precision' in Keras"},
         {"auc, mae, mse, rmse, {auc: {name: b}}, {precision: {thresholds: [0.1, 0.2, 0.3, 0.4, "
          "0.5, 0.6, "
          "0.7, 0.8, 0.9, 0.95, 0.99, 0.999]}}",
@@ -1640,6 +1708,14 @@ START_TEST(precision_and_recall_threshold_lists_are_a_metric_each)
     ck_assert_float_eq(job.metrics[2].threshold, 0.25f);
     ck_assert_float_eq(job.metrics[3].threshold, 0.4f);
     ck_assert_int_eq(job.metrics[3].list_len, 0);
+    job_done(&job);
+    /* a name a float32: as short as reads back, as long as tells two apart */
+    snprintf(text, sizeof(text),
+             "metrics: [{recall: {thresholds: [0.1234561, 0.1234564, 0.3], name: r}}]\n%s", rest);
+    ck_assert_msg(job_parse(text, strlen(text), "j.yaml", &job, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_str_eq(job.metrics[0].name, "r_0.1234561");
+    ck_assert_str_eq(job.metrics[1].name, "r_0.1234564");
+    ck_assert_str_eq(job.metrics[2].name, "r_0.3");
     job_done(&job);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(text, sizeof(text), "metrics: [%s]\n%s", bad[i].metric, rest);
@@ -1748,6 +1824,7 @@ static Suite *job_suite(void)
     tcase_add_test(tc, layer_structure_mistakes_are_explained);
     tcase_add_test(tc, metrics_are_read_with_their_options);
     tcase_add_test(tc, job_file_layers_wire_a_graph_by_name);
+    tcase_add_test(tc, job_file_graphs_take_inputs_outputs_and_shared_layers);
     tcase_add_test(tc, tfrecord_features_of_several_inputs_follow_the_models_names);
     tcase_add_test(tc, keras_archives_bring_their_compile_config);
     tcase_add_test(tc, keras_compile_configs_refuse_what_is_not_built);
