@@ -511,6 +511,11 @@ static status_t parse_layer(job_ctx_t *c, const job_node_t *item, size_t index, 
         job_tree_pop(c, old);
         STATUS_CHECK(rc);
     }
+    if (input_length > 0 && m->n_inputs > 0)
+        return job_tree_fail(c, STATUS_BAD_CONFIG, item->line,
+                             "%s: embedding.input_length beside model.inputs: give the ids' "
+                             "length as the shape of the input it reads",
+                             c->path);
     if (input_length > 0 && index == 0) {
         if (m->input_rank > 0 && (m->input_rank != 1 || m->input_shape[0] != input_length))
             return job_tree_fail(c, STATUS_BAD_CONFIG, item->line,
@@ -544,8 +549,9 @@ static int resolve_name(const job_model_t *m, size_t before, const char *text)
     }
     memcpy(base, text, len);
     base[len] = '\0';
-    for (size_t j = 0; j < before; j++)
-        if (strcmp(m->layers[j].name, base) == 0 && job_layer_call(m, j) == (int)call)
+    /* a shared layer's calls carry its name, in the order they are made */
+    for (size_t j = 0, seen = 0; j < before; j++)
+        if (strcmp(m->layers[j].name, base) == 0 && seen++ == (size_t)call)
             return (int)j;
     for (int k = 0; at == NULL && k < m->n_inputs; k++)
         if (strcmp(m->inputs[k].name, base) == 0)
@@ -789,8 +795,9 @@ status_t job_parse_model(job_ctx_t *c, const job_node_t *n, job_model_t *m)
             job_tree_pop(c, old);
             STATUS_CHECK(rc);
         }
-        for (int k = 0; k < m->n_inputs; k++) /* a name reads one thing */
-            if (resolve_name(m, m->n_layers, m->inputs[k].name) >= 0)
+        for (int k = 0; k < m->n_inputs; k++) /* a name reads one thing (an invalid one: finish) */
+            if (strchr(m->inputs[k].name, '@') == NULL &&
+                resolve_name(m, m->n_layers, m->inputs[k].name) >= 0)
                 return job_tree_fail(c, STATUS_BAD_CONFIG, inputs->line,
                                      "%s: the input '%s' and a layer have one name", c->path,
                                      m->inputs[k].name);

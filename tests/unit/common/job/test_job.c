@@ -1237,7 +1237,7 @@ START_TEST(job_file_graphs_take_inputs_outputs_and_shared_layers)
     ck_assert_str_eq(job.model.output_names[0], "reg");
     job_done(&job);
     /* one output: the last layer */
-    parse_ok("model:\n  inputs: {x: [4]}\n  layers:\n    - {dense: {units: 3, name: a}}\n"
+    parse_ok("model:\n  inputs: {x: [3]}\n  layers:\n    - {dense: {units: 3, name: a}}\n"
              "    - {call: a}\n    - {dense: {units: 1, name: out}}\n  outputs: out\n" TAIL,
              "job.yaml", &job);
     ck_assert_int_eq(job.model.n_outputs, 0);
@@ -1252,6 +1252,9 @@ START_TEST(job_file_graphs_take_inputs_outputs_and_shared_layers)
                "input_shape or inputs, not both");
     ASSERT_BAD("model:\n  inputs: {a: [4]}\n  layers:\n    - {dense: {units: 3, name: a}}\n" TAIL,
                "the input 'a' and a layer have one name");
+    ASSERT_BAD("model:\n  inputs: {ids: [5]}\n  layers:\n    - {embedding: {input_dim: 9, "
+               "output_dim: 2, input_length: 5}}\n    - flatten\n" TAIL,
+               "embedding.input_length beside model.inputs");
     ASSERT_BAD("model:\n  inputs: [4]\n  layers: [{dense: {units: 3}}]\n" TAIL, "model.inputs",
                "a mapping of 1 to 8 inputs");
     ASSERT_BAD("model:\n  inputs: {a: [4]}\n  layers:\n    - {dense: {units: 3}}\n"
