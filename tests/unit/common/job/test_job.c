@@ -1631,15 +1631,35 @@ START_TEST(missing_job_file_is_named)
 }
 END_TEST
 
+/* A binary model's job without its metrics. */
+#define BINARY_TAIL                                                                                \
+    "model:\n  - {dense: {units: 1, activation: sigmoid}, input_shape: [4]}\n"                     \
+    "loss: binary_crossentropy\n" DATA_ONLY
+
+typedef struct metric_case {
+    const char *metric, *error;
+} metric_case_t;
+
+/* Each `metrics: [METRIC]` of the binary model is refused, its message holding ERROR. */
+static void assert_metrics_refused(const metric_case_t *bad, size_t n)
+{
+    char text[512];
+    status_msg_t err;
+    job_t job;
+
+    for (size_t i = 0; i < n; i++) {
+        snprintf(text, sizeof(text), "metrics: [%s]\n%s", bad[i].metric, BINARY_TAIL);
+        ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_BAD_CONFIG);
+        ck_assert_msg(strstr(err.text, bad[i].error) != NULL, "%s: %s", bad[i].metric, err.text);
+    }
+}
+
 /* AUC's thresholds as a list (Keras's AUC(thresholds=[...])): numbers from 0 to 1, sorted as
  * Keras sorts them, num_thresholds their count + 2 */
 START_TEST(auc_threshold_lists_are_checked_and_sorted)
 {
-    const char *rest = "model:\n  - {dense: {units: 1, activation: sigmoid}, input_shape: [4]}\n"
-                       "loss: binary_crossentropy\n" DATA_ONLY;
-    static const struct {
-        const char *metric, *error;
-    } bad[] = {
+    const char *rest = BINARY_TAIL;
+    static const metric_case_t bad[] = {
         {"{auc: {thresholds: [0.5, 1.5]}}", "thresholds[1] must be a number from 0 to 1"},
         {"{auc: {thresholds: []}}", "a list of 1 to 9998 numbers"},
         {"{auc: {thresholds: 0.5}}", "a list of 1 to 9998 numbers"},
@@ -1655,11 +1675,7 @@ START_TEST(auc_threshold_lists_are_checked_and_sorted)
     ck_assert(job.metrics[0].threshold_list[0] == 0.1f &&
               job.metrics[0].threshold_list[1] == 0.5f && job.metrics[0].threshold_list[2] == 0.9f);
     job_done(&job);
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        snprintf(text, sizeof(text), "metrics: [%s]\n%s", bad[i].metric, rest);
-        ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_BAD_CONFIG);
-        ck_assert_msg(strstr(err.text, bad[i].error) != NULL, "%s: %s", bad[i].metric, err.text);
-    }
+    assert_metrics_refused(bad, sizeof(bad) / sizeof(bad[0]));
 }
 END_TEST
 
@@ -1668,11 +1684,8 @@ END_TEST
  * list of one is a metric of one value, as Keras's is. */
 START_TEST(precision_and_recall_threshold_lists_are_a_metric_each)
 {
-    const char *rest = "model:\n  - {dense: {units: 1, activation: sigmoid}, input_shape: [4]}\n"
-                       "loss: binary_crossentropy\n" DATA_ONLY;
-    static const struct {
-        const char *metric, *error;
-    } bad[] = {
+    const char *rest = BINARY_TAIL;
+    static const metric_case_t bad[] = {
         {"{precision: {thresholds: []}}", "a list of 1 to 16 of them"},
         {"{recall: {thresholds: [0.5, 1.5]}}", "numbers from 0 to 1, got 1.5"},
         {"{recall: {thresholds: [0.5, 0.5]}}", "a second metric named 'recall_0.5'"},
@@ -1720,11 +1733,7 @@ START_TEST(precision_and_recall_threshold_lists_are_a_metric_each)
     ck_assert_str_eq(job.metrics[1].name, "r_0.1234564");
     ck_assert_str_eq(job.metrics[2].name, "r_0.3");
     job_done(&job);
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        snprintf(text, sizeof(text), "metrics: [%s]\n%s", bad[i].metric, rest);
-        ck_assert_int_eq(job_parse(text, strlen(text), "j.yaml", &job, &err), STATUS_BAD_CONFIG);
-        ck_assert_msg(strstr(err.text, bad[i].error) != NULL, "%s: %s", bad[i].metric, err.text);
-    }
+    assert_metrics_refused(bad, sizeof(bad) / sizeof(bad[0]));
 }
 END_TEST
 
