@@ -474,7 +474,10 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
 
     pthread_mutex_lock(&c->mu);
     r->j->progress.step = m->step;
-    r->j->updates_from = m->iterations > m->step ? m->iterations - m->step : 0;
+    /* the updates before the job's first step (an archive's optimizer going on): the
+     * checkpoint's less its batches' (an update a window of accumulate_steps) */
+    int64_t window = r->j->job.accumulate_steps > 1 ? r->j->job.accumulate_steps : 1;
+    r->j->updates_from = m->iterations > m->step / window ? m->iterations - m->step / window : 0;
     if (m->has_last_epoch) { /* what a job resumed after its last step reports */
         r->j->progress.loss = m->last_loss;
         r->j->progress.accuracy = m->last_accuracy;

@@ -37,12 +37,14 @@ status_t chief_tb_epoch(chief_tb_t *t, coordinator_t *c, const chief_job_t *j, i
         return STATUS_OK;
     if (t->rc != STATUS_OK)
         return status_fail(err, t->rc, "%s", t->err.text);
+    /* the optimizer's step: an update a window of accumulate_steps batches */
+    int64_t window = j->job.accumulate_steps > 1 ? j->job.accumulate_steps : 1;
     pthread_mutex_lock(&c->mu);
     e = (tb_epoch_t){.epoch = epoch,
                      .loss = j->progress.loss,
                      .accuracy = j->progress.accuracy,
-                     .learning_rate = optimizer_learning_rate(&j->job.optimizer,
-                                                              j->updates_from + j->progress.step),
+                     .learning_rate = optimizer_learning_rate(
+                         &j->job.optimizer, j->updates_from + j->progress.step / window),
                      .examples_per_second = j->progress.examples_per_second,
                      .steps_per_second = seconds > 0 ? (double)steps / seconds : 0,
                      .validated = validated,

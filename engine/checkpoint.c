@@ -77,7 +77,7 @@ static status_t fill_manifest(trainer_t *t, const job_t *job, const train_positi
         .wall_time = clock_wall_s(),
         .optimizer = (char *)optimizer_kind_name(opt->kind),
         .iterations = trainer_iterations(t),
-        .learning_rate = trainer_learning_rate(t, pos->step),
+        .learning_rate = trainer_learning_rate(t, trainer_iterations(t)),
         .n_slots = optimizer_slot_count(opt),
         .files = files,
         .n_files = 1,

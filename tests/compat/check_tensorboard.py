@@ -127,13 +127,20 @@ def main():
 
 def check_cluster(tmp, job):
     """The chief of a parameter-server job writes the same scalars and histograms (the weights
-    pulled from the PS tasks between epochs); its last epoch's match the job's result line."""
+    pulled from the PS tasks between epochs); its last epoch's match the job's result line. It
+    applies the mean gradient of 2 batches (accumulate_steps) under a decaying learning rate:
+    the learning_rate it writes is the schedule's at the optimizer's updates, half the steps."""
     logdir = os.path.join(tmp, "tb-cluster")
     job = job.replace("name: tb-mlp", "name: tb-ps").replace("strategy: one_device",
                                                               "strategy: parameter_server")
     job = re.sub(r"tensorboard: \{.*\}", "tensorboard: {logdir: %s, update_freq: %d, "
                  "histogram_freq: 1}" % (logdir, UPDATE_FREQ), job)
     job += "partitioner: {fixed: {num_shards: 3}}\n"  # histograms put together from 3 shards
+    job = job.replace("optimizer: {adam: {learning_rate: 0.001}}",
+                      "optimizer: {adam: {learning_rate: {exponential_decay: "
+                      "{initial_learning_rate: 0.001, decay_steps: 100, decay_rate: 0.5}}}}")
+    job = job.replace("train: {epochs: 2}", "train: {epochs: 2, accumulate_steps: 2}")
+    check("accumulate_steps" in job and "exponential_decay" in job, "the cluster job: %s" % job)
     job_path = os.path.join(tmp, "job-ps.yaml")
     open(job_path, "w").write(job)
     run = subprocess.run([os.path.join(BUILD, "tessera"), "run", "--local", "--ps", "2",
@@ -171,6 +178,10 @@ def check_cluster(tmp, job):
         got = scalars(run, tag)
         check([s for s, _ in got] == [0, 1] and abs(got[-1][1] - want) <= 6e-5,
               "chief: %s %s at epochs 0 and 1, the last %s (printed %s)" % (run, tag, got, want))
+    lr = scalars("train", "learning_rate")
+    want = 0.001 * 0.5 ** ((steps // 2) / 100)  # at the last epoch's end: steps / 2 updates
+    check(len(lr) == 2 and abs(lr[-1][1] - want) <= 1e-7,
+          "chief: learning_rate %s, the schedule's at %d updates %.8f" % (lr, steps // 2, want))
     batch_steps = [s for s, _ in scalars("train", "batch_loss")]
     check(batch_steps == list(range(UPDATE_FREQ, steps + 1, UPDATE_FREQ)),
           "chief: batch_loss every %d steps up to %d: %s" % (UPDATE_FREQ, steps, batch_steps))

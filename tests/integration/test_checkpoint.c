@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -187,6 +188,43 @@ START_TEST(killed_with_accumulated_gradients_resumes_at_window_ends)
 {
     train_line = "{epochs: 10, accumulate_steps: 3}";
     kill_and_resume("acc", 10, 3);
+}
+END_TEST
+
+/* Under accumulate_steps a checkpoint's learning rate is the schedule's at the optimizer's updates
+ * (its iterations, a window of batches each), not at the batches. */
+START_TEST(a_checkpoints_learning_rate_goes_by_the_optimizers_updates)
+{
+    char dir[512], path[512], *out = NULL, *ckpt = NULL;
+    int64_t step = -1;
+    ckpt_manifest_t m;
+    status_msg_t err = {0};
+    FILE *f;
+
+    snprintf(dir, sizeof(dir), "%s/lr", harness_tmpdir());
+    snprintf(path, sizeof(path), "%s/lr.yaml", harness_tmpdir());
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "name: lr\nmodel: [{dense: {units: 10}, input_shape: [20]}]\n"
+            "loss: {sparse_categorical_crossentropy: {from_logits: true}}\n"
+            "optimizer: {sgd: {learning_rate: {exponential_decay: {initial_learning_rate: 0.1, "
+            "decay_steps: 10, decay_rate: 0.5}}}}\n"
+            "data: {batch_size: 8, train: {format: synthetic, examples: 160, shape: [20], "
+            "classes: 10}}\n"
+            "train: {epochs: 1, accumulate_steps: 2}\ncheckpoint: {dir: %s}\n",
+            dir);
+    fclose(f);
+    ck_assert_int_eq(train(path, NULL, &out), 0);
+    ck_assert_msg(ckpt_latest(dir, &step, &ckpt, &err) == STATUS_OK, "%s: %s", err.text, out);
+    ck_assert_msg(ckpt_read_manifest(ckpt, &m, &err) == STATUS_OK, "%s", err.text);
+    ck_assert_int_eq(m.step, 20);
+    ck_assert_int_eq(m.iterations, 10);
+    ck_assert_msg(fabs(m.learning_rate - 0.05) < 1e-7, "learning rate %.9g at %lld updates",
+                  m.learning_rate, (long long)m.iterations);
+    ckpt_manifest_free(&m);
+    free(ckpt);
+    free(out);
 }
 END_TEST
 
@@ -534,6 +572,7 @@ int main(void)
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, killed_at_random_moments_resumes_to_identical_numbers);
     tcase_add_test(tc, killed_with_accumulated_gradients_resumes_at_window_ends);
+    tcase_add_test(tc, a_checkpoints_learning_rate_goes_by_the_optimizers_updates);
     tcase_add_test(tc, resuming_a_finished_run_trains_nothing);
     tcase_add_test(tc, damaged_or_foreign_checkpoints_are_refused_by_name);
     tcase_add_test(tc, export_writes_both_files_or_says_why_not);
