@@ -2,7 +2,11 @@
 """Regenerates the seed corpora of tests/fuzz/corpus/ from the project's own examples, fixtures
 and unit tests, so that every fuzz target starts from inputs that reach deep into its decoder.
 
-Usage: tests/fuzz/make-corpus.py [BUILD_DIR]   (default build-fuzz; needs python3-yaml)
+Usage: tests/fuzz/make-corpus.py [--clean] [BUILD_DIR]   (default build-fuzz; needs python3-yaml)
+
+Seeds are written over the files of their names; the other files of a corpus (the inputs earlier
+fuzzing runs found and merged in, named by their SHA-1) stay, unless --clean empties each corpus
+first.
 
   job        examples/*.yaml as written and as JSON, and jobs that bring a Keras file along
              (fuzz_job.c: "\\n#@file PATH\\n" before each file)
@@ -34,11 +38,15 @@ FILE_SEP = b"\n#@file "
 LABELS_SEP = b"@@LABELS@@"
 
 
+CLEAN = "--clean" in sys.argv[1:]
+
+
 def fresh(name):
+    """The corpus directory of a target: emptied with --clean, else kept with what it holds."""
     d = CORPUS / name
-    if d.exists():
+    if CLEAN and d.exists():
         shutil.rmtree(d)
-    d.mkdir(parents=True)
+    d.mkdir(parents=True, exist_ok=True)
     return d
 
 
@@ -157,8 +165,9 @@ def dicts():
     keras = identifiers("common/job/keras.c", "common/job/layers.c", "common/job/keras_compile.c")
     write_dict("keras", keras)
     write_dict("job", sorted(set(identifiers("common/job/job.c", "common/job/tree.c",
-                                             "common/job/metrics.c")) | set(keras)),
-               ['"\\x0a#@file fuzz/"', '"keras_json: m.json"'])
+                                             "common/job/metrics.c", "common/job/model.c")) |
+                             set(keras)),
+               ['"\\x0a#@file fuzz/"', '"keras_json: m.json"', '"@"', '"@1"'])
     write_dict("config", identifiers("common/daemon/daemon.h", "tests/fuzz/fuzz_config.c"),
                ['"true"', '"false"', '"ms"', '"250ms"', '"2m"', '"[::1]:1"', '"127.0.0.1:0"'])
     write_dict("tf_config", ["cluster", "task", "type", "index", "chief", "master", "worker",
@@ -175,7 +184,8 @@ def rpc_corpora(build):
 
 
 def main():
-    build = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "build-fuzz"
+    args = [a for a in sys.argv[1:] if a != "--clean"]
+    build = pathlib.Path(args[0]) if args else ROOT / "build-fuzz"
     job_corpus()
     keras_corpus()
     tf_config_corpus()
