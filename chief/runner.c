@@ -476,8 +476,8 @@ static status_t resume_position(running_t *r, const char *path, const ckpt_manif
     r->j->progress.step = m->step;
     /* the updates before the job's first step (an archive's optimizer going on): the
      * checkpoint's less its batches' (an update a window of accumulate_steps) */
-    int64_t window = r->j->job.accumulate_steps > 1 ? r->j->job.accumulate_steps : 1;
-    r->j->updates_from = m->iterations > m->step / window ? m->iterations - m->step / window : 0;
+    int64_t updates = m->step / job_window(&r->j->job);
+    r->j->updates_from = m->iterations > updates ? m->iterations - updates : 0;
     if (m->has_last_epoch) { /* what a job resumed after its last step reports */
         r->j->progress.loss = m->last_loss;
         r->j->progress.accuracy = m->last_accuracy;

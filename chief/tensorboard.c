@@ -37,23 +37,22 @@ status_t chief_tb_epoch(chief_tb_t *t, coordinator_t *c, const chief_job_t *j, i
         return STATUS_OK;
     if (t->rc != STATUS_OK)
         return status_fail(err, t->rc, "%s", t->err.text);
-    /* the optimizer's step: an update a window of accumulate_steps batches */
-    int64_t window = j->job.accumulate_steps > 1 ? j->job.accumulate_steps : 1;
     pthread_mutex_lock(&c->mu);
-    e = (tb_epoch_t){.epoch = epoch,
-                     .loss = j->progress.loss,
-                     .accuracy = j->progress.accuracy,
-                     .learning_rate = optimizer_learning_rate(
-                         &j->job.optimizer, j->updates_from + j->progress.step / window),
-                     .examples_per_second = j->progress.examples_per_second,
-                     .steps_per_second = seconds > 0 ? (double)steps / seconds : 0,
-                     .validated = validated,
-                     .val_loss = j->progress.test_loss,
-                     .val_accuracy = j->progress.test_accuracy,
-                     .n_metrics = (size_t)n == j->progress.n_metrics ? n : 0,
-                     .metric_names = names,
-                     .metrics = values,
-                     .val_metrics = j->progress.n_test_metrics > 0 ? test_values : NULL};
+    e = (tb_epoch_t){
+        .epoch = epoch,
+        .loss = j->progress.loss,
+        .accuracy = j->progress.accuracy,
+        .learning_rate = optimizer_learning_rate(
+            &j->job.optimizer, j->updates_from + j->progress.step / job_window(&j->job)),
+        .examples_per_second = j->progress.examples_per_second,
+        .steps_per_second = seconds > 0 ? (double)steps / seconds : 0,
+        .validated = validated,
+        .val_loss = j->progress.test_loss,
+        .val_accuracy = j->progress.test_accuracy,
+        .n_metrics = (size_t)n == j->progress.n_metrics ? n : 0,
+        .metric_names = names,
+        .metrics = values,
+        .val_metrics = j->progress.n_test_metrics > 0 ? test_values : NULL};
     for (int i = 0; i < e.n_metrics; i++) {
         names[i] = j->job.metrics[i].name;
         values[i] = j->progress.metrics[i]->value;

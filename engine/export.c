@@ -429,7 +429,7 @@ static double output_threshold(const job_output_t *o, double t)
  * need Keras's one-hot labels (a categorical_crossentropy model) and probabilities (no
  * from_logits: Keras would take each logit's sigmoid, not their softmax). Precision or recall
  * at several thresholds is one Keras metric of them all, written by the first of its metrics
- * (m[0 .. list_len) in the job's list), under its list_name; the others are NULL. */
+ * (m[0 .. list_len) in the job's list); the others are NULL. */
 static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const char *name)
 {
     static const char *const classes[] = {
@@ -452,8 +452,6 @@ static cJSON *metric_config(const job_output_t *o, const job_metric_t *m, const 
     if (m->kind == JOB_METRIC_OUTPUT_LOSS || m->kind == JOB_METRIC_OUTPUT_ACCURACY ||
         m->list_at > 0)
         return NULL;
-    if (m->list_len > 1)
-        name = m->list_name;
     /* Keras compares logits with thresholds from 0 to 1 only: one past them has no Keras form */
     for (int k = 0;
          (m->kind == JOB_METRIC_PRECISION || m->kind == JOB_METRIC_RECALL) && o->from_logits &&
@@ -581,7 +579,7 @@ static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int6
                     continue;
                 mc = m->kind == JOB_METRIC_OUTPUT_ACCURACY
                          ? accuracy_config(&loss, m->threshold)
-                         : metric_config(&loss, m, m->name + strlen(out) + 1);
+                         : metric_config(&loss, m, job_metric_keras_name(job, i));
                 if (mc != NULL)
                     cJSON_AddItemToArray(list, mc);
             }
@@ -591,7 +589,7 @@ static cJSON *compile_config(const job_t *job, const optimizer_config_t *o, int6
         if (job->metric_accuracy)
             cJSON_AddItemToArray(metrics, accuracy_config(&loss, job->accuracy_threshold));
         for (int i = 0; i < job->n_metrics; i++) {
-            cJSON *m = metric_config(&loss, &job->metrics[i], job->metrics[i].name);
+            cJSON *m = metric_config(&loss, &job->metrics[i], job_metric_keras_name(job, i));
             if (m != NULL)
                 cJSON_AddItemToArray(metrics, m);
         }

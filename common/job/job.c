@@ -1467,10 +1467,15 @@ status_t job_load_file(const char *path, job_t *ret_job, status_msg_t *err)
     return rc;
 }
 
+int job_window(const job_t *job)
+{
+    return job->accumulate_steps > 1 ? job->accumulate_steps : 1;
+}
+
 int job_closure_steps(const job_t *job)
 {
     int spe = job->steps_per_execution > 0 ? job->steps_per_execution : 1;
-    int k = job->accumulate_steps > 1 ? job->accumulate_steps : 1;
+    int k = job_window(job);
 
     return spe % k == 0 || spe > INT_MAX - k ? spe : (spe / k + 1) * k;
 }

@@ -300,6 +300,11 @@ void job_metrics_result(const job_t *job, const double *state, double *ret);
  * of metrics (a checkpoint's) are the job's when the signatures are equal. */
 uint64_t job_metrics_signature(const job_t *job);
 
+/* The name Keras reports metric i under among its output's metrics: a list of thresholds'
+ * list_name (one Keras metric), else the name without its output's prefix ("accuracy" for
+ * "cls_accuracy"). */
+const char *job_metric_keras_name(const job_t *job, int i);
+
 /* Reads and parses a job file (YAML, or JSON by content). Relative paths inside it (data files,
  * keras_json) are resolved against the file's directory. On failure *job is left empty. */
 status_t job_load_file(const char *path, job_t *ret_job, status_msg_t *err);
@@ -345,4 +350,7 @@ bool job_is_synchronous(const job_t *job);
  * accumulate_steps (a window's gradients never span closures, which may run on other workers or
  * run again). */
 int job_closure_steps(const job_t *job);
+
+/* The batches of one optimizer update: accumulate_steps, at least 1. */
+int job_window(const job_t *job);
 #endif

@@ -75,7 +75,6 @@ static status_t get_choice_nocase(job_ctx_t *c, const job_node_t *opts, const ch
     return rc;
 }
 
-/* The options of one metric beyond accuracy; m->kind and m->name are set. */
 /* Whether a kind's output keeps its (first) input's last axis: values one by one, the
  * normalizations and dropouts, poolings and paddings over the other axes, merges but
  * Concatenate. */
@@ -533,16 +532,18 @@ static status_t parse_output_metrics(job_ctx_t *c, const job_node_t *n, job_t *j
     return STATUS_OK;
 }
 
-/* The name Keras reports metric i under (among its output's): a list of thresholds' list_name,
- * else the name without its output's prefix. */
-static const char *keras_name(const job_t *job, int i)
+const char *job_metric_keras_name(const job_t *job, int i)
 {
     const job_metric_t *m = &job->metrics[i];
 
     if (m->list_len > 0)
         return m->list_name;
-    if (job->model.n_outputs > 1)
-        return m->name + strlen(job->model.output_names[m->output]) + 1;
+    if (job->model.n_outputs > 1) {
+        const char *out = job->model.output_names[m->output];
+        size_t a = strlen(out);
+        if (strncmp(m->name, out, a) == 0 && m->name[a] == '_')
+            return m->name + a + 1;
+    }
     return m->name;
 }
 
@@ -555,11 +556,11 @@ static status_t check_keras_names(job_ctx_t *c, const job_node_t *n, const job_t
             const job_metric_t *a = &job->metrics[d], *b = &job->metrics[i];
             bool one_list = a->list_len > 0 && b->list_len > 0 && i - b->list_at == d - a->list_at;
             if (a->output == b->output && !one_list &&
-                strcmp(keras_name(job, d), keras_name(job, i)) == 0)
+                strcmp(job_metric_keras_name(job, d), job_metric_keras_name(job, i)) == 0)
                 return job_tree_fail(c, STATUS_BAD_CONFIG, n->line,
                                      "%s: two metrics named '%s' in Keras (a list of thresholds "
                                      "is one metric there): give one a name of its own",
-                                     c->path, keras_name(job, i));
+                                     c->path, job_metric_keras_name(job, i));
         }
     return STATUS_OK;
 }
