@@ -9,6 +9,7 @@
 
 #include <grpc/grpc.h>
 
+#include "base/cpus.h"
 #include "cli.h"
 #include "daemon/config.h"
 #include "daemon/launch.h"
@@ -158,9 +159,16 @@ int cli_run(int argc, char **argv)
     for (int i = 0; i < o.ps; i++)
         if (start_task(c, "tessera-ps", "ps", i, NULL, o.start_timeout_ms, &err) != 0)
             goto fail;
-    for (int i = 0; i < o.workers; i++)
-        if (start_task(c, "tessera-worker", "worker", i, NULL, o.start_timeout_ms, &err) != 0)
-            goto fail;
+    {
+        /* the workers share this machine's CPUs (the PS's updates take their turns beside) */
+        char threads[40], *worker_args[] = {threads, NULL};
+        int share = cpus_available() / (int)o.workers;
+        snprintf(threads, sizeof(threads), "--compute-threads=%d", share > 1 ? share : 1);
+        for (int i = 0; i < o.workers; i++)
+            if (start_task(c, "tessera-worker", "worker", i, worker_args, o.start_timeout_ms,
+                           &err) != 0)
+                goto fail;
+    }
     join_addrs(c, 0, (size_t)o.ps, ps_list, sizeof(ps_list));
     join_addrs(c, (size_t)o.ps, c->n, worker_list, sizeof(worker_list));
     {

@@ -128,7 +128,7 @@ static void sgemm1(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
  * The job itself is read only after the generation is seen (acquire), and the caller rewrites it
  * only after every helper has finished (pending 0), so it needs no lock. */
 
-#define POOL_MAX           64
+#define POOL_MAX           BLAS_MAX_THREADS
 #define PARALLEL_MIN_FLOPS (1 << 20) /* smaller products are not worth splitting */
 #define PARALLEL_MIN_WORK  (1 << 16) /* nor smaller loops (floats moved) */
 

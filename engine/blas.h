@@ -20,6 +20,9 @@ typedef void (*blas_sgemm_fn)(bool trans_a, bool trans_b, int m, int n, int k, f
                               const float *a, int lda, const float *b, int ldb, float beta,
                               float *c, int ldc);
 
+/* The most threads blas_set_threads takes. */
+#define BLAS_MAX_THREADS 64
+
 /* Loads the BLAS once (thread-safe, idempotent). */
 status_t blas_init(status_msg_t *err);
 

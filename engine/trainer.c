@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpus.h"
 #include "base/memory.h"
 #include "metrics.h"
 #include "optim/optimizer.h"
@@ -319,8 +320,7 @@ int trainer_global_batch(const trainer_t *t)
 
 int trainer_local_replicas(const job_t *job)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return job->replicas > 0 ? job->replicas : cores > 0 ? (int)cores : 1;
+    return job->replicas > 0 ? job->replicas : cpus_available();
 }
 
 const data_pipeline_t *trainer_pipeline(const trainer_t *t)

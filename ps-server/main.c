@@ -25,8 +25,8 @@ static const config_option_t ps_options[] = {
      "about 300 bytes of bookkeeping, counted against --max-memory-bytes."},
     {"apply-threads", CONFIG_INT, offsetof(ps_opts_t, apply_threads), "0", 0, 1024,
      "Threads that apply a pushed gradient to a large dense shard (256 KiB of values and more) "
-     "and check it first, the handler's own thread among them; 0 = one per online CPU, 1 = the "
-     "handler's thread alone."},
+     "and check it first, the handler's own thread among them; 0 = one per CPU this PS may run on "
+     "(its CPU affinity, within its cgroup's CPU quota), 1 = the handler's thread alone."},
 };
 
 static const config_table_t ps_table = {

@@ -18,6 +18,7 @@
 #include "rpc/initializer_proto.h"
 #include "base/log.h"
 #include "base/clock.h"
+#include "base/cpus.h"
 #include "base/memory.h"
 #include "files/atomic.h"
 #include "files/checkpoint.h"
@@ -990,7 +991,7 @@ static status_t make_metrics(ps_service_t *st, metrics_t *m, status_msg_t *err)
 /* --apply-threads: the pool holds all but the handler's own thread. */
 static status_t apply_pool(const ps_opts_t *o, pool_t **ret, status_msg_t *err)
 {
-    long n = o->apply_threads > 0 ? (long)o->apply_threads : sysconf(_SC_NPROCESSORS_ONLN);
+    long n = o->apply_threads > 0 ? (long)o->apply_threads : cpus_available();
 
     *ret = NULL;
     if (n <= 1)

@@ -28,6 +28,11 @@ static const config_option_t worker_options[] = {
      "The device this worker computes on when a job's device: is cuda: cuda:N picks the GPU "
      "(several workers on one host, one GPU each); cpu makes the worker refuse GPU jobs. "
      "Unset: the job's cuda:N, or cuda:0. A job on the cpu computes on the cpu."},
+    {"compute-threads", CONFIG_INT, offsetof(worker_opts_t, compute_threads), "0", 0, 4096,
+     "Threads a job's model computes on: the matrix products and the layers' loops, split "
+     "between them (TensorFlow's intra-op threads). 0: one per CPU this worker may run on (its "
+     "CPU affinity, within its cgroup's CPU quota: a Kubernetes CPU limit, systemd's "
+     "CPUQuota=); at most 64. Several workers on one host share its CPUs: give each its part."},
 };
 
 static const config_table_t worker_table = {

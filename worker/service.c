@@ -16,10 +16,12 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/cpus.h"
 #include "base/log.h"
 #include "job/paths.h"
 #include "base/memory.h"
 #include "announce.h"
+#include "blas.h"
 #include "checkpoint.h"
 #include "train.h"
 #include "files/pb.h"
@@ -74,6 +76,7 @@ typedef struct wjob {
 typedef struct worker_service {
     daemon_t *daemon;
     uint64_t max_bytes;  /* of one job's model and data (--max-memory-bytes) */
+    int compute_threads; /* --compute-threads, 0 resolved */
     job_device_t device; /* --device */
     bool device_given;
     pthread_mutex_t mu; /* guards job, queue, stopping */
@@ -86,7 +89,7 @@ typedef struct worker_service {
     bool executor_started;
     /* Prometheus */
     metric_t *steps, *examples, *compute_seconds, *wait_seconds, *push_requests, *push_early;
-    metric_t *allreduces, *allreduce_early;
+    metric_t *allreduces, *allreduce_early, *threads_gauge;
     metric_t *phase_seconds[STEP_PHASES], *ps_call_seconds, *ps_values_seconds;
     announcer_t *announcer; /* --chief */
 } worker_service_t;
@@ -172,6 +175,8 @@ static status_t wjob_backend(const job_t *job, const worker_service_t *w, const 
                            job_device_str(&d, name, sizeof(name)));
     if (d.cuda && w->device_given && w->device.ordinal >= 0)
         d.ordinal = w->device.ordinal;
+    /* the host's share of the work, with a GPU too; the pool only grows, so once is enough */
+    STATUS_CHECK(backend_cpu()->set_threads(w->compute_threads, err));
     return backend_open(&d, ret, err);
 }
 
@@ -878,6 +883,9 @@ static status_t make_metrics(worker_service_t *w, metrics_t *m, status_msg_t *er
                                     "Push and PushPull requests sent while the step's backward "
                                     "pass was still running (train: bytes_per_pack).",
                                     NULL);
+    w->threads_gauge =
+        metrics_gauge(m, "tessera_worker_compute_threads",
+                      "Threads a job's model computes on (--compute-threads).", NULL);
     w->allreduces = metrics_counter(m, "tessera_worker_allreduce_total",
                                     "Gradient all-reduces over the ring (multi_worker_mirrored): "
                                     "one per bucket and step.",
@@ -907,7 +915,7 @@ static status_t make_metrics(worker_service_t *w, metrics_t *m, status_msg_t *er
                                            NULL);
     if (!w->steps || !w->examples || !w->compute_seconds || !w->wait_seconds || !w->push_requests ||
         !w->push_early || !w->allreduces || !w->allreduce_early || !w->ps_call_seconds ||
-        !w->ps_values_seconds)
+        !w->ps_values_seconds || !w->threads_gauge)
         return status_fail(err, STATUS_NO_MEMORY, "worker: cannot register the metrics");
     return STATUS_OK;
 }
@@ -938,6 +946,13 @@ static status_t worker_service_setup(daemon_t *d, void *opts, void **ret_state, 
     w->daemon = d;
     w->max_bytes =
         o->max_memory_bytes > 0 ? (uint64_t)o->max_memory_bytes : memory_physical_bytes();
+    w->compute_threads = o->compute_threads > 0 ? (int)o->compute_threads : cpus_available();
+    if (w->compute_threads > BLAS_MAX_THREADS) /* a big host: the pool's most */
+        w->compute_threads = BLAS_MAX_THREADS;
+    metric_set(w->threads_gauge, w->compute_threads);
+    LOG_NOTICE(WORKER, "jobs compute on %d thread%s%s", w->compute_threads,
+               w->compute_threads == 1 ? "" : "s",
+               o->compute_threads > 0 ? "" : " (the CPUs this worker may use)");
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->executor, NULL, executor_main, w) != 0) {

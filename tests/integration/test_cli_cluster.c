@@ -9,6 +9,7 @@
 #include <grpc/grpc.h>
 
 #include "check_run.h"
+#include "base/cpus.h"
 #include "harness.h"
 
 static int count(const char *hay, const char *needle)
@@ -184,6 +185,17 @@ START_TEST(cli_run_local_starts_a_healthy_cluster_and_stops_it)
             char path[400];
             snprintf(path, sizeof(path), "%s/%s.log", logdir, logs[i]);
             ck_assert_msg(harness_file_contains(path, "stopped"), "%s has no clean stop", path);
+        }
+    }
+    /* The two workers split the machine's CPUs between them. */
+    {
+        char path[400], line[64];
+        int share = cpus_available() / 2;
+        snprintf(line, sizeof(line), "jobs compute on %d thread%s", share > 1 ? share : 1,
+                 share > 1 ? "s" : "");
+        for (int i = 0; i < 2; i++) {
+            snprintf(path, sizeof(path), "%s/worker-%d.log", logdir, i);
+            ck_assert_msg(harness_file_contains(path, line), "%s does not say '%s'", path, line);
         }
     }
 }

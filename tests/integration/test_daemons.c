@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "job/job.h"
 #include "rpc/client.h"
 #include "base/clock.h"
+#include "base/cpus.h"
 
 START_TEST(daemons_report_serving_for_themselves_and_their_services)
 {
@@ -97,6 +99,49 @@ START_TEST(daemons_metrics_pass_promtool)
     harness_stop(&chief);
     harness_stop(&worker);
     harness_stop(&ps);
+}
+END_TEST
+
+/* The worker's tessera_worker_compute_threads. */
+static int compute_threads(const launch_proc_t *worker)
+{
+    char *headers, *body, *at;
+    int n;
+
+    ck_assert_int_eq(harness_http_get(worker->metrics, "/metrics", &headers, &body), 200);
+    at = strstr(body, "\ntessera_worker_compute_threads ");
+    ck_assert_msg(at != NULL, "no compute threads in %s", body);
+    n = atoi(at + strlen("\ntessera_worker_compute_threads "));
+    free(headers);
+    free(body);
+    return n;
+}
+
+START_TEST(worker_computes_on_the_cpus_it_may_use_or_as_told)
+{
+    launch_proc_t w;
+    cpu_set_t all, one;
+    int first = 0;
+
+    /* told */
+    harness_start(&w, "tessera-worker", "worker-threads-3", "--compute-threads=3", NULL);
+    ck_assert_int_eq(compute_threads(&w), 3);
+    harness_stop(&w);
+    /* by default the CPUs it may use: all of this test's, then one (taskset's way: the mask
+     * a child inherits) */
+    harness_start(&w, "tessera-worker", "worker-threads-all", "--compute-threads=0", NULL);
+    ck_assert_int_eq(compute_threads(&w), cpus_available());
+    harness_stop(&w);
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+    harness_start(&w, "tessera-worker", "worker-threads-one", "--compute-threads=0", NULL);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0);
+    ck_assert_int_eq(compute_threads(&w), 1);
+    harness_stop(&w);
 }
 END_TEST
 
@@ -700,6 +745,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, daemons_report_serving_for_themselves_and_their_services);
     tcase_add_test(tc, daemons_metrics_pass_promtool);
+    tcase_add_test(tc, worker_computes_on_the_cpus_it_may_use_or_as_told);
     tcase_add_test(tc, daemons_notify_ready_and_stopping_and_exit_zero_on_sigterm);
     tcase_add_test(tc, daemons_sigterm_during_a_long_transfer_still_exits_in_time);
     tcase_add_test(tc, daemons_refuse_a_taken_port_with_a_clear_error);

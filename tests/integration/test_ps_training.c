@@ -23,21 +23,27 @@ typedef struct cluster {
     char chief_flag[300];
 } cluster_t;
 
-/* Two PS and n_workers (1 or 2) workers. */
-static void start_cluster_of(cluster_t *c, int n_workers)
+/* Two PS and n_workers (1 or 2) workers, each started with worker_arg too (or NULL). */
+static void start_cluster_with(cluster_t *c, int n_workers, const char *worker_arg)
 {
     char ps_flag[400], worker_flag[400];
     c->n_workers = n_workers;
     harness_start(&c->ps[0], "tessera-ps", "pst-ps0", "--task-index=0", NULL);
     harness_start(&c->ps[1], "tessera-ps", "pst-ps1", "--task-index=1", NULL);
-    harness_start(&c->worker[0], "tessera-worker", "pst-w0", "--task-index=0", NULL);
+    harness_start(&c->worker[0], "tessera-worker", "pst-w0", "--task-index=0", worker_arg, NULL);
     if (n_workers > 1)
-        harness_start(&c->worker[1], "tessera-worker", "pst-w1", "--task-index=1", NULL);
+        harness_start(&c->worker[1], "tessera-worker", "pst-w1", "--task-index=1", worker_arg,
+                      NULL);
     snprintf(ps_flag, sizeof(ps_flag), "--ps=%s,%s", c->ps[0].listen, c->ps[1].listen);
     snprintf(worker_flag, sizeof(worker_flag), "--worker=%s%s%s", c->worker[0].listen,
              n_workers > 1 ? "," : "", n_workers > 1 ? c->worker[1].listen : "");
     harness_start(&c->chief, "tessera-chief", "pst-chief", ps_flag, worker_flag, NULL);
     snprintf(c->chief_flag, sizeof(c->chief_flag), "--chief=%s", c->chief.listen);
+}
+
+static void start_cluster_of(cluster_t *c, int n_workers)
+{
+    start_cluster_with(c, n_workers, NULL);
 }
 
 static void start_cluster(cluster_t *c)
@@ -106,12 +112,21 @@ START_TEST(ps_training_cnn_pushes_4d_kernels_and_learns)
     char path[512], cmd[2048], *out = NULL;
     int rc;
 
-    /* The CNN example cut to 150 steps: conv kernels travel as [kh, kw, in, out] shards. */
+    /* The CNN example cut to 150 steps: conv kernels travel as [kh, kw, in, out] shards. The
+     * workers compute on 2 threads each (their products and convolutions split between them;
+     * the other tests' workers compute on one). */
     snprintf(path, sizeof(path), "%s/cnn.yaml", harness_tmpdir());
     snprintf(cmd, sizeof(cmd), "sed 's/^train: .*/train: {steps: 150}/' %s > %s",
              harness_source("examples/fashion-mnist-cnn.yaml"), path);
     ck_assert_int_eq(system(cmd), 0);
-    start_cluster(&c);
+    start_cluster_with(&c, 2, "--compute-threads=2");
+    {
+        char *headers, *body;
+        ck_assert_int_eq(harness_http_get(c.worker[1].metrics, "/metrics", &headers, &body), 200);
+        ck_assert_msg(strstr(body, "\ntessera_worker_compute_threads 2\n") != NULL, "%s", body);
+        free(headers);
+        free(body);
+    }
     rc = tessera((char *[]){"submit", path, c.chief_flag, "--watch", NULL}, &out);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     ck_assert_msg(test_accuracy(out) >= 0.6, "test accuracy %.4f: %s", test_accuracy(out), out);
