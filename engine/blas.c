@@ -244,18 +244,27 @@ static void *pool_main(void *arg)
 
 status_t blas_set_threads(int threads, status_msg_t *err)
 {
+    /* Two callers at once (a worker's first two jobs configured together) would each start
+     * helpers for the same parts: the lock makes the second find them started. */
+    static pthread_mutex_t grow_mu = PTHREAD_MUTEX_INITIALIZER;
+    status_t rc = STATUS_OK;
+
     if (threads < 1 || threads > POOL_MAX)
         return status_fail(err, STATUS_OUT_OF_RANGE, "threads must be 1 to %d, got %d", POOL_MAX,
                            threads);
-    /* Helpers live for the process, like OpenBLAS's own; only growing is needed. */
+    pthread_mutex_lock(&grow_mu);
+    /* Helpers live for the process, like OpenBLAS's own; only growing is needed. The pool
+     * counts those that started, so a later call starts only the missing ones. */
     for (int i = pool.threads; i < threads; i++) {
         pool.born[i] = atomic_load(&pool.generation);
-        if (pthread_create(&pool.tids[i], NULL, pool_main, (void *)(intptr_t)i) != 0)
-            return status_fail(err, STATUS_SYSTEM, "cannot start compute thread %d", i);
+        if (pthread_create(&pool.tids[i], NULL, pool_main, (void *)(intptr_t)i) != 0) {
+            rc = status_fail(err, STATUS_SYSTEM, "cannot start compute thread %d", i);
+            break;
+        }
+        pool.threads = i + 1;
     }
-    if (threads > pool.threads)
-        pool.threads = threads;
-    return STATUS_OK;
+    pthread_mutex_unlock(&grow_mu);
+    return rc;
 }
 
 /* Set on threads that run GEMMs beside each other (a mirrored job's replicas): the pool takes

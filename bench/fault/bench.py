@@ -135,8 +135,11 @@ class Cluster:
     def __init__(self, build, workdir, worker_timeout):
         self.build = build
         self.ps = Task(build, "tessera-ps", "ps", workdir, [])
+        # the two workers share the machine's CPUs, as tessera run --local shares them
+        threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
         self.workers = [Task(build, "tessera-worker", "worker%d" % i, workdir,
-                             ["--task-index", str(i)]) for i in range(2)]
+                             ["--task-index", str(i), "--compute-threads", threads])
+                        for i in range(2)]
         self.chief = Task(build, "tessera-chief", "chief", workdir, [
             "--ps", self.ps.listen,
             "--worker", ",".join(w.listen for w in self.workers),

@@ -58,17 +58,21 @@ int cpus_limit(const char *proc_cgroup, const char *cgroup_root, int affinity)
     cgroup_path(proc_cgroup, rel, sizeof(rel));
     if (rel[0] == '\0')
         return (int)cpus;
-    /* from the process's own cgroup up to (not including) the root, which has no cpu.max */
-    for (size_t end = strlen(rel); end > 1;) {
+    /* From the process's own cgroup up to the root. A host's root has no cpu.max, but in a
+     * container's cgroup namespace (Docker, containerd under Kubernetes) the process sits at
+     * "/" and the root's cpu.max is the container's limit. */
+    for (size_t end = strlen(rel);;) {
         long q;
         rel[end] = '\0';
         snprintf(dir, sizeof(dir), "%s%s", cgroup_root, rel);
         if ((q = quota_cpus(dir)) > 0 && q < cpus)
             cpus = q;
+        if (end <= 1)
+            break;
         while (end > 0 && rel[end - 1] != '/')
             end--;
-        if (end > 0)
-            end--; /* the slash before the last part */
+        if (end > 1)
+            end--; /* the slash before the last part; the root keeps its "/" */
     }
     return (int)cpus;
 }

@@ -509,11 +509,12 @@ START_TEST(fault_worker_cut_off_by_the_network_is_noticed_and_taken_back)
     snprintf(w_listen, sizeof(w_listen), "--listen=%s:0", ns_ip);
     snprintf(w_metrics, sizeof(w_metrics), "--metrics-listen=%s:0", ns_ip);
     snprintf(log, sizeof(log), "%s/cut-w1.log", harness_tmpdir());
-    ck_assert_msg(launch_start("cut-w1",
-                               (char *[]){(char *)ip, "netns", "exec", netns_name, prog, w_listen,
-                                          w_metrics, "--task-index=1", "--data-root=/", NULL},
-                               log, 20000, &w1, &err) == STATUS_OK,
-                  "%s", err.text);
+    ck_assert_msg(
+        launch_start("cut-w1",
+                     (char *[]){(char *)ip, "netns", "exec", netns_name, prog, w_listen, w_metrics,
+                                "--task-index=1", "--data-root=/", "--compute-threads=1", NULL},
+                     log, 20000, &w1, &err) == STATUS_OK,
+        "%s", err.text);
     snprintf(ps_flag, sizeof(ps_flag), "--ps=%s", ps.listen);
     snprintf(worker_flag, sizeof(worker_flag), "--worker=%s,%s", w0.listen, w1.listen);
     harness_start(&chief, "tessera-chief", "cut-chief", ps_flag, worker_flag, "--worker-timeout=3s",

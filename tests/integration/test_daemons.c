@@ -130,7 +130,7 @@ START_TEST(worker_computes_on_the_cpus_it_may_use_or_as_told)
     /* by default the CPUs it may use: all of this test's, then one (taskset's way: the mask
      * a child inherits) */
     harness_start(&w, "tessera-worker", "worker-threads-all", "--compute-threads=0", NULL);
-    ck_assert_int_eq(compute_threads(&w), cpus_available());
+    ck_assert_int_eq(compute_threads(&w), cpus_available() < 64 ? cpus_available() : 64);
     harness_stop(&w);
     ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
     while (!CPU_ISSET(first, &all))

@@ -64,8 +64,8 @@ static void remove_root(void)
 START_TEST(the_tightest_quota_on_the_way_to_the_root_wins_rounded_up)
 {
     make_root();
-    cgroup("kubepods", "400000 100000\n");         /* 4 CPUs */
-    cgroup("kubepods/pod1", "max 100000\n");       /* no quota of its own */
+    cgroup("kubepods", "400000 100000\n");          /* 4 CPUs */
+    cgroup("kubepods/pod1", "max 100000\n");        /* no quota of its own */
     cgroup("kubepods/pod1/ctr", "150000 100000\n"); /* 1.5 CPUs: 2 threads */
     ck_assert_int_eq(cpus_limit(proc_cgroup("0::/kubepods/pod1/ctr\n"), root, 16), 2);
     /* a looser quota below a tighter one: the tighter */
@@ -77,6 +77,11 @@ START_TEST(the_tightest_quota_on_the_way_to_the_root_wins_rounded_up)
     /* a hybrid hierarchy lists the v1 controllers first */
     ck_assert_int_eq(
         cpus_limit(proc_cgroup("4:memory:/x\n1:cpu:/\n0::/kubepods/pod1/ctr\n"), root, 16), 2);
+    /* a container in a cgroup namespace of its own sits at "/": the root's cpu.max is its
+     * limit, and it bounds every cgroup below it too */
+    cgroup("", "250000 100000\n");
+    ck_assert_int_eq(cpus_limit(proc_cgroup("0::/\n"), root, 16), 3);
+    ck_assert_int_eq(cpus_limit(proc_cgroup("0::/kubepods/pod2/ctr\n"), root, 16), 3);
     remove_root();
 }
 END_TEST
@@ -88,8 +93,8 @@ START_TEST(without_a_quota_the_mask_counts)
     make_root();
     cgroup("system.slice", "max 100000\n");
     cgroup("system.slice/tessera-worker.service", NULL);
-    ck_assert_int_eq(
-        cpus_limit(proc_cgroup("0::/system.slice/tessera-worker.service\n"), root, 3), 3);
+    ck_assert_int_eq(cpus_limit(proc_cgroup("0::/system.slice/tessera-worker.service\n"), root, 3),
+                     3);
     ck_assert_int_eq(cpus_limit(proc_cgroup("0::/\n"), root, 3), 3);
     ck_assert_int_eq(cpus_limit(proc_cgroup("1:cpu:/\n"), root, 3), 3); /* cgroup v1 only */
     ck_assert_int_eq(cpus_limit("/nonexistent/cgroup", root, 3), 3);
