@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/cpus.h"
 #include "base/log.h"
 #include "backend.h"
 #include "blas.h"
@@ -40,7 +41,7 @@ static status_t check_strategy(const job_t *job, int *ret_replicas, status_msg_t
                            "the job to a chief (tessera run --local --ps N), or leave the key out",
                            job->path ? job->path : "job");
     if (job->strategy == JOB_STRATEGY_MIRRORED || job->strategy == JOB_STRATEGY_CENTRAL_STORAGE)
-        *ret_replicas = trainer_local_replicas(job);
+        *ret_replicas = trainer_local_replicas(job, cpus_available());
     return STATUS_OK;
 }
 

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/cpus.h"
 #include "base/memory.h"
 #include "metrics.h"
 #include "optim/optimizer.h"
@@ -318,9 +317,9 @@ int trainer_global_batch(const trainer_t *t)
     return t->po.batch_size;
 }
 
-int trainer_local_replicas(const job_t *job)
+int trainer_local_replicas(const job_t *job, int threads)
 {
-    return job->replicas > 0 ? job->replicas : cpus_available();
+    return job->replicas > 0 ? job->replicas : threads;
 }
 
 const data_pipeline_t *trainer_pipeline(const trainer_t *t)

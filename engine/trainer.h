@@ -52,9 +52,9 @@ model_t *trainer_model(const trainer_t *t); /* replica 0's, where the variables 
 int trainer_replicas(const trainer_t *t);
 /* The examples of one step: data.batch_size times the replicas and the slices. */
 int trainer_global_batch(const trainer_t *t);
-/* The replicas a mirrored or central_storage job runs on this host: the job's, or one per
- * core. */
-int trainer_local_replicas(const job_t *job);
+/* The replicas a mirrored or central_storage job runs on this host: the job's, or `threads`
+ * (one per compute thread). */
+int trainer_local_replicas(const job_t *job, int threads);
 const data_pipeline_t *trainer_pipeline(const trainer_t *t);
 size_t trainer_train_examples(const trainer_t *t); /* in this trainer's shard */
 size_t trainer_test_examples(const trainer_t *t);  /* 0 without a test split */

@@ -212,9 +212,8 @@ static status_t wjob_build(const Tessera__V1__ConfigureJobRequest *req, const wo
     if (rc == STATUS_OK) {
         bool mwms = j->job.strategy == JOB_STRATEGY_MULTI_WORKER_MIRRORED,
              sync = job_is_synchronous(&j->job), local = sync && !mwms;
-        /* mirrored, central_storage: this worker alone, a replica on each of its compute threads
-         * unless the job says how many */
-        int replicas = !local ? 1 : j->job.replicas > 0 ? j->job.replicas : w->compute_threads;
+        /* mirrored, central_storage: this worker alone, its replicas on its compute threads */
+        int replicas = local ? trainer_local_replicas(&j->job, w->compute_threads) : 1;
         /* multi_worker_mirrored: every worker reads the whole split, a slice of each batch */
         trainer_opts_t to = {.shard_index = sync ? 0 : j->worker_index,
                              .num_shards = sync ? 1 : j->num_workers,

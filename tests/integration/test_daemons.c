@@ -105,16 +105,7 @@ END_TEST
 /* The worker's tessera_worker_compute_threads. */
 static int compute_threads(const launch_proc_t *worker)
 {
-    char *headers, *body, *at;
-    int n;
-
-    ck_assert_int_eq(harness_http_get(worker->metrics, "/metrics", &headers, &body), 200);
-    at = strstr(body, "\ntessera_worker_compute_threads ");
-    ck_assert_msg(at != NULL, "no compute threads in %s", body);
-    n = atoi(at + strlen("\ntessera_worker_compute_threads "));
-    free(headers);
-    free(body);
-    return n;
+    return (int)harness_metric(worker, "tessera_worker_compute_threads");
 }
 
 START_TEST(worker_computes_on_the_cpus_it_may_use_or_as_told)
