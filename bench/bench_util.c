@@ -372,7 +372,7 @@ int bench_against_ps(const char *prog, const char *title, const char *client_lin
            ps.listen);
     rpc_log_init();
     grpc_init();
-    rc = body(opts, ps.listen, &err);
+    rc = body(opts, ps.listen, ps.metrics, &err);
     grpc_shutdown();
     return finish(prog, &ps, rc, &err);
 }

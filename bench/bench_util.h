@@ -53,7 +53,9 @@ status_t bench_start_ps(const char *path, int threads, char *const *extra, launc
 /* Stops it with SIGTERM; false (and a message) when it did not exit cleanly. */
 bool bench_stop_ps(const char *prog, launch_proc_t *ps);
 
-typedef status_t (*bench_body_fn)(const void *opts, const char *target, status_msg_t *err);
+/* A body runs against the PS at target, whose metrics endpoint is at metrics. */
+typedef status_t (*bench_body_fn)(const void *opts, const char *target, const char *metrics,
+                                  status_msg_t *err);
 
 /* The main both PS benchmarks share, after their flags are parsed: prints the header (title,
  * the host, client_line, units), starts the tessera-ps at ps_path (NULL: the one beside this

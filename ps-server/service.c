@@ -45,17 +45,19 @@ typedef struct ps_service {
     pool_t *pool;         /* the updates' threads beside the handlers' (--apply-threads) */
     const roots_t *roots; /* where checkpoints may go (--data-root) */
     int64_t max_message_bytes;
-    metric_t *push_requests, *pull_requests, *pushed_bytes, *pulled_bytes;
+    metric_t *push_requests, *pull_requests, *pushed_bytes, *pulled_bytes, *push_copied_bytes;
     metric_t *param_bytes, *slot_bytes, *variables, *apply_seconds;
 } ps_service_t;
 
-/* Aligned copies of misaligned request tensors, freed when the call ends. The copies may not
+/* Aligned copies of request tensors that are misaligned or cut between gRPC's slices (all but
+ * dense gradients, which the store reads in place), freed when the call ends. The copies may not
  * add up to more than the payload itself: tensors of an honest request do not overlap, and
  * many references to one misaligned region must not multiply the memory a request takes. */
 typedef struct scratch {
     void **bufs;
     size_t n, cap;
     size_t budget;
+    size_t copied; /* bytes */
 } scratch_t;
 
 static void scratch_done(scratch_t *s)
@@ -65,7 +67,7 @@ static void scratch_done(scratch_t *s)
     free(s->bufs);
 }
 
-static void *scratch_copy(scratch_t *s, const void *src, size_t len)
+static void *scratch_copy(scratch_t *s, const pieces_t *pl, size_t at, size_t len)
 {
     void *p;
 
@@ -82,18 +84,21 @@ static void *scratch_copy(scratch_t *s, const void *src, size_t len)
     }
     p = malloc(len ? len : 1);
     if (p != NULL) {
-        memcpy(p, src, len);
+        pieces_read(pl, at, p, len);
         s->bufs[s->n++] = p;
+        s->copied += len;
     }
     return p;
 }
 
-/* The request payload, owned by the handler from here on: freeing it when the call is done
- * keeps a handler thread from holding on to a buffer as large as the largest push it ever
- * received, which would count against the memory the variables may use. */
-static uint8_t *take_payload(rpc_ctx_t *ctx, size_t *ret_len)
+/* The request payload, owned by the handler from here on (read in place for Push and PushPull):
+ * releasing it when the call is done keeps a handler thread from holding on to a buffer as
+ * large as the largest push it ever received, which would count against the memory the
+ * variables may use. */
+static pieces_t take_payload(rpc_ctx_t *ctx, rpc_payload_t *ret)
 {
-    return rpc_ctx_take_payload(ctx, ret_len);
+    rpc_ctx_take_payload_pieces(ctx, ret);
+    return rpc_payload_pieces(ret);
 }
 
 static status_t fail_store(rpc_ctx_t *ctx, const store_err_t *err)
@@ -131,11 +136,13 @@ typedef struct where {
 
 /* A checked view of a request tensor: its dtype is `want`, its shape has at most
  * STORE_MAX_RANK non-negative dimensions whose product times the element size is byte_length,
- * it is whole (chunk_offset 0), or with chunk_ok a chunk of whole elements inside it, and lies
- * inside the payload. The data is aligned for its type (copied to scratch when the sender's
- * offset is not). *end_max grows to the tensor's end. */
+ * it is whole (chunk_offset 0), or with chunk_ok (a dense gradient) a chunk of whole elements
+ * inside it, and lies inside the payload, from byte `at`. A dense gradient is left where it is
+ * (data NULL: the store reads the pieces in place); other data is aligned for its type and in
+ * one piece (copied to scratch when it is not). *end_max grows to the tensor's end. */
 typedef struct view {
     const void *data;
+    size_t at;
     size_t count; /* elements sent */
     size_t rank;
     const int64_t *shape;
@@ -145,9 +152,11 @@ typedef struct view {
 } view_t;
 
 static status_t tensor_view_of(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int want,
-                               bool chunk_ok, const where_t *w, const uint8_t *payload, size_t len,
-                               scratch_t *sc, uint64_t *end_max, view_t *ret)
+                               bool chunk_ok, const where_t *w, const pieces_t *pl, scratch_t *sc,
+                               uint64_t *end_max, view_t *ret)
 {
+    size_t len = pl->len;
+    const uint8_t *in_one;
     size_t elem = want == TESSERA__V1__DTYPE__DTYPE_INT64      ? 8
                   : want == TESSERA__V1__DTYPE__DTYPE_BFLOAT16 ? 2
                                                                : 4;
@@ -204,14 +213,19 @@ static status_t tensor_view_of(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, 
                             ", +%" PRIu64 ") but the payload holds %zu",
                             w->variable, w->shard, w->field, (uint64_t)t->payload_offset,
                             (uint64_t)t->byte_length, len);
-    ret->data = payload != NULL ? payload + t->payload_offset : NULL;
-    if (((uintptr_t)ret->data % elem) != 0) {
+    ret->at = (size_t)t->payload_offset;
+    ret->data = NULL;
+    if (chunk_ok) {
+        /* read in place */
+    } else if (pieces_span(pl, ret->at, (size_t)bytes, &in_one) && (uintptr_t)in_one % elem == 0) {
+        ret->data = in_one;
+    } else {
         if (bytes > sc->budget)
             return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
                                 "variable '%s' shard %d: %s is misaligned and overlaps other "
                                 "misaligned tensors of the request",
                                 w->variable, w->shard, w->field);
-        if ((ret->data = scratch_copy(sc, ret->data, (size_t)bytes)) == NULL)
+        if ((ret->data = scratch_copy(sc, pl, ret->at, (size_t)bytes)) == NULL)
             return rpc_ctx_fail(ctx, STATUS_NO_MEMORY, NULL, "out of memory for a request tensor");
     }
     ret->full = (size_t)count;
@@ -225,19 +239,17 @@ static status_t tensor_view_of(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, 
 }
 
 static status_t tensor_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, int want,
-                            const where_t *w, const uint8_t *payload, size_t len, scratch_t *sc,
-                            uint64_t *end_max, view_t *ret)
+                            const where_t *w, const pieces_t *pl, scratch_t *sc, uint64_t *end_max,
+                            view_t *ret)
 {
-    return tensor_view_of(ctx, t, want, false, w, payload, len, sc, end_max, ret);
+    return tensor_view_of(ctx, t, want, false, w, pl, sc, end_max, ret);
 }
 
 /* Row indices: an int64 tensor of rank 1. */
 static status_t rows_view(rpc_ctx_t *ctx, const Tessera__V1__TensorRef *t, const where_t *w,
-                          const uint8_t *payload, size_t len, scratch_t *sc, uint64_t *end_max,
-                          view_t *ret)
+                          const pieces_t *pl, scratch_t *sc, uint64_t *end_max, view_t *ret)
 {
-    STATUS_CHECK(
-        tensor_view(ctx, t, TESSERA__V1__DTYPE__DTYPE_INT64, w, payload, len, sc, end_max, ret));
+    STATUS_CHECK(tensor_view(ctx, t, TESSERA__V1__DTYPE__DTYPE_INT64, w, pl, sc, end_max, ret));
     if (ret->rank != 1)
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w->variable,
                             "variable '%s' shard %d: %s must have rank 1, not %zu", w->variable,
@@ -481,13 +493,14 @@ static status_t on_pull(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
     const Tessera__V1__PullRequest *req = (const void *)msg;
     Tessera__V1__PullResponse resp = TESSERA__V1__PULL_RESPONSE__INIT;
     ps_service_t *st = user;
-    size_t n = req->n_items, len, out_len = 0;
-    uint8_t *payload = take_payload(ctx, &len);
+    size_t n = req->n_items, out_len = 0;
+    rpc_payload_t payload;
+    pieces_t pl = take_payload(ctx, &payload);
     store_pull_item_t *items = calloc(n + 1, sizeof(*items));
     store_value_t *vals = calloc(n + 1, sizeof(*vals));
     store_key_t *keys = calloc(n + 1, sizeof(*keys));
     values_reply_t vr = {0};
-    scratch_t sc = {.budget = len};
+    scratch_t sc = {.budget = pl.len};
     uint64_t end_max = 0;
     void *buf = NULL;
     store_err_t err;
@@ -507,14 +520,13 @@ static status_t on_pull(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
         if (it->rows != NULL) {
             where_t w = {it->key->variable, it->key->shard, "rows"};
             view_t v;
-            STATUS_CHECK_GOTO(rows_view(ctx, it->rows, &w, payload, len, &sc, &end_max, &v), rc,
-                              out);
+            STATUS_CHECK_GOTO(rows_view(ctx, it->rows, &w, &pl, &sc, &end_max, &v), rc, out);
             items[i].has_rows = true;
             items[i].rows = v.data;
             items[i].n_rows = v.count;
         }
     }
-    STATUS_CHECK_GOTO(check_payload_used(ctx, end_max, len), rc, out);
+    STATUS_CHECK_GOTO(check_payload_used(ctx, end_max, pl.len), rc, out);
     if (store_pull(st->store, req->job, items, n, vals, &buf, &out_len, &err) != STATUS_OK) {
         rc = fail_store(ctx, &err);
         goto out;
@@ -524,7 +536,7 @@ static status_t on_pull(rpc_ctx_t *ctx, const ProtobufCMessage *msg, void *user)
 out:
     values_done(&vr);
     scratch_done(&sc);
-    free(payload);
+    rpc_payload_done(&payload);
     free(items);
     free(vals);
     free(keys);
@@ -534,7 +546,7 @@ out:
 /* ---- Push and PushPull -------------------------------------------------------------------- */
 
 static status_t push_item(rpc_ctx_t *ctx, const Tessera__V1__PushItem *it, size_t i,
-                          const uint8_t *payload, size_t len, scratch_t *sc, uint64_t *end_max,
+                          const pieces_t *pl, scratch_t *sc, uint64_t *end_max,
                           store_push_item_t *ret)
 {
     where_t w;
@@ -551,7 +563,7 @@ static status_t push_item(rpc_ctx_t *ctx, const Tessera__V1__PushItem *it, size_
         STATUS_CHECK(tensor_view_of(ctx, it->dense,
                                     bf16 ? TESSERA__V1__DTYPE__DTYPE_BFLOAT16
                                          : TESSERA__V1__DTYPE__DTYPE_FLOAT32,
-                                    true, &w, payload, len, sc, end_max, &g));
+                                    true, &w, pl, sc, end_max, &g));
         if (g.chunk) { /* whole rows of the tensor; the store checks that they are whole blocks */
             size_t row = g.rank > 0 && g.shape[0] > 0 ? g.full / (size_t)g.shape[0] : 0;
             if (row == 0 || g.chunk_first % row != 0 || g.count % row != 0)
@@ -571,23 +583,25 @@ static status_t push_item(rpc_ctx_t *ctx, const Tessera__V1__PushItem *it, size_
             return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w.variable,
                                 "variable '%s' shard %d: rows is missing", w.variable, w.shard);
         w.field = "rows.indices";
-        STATUS_CHECK(rows_view(ctx, it->rows->indices, &w, payload, len, sc, end_max, &rows));
+        STATUS_CHECK(rows_view(ctx, it->rows->indices, &w, pl, sc, end_max, &rows));
         w.field = "rows.values";
-        STATUS_CHECK(tensor_view(ctx, it->rows->values, TESSERA__V1__DTYPE__DTYPE_FLOAT32, &w,
-                                 payload, len, sc, end_max, &g));
+        STATUS_CHECK(tensor_view(ctx, it->rows->values, TESSERA__V1__DTYPE__DTYPE_FLOAT32, &w, pl,
+                                 sc, end_max, &g));
         ret->has_rows = true;
         ret->rows = rows.data;
         ret->n_rows = rows.count;
+        ret->grad = g.data;
         break;
     default:
         return rpc_ctx_fail(ctx, STATUS_INVALID_ARGUMENT, w.variable,
                             "variable '%s' shard %d: the item carries no gradient", w.variable,
                             w.shard);
     }
-    if (bf16)
-        ret->grad_bf16 = g.data;
-    else
-        ret->grad = g.data;
+    if (!ret->has_rows) { /* where gRPC received it */
+        ret->grad_pieces = pl;
+        ret->grad_at = g.at;
+        ret->grad_pieces_bf16 = bf16;
+    }
     ret->rank = g.rank;
     ret->shape = g.shape;
     return STATUS_OK;
@@ -597,14 +611,15 @@ static status_t do_push(rpc_ctx_t *ctx, const Tessera__V1__PushRequest *req, ps_
                         bool pull_after)
 {
     Tessera__V1__PushResponse resp = TESSERA__V1__PUSH_RESPONSE__INIT;
-    size_t n = req->n_items, len, out_len = 0;
-    uint8_t *payload = take_payload(ctx, &len);
+    size_t n = req->n_items, out_len = 0;
+    rpc_payload_t payload;
+    pieces_t pl = take_payload(ctx, &payload);
     store_push_item_t *items = calloc(n + 1, sizeof(*items));
     store_value_t *vals = calloc(n + 1, sizeof(*vals));
     store_key_t *keys = calloc(n + 1, sizeof(*keys));
     uint64_t *versions = calloc(n + 1, sizeof(*versions));
     values_reply_t vr = {0};
-    scratch_t sc = {.budget = len};
+    scratch_t sc = {.budget = pl.len};
     uint64_t end_max = 0;
     void *buf = NULL;
     store_err_t err;
@@ -625,12 +640,11 @@ static status_t do_push(rpc_ctx_t *ctx, const Tessera__V1__PushRequest *req, ps_
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        STATUS_CHECK_GOTO(push_item(ctx, req->items[i], i, payload, len, &sc, &end_max, &items[i]),
-                          rc, out);
+        STATUS_CHECK_GOTO(push_item(ctx, req->items[i], i, &pl, &sc, &end_max, &items[i]), rc, out);
         items[i].batches = req->batches;
         keys[i] = items[i].key;
     }
-    STATUS_CHECK_GOTO(check_payload_used(ctx, end_max, len), rc, out);
+    STATUS_CHECK_GOTO(check_payload_used(ctx, end_max, pl.len), rc, out);
     if (req->pull_dtype != TESSERA__V1__DTYPE__DTYPE_INVALID &&
         req->pull_dtype != TESSERA__V1__DTYPE__DTYPE_FLOAT32 &&
         req->pull_dtype != TESSERA__V1__DTYPE__DTYPE_BFLOAT16) {
@@ -647,7 +661,8 @@ static status_t do_push(rpc_ctx_t *ctx, const Tessera__V1__PushRequest *req, ps_
         rc = fail_store(ctx, &err);
         goto out;
     }
-    metric_add(st->pushed_bytes, (double)len);
+    metric_add(st->pushed_bytes, (double)pl.len);
+    metric_add(st->push_copied_bytes, (double)(payload.copied + sc.copied));
     resp.n_versions = n;
     resp.versions = versions;
     rc = respond_values(ctx, st, &resp.base, &resp.n_values, &resp.values, &vr,
@@ -655,7 +670,7 @@ static status_t do_push(rpc_ctx_t *ctx, const Tessera__V1__PushRequest *req, ps_
 out:
     values_done(&vr);
     scratch_done(&sc);
-    free(payload);
+    rpc_payload_done(&payload);
     free(items);
     free(vals);
     free(keys);
@@ -972,6 +987,12 @@ static status_t make_metrics(ps_service_t *st, metrics_t *m, status_msg_t *err)
                                        "Payload bytes of gradients received.", NULL);
     st->pulled_bytes = metrics_counter(m, "tessera_ps_pulled_bytes_total",
                                        "Payload bytes of variable values sent.", NULL);
+    st->push_copied_bytes = metrics_counter(
+        m, "tessera_ps_push_copied_bytes_total",
+        "Payload bytes of Push and PushPull requests copied in user space before the update: "
+        "0 for dense gradients, which the optimizer reads where gRPC received them; row "
+        "indices and row gradients cut between gRPC's slices or misaligned are copied.",
+        NULL);
     st->param_bytes = metrics_gauge(m, "tessera_ps_param_bytes",
                                     "Bytes of variable values held, all jobs.", NULL);
     st->slot_bytes =
@@ -983,7 +1004,8 @@ static status_t make_metrics(ps_service_t *st, metrics_t *m, status_msg_t *err)
                                           "with the values a pull after it returns.",
                                           NULL, bounds, sizeof(bounds) / sizeof(bounds[0]));
     if (!st->push_requests || !st->pull_requests || !st->pushed_bytes || !st->pulled_bytes ||
-        !st->param_bytes || !st->slot_bytes || !st->variables || !st->apply_seconds)
+        !st->push_copied_bytes || !st->param_bytes || !st->slot_bytes || !st->variables ||
+        !st->apply_seconds)
         return status_fail(err, STATUS_NO_MEMORY, "ps: cannot register the metrics");
     return STATUS_OK;
 }
@@ -1043,6 +1065,8 @@ status_t ps_service_setup(daemon_t *d, void *opts, void **ret_state, status_msg_
     rpc_server_handle(srv, RPC_PS_PULL, on_pull, st);
     rpc_server_handle(srv, RPC_PS_PUSH, on_push, st);
     rpc_server_handle(srv, RPC_PS_PUSH_PULL, on_push_pull, st);
+    rpc_server_payload_in_place(srv, RPC_PS_PUSH);
+    rpc_server_payload_in_place(srv, RPC_PS_PUSH_PULL);
     rpc_server_handle(srv, RPC_PS_DROP_JOB, on_drop_job, st);
     rpc_server_handle(srv, RPC_PS_STATS, on_stats, st);
     rpc_server_handle(srv, RPC_PS_SAVE, on_save, st);

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/pieces.h"
 #include "base/pool.h"
 #include "job/initializer.h"
 #include "job/model.h"
@@ -98,13 +99,19 @@ typedef struct store_pull_item {
 
 /* A gradient for one shard: dense (every element of the shard, or a chunk of its rows; shape
  * the shard's) or rows (n_rows rows of the shard, shape [n_rows, the shard's shape[1:]...]);
- * duplicate rows are summed before the update. Pointers are aligned for their types. */
+ * duplicate rows are summed before the update. Pointers are aligned for their types, but for
+ * grad_pieces. */
 typedef struct store_push_item {
     store_key_t key;
     size_t rank;
     const int64_t *shape; /* the gradient's shape as sent */
     const float *grad;
     const uint16_t *grad_bf16; /* instead of grad: a dense gradient sent as bfloat16 */
+    /* Instead of both: a dense gradient where it lies in the request's pieces (as gRPC received
+     * it), from byte grad_at, at any alignment; bfloat16 when grad_pieces_bf16. */
+    const pieces_t *grad_pieces;
+    size_t grad_at;
+    bool grad_pieces_bf16;
     bool has_rows;
     const int64_t *rows;
     size_t n_rows;

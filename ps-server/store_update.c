@@ -157,6 +157,11 @@ out:
 
 /* ---- pushes: checking the request --------------------------------------------------------- */
 
+static bool item_bf16(const store_push_item_t *it)
+{
+    return it->grad_pieces != NULL ? it->grad_pieces_bf16 : it->grad_bf16 != NULL;
+}
+
 /* The rows [first, end) of its shard that an item updates: all of them, or its chunk's. */
 static void item_span(const shard_t *sh, const store_push_item_t *it, size_t *first, size_t *end)
 {
@@ -181,7 +186,7 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                           "variable '%s' shard %d: the gradient's shape %s is not %s", v, sh->index,
                           store_shape_str(it->shape, it->rank, a, sizeof(a)),
                           store_shape_str(want, sh->rank, b, sizeof(b)));
-    if (it->has_rows && it->grad_bf16 != NULL)
+    if (it->has_rows && item_bf16(it))
         return store_fail(err, STATUS_INVALID_ARGUMENT, v,
                           "variable '%s' shard %d: a row gradient is float32", v, sh->index);
     if (!it->has_chunk)
@@ -263,8 +268,13 @@ typedef struct task {
     size_t item;
     shard_t *sh;
     size_t block;
-    const float *grad;         /* the block's rows of the gradient (dense), or the item's rows */
-    const uint16_t *grad_bf16; /* the block's rows of a bfloat16 gradient: widened into wide */
+    /* The block's rows of the gradient (dense), or the item's rows, from byte src_at of src:
+     * where gRPC received them, or one piece (flat) over a gradient in memory. A bfloat16 one is
+     * widened into wide first, which src then covers. */
+    pieces_t src;
+    size_t src_at;
+    bool src_bf16;
+    pieces_part_t flat;
     float *wide;
     float *out;         /* the block's rows of the reply (dense push-pull), or NULL */
     uint16_t *out_bf16; /* the same in bfloat16 (STORE_PULL_BFLOAT16) */
@@ -324,16 +334,119 @@ static size_t task_elems(const push_run_t *r, const task_t *t, size_t *ret_first
 /* A bfloat16 gradient's block widened to float32 (once per task); false when out of memory. */
 static bool task_grad(push_run_t *r, task_t *t, size_t n)
 {
-    if (t->grad != NULL)
+    pieces_walk_t w;
+    const void *run;
+    size_t count, done = 0;
+
+    if (!t->src_bf16)
         return true;
     if ((t->wide = malloc((n ? n : 1) * sizeof(float))) == NULL) {
         task_fail(r, STATUS_NO_MEMORY, t->sh,
                   "out of memory widening a bfloat16 gradient of %zu elements", n);
         return false;
     }
-    bf16_to_floats(t->wide, t->grad_bf16, n);
-    t->grad = t->wide;
+    for (pieces_walk_init(&w, &t->src, t->src_at, sizeof(uint16_t), n);
+         pieces_walk_next(&w, &run, &count); done += count)
+        bf16_to_floats(t->wide + done, run, count);
+    t->src = pieces_flat(&t->flat, t->wide, n * sizeof(float));
+    t->src_at = 0;
+    t->src_bf16 = false;
     return true;
+}
+
+/* The loops below walk a task's n-element float32 gradient a run at a time: a run lies in one
+ * of gRPC's slices, at any alignment, or is one element that a slice boundary cut. The
+ * optimizers work element by element, so the runs give the bits one pass over the whole would. */
+static void grad_walk(pieces_walk_t *w, const task_t *t, size_t n)
+{
+    pieces_walk_init(w, &t->src, t->src_at, sizeof(float), n);
+}
+
+/* Element k of t's float32 gradient. */
+static float grad_elem(const task_t *t, size_t k)
+{
+    float f;
+
+    pieces_read(&t->src, t->src_at + k * sizeof(float), &f, sizeof(f));
+    return f;
+}
+
+static size_t grad_first_non_finite(const task_t *t, size_t n)
+{
+    pieces_walk_t w;
+    const void *g;
+    size_t count, off = 0, k;
+
+    for (grad_walk(&w, t, n); pieces_walk_next(&w, &g, &count); off += count)
+        if ((k = optimizer_first_non_finite(g, count)) < count)
+            return off + k;
+    return n;
+}
+
+static double grad_max_abs(const task_t *t, size_t n)
+{
+    pieces_walk_t w;
+    const void *g;
+    size_t count;
+    double m = 0;
+
+    for (grad_walk(&w, t, n); pieces_walk_next(&w, &g, &count);) {
+        double a = optimizer_max_abs(g, count);
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* optimizer_check_dense_at on the n elements of the shard from `first`, run by run. */
+static size_t grad_check_dense(const push_run_t *r, const task_t *t, int64_t step, size_t first,
+                               size_t n)
+{
+    shard_t *sh = t->sh;
+    pieces_walk_t w;
+    const void *g;
+    size_t count, off = 0, bad;
+
+    for (grad_walk(&w, t, n); pieces_walk_next(&w, &g, &count); off += count) {
+        bad = optimizer_check_dense_at(r->opt, step, sh->values + first + off, g,
+                                       sh->slots != NULL ? sh->slots + first + off : NULL, sh->n,
+                                       count);
+        if (bad < count)
+            return off + bad;
+    }
+    return n;
+}
+
+/* The update of the n elements of the shard from `first`, run by run, the reply's copy written
+ * in the same pass; a moving statistic is averaged with the pushed one instead. */
+static void grad_apply_dense(const push_run_t *r, const task_t *t, int64_t step, size_t first,
+                             size_t n)
+{
+    const store_push_item_t *it = &r->items[t->item];
+    shard_t *sh = t->sh;
+    float m = sh->var->momentum, rest = sh->var->rest;
+    pieces_walk_t w;
+    const void *run;
+    size_t count, off = 0;
+
+    if (sh->var->moving && it->batches > 1) { /* a window's: that many updates at once */
+        m = optimizer_momentum_power(m, it->batches);
+        rest = 1 - m;
+    }
+    for (grad_walk(&w, t, n); pieces_walk_next(&w, &run, &count); off += count) {
+        const unaligned_float_t *g = run;
+        float *v = sh->values + first + off, *out = t->out != NULL ? t->out + off : NULL;
+        if (!sh->var->moving) {
+            optimizer_apply_dense_at(r->opt, step, v, g,
+                                     sh->slots != NULL ? sh->slots + first + off : NULL, sh->n,
+                                     count, out);
+            continue;
+        }
+        for (size_t k = 0; k < count; k++) {
+            v[k] = v[k] * m + g[k] * rest;
+            if (out != NULL)
+                out[k] = v[k];
+        }
+    }
 }
 
 /* Whether t's update keeps every value and slot of its block finite in float32: proven from
@@ -354,15 +467,15 @@ static bool check_task(push_run_t *r, task_t *t)
     if (sh->var->moving) { /* a convex mix of two finite values stays finite */
         t->version = (uint64_t)step;
         t->proven = false;
-        if ((nan_at = optimizer_first_non_finite(t->grad, n)) == n)
+        if ((nan_at = grad_first_non_finite(t, n)) == n)
             return true;
         task_fail(r, STATUS_INVALID_ARGUMENT, sh,
                   "variable '%s' shard %d: the statistic holds %g at element %zu", sh->var->name,
-                  sh->index, (double)t->grad[nan_at], first + nan_at);
+                  sh->index, (double)grad_elem(t, nan_at), first + nan_at);
         return false;
     }
     if (t->gmax < 0) /* summed duplicate rows are at most as large as all of them together */
-        t->gmax = optimizer_max_abs(t->grad, n) * (it->has_rows ? (double)it->n_rows : 1.0);
+        t->gmax = grad_max_abs(t, n) * (it->has_rows ? (double)it->n_rows : 1.0);
     t->version = (uint64_t)step;
     t->proven = optimizer_bounds_step(r->opt, step, t->gmax, &bl->bounds, &t->next);
     if (t->proven)
@@ -376,21 +489,20 @@ static bool check_task(push_run_t *r, task_t *t)
             return false;
         }
     } else {
-        bad = optimizer_check_dense_at(r->opt, step, sh->values + first, t->grad,
-                                       sh->slots != NULL ? sh->slots + first : NULL, sh->n, n);
+        bad = grad_check_dense(r, t, step, first, n);
     }
     if (bad >= n)
         return true;
-    if ((nan_at = optimizer_first_non_finite(t->grad, n)) < n)
+    if ((nan_at = grad_first_non_finite(t, n)) < n)
         task_fail(r, STATUS_INVALID_ARGUMENT, sh,
                   "variable '%s' shard %d: the gradient holds %g at element %zu", sh->var->name,
-                  sh->index, (double)t->grad[nan_at], (it->has_rows ? 0 : first) + nan_at);
+                  sh->index, (double)grad_elem(t, nan_at), (it->has_rows ? 0 : first) + nan_at);
     else
         task_fail(r, STATUS_INVALID_ARGUMENT, sh,
                   "variable '%s' shard %d: gradient element %zu (%g) at learning rate %g would "
                   "make the variable or its optimizer slots overflow float32 or turn NaN",
-                  sh->var->name, sh->index, (it->has_rows ? 0 : first) + bad, (double)t->grad[bad],
-                  optimizer_learning_rate(r->opt, step));
+                  sh->var->name, sh->index, (it->has_rows ? 0 : first) + bad,
+                  (double)grad_elem(t, bad), optimizer_learning_rate(r->opt, step));
     return false;
 }
 
@@ -440,23 +552,11 @@ static void apply_part(void *arg, size_t i)
         return;
     }
     step = (int64_t)t->version;
-    if (sh->var->moving) { /* a moving statistic: its average with the pushed one */
-        float m = sh->var->momentum, rest = sh->var->rest, *v = sh->values + first;
-        if (it->batches > 1) { /* a window's: that many updates at once */
-            m = optimizer_momentum_power(m, it->batches);
-            rest = 1 - m;
-        }
-        for (size_t k = 0; k < n; k++) {
-            v[k] = v[k] * m + t->grad[k] * rest;
-            if (t->out != NULL)
-                t->out[k] = v[k];
-        }
-    } else if (it->has_rows) /* indices were checked: it cannot fail */
+    if (it->has_rows && !sh->var->moving) /* indices were checked: it cannot fail */
         optimizer_apply_rows(r->opt, step, sh->values, sh->n_rows, sh->row_len, it->rows, it->grad,
                              it->n_rows, sh->slots, t->scratch, NULL);
     else
-        optimizer_apply_dense_at(r->opt, step, sh->values + first, t->grad,
-                                 sh->slots != NULL ? sh->slots + first : NULL, sh->n, n, t->out);
+        grad_apply_dense(r, t, step, first, n);
     if (sh->var->constraint.kind != JOB_CONSTRAINT_NONE)
         constrain(sh, first, n, t->out);
     if (t->proven && sh->var->constraint.kind == JOB_CONSTRAINT_NONE)
@@ -534,6 +634,27 @@ static status_t validate_push(const store_t *s, const sjob_t *j, const store_pus
     return STATUS_OK;
 }
 
+/* Where task t's gradient starts: element `from` of its item's (0 for rows). */
+static void task_source(task_t *t, const store_push_item_t *it, const shard_t *sh, size_t from)
+{
+    size_t first, end, esize = item_bf16(it) ? sizeof(uint16_t) : sizeof(float);
+    size_t elems = it->has_rows ? it->n_rows * sh->row_len : 0;
+
+    t->src_bf16 = item_bf16(it);
+    if (it->grad_pieces != NULL) {
+        t->src = *it->grad_pieces;
+        t->src_at = it->grad_at + from * esize;
+        return;
+    }
+    if (!it->has_rows) {
+        item_span(sh, it, &first, &end);
+        elems = (end - first) * sh->row_len;
+    }
+    t->src = pieces_flat(&t->flat, it->grad_bf16 != NULL ? (const void *)it->grad_bf16 : it->grad,
+                         elems * esize);
+    t->src_at = from * esize;
+}
+
 /* The tasks of every item: one per block a dense item covers, one per row item. */
 static void make_tasks(push_run_t *r, shard_t **shards, size_t n)
 {
@@ -552,10 +673,7 @@ static void make_tasks(push_run_t *r, shard_t **shards, size_t n)
                           .block = it->has_rows ? 0 : b,
                           .version = NOT_CHECKED,
                           .gmax = -1};
-            if (it->grad_bf16 != NULL)
-                t->grad_bf16 = it->grad_bf16 + from;
-            else
-                t->grad = it->has_rows ? it->grad : it->grad + from;
+            task_source(t, it, sh, from);
             if (r->pull_after && !it->has_rows && r->pull_bf16)
                 t->out_bf16 = (uint16_t *)(r->buf + r->values[i].offset) + from;
             else if (r->pull_after && !it->has_rows)
@@ -638,7 +756,7 @@ status_t store_push(store_t *s, const char *job, const store_push_item_t *items,
         atomic_fetch_add_explicit(
             &shards[i]->bytes_pushed,
             it->has_rows ? it->n_rows * (sizeof(int64_t) + shards[i]->row_len * sizeof(float))
-                         : (end - first) * shards[i]->row_len * (it->grad_bf16 ? 2 : sizeof(float)),
+                         : (end - first) * shards[i]->row_len * (item_bf16(it) ? 2 : sizeof(float)),
             memory_order_relaxed);
         if (r.pull_after) {
             atomic_fetch_add_explicit(&shards[i]->pulls, 1, memory_order_relaxed);

@@ -469,7 +469,7 @@ out:
     return rc;
 }
 
-static status_t body(const void *opts, const char *target, status_msg_t *err)
+static status_t body(const void *opts, const char *target, const char *metrics, status_msg_t *err)
 {
     return bench_all(opts, target, err);
 }

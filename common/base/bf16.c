@@ -7,7 +7,7 @@ void bf16_from_floats(uint16_t *restrict dst, const float *restrict src, size_t 
         dst[i] = bf16_from_float(src[i]);
 }
 
-void bf16_to_floats(float *restrict dst, const uint16_t *restrict src, size_t n)
+void bf16_to_floats(float *restrict dst, const unaligned_u16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         dst[i] = bf16_to_float(src[i]);

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/pieces.h"
+
 static inline uint16_t bf16_from_float(float f)
 {
     uint32_t u;
@@ -32,8 +34,8 @@ static inline float bf16_to_float(uint16_t h)
 /* dst[i] = bf16(src[i]) for n elements. */
 void bf16_from_floats(uint16_t *dst, const float *src, size_t n);
 
-/* dst[i] = float(src[i]). */
-void bf16_to_floats(float *dst, const uint16_t *src, size_t n);
+/* dst[i] = float(src[i]); src at any byte address. */
+void bf16_to_floats(float *dst, const unaligned_u16_t *src, size_t n);
 
 /* Error feedback: t = g[i] + residual[i]; dst[i] = bf16(t); residual[i] = t - float(dst[i]).
  * What rounding drops from one gradient is added to the next, so that none is lost for good. */

@@ -68,4 +68,14 @@ status_t metrics_server_start_tls(metrics_t *m, const char *addr, const char *ce
                                   status_msg_t *err);
 void metrics_server_stop(metrics_server_t *s);
 
+/* A plain-HTTP/1.0 GET of path from an IPv4 "host:port", for the tests and benchmarks that read
+ * a daemon's endpoint: the status code (-1 when nothing usable came back), with the headers and
+ * the body in malloc'd strings (NULL on -1). */
+int metrics_http_get(const char *addr, const char *path, char **ret_headers, char **ret_body);
+
+/* The value of the sample `series` (a name with its labels, as exposed) on the daemon whose
+ * metrics endpoint is addr; NOT_FOUND when it exposes no such sample, REMOTE when the GET
+ * fails. */
+status_t metrics_http_value(const char *addr, const char *series, double *ret);
+
 #endif

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -282,4 +283,82 @@ void metrics_server_stop(metrics_server_t *s)
     MHD_stop_daemon(s->daemon);
     close(s->fd);
     free(s);
+}
+
+/* ---- the client side ---------------------------------------------------------------------- */
+
+int metrics_http_get(const char *addr, const char *path, char **ret_headers, char **ret_body)
+{
+    char host[256], req[512];
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    size_t len = 0, cap = 65536;
+    char *buf = malloc(cap), *split;
+    int port, fd = -1, status = -1;
+
+    *ret_headers = *ret_body = NULL;
+    if (buf == NULL || net_split_hostport(addr, host, sizeof(host), &port, NULL) != STATUS_OK ||
+        inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        goto out;
+    sa.sin_port = htons((uint16_t)port);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+        goto out;
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr);
+    if (write(fd, req, strlen(req)) != (ssize_t)strlen(req))
+        goto out;
+    for (;;) {
+        ssize_t n;
+        if (len + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL)
+                goto out;
+            buf = nb;
+            cap *= 2;
+        }
+        n = read(fd, buf + len, cap - len - 1);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    split = strstr(buf, "\r\n\r\n");
+    if (split == NULL || sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
+        status = -1;
+        goto out;
+    }
+    *split = '\0';
+    *ret_headers = strdup(buf);
+    *ret_body = strdup(split + 4);
+    if (*ret_headers == NULL || *ret_body == NULL) {
+        free(*ret_headers);
+        free(*ret_body);
+        *ret_headers = *ret_body = NULL;
+        status = -1;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return status;
+}
+
+status_t metrics_http_value(const char *addr, const char *series, double *ret)
+{
+    char *headers, *body, line[300];
+    const char *at;
+    status_t rc = STATUS_NOT_FOUND;
+
+    if (metrics_http_get(addr, "/metrics", &headers, &body) != 200) {
+        free(headers);
+        free(body);
+        return STATUS_REMOTE;
+    }
+    snprintf(line, sizeof(line), "\n%s ", series);
+    if ((at = strstr(body, line)) != NULL) {
+        *ret = strtod(at + strlen(line), NULL);
+        rc = STATUS_OK;
+    }
+    free(headers);
+    free(body);
+    return rc;
 }

@@ -61,7 +61,7 @@
  */
 
 /* w -= lr * g */
-static inline void sgd_loop(float lr, float *restrict p, const float *restrict g,
+static inline void sgd_loop(float lr, float *restrict p, const unaligned_float_t *restrict g,
                             float *restrict out, bool has_out, float dec, bool has_decay, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -73,9 +73,10 @@ static inline void sgd_loop(float lr, float *restrict p, const float *restrict g
 }
 
 /* velocity = momentum * velocity - lr * g; w += velocity */
-static inline void sgd_momentum_loop(float lr, float mu, float *restrict p, const float *restrict g,
-                                     float *restrict m, float *restrict out, bool has_out,
-                                     float dec, bool has_decay, size_t n)
+static inline void sgd_momentum_loop(float lr, float mu, float *restrict p,
+                                     const unaligned_float_t *restrict g, float *restrict m,
+                                     float *restrict out, bool has_out, float dec, bool has_decay,
+                                     size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         DECAY(i);
@@ -87,9 +88,10 @@ static inline void sgd_momentum_loop(float lr, float mu, float *restrict p, cons
 }
 
 /* velocity = momentum * velocity - lr * g; w += momentum * velocity - lr * g */
-static inline void sgd_nesterov_loop(float lr, float mu, float *restrict p, const float *restrict g,
-                                     float *restrict m, float *restrict out, bool has_out,
-                                     float dec, bool has_decay, size_t n)
+static inline void sgd_nesterov_loop(float lr, float mu, float *restrict p,
+                                     const unaligned_float_t *restrict g, float *restrict m,
+                                     float *restrict out, bool has_out, float dec, bool has_decay,
+                                     size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         DECAY(i);
@@ -100,24 +102,24 @@ static inline void sgd_nesterov_loop(float lr, float mu, float *restrict p, cons
     }
 }
 
-static void sgd_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                       size_t n, float *out)
+static void sgd_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                       size_t stride, size_t n, float *out)
 {
     (void)s;
     (void)stride;
     KERNEL_WITH_OUT(sgd_loop(k->lr, p, g, out, has_out, k->decay, has_decay, n));
 }
 
-static void sgd_momentum_kernel(const optim_plan_t *k, float *p, const float *g, float *s,
-                                size_t stride, size_t n, float *out)
+static void sgd_momentum_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g,
+                                float *s, size_t stride, size_t n, float *out)
 {
     (void)stride;
     KERNEL_WITH_OUT(
         sgd_momentum_loop(k->lr, k->momentum, p, g, s, out, has_out, k->decay, has_decay, n));
 }
 
-static void sgd_nesterov_kernel(const optim_plan_t *k, float *p, const float *g, float *s,
-                                size_t stride, size_t n, float *out)
+static void sgd_nesterov_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g,
+                                float *s, size_t stride, size_t n, float *out)
 {
     (void)stride;
     KERNEL_WITH_OUT(
@@ -129,9 +131,10 @@ static void sgd_nesterov_kernel(const optim_plan_t *k, float *p, const float *g,
 
 /* m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2); w -= m * alpha / (sqrt(v) + eps),
  * with alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) computed per call. */
-static inline void adam_loop(const optim_plan_t *k, float *restrict p, const float *restrict g,
-                             float *restrict m, float *restrict v, float *restrict out,
-                             bool has_out, float dec, bool has_decay, size_t n)
+static inline void adam_loop(const optim_plan_t *k, float *restrict p,
+                             const unaligned_float_t *restrict g, float *restrict m,
+                             float *restrict v, float *restrict out, bool has_out, float dec,
+                             bool has_decay, size_t n)
 {
     const float b1c = k->one_minus_beta_1, b2c = k->one_minus_beta_2;
     const float alpha = k->alpha, eps = k->epsilon;
@@ -147,10 +150,10 @@ static inline void adam_loop(const optim_plan_t *k, float *restrict p, const flo
 }
 
 /* As Adam, with v_hat = max(v_hat, v) in the denominator instead of v (AMSGrad). */
-static inline void amsgrad_loop(const optim_plan_t *k, float *restrict p, const float *restrict g,
-                                float *restrict m, float *restrict v, float *restrict vh,
-                                float *restrict out, bool has_out, float dec, bool has_decay,
-                                size_t n)
+static inline void amsgrad_loop(const optim_plan_t *k, float *restrict p,
+                                const unaligned_float_t *restrict g, float *restrict m,
+                                float *restrict v, float *restrict vh, float *restrict out,
+                                bool has_out, float dec, bool has_decay, size_t n)
 {
     const float b1c = k->one_minus_beta_1, b2c = k->one_minus_beta_2;
     const float alpha = k->alpha, eps = k->epsilon;
@@ -166,14 +169,14 @@ static inline void amsgrad_loop(const optim_plan_t *k, float *restrict p, const 
     }
 }
 
-static void adam_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                        size_t n, float *out)
+static void adam_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                        size_t stride, size_t n, float *out)
 {
     KERNEL_WITH_OUT(adam_loop(k, p, g, s, s + stride, out, has_out, k->decay, has_decay, n));
 }
 
-static void amsgrad_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                           size_t n, float *out)
+static void amsgrad_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                           size_t stride, size_t n, float *out)
 {
     KERNEL_WITH_OUT(
         amsgrad_loop(k, p, g, s, s + stride, s + 2 * stride, out, has_out, k->decay, has_decay, n));
@@ -183,9 +186,10 @@ static void amsgrad_kernel(const optim_plan_t *k, float *p, const float *g, floa
  */
 
 /* acc += g^2; w -= lr * g / sqrt(acc + eps)   (epsilon inside the square root, as Keras 3) */
-static inline void adagrad_loop(const optim_plan_t *k, float *restrict p, const float *restrict g,
-                                float *restrict acc, float *restrict out, bool has_out, float dec,
-                                bool has_decay, size_t n)
+static inline void adagrad_loop(const optim_plan_t *k, float *restrict p,
+                                const unaligned_float_t *restrict g, float *restrict acc,
+                                float *restrict out, bool has_out, float dec, bool has_decay,
+                                size_t n)
 {
     const float lr = k->lr, eps = k->epsilon;
 
@@ -198,8 +202,8 @@ static inline void adagrad_loop(const optim_plan_t *k, float *restrict p, const 
     }
 }
 
-static void adagrad_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                           size_t n, float *out)
+static void adagrad_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                           size_t stride, size_t n, float *out)
 {
     (void)stride;
     KERNEL_WITH_OUT(adagrad_loop(k, p, g, s, out, has_out, k->decay, has_decay, n));
@@ -209,9 +213,10 @@ static void adagrad_kernel(const optim_plan_t *k, float *p, const float *g, floa
  */
 
 /* velocity = rho * velocity + (1 - rho) * g^2; w -= lr * g / sqrt(velocity + eps) */
-static inline void rmsprop_loop(const optim_plan_t *k, float *restrict p, const float *restrict g,
-                                float *restrict vel, float *restrict out, bool has_out, float dec,
-                                bool has_decay, size_t n)
+static inline void rmsprop_loop(const optim_plan_t *k, float *restrict p,
+                                const unaligned_float_t *restrict g, float *restrict vel,
+                                float *restrict out, bool has_out, float dec, bool has_decay,
+                                size_t n)
 {
     const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
 
@@ -226,7 +231,7 @@ static inline void rmsprop_loop(const optim_plan_t *k, float *restrict p, const 
 
 /* As above, then momentum = mu * momentum + increment; w -= momentum. */
 static inline void rmsprop_momentum_loop(const optim_plan_t *k, float *restrict p,
-                                         const float *restrict g, float *restrict vel,
+                                         const unaligned_float_t *restrict g, float *restrict vel,
                                          float *restrict mom, float *restrict out, bool has_out,
                                          float dec, bool has_decay, size_t n)
 {
@@ -246,7 +251,7 @@ static inline void rmsprop_momentum_loop(const optim_plan_t *k, float *restrict 
 /* Centered: average_grad = rho * average_grad + (1 - rho) * g; the denominator is
  * sqrt(velocity - average_grad^2 + eps). */
 static inline void rmsprop_centered_loop(const optim_plan_t *k, float *restrict p,
-                                         const float *restrict g, float *restrict vel,
+                                         const unaligned_float_t *restrict g, float *restrict vel,
                                          float *restrict avg, float *restrict out, bool has_out,
                                          float dec, bool has_decay, size_t n)
 {
@@ -263,10 +268,10 @@ static inline void rmsprop_centered_loop(const optim_plan_t *k, float *restrict 
 }
 
 static inline void rmsprop_centered_momentum_loop(const optim_plan_t *k, float *restrict p,
-                                                  const float *restrict g, float *restrict vel,
-                                                  float *restrict mom, float *restrict avg,
-                                                  float *restrict out, bool has_out, float dec,
-                                                  bool has_decay, size_t n)
+                                                  const unaligned_float_t *restrict g,
+                                                  float *restrict vel, float *restrict mom,
+                                                  float *restrict avg, float *restrict out,
+                                                  bool has_out, float dec, bool has_decay, size_t n)
 {
     const float lr = k->lr, eps = k->epsilon, rho = k->rho, rho_c = k->one_minus_rho;
     const float mu = k->momentum;
@@ -284,29 +289,30 @@ static inline void rmsprop_centered_momentum_loop(const optim_plan_t *k, float *
 
 /* Slot order follows Keras's build(): velocity, then momentum (if any), then average_gradient
  * (if centered). */
-static void rmsprop_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                           size_t n, float *out)
+static void rmsprop_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                           size_t stride, size_t n, float *out)
 {
     (void)stride;
     KERNEL_WITH_OUT(rmsprop_loop(k, p, g, s, out, has_out, k->decay, has_decay, n));
 }
 
-static void rmsprop_momentum_kernel(const optim_plan_t *k, float *p, const float *g, float *s,
-                                    size_t stride, size_t n, float *out)
+static void rmsprop_momentum_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g,
+                                    float *s, size_t stride, size_t n, float *out)
 {
     KERNEL_WITH_OUT(
         rmsprop_momentum_loop(k, p, g, s, s + stride, out, has_out, k->decay, has_decay, n));
 }
 
-static void rmsprop_centered_kernel(const optim_plan_t *k, float *p, const float *g, float *s,
-                                    size_t stride, size_t n, float *out)
+static void rmsprop_centered_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g,
+                                    float *s, size_t stride, size_t n, float *out)
 {
     KERNEL_WITH_OUT(
         rmsprop_centered_loop(k, p, g, s, s + stride, out, has_out, k->decay, has_decay, n));
 }
 
-static void rmsprop_centered_momentum_kernel(const optim_plan_t *k, float *p, const float *g,
-                                             float *s, size_t stride, size_t n, float *out)
+static void rmsprop_centered_momentum_kernel(const optim_plan_t *k, float *p,
+                                             const unaligned_float_t *g, float *s, size_t stride,
+                                             size_t n, float *out)
 {
     KERNEL_WITH_OUT(rmsprop_centered_momentum_loop(k, p, g, s, s + stride, s + 2 * stride, out,
                                                    has_out, k->decay, has_decay, n));
@@ -319,9 +325,10 @@ static void rmsprop_centered_momentum_kernel(const optim_plan_t *k, float *p, co
  * m_hat = u_{t+1} m / (1 - prod u_1..u_{t+1}) + (1 - u_t) g / (1 - prod u_1..u_t) (the two
  * factors per call: nadam_m, nadam_g); v_hat = v / (1 - beta_2^t); w -= m_hat lr / (sqrt(v_hat) +
  * eps) */
-static inline void nadam_loop(const optim_plan_t *k, float *restrict p, const float *restrict g,
-                              float *restrict m, float *restrict v, float *restrict out,
-                              bool has_out, float dec, bool has_decay, size_t n)
+static inline void nadam_loop(const optim_plan_t *k, float *restrict p,
+                              const unaligned_float_t *restrict g, float *restrict m,
+                              float *restrict v, float *restrict out, bool has_out, float dec,
+                              bool has_decay, size_t n)
 {
     const float b1c = k->one_minus_beta_1, b2c = k->one_minus_beta_2, lr = k->lr;
     const float fm = k->nadam_m, fg = k->nadam_g, bias = k->bias, eps = k->epsilon;
@@ -336,8 +343,8 @@ static inline void nadam_loop(const optim_plan_t *k, float *restrict p, const fl
     }
 }
 
-static void nadam_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                         size_t n, float *out)
+static void nadam_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                         size_t stride, size_t n, float *out)
 {
     KERNEL_WITH_OUT(nadam_loop(k, p, g, s, s + stride, out, has_out, k->decay, has_decay, n));
 }
@@ -346,9 +353,10 @@ static void nadam_kernel(const optim_plan_t *k, float *p, const float *g, float 
  */
 
 /* m += (g - m) * (1 - beta_1); u = max(beta_2 u, |g|); w -= lr m / ((1 - beta_1^t) (u + eps)) */
-static inline void adamax_loop(const optim_plan_t *k, float *restrict p, const float *restrict g,
-                               float *restrict m, float *restrict u, float *restrict out,
-                               bool has_out, float dec, bool has_decay, size_t n)
+static inline void adamax_loop(const optim_plan_t *k, float *restrict p,
+                               const unaligned_float_t *restrict g, float *restrict m,
+                               float *restrict u, float *restrict out, bool has_out, float dec,
+                               bool has_decay, size_t n)
 {
     const float b1c = k->one_minus_beta_1, b2 = k->beta_2, lr = k->lr, bias = k->bias;
     const float eps = k->epsilon;
@@ -364,8 +372,8 @@ static inline void adamax_loop(const optim_plan_t *k, float *restrict p, const f
     }
 }
 
-static void adamax_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                          size_t n, float *out)
+static void adamax_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                          size_t stride, size_t n, float *out)
 {
     KERNEL_WITH_OUT(adamax_loop(k, p, g, s, s + stride, out, has_out, k->decay, has_decay, n));
 }
@@ -374,9 +382,9 @@ static void adamax_kernel(const optim_plan_t *k, float *p, const float *g, float
  */
 
 /* w -= lr sign(beta_1 m + (1 - beta_1) g); m = beta_2 m + (1 - beta_2) g */
-static inline void lion_loop(const optim_plan_t *k, float *restrict p, const float *restrict g,
-                             float *restrict m, float *restrict out, bool has_out, float dec,
-                             bool has_decay, size_t n)
+static inline void lion_loop(const optim_plan_t *k, float *restrict p,
+                             const unaligned_float_t *restrict g, float *restrict m,
+                             float *restrict out, bool has_out, float dec, bool has_decay, size_t n)
 {
     const float b1 = k->beta_1, b1c = k->one_minus_beta_1, b2 = k->beta_2;
     const float b2c = k->one_minus_beta_2, lr = k->lr;
@@ -392,8 +400,8 @@ static inline void lion_loop(const optim_plan_t *k, float *restrict p, const flo
     }
 }
 
-static void lion_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                        size_t n, float *out)
+static void lion_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                        size_t stride, size_t n, float *out)
 {
     (void)stride;
     KERNEL_WITH_OUT(lion_loop(k, p, g, s, out, has_out, k->decay, has_decay, n));
@@ -406,9 +414,10 @@ static void lion_kernel(const optim_plan_t *k, float *p, const float *g, float *
  * linear += g' - (acc'^power - acc^power) / lr * w; quadratic = acc'^power / lr + 2 (l2 + beta /
  * (2 lr)); w = (clip(linear, -l1, l1) - linear) / quadratic; acc = acc'. `root` chooses square
  * roots for the default power 0.5 (they vectorize; powf does not). */
-static inline void ftrl_loop(const optim_plan_t *k, float *restrict p, const float *restrict g,
-                             float *restrict acc, float *restrict lin, float *restrict out,
-                             bool has_out, float dec, bool has_decay, bool root, size_t n)
+static inline void ftrl_loop(const optim_plan_t *k, float *restrict p,
+                             const unaligned_float_t *restrict g, float *restrict acc,
+                             float *restrict lin, float *restrict out, bool has_out, float dec,
+                             bool has_decay, bool root, size_t n)
 {
     const float lr = k->lr, power = k->lr_power, l1 = k->l1, l2x2 = k->l2_twice;
     const float shrink = k->shrink_twice;
@@ -429,13 +438,13 @@ static inline void ftrl_loop(const optim_plan_t *k, float *restrict p, const flo
     }
 }
 
-static void ftrl_kernel(const optim_plan_t *k, float *p, const float *g, float *s, size_t stride,
-                        size_t n, float *out)
+static void ftrl_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
+                        size_t stride, size_t n, float *out)
 {
     KERNEL_WITH_OUT(ftrl_loop(k, p, g, s, s + stride, out, has_out, k->decay, has_decay, false, n));
 }
 
-static void ftrl_sqrt_kernel(const optim_plan_t *k, float *p, const float *g, float *s,
+static void ftrl_sqrt_kernel(const optim_plan_t *k, float *p, const unaligned_float_t *g, float *s,
                              size_t stride, size_t n, float *out)
 {
     KERNEL_WITH_OUT(ftrl_loop(k, p, g, s, s + stride, out, has_out, k->decay, has_decay, true, n));
@@ -446,7 +455,7 @@ static void ftrl_sqrt_kernel(const optim_plan_t *k, float *p, const float *g, fl
 
 /* Without its sign bit a float's bits order as its magnitude does, as a non-negative int32 (a
  * max that vectorizes), and NaN and infinity order above every finite value. */
-static int max_abs_bits(const float *v, size_t n)
+static int max_abs_bits(const unaligned_float_t *v, size_t n)
 {
     int32_t m = 0;
 

@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "base/pieces.h"
+
 /* The per-call factors of one update, resolved by optimizer.c. */
 typedef struct optim_plan {
     int kernel; /* optim_kernel_t */
@@ -46,8 +48,9 @@ typedef enum {
 } optim_kernel_t;
 
 /* Updates n parameters; slot k of parameter i is at slots[k * stride + i]. When out is not NULL
- * it receives each updated parameter too, in the same pass (a pull that follows the push). */
-typedef void (*optim_kernel_fn)(const optim_plan_t *k, float *params, const float *grad,
+ * it receives each updated parameter too, in the same pass (a pull that follows the push). The
+ * gradient may sit at any byte address: the parameter server reads it where gRPC received it. */
+typedef void (*optim_kernel_fn)(const optim_plan_t *k, float *params, const unaligned_float_t *grad,
                                 float *slots, size_t stride, size_t n, float *out);
 
 /* One build's kernels, and its largest |v[i]| as the bits of a non-negative int32 (NaN and
@@ -55,7 +58,7 @@ typedef void (*optim_kernel_fn)(const optim_plan_t *k, float *params, const floa
 typedef struct optim_isa_table {
     const char *name;
     optim_kernel_fn kernels[OPTIM_KERNEL_COUNT];
-    int (*max_abs_bits)(const float *v, size_t n);
+    int (*max_abs_bits)(const unaligned_float_t *v, size_t n);
 } optim_isa_table_t;
 
 extern const optim_isa_table_t optim_isa_base;

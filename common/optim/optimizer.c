@@ -128,8 +128,8 @@ size_t optimizer_isa_list(const char **names, size_t cap)
 }
 
 /* Runs plan k's kernel. */
-static inline void run_kernel(const plan_t *k, float *params, const float *grad, float *slots,
-                              size_t stride, size_t n, float *out)
+static inline void run_kernel(const plan_t *k, float *params, const unaligned_float_t *grad,
+                              float *slots, size_t stride, size_t n, float *out)
 {
     isa()->kernels[k->kernel](k, params, grad, slots, stride, n, out);
 }
@@ -227,8 +227,8 @@ void optimizer_apply_dense_part(const optimizer_config_t *c, int64_t step, float
 }
 
 void optimizer_apply_dense_at(const optimizer_config_t *c, int64_t step, float *params,
-                              const float *grad, float *slots, size_t stride, size_t count,
-                              float *out)
+                              const unaligned_float_t *grad, float *slots, size_t stride,
+                              size_t count, float *out)
 {
     plan_t k;
 
@@ -246,7 +246,7 @@ void optimizer_apply_dense_at(const optimizer_config_t *c, int64_t step, float *
 /* Elements a dry run computes at a time, on copies that stay in L1. */
 #define TRIAL 256
 
-size_t optimizer_first_non_finite(const float *v, size_t n)
+size_t optimizer_first_non_finite(const unaligned_float_t *v, size_t n)
 {
     uint32_t bad = 0;
 
@@ -270,8 +270,8 @@ static bool all_finite(const float *v, size_t n)
 /* Runs the kernel on copies of params[0..n) and their slots (slot k at slots[k * stride]) and
  * returns the index of the first element whose parameter or slot would stop being finite, or n.
  * The copies go through the very kernel the update uses, so the verdict is the update's own. */
-static size_t trial(const plan_t *k, size_t n_slots, const float *params, const float *grad,
-                    const float *slots, size_t stride, size_t n)
+static size_t trial(const plan_t *k, size_t n_slots, const float *params,
+                    const unaligned_float_t *grad, const float *slots, size_t stride, size_t n)
 {
     float p[TRIAL], sl[MAX_SLOTS * TRIAL];
     bool ok;
@@ -305,7 +305,8 @@ size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const fl
 }
 
 size_t optimizer_check_dense_at(const optimizer_config_t *c, int64_t step, const float *params,
-                                const float *grad, const float *slots, size_t stride, size_t count)
+                                const unaligned_float_t *grad, const float *slots, size_t stride,
+                                size_t count)
 {
     plan_t k;
 
@@ -322,7 +323,7 @@ size_t optimizer_check_dense_at(const optimizer_config_t *c, int64_t step, const
  * under FLT_MAX covers the rounding of the few float operations between bound and result. */
 #define BOUND_LIMIT ((double)FLT_MAX / 4)
 
-double optimizer_max_abs(const float *v, size_t n)
+double optimizer_max_abs(const unaligned_float_t *v, size_t n)
 {
     int32_t m = isa()->max_abs_bits(v, n);
     float f;

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/pieces.h"
 #include "base/status.h"
 #include "optim/schedule.h"
 
@@ -100,10 +101,11 @@ void optimizer_apply_dense_part(const optimizer_config_t *c, int64_t step, float
 
 /* The update of `count` elements at params, grad (and out), with slot k of element i at
  * slots[k * stride + i]: a part of a tensor of `stride` elements, given by pointers into it
- * (the gradient of a chunk need not be part of a whole gradient's array). */
+ * (the gradient of a chunk need not be part of a whole gradient's array, and may sit at any
+ * byte address: where gRPC received it). */
 void optimizer_apply_dense_at(const optimizer_config_t *c, int64_t step, float *params,
-                              const float *grad, float *slots, size_t stride, size_t count,
-                              float *out);
+                              const unaligned_float_t *grad, float *slots, size_t stride,
+                              size_t count, float *out);
 
 /* The instruction set the kernels run with ("base", "avx2", "avx512"): the widest that was
  * built and that the CPU has, unless optimizer_set_isa chose another. Every one gives the same
@@ -143,14 +145,15 @@ size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const fl
  * tensor, as optimizer_apply_dense_at takes it): the index of the first element that would
  * break, or count. */
 size_t optimizer_check_dense_at(const optimizer_config_t *c, int64_t step, const float *params,
-                                const float *grad, const float *slots, size_t stride, size_t count);
+                                const unaligned_float_t *grad, const float *slots, size_t stride,
+                                size_t count);
 status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
                               size_t n_rows, size_t row_len, const int64_t *indices,
                               const float *grads, size_t n_idx, const float *slots, void *scratch,
                               size_t *ret_bad, status_msg_t *err);
 
-/* The index of the first NaN or infinity in v[0..n), or n. */
-size_t optimizer_first_non_finite(const float *v, size_t n);
+/* The index of the first NaN or infinity in v[0..n), or n (v at any byte address). */
+size_t optimizer_first_non_finite(const unaligned_float_t *v, size_t n);
 
 /* The most slot arrays any optimizer keeps (AMSGrad; centered RMSprop with momentum). */
 #define OPTIMIZER_MAX_SLOTS 3
@@ -165,9 +168,9 @@ typedef struct optimizer_bounds {
     double slot[OPTIMIZER_MAX_SLOTS];
 } optimizer_bounds_t;
 
-/* The largest |v[i]| of v[0..n) (infinity when one is NaN or infinite): one pass that vectorizes.
- */
-double optimizer_max_abs(const float *v, size_t n);
+/* The largest |v[i]| of v[0..n) (infinity when one is NaN or infinite; v at any byte address):
+ * one pass that vectorizes. */
+double optimizer_max_abs(const unaligned_float_t *v, size_t n);
 
 /* The exact bounds of n parameters and their slots (laid out as for optimizer_apply_dense). */
 void optimizer_bounds_measure(const optimizer_config_t *c, const float *params, const float *slots,

@@ -303,8 +303,8 @@ status_t rpc_unary(rpc_channel_t *ch, rpc_method_id_t id, const ProtobufCMessage
                  ch->target);
     } else if (rc == STATUS_OK) {
         status_msg_t why = {0};
-        rc = rpc_decode(m->response, st.resp_bb, o.recv_buf, o.recv_cap, ret_resp, ret_payload,
-                        &why);
+        rc = rpc_decode(m->response, st.resp_bb, o.recv_buf, o.recv_cap, false, ret_resp,
+                        ret_payload, &why);
         if (rc != STATUS_OK) {
             err->status = rc;
             snprintf(err->message, sizeof(err->message),
@@ -550,7 +550,7 @@ status_t rpc_stream_next(rpc_stream_t *s, ProtobufCMessage **ret_msg, rpc_payloa
         /* Ask for the next message before decoding this one, so that it can arrive meanwhile. */
         if (!stream_post_recv(s))
             s->eof = true;
-        rc = rpc_decode(s->method->response, bb, NULL, 0, ret_msg, ret_payload, NULL);
+        rc = rpc_decode(s->method->response, bb, NULL, 0, false, ret_msg, ret_payload, NULL);
         grpc_byte_buffer_destroy(bb);
         if (rc == STATUS_OK)
             return STATUS_OK;

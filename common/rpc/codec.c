@@ -17,13 +17,25 @@
 
 void rpc_payload_done(rpc_payload_t *p)
 {
+    grpc_slice *held;
+
     if (p == NULL)
         return;
     if (p->owned)
         free(p->data);
-    p->data = NULL;
-    p->len = 0;
-    p->owned = false;
+    held = p->held;
+    for (size_t i = 0; i < p->n_held; i++)
+        grpc_slice_unref(held[i]);
+    free(p->held);
+    free(p->parts);
+    *p = (rpc_payload_t){0};
+}
+
+pieces_t rpc_payload_pieces(rpc_payload_t *p)
+{
+    if (p->parts != NULL)
+        return (pieces_t){p->parts, p->n_parts, p->len};
+    return pieces_flat(&p->flat, p->data, p->len);
 }
 
 /* Buffers this large come from mmap (see RPC_MALLOC_MMAP_THRESHOLD below): fresh pages each
@@ -308,10 +320,70 @@ static bool keep_bytes(walker_t *w, scratch_t *s, uint64_t n, size_t total)
     return true;
 }
 
-/* Splits the top-level fields: field 15 goes to the payload buffer, the rest to the scratch. */
-static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv_buf,
-                             size_t recv_cap, rpc_payload_t *payload)
+/* Takes the next n bytes in place: a reference to each slice they lie in, and where. The parts'
+ * data pointers are set once the list is final (hold_finish): a small slice keeps its bytes
+ * inside the grpc_slice itself, which moves when the list grows. */
+static status_t walker_hold(walker_t *w, size_t n, rpc_payload_t *p, size_t *cap)
 {
+    size_t at = 0;
+
+    while (n > 0) {
+        size_t avail, take;
+        if (!walker_fill(w))
+            return STATUS_BAD_MESSAGE;
+        if (p->n_held == *cap) {
+            size_t c = *cap ? 2 * *cap : 64;
+            grpc_slice *h = realloc(p->held, c * sizeof(*h));
+            pieces_part_t *pa;
+            if (h != NULL)
+                p->held = h;
+            pa = h != NULL ? realloc(p->parts, c * sizeof(*pa)) : NULL;
+            if (pa == NULL)
+                return STATUS_NO_MEMORY;
+            p->parts = pa;
+            *cap = c;
+        }
+        avail = GRPC_SLICE_LENGTH(w->slice) - w->pos;
+        take = avail < n ? avail : n;
+        ((grpc_slice *)p->held)[p->n_held] = grpc_slice_ref(w->slice);
+        /* the offset in its slice, until hold_finish */
+        p->parts[p->n_held] = (pieces_part_t){(const uint8_t *)(uintptr_t)w->pos, take, at};
+        p->n_held++;
+        w->pos += take;
+        at += take;
+        n -= take;
+    }
+    return STATUS_OK;
+}
+
+static void hold_finish(rpc_payload_t *p)
+{
+    const grpc_slice *held = p->held;
+
+    for (size_t i = 0; i < p->n_held; i++)
+        p->parts[i].data = GRPC_SLICE_START_PTR(held[i]) + (uintptr_t)p->parts[i].data;
+    p->n_parts = p->n_held;
+}
+
+/* Whether to read bb's payload in place: not when it is compressed (the reader inflates it into
+ * fresh slices anyway), nor when its slices average under 1 KiB, where the list of references
+ * (56 bytes a slice) would cost more than one copy: a sender cutting its message into tiny
+ * frames must not make the server hold a million references. */
+static bool worth_holding(const grpc_byte_buffer *bb)
+{
+    size_t total = grpc_byte_buffer_length((grpc_byte_buffer *)bb);
+
+    return bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+           bb->data.raw.slice_buffer.count <= total / 1024 + 16;
+}
+
+/* Splits the top-level fields: field 15 goes to the payload buffer (or, in_place, is held where
+ * it lies), the rest to the scratch. */
+static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv_buf,
+                             size_t recv_cap, bool in_place, rpc_payload_t *payload)
+{
+    size_t cap = 0;
+
     bool seen = false; /* field 15 may appear once */
 
     for (;;) {
@@ -329,6 +401,14 @@ static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv
                 *payload = (rpc_payload_t){0};
                 continue;
             }
+            if (in_place) {
+                payload->len = (size_t)len;
+                status_t rc = walker_hold(w, (size_t)len, payload, &cap);
+                if (rc != STATUS_OK)
+                    return rc;
+                hold_finish(payload);
+                continue;
+            }
             if (len <= recv_cap && recv_buf != NULL) {
                 payload->data = recv_buf;
                 payload->owned = false;
@@ -339,6 +419,7 @@ static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv
                 payload->owned = true;
             }
             payload->len = (size_t)len;
+            payload->copied = (size_t)len;
             if (!walker_copy(w, payload->data, (size_t)len))
                 return STATUS_BAD_MESSAGE;
             continue;
@@ -482,8 +563,8 @@ status_t rpc_check_wire(const ProtobufCMessageDescriptor *desc, const void *buf,
 }
 
 status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, void *recv_buf,
-                    size_t recv_cap, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload,
-                    status_msg_t *err)
+                    size_t recv_cap, bool in_place, ProtobufCMessage **ret_msg,
+                    rpc_payload_t *ret_payload, status_msg_t *err)
 {
     rpc_payload_t payload = {0};
     scratch_t s = {.len = 0, .cap = SCRATCH_INITIAL};
@@ -496,7 +577,8 @@ status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb
     if (!grpc_byte_buffer_reader_init(&w.reader, bb))
         return STATUS_BAD_MESSAGE;
     if (rpc_has_payload_field(desc))
-        rc = split_fields(&w, total, &s, recv_buf, recv_cap, &payload);
+        rc = split_fields(&w, total, &s, recv_buf, recv_cap, in_place && worth_holding(bb),
+                          &payload);
     else
         rc = keep_bytes(&w, &s, total, total) ? STATUS_OK : STATUS_BAD_MESSAGE;
     if (w.have)

@@ -38,13 +38,15 @@ status_t rpc_encode(const ProtobufCMessage *msg, const rpc_iov_t *iov, size_t n_
 #define RPC_MAX_REPEATED 65536
 
 /* Decodes bb as a message of desc, copying field 15 once into recv_buf (if it fits) or a fresh
- * aligned buffer. Bytes that do not parse fail with STATUS_BAD_MESSAGE; a repeated field of more
- * than RPC_MAX_REPEATED entries with STATUS_RESOURCE_EXHAUSTED; a string field (at any
- * depth) holding a NUL byte or bytes that are not UTF-8 with STATUS_INVALID_ARGUMENT naming the
- * field (rpc_check_wire). err (may be NULL) gets the sentence. */
+ * aligned buffer; with in_place, keeping references to the slices that hold it instead, unless
+ * they are so many and small (or compressed) that one copy costs less. Bytes that do not parse fail
+ * with STATUS_BAD_MESSAGE; a repeated field of more than RPC_MAX_REPEATED entries with
+ * STATUS_RESOURCE_EXHAUSTED; a string field (at any depth) holding a NUL byte or bytes that are not
+ * UTF-8 with STATUS_INVALID_ARGUMENT naming the field (rpc_check_wire). err (may be NULL) gets the
+ * sentence. */
 status_t rpc_decode(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, void *recv_buf,
-                    size_t recv_cap, ProtobufCMessage **ret_msg, rpc_payload_t *ret_payload,
-                    status_msg_t *err);
+                    size_t recv_cap, bool in_place, ProtobufCMessage **ret_msg,
+                    rpc_payload_t *ret_payload, status_msg_t *err);
 
 /* Checks a message's bytes (buf, of a message of desc) before they are unpacked: every string
  * field, at any depth, UTF-8 without NUL (else STATUS_INVALID_ARGUMENT naming the field path,

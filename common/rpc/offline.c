@@ -87,7 +87,7 @@ status_t rpc_offline_call(rpc_server_t *s, rpc_method_id_t id, grpc_byte_buffer 
     c->started = clock_now_s();
     c->details.deadline = gpr_inf_future(GPR_CLOCK_MONOTONIC);
     c->bytes_in = grpc_byte_buffer_length(bb);
-    rc = rpc_decode(m->request, bb, NULL, 0, &req, &c->payload, &why);
+    rc = rpc_decode(m->request, bb, NULL, 0, s->handlers[id].in_place, &req, &c->payload, &why);
     if (rc != STATUS_OK) {
         atomic_store(&c->replied, true);
         rpc_ctx_fail(c, rc == STATUS_NO_MEMORY ? rc : STATUS_INVALID_ARGUMENT, NULL,

@@ -235,8 +235,8 @@ void server_on_recv(rpc_ctx_t *c, bool ok)
         server_ctx_unref(c);
         return;
     }
-    rc = rpc_decode(c->method->request, c->recv_bb, t->recv_buf, t->recv_cap, &req, &c->payload,
-                    &why);
+    rc = rpc_decode(c->method->request, c->recv_bb, t->recv_buf, t->recv_cap,
+                    s->handlers[c->method->id].in_place, &req, &c->payload, &why);
     grpc_byte_buffer_destroy(c->recv_bb);
     c->recv_bb = NULL;
     count_phase(&mc->decode_micros, &phase);
@@ -278,8 +278,9 @@ void server_on_recv(rpc_ctx_t *c, bool ok)
                          c->method->path);
             server_send_error(c);
         }
-        /* The reply no longer needs the request payload unless the handler took it. */
-        if (!c->payload.owned)
+        /* The thread's buffer goes back to the thread unless the handler took it; a payload of
+         * the call's own stays until the call is freed (the reply may still be sending it). */
+        if (!c->payload.owned && c->payload.held == NULL)
             c->payload = (rpc_payload_t){0};
     }
     server_ctx_unref(c);
@@ -455,6 +456,12 @@ void rpc_server_handle(rpc_server_t *s, rpc_method_id_t id, rpc_handler_cb cb, v
         return;
     s->handlers[id].cb = cb;
     s->handlers[id].user = user;
+}
+
+void rpc_server_payload_in_place(rpc_server_t *s, rpc_method_id_t id)
+{
+    if ((int)id >= 0 && id < RPC_METHOD_COUNT_)
+        s->handlers[id].in_place = true;
 }
 
 status_t rpc_server_start(rpc_server_t *s, status_msg_t *err)

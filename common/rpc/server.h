@@ -38,6 +38,10 @@ status_t rpc_server_new(const rpc_server_opts_t *opts, rpc_server_t **ret_server
  * answer UNIMPLEMENTED. */
 void rpc_server_handle(rpc_server_t *s, rpc_method_id_t id, rpc_handler_cb cb, void *user);
 
+/* The handler of method id reads its request payload where gRPC received it, in pieces
+ * (rpc_ctx_take_payload_pieces), instead of from one aligned copy: before rpc_server_start. */
+void rpc_server_payload_in_place(rpc_server_t *s, rpc_method_id_t id);
+
 /* Starts the handler threads. */
 status_t rpc_server_start(rpc_server_t *s, status_msg_t *err);
 
@@ -73,11 +77,17 @@ typedef struct rpc_method_stats {
 } rpc_method_stats_t;
 void rpc_server_stats(const rpc_server_t *s, rpc_method_id_t id, rpc_method_stats_t *ret);
 
-/* Received payload of the call; valid until the reply is sent. */
+/* Received payload of the call; valid until the reply is sent. NULL for a payload read in
+ * place (use rpc_ctx_take_payload_pieces). */
 const void *rpc_ctx_payload(const rpc_ctx_t *ctx, size_t *ret_len);
 
-/* Takes the received payload out of the call: the caller owns it (free()). */
+/* Takes the received payload out of the call: the caller owns it (free()). NULL for a payload
+ * read in place. */
 void *rpc_ctx_take_payload(rpc_ctx_t *ctx, size_t *ret_len);
+
+/* Takes the received payload out of the call, read in place or not (rpc_payload_pieces reads
+ * either): the caller releases it with rpc_payload_done(). */
+void rpc_ctx_take_payload_pieces(rpc_ctx_t *ctx, rpc_payload_t *ret);
 
 const rpc_method_t *rpc_ctx_method(const rpc_ctx_t *ctx);
 

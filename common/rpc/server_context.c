@@ -128,6 +128,17 @@ void *rpc_ctx_take_payload(rpc_ctx_t *c, size_t *ret_len)
     return p;
 }
 
+void rpc_ctx_take_payload_pieces(rpc_ctx_t *c, rpc_payload_t *ret)
+{
+    *ret = c->payload;
+    if (ret->data != NULL && !ret->owned) { /* the thread's buffer: as rpc_ctx_take_payload */
+        c->thread->recv_buf = NULL;
+        c->thread->recv_cap = 0;
+        ret->owned = true;
+    }
+    c->payload = (rpc_payload_t){0};
+}
+
 const rpc_method_t *rpc_ctx_method(const rpc_ctx_t *c)
 {
     return c->method;

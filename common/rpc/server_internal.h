@@ -62,6 +62,7 @@ struct rpc_server {
     struct {
         rpc_handler_cb cb;
         void *user;
+        bool in_place; /* rpc_server_payload_in_place */
     } handlers[RPC_METHOD_COUNT_];
     method_counters_t counters[RPC_METHOD_COUNT_];
     _Atomic bool shutting_down;

@@ -5,7 +5,9 @@
  * proto/tessera/v1/common.proto). Callers never fill that field: they pass the bytes as a list
  * of segments (rpc_iov_t), which are sent straight from their memory after the packed small
  * fields, and they read received bytes through rpc_payload_t / rpc_ctx_payload(), filled with a
- * single copy into a 64-byte-aligned buffer. The decoded message's payload field stays empty.
+ * single copy into a 64-byte-aligned buffer; or, for the methods a server reads in place
+ * (rpc_server_payload_in_place), where gRPC received them, in pieces. The decoded message's
+ * payload field stays empty.
  *
  * Memory. The first rpc_server_new() or rpc_channel_new() raises glibc's malloc trim threshold
  * (64 MiB) and pins its mmap threshold (32 MiB) for the whole process, so that the memory of
@@ -26,6 +28,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "base/pieces.h"
 #include "base/status.h"
 #include "rpc/methods.h"
 
@@ -40,14 +43,25 @@ typedef struct rpc_iov {
     void *arg;
 } rpc_iov_t;
 
-/* A received payload. `data` is 64-byte aligned, or NULL when len is 0. */
+/* A received payload: len bytes at `data`, 64-byte aligned (NULL when len is 0); or, read in
+ * place, data NULL and the bytes in n_parts parts of the slices gRPC received them in, which the
+ * payload holds references to. Release either with rpc_payload_done(). */
 typedef struct rpc_payload {
     void *data;
     size_t len;
-    bool owned; /* free with rpc_payload_done() */
+    bool owned;           /* data is the payload's own */
+    pieces_part_t *parts; /* in place */
+    size_t n_parts;
+    void *held; /* the grpc_slice references */
+    size_t n_held;
+    size_t copied;      /* bytes decoding copied: len, or 0 in place */
+    pieces_part_t flat; /* rpc_payload_pieces's one part over data */
 } rpc_payload_t;
 
 void rpc_payload_done(rpc_payload_t *p);
+
+/* The payload's bytes as pieces: its parts, or one part over data. Valid until it is done. */
+pieces_t rpc_payload_pieces(rpc_payload_t *p);
 
 /* A buffer for a payload, 64-byte aligned; one of 32 MiB or more lies on transparent huge
  * pages where the kernel allows, which makes its first touch several times cheaper. Release it

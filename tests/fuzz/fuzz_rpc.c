@@ -216,7 +216,7 @@ static void check_reply(const rpc_method_t *m, grpc_byte_buffer *reply)
 
     if (reply == NULL)
         fuzz_fail("rpc", "%s: OK without a reply", m->path);
-    if (rpc_decode(m->response, reply, NULL, 0, &msg, &p, &why) != STATUS_OK)
+    if (rpc_decode(m->response, reply, NULL, 0, false, &msg, &p, &why) != STATUS_OK)
         fuzz_fail("rpc", "%s: the client cannot decode the reply: %s", m->path, why.text);
     if (m->id == RPC_PS_PULL) {
         const Tessera__V1__PullResponse *r = (const void *)msg;
@@ -294,7 +294,7 @@ static void decode_only(const rpc_method_t *m, grpc_byte_buffer *bb)
     status_msg_t why = {0};
     status_t rc;
 
-    rc = rpc_decode(m->request, bb, NULL, 0, &msg, &p, &why);
+    rc = rpc_decode(m->request, bb, NULL, 0, false, &msg, &p, &why);
     fuzz_check_error(m->path, rc, &why);
     if (rc == STATUS_OK)
         protobuf_c_message_free_unpacked(msg, NULL);

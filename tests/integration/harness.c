@@ -22,6 +22,7 @@
 #include "files/checkpoint.h"
 #include "base/net.h"
 #include "base/clock.h"
+#include "daemon/metrics.h"
 
 extern char **environ;
 
@@ -145,47 +146,7 @@ void harness_stop(launch_proc_t *p)
 
 int harness_http_get(const char *addr, const char *path, char **ret_headers, char **ret_body)
 {
-    char host[256], req[512];
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    size_t len = 0, cap = 65536;
-    char *buf = malloc(cap), *split;
-    int port, fd, status = -1;
-
-    *ret_headers = *ret_body = NULL;
-    if (net_split_hostport(addr, host, sizeof(host), &port, NULL) != STATUS_OK)
-        goto out;
-    sa.sin_port = htons((uint16_t)port);
-    inet_pton(AF_INET, host, &sa.sin_addr);
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        close(fd);
-        goto out;
-    }
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr);
-    if (write(fd, req, strlen(req)) < 0) {
-        close(fd);
-        goto out;
-    }
-    for (;;) {
-        ssize_t n;
-        if (len + 1 >= cap)
-            buf = realloc(buf, cap *= 2);
-        n = read(fd, buf + len, cap - len - 1);
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-    }
-    close(fd);
-    buf[len] = '\0';
-    split = strstr(buf, "\r\n\r\n");
-    if (split == NULL || sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
-        goto out;
-    *split = '\0';
-    *ret_headers = strdup(buf);
-    *ret_body = strdup(split + 4);
-out:
-    free(buf);
-    return status;
+    return metrics_http_get(addr, path, ret_headers, ret_body);
 }
 
 int harness_run(char *const argv[], char *const env_extra[], const char *stdin_text, int timeout_ms,
@@ -346,17 +307,10 @@ bool harness_has_checkpoint(const char *dir)
 
 double harness_metric(const launch_proc_t *p, const char *series)
 {
-    char *headers = NULL, *body = NULL, line[300];
-    const char *at;
-    double v;
+    double v = 0;
+    status_t rc = metrics_http_value(p->metrics, series, &v);
 
-    ck_assert_int_eq(harness_http_get(p->metrics, "/metrics", &headers, &body), 200);
-    snprintf(line, sizeof(line), "\n%s ", series);
-    at = strstr(body, line);
-    ck_assert_msg(at != NULL, "no %s in: %s", series, body);
-    v = strtod(at + strlen(line), NULL);
-    free(headers);
-    free(body);
+    ck_assert_msg(rc == STATUS_OK, "%s: %s on %s", series, status_str(rc), p->metrics);
     return v;
 }
 

@@ -608,6 +608,18 @@ START_TEST(store_bad_chunks_are_refused_whole)
 }
 END_TEST
 
+/* Half k of the bfloat16 gradient h of "w": its first block of br rows (k 0) or the rest. */
+static store_push_item_t bf16_halves(const int64_t *shape, const uint16_t *h, size_t br, int k)
+{
+    return (store_push_item_t){.key = {"w", 0},
+                               .rank = 2,
+                               .shape = shape,
+                               .grad_bf16 = k == 0 ? h : h + br * C_COLS,
+                               .has_chunk = true,
+                               .chunk_row = k == 0 ? 0 : br,
+                               .chunk_rows = k == 0 ? br : C_ROWS - br};
+}
+
 /* A bfloat16 gradient (in chunks too) gives the values its float32 widening gives, bit for bit,
  * and a push-pull in bfloat16 returns the float32 values the PS keeps, rounded to nearest even. */
 START_TEST(store_bfloat16_pushes_are_their_widened_float32_pushes)
@@ -623,20 +635,7 @@ START_TEST(store_bfloat16_pushes_are_their_widened_float32_pushes)
     create_ok(wide, "job", &opt, &sp, 1, 1);
     create_ok(narrow, "job", &opt, &sp, 1, 1);
     for (int step = 0; step < 3; step++) {
-        store_push_item_t items[2] = {{.key = {"w", 0},
-                                       .rank = 2,
-                                       .shape = shape,
-                                       .grad_bf16 = h,
-                                       .has_chunk = true,
-                                       .chunk_row = 0,
-                                       .chunk_rows = br},
-                                      {.key = {"w", 0},
-                                       .rank = 2,
-                                       .shape = shape,
-                                       .grad_bf16 = h + br * C_COLS,
-                                       .has_chunk = true,
-                                       .chunk_row = br,
-                                       .chunk_rows = C_ROWS - br}};
+        store_push_item_t items[2] = {bf16_halves(shape, h, br, 0), bf16_halves(shape, h, br, 1)};
         store_value_t vals[2];
         uint64_t versions[2];
         store_err_t err;
@@ -663,6 +662,171 @@ START_TEST(store_bfloat16_pushes_are_their_widened_float32_pushes)
     free(h);
     store_free(wide);
     store_free(narrow);
+}
+END_TEST
+
+/* bytes [0, len) behind `lead` bytes of junk, cut as gRPC's slices cut a payload: into pieces of
+ * 0 to ~20 KiB at any byte, each in memory of its own (freed by scattered_free). */
+typedef struct scattered {
+    pieces_part_t parts[4096];
+    uint8_t *mem[4096];
+    pieces_t p;
+} scattered_t;
+
+static void scatter(scattered_t *s, const void *bytes, size_t len, size_t lead, unsigned seed)
+{
+    size_t total = lead + len, at = 0, n = 0;
+
+    while (at < total || n == 0) {
+        size_t take = (size_t)rand_r(&seed) % 5 == 0 ? (size_t)rand_r(&seed) % 7
+                                                     : (size_t)rand_r(&seed) % 20000;
+        if (take > total - at)
+            take = total - at;
+        ck_assert_uint_lt(n, 4096);
+        s->mem[n] = malloc(take + 1);
+        for (size_t k = 0; k < take; k++) {
+            size_t b = at + k;
+            s->mem[n][k] = b < lead ? 0xee : ((const uint8_t *)bytes)[b - lead];
+        }
+        s->parts[n] = (pieces_part_t){s->mem[n], take, at};
+        at += take;
+        n++;
+    }
+    s->p = (pieces_t){s->parts, n, total};
+}
+
+static void scattered_free(scattered_t *s)
+{
+    for (size_t i = 0; i < s->p.n; i++)
+        free(s->mem[i]);
+}
+
+/* A dense gradient read where gRPC left it, in pieces cut at any byte (elements split between
+ * pieces too), updates the variable bit for bit as the same gradient in one buffer does: float32
+ * over the pool's threads, bfloat16 chunks, a moving statistic. A non-finite or overflowing
+ * element that a cut splits is found and named by its index, and nothing is applied. */
+START_TEST(store_pushes_read_in_place_from_any_cut_equal_flat_pushes)
+{
+    store_t *flat = new_store(), *cut = new_store();
+    optimizer_config_t opt = adam(), big = sgd(1e10);
+    store_shard_spec_t sp[3] = {spec("w", C_ROWS, C_COLS, 0, 1), spec("bn/moving_mean", 9, 0, 0, 1),
+                                spec("v", 300, 0, 0, 1)};
+    int64_t shape[2] = {C_ROWS, C_COLS}, mshape[1] = {9}, vshape[1] = {300};
+    size_t br = rpc_block_rows(C_COLS * sizeof(float));
+    float *g = malloc(C_N * sizeof(float)), m[9], v[300];
+    uint16_t *h = malloc(C_N * sizeof(uint16_t));
+    scattered_t *sc = malloc(sizeof(*sc));
+    pool_t *pool;
+    status_msg_t perr;
+    store_err_t err;
+    uint64_t versions[2];
+
+    ck_assert_int_eq(pool_new(3, &pool, &perr), STATUS_OK);
+    store_set_pool(cut, pool);
+    sp[1].moving = true;
+    sp[1].momentum = 0.9;
+    create_ok(flat, "job", &opt, sp, 2, 2);
+    create_ok(cut, "job", &opt, sp, 2, 2);
+    create_ok(flat, "big", &big, &sp[2], 1, 1);
+    create_ok(cut, "big", &big, &sp[2], 1, 1);
+    for (unsigned step = 0; step < 4; step++) {
+        store_push_item_t it = {.key = {"w", 0}, .rank = 2, .shape = shape};
+        store_value_t vals[2];
+        void *buf = NULL, *fbuf = NULL;
+        size_t len = 0, flen = 0;
+        for (size_t i = 0; i < C_N; i++)
+            g[i] = (float)sin((double)(i * 3 + step)) * 0.25f;
+        for (size_t i = 0; i < 9; i++)
+            m[i] = (float)(i + step) * 0.5f;
+        /* float32, whole, with a pull: the reply is the flat push's too */
+        it.grad = g;
+        ck_assert_msg(store_push(flat, "job", &it, 1, STORE_PULL_FLOAT32, versions, vals, &fbuf,
+                                 &flen, &err) == STATUS_OK,
+                      "%s", err.msg.text);
+        scatter(sc, g, C_N * sizeof(float), 3 + step, 100 + step);
+        it.grad = NULL;
+        it.grad_pieces = &sc->p;
+        it.grad_at = 3 + step;
+        ck_assert_msg(store_push(cut, "job", &it, 1, STORE_PULL_FLOAT32, versions, vals, &buf, &len,
+                                 &err) == STATUS_OK,
+                      "%s", err.msg.text);
+        ck_assert_uint_eq(len, flen);
+        ck_assert(memcmp(buf, fbuf, len) == 0);
+        free(buf);
+        free(fbuf);
+        scattered_free(sc);
+        /* bfloat16, in two chunks from one payload */
+        for (size_t i = 0; i < C_N; i++)
+            h[i] = bf16_from_float(g[C_N - 1 - i]);
+        {
+            store_push_item_t items[2] = {bf16_halves(shape, h, br, 0),
+                                          bf16_halves(shape, h, br, 1)};
+            ck_assert_int_eq(store_push(flat, "job", items, 2, STORE_PUSH_ONLY, versions, NULL,
+                                        NULL, NULL, &err),
+                             STATUS_OK);
+            scatter(sc, h, C_N * sizeof(uint16_t), 1, 200 + step);
+            for (int k = 0; k < 2; k++) {
+                items[k].grad_bf16 = NULL;
+                items[k].grad_pieces = &sc->p;
+                items[k].grad_pieces_bf16 = true;
+            }
+            items[0].grad_at = 1;
+            items[1].grad_at = 1 + br * C_COLS * sizeof(uint16_t);
+            ck_assert_int_eq(
+                store_push(cut, "job", items, 2, STORE_PUSH_ONLY, versions, NULL, NULL, NULL, &err),
+                STATUS_OK);
+            scattered_free(sc);
+        }
+        /* a moving statistic, nine elements cut anywhere */
+        push_dense(flat, "job", "bn/moving_mean", 0, mshape, 1, m, step + 1);
+        scatter(sc, m, sizeof(m), 2, 300 + step);
+        it = (store_push_item_t){.key = {"bn/moving_mean", 0},
+                                 .rank = 1,
+                                 .shape = mshape,
+                                 .grad_pieces = &sc->p,
+                                 .grad_at = 2};
+        ck_assert_int_eq(
+            store_push(cut, "job", &it, 1, STORE_PUSH_ONLY, versions, NULL, NULL, NULL, &err),
+            STATUS_OK);
+        scattered_free(sc);
+    }
+    assert_same_values(flat, cut, "w", C_N);
+    assert_same_values(flat, cut, "bn/moving_mean", 9);
+    /* bad elements where a cut splits them: named, and nothing applied */
+    for (size_t i = 0; i < 300; i++)
+        v[i] = 1e-3f;
+    for (int bad = 0; bad < 2; bad++) {
+        store_push_item_t it = {.key = {"v", 0}, .rank = 1, .shape = vshape, .grad_at = 1};
+        pieces_part_t parts[2];
+        uint8_t *bytes = malloc(1 + sizeof(v));
+        char want[64];
+        v[137] = bad == 0 ? NAN : 1e30f; /* 1e10 * 1e30 overflows float32 */
+        bytes[0] = 0xee;
+        memcpy(bytes + 1, v, sizeof(v));
+        /* element 137 lies in bytes [549, 553) of the payload: cut at 551 */
+        parts[0] = (pieces_part_t){bytes, 551, 0};
+        parts[1] = (pieces_part_t){bytes + 551, sizeof(v) + 1 - 551, 551};
+        it.grad_pieces = &(pieces_t){parts, 2, 1 + sizeof(v)};
+        ck_assert_int_eq(
+            store_push(cut, "big", &it, 1, STORE_PUSH_ONLY, versions, NULL, NULL, NULL, &err),
+            STATUS_INVALID_ARGUMENT);
+        snprintf(want, sizeof(want), bad == 0 ? "nan at element 137" : "gradient element 137 ");
+        ck_assert_msg(strstr(err.msg.text, want) != NULL, "%s", err.msg.text);
+        free(bytes);
+    }
+    {
+        float *a = pull_all(flat, "big", "v", 0, NULL, NULL),
+              *b = pull_all(cut, "big", "v", 0, NULL, NULL);
+        ck_assert(memcmp(a, b, sizeof(v)) == 0);
+        free(a);
+        free(b);
+    }
+    free(g);
+    free(h);
+    free(sc);
+    store_free(flat);
+    store_free(cut);
+    pool_free(pool);
 }
 END_TEST
 
@@ -1438,6 +1602,7 @@ int main(void)
     tcase_add_test(tc, store_chunked_pushes_equal_whole_pushes_bit_for_bit);
     tcase_add_test(tc, store_bad_chunks_are_refused_whole);
     tcase_add_test(tc, store_bfloat16_pushes_are_their_widened_float32_pushes);
+    tcase_add_test(tc, store_pushes_read_in_place_from_any_cut_equal_flat_pushes);
     tcase_add_test(tc, store_row_push_applies_adam_to_the_touched_rows_only);
     tcase_add_test(tc, store_learning_rate_schedule_runs_on_each_shard_version);
     tcase_add_test(tc, store_pull_of_rows_returns_them_in_request_order);
