@@ -186,9 +186,10 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                           "variable '%s' shard %d: the gradient's shape %s is not %s", v, sh->index,
                           store_shape_str(it->shape, it->rank, a, sizeof(a)),
                           store_shape_str(want, sh->rank, b, sizeof(b)));
-    if (it->has_rows && item_bf16(it))
+    if (it->has_rows && (it->grad == NULL || it->grad_bf16 != NULL || it->grad_pieces != NULL))
         return store_fail(err, STATUS_INVALID_ARGUMENT, v,
-                          "variable '%s' shard %d: a row gradient is float32", v, sh->index);
+                          "variable '%s' shard %d: a row gradient is float32, in one array", v,
+                          sh->index);
     if (!it->has_chunk)
         return STATUS_OK;
     if (it->has_rows || sh->rank == 0)

@@ -245,7 +245,7 @@ START_TEST(ps_training_sparse_text_job_moves_only_touched_rows_and_learns)
 {
     cluster_t c;
     char path[512], *out = NULL;
-    double moved = 0;
+    double moved = 0, copied = 0;
     int rc;
 
     start_cluster(&c);
@@ -259,9 +259,13 @@ START_TEST(ps_training_sparse_text_job_moves_only_touched_rows_and_learns)
     /* Moving the whole 640,000-byte table both ways on each of the ~940 steps would be 1.2 GB;
      * the rows a batch touches (~1,200 of them, 64 bytes each, plus their indices) are an
      * eighth of that. */
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         moved += harness_metric(&c.ps[i], "tessera_ps_pulled_bytes_total") +
                  harness_metric(&c.ps[i], "tessera_ps_pushed_bytes_total");
+        copied += harness_metric(&c.ps[i], "tessera_ps_push_copied_bytes_total");
+    }
+    /* pushes of rows take their payload in one copy, and the counter says so */
+    ck_assert_msg(copied > 0, "no push of rows was counted as copied");
     const double whole_table = 3.0 * 313 * 2 * 640000;
     ck_assert_msg(moved > 0.05 * whole_table && moved < 0.25 * whole_table,
                   "the PS moved %.0f bytes; the whole table each step would be %.0f", moved,
