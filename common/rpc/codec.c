@@ -382,8 +382,7 @@ static bool worth_holding(const grpc_byte_buffer *bb)
 static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv_buf,
                              size_t recv_cap, bool in_place, rpc_payload_t *payload)
 {
-    size_t cap = 0;
-
+    size_t cap = 0;    /* of the list of held slices */
     bool seen = false; /* field 15 may appear once */
 
     for (;;) {
@@ -402,11 +401,11 @@ static status_t split_fields(walker_t *w, size_t total, scratch_t *s, void *recv
                 continue;
             }
             if (in_place) {
-                payload->len = (size_t)len;
                 status_t rc = walker_hold(w, (size_t)len, payload, &cap);
                 if (rc != STATUS_OK)
                     return rc;
                 hold_finish(payload);
+                payload->len = (size_t)len;
                 continue;
             }
             if (len <= recv_cap && recv_buf != NULL) {
