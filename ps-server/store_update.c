@@ -398,29 +398,9 @@ static double grad_max_abs(const task_t *t, size_t n)
     return m;
 }
 
-/* optimizer_check_dense_at on the n elements of the shard from `first`, run by run. */
-static size_t grad_check_dense(const push_run_t *r, const task_t *t, int64_t step, size_t first,
-                               size_t n)
-{
-    shard_t *sh = t->sh;
-    pieces_walk_t w;
-    const void *g;
-    size_t count, off = 0, bad;
-
-    for (grad_walk(&w, t, n); pieces_walk_next(&w, &g, &count); off += count) {
-        bad = optimizer_check_dense_at(r->opt, step, sh->values + first + off, g,
-                                       sh->slots != NULL ? sh->slots + first + off : NULL, sh->n,
-                                       count);
-        if (bad < count)
-            return off + bad;
-    }
-    return n;
-}
-
-/* The update of the n elements of the shard from `first`, run by run, the reply's copy written
- * in the same pass; a moving statistic is averaged with the pushed one instead. */
-static void grad_apply_dense(const push_run_t *r, const task_t *t, int64_t step, size_t first,
-                             size_t n)
+/* A moving statistic's n values from `first`: their average with the pushed ones, run by run,
+ * the reply's copy written in the same pass. */
+static void grad_average(const push_run_t *r, const task_t *t, size_t first, size_t n)
 {
     const store_push_item_t *it = &r->items[t->item];
     shard_t *sh = t->sh;
@@ -429,19 +409,13 @@ static void grad_apply_dense(const push_run_t *r, const task_t *t, int64_t step,
     const void *run;
     size_t count, off = 0;
 
-    if (sh->var->moving && it->batches > 1) { /* a window's: that many updates at once */
+    if (it->batches > 1) { /* a window's: that many updates at once */
         m = optimizer_momentum_power(m, it->batches);
         rest = 1 - m;
     }
     for (grad_walk(&w, t, n); pieces_walk_next(&w, &run, &count); off += count) {
         const unaligned_float_t *g = run;
         float *v = sh->values + first + off, *out = t->out != NULL ? t->out + off : NULL;
-        if (!sh->var->moving) {
-            optimizer_apply_dense_at(r->opt, step, v, g,
-                                     sh->slots != NULL ? sh->slots + first + off : NULL, sh->n,
-                                     count, out);
-            continue;
-        }
         for (size_t k = 0; k < count; k++) {
             v[k] = v[k] * m + g[k] * rest;
             if (out != NULL)
@@ -490,7 +464,8 @@ static bool check_task(push_run_t *r, task_t *t)
             return false;
         }
     } else {
-        bad = grad_check_dense(r, t, step, first, n);
+        bad = optimizer_check_dense_pieces(r->opt, step, sh->values + first, &t->src, t->src_at,
+                                           sh->slots != NULL ? sh->slots + first : NULL, sh->n, n);
     }
     if (bad >= n)
         return true;
@@ -553,11 +528,15 @@ static void apply_part(void *arg, size_t i)
         return;
     }
     step = (int64_t)t->version;
-    if (it->has_rows && !sh->var->moving) /* indices were checked: it cannot fail */
+    if (sh->var->moving) /* a moving statistic: its average with the pushed one */
+        grad_average(r, t, first, n);
+    else if (it->has_rows) /* indices were checked: it cannot fail */
         optimizer_apply_rows(r->opt, step, sh->values, sh->n_rows, sh->row_len, it->rows, it->grad,
                              it->n_rows, sh->slots, t->scratch, NULL);
-    else
-        grad_apply_dense(r, t, step, first, n);
+    else /* the reply's values written in the same pass */
+        optimizer_apply_dense_pieces(r->opt, step, sh->values + first, &t->src, t->src_at,
+                                     sh->slots != NULL ? sh->slots + first : NULL, sh->n, n,
+                                     t->out);
     if (sh->var->constraint.kind != JOB_CONSTRAINT_NONE)
         constrain(sh, first, n, t->out);
     if (t->proven && sh->var->constraint.kind == JOB_CONSTRAINT_NONE)

@@ -238,6 +238,24 @@ void optimizer_apply_dense_at(const optimizer_config_t *c, int64_t step, float *
     run_kernel(&k, params, grad, slots, stride, count, out);
 }
 
+void optimizer_apply_dense_pieces(const optimizer_config_t *c, int64_t step, float *params,
+                                  const pieces_t *grad, size_t at, float *slots, size_t stride,
+                                  size_t count, float *out)
+{
+    pieces_walk_t w;
+    const void *g;
+    size_t n, off = 0;
+    plan_t k;
+
+    if (count == 0)
+        return;
+    plan_init(c, step, &k);
+    for (pieces_walk_init(&w, grad, at, sizeof(float), count); pieces_walk_next(&w, &g, &n);
+         off += n)
+        run_kernel(&k, params + off, g, slots != NULL ? slots + off : NULL, stride, n,
+                   out != NULL ? out + off : NULL);
+}
+
 /* ---- checks before an update -------------------------------------------------------------------
  */
 
@@ -314,6 +332,26 @@ size_t optimizer_check_dense_at(const optimizer_config_t *c, int64_t step, const
         return count;
     plan_init(c, step, &k);
     return trial(&k, optimizer_slot_count(c), params, grad, slots, stride, count);
+}
+
+size_t optimizer_check_dense_pieces(const optimizer_config_t *c, int64_t step, const float *params,
+                                    const pieces_t *grad, size_t at, const float *slots,
+                                    size_t stride, size_t count)
+{
+    pieces_walk_t w;
+    const void *g;
+    size_t n, off = 0, bad;
+    plan_t k;
+
+    if (count == 0)
+        return count;
+    plan_init(c, step, &k);
+    for (pieces_walk_init(&w, grad, at, sizeof(float), count); pieces_walk_next(&w, &g, &n);
+         off += n)
+        if ((bad = trial(&k, optimizer_slot_count(c), params + off, g,
+                         slots != NULL ? slots + off : NULL, stride, n)) < n)
+            return off + bad;
+    return count;
 }
 
 /* ---- bounds: proving an update safe without a dry run ------------------------------------------

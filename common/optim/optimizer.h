@@ -107,6 +107,13 @@ void optimizer_apply_dense_at(const optimizer_config_t *c, int64_t step, float *
                               const unaligned_float_t *grad, float *slots, size_t stride,
                               size_t count, float *out);
 
+/* optimizer_apply_dense_at with the gradient's `count` float32 elements from byte `at` of
+ * pieces (base/pieces.h): where gRPC received them, read in place run by run, with the step's
+ * factors resolved once. */
+void optimizer_apply_dense_pieces(const optimizer_config_t *c, int64_t step, float *params,
+                                  const pieces_t *grad, size_t at, float *slots, size_t stride,
+                                  size_t count, float *out);
+
 /* The instruction set the kernels run with ("base", "avx2", "avx512"): the widest that was
  * built and that the CPU has, unless optimizer_set_isa chose another. Every one gives the same
  * bits. */
@@ -147,6 +154,10 @@ size_t optimizer_check_dense(const optimizer_config_t *c, int64_t step, const fl
 size_t optimizer_check_dense_at(const optimizer_config_t *c, int64_t step, const float *params,
                                 const unaligned_float_t *grad, const float *slots, size_t stride,
                                 size_t count);
+/* check_dense_at with the gradient in pieces, as optimizer_apply_dense_pieces takes it. */
+size_t optimizer_check_dense_pieces(const optimizer_config_t *c, int64_t step, const float *params,
+                                    const pieces_t *grad, size_t at, const float *slots,
+                                    size_t stride, size_t count);
 status_t optimizer_check_rows(const optimizer_config_t *c, int64_t step, const float *params,
                               size_t n_rows, size_t row_len, const int64_t *indices,
                               const float *grads, size_t n_idx, const float *slots, void *scratch,
