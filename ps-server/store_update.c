@@ -169,6 +169,24 @@ static void item_span(const shard_t *sh, const store_push_item_t *it, size_t *fi
     *end = it->has_chunk ? it->chunk_row + it->chunk_rows : sh->n_rows;
 }
 
+/* A gradient in pieces must hold every element of its span from grad_at: the service sizes it
+ * from the shape before it gets here, and the store does not take that on trust. */
+static status_t check_pieces(const shard_t *sh, const store_push_item_t *it, store_err_t *err)
+{
+    size_t first, end, esize = item_bf16(it) ? sizeof(uint16_t) : sizeof(float);
+
+    if (it->grad_pieces == NULL)
+        return STATUS_OK;
+    item_span(sh, it, &first, &end);
+    size_t bytes = (end - first) * sh->row_len * esize;
+    if (it->grad_at > it->grad_pieces->len || bytes > it->grad_pieces->len - it->grad_at)
+        return store_fail(err, STATUS_INVALID_ARGUMENT, sh->var->name,
+                          "variable '%s' shard %d: the gradient needs %zu bytes from byte %zu of "
+                          "a payload of %zu",
+                          sh->var->name, sh->index, bytes, it->grad_at, it->grad_pieces->len);
+    return STATUS_OK;
+}
+
 static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_push_item_t *it,
                                store_err_t *err)
 {
@@ -191,7 +209,7 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                           "variable '%s' shard %d: a row gradient is float32, in one array", v,
                           sh->index);
     if (!it->has_chunk)
-        return STATUS_OK;
+        return check_pieces(sh, it, err);
     if (it->has_rows || sh->rank == 0)
         return store_fail(err, STATUS_INVALID_ARGUMENT, v,
                           "variable '%s' shard %d: only a dense gradient of rows may come in "
@@ -210,7 +228,7 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                           "variable '%s' shard %d: the chunk of rows [%zu, +%zu) is not whole "
                           "blocks of %zu rows",
                           v, sh->index, it->chunk_row, it->chunk_rows, sh->block_rows);
-    return STATUS_OK;
+    return check_pieces(sh, it, err);
 }
 
 /* Orders the dense items' spans by shard, then first row, to find overlaps. */

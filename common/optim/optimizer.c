@@ -340,7 +340,7 @@ size_t optimizer_check_dense_pieces(const optimizer_config_t *c, int64_t step, c
 {
     pieces_walk_t w;
     const void *g;
-    size_t n, off = 0, bad;
+    size_t n, off = 0, bad, n_slots = optimizer_slot_count(c);
     plan_t k;
 
     if (count == 0)
@@ -348,8 +348,8 @@ size_t optimizer_check_dense_pieces(const optimizer_config_t *c, int64_t step, c
     plan_init(c, step, &k);
     for (pieces_walk_init(&w, grad, at, sizeof(float), count); pieces_walk_next(&w, &g, &n);
          off += n)
-        if ((bad = trial(&k, optimizer_slot_count(c), params + off, g,
-                         slots != NULL ? slots + off : NULL, stride, n)) < n)
+        if ((bad = trial(&k, n_slots, params + off, g, slots != NULL ? slots + off : NULL, stride,
+                         n)) < n)
             return off + bad;
     return count;
 }

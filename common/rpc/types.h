@@ -60,7 +60,8 @@ typedef struct rpc_payload {
 
 void rpc_payload_done(rpc_payload_t *p);
 
-/* The payload's bytes as pieces: its parts, or one part over data. Valid until it is done. */
+/* The payload's bytes as pieces: its parts, or one part over data. Valid until it is done, and
+ * only while p stays where it is: for a flat payload the pieces point at p->flat, inside p. */
 pieces_t rpc_payload_pieces(rpc_payload_t *p);
 
 /* A buffer for a payload, 64-byte aligned; one of 32 MiB or more lies on transparent huge

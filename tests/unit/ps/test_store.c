@@ -793,27 +793,61 @@ START_TEST(store_pushes_read_in_place_from_any_cut_equal_flat_pushes)
     }
     assert_same_values(flat, cut, "w", C_N);
     assert_same_values(flat, cut, "bn/moving_mean", 99);
-    /* bad elements where a cut splits them: named, and nothing applied */
+    /* bad elements, where the cut splits one and inside either piece: named by their index
+     * in the gradient, and nothing applied */
     for (size_t i = 0; i < 300; i++)
         v[i] = 1e-3f;
-    for (int bad = 0; bad < 2; bad++) {
-        store_push_item_t it = {.key = {"v", 0}, .rank = 1, .shape = vshape, .grad_at = 1};
-        pieces_part_t parts[2];
-        uint8_t *bytes = malloc(1 + sizeof(v));
-        char want[64];
-        v[137] = bad == 0 ? NAN : 1e30f; /* 1e10 * 1e30 overflows float32 */
-        bytes[0] = 0xee;
-        memcpy(bytes + 1, v, sizeof(v));
-        /* element 137 lies in bytes [549, 553) of the payload: cut at 551 */
-        parts[0] = (pieces_part_t){bytes, 551, 0};
-        parts[1] = (pieces_part_t){bytes + 551, sizeof(v) + 1 - 551, 551};
-        it.grad_pieces = &(pieces_t){parts, 2, 1 + sizeof(v)};
+    static const size_t bad_at[] = {137, 30, 200};
+    for (size_t b = 0; b < sizeof(bad_at) / sizeof(bad_at[0]); b++)
+        for (int bad = 0; bad < 2; bad++) {
+            store_push_item_t it = {.key = {"v", 0}, .rank = 1, .shape = vshape, .grad_at = 1};
+            pieces_part_t parts[2];
+            uint8_t *bytes = malloc(1 + sizeof(v));
+            char want[64];
+            v[bad_at[b]] = bad == 0 ? NAN : 1e30f; /* 1e10 * 1e30 overflows float32 */
+            bytes[0] = 0xee;
+            memcpy(bytes + 1, v, sizeof(v));
+            v[bad_at[b]] = 1e-3f;
+            /* element 137 lies in bytes [549, 553) of the payload: cut at 551 */
+            parts[0] = (pieces_part_t){bytes, 551, 0};
+            parts[1] = (pieces_part_t){bytes + 551, sizeof(v) + 1 - 551, 551};
+            it.grad_pieces = &(pieces_t){parts, 2, 1 + sizeof(v)};
+            ck_assert_int_eq(
+                store_push(cut, "big", &it, 1, STORE_PUSH_ONLY, versions, NULL, NULL, NULL, &err),
+                STATUS_INVALID_ARGUMENT);
+            snprintf(want, sizeof(want), bad == 0 ? "nan at element %zu" : "gradient element %zu ",
+                     bad_at[b]);
+            ck_assert_msg(strstr(err.msg.text, want) != NULL, "%s", err.msg.text);
+            free(bytes);
+        }
+    /* pieces that end before the gradient does, and a row gradient in pieces or in none: refused
+     * by the store itself */
+    {
+        store_push_item_t it = {.key = {"v", 0}, .rank = 1, .shape = vshape, .grad_at = 5};
+        pieces_part_t part;
+        pieces_t p = pieces_flat(&part, v, sizeof(v));
+        int64_t rows[2] = {0, 1}, rshape[2] = {2, C_COLS};
+        it.grad_pieces = &p;
         ck_assert_int_eq(
             store_push(cut, "big", &it, 1, STORE_PUSH_ONLY, versions, NULL, NULL, NULL, &err),
             STATUS_INVALID_ARGUMENT);
-        snprintf(want, sizeof(want), bad == 0 ? "nan at element 137" : "gradient element 137 ");
-        ck_assert_msg(strstr(err.msg.text, want) != NULL, "%s", err.msg.text);
-        free(bytes);
+        ck_assert_msg(strstr(err.msg.text, "needs 1200 bytes from byte 5 of a payload of 1200"),
+                      "%s", err.msg.text);
+        it = (store_push_item_t){.key = {"w", 0},
+                                 .rank = 2,
+                                 .shape = rshape,
+                                 .has_rows = true,
+                                 .rows = rows,
+                                 .n_rows = 2,
+                                 .grad_pieces = &p};
+        for (int k = 0; k < 2; k++) {
+            ck_assert_int_eq(
+                store_push(cut, "job", &it, 1, STORE_PUSH_ONLY, versions, NULL, NULL, NULL, &err),
+                STATUS_INVALID_ARGUMENT);
+            ck_assert_msg(strstr(err.msg.text, "a row gradient is float32, in one array"), "%s",
+                          err.msg.text);
+            it.grad_pieces = NULL; /* and no gradient at all */
+        }
     }
     {
         float *a = pull_all(flat, "big", "v", 0, NULL, NULL),

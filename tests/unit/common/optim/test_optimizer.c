@@ -812,6 +812,96 @@ START_TEST(every_instruction_set_gives_the_bits_of_the_baseline)
 }
 END_TEST
 
+/* A gradient in pieces as gRPC cuts a payload: `lead` bytes of junk, then the elements, in
+ * pieces of odd sizes (many elements split between two pieces), each its own allocation. */
+typedef struct cut_grad {
+    pieces_part_t parts[WIDE];
+    uint8_t *mem[WIDE];
+    pieces_t p;
+} cut_grad_t;
+
+static void cut_grad(cut_grad_t *cg, const float *g, size_t n, size_t lead)
+{
+    static const size_t sizes[] = {1, 2, 3, 5, 7, 11, 13, 64, 257};
+    size_t total = lead + n * sizeof(float), at = 0, k = 0;
+    uint8_t *flat = malloc(total);
+
+    memset(flat, 0xee, lead);
+    memcpy(flat + lead, g, n * sizeof(float));
+    for (; at < total; k++) {
+        size_t take = sizes[k % (sizeof(sizes) / sizeof(sizes[0]))];
+        take = take < total - at ? take : total - at;
+        cg->mem[k] = malloc(take);
+        memcpy(cg->mem[k], flat + at, take);
+        cg->parts[k] = (pieces_part_t){cg->mem[k], take, at};
+        at += take;
+    }
+    cg->p = (pieces_t){cg->parts, k, total};
+    free(flat);
+}
+
+static void cut_grad_free(cut_grad_t *cg)
+{
+    for (size_t k = 0; k < cg->p.n; k++)
+        free(cg->mem[k]);
+}
+
+/* The update and its dry run read a gradient in pieces (where gRPC received it) as they read it
+ * in one array: the baseline's bits, values, slots and the values copied out, on every
+ * instruction set; the dry run names the same element. */
+START_TEST(dense_in_pieces_equal_the_flat_update)
+{
+    optimizer_config_t c = row_config(_i);
+    static float base_p[WIDE], base_s[MAX_SLOTS * WIDE], p[WIDE], s[MAX_SLOTS * WIDE], out[WIDE],
+        g[WIDE];
+    const char *isas[8];
+    const char *was = optimizer_isa();
+    size_t n = optimizer_isa_list(isas, 8);
+    cut_grad_t *cg = malloc(sizeof(*cg));
+    status_msg_t err;
+
+    run_wide(&c, "base", base_p, base_s, NULL);
+    for (size_t k = 0; k < n; k++) {
+        ck_assert_int_eq(optimizer_set_isa(isas[k], &err), STATUS_OK);
+        for (size_t i = 0; i < WIDE; i++)
+            p[i] = wide_value(i, 1);
+        optimizer_slots_init(&c, s, WIDE);
+        memset(out, 0, sizeof(out));
+        for (int step = 0; step < 5; step++) {
+            for (size_t i = 0; i < WIDE; i++)
+                g[i] = wide_value(i, step + 2);
+            cut_grad(cg, g, WIDE, 3);
+            optimizer_apply_dense_pieces(&c, step, p, &cg->p, 3, s, WIDE, WIDE, out);
+            cut_grad_free(cg);
+        }
+        ck_assert_msg(memcmp(p, base_p, sizeof(p)) == 0, "config %d: %s values differ", _i,
+                      isas[k]);
+        ck_assert_msg(memcmp(s, base_s, optimizer_slot_count(&c) * WIDE * sizeof(float)) == 0,
+                      "config %d: %s slots differ", _i, isas[k]);
+        ck_assert_msg(memcmp(out, p, sizeof(p)) == 0, "config %d: %s copied out other values", _i,
+                      isas[k]);
+        /* a safe step, then one that breaks element 700 */
+        for (size_t i = 0; i < WIDE; i++)
+            g[i] = wide_value(i, 9);
+        for (int bad = 0; bad < 2; bad++) {
+            if (bad)
+                g[700] = NAN;
+            cut_grad(cg, g, WIDE, 3);
+            size_t want = optimizer_check_dense_at(&c, 5, p, g, s, WIDE, WIDE);
+            ck_assert_uint_eq(optimizer_check_dense_pieces(&c, 5, p, &cg->p, 3, s, WIDE, WIDE),
+                              want);
+            if (!bad)
+                ck_assert_uint_eq(want, WIDE);
+            else if (c.kind == OPTIMIZER_SGD)
+                ck_assert_uint_eq(want, 700);
+            cut_grad_free(cg);
+        }
+    }
+    ck_assert_int_eq(optimizer_set_isa(was, &err), STATUS_OK);
+    free(cg);
+}
+END_TEST
+
 START_TEST(max_abs_is_the_same_on_every_instruction_set)
 {
     static float v[WIDE];
@@ -1176,6 +1266,7 @@ int main(void)
     tcase_add_loop_test(tc, rows_touching_every_row_once_equal_the_dense_update, 0, N_ROW_CONFIGS);
     tcase_add_loop_test(tc, dense_parts_together_equal_the_whole_update, 0, N_ROW_CONFIGS);
     tcase_add_loop_test(tc, every_instruction_set_gives_the_bits_of_the_baseline, 0, N_ROW_CONFIGS);
+    tcase_add_loop_test(tc, dense_in_pieces_equal_the_flat_update, 0, N_ROW_CONFIGS);
     tcase_add_test(tc, max_abs_is_the_same_on_every_instruction_set);
     tcase_add_test(tc, an_unknown_instruction_set_is_refused_by_name);
     tcase_add_test(tc, rows_leave_untouched_rows_and_their_slots_alone);

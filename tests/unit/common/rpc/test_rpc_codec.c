@@ -126,6 +126,90 @@ START_TEST(rpc_codec_payload_survives_any_slicing)
 }
 END_TEST
 
+/* The whole body of bb in one malloc'd buffer. */
+static uint8_t *body(grpc_byte_buffer *bb, size_t *ret_len)
+{
+    grpc_byte_buffer_reader r;
+    grpc_slice all;
+    uint8_t *out;
+
+    grpc_byte_buffer_reader_init(&r, bb);
+    all = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    *ret_len = GRPC_SLICE_LENGTH(all);
+    out = malloc(*ret_len);
+    memcpy(out, GRPC_SLICE_START_PTR(all), *ret_len);
+    grpc_slice_unref(all);
+    return out;
+}
+
+/* A payload (field 15) that comes before the message's other fields, as any protobuf encoder
+ * may send it, decodes as one sent last: held in place, or copied once. */
+START_TEST(rpc_codec_payload_before_other_fields_decodes)
+{
+    Tessera__V1__EchoRequest req = TESSERA__V1__ECHO_REQUEST__INIT;
+    Tessera__V1__TensorRef t = TESSERA__V1__TENSOR_REF__INIT;
+    int64_t shape[2] = {1000, 33};
+    size_t pay_len = A_LEN, rest_len, len = 0;
+    uint8_t *pay = pattern(pay_len, 3), *rest, *bytes;
+    grpc_byte_buffer *bb;
+
+    t.dtype = TESSERA__V1__DTYPE__DTYPE_FLOAT32;
+    t.n_shape = 2;
+    t.shape = shape;
+    t.byte_length = pay_len;
+    req.tensor = &t;
+    ck_assert_int_eq(rpc_encode(&req.base, NULL, 0, NULL, &bb, &rest_len), STATUS_OK);
+    rest = body(bb, &rest_len);
+    grpc_byte_buffer_destroy(bb);
+    /* field 15, length-delimited (key 122), then the tensor */
+    bytes = malloc(16 + pay_len + rest_len);
+    bytes[len++] = 122;
+    for (uint64_t v = pay_len; v != 0 || len == 1; v >>= 7)
+        bytes[len++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    memcpy(bytes + len, pay, pay_len);
+    len += pay_len;
+    memcpy(bytes + len, rest, rest_len);
+    len += rest_len;
+    for (int in_place = 0; in_place < 2; in_place++) {
+        grpc_slice one = grpc_slice_from_copied_buffer((const char *)bytes, len);
+        grpc_byte_buffer *whole = grpc_raw_byte_buffer_create(&one, 1);
+        ProtobufCMessage *msg;
+        rpc_payload_t payload;
+        uint8_t *got = malloc(pay_len);
+        grpc_slice_unref(one);
+        bb = reslice(whole, 4096, 0);
+        grpc_byte_buffer_destroy(whole);
+        status_msg_t err = {0};
+        ck_assert_msg(rpc_decode(&tessera__v1__echo_request__descriptor, bb, NULL, 0, in_place,
+                                 &msg, &payload, &err) == STATUS_OK,
+                      "%s", err.text);
+        grpc_byte_buffer_destroy(bb);
+        {
+            Tessera__V1__EchoRequest *r = (Tessera__V1__EchoRequest *)msg;
+            ck_assert_ptr_nonnull(r->tensor);
+            ck_assert_int_eq(r->tensor->n_shape, 2);
+            ck_assert_int_eq(r->tensor->shape[0], 1000);
+            ck_assert_uint_eq(r->tensor->byte_length, pay_len);
+        }
+        ck_assert_uint_eq(payload.len, pay_len);
+        ck_assert_uint_eq(payload.copied, in_place ? 0 : pay_len);
+        {
+            pieces_t pl = rpc_payload_pieces(&payload);
+            ck_assert_uint_eq(pl.len, pay_len);
+            pieces_read(&pl, 0, got, pay_len);
+        }
+        ck_assert_int_eq(memcmp(got, pay, pay_len), 0);
+        free(got);
+        rpc_payload_done(&payload);
+        protobuf_c_message_free_unpacked(msg, NULL);
+    }
+    free(bytes);
+    free(rest);
+    free(pay);
+}
+END_TEST
+
 START_TEST(rpc_codec_encoding_is_plain_protobuf)
 {
     /* What the codec sends must decode with the stock parser, payload included. */
@@ -318,6 +402,7 @@ int main(void)
 
     grpc_init();
     tcase_add_test(tc, rpc_codec_payload_survives_any_slicing);
+    tcase_add_test(tc, rpc_codec_payload_before_other_fields_decodes);
     tcase_add_test(tc, rpc_codec_encoding_is_plain_protobuf);
     tcase_add_test(tc, rpc_codec_reuses_the_callers_buffer_when_it_fits);
     tcase_add_test(tc, rpc_codec_rejects_malformed_bodies);
