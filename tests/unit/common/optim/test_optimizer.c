@@ -764,54 +764,6 @@ static float wide_value(size_t i, int salt)
     return (float)(((i + (size_t)salt) % 3 == 0 ? -m : m) * (1.0 + (double)(i % 97) / 97.0));
 }
 
-/* Five updates of a WIDE tensor with the kernels of `isa`, the values also copied out as a pull
- * after the push reads them. */
-static void run_wide(const optimizer_config_t *c, const char *isa, float *p, float *s, float *out)
-{
-    float g[WIDE];
-    status_msg_t err;
-
-    ck_assert_msg(optimizer_set_isa(isa, &err) == STATUS_OK, "%s", err.text);
-    for (size_t i = 0; i < WIDE; i++)
-        p[i] = wide_value(i, 1);
-    optimizer_slots_init(c, s, WIDE);
-    for (int step = 0; step < 5; step++) {
-        for (size_t i = 0; i < WIDE; i++)
-            g[i] = wide_value(i, step + 2);
-        optimizer_apply_dense_part(c, step, p, g, s, WIDE, 0, WIDE, out);
-    }
-}
-
-/* The AVX2 and AVX-512 builds of the kernels give the baseline's bits, values and slots, for
- * every optimizer (the builds that this CPU runs); the value copied out is the value kept. */
-START_TEST(every_instruction_set_gives_the_bits_of_the_baseline)
-{
-    optimizer_config_t c = row_config(_i);
-    static float base_p[WIDE], base_s[MAX_SLOTS * WIDE], p[WIDE], s[MAX_SLOTS * WIDE], out[WIDE];
-    const char *isas[8];
-    const char *was = optimizer_isa();
-    size_t n = optimizer_isa_list(isas, 8);
-    status_msg_t err;
-
-    ck_assert_uint_ge(n, 1);
-    ck_assert_str_eq(isas[n - 1], "base");
-    ck_assert_str_eq(isas[0], was); /* the widest is the one chosen */
-    run_wide(&c, "base", base_p, base_s, NULL);
-    for (size_t k = 0; k < n; k++) {
-        memset(out, 0, sizeof(out));
-        run_wide(&c, isas[k], p, s, out);
-        ck_assert_msg(memcmp(p, base_p, sizeof(p)) == 0, "config %d: %s values differ", _i,
-                      isas[k]);
-        ck_assert_msg(memcmp(s, base_s, optimizer_slot_count(&c) * WIDE * sizeof(float)) == 0,
-                      "config %d: %s slots differ", _i, isas[k]);
-        ck_assert_msg(memcmp(out, p, sizeof(p)) == 0, "config %d: %s copied out other values", _i,
-                      isas[k]);
-        ck_assert(optimizer_max_abs(p, WIDE) == optimizer_max_abs(base_p, WIDE));
-    }
-    ck_assert_int_eq(optimizer_set_isa(was, &err), STATUS_OK);
-}
-END_TEST
-
 /* A gradient in pieces as gRPC cuts a payload: `lead` bytes of junk, then the elements, in
  * pieces of odd sizes (many elements split between two pieces), each its own allocation. */
 typedef struct cut_grad {
@@ -846,6 +798,69 @@ static void cut_grad_free(cut_grad_t *cg)
         free(cg->mem[k]);
 }
 
+/* Five updates of a WIDE tensor with the kernels of `isa`, the values also copied out as a pull
+ * after the push reads them; with cg, each gradient is read from pieces (cut_grad). */
+static void run_wide(const optimizer_config_t *c, const char *isa, float *p, float *s, float *out,
+                     cut_grad_t *cg)
+{
+    float g[WIDE];
+    status_msg_t err;
+
+    ck_assert_msg(optimizer_set_isa(isa, &err) == STATUS_OK, "%s", err.text);
+    for (size_t i = 0; i < WIDE; i++)
+        p[i] = wide_value(i, 1);
+    optimizer_slots_init(c, s, WIDE);
+    for (int step = 0; step < 5; step++) {
+        for (size_t i = 0; i < WIDE; i++)
+            g[i] = wide_value(i, step + 2);
+        if (cg == NULL) {
+            optimizer_apply_dense_part(c, step, p, g, s, WIDE, 0, WIDE, out);
+            continue;
+        }
+        cut_grad(cg, g, WIDE, 3);
+        optimizer_apply_dense_pieces(c, step, p, &cg->p, 3, s, WIDE, WIDE, out);
+        cut_grad_free(cg);
+    }
+}
+
+/* A run_wide with `isa` left the baseline's values and slots, and copied out what it kept. */
+static void assert_baseline_bits(const optimizer_config_t *c, int config, const char *isa,
+                                 const float *p, const float *s, const float *out,
+                                 const float *base_p, const float *base_s)
+{
+    ck_assert_msg(memcmp(p, base_p, WIDE * sizeof(float)) == 0, "config %d: %s values differ",
+                  config, isa);
+    ck_assert_msg(memcmp(s, base_s, optimizer_slot_count(c) * WIDE * sizeof(float)) == 0,
+                  "config %d: %s slots differ", config, isa);
+    ck_assert_msg(memcmp(out, p, WIDE * sizeof(float)) == 0,
+                  "config %d: %s copied out other values", config, isa);
+}
+
+/* The AVX2 and AVX-512 builds of the kernels give the baseline's bits, values and slots, for
+ * every optimizer (the builds that this CPU runs); the value copied out is the value kept. */
+START_TEST(every_instruction_set_gives_the_bits_of_the_baseline)
+{
+    optimizer_config_t c = row_config(_i);
+    static float base_p[WIDE], base_s[MAX_SLOTS * WIDE], p[WIDE], s[MAX_SLOTS * WIDE], out[WIDE];
+    const char *isas[8];
+    const char *was = optimizer_isa();
+    size_t n = optimizer_isa_list(isas, 8);
+    status_msg_t err;
+
+    ck_assert_uint_ge(n, 1);
+    ck_assert_str_eq(isas[n - 1], "base");
+    ck_assert_str_eq(isas[0], was); /* the widest is the one chosen */
+    run_wide(&c, "base", base_p, base_s, NULL, NULL);
+    for (size_t k = 0; k < n; k++) {
+        memset(out, 0, sizeof(out));
+        run_wide(&c, isas[k], p, s, out, NULL);
+        assert_baseline_bits(&c, _i, isas[k], p, s, out, base_p, base_s);
+        ck_assert(optimizer_max_abs(p, WIDE) == optimizer_max_abs(base_p, WIDE));
+    }
+    ck_assert_int_eq(optimizer_set_isa(was, &err), STATUS_OK);
+}
+END_TEST
+
 /* The update and its dry run read a gradient in pieces (where gRPC received it) as they read it
  * in one array: the baseline's bits, values, slots and the values copied out, on every
  * instruction set; the dry run names the same element. */
@@ -860,26 +875,11 @@ START_TEST(dense_in_pieces_equal_the_flat_update)
     cut_grad_t *cg = malloc(sizeof(*cg));
     status_msg_t err;
 
-    run_wide(&c, "base", base_p, base_s, NULL);
+    run_wide(&c, "base", base_p, base_s, NULL, NULL);
     for (size_t k = 0; k < n; k++) {
-        ck_assert_int_eq(optimizer_set_isa(isas[k], &err), STATUS_OK);
-        for (size_t i = 0; i < WIDE; i++)
-            p[i] = wide_value(i, 1);
-        optimizer_slots_init(&c, s, WIDE);
         memset(out, 0, sizeof(out));
-        for (int step = 0; step < 5; step++) {
-            for (size_t i = 0; i < WIDE; i++)
-                g[i] = wide_value(i, step + 2);
-            cut_grad(cg, g, WIDE, 3);
-            optimizer_apply_dense_pieces(&c, step, p, &cg->p, 3, s, WIDE, WIDE, out);
-            cut_grad_free(cg);
-        }
-        ck_assert_msg(memcmp(p, base_p, sizeof(p)) == 0, "config %d: %s values differ", _i,
-                      isas[k]);
-        ck_assert_msg(memcmp(s, base_s, optimizer_slot_count(&c) * WIDE * sizeof(float)) == 0,
-                      "config %d: %s slots differ", _i, isas[k]);
-        ck_assert_msg(memcmp(out, p, sizeof(p)) == 0, "config %d: %s copied out other values", _i,
-                      isas[k]);
+        run_wide(&c, isas[k], p, s, out, cg);
+        assert_baseline_bits(&c, _i, isas[k], p, s, out, base_p, base_s);
         /* a safe step, then one that breaks element 700 */
         for (size_t i = 0; i < WIDE; i++)
             g[i] = wide_value(i, 9);
