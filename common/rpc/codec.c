@@ -367,9 +367,9 @@ static void hold_finish(rpc_payload_t *p)
 
 /* Whether to read bb's payload in place: not when it is compressed (only a guard: gRPC's server
  * inflates a compressed message before the call sees it, and gRPC 1.51's reader would not), nor
- * when its slices average under 1 KiB, where the list of references
- * (56 bytes a slice) would cost more than one copy: a sender cutting its message into tiny
- * frames must not make the server hold a million references. */
+ * when its slices average under 1 KiB, where the list of references (56 bytes a slice) would
+ * cost more than one copy: a sender cutting its message into tiny frames must not make the
+ * server hold a million references. */
 static bool worth_holding(const grpc_byte_buffer *bb)
 {
     size_t total = grpc_byte_buffer_length((grpc_byte_buffer *)bb);
