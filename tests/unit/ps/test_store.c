@@ -705,7 +705,8 @@ static void scattered_free(scattered_t *s)
 /* A dense gradient read where gRPC left it, in pieces cut at any byte (elements split between
  * pieces too), updates the variable bit for bit as the same gradient in one buffer does: float32
  * over the pool's threads, bfloat16 chunks, a moving statistic. A non-finite or overflowing
- * element that a cut splits is found and named by its index, and nothing is applied. */
+ * element, whether a cut splits it or not, is found and named by its index, and nothing is
+ * applied; a payload too short for the gradient, or a row gradient in pieces, is refused. */
 START_TEST(store_pushes_read_in_place_from_any_cut_equal_flat_pushes)
 {
     store_t *flat = new_store(), *cut = new_store();
@@ -808,7 +809,8 @@ START_TEST(store_pushes_read_in_place_from_any_cut_equal_flat_pushes)
             bytes[0] = 0xee;
             memcpy(bytes + 1, v, sizeof(v));
             v[bad_at[b]] = 1e-3f;
-            /* element 137 lies in bytes [549, 553) of the payload: cut at 551 */
+            /* element 137 lies in bytes [549, 553) of the payload: cut at 551; element 30 lies
+             * in the first piece, element 200 in the second */
             parts[0] = (pieces_part_t){bytes, 551, 0};
             parts[1] = (pieces_part_t){bytes + 551, sizeof(v) + 1 - 551, 551};
             it.grad_pieces = &(pieces_t){parts, 2, 1 + sizeof(v)};
