@@ -2,10 +2,13 @@
 """An independent gRPC client (Debian's python3-grpcio) for the security tests: makes one unary
 call with an empty request and prints "CODE: details" ("OK: " on success).
 
-  grpc_probe.py TARGET METHOD [--ca FILE] [--cert FILE --key FILE]
+  grpc_probe.py TARGET METHOD [--ca FILE] [--cert FILE --key FILE] [--gzip-payload N]
   grpc_probe.py --https URL --ca FILE [--tls12]
 
 Without --ca the channel is plaintext; with --ca alone it is TLS without a client certificate.
+--gzip-payload N sends, gzip-compressed, a request whose only field is Tessera's payload (field
+15) of N patterned bytes, for a method that echoes it (Diagnostics/Echo), and prints "OK: " only
+when the answer carries those bytes back.
 --https fetches URL with Python's ssl against the CA (--tls12: offering TLS 1.2 only) and
 prints "OK: " and the body's first line, or "ERROR: " and why."""
 import argparse
@@ -31,6 +34,15 @@ def https(url, ca, tls12):
         print("ERROR: %s" % e)
 
 
+def varint(v):
+    out = bytearray()
+    while True:
+        out.append((v & 0x7f) | (0x80 if v > 0x7f else 0))
+        v >>= 7
+        if not v:
+            return bytes(out)
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--https":
         hp = argparse.ArgumentParser()
@@ -46,6 +58,7 @@ def main():
     ap.add_argument("--ca")
     ap.add_argument("--cert")
     ap.add_argument("--key")
+    ap.add_argument("--gzip-payload", type=int, default=None)
     a = ap.parse_args()
 
     def read(path):
@@ -59,9 +72,17 @@ def main():
     else:
         channel = grpc.insecure_channel(a.target)
     call = channel.unary_unary(a.method, request_serializer=None, response_deserializer=None)
+    request, compression, payload = b"", None, b""
+    if a.gzip_payload is not None:
+        payload = bytes((i * 7 + (i >> 8)) & 0xff for i in range(a.gzip_payload))
+        request = bytes([15 << 3 | 2]) + varint(len(payload)) + payload
+        compression = grpc.Compression.Gzip
     try:
-        call(b"", timeout=5)
-        print("OK: ")
+        answer = call(request, timeout=5, compression=compression)
+        if payload and payload not in answer:
+            print("MISMATCH: the answer (%d bytes) does not carry the payload" % len(answer))
+        else:
+            print("OK: ")
     except grpc.RpcError as e:
         print("%s: %s" % (e.code().name, e.details()))
     channel.close()

@@ -212,6 +212,32 @@ START_TEST(mtls_refuses_the_unauthenticated_and_the_wrong_roles)
 END_TEST
 
 /* --metrics-tls: /metrics over HTTPS with the daemon's certificate, TLS 1.3 only. */
+/* A request compressed with gzip (grpc-encoding) reaches the codec inflated by gRPC's server,
+ * payload and all: the codec reads bodies as they arrive and never inflates one itself. */
+START_TEST(a_gzip_compressed_request_arrives_whole)
+{
+    launch_proc_t p;
+    char *argv[] = {"/usr/bin/python3",
+                    (char *)harness_source("tests/integration/grpc_probe.py"),
+                    NULL,
+                    "/tessera.v1.Diagnostics/Echo",
+                    "--gzip-payload",
+                    "100000",
+                    NULL},
+         *out = NULL;
+    int rc;
+
+    if (!python_grpc_present())
+        ck_abort_msg("the independent client (Debian's python3-grpcio) is not installed");
+    harness_start(&p, "tessera-ps", "gzip-ps", NULL);
+    argv[2] = p.listen;
+    rc = harness_run(argv, NULL, NULL, 30000, &out);
+    ck_assert_msg(rc == 0 && strncmp(out, "OK: ", 4) == 0, "grpc_probe.py exit %d: %s", rc, out);
+    free(out);
+    harness_stop(&p);
+}
+END_TEST
+
 START_TEST(metrics_are_served_over_tls_1_3)
 {
     tls_flags_t ps;
@@ -697,6 +723,7 @@ int main(void)
     grpc_init();
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, mtls_refuses_the_unauthenticated_and_the_wrong_roles);
+    tcase_add_test(tc, a_gzip_compressed_request_arrives_whole);
     tcase_add_test(tc, metrics_are_served_over_tls_1_3);
     tcase_add_test(tc, bad_tls_settings_are_refused_by_name);
     tcase_add_test(tc, jobs_over_mtls_end_at_the_plaintext_numbers);
