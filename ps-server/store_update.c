@@ -170,7 +170,8 @@ static void item_span(const shard_t *sh, const store_push_item_t *it, size_t *fi
 }
 
 /* A gradient in pieces must hold every element of its span from grad_at: the service sizes it
- * from the shape before it gets here, and the store does not take that on trust. */
+ * from the shape before it gets here, and the store does not take that on trust. After
+ * check_gradient, which makes the span valid. */
 static status_t check_pieces(const shard_t *sh, const store_push_item_t *it, store_err_t *err)
 {
     size_t first, end, esize = item_bf16(it) ? sizeof(uint16_t) : sizeof(float);
@@ -209,7 +210,7 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                           "variable '%s' shard %d: a row gradient is float32, in one array", v,
                           sh->index);
     if (!it->has_chunk)
-        return check_pieces(sh, it, err);
+        return STATUS_OK;
     if (it->has_rows || sh->rank == 0)
         return store_fail(err, STATUS_INVALID_ARGUMENT, v,
                           "variable '%s' shard %d: only a dense gradient of rows may come in "
@@ -228,7 +229,7 @@ static status_t check_gradient(const sjob_t *j, const shard_t *sh, const store_p
                           "variable '%s' shard %d: the chunk of rows [%zu, +%zu) is not whole "
                           "blocks of %zu rows",
                           v, sh->index, it->chunk_row, it->chunk_rows, sh->block_rows);
-    return check_pieces(sh, it, err);
+    return STATUS_OK;
 }
 
 /* Orders the dense items' spans by shard, then first row, to find overlaps. */
@@ -599,6 +600,7 @@ static status_t validate_push(const store_t *s, const sjob_t *j, const store_pus
         size_t first, end;
         STATUS_CHECK(store_lookup_shard(j, &it->key, &shards[i], err));
         STATUS_CHECK(check_gradient(j, shards[i], it, err));
+        STATUS_CHECK(check_pieces(shards[i], it, err));
         item_span(shards[i], it, &first, &end);
         tasks +=
             it->has_rows ? 1 : (end - first + shards[i]->block_rows - 1) / shards[i]->block_rows;

@@ -211,7 +211,6 @@ START_TEST(mtls_refuses_the_unauthenticated_and_the_wrong_roles)
 }
 END_TEST
 
-/* --metrics-tls: /metrics over HTTPS with the daemon's certificate, TLS 1.3 only. */
 /* A request compressed with gzip (grpc-encoding) reaches the codec inflated by gRPC's server,
  * payload and all: the codec reads bodies as they arrive and never inflates one itself. */
 START_TEST(a_gzip_compressed_request_arrives_whole)
@@ -238,6 +237,7 @@ START_TEST(a_gzip_compressed_request_arrives_whole)
 }
 END_TEST
 
+/* --metrics-tls: /metrics over HTTPS with the daemon's certificate, TLS 1.3 only. */
 START_TEST(metrics_are_served_over_tls_1_3)
 {
     tls_flags_t ps;

@@ -17,30 +17,50 @@ static uint8_t *pattern(size_t n, unsigned seed)
     return p;
 }
 
-/* Re-slices bb into pieces of `piece` bytes, as TCP reads would, after `small` pieces of 16. */
-static grpc_byte_buffer *reslice(grpc_byte_buffer *bb, size_t piece, size_t small)
+/* The whole body of bb in one malloc'd buffer. */
+static uint8_t *body(grpc_byte_buffer *bb, size_t *ret_len)
 {
     grpc_byte_buffer_reader r;
-    grpc_slice all, *s;
-    size_t len, n, k = 0;
-    grpc_byte_buffer *out;
+    grpc_slice all;
+    uint8_t *out;
 
     grpc_byte_buffer_reader_init(&r, bb);
     all = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
-    len = GRPC_SLICE_LENGTH(all);
-    n = small + (len + piece - 1) / piece;
-    s = calloc(n ? n : 1, sizeof(*s));
+    *ret_len = GRPC_SLICE_LENGTH(all);
+    out = malloc(*ret_len ? *ret_len : 1);
+    memcpy(out, GRPC_SLICE_START_PTR(all), *ret_len);
+    grpc_slice_unref(all);
+    return out;
+}
+
+/* bytes in slices of `piece` bytes, as TCP reads would cut them, after `small` slices of 16. */
+static grpc_byte_buffer *sliced(const uint8_t *bytes, size_t len, size_t piece, size_t small)
+{
+    size_t n = small + (len + piece - 1) / piece, k = 0;
+    grpc_slice *s = calloc(n ? n : 1, sizeof(*s));
+    grpc_byte_buffer *out;
+
     for (size_t off = 0, take; off < len; off += take) {
         take = k < small ? 16 : piece;
         take = len - off < take ? len - off : take;
-        s[k++] = grpc_slice_from_copied_buffer((const char *)GRPC_SLICE_START_PTR(all) + off, take);
+        s[k++] = grpc_slice_from_copied_buffer((const char *)bytes + off, take);
     }
     out = grpc_raw_byte_buffer_create(s, k);
     for (size_t i = 0; i < k; i++)
         grpc_slice_unref(s[i]);
     free(s);
-    grpc_slice_unref(all);
+    return out;
+}
+
+/* bb's body re-sliced (sliced). */
+static grpc_byte_buffer *reslice(grpc_byte_buffer *bb, size_t piece, size_t small)
+{
+    size_t len;
+    uint8_t *bytes = body(bb, &len);
+    grpc_byte_buffer *out = sliced(bytes, len, piece, small);
+
+    free(bytes);
     return out;
 }
 
@@ -126,23 +146,6 @@ START_TEST(rpc_codec_payload_survives_any_slicing)
 }
 END_TEST
 
-/* The whole body of bb in one malloc'd buffer. */
-static uint8_t *body(grpc_byte_buffer *bb, size_t *ret_len)
-{
-    grpc_byte_buffer_reader r;
-    grpc_slice all;
-    uint8_t *out;
-
-    grpc_byte_buffer_reader_init(&r, bb);
-    all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    *ret_len = GRPC_SLICE_LENGTH(all);
-    out = malloc(*ret_len);
-    memcpy(out, GRPC_SLICE_START_PTR(all), *ret_len);
-    grpc_slice_unref(all);
-    return out;
-}
-
 /* A payload (field 15) that comes before the message's other fields, as any protobuf encoder
  * may send it, decodes as one sent last: held in place, or copied once. */
 START_TEST(rpc_codec_payload_before_other_fields_decodes)
@@ -172,15 +175,11 @@ START_TEST(rpc_codec_payload_before_other_fields_decodes)
     memcpy(bytes + len, rest, rest_len);
     len += rest_len;
     for (int in_place = 0; in_place < 2; in_place++) {
-        grpc_slice one = grpc_slice_from_copied_buffer((const char *)bytes, len);
-        grpc_byte_buffer *whole = grpc_raw_byte_buffer_create(&one, 1);
         ProtobufCMessage *msg;
         rpc_payload_t payload;
         uint8_t *got = malloc(pay_len);
-        grpc_slice_unref(one);
-        bb = reslice(whole, 4096, 0);
-        grpc_byte_buffer_destroy(whole);
         status_msg_t err = {0};
+        bb = sliced(bytes, len, 4096, 0);
         ck_assert_msg(rpc_decode(&tessera__v1__echo_request__descriptor, bb, NULL, 0, in_place,
                                  &msg, &payload, &err) == STATUS_OK,
                       "%s", err.text);
@@ -217,24 +216,20 @@ START_TEST(rpc_codec_encoding_is_plain_protobuf)
     const char a[] = "hello ", b[] = "world";
     rpc_iov_t iov[2] = {{a, 6, NULL, NULL}, {b, 5, NULL, NULL}};
     grpc_byte_buffer *bb;
-    grpc_byte_buffer_reader r;
-    grpc_slice all;
     Tessera__V1__SinkRequest *got;
     size_t len;
+    uint8_t *all;
 
     req.checksum = 1;
     ck_assert_int_eq(rpc_encode(&req.base, iov, 2, NULL, &bb, &len), STATUS_OK);
-    grpc_byte_buffer_reader_init(&r, bb);
-    all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    got =
-        tessera__v1__sink_request__unpack(NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+    all = body(bb, &len);
+    got = tessera__v1__sink_request__unpack(NULL, len, all);
     ck_assert_ptr_nonnull(got);
     ck_assert(got->checksum);
     ck_assert_uint_eq(got->payload.len, 11);
     ck_assert_int_eq(memcmp(got->payload.data, "hello world", 11), 0);
     tessera__v1__sink_request__free_unpacked(got, NULL);
-    grpc_slice_unref(all);
+    free(all);
     grpc_byte_buffer_destroy(bb);
 }
 END_TEST
